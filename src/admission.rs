@@ -1,0 +1,312 @@
+//! The adapter between the wire (`admission.k8s.io/v1` AdmissionReview JSON) and the engine.
+//!
+//! Invariant: any request with a readable uid gets HTTP 200 and an AdmissionReview; non-200
+//! is reserved for a body that is not an AdmissionReview at all (the apiserver applies the
+//! webhook's failurePolicy to those). Messages built here never quote the body, because a
+//! body can carry Secret data.
+
+use std::time::Instant;
+
+use base64::Engine as _;
+
+use http::StatusCode;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use serde::Deserialize;
+use tracing::{Span, field};
+
+use crate::engine::{Engine, Finding, Verdict};
+use crate::metrics::{Metrics, PolicyOutcome, RequestLabels};
+
+/// The only AdmissionReview version stackgate speaks.
+pub const ADMISSION_V1: &str = "admission.k8s.io/v1";
+
+/// Kubernetes may truncate warnings longer than this; ours are cut at a character boundary.
+const WARNING_MAX_CHARS: usize = 256;
+
+/// Which webhook endpoint a review came in on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Webhook {
+    /// `POST /mutate`: answers with a patch and never denies (mutation fails open).
+    Mutate,
+    /// `POST /validate`: answers with denials and warnings, never a patch.
+    Validate,
+}
+
+impl Webhook {
+    /// `mutate` or `validate`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Webhook::Mutate => "mutate",
+            Webhook::Validate => "validate",
+        }
+    }
+}
+
+/// An HTTP answer: status and JSON body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    /// 200 for every review with a readable uid; 400 for a body that is not a review.
+    pub status: StatusCode,
+    /// JSON body.
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    /// A non-review error body: `{"error": message}`.
+    pub fn error(status: StatusCode, message: &str) -> Self {
+        let body = serde_json::to_vec(&serde_json::json!({ "error": message }))
+            .unwrap_or_else(|_| b"{\"error\":\"unprintable error\"}".to_vec());
+        Self { status, body }
+    }
+}
+
+/// Just enough of a review to answer it when the full decode fails.
+#[derive(Deserialize)]
+struct Probe {
+    #[serde(rename = "apiVersion")]
+    api_version: Option<String>,
+    request: Option<ProbeRequest>,
+}
+
+#[derive(Deserialize)]
+struct ProbeRequest {
+    uid: String,
+}
+
+/// Decodes a review, evaluates it, encodes the answer, and records the span and metrics.
+pub fn handle(engine: &Engine, webhook: Webhook, body: &[u8], metrics: &Metrics) -> Reply {
+    let started = Instant::now();
+    let span = tracing::info_span!(
+        "review",
+        webhook = webhook.as_str(),
+        uid = field::Empty,
+        kind = field::Empty,
+        namespace = field::Empty,
+        name = field::Empty,
+        operation = field::Empty,
+        dry_run = field::Empty,
+        decision = field::Empty,
+    );
+    let _entered = span.enter();
+    let (reply, kind, operation, decision) = answer(engine, webhook, body, metrics, &span);
+    span.record("decision", decision);
+    tracing::info!(status = reply.status.as_u16(), "review answered");
+    metrics.request(
+        RequestLabels {
+            webhook: webhook.as_str(),
+            kind,
+            operation,
+            decision,
+        },
+        started.elapsed().as_secs_f64(),
+    );
+    reply
+}
+
+fn answer(
+    engine: &Engine,
+    webhook: Webhook,
+    body: &[u8],
+    metrics: &Metrics,
+    span: &Span,
+) -> (Reply, String, &'static str, &'static str) {
+    let review: AdmissionReview<DynamicObject> = match serde_json::from_slice(body) {
+        Ok(r) => r,
+        Err(e) => return (undecodable(body, &e), String::new(), "", "invalid"),
+    };
+    let api_version = review.types.api_version.clone();
+    let request: AdmissionRequest<DynamicObject> = match review.try_into() {
+        Ok(r) => r,
+        Err(_) => {
+            return (
+                Reply::error(
+                    StatusCode::BAD_REQUEST,
+                    "the body is an AdmissionReview without a request",
+                ),
+                String::new(),
+                "",
+                "invalid",
+            );
+        }
+    };
+    let operation = operation_str(&request.operation);
+    let kind = request.kind.kind.clone();
+    span.record("uid", request.uid.as_str());
+    span.record("kind", kind.as_str());
+    span.record("namespace", request.namespace.as_deref().unwrap_or(""));
+    span.record("name", request.name.as_str());
+    span.record("operation", operation);
+    span.record("dry_run", request.dry_run);
+
+    if api_version != ADMISSION_V1 {
+        let mut response = AdmissionResponse::from(&request).deny(format!(
+            "stackgate speaks {ADMISSION_V1} only, got {api_version:?}; register the webhook with \
+             admissionReviewVersions: [\"v1\"]"
+        ));
+        response.result.code = 400;
+        return (encode(response), kind, operation, "invalid");
+    }
+
+    let verdict = engine.evaluate(&request);
+    let response = AdmissionResponse::from(&request);
+    let (response, decision) = match webhook {
+        Webhook::Mutate => mutate_response(response, &verdict, metrics),
+        Webhook::Validate => validate_response(response, &verdict, metrics),
+    };
+    for e in &verdict.exemptions {
+        metrics.policy_outcome(PolicyOutcome::Exempted, &e.policy, e.rule.as_str());
+        // The reason is the user's own justification, recorded for audit; it is not object data.
+        tracing::info!(policy = %e.policy, reason = %e.reason, "exemption honoured");
+    }
+    for a in &verdict.audits {
+        tracing::info!(policy = %a.policy, line = a.line, "audit finding");
+    }
+    (encode(response), kind, operation, decision)
+}
+
+fn mutate_response(
+    response: AdmissionResponse,
+    verdict: &Verdict,
+    metrics: &Metrics,
+) -> (AdmissionResponse, &'static str) {
+    let mut response = with_audit(response, verdict);
+    if verdict.patch.is_empty() {
+        return (response, "allowed");
+    }
+    for m in &verdict.mutations {
+        metrics.policy_outcome(PolicyOutcome::Mutated, &m.policy, m.rule.as_str());
+        tracing::info!(policy = %m.policy, line = m.line, "mutation");
+    }
+    response.warnings = Some(verdict.mutations.iter().map(short).collect());
+    match response.clone().with_patch(json_patch::Patch(verdict.patch.clone())) {
+        Ok(r) => (r, "patched"),
+        Err(error) => {
+            // Serializing a patch of strings cannot fail in practice; if it does, admit
+            // unchanged rather than fail the write (the validating webhook still enforces).
+            tracing::error!(%error, "patch serialization failed; admitting unchanged");
+            (response, "allowed")
+        }
+    }
+}
+
+fn validate_response(
+    response: AdmissionResponse,
+    verdict: &Verdict,
+    metrics: &Metrics,
+) -> (AdmissionResponse, &'static str) {
+    let mut response = with_audit(response, verdict);
+    for w in &verdict.warnings {
+        metrics.policy_outcome(PolicyOutcome::Warned, &w.policy, w.rule.as_str());
+    }
+    if !verdict.warnings.is_empty() {
+        response.warnings = Some(verdict.warnings.iter().map(short).collect());
+    }
+    if verdict.denied() {
+        for d in &verdict.denials {
+            metrics.policy_outcome(PolicyOutcome::Denied, &d.policy, d.rule.as_str());
+            tracing::info!(policy = %d.policy, line = d.line, "denied");
+        }
+        let message = verdict
+            .denials
+            .iter()
+            .map(|d| d.message.as_str())
+            .collect::<Vec<_>>()
+            .join("\n");
+        let mut response = response.deny(message);
+        response.result.code = 403;
+        response.result.reason = "Forbidden".to_owned();
+        return (response, "denied");
+    }
+    (response, "allowed")
+}
+
+fn with_audit(mut response: AdmissionResponse, verdict: &Verdict) -> AdmissionResponse {
+    response.audit_annotations = verdict
+        .audit_annotations
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    response
+}
+
+/// A warning short enough for kubectl: the policy name and the message, cut at
+/// [`WARNING_MAX_CHARS`] characters.
+fn short(f: &Finding) -> String {
+    let full = format!("stackgate {}: {}", f.policy, f.message);
+    if full.chars().count() <= WARNING_MAX_CHARS {
+        return full;
+    }
+    let mut cut: String = full.chars().take(WARNING_MAX_CHARS - 1).collect();
+    cut.push('…');
+    cut
+}
+
+fn encode(response: AdmissionResponse) -> Reply {
+    let has_patch = response.patch.is_some();
+    let review = response.into_review();
+    let encoded = if has_patch {
+        // kube-core serializes the patch bytes as a JSON array of numbers; the API
+        // documents base64 (Go's []byte), which is also 3-4 times smaller.
+        serde_json::to_value(&review).and_then(|mut value| {
+            if let Some(patch) = value.pointer_mut("/response/patch") {
+                let bytes: Vec<u8> = serde_json::from_value(patch.take())?;
+                *patch = serde_json::Value::String(
+                    base64::engine::general_purpose::STANDARD.encode(bytes),
+                );
+            }
+            serde_json::to_vec(&value)
+        })
+    } else {
+        serde_json::to_vec(&review)
+    };
+    match encoded {
+        Ok(body) => Reply {
+            status: StatusCode::OK,
+            body,
+        },
+        Err(_) => Reply::error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the admission response could not be encoded",
+        ),
+    }
+}
+
+/// The answer for a body that did not decode as an AdmissionReview. The serde error is
+/// reduced to its category and position so that no body content is echoed.
+fn undecodable(body: &[u8], error: &serde_json::Error) -> Reply {
+    let what = match error.classify() {
+        serde_json::error::Category::Io => "could not be read",
+        serde_json::error::Category::Syntax => "is not valid JSON",
+        serde_json::error::Category::Data => "does not have the shape of an AdmissionReview",
+        serde_json::error::Category::Eof => "is truncated JSON",
+    };
+    let reason = format!(
+        "request body {what} (line {}, column {}); stackgate expects an {ADMISSION_V1} AdmissionReview",
+        error.line(),
+        error.column()
+    );
+    match serde_json::from_slice::<Probe>(body) {
+        Ok(Probe {
+            api_version,
+            request: Some(ProbeRequest { uid }),
+        }) => {
+            let mut response = AdmissionResponse::invalid(&reason);
+            response.uid = uid;
+            if let Some(v) = api_version {
+                response.types.api_version = v;
+            }
+            encode(response)
+        }
+        _ => Reply::error(StatusCode::BAD_REQUEST, &reason),
+    }
+}
+
+fn operation_str(op: &Operation) -> &'static str {
+    match op {
+        Operation::Create => "CREATE",
+        Operation::Update => "UPDATE",
+        Operation::Delete => "DELETE",
+        Operation::Connect => "CONNECT",
+    }
+}

@@ -1,0 +1,581 @@
+//! The lossless document: query and edit a gcfg text without touching bytes it does not need to.
+
+use std::fmt;
+use std::ops::Range;
+
+use super::scanner::{self, Lines, RawEntry, RawHeader};
+use super::unicode::{eq_fold, is_identifier};
+
+/// A gcfg syntax error, positioned like gcfg reports it.
+///
+/// The message names what is wrong, never the text of a value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}, column {column}: {message}")]
+pub struct ParseError {
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column, counted in bytes like gcfg (Go `token.Position`) does.
+    pub column: usize,
+    /// gcfg's message, e.g. `illegal character U+005F` or `expected section header`.
+    pub message: String,
+}
+
+/// A parsed gcfg text that keeps every byte of its input.
+#[derive(Clone)]
+pub struct Document {
+    text: String,
+    lines: Lines,
+    headers: Vec<RawHeader>,
+    entries: Vec<RawEntry>,
+}
+
+/// One variable (`key = value` or a blank `key`) of a [`Document`].
+#[derive(Clone, PartialEq, Eq)]
+pub struct Entry<'a> {
+    /// Section name as written in the header that this variable is under.
+    pub section: &'a str,
+    /// Decoded subsection name of that header, if it has one.
+    pub subsection: Option<&'a str>,
+    /// Variable name as written.
+    pub key: &'a str,
+    /// gcfg-decoded value: quotes removed, escapes applied, continuation lines joined, blanks
+    /// trimmed as gcfg does. `None` for a blank variable (a name without `=`).
+    pub value: Option<String>,
+    /// 1-based line of the variable name.
+    pub line: usize,
+    /// An unquoted `;` or `#` directly follows the value text with no blank in between
+    /// (`password=ab#cd`), or the value is empty and the rest of the line is a comment
+    /// (`password = #secret`). gcfg treats the rest as a comment, so the value is truncated —
+    /// likely unintended.
+    pub has_truncating_comment: bool,
+    /// 1-based byte column of the variable name.
+    pub column: usize,
+    /// 1-based line on which the variable ends (differs from `line` with continuation lines).
+    pub last_line: usize,
+    /// 1-based line of the section header this variable is under.
+    pub section_line: usize,
+    /// The value exactly as written (quotes, escapes and continuations included, trailing blanks
+    /// and comment excluded); `None` for a blank variable.
+    pub raw_value: Option<&'a str>,
+}
+
+impl fmt::Debug for Entry<'_> {
+    /// Values may be credentials: `Debug` shows only whether there is one.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Entry")
+            .field("section", &self.section)
+            .field("subsection", &self.subsection)
+            .field("key", &self.key)
+            .field("value", &self.value.as_ref().map(|_| "<redacted>"))
+            .field("line", &self.line)
+            .field("has_truncating_comment", &self.has_truncating_comment)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A section header (`[name]` or `[name "subsection"]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SectionHeader<'a> {
+    /// Section name as written.
+    pub name: &'a str,
+    /// Decoded subsection name (escapes `\\` and `\"` applied).
+    pub subsection: Option<&'a str>,
+    /// 1-based line of the header.
+    pub line: usize,
+}
+
+/// What [`Document::set`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EditKind {
+    /// A line was inserted into an existing section.
+    Inserted,
+    /// The value of an existing variable was rewritten (or already had the requested value).
+    Replaced,
+    /// A new section with the variable was appended at the end.
+    SectionAppended,
+}
+
+/// The outcome of [`Document::set`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EditSummary {
+    /// How the variable was set.
+    pub kind: EditKind,
+    /// 1-based line of the variable after the edit (0 if the edit was refused, see
+    /// [`Document::set`]).
+    pub line: usize,
+    /// False if the text is unchanged (the value was already set, or the edit was refused).
+    pub changed: bool,
+}
+
+/// Why [`Document::try_set`] refused an edit. Never contains the value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EditError {
+    /// The section name is not a gcfg identifier.
+    #[error("section name is not a gcfg identifier")]
+    InvalidSection,
+    /// The key is not a gcfg identifier.
+    #[error("key is not a gcfg identifier")]
+    InvalidKey,
+    /// The value contains a carriage return or NUL, which gcfg cannot represent.
+    #[error("value contains a carriage return or NUL, which gcfg cannot represent")]
+    UnrepresentableValue,
+    /// The edited text did not read back as intended (should not happen).
+    #[error("the edited text does not read back with the requested value")]
+    NotVerified,
+}
+
+impl fmt::Debug for Document {
+    /// The text may hold credentials: `Debug` shows only its shape.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Document")
+            .field("bytes", &self.text.len())
+            .field("sections", &self.headers.len())
+            .field("entries", &self.entries.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Display for Document {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// A value as it will be written: bare if gcfg reads it back unchanged, else quoted.
+fn encode_value(value: &str) -> Option<String> {
+    if value.contains(['\r', '\0']) {
+        return None;
+    }
+    let bare = !value.contains(['"', '\\', ';', '#', '\n'])
+        && !value.starts_with([' ', '\t'])
+        && !value.ends_with([' ', '\t']);
+    if bare {
+        return Some(value.to_owned());
+    }
+    let mut out = String::with_capacity(value.len() + 2);
+    out.push('"');
+    for c in value.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            _ => out.push(c),
+        }
+    }
+    out.push('"');
+    Some(out)
+}
+
+/// A planned text edit: replace `range` with `with`.
+struct Splice {
+    range: Range<usize>,
+    with: String,
+    kind: EditKind,
+}
+
+impl Document {
+    /// Parses gcfg text.
+    ///
+    /// Rejects exactly what gcfg v1.2.3 (`ReadInto` on a reader, as the CCM uses) rejects at the
+    /// syntax level — illegal characters (including `_` or `.` in names, a leading UTF-8 BOM,
+    /// NUL), unterminated quotes, bad escapes, continuation inside quotes, a variable before the
+    /// first section header, an empty subsection `[s ""]`, … — with gcfg's line and column of
+    /// the first error.
+    pub fn parse(text: &str) -> Result<Document, ParseError> {
+        let lines = Lines::new(text);
+        match scanner::parse(text) {
+            Ok(raw) => Ok(Document {
+                text: text.to_owned(),
+                lines,
+                headers: raw.headers,
+                entries: raw.entries,
+            }),
+            Err(e) => {
+                let (line, column) = lines.line_col(e.offset);
+                Err(ParseError {
+                    line,
+                    column,
+                    message: e.message,
+                })
+            }
+        }
+    }
+
+    /// The text, byte-identical to the parsed input plus any edits.
+    pub fn to_text(&self) -> String {
+        self.text.clone()
+    }
+
+    /// The text as a borrowed string.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    fn slice(&self, r: &Range<usize>) -> &str {
+        self.text.get(r.clone()).unwrap_or_default()
+    }
+
+    fn header_view<'a>(&'a self, h: &'a RawHeader) -> SectionHeader<'a> {
+        SectionHeader {
+            name: self.slice(&h.name),
+            subsection: h.sub.as_deref(),
+            line: self.lines.line(h.start),
+        }
+    }
+
+    fn entry_view<'a>(&'a self, e: &'a RawEntry) -> Entry<'a> {
+        let header = self.headers.get(e.header);
+        let (line, column) = self.lines.line_col(e.key.start);
+        let bytes = self.text.as_bytes();
+        let has_truncating_comment = match (&e.value_raw, e.value_stop) {
+            (Some(raw), Some(stop)) => {
+                let comment_follows = matches!(bytes.get(stop), Some(b';' | b'#'));
+                comment_follows && (raw.is_empty() || raw.end == stop)
+            }
+            _ => false,
+        };
+        Entry {
+            section: header.map(|h| self.slice(&h.name)).unwrap_or_default(),
+            subsection: header.and_then(|h| h.sub.as_deref()),
+            key: self.slice(&e.key),
+            value: e.value.clone(),
+            line,
+            has_truncating_comment,
+            column,
+            last_line: self.lines.line(e.stop),
+            section_line: header.map(|h| self.lines.line(h.start)).unwrap_or(0),
+            raw_value: e.value_raw.as_ref().map(|r| self.slice(r)),
+        }
+    }
+
+    /// All variables in file order.
+    pub fn entries(&self) -> impl Iterator<Item = Entry<'_>> {
+        self.entries.iter().map(|e| self.entry_view(e))
+    }
+
+    /// Section headers in file order.
+    pub fn sections(&self) -> impl Iterator<Item = SectionHeader<'_>> {
+        self.headers.iter().map(|h| self.header_view(h))
+    }
+
+    fn header_matches(&self, h: &RawHeader, section: &str, subsection: Option<&str>) -> bool {
+        eq_fold(self.slice(&h.name), section) && h.sub.as_deref() == subsection
+    }
+
+    fn entry_matches(&self, e: &RawEntry, section: &str, sub: Option<&str>, key: &str) -> bool {
+        self.headers
+            .get(e.header)
+            .is_some_and(|h| self.header_matches(h, section, sub))
+            && eq_fold(self.slice(&e.key), key)
+    }
+
+    fn effective_index(&self, section: &str, sub: Option<&str>, key: &str) -> Option<usize> {
+        self.entries
+            .iter()
+            .rposition(|e| self.entry_matches(e, section, sub, key))
+    }
+
+    /// gcfg's effective entry for a single-valued key: the last occurrence wins. Section and key
+    /// are compared like Go's `strings.EqualFold`; `subsection: None` means the plain section;
+    /// subsection names are compared exactly (they are case-sensitive in gcfg).
+    pub fn effective(
+        &self,
+        section: &str,
+        subsection: Option<&str>,
+        key: &str,
+    ) -> Option<Entry<'_>> {
+        self.effective_index(section, subsection, key)
+            .and_then(|i| self.entries.get(i))
+            .map(|e| self.entry_view(e))
+    }
+
+    /// gcfg's value list for a multi-valued key (`[]string`, e.g. `public-network-name`): every
+    /// occurrence appends, a blank occurrence (no `=`) empties the list.
+    pub fn values(&self, section: &str, subsection: Option<&str>, key: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for e in &self.entries {
+            if self.entry_matches(e, section, subsection, key) {
+                match &e.value {
+                    Some(v) => out.push(v.clone()),
+                    None => out.clear(),
+                }
+            }
+        }
+        out
+    }
+
+    /// Sets `key = value` in the plain (no subsection) `section`, changing as little as possible:
+    ///
+    /// - if the key exists (any case), only the value part of its effective (last) occurrence is
+    ///   rewritten — key spelling, spacing around `=` and a trailing comment are kept; nothing is
+    ///   written if it already has exactly this value;
+    /// - else one line is inserted after the last variable (continuation lines included) of the
+    ///   last matching section (any case), copying the spacing around `=` and the indentation of
+    ///   that section's variables; an empty section gets the line right after its header;
+    /// - else a new section `[section]` with the line is appended at the end (after adding the
+    ///   missing final newline, and a blank separator line if the text does not end with one).
+    ///
+    /// Line endings follow the file. `value` is written bare when gcfg reads it back unchanged
+    /// (safe literals such as `true`), otherwise as a gcfg quoted string. Nothing else changes.
+    ///
+    /// If `section` or `key` is not a gcfg identifier, or `value` contains `\r` or NUL, the
+    /// document is left unchanged and the summary has `changed == false` and `line == 0`; use
+    /// [`Document::try_set`] to learn why.
+    pub fn set(&mut self, section: &str, key: &str, value: &str) -> EditSummary {
+        self.try_set(section, key, value).unwrap_or(EditSummary {
+            kind: EditKind::Replaced,
+            line: 0,
+            changed: false,
+        })
+    }
+
+    /// Like [`Document::set`], but reports why an edit is refused.
+    pub fn try_set(
+        &mut self,
+        section: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<EditSummary, EditError> {
+        if !is_identifier(section) {
+            return Err(EditError::InvalidSection);
+        }
+        if !is_identifier(key) {
+            return Err(EditError::InvalidKey);
+        }
+        let literal = encode_value(value).ok_or(EditError::UnrepresentableValue)?;
+
+        if let Some(idx) = self.effective_index(section, None, key) {
+            let Some(entry) = self.entries.get(idx) else {
+                return Err(EditError::NotVerified);
+            };
+            if entry.value.as_deref() == Some(value) {
+                return Ok(EditSummary {
+                    kind: EditKind::Replaced,
+                    line: self.lines.line(entry.key.start),
+                    changed: false,
+                });
+            }
+            let splice = self.replace_splice(entry, &literal);
+            return self.apply(splice, section, key, value);
+        }
+
+        let last_header = self
+            .headers
+            .iter()
+            .rposition(|h| self.header_matches(h, section, None));
+        let Some(hidx) = last_header else {
+            let splice = self.append_section_splice(section, key, &literal);
+            return self.apply(splice, section, key, value);
+        };
+        let anchor = self
+            .entries
+            .iter()
+            .rev()
+            .find(|e| e.header == hidx)
+            .map(|e| e.stop);
+        let header_stop = self.headers.get(hidx).map_or(0, |h| h.stop);
+        let splice = self.insert_splice(anchor.unwrap_or(header_stop), Some(hidx), key, &literal);
+        match self.apply(splice, section, key, value) {
+            Ok(summary) => Ok(summary),
+            Err(_) if anchor.is_some() => {
+                // E.g. the section's last value ends in a continuation at the end of the text:
+                // anything placed after it would be joined to it. The header line is safe.
+                let splice = self.insert_splice(header_stop, Some(hidx), key, &literal);
+                self.apply(splice, section, key, value)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Re-reads the edited text and checks that the edit did what it should.
+    fn apply(
+        &mut self,
+        splice: Splice,
+        section: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<EditSummary, EditError> {
+        let mut text = String::with_capacity(self.text.len() + splice.with.len());
+        text.push_str(self.text.get(..splice.range.start).unwrap_or_default());
+        text.push_str(&splice.with);
+        text.push_str(self.text.get(splice.range.end..).unwrap_or_default());
+        let new = Document::parse(&text).map_err(|_| EditError::NotVerified)?;
+        let (added_entries, added_headers) = match splice.kind {
+            EditKind::Replaced => (0, 0),
+            EditKind::Inserted => (1, 0),
+            EditKind::SectionAppended => (1, 1),
+        };
+        let line = new
+            .effective(section, None, key)
+            .filter(|e| e.value.as_deref() == Some(value))
+            .map(|e| e.line)
+            .ok_or(EditError::NotVerified)?;
+        if new.entries.len() != self.entries.len() + added_entries
+            || new.headers.len() != self.headers.len() + added_headers
+        {
+            return Err(EditError::NotVerified);
+        }
+        let changed = new.text != self.text;
+        *self = new;
+        Ok(EditSummary {
+            kind: splice.kind,
+            line,
+            changed,
+        })
+    }
+
+    /// The line ending used by the line that contains `offset`, else the file's first one.
+    fn eol_near(&self, offset: usize) -> &'static str {
+        let bytes = self.text.as_bytes();
+        let own = bytes
+            .get(offset..)
+            .and_then(|rest| rest.iter().position(|&b| b == b'\n'))
+            .map(|p| offset + p);
+        let nl = own.or_else(|| bytes.iter().position(|&b| b == b'\n'));
+        match nl {
+            Some(p) if p > 0 && bytes.get(p - 1) == Some(&b'\r') => "\r\n",
+            _ => "\n",
+        }
+    }
+
+    /// Indentation and `=` spacing to copy: from the last variable with a value in header
+    /// `hidx`, else the last one in the file, else `key = value` with no indentation.
+    fn style(&self, hidx: Option<usize>) -> (String, String) {
+        let has_value = |e: &&RawEntry| e.value_raw.as_ref().is_some_and(|r| !r.is_empty());
+        let reference = hidx
+            .and_then(|h| {
+                self.entries
+                    .iter()
+                    .rev()
+                    .filter(|e| e.header == h)
+                    .find(has_value)
+            })
+            .or_else(|| self.entries.iter().rev().find(has_value));
+        let Some(e) = reference else {
+            return (String::new(), " = ".to_owned());
+        };
+        let clean = |s: &str| s.chars().filter(|&c| c != '\r').collect::<String>();
+        let line_start = self
+            .lines
+            .start(self.lines.line(e.key.start))
+            .unwrap_or(e.key.start);
+        let indent = clean(self.text.get(line_start..e.key.start).unwrap_or_default());
+        let sep = e
+            .value_raw
+            .as_ref()
+            .and_then(|r| self.text.get(e.key.end..r.start))
+            .map(clean)
+            .filter(|s| s.contains('=') && s.chars().all(|c| matches!(c, ' ' | '\t' | '=')))
+            .unwrap_or_else(|| " = ".to_owned());
+        (indent, sep)
+    }
+
+    fn replace_splice(&self, entry: &RawEntry, literal: &str) -> Splice {
+        let bytes = self.text.as_bytes();
+        match &entry.value_raw {
+            Some(raw) => {
+                let mut with = literal.to_owned();
+                if raw.is_empty()
+                    && !literal.is_empty()
+                    && matches!(bytes.get(raw.end), Some(b';' | b'#'))
+                {
+                    with.push(' ');
+                }
+                // A value ending in a continuation owns the newline after it: keep one.
+                let old = self.slice(raw);
+                if old.ends_with("\r\n") {
+                    with.push_str("\r\n");
+                } else if old.ends_with('\n') {
+                    with.push('\n');
+                }
+                Splice {
+                    range: raw.clone(),
+                    with,
+                    kind: EditKind::Replaced,
+                }
+            }
+            None => {
+                let (_, sep) = self.style(Some(entry.header));
+                let mut with = format!("{sep}{literal}");
+                if matches!(bytes.get(entry.key.end), Some(b';' | b'#')) {
+                    with.push(' ');
+                }
+                Splice {
+                    range: entry.key.end..entry.key.end,
+                    with,
+                    kind: EditKind::Replaced,
+                }
+            }
+        }
+    }
+
+    /// Inserts a line after the line that ends at `stop` (an end-of-line or end-of-text offset).
+    fn insert_splice(&self, stop: usize, hidx: Option<usize>, key: &str, literal: &str) -> Splice {
+        let eol = self.eol_near(stop);
+        let (indent, sep) = self.style(hidx);
+        let line = format!("{indent}{key}{sep}{literal}{eol}");
+        let bytes = self.text.as_bytes();
+        if bytes.get(stop) == Some(&b'\n') {
+            Splice {
+                range: stop + 1..stop + 1,
+                with: line,
+                kind: EditKind::Inserted,
+            }
+        } else {
+            // End of text. A final line break may already be there (continuation at the end).
+            let at = self.text.len();
+            let with = if self.text.ends_with('\n') {
+                line
+            } else {
+                format!("{eol}{line}")
+            };
+            Splice {
+                range: at..at,
+                with,
+                kind: EditKind::Inserted,
+            }
+        }
+    }
+
+    fn append_section_splice(&self, section: &str, key: &str, literal: &str) -> Splice {
+        let eol = self.eol_near(0);
+        let (indent, sep) = self.style(None);
+        let mut with = String::new();
+        if !self.text.is_empty() {
+            let mut virt = self.text.clone();
+            if !virt.ends_with('\n') {
+                with.push_str(eol);
+                virt.push('\n');
+            }
+            let body = virt.strip_suffix('\n').unwrap_or(&virt);
+            let last_line = body.rsplit('\n').next().unwrap_or_default();
+            if !last_line.chars().all(|c| matches!(c, ' ' | '\t' | '\r')) {
+                with.push_str(eol);
+            }
+        }
+        with.push_str(&format!("[{section}]{eol}{indent}{key}{sep}{literal}{eol}"));
+        let at = self.text.len();
+        Splice {
+            range: at..at,
+            with,
+            kind: EditKind::SectionAppended,
+        }
+    }
+}
+
+/// gcfg bool semantics: `Some(true)` for `true|yes|on|1` (any case) or a blank variable (`None`),
+/// `Some(false)` for `false|no|off|0`, `None` for anything else (fatal for the CCM), including
+/// the empty string of `key =`.
+pub fn parse_bool(value: Option<&str>) -> Option<bool> {
+    let Some(v) = value else {
+        return Some(true);
+    };
+    // gcfg lower-cases with Go's strings.ToLower; no non-ASCII rune lowers to a letter of these
+    // words, so ASCII lower-casing decides the same.
+    match v.to_ascii_lowercase().as_str() {
+        "true" | "yes" | "on" | "1" => Some(true),
+        "false" | "no" | "off" | "0" => Some(false),
+        _ => None,
+    }
+}

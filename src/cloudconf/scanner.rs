@@ -1,0 +1,617 @@
+//! The gcfg v1.2.3 tokenizer and statement loop, syntax only.
+//!
+//! This follows gcfg's `scanner.Scanner` and `readIntoPass` step by step (including the moment
+//! at which each error is noticed), so that the text accepted, and the line/column of the first
+//! error, are the ones the CCM's parser reports. Instead of storing values into a struct, the
+//! loop records where every section header and variable sits in the text.
+
+use std::ops::Range;
+
+use super::unicode::{is_digit, is_letter};
+
+/// A syntax error at a byte offset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RawError {
+    pub(crate) offset: usize,
+    pub(crate) message: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tok {
+    Eof,
+    Eol,
+    /// A double-quoted string outside a value (only valid as a subsection name).
+    Str,
+    /// The value after `=`.
+    Value,
+    LBrack,
+    RBrack,
+    Assign,
+    Ident,
+    Illegal,
+}
+
+/// One token: kind, start offset and end offset (exclusive).
+#[derive(Debug, Clone, Copy)]
+struct Token {
+    tok: Tok,
+    pos: usize,
+    end: usize,
+}
+
+/// Where a value was found by the value scanner.
+#[derive(Debug, Clone, Copy, Default)]
+struct ValueScan {
+    /// End of the value text (trailing blanks excluded).
+    end: usize,
+    /// Offset where value scanning stopped (`\n`, `;`, `#` or end of text).
+    stop: usize,
+    /// The raw text contained `\r`, which gcfg strips from the value.
+    has_cr: bool,
+}
+
+struct Scanner<'s> {
+    src: &'s str,
+    /// Current character; `None` at end of text.
+    ch: Option<char>,
+    offset: usize,
+    rd_offset: usize,
+    next_val: bool,
+    errors: Vec<RawError>,
+    last_value: ValueScan,
+}
+
+fn is_white_space(c: Option<char>) -> bool {
+    matches!(c, Some(' ' | '\t' | '\r'))
+}
+
+impl<'s> Scanner<'s> {
+    fn new(src: &'s str) -> Self {
+        let mut s = Scanner {
+            src,
+            ch: Some(' '),
+            offset: 0,
+            rd_offset: 0,
+            next_val: false,
+            errors: Vec::new(),
+            last_value: ValueScan::default(),
+        };
+        s.next();
+        s
+    }
+
+    fn error(&mut self, offset: usize, message: impl Into<String>) {
+        self.errors.push(RawError {
+            offset,
+            message: message.into(),
+        });
+    }
+
+    /// Reads the next character into `ch` (gcfg `next`).
+    fn next(&mut self) {
+        match self
+            .src
+            .get(self.rd_offset..)
+            .and_then(|rest| rest.chars().next())
+        {
+            Some(c) => {
+                self.offset = self.rd_offset;
+                if c == '\0' {
+                    self.error(self.offset, "illegal character NUL");
+                }
+                self.rd_offset += c.len_utf8();
+                self.ch = Some(c);
+            }
+            None => {
+                self.offset = self.src.len();
+                self.ch = None;
+            }
+        }
+    }
+
+    fn skip_whitespace(&mut self) {
+        while is_white_space(self.ch) {
+            self.next();
+        }
+    }
+
+    fn scan_comment(&mut self) {
+        while !matches!(self.ch, Some('\n') | None) {
+            self.next();
+        }
+    }
+
+    fn scan_identifier(&mut self) {
+        while self
+            .ch
+            .is_some_and(|c| is_letter(c) || is_digit(c) || c == '-')
+        {
+            self.next();
+        }
+    }
+
+    /// Consumes the character after a backslash; `in_value` allows `\n` and `\t`.
+    fn scan_escape(&mut self, in_value: bool) {
+        let offs = self.offset;
+        let ch = self.ch;
+        self.next();
+        match ch {
+            Some('\\' | '"') => {}
+            Some('n' | 't') if in_value => {}
+            _ => self.error(offs, "unknown escape sequence"),
+        }
+    }
+
+    /// A quoted string outside a value; the opening quote is already consumed.
+    fn scan_string(&mut self) {
+        let offs = self.offset.saturating_sub(1);
+        while self.ch != Some('"') {
+            let ch = self.ch;
+            self.next();
+            if matches!(ch, Some('\n') | None) {
+                self.error(offs, "string not terminated");
+                break;
+            }
+            if ch == Some('\\') {
+                self.scan_escape(false);
+            }
+        }
+        self.next();
+    }
+
+    /// The value after `=` (gcfg `scanValString`).
+    fn scan_value(&mut self) -> ValueScan {
+        let offs = self.offset;
+        let mut has_cr = false;
+        let mut end = offs;
+        let mut in_quote = false;
+        loop {
+            let more = in_quote || !matches!(self.ch, None | Some('\n' | ';' | '#'));
+            if !more {
+                break;
+            }
+            let ch = self.ch;
+            self.next();
+            match ch {
+                Some('\\') if in_quote => self.scan_escape(true),
+                Some('\\') => {
+                    if self.ch == Some('\r') {
+                        has_cr = true;
+                        self.next();
+                    }
+                    if !matches!(self.ch, Some('\n' | '"')) {
+                        self.error(
+                            offs,
+                            "unquoted '\\' must be followed by new line or double quote",
+                        );
+                        break;
+                    }
+                    self.next();
+                }
+                Some('"') => in_quote = !in_quote,
+                Some('\r') => has_cr = true,
+                None | Some('\n') => {
+                    // Only reachable inside quotes.
+                    self.error(offs, "string not terminated");
+                    break;
+                }
+                Some(_) => {}
+            }
+            if in_quote || !is_white_space(ch) {
+                end = self.offset;
+            }
+        }
+        ValueScan {
+            end,
+            stop: self.offset,
+            has_cr,
+        }
+    }
+
+    /// Returns the next token (gcfg `Scan`); comments are skipped.
+    fn scan(&mut self) -> Token {
+        loop {
+            self.skip_whitespace();
+            let pos = self.offset;
+            if self.next_val {
+                self.next_val = false;
+                let v = self.scan_value();
+                self.last_value = v;
+                return Token {
+                    tok: Tok::Value,
+                    pos,
+                    end: v.end,
+                };
+            }
+            let ch = self.ch;
+            if ch.is_some_and(is_letter) {
+                self.scan_identifier();
+                return Token {
+                    tok: Tok::Ident,
+                    pos,
+                    end: self.offset,
+                };
+            }
+            self.next();
+            let tok = match ch {
+                None => Tok::Eof,
+                Some('\n') => Tok::Eol,
+                Some('"') => {
+                    self.scan_string();
+                    Tok::Str
+                }
+                Some('[') => Tok::LBrack,
+                Some(']') => Tok::RBrack,
+                Some(';' | '#') => {
+                    self.scan_comment();
+                    continue;
+                }
+                Some('=') => {
+                    self.next_val = true;
+                    Tok::Assign
+                }
+                Some(c) => {
+                    self.error(pos, format!("illegal character U+{:04X}", u32::from(c)));
+                    Tok::Illegal
+                }
+            };
+            return Token {
+                tok,
+                pos,
+                end: self.offset,
+            };
+        }
+    }
+
+    fn first_error(&self) -> Option<RawError> {
+        self.errors.first().cloned()
+    }
+}
+
+/// gcfg's `unquote`: removes quotes, applies escapes and joins continuation lines.
+/// The scanner has already rejected malformed text; anything odd left is kept as is.
+pub(crate) fn unquote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut esc = false;
+    for c in s.chars() {
+        if esc {
+            esc = false;
+            match c {
+                '\\' | '"' => out.push(c),
+                'n' => out.push('\n'),
+                't' => out.push('\t'),
+                '\n' => {}
+                other => out.push(other),
+            }
+            continue;
+        }
+        match c {
+            '"' => {}
+            '\\' => esc = true,
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// A section header as found by the statement loop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RawHeader {
+    /// Offset of `[`.
+    pub(crate) start: usize,
+    pub(crate) name: Range<usize>,
+    /// Raw subsection literal including its quotes.
+    pub(crate) sub_raw: Option<Range<usize>>,
+    pub(crate) sub: Option<String>,
+    /// Offset of the token after `]` (end of line, or end of text).
+    pub(crate) stop: usize,
+}
+
+/// A variable as found by the statement loop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RawEntry {
+    /// Index into the header list.
+    pub(crate) header: usize,
+    pub(crate) key: Range<usize>,
+    /// Offset of `=`, if any.
+    pub(crate) assign: Option<usize>,
+    /// Raw value text (quotes, escapes, continuations as written; trailing blanks excluded).
+    pub(crate) value_raw: Option<Range<usize>>,
+    /// Decoded value; `None` for a blank variable (no `=`).
+    pub(crate) value: Option<String>,
+    /// Offset where value scanning stopped, i.e. the `;`/`#`/newline/end after the value.
+    pub(crate) value_stop: Option<usize>,
+    /// Offset of the end-of-line (or end-of-text) token that terminates the statement.
+    pub(crate) stop: usize,
+}
+
+/// The statements of a syntactically valid text.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RawDoc {
+    pub(crate) headers: Vec<RawHeader>,
+    pub(crate) entries: Vec<RawEntry>,
+}
+
+fn err_at(offset: usize, message: &str) -> RawError {
+    RawError {
+        offset,
+        message: message.to_owned(),
+    }
+}
+
+/// Runs gcfg's statement loop over `src`, checking syntax only.
+pub(crate) fn parse(src: &str) -> Result<RawDoc, RawError> {
+    let mut s = Scanner::new(src);
+    let mut doc = RawDoc::default();
+    let mut t = s.scan();
+    loop {
+        if let Some(e) = s.first_error() {
+            return Err(e);
+        }
+        match t.tok {
+            Tok::Eof => return Ok(doc),
+            Tok::Eol => t = s.scan(),
+            Tok::LBrack => {
+                let start = t.pos;
+                t = s.scan();
+                if let Some(e) = s.first_error() {
+                    return Err(e);
+                }
+                if t.tok != Tok::Ident {
+                    return Err(err_at(t.pos, "expected section name"));
+                }
+                let name = t.pos..t.end;
+                t = s.scan();
+                if let Some(e) = s.first_error() {
+                    return Err(e);
+                }
+                let mut sub_raw = None;
+                let mut sub = None;
+                if t.tok == Tok::Str {
+                    let raw = t.pos..t.end;
+                    let decoded = unquote(src.get(raw.clone()).unwrap_or_default());
+                    if decoded.is_empty() {
+                        return Err(err_at(t.pos, "empty subsection name"));
+                    }
+                    sub_raw = Some(raw);
+                    sub = Some(decoded);
+                    t = s.scan();
+                    if let Some(e) = s.first_error() {
+                        return Err(e);
+                    }
+                }
+                if t.tok != Tok::RBrack {
+                    let msg = if sub.is_none() {
+                        "expected subsection name or right bracket"
+                    } else {
+                        "expected right bracket"
+                    };
+                    return Err(err_at(t.pos, msg));
+                }
+                t = s.scan();
+                if !matches!(t.tok, Tok::Eol | Tok::Eof) {
+                    return Err(err_at(t.pos, "expected EOL, EOF, or comment"));
+                }
+                doc.headers.push(RawHeader {
+                    start,
+                    name,
+                    sub_raw,
+                    sub,
+                    stop: t.pos,
+                });
+            }
+            Tok::Ident => {
+                if doc.headers.is_empty() {
+                    return Err(err_at(t.pos, "expected section header"));
+                }
+                let key = t.pos..t.end;
+                t = s.scan();
+                if let Some(e) = s.first_error() {
+                    return Err(e);
+                }
+                let mut entry = RawEntry {
+                    header: doc.headers.len() - 1,
+                    key,
+                    assign: None,
+                    value_raw: None,
+                    value: None,
+                    value_stop: None,
+                    stop: t.pos,
+                };
+                if !matches!(t.tok, Tok::Eol | Tok::Eof) {
+                    if t.tok != Tok::Assign {
+                        return Err(err_at(t.pos, "expected '='"));
+                    }
+                    entry.assign = Some(t.pos);
+                    t = s.scan();
+                    if let Some(e) = s.first_error() {
+                        return Err(e);
+                    }
+                    if t.tok != Tok::Value {
+                        return Err(err_at(t.pos, "expected value"));
+                    }
+                    let scan = s.last_value;
+                    let raw = src.get(t.pos..t.end).unwrap_or_default();
+                    let value = if scan.has_cr {
+                        unquote(&raw.replace('\r', ""))
+                    } else {
+                        unquote(raw)
+                    };
+                    entry.value_raw = Some(t.pos..t.end);
+                    entry.value = Some(value);
+                    entry.value_stop = Some(scan.stop);
+                    t = s.scan();
+                    if let Some(e) = s.first_error() {
+                        return Err(e);
+                    }
+                    if !matches!(t.tok, Tok::Eol | Tok::Eof) {
+                        return Err(err_at(t.pos, "expected EOL, EOF, or comment"));
+                    }
+                    entry.stop = t.pos;
+                }
+                doc.entries.push(entry);
+            }
+            _ => {
+                let msg = if doc.headers.is_empty() {
+                    "expected section header"
+                } else {
+                    "expected section header or variable declaration"
+                };
+                return Err(err_at(t.pos, msg));
+            }
+        }
+    }
+}
+
+/// Line-start table with gcfg's (Go `token.File`) conventions.
+#[derive(Debug, Clone)]
+pub(crate) struct Lines {
+    starts: Vec<usize>,
+}
+
+impl Lines {
+    pub(crate) fn new(src: &str) -> Self {
+        let len = src.len();
+        let mut starts = vec![0];
+        starts.extend(
+            src.bytes()
+                .enumerate()
+                .filter(|&(i, b)| b == b'\n' && i + 1 < len)
+                .map(|(i, _)| i + 1),
+        );
+        Lines { starts }
+    }
+
+    fn index(&self, offset: usize) -> usize {
+        self.starts
+            .partition_point(|&s| s <= offset)
+            .saturating_sub(1)
+    }
+
+    /// 1-based line and 1-based byte column of `offset`.
+    pub(crate) fn line_col(&self, offset: usize) -> (usize, usize) {
+        let i = self.index(offset);
+        let start = self.starts.get(i).copied().unwrap_or(0);
+        (i + 1, offset.saturating_sub(start) + 1)
+    }
+
+    /// 1-based line of `offset`.
+    pub(crate) fn line(&self, offset: usize) -> usize {
+        self.index(offset) + 1
+    }
+
+    /// Offset where the 1-based `line` starts.
+    pub(crate) fn start(&self, line: usize) -> Option<usize> {
+        line.checked_sub(1)
+            .and_then(|i| self.starts.get(i))
+            .copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(src: &str) -> (usize, usize, String) {
+        let e = parse(src).expect_err("should be rejected");
+        let (l, c) = Lines::new(src).line_col(e.offset);
+        (l, c, e.message)
+    }
+
+    #[test]
+    fn unquote_cases() {
+        assert_eq!(unquote(r#""val" "ue""#), "val ue");
+        assert_eq!(unquote(r#"\"value\""#), "\"value\"");
+        assert_eq!(unquote("a\\\nb"), "ab");
+        assert_eq!(unquote(r#""a\tb\n\\\"""#), "a\tb\n\\\"");
+    }
+
+    #[test]
+    fn error_positions() {
+        assert_eq!(
+            err("\u{FEFF}[s]\n"),
+            (1, 1, "illegal character U+FEFF".into())
+        );
+        assert_eq!(err("a=1\n"), (1, 1, "expected section header".into()));
+        assert_eq!(
+            err("[s]\nk_1=2\n"),
+            (2, 2, "illegal character U+005F".into())
+        );
+        assert_eq!(err("[s \"\"]\n"), (1, 4, "empty subsection name".into()));
+        assert_eq!(err("[s]\nk=\"ab\n"), (2, 3, "string not terminated".into()));
+        assert_eq!(
+            err("[s]\nk=\"a\\\nb\"\n"),
+            (2, 6, "unknown escape sequence".into())
+        );
+        assert_eq!(
+            err("[s]\nk=a\\b\n"),
+            (
+                2,
+                3,
+                "unquoted '\\' must be followed by new line or double quote".into()
+            )
+        );
+        assert_eq!(
+            err("[s \"a\\n\"]\n"),
+            (1, 7, "unknown escape sequence".into())
+        );
+        assert_eq!(
+            err("[s]x\n"),
+            (1, 4, "expected EOL, EOF, or comment".into())
+        );
+        assert_eq!(
+            err("[s]\n=x\n"),
+            (
+                2,
+                1,
+                "expected section header or variable declaration".into()
+            )
+        );
+        assert_eq!(err("[s]\nk x\n"), (2, 3, "expected '='".into()));
+        assert_eq!(err("[s]\nk=a\0\n"), (2, 4, "illegal character NUL".into()));
+        assert_eq!(err("["), (1, 2, "expected section name".into()));
+        assert_eq!(err("[s]\n["), (2, 2, "expected section name".into()));
+        assert_eq!(err("[s]\n[\n"), (2, 2, "expected section name".into()));
+        assert_eq!(
+            err("[s x]"),
+            (1, 4, "expected subsection name or right bracket".into())
+        );
+        assert_eq!(err("[s \"x\" y]"), (1, 8, "expected right bracket".into()));
+    }
+
+    #[test]
+    fn accepts_odd_but_valid_text() {
+        for src in [
+            "",
+            " \t\r\n\n",
+            "[s\"sub\"]\n",
+            "[ s ] ; c\n",
+            "[s]\nk\n",
+            "[s]\nk=\n",
+            "[s]\nk = a \\\n  b\n",
+            "[s]\r\nk = a\\\r\n b\r\n",
+            "[s]\nk=\\\"v\\\"\n",
+            "[s]\nk=\"a;#b\" c # d\n",
+            "[s]\nk=v",
+            "[中文]\n键=值\n",
+        ] {
+            assert!(parse(src).is_ok(), "{src:?}");
+        }
+    }
+
+    #[test]
+    fn records_values() {
+        let src = "[s]\n k = \"a \" b ;c\n k2\n k3=\\\n x\n";
+        let d = parse(src).expect("valid");
+        let v: Vec<_> = d.entries.iter().map(|e| e.value.clone()).collect();
+        assert_eq!(
+            v,
+            vec![Some("a  b".to_owned()), None, Some(" x".to_owned())]
+        );
+        let first = d.entries.first().expect("entry");
+        assert_eq!(
+            first.value_raw.clone().and_then(|r| src.get(r)),
+            Some("\"a \" b")
+        );
+    }
+}

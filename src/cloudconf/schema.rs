@@ -1,0 +1,657 @@
+//! The OpenStack CCM's config schema and "would the CCM start with this text?".
+//!
+//! The CCM reads its cloud config with `gcfg.FatalOnly(gcfg.ReadInto(&cfg, reader))` into the
+//! struct described in domain-facts §1.2. gcfg matches section and variable names to struct
+//! fields case-insensitively (Go `strings.EqualFold`): against the `gcfg:"…"` tag, or against
+//! the Go field name (with `-` read as `_`) when the field has no tag — which is how `username`,
+//! `password`, `region` and `cafilecontents` bind in `[Global]`. Anything gcfg cannot store is
+//! "extra data", dropped silently by `FatalOnly`; conversion errors are fatal.
+
+use super::document::{Document, Entry, parse_bool};
+use super::gotypes::{DurationError, IntError, parse_gcfg_int, parse_go_duration};
+use super::unicode::eq_fold;
+
+/// The Go type of a config field, which decides how gcfg converts its value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueType {
+    /// `string`: any value; a blank variable (no `=`) is fatal.
+    String,
+    /// `bool`: `true|yes|on|1`, `false|no|off|0` (any case); blank means true; `key =` is fatal.
+    Bool,
+    /// `int` (64-bit): decimal or `0x` hexadecimal, optional sign.
+    Int,
+    /// `uint` (64-bit): decimal or `0x` hexadecimal, no sign.
+    Uint,
+    /// `util.MyDuration`: Go `time.ParseDuration` (`5s`, `1m30s`; a bare number other than 0 is
+    /// fatal).
+    Duration,
+    /// `[]string`: every occurrence appends; a blank occurrence empties the list.
+    MultiString,
+}
+
+/// One known key of a section.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeySpec {
+    /// The name to write (the gcfg tag, or the lower-cased Go field name for untagged fields).
+    pub name: &'static str,
+    /// Go field name when the field has no gcfg tag and binds by field name.
+    pub go_field: Option<&'static str>,
+    /// Go type.
+    pub ty: ValueType,
+    /// First CCM release that reads the key, where known.
+    pub since: Option<&'static str>,
+    /// The CCM's default, where it sets one (as text).
+    pub default: Option<&'static str>,
+    /// The value is a credential.
+    pub secret: bool,
+}
+
+/// One known section.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SectionSpec {
+    /// Section name (the Go field name of `Config`).
+    pub name: &'static str,
+    /// A map section: `[name "sub"]` subsections (and the plain `[name]`, stored under the empty
+    /// name) are read. Struct sections ignore any header with a subsection.
+    pub subsections: bool,
+    /// The keys gcfg can store in the section.
+    pub keys: &'static [KeySpec],
+}
+
+/// A key that older CCM releases read and current ones ignore.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemovedKey {
+    /// Section it belonged to.
+    pub section: &'static str,
+    /// Key name.
+    pub name: &'static str,
+    /// First release that no longer reads it.
+    pub removed_in: &'static str,
+    /// What it did and what happens now.
+    pub note: &'static str,
+}
+
+const fn key(name: &'static str, ty: ValueType) -> KeySpec {
+    KeySpec {
+        name,
+        go_field: None,
+        ty,
+        since: None,
+        default: None,
+        secret: false,
+    }
+}
+
+const fn field(name: &'static str, go_field: &'static str) -> KeySpec {
+    KeySpec {
+        name,
+        go_field: Some(go_field),
+        ty: ValueType::String,
+        since: None,
+        default: None,
+        secret: false,
+    }
+}
+
+const fn secret(spec: KeySpec) -> KeySpec {
+    KeySpec {
+        secret: true,
+        ..spec
+    }
+}
+
+const fn default(spec: KeySpec, value: &'static str) -> KeySpec {
+    KeySpec {
+        default: Some(value),
+        ..spec
+    }
+}
+
+const fn since(spec: KeySpec, version: &'static str) -> KeySpec {
+    KeySpec {
+        since: Some(version),
+        ..spec
+    }
+}
+
+use ValueType::{Bool, Duration, Int, MultiString, String as Str, Uint};
+
+/// `[Global]` — `client.AuthOpts` (CPO `pkg/client/client.go`).
+const GLOBAL: &[KeySpec] = &[
+    key("auth-url", Str),
+    key("user-id", Str),
+    field("username", "Username"),
+    secret(field("password", "Password")),
+    key("tenant-id", Str),
+    key("tenant-name", Str),
+    key("trust-id", Str),
+    key("trustee-id", Str),
+    secret(key("trustee-password", Str)),
+    key("domain-id", Str),
+    key("domain-name", Str),
+    key("tenant-domain-id", Str),
+    key("tenant-domain-name", Str),
+    key("user-domain-id", Str),
+    key("user-domain-name", Str),
+    field("region", "Region"),
+    key("os-endpoint-type", Str),
+    key("ca-file", Str),
+    // A string for gcfg: its `matches:"^true|false$"` tag only applies to the flag path.
+    key("tls-insecure", Str),
+    secret(key("token", Str)),
+    key("cert-file", Str),
+    key("key-file", Str),
+    key("use-clouds", Bool),
+    key("clouds-file", Str),
+    key("cloud", Str),
+    key("application-credential-id", Str),
+    key("application-credential-name", Str),
+    secret(key("application-credential-secret", Str)),
+    field("cafilecontents", "CAFileContents"),
+];
+
+/// `[LoadBalancer]` — `LoadBalancerOpts` (CPO `pkg/openstack/openstack.go`).
+const LOAD_BALANCER: &[KeySpec] = &[
+    default(key("enabled", Bool), "true"),
+    key("lb-version", Str),
+    key("subnet-id", Str),
+    key("member-subnet-id", Str),
+    key("network-id", Str),
+    key("floating-network-id", Str),
+    key("floating-subnet-id", Str),
+    key("floating-subnet", Str),
+    key("floating-subnet-tags", Str),
+    default(key("lb-method", Str), "ROUND_ROBIN"),
+    default(key("lb-provider", Str), "amphora"),
+    default(key("create-monitor", Bool), "false"),
+    default(key("monitor-delay", Duration), "5s"),
+    default(key("monitor-timeout", Duration), "3s"),
+    default(key("monitor-max-retries", Uint), "1"),
+    default(key("monitor-max-retries-down", Uint), "3"),
+    default(key("manage-security-groups", Bool), "false"),
+    default(key("internal-lb", Bool), "false"),
+    key("node-selector", Str),
+    default(key("cascade-delete", Bool), "true"),
+    key("flavor-id", Str),
+    key("availability-zone", Str),
+    default(key("enable-ingress-hostname", Bool), "false"),
+    default(key("ingress-hostname-suffix", Str), "nip.io"),
+    default(key("max-shared-lb", Int), "2"),
+    default(key("container-store", Str), "barbican"),
+    since(
+        default(key("provider-requires-serial-api-calls", Bool), "false"),
+        "v1.28.0",
+    ),
+    key("default-tls-container-ref", Str),
+];
+
+/// `[LoadBalancerClass "name"]` — `LBClass`.
+const LB_CLASS: &[KeySpec] = &[
+    key("floating-network-id", Str),
+    key("floating-subnet-id", Str),
+    key("floating-subnet", Str),
+    key("floating-subnet-tags", Str),
+    key("network-id", Str),
+    key("subnet-id", Str),
+    key("member-subnet-id", Str),
+];
+
+const ROUTE: &[KeySpec] = &[key("router-id", Str)];
+
+const METADATA: &[KeySpec] = &[
+    default(key("search-order", Str), "configDrive,metadataService"),
+    default(key("request-timeout", Duration), "60s"),
+];
+
+const NETWORKING: &[KeySpec] = &[
+    key("ipv6-support-disabled", Bool),
+    key("public-network-name", MultiString),
+    key("internal-network-name", MultiString),
+    key("address-sort-order", Str),
+];
+
+/// The sections of the CCM's `Config` struct.
+pub const SECTIONS: &[SectionSpec] = &[
+    SectionSpec {
+        name: "Global",
+        subsections: false,
+        keys: GLOBAL,
+    },
+    SectionSpec {
+        name: "LoadBalancer",
+        subsections: false,
+        keys: LOAD_BALANCER,
+    },
+    SectionSpec {
+        name: "LoadBalancerClass",
+        subsections: true,
+        keys: LB_CLASS,
+    },
+    SectionSpec {
+        name: "Route",
+        subsections: false,
+        keys: ROUTE,
+    },
+    SectionSpec {
+        name: "Metadata",
+        subsections: false,
+        keys: METADATA,
+    },
+    SectionSpec {
+        name: "Networking",
+        subsections: false,
+        keys: NETWORKING,
+    },
+];
+
+/// Keys that current CCM releases no longer read.
+pub const REMOVED_KEYS: &[RemovedKey] = &[RemovedKey {
+    section: "LoadBalancer",
+    name: "use-octavia",
+    removed_in: "v1.26.0",
+    note: "use-octavia was removed in CCM v1.26.0 together with Neutron LBaaS support; \
+           Octavia is always used and the key is ignored",
+}];
+
+/// The section gcfg binds `name` to, if any.
+pub fn find_section(name: &str) -> Option<&'static SectionSpec> {
+    SECTIONS.iter().find(|s| eq_fold(name, s.name))
+}
+
+/// The key gcfg binds `key` to in `section`, if any.
+pub fn find_key(section: &str, key: &str) -> Option<&'static KeySpec> {
+    find_section(section).and_then(|s| s.keys.iter().find(|k| eq_fold(key, k.name)))
+}
+
+/// A value that makes gcfg fail, so the CCM exits at start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// 1-based line of the variable.
+    pub line: usize,
+    /// Section name as written.
+    pub section: String,
+    /// Decoded subsection name, if any.
+    pub subsection: Option<String>,
+    /// Variable name as written.
+    pub key: Option<String>,
+    /// What is wrong and how to fix it; never contains the value.
+    pub message: String,
+    /// Machine-readable kind.
+    pub kind: ProblemKind,
+}
+
+/// The kinds of fatal value problems.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProblemKind {
+    /// A bool field with a value other than true/yes/on/1/false/no/off/0.
+    InvalidBool,
+    /// A bool field written as `key =` (empty string).
+    EmptyBool,
+    /// A non-bool field written without `=`.
+    BlankValue,
+    /// Not a decimal or `0x` hexadecimal integer.
+    InvalidInt,
+    /// A sign on an unsigned field.
+    SignedUint,
+    /// An integer outside the 64-bit range.
+    IntOutOfRange,
+    /// A duration without a unit, e.g. `monitor-delay = 5`.
+    DurationMissingUnit,
+    /// Any other invalid duration.
+    InvalidDuration,
+}
+
+/// Why something is ignored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IgnoredReason {
+    /// The section is not part of the CCM config (e.g. `[BlockStorage]`).
+    UnknownSection,
+    /// The key is not a field of its (known) section.
+    UnknownKey,
+    /// A subsection on a section that does not take subsections (e.g. `[Global "x"]`): the header
+    /// and everything under it is ignored.
+    SubsectionNotAllowed,
+    /// A key that older releases read and current ones ignore (e.g. `use-octavia`).
+    RemovedKey,
+}
+
+/// Something gcfg silently drops.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ignored {
+    /// 1-based line of the header (section-level) or of the variable (key-level).
+    pub line: usize,
+    /// Section name as written.
+    pub section: String,
+    /// Decoded subsection name, if any.
+    pub subsection: Option<String>,
+    /// Variable name as written; `None` when a whole section header is ignored.
+    pub key: Option<String>,
+    /// Why.
+    pub reason: IgnoredReason,
+    /// The known name this is probably a misspelling of (a key of the same section, or a
+    /// section name).
+    pub suggestion: Option<String>,
+    /// Extra explanation (removed key, key of another section, section used by other tools).
+    pub note: Option<String>,
+}
+
+/// The CCM's reading of a parsed config.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CcmReport {
+    /// Values that make gcfg fail (the CCM exits at start), in file order.
+    pub fatal: Vec<Problem>,
+    /// What gcfg silently ignores, in file order.
+    pub ignored: Vec<Ignored>,
+    /// Effective `[LoadBalancer] provider-requires-serial-api-calls` (default false); only
+    /// meaningful when `fatal` is empty.
+    pub serial_calls: bool,
+}
+
+impl CcmReport {
+    /// True when the CCM gets past reading this config.
+    pub fn starts(&self) -> bool {
+        self.fatal.is_empty()
+    }
+}
+
+/// Optimal-string-alignment distance (edits and adjacent swaps) over characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let w = b.len() + 1;
+    let mut d = vec![0usize; (a.len() + 1) * w];
+    let at = |i: usize, j: usize| i * w + j;
+    for i in 0..=a.len() {
+        if let Some(x) = d.get_mut(at(i, 0)) {
+            *x = i;
+        }
+    }
+    for j in 0..=b.len() {
+        if let Some(x) = d.get_mut(at(0, j)) {
+            *x = j;
+        }
+    }
+    let get =
+        |d: &Vec<usize>, i: usize, j: usize| d.get(at(i, j)).copied().unwrap_or(usize::MAX / 2);
+    for (i, ca) in a.iter().enumerate() {
+        for (j, cb) in b.iter().enumerate() {
+            let (i1, j1) = (i + 1, j + 1);
+            let cost = usize::from(ca != cb);
+            let mut v = (get(&d, i, j1) + 1)
+                .min(get(&d, i1, j) + 1)
+                .min(get(&d, i, j) + cost);
+            if i > 0 && j > 0 && a.get(i - 1) == Some(cb) && b.get(j - 1) == Some(ca) {
+                v = v.min(get(&d, i - 1, j - 1) + 1);
+            }
+            if let Some(x) = d.get_mut(at(i1, j1)) {
+                *x = v;
+            }
+        }
+    }
+    get(&d, a.len(), b.len())
+}
+
+/// The candidate closest to `name` (lower-cased), if it is a plausible misspelling.
+fn nearest<'c>(name: &str, candidates: impl Iterator<Item = &'c str>) -> Option<&'c str> {
+    let lower = name.to_lowercase();
+    let limit = (lower.chars().count() / 4).clamp(1, 3);
+    candidates
+        .map(|c| (edit_distance(&lower, &c.to_lowercase()), c))
+        .filter(|&(d, _)| d > 0 && d <= limit)
+        .min_by_key(|&(d, _)| d)
+        .map(|(_, c)| c)
+}
+
+fn problem(e: &Entry<'_>, kind: ProblemKind, message: &str) -> Problem {
+    Problem {
+        line: e.line,
+        section: e.section.to_owned(),
+        subsection: e.subsection.map(str::to_owned),
+        key: Some(e.key.to_owned()),
+        message: message.to_owned(),
+        kind,
+    }
+}
+
+/// The fatal problem gcfg has with this value for a field of type `ty`, if any.
+fn value_problem(e: &Entry<'_>, ty: ValueType) -> Option<Problem> {
+    use ProblemKind as K;
+    let value = e.value.as_deref();
+    let blank = || {
+        problem(
+            e,
+            K::BlankValue,
+            "a variable without `=` (blank value) is only allowed for booleans: gcfg fails with \
+             \"blank value not supported for type\"; write `key = value`",
+        )
+    };
+    match ty {
+        ValueType::MultiString => None,
+        ValueType::String => value.is_none().then(blank),
+        ValueType::Bool => match value {
+            Some("") => Some(problem(
+                e,
+                K::EmptyBool,
+                "empty value for a boolean (`key =` with nothing after it): gcfg fails with \
+                 \"failed to parse bool\"; write true or false, or remove the line",
+            )),
+            v if parse_bool(v).is_none() => Some(problem(
+                e,
+                K::InvalidBool,
+                "not a boolean gcfg accepts: use true, yes, on, 1, false, no, off or 0 (any case, \
+                 unquoted blanks trimmed)",
+            )),
+            _ => None,
+        },
+        ValueType::Int | ValueType::Uint => {
+            let Some(v) = value else {
+                return Some(blank());
+            };
+            match parse_gcfg_int(v, ty == ValueType::Int) {
+                Ok(_) => None,
+                Err(IntError::Signed) => Some(problem(
+                    e,
+                    K::SignedUint,
+                    "unsigned integer with a sign: gcfg accepts only digits (decimal, or \
+                     hexadecimal after 0x) for this key",
+                )),
+                Err(IntError::Range) => Some(problem(
+                    e,
+                    K::IntOutOfRange,
+                    "integer out of the 64-bit range",
+                )),
+                Err(IntError::Empty | IntError::Syntax) => Some(problem(
+                    e,
+                    K::InvalidInt,
+                    "not an integer gcfg accepts: use decimal digits (e.g. 3) or hexadecimal \
+                     after 0x; no fractions, exponents or trailing text",
+                )),
+            }
+        }
+        ValueType::Duration => {
+            let Some(v) = value else {
+                return Some(blank());
+            };
+            match parse_go_duration(v) {
+                Ok(_) => None,
+                Err(DurationError::MissingUnit) => Some(problem(
+                    e,
+                    K::DurationMissingUnit,
+                    "duration without a unit: the CCM parses it with Go time.ParseDuration, which \
+                     needs one (e.g. 5s or 1m, not a bare number)",
+                )),
+                Err(DurationError::UnknownUnit) => Some(problem(
+                    e,
+                    K::InvalidDuration,
+                    "duration with an unknown unit: Go time.ParseDuration accepts ns, us, ms, s, \
+                     m and h (lower case, no blank before the unit)",
+                )),
+                Err(DurationError::Invalid) => Some(problem(
+                    e,
+                    K::InvalidDuration,
+                    "not a Go duration (time.ParseDuration), e.g. 5s, 500ms or 1m30s",
+                )),
+            }
+        }
+    }
+}
+
+/// How gcfg treats the variables under one header.
+enum HeaderClass {
+    /// Ignored as a whole (already reported).
+    Ignored,
+    /// Read with this section's keys.
+    Known(&'static SectionSpec),
+}
+
+fn classify_header(name: &str, subsection: Option<&str>) -> (HeaderClass, Option<IgnoredReason>) {
+    match find_section(name) {
+        None => (HeaderClass::Ignored, Some(IgnoredReason::UnknownSection)),
+        Some(spec) if !spec.subsections && subsection.is_some() => (
+            HeaderClass::Ignored,
+            Some(IgnoredReason::SubsectionNotAllowed),
+        ),
+        Some(spec) => (HeaderClass::Known(spec), None),
+    }
+}
+
+fn unknown_key(e: &Entry<'_>, spec: &SectionSpec) -> Ignored {
+    let mut ignored = Ignored {
+        line: e.line,
+        section: e.section.to_owned(),
+        subsection: e.subsection.map(str::to_owned),
+        key: Some(e.key.to_owned()),
+        reason: IgnoredReason::UnknownKey,
+        suggestion: None,
+        note: None,
+    };
+    if let Some(removed) = REMOVED_KEYS
+        .iter()
+        .find(|r| eq_fold(r.section, spec.name) && eq_fold(r.name, e.key))
+    {
+        ignored.reason = IgnoredReason::RemovedKey;
+        ignored.note = Some(removed.note.to_owned());
+        return ignored;
+    }
+    if let Some(other) = SECTIONS
+        .iter()
+        .find(|s| s.name != spec.name && s.keys.iter().any(|k| eq_fold(k.name, e.key)))
+    {
+        ignored.note = Some(format!(
+            "this key is read in section [{}], not in [{}]",
+            other.name, spec.name
+        ));
+        return ignored;
+    }
+    ignored.suggestion = nearest(e.key, spec.keys.iter().map(|k| k.name)).map(str::to_owned);
+    ignored
+}
+
+/// How the CCM (gcfg v1.2.3 with `FatalOnly`) reads a syntactically valid config: what makes it
+/// fail at start, what it silently ignores, and the effective serial-API-calls setting.
+pub fn check(doc: &Document) -> CcmReport {
+    let mut report = CcmReport::default();
+    let mut classes: Vec<(usize, HeaderClass)> = Vec::new();
+    for h in doc.sections() {
+        let (class, reason) = classify_header(h.name, h.subsection);
+        if let Some(reason) = reason {
+            let (suggestion, note) = match reason {
+                IgnoredReason::UnknownSection => (
+                    nearest(h.name, SECTIONS.iter().map(|s| s.name)).map(str::to_owned),
+                    eq_fold(h.name, "BlockStorage").then(|| {
+                        "[BlockStorage] is read by the Cinder CSI plugin, not by the CCM (the \
+                         Helm chart always renders it)"
+                            .to_owned()
+                    }),
+                ),
+                _ => (
+                    None,
+                    Some(format!(
+                        "section [{}] takes no subsection; gcfg ignores this header and every \
+                         variable under it",
+                        h.name
+                    )),
+                ),
+            };
+            report.ignored.push(Ignored {
+                line: h.line,
+                section: h.name.to_owned(),
+                subsection: h.subsection.map(str::to_owned),
+                key: None,
+                reason,
+                suggestion,
+                note,
+            });
+        }
+        classes.push((h.line, class));
+    }
+    for e in doc.entries() {
+        let class = classes
+            .binary_search_by_key(&e.section_line, |(line, _)| *line)
+            .ok()
+            .and_then(|i| classes.get(i))
+            .map(|(_, c)| c);
+        let Some(HeaderClass::Known(spec)) = class else {
+            continue;
+        };
+        let Some(key_spec) = spec.keys.iter().find(|k| eq_fold(e.key, k.name)) else {
+            report.ignored.push(unknown_key(&e, spec));
+            continue;
+        };
+        if let Some(p) = value_problem(&e, key_spec.ty) {
+            report.fatal.push(p);
+            continue;
+        }
+        if spec.name == "LoadBalancer" && key_spec.name == "provider-requires-serial-api-calls" {
+            report.serial_calls = parse_bool(e.value.as_deref()).unwrap_or(false);
+        }
+    }
+    report
+}
+
+/// True if the CCM would get past reading `text`: it parses and [`check`] finds nothing fatal.
+pub fn would_start(text: &str) -> bool {
+    Document::parse(text).is_ok_and(|d| check(&d).fatal.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn distance() {
+        assert_eq!(edit_distance("regoin", "region"), 1);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(
+            nearest(
+                "provider-requires-serial-api-call",
+                LOAD_BALANCER.iter().map(|k| k.name)
+            ),
+            Some("provider-requires-serial-api-calls")
+        );
+        assert_eq!(nearest("zzz", LOAD_BALANCER.iter().map(|k| k.name)), None);
+    }
+
+    #[test]
+    fn lookup() {
+        assert_eq!(
+            find_section("loadbalancer").map(|s| s.name),
+            Some("LoadBalancer")
+        );
+        assert_eq!(
+            find_key("GLOBAL", "UserName").and_then(|k| k.go_field),
+            Some("Username")
+        );
+        assert_eq!(
+            find_key("global", "CAFileContents").map(|k| k.name),
+            Some("cafilecontents")
+        );
+        assert!(find_key("Global", "user-name").is_none());
+        assert!(find_key("LoadBalancer", "use-octavia").is_none());
+        assert_eq!(
+            find_key("LoadBalancer", "provider-requires-serial-api-calls").and_then(|k| k.since),
+            Some("v1.28.0")
+        );
+    }
+}

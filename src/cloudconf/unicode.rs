@@ -1,0 +1,145 @@
+//! Character classes and case folding exactly as gcfg (Go) sees them.
+//!
+//! gcfg identifiers use Go's `unicode.IsLetter` / `unicode.IsDigit`, and names are matched with
+//! Go's `strings.EqualFold` (simple case-folding orbits). Rust's `char::is_alphabetic` and
+//! `to_lowercase` answer different questions, so the tables in `unicode_tables.rs` are generated
+//! from Go (see `tests/gcfg-oracle/unicode-tables`).
+
+use super::unicode_tables::{DIGIT, FOLD, LETTER};
+
+fn in_ranges(table: &[(u32, u32)], c: u32) -> bool {
+    // Index of the first range whose start is > c; the candidate is the one before it.
+    let idx = table.partition_point(|&(lo, _)| lo <= c);
+    idx.checked_sub(1)
+        .and_then(|i| table.get(i))
+        .is_some_and(|&(_, hi)| c <= hi)
+}
+
+/// gcfg's `isLetter`: ASCII letters, or a non-ASCII rune with `unicode.IsLetter`.
+pub(crate) fn is_letter(c: char) -> bool {
+    c.is_ascii_alphabetic() || (!c.is_ascii() && in_ranges(LETTER, u32::from(c)))
+}
+
+/// gcfg's `isDigit`: ASCII digits, or a non-ASCII rune with `unicode.IsDigit`.
+pub(crate) fn is_digit(c: char) -> bool {
+    c.is_ascii_digit() || (!c.is_ascii() && in_ranges(DIGIT, u32::from(c)))
+}
+
+/// True for characters that may continue a gcfg identifier.
+pub(crate) fn is_ident_char(c: char) -> bool {
+    is_letter(c) || is_digit(c) || c == '-'
+}
+
+/// True if `s` is a gcfg identifier (section or variable name).
+pub(crate) fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars.next().is_some_and(is_letter) && chars.all(is_ident_char)
+}
+
+/// The smallest member of `c`'s simple case-folding orbit.
+fn fold_min(c: char) -> u32 {
+    let cp = u32::from(c);
+    let idx = FOLD.partition_point(|&(lo, _, _, _)| lo <= cp);
+    let Some(&(lo, hi, step, delta)) = idx.checked_sub(1).and_then(|i| FOLD.get(i)) else {
+        return cp;
+    };
+    if cp > hi || step == 0 || (cp - lo) % step != 0 {
+        return cp;
+    }
+    cp.checked_add_signed(delta).unwrap_or(cp)
+}
+
+/// Go's `strings.EqualFold`: equal under Unicode simple case folding.
+pub fn eq_fold(a: &str, b: &str) -> bool {
+    let mut ai = a.chars();
+    let mut bi = b.chars();
+    loop {
+        match (ai.next(), bi.next()) {
+            (None, None) => return true,
+            (Some(x), Some(y)) => {
+                if x != y && fold_min(x) != fold_min(y) {
+                    return false;
+                }
+            }
+            _ => return false,
+        }
+    }
+}
+
+/// Go's `unicode.IsSpace` (used by `strings.TrimSpace`).
+pub(crate) fn is_go_space(c: char) -> bool {
+    matches!(
+        c,
+        '\t' | '\n'
+            | '\u{0B}'
+            | '\u{0C}'
+            | '\r'
+            | ' '
+            | '\u{85}'
+            | '\u{A0}'
+            | '\u{1680}'
+            | '\u{2000}'
+            ..='\u{200A}' | '\u{2028}' | '\u{2029}' | '\u{202F}' | '\u{205F}' | '\u{3000}'
+    )
+}
+
+/// Go's `strings.TrimSpace`.
+pub(crate) fn go_trim_space(s: &str) -> &str {
+    s.trim_matches(is_go_space)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn letters_and_digits_follow_go() {
+        for c in ['a', 'Z', 'é', 'ſ', '\u{212A}', '中', 'д', 'ω', 'ǅ'] {
+            assert!(is_letter(c), "{c:?}");
+        }
+        for c in ['_', '.', '-', '1', '\u{301}', '\u{FEFF}', '\u{2160}', ' '] {
+            assert!(!is_letter(c), "{c:?}");
+        }
+        for c in ['0', '9', '\u{663}', '\u{FF11}'] {
+            assert!(is_digit(c), "{c:?}");
+        }
+        // Nl / No are not digits for Go.
+        for c in ['\u{2160}', '\u{B2}', 'a'] {
+            assert!(!is_digit(c), "{c:?}");
+        }
+    }
+
+    #[test]
+    fn equal_fold_matches_go() {
+        assert!(eq_fold("LoadBalancer", "loadbalancer"));
+        assert!(eq_fold(
+            "provider-requireſ-serial-api-calls",
+            "PROVIDER-REQUIRES-SERIAL-API-CALLS"
+        ));
+        assert!(eq_fold("\u{212A}ey", "key"));
+        assert!(eq_fold("Σσς", "σΣΣ"));
+        assert!(eq_fold("ß", "ẞ"));
+        assert!(!eq_fold("ı", "i"));
+        assert!(!eq_fold("İ", "i"));
+        assert!(!eq_fold("ab", "abc"));
+        assert!(!eq_fold("a-b", "a_b"));
+        assert!(eq_fold("", ""));
+    }
+
+    #[test]
+    fn identifiers() {
+        assert!(is_identifier("provider-requires-serial-api-calls"));
+        assert!(is_identifier("中文"));
+        assert!(is_identifier("a1-"));
+        assert!(!is_identifier("1a"));
+        assert!(!is_identifier("-a"));
+        assert!(!is_identifier("a_b"));
+        assert!(!is_identifier(""));
+    }
+
+    #[test]
+    fn trim_space() {
+        assert_eq!(go_trim_space("\u{A0} 5\t\u{3000}"), "5");
+        assert_eq!(go_trim_space("\u{200B}5"), "\u{200B}5");
+    }
+}

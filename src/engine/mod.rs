@@ -1,0 +1,378 @@
+//! The engine: policy selection and verdict assembly.
+//!
+//! Invariant: `evaluate` is pure. Its inputs are the request, the policy set and (later) the
+//! release-catalog snapshot; it does no IO, reads no clock and touches no globals. The same
+//! input gives the same verdict, which is what lets the webhook and `stackgate check` agree.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use json_patch::PatchOperation;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, Operation};
+
+use crate::cloudconf::Document;
+use crate::policy::{Mode, Policy, PolicySet, RuleId};
+use crate::rules::{self, ConfigView, IniEdit, ObjectOutput, RuleOutput, Severity, Unreadable};
+use crate::sites::{self, FoundConfig};
+
+/// The rule families that read cloud configs, in evaluation order.
+const CLOUD_CONFIG_RULES: &[RuleId] = &[
+    RuleId::CloudConfigIntegrity,
+    RuleId::SerialLbApiCalls,
+    RuleId::KnownBadLbSettings,
+    RuleId::CredentialPlacement,
+];
+
+/// A finding attributed to a policy, ready to show to a user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// Policy name.
+    pub policy: String,
+    /// Rule family.
+    pub rule: RuleId,
+    /// Line in the cloud config, when there is one.
+    pub line: Option<usize>,
+    /// JSON pointer to the field the finding is about (e.g. `/data/config`), when known.
+    pub pointer: Option<String>,
+    /// The full message: what, where, why, how to fix or exempt, and the source.
+    pub message: String,
+    /// Whether the verdict's patch fixes it. The validating webhook still reports it: by the
+    /// time it runs, a missing fix means the mutation did not happen.
+    pub fixed_by_patch: bool,
+}
+
+/// A finding that an exemption annotation admitted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exempted {
+    /// Policy name.
+    pub policy: String,
+    /// Rule family.
+    pub rule: RuleId,
+    /// The reason from the annotation.
+    pub reason: String,
+}
+
+/// Everything the engine decided about one request.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Verdict {
+    /// JSON Patch operations (empty: no mutation).
+    pub patch: Vec<PatchOperation>,
+    /// One line per policy edit, describing what the patch does.
+    pub mutations: Vec<Finding>,
+    /// Reasons to deny.
+    pub denials: Vec<Finding>,
+    /// Warnings for the client.
+    pub warnings: Vec<Finding>,
+    /// Findings of policies in audit mode.
+    pub audits: Vec<Finding>,
+    /// Findings admitted by exemption.
+    pub exemptions: Vec<Exempted>,
+    /// Audit annotations for the apiserver's audit log.
+    pub audit_annotations: BTreeMap<String, String>,
+}
+
+impl Verdict {
+    /// Whether the request is denied.
+    pub fn denied(&self) -> bool {
+        !self.denials.is_empty()
+    }
+}
+
+/// The policy engine. Cheap to clone and share; rebuilt when policies or the release
+/// catalog change.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    policies: Arc<PolicySet>,
+}
+
+/// What a policy found, before its mode and exemptions are applied.
+struct Raw<'a> {
+    severity: Severity,
+    line: Option<usize>,
+    pointer: Option<String>,
+    message: &'a str,
+    fixed_by_patch: bool,
+}
+
+impl Engine {
+    /// An engine over a validated policy set.
+    pub fn new(policies: PolicySet) -> Self {
+        Self {
+            policies: Arc::new(policies),
+        }
+    }
+
+    /// The policy set in use.
+    pub fn policies(&self) -> &PolicySet {
+        &self.policies
+    }
+
+    /// Evaluates one admission request.
+    pub fn evaluate(&self, req: &AdmissionRequest<DynamicObject>) -> Verdict {
+        let mut verdict = Verdict::default();
+        // DELETE and CONNECT are admitted; subresource writes (status, scale) cannot change
+        // what the rules read.
+        if !matches!(req.operation, Operation::Create | Operation::Update)
+            || req.sub_resource.is_some()
+        {
+            return verdict;
+        }
+        let Some(object) = req.object.as_ref() else {
+            return verdict;
+        };
+        let namespace = req
+            .namespace
+            .as_deref()
+            .or(object.metadata.namespace.as_deref());
+        for site in sites::find(&req.kind, object, &self.policies.sites) {
+            self.evaluate_site(&site, object, namespace, &mut verdict);
+        }
+        for policy in self.policies.policies.iter() {
+            if policy.mode == Mode::Off
+                || CLOUD_CONFIG_RULES.contains(&policy.rule)
+                || !policy.scope.covers(namespace)
+            {
+                continue;
+            }
+            let output = run_object_rule(&self.policies, policy, req, object);
+            self.record_object(policy, object, output, &mut verdict);
+        }
+        verdict
+    }
+
+    fn record_object(
+        &self,
+        policy: &Policy,
+        object: &DynamicObject,
+        output: ObjectOutput,
+        verdict: &mut Verdict,
+    ) {
+        if output.violations.is_empty() && output.patch.is_empty() {
+            return;
+        }
+        if exempted(policy, object, verdict) {
+            return;
+        }
+        let applies = matches!(policy.mode, Mode::Enforce | Mode::Warn);
+        for v in &output.violations {
+            let message = compose(policy, &v.message);
+            record(
+                policy,
+                Raw {
+                    severity: v.severity,
+                    line: None,
+                    pointer: v.pointer.clone(),
+                    message: &message,
+                    fixed_by_patch: applies && v.fixed_by_edit && !output.patch.is_empty(),
+                },
+                verdict,
+            );
+        }
+        if applies {
+            for m in output.mutations {
+                verdict.mutations.push(Finding {
+                    policy: policy.name.clone(),
+                    rule: policy.rule,
+                    line: None,
+                    pointer: m.pointer,
+                    message: format!("{} (policy {})", m.message, policy.name),
+                    fixed_by_patch: true,
+                });
+            }
+            verdict.patch.extend(output.patch);
+        }
+    }
+
+    fn evaluate_site(
+        &self,
+        site: &FoundConfig,
+        object: &DynamicObject,
+        namespace: Option<&str>,
+        verdict: &mut Verdict,
+    ) {
+        let parsed = site.text.as_ref().map(|text| Document::parse(text));
+        let doc_view: Result<&Document, Unreadable<'_>> = match &parsed {
+            Err(e) => Err(Unreadable::Site(e)),
+            Ok(Err(e)) => Err(Unreadable::Parse(e)),
+            Ok(Ok(doc)) => Ok(doc),
+        };
+        let view = ConfigView {
+            doc: doc_view,
+            secret: site.secret,
+            configmap: !site.secret,
+        };
+        let mut edited: Option<(Document, Vec<IniEdit>)> = None;
+        let mut reported_unreadable = false;
+        for &rule in CLOUD_CONFIG_RULES {
+            for policy in self.policies.for_rule(rule) {
+                if !policy.scope.covers(namespace) {
+                    continue;
+                }
+                if view.doc.is_err() && reported_unreadable {
+                    // An unreadable config is reported once, by the first family that ran
+                    // (integrity, when it is on).
+                    continue;
+                }
+                let output = run_config_rule(rule, &view);
+                if output.violations.is_empty() && output.edits.is_empty() {
+                    continue;
+                }
+                reported_unreadable = view.doc.is_err();
+                if exempted(policy, object, verdict) {
+                    continue;
+                }
+                // An edit that will be applied fixes the violations the rule marks as such.
+                let edits_apply = matches!(policy.mode, Mode::Enforce | Mode::Warn)
+                    && site.mutable
+                    && view.doc.is_ok()
+                    && !output.edits.is_empty();
+                for v in &output.violations {
+                    let mut message = format!("{}: {}.", site.describe(v.line), v.message);
+                    if !site.mutable
+                        && let Some(note) = &site.note
+                    {
+                        message.push_str(&format!(" Note: this object is validated only: {note}."));
+                    }
+                    let message = compose(policy, &message);
+                    record(
+                        policy,
+                        Raw {
+                            severity: v.severity,
+                            line: v.line,
+                            pointer: Some(site.pointer()),
+                            message: &message,
+                            fixed_by_patch: edits_apply && v.fixed_by_edit,
+                        },
+                        verdict,
+                    );
+                }
+                if edits_apply && let Ok(doc) = &view.doc {
+                    for edit in &output.edits {
+                        let (target, applied) =
+                            edited.get_or_insert_with(|| ((*doc).clone(), Vec::new()));
+                        let summary = target.set(edit.section, edit.key, edit.value);
+                        applied.push(edit.clone());
+                        verdict.mutations.push(Finding {
+                            policy: policy.name.clone(),
+                            rule,
+                            line: Some(summary.line),
+                            pointer: Some(site.pointer()),
+                            fixed_by_patch: true,
+                            message: format!(
+                                "stackgate set [{}] {} = {} in {} (policy {})",
+                                edit.section,
+                                edit.key,
+                                edit.value,
+                                site.describe(Some(summary.line)),
+                                policy.name
+                            ),
+                        });
+                    }
+                }
+            }
+        }
+        if let Some((doc, applied)) = edited {
+            verdict.patch.extend(site.patch(&doc, &applied));
+        }
+    }
+}
+
+/// Applies the policy mode to one finding.
+fn record(policy: &Policy, raw: Raw<'_>, verdict: &mut Verdict) {
+    let finding = Finding {
+        policy: policy.name.clone(),
+        rule: policy.rule,
+        line: raw.line,
+        pointer: raw.pointer,
+        message: raw.message.to_owned(),
+        fixed_by_patch: raw.fixed_by_patch,
+    };
+    match (policy.mode, raw.severity) {
+        (Mode::Enforce, Severity::Deny) => verdict.denials.push(finding),
+        (Mode::Enforce | Mode::Warn, _) => verdict.warnings.push(finding),
+        (Mode::Audit, _) => {
+            verdict
+                .audit_annotations
+                .entry(format!("{}-finding", policy.name))
+                .or_insert_with(|| finding.message.clone());
+            verdict.audits.push(finding);
+        }
+        (Mode::Off, _) => {}
+    }
+}
+
+/// Records an exemption and returns true when `object` carries one for `policy`.
+fn exempted(policy: &Policy, object: &DynamicObject, verdict: &mut Verdict) -> bool {
+    let Some(reason) = exemption_reason(policy, object) else {
+        return false;
+    };
+    verdict
+        .audit_annotations
+        .insert(format!("{}-exempted", policy.name), reason.clone());
+    if !verdict.exemptions.iter().any(|e| e.policy == policy.name) {
+        verdict.exemptions.push(Exempted {
+            policy: policy.name.clone(),
+            rule: policy.rule,
+            reason,
+        });
+    }
+    true
+}
+
+fn run_config_rule(rule: RuleId, view: &ConfigView<'_>) -> RuleOutput {
+    match rule {
+        RuleId::SerialLbApiCalls => rules::serial::check(view),
+        RuleId::CloudConfigIntegrity => rules::integrity::check(view),
+        RuleId::KnownBadLbSettings => rules::known_bad::check(view),
+        RuleId::CredentialPlacement => rules::credentials::check(view),
+        RuleId::CcmConcurrency | RuleId::ReleaseAnnotations | RuleId::ControlPlaneLbGuard => {
+            RuleOutput::default()
+        }
+    }
+}
+
+fn run_object_rule(
+    policies: &PolicySet,
+    policy: &Policy,
+    req: &AdmissionRequest<DynamicObject>,
+    object: &DynamicObject,
+) -> ObjectOutput {
+    match policy.rule {
+        RuleId::CcmConcurrency => {
+            rules::concurrency::check(&req.kind, object, &policy.params, policies)
+        }
+        // Cloud-config families run per site in `evaluate_site`.
+        RuleId::SerialLbApiCalls
+        | RuleId::CloudConfigIntegrity
+        | RuleId::KnownBadLbSettings
+        | RuleId::CredentialPlacement
+        | RuleId::ReleaseAnnotations
+        | RuleId::ControlPlaneLbGuard => ObjectOutput::default(),
+    }
+}
+
+/// The exemption reason on `object` for `policy`, when the policy allows exemptions and the
+/// annotation carries a non-empty reason.
+fn exemption_reason(policy: &Policy, object: &DynamicObject) -> Option<String> {
+    let key = policy.exemption_annotation()?;
+    let reason = object.metadata.annotations.as_ref()?.get(&key)?.trim();
+    (!reason.is_empty()).then(|| reason.to_owned())
+}
+
+/// Appends the exemption hint and the source to a located message.
+fn compose(policy: &Policy, located: &str) -> String {
+    let mut out = located.to_owned();
+    if let Some(key) = policy.exemption_annotation() {
+        out.push_str(&format!(
+            " To exempt this object, annotate it with {key}=\"<reason>\"."
+        ));
+    }
+    out.push_str(&format!(
+        " (policy {}, rule {}; source: {})",
+        policy.name,
+        policy.rule.as_str(),
+        policy.source.trim()
+    ));
+    out
+}

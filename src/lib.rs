@@ -1,0 +1,23 @@
+//! stackgate keeps OpenStack-on-Kubernetes platforms out of known failure modes.
+//!
+//! One engine, two faces: `stackgate serve` (an HTTPS admission webhook, mutating and
+//! validating) and `stackgate check` (the same engine over files in a Git repository).
+//!
+//! ```text
+//! HTTPS ─► server ─► admission (decode) ─► engine::Engine::evaluate ─► admission (encode)
+//!                                              │
+//!                       policy::PolicySet + sites + rules + cloudconf (pure, no IO)
+//! ```
+//!
+//! See `ARCHITECTURE.md` for the code map and the invariants.
+
+pub mod admission;
+pub mod cli;
+pub mod cloudconf;
+pub mod engine;
+pub mod metrics;
+pub mod policy;
+pub mod rules;
+pub mod server;
+pub mod sites;
+pub mod telemetry;

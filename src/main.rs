@@ -1,0 +1,136 @@
+//! `stackgate` binary: install the crypto provider, parse the command line, run.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::Parser as _;
+
+use stackgate::cli::{Cli, Command, PolicyArgs, ServeArgs};
+use stackgate::engine::Engine;
+use stackgate::metrics::Metrics;
+use stackgate::policy::PolicySet;
+use stackgate::server::{self, AppState, ServerConfig, TlsSource};
+
+fn main() -> ExitCode {
+    // Exactly one rustls provider (ring) is compiled in; installing it explicitly keeps
+    // every TLS user (server, kube client) on it.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let cli = Cli::parse();
+    if let Err(error) = stackgate::telemetry::init(cli.log.log_format, &cli.log.log_level) {
+        eprintln!("stackgate: {error}");
+        return ExitCode::from(2);
+    }
+    let result = match cli.command {
+        Command::Serve(args) => serve(*args),
+        Command::Policies(args) => print_policies(&args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            tracing::error!(error = format!("{error:#}"), "stackgate failed");
+            eprintln!("stackgate: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn load_policies(args: &PolicyArgs) -> anyhow::Result<PolicySet> {
+    match &args.policies {
+        Some(dir) => PolicySet::load_dir(dir)
+            .with_context(|| format!("loading policies from --policies {}", dir.display())),
+        None => PolicySet::embedded().context("loading the embedded default policies"),
+    }
+}
+
+fn print_policies(args: &PolicyArgs) -> anyhow::Result<ExitCode> {
+    let set = load_policies(args)?;
+    print!("# effective policy set ({})\n{}", set.origin, set.to_yaml());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let policies = load_policies(&args.policy)?;
+    tracing::info!(
+        origin = %policies.origin,
+        policies = policies.policies.len(),
+        sites = policies.sites.sites.len(),
+        "policies loaded"
+    );
+    let metrics = Metrics::new();
+    metrics.set_policies_loaded(policies.policies.len());
+    let state = Arc::new(AppState::new(Engine::new(policies), metrics));
+    let config = server_config(args);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        server::run(config, state, shutdown_signal())
+            .await
+            .context("serving")
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn server_config(args: ServeArgs) -> ServerConfig {
+    let ServeArgs {
+        listen,
+        admin_listen,
+        tls_cert,
+        tls_key,
+        generated_ca_out,
+        client_ca,
+        tls_reload_interval,
+        max_body_bytes,
+        max_concurrency,
+        header_read_timeout,
+        request_timeout,
+        shutdown_grace,
+        policy: _,
+    } = args;
+    let tls = match (tls_cert, tls_key) {
+        (Some(cert), Some(key)) => TlsSource::Files { cert, key },
+        // clap's `requires` makes the two flags come together.
+        _ => TlsSource::Generated {
+            ca_out: generated_ca_out,
+        },
+    };
+    ServerConfig {
+        listen,
+        admin_listen,
+        tls,
+        client_ca,
+        tls_reload_interval,
+        max_body_bytes,
+        max_concurrency,
+        header_read_timeout,
+        request_timeout,
+        shutdown_grace,
+        ..ServerConfig::default()
+    }
+}
+
+/// Completes on SIGTERM (what the kubelet sends) or Ctrl-C.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM; only Ctrl-C stops the server");
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}

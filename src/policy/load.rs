@@ -1,0 +1,312 @@
+//! Loading and validating policy documents (embedded or from a directory).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use super::{API_VERSION, Policy, RuleId, SitesDocument};
+
+/// The default policy set, embedded at build time so the binary runs with no files.
+const EMBEDDED: &[(&str, &str)] = &[
+    (
+        "cloud-config-sites.yaml",
+        include_str!("../../policies/cloud-config-sites.yaml"),
+    ),
+    (
+        "serial-lb-api-calls.yaml",
+        include_str!("../../policies/serial-lb-api-calls.yaml"),
+    ),
+    (
+        "cloud-config-integrity.yaml",
+        include_str!("../../policies/cloud-config-integrity.yaml"),
+    ),
+    (
+        "known-bad-lb-settings.yaml",
+        include_str!("../../policies/known-bad-lb-settings.yaml"),
+    ),
+    (
+        "credential-placement.yaml",
+        include_str!("../../policies/credential-placement.yaml"),
+    ),
+    (
+        "ccm-concurrency.yaml",
+        include_str!("../../policies/ccm-concurrency.yaml"),
+    ),
+];
+
+/// Why a policy set could not be loaded. Every variant names the file to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    /// The directory or a file in it could not be read.
+    #[error("cannot read policy path {path}: {source}")]
+    Read {
+        /// The path.
+        path: PathBuf,
+        /// The IO error.
+        source: std::io::Error,
+    },
+    /// A document is not valid YAML for its kind (unknown field, wrong type, ...).
+    #[error("{file}: {message}")]
+    Parse {
+        /// File name.
+        file: String,
+        /// Parser message with line and column.
+        message: String,
+    },
+    /// The documents are individually valid but do not fit together.
+    #[error("{file}: {message}")]
+    Invalid {
+        /// File name.
+        file: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// A validated set of policies and the cloud-config sites they act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicySet {
+    /// Policies in file-name order.
+    pub policies: Vec<Policy>,
+    /// Where cloud configs live.
+    pub sites: SitesDocument,
+    /// `embedded` or the directory the set came from.
+    pub origin: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Header {
+    api_version: Option<String>,
+    kind: Option<String>,
+}
+
+impl PolicySet {
+    /// The default set compiled into the binary.
+    pub fn embedded() -> Result<Self, PolicyError> {
+        let files = EMBEDDED
+            .iter()
+            .map(|(name, text)| ((*name).to_owned(), (*text).to_owned()))
+            .collect();
+        Self::from_files(files, "embedded".to_owned())
+    }
+
+    /// Every `*.yaml` / `*.yml` file in `dir` (not recursive), in file-name order.
+    /// A directory without a `CloudConfigSites` document uses the embedded default sites.
+    pub fn load_dir(dir: &Path) -> Result<Self, PolicyError> {
+        let read_err = |source| PolicyError::Read {
+            path: dir.to_path_buf(),
+            source,
+        };
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(read_err)?
+            .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .filter(|p| {
+                matches!(
+                    p.extension().and_then(|e| e.to_str()),
+                    Some("yaml" | "yml")
+                )
+            })
+            .collect();
+        paths.sort();
+        let mut files = Vec::with_capacity(paths.len());
+        for path in paths {
+            let text = std::fs::read_to_string(&path).map_err(|source| PolicyError::Read {
+                path: path.clone(),
+                source,
+            })?;
+            files.push((path.display().to_string(), text));
+        }
+        Self::from_files(files, dir.display().to_string())
+    }
+
+    /// Parses and validates `(file name, text)` pairs.
+    pub fn from_files(files: Vec<(String, String)>, origin: String) -> Result<Self, PolicyError> {
+        let mut policies = Vec::new();
+        let mut sites: Option<SitesDocument> = None;
+        for (file, text) in &files {
+            let parse_err = |e: serde_saphyr::Error| PolicyError::Parse {
+                file: file.clone(),
+                message: first_line(&e.to_string()),
+            };
+            let header: Header = serde_saphyr::from_str(text).map_err(parse_err)?;
+            if header.api_version.as_deref() != Some(API_VERSION) {
+                return Err(invalid(
+                    file,
+                    format!("apiVersion must be {API_VERSION}"),
+                ));
+            }
+            match header.kind.as_deref() {
+                Some("Policy") => {
+                    let policy: Policy = serde_saphyr::from_str(text).map_err(parse_err)?;
+                    validate_policy(file, &policy)?;
+                    policies.push(policy);
+                }
+                Some("CloudConfigSites") => {
+                    if sites.is_some() {
+                        return Err(invalid(
+                            file,
+                            "a second CloudConfigSites document; keep one".to_owned(),
+                        ));
+                    }
+                    sites = Some(serde_saphyr::from_str(text).map_err(parse_err)?);
+                }
+                other => {
+                    return Err(invalid(
+                        file,
+                        format!(
+                            "kind {:?} is not one of Policy, CloudConfigSites",
+                            other.unwrap_or("")
+                        ),
+                    ));
+                }
+            }
+        }
+        let mut names = BTreeSet::new();
+        for p in &policies {
+            if !names.insert(p.name.as_str()) {
+                return Err(invalid(
+                    &origin,
+                    format!("two policies are named {:?}", p.name),
+                ));
+            }
+        }
+        let sites = match sites {
+            Some(s) => s,
+            None if origin == "embedded" => {
+                return Err(invalid(&origin, "no CloudConfigSites document".to_owned()));
+            }
+            None => Self::embedded()?.sites,
+        };
+        Ok(Self {
+            policies,
+            sites,
+            origin,
+        })
+    }
+
+    /// The enabled policies of one rule family.
+    pub fn for_rule(&self, rule: RuleId) -> impl Iterator<Item = &Policy> {
+        self.policies
+            .iter()
+            .filter(move |p| p.rule == rule && p.mode != super::Mode::Off)
+    }
+
+    /// The effective set as YAML documents, for `stackgate policies`.
+    pub fn to_yaml(&self) -> String {
+        let mut out = String::new();
+        // serde_json keeps field order; JSON is valid YAML, one document per policy.
+        let mut push = |v: serde_json::Result<String>| {
+            out.push_str("---\n");
+            out.push_str(&v.unwrap_or_else(|e| format!("# unprintable: {e}")));
+            out.push('\n');
+        };
+        push(serde_json::to_string_pretty(&self.sites));
+        for p in &self.policies {
+            push(serde_json::to_string_pretty(p));
+        }
+        out
+    }
+}
+
+fn validate_policy(file: &str, p: &Policy) -> Result<(), PolicyError> {
+    if p.kind != "Policy" {
+        return Err(invalid(file, "kind must be Policy".to_owned()));
+    }
+    if p.name.is_empty()
+        || !p
+            .name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    {
+        return Err(invalid(
+            file,
+            format!(
+                "name {:?} must be lowercase letters, digits and '-' (it becomes part of an annotation key)",
+                p.name
+            ),
+        ));
+    }
+    let uses_ccm_params = p.rule == RuleId::CcmConcurrency;
+    if !uses_ccm_params && (!p.params.ccm_images.is_empty() || !p.params.ccm_args.is_empty()) {
+        return Err(invalid(
+            file,
+            format!(
+                "params.ccmImages/ccmArgs only apply to rule ccm-concurrency, not {}",
+                p.rule.as_str()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn invalid(file: &str, message: String) -> PolicyError {
+    PolicyError::Invalid {
+        file: file.to_owned(),
+        message,
+    }
+}
+
+fn first_line(s: &str) -> String {
+    let line = s.lines().next().unwrap_or(s);
+    line.strip_prefix("error: ").unwrap_or(line).to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_set_loads() {
+        let set = PolicySet::embedded().expect("embedded policies are valid");
+        assert!(!set.policies.is_empty());
+        assert!(!set.sites.sites.is_empty());
+    }
+
+    #[test]
+    fn unknown_field_names_file_and_line() {
+        let text = "apiVersion: stackgate.dev/v1alpha1\nkind: Policy\nname: x\nrule: serial-lb-api-calls\nmode: enforce\ndescription: d\nsource: s\nbogus: 1\n";
+        let err = PolicySet::from_files(vec![("p.yaml".into(), text.into())], "dir".into())
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("p.yaml: line 8 column 1"), "{err}");
+        assert!(err.contains("unknown field `bogus`"), "{err}");
+    }
+
+    #[test]
+    fn unknown_rule_and_mode_are_errors() {
+        let base = "apiVersion: stackgate.dev/v1alpha1\nkind: Policy\nname: x\ndescription: d\nsource: s\n";
+        for (extra, needle) in [
+            ("rule: nope\nmode: enforce\n", "unknown variant `nope`"),
+            ("rule: serial-lb-api-calls\nmode: loud\n", "unknown variant `loud`"),
+        ] {
+            let err = PolicySet::from_files(
+                vec![("p.yaml".into(), format!("{base}{extra}"))],
+                "dir".into(),
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(err.contains(needle), "{err}");
+        }
+    }
+
+    #[test]
+    fn duplicate_names_are_errors() {
+        let p = "apiVersion: stackgate.dev/v1alpha1\nkind: Policy\nname: x\nrule: serial-lb-api-calls\nmode: enforce\ndescription: d\nsource: s\n";
+        let err = PolicySet::from_files(
+            vec![("a.yaml".into(), p.into()), ("b.yaml".into(), p.into())],
+            "dir".into(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("two policies are named \"x\""), "{err}");
+    }
+
+    #[test]
+    fn directory_without_sites_uses_default_sites() {
+        let p = "apiVersion: stackgate.dev/v1alpha1\nkind: Policy\nname: x\nrule: serial-lb-api-calls\nmode: warn\ndescription: d\nsource: s\n";
+        let set = PolicySet::from_files(vec![("a.yaml".into(), p.into())], "dir".into()).unwrap();
+        assert_eq!(set.sites, PolicySet::embedded().unwrap().sites);
+    }
+}

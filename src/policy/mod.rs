@@ -1,0 +1,222 @@
+//! The policy model: what each rule family does, in which mode, where, and how it may be
+//! exempted. Policies are YAML documents under `policies/`; the default set is embedded in
+//! the binary and a directory given with `--policies` replaces it.
+//!
+//! Parsing is strict: unknown fields, unknown rules and unknown modes are errors that name
+//! the file, line and column.
+
+mod load;
+
+pub use load::{PolicyError, PolicySet};
+
+use serde::{Deserialize, Serialize};
+
+/// API version every policy document carries.
+pub const API_VERSION: &str = "stackgate.dev/v1alpha1";
+
+/// Annotation prefix for exemptions: `stackgate.dev/exempt.<policy-name>: <reason>`.
+pub const EXEMPT_ANNOTATION_PREFIX: &str = "stackgate.dev/exempt.";
+
+/// What a policy does when its rule finds something.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Mutate, and deny what the rule forbids.
+    Enforce,
+    /// Mutate, and turn denials into warnings that kubectl prints.
+    Warn,
+    /// Record only: no mutation, no denial; the finding goes to an audit annotation,
+    /// a log line and a metric.
+    Audit,
+    /// The rule does not run.
+    Off,
+}
+
+impl Mode {
+    /// Lowercase name, as written in policy files and used as a metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Enforce => "enforce",
+            Mode::Warn => "warn",
+            Mode::Audit => "audit",
+            Mode::Off => "off",
+        }
+    }
+}
+
+/// The rule families stackgate implements. Each policy names exactly one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RuleId {
+    /// `[LoadBalancer] provider-requires-serial-api-calls = true` in every CCM cloud config.
+    SerialLbApiCalls,
+    /// What makes the CCM fail at start, and what it silently ignores.
+    CloudConfigIntegrity,
+    /// Load-balancer settings known to break (`use-octavia = false`, OVN without SOURCE_IP_PORT).
+    KnownBadLbSettings,
+    /// Credentials inside a ConfigMap-held cloud config.
+    CredentialPlacement,
+    /// `--concurrent-service-syncs` above 1 on the OpenStack CCM.
+    CcmConcurrency,
+    /// openstack-k8s-operators service annotations implied by the target release.
+    ReleaseAnnotations,
+    /// Control-plane Machine deletion while the API load balancer could not survive it.
+    ControlPlaneLbGuard,
+}
+
+impl RuleId {
+    /// Kebab-case name, as written in policy files and used as a metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuleId::SerialLbApiCalls => "serial-lb-api-calls",
+            RuleId::CloudConfigIntegrity => "cloud-config-integrity",
+            RuleId::KnownBadLbSettings => "known-bad-lb-settings",
+            RuleId::CredentialPlacement => "credential-placement",
+            RuleId::CcmConcurrency => "ccm-concurrency",
+            RuleId::ReleaseAnnotations => "release-annotations",
+            RuleId::ControlPlaneLbGuard => "control-plane-lb-guard",
+        }
+    }
+}
+
+/// Which requests a policy applies to, beyond what its rule family selects.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Match {
+    /// Only these namespaces (empty: all).
+    #[serde(default)]
+    pub namespaces: Vec<String>,
+    /// Never these namespaces.
+    #[serde(default)]
+    pub exclude_namespaces: Vec<String>,
+}
+
+impl Match {
+    /// Whether an object in `namespace` (None for cluster-scoped) is in scope.
+    pub fn covers(&self, namespace: Option<&str>) -> bool {
+        let ns = namespace.unwrap_or("");
+        if self.exclude_namespaces.iter().any(|n| n == ns) {
+            return false;
+        }
+        self.namespaces.is_empty() || self.namespaces.iter().any(|n| n == ns)
+    }
+}
+
+/// How a policy may be exempted on a single object.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Exemption {
+    /// Whether an exemption annotation is honoured at all.
+    pub allowed: bool,
+}
+
+/// One policy: a rule family, a mode, a scope, and its exemption setting.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Policy {
+    /// Always [`API_VERSION`].
+    pub api_version: String,
+    /// Always `Policy`.
+    pub kind: String,
+    /// Unique name; used in messages, metrics and the exemption annotation.
+    pub name: String,
+    /// The rule family.
+    pub rule: RuleId,
+    /// What happens on a finding.
+    pub mode: Mode,
+    /// What the policy prevents, for humans.
+    pub description: String,
+    /// The upstream fact the rule rests on (issue, doc, code reference).
+    pub source: String,
+    /// Scope.
+    #[serde(default, rename = "match")]
+    pub scope: Match,
+    /// Rule parameters.
+    #[serde(default)]
+    pub params: Params,
+    /// Exemption setting (absent: not exemptable).
+    #[serde(default)]
+    pub exemption: Option<Exemption>,
+}
+
+impl Policy {
+    /// The annotation that exempts an object from this policy, when exemptions are allowed.
+    pub fn exemption_annotation(&self) -> Option<String> {
+        match &self.exemption {
+            Some(Exemption { allowed: true }) => {
+                Some(format!("{EXEMPT_ANNOTATION_PREFIX}{}", self.name))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Rule parameters. Every field is optional and only meaningful to the rules that read it;
+/// the loader rejects parameters that the policy's rule does not use.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Params {
+    /// ccm-concurrency: a container runs the OpenStack CCM when its image contains one of these.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ccm_images: Vec<String>,
+    /// ccm-concurrency: ... or when its args/command contain one of these arguments.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ccm_args: Vec<String>,
+}
+
+/// Where cloud configs live: a document of kind `CloudConfigSites`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SitesDocument {
+    /// Always [`API_VERSION`].
+    pub api_version: String,
+    /// Always `CloudConfigSites`.
+    pub kind: String,
+    /// Named ConfigMaps and Secrets that hold a cloud config.
+    pub sites: Vec<SiteSpec>,
+    /// Any ConfigMap or Secret carrying this label is a site; the label value names the data key.
+    pub label: Option<String>,
+}
+
+/// The carrier kinds a [`SiteSpec`] can name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+pub enum SiteKind {
+    /// core/v1 ConfigMap, `data[key]`.
+    ConfigMap,
+    /// core/v1 Secret, `data[key]` (base64) or `stringData[key]`.
+    Secret,
+}
+
+impl SiteKind {
+    /// The Kubernetes kind name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SiteKind::ConfigMap => "ConfigMap",
+            SiteKind::Secret => "Secret",
+        }
+    }
+}
+
+/// One named place holding a cloud config.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SiteSpec {
+    /// ConfigMap or Secret.
+    pub kind: SiteKind,
+    /// Namespace of the object.
+    pub namespace: String,
+    /// Name of the object.
+    pub name: String,
+    /// Data key holding the INI text.
+    pub key: String,
+    /// Whether stackgate may edit it (false for copies an operator regenerates).
+    #[serde(default = "default_true")]
+    pub mutate: bool,
+    /// Why it is validate-only, shown in messages.
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+fn default_true() -> bool {
+    true
+}

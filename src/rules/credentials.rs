@@ -1,0 +1,81 @@
+//! `credential-placement`: no credentials in a cloud config held by a ConfigMap.
+//!
+//! ConfigMaps are readable far more widely than Secrets (any `get configmaps` in the
+//! namespace, often cluster-wide tooling). The OpenShift model keeps the cloud config in a
+//! ConfigMap and the credentials in a Secret / clouds.yaml (`use-clouds = true`), which the
+//! cluster-cloud-controller-manager-operator enforces (domain-facts §3). Values are never
+//! echoed.
+
+use super::{ConfigView, RuleOutput, Severity, Violation};
+
+/// `[Global]` keys that carry a credential.
+pub const CREDENTIAL_KEYS: &[&str] = &[
+    "password",
+    "application-credential-secret",
+    "token",
+    "trustee-password",
+];
+
+/// Runs the rule on one cloud config.
+pub fn check(view: &ConfigView<'_>) -> RuleOutput {
+    let mut out = RuleOutput::default();
+    if !view.configmap {
+        return out;
+    }
+    let Ok(doc) = &view.doc else {
+        return out;
+    };
+    for key in CREDENTIAL_KEYS {
+        let Some(entry) = doc.effective("Global", None, key) else {
+            continue;
+        };
+        if entry.value.as_deref().is_none_or(|v| v.is_empty()) {
+            continue;
+        }
+        out.violations.push(Violation {
+            severity: Severity::Deny,
+            line: Some(entry.line),
+            message: format!(
+                "[Global] {key} holds a credential (value not shown) in a ConfigMap, which anyone \
+                 who can read ConfigMaps in this namespace can read. Fix: move it to a Secret \
+                 (e.g. kube-system/cloud-config, key cloud.conf) or to clouds.yaml with \
+                 `use-clouds = true`, and rotate the credential"
+            ),
+            fixed_by_edit: false,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cloudconf::Document;
+
+    fn run(text: &str, configmap: bool) -> RuleOutput {
+        let doc = Document::parse(text).expect("test input parses");
+        check(&ConfigView {
+            doc: Ok(&doc),
+            secret: !configmap,
+            configmap,
+        })
+    }
+
+    #[test]
+    fn each_credential_key_is_denied_in_a_configmap_only() {
+        for key in CREDENTIAL_KEYS {
+            let text = format!("[Global]\nregion=r\n{key}=s3cr3t-value\n");
+            let out = run(&text, true);
+            assert_eq!(out.violations.len(), 1, "{key}");
+            assert_eq!(out.violations[0].line, Some(3));
+            assert!(!out.violations[0].message.contains("s3cr3t-value"));
+            assert!(run(&text, false).violations.is_empty(), "{key} in a Secret");
+        }
+    }
+
+    #[test]
+    fn empty_values_and_comments_are_fine() {
+        let out = run("[Global]\npassword=\n#token=abc\n", true);
+        assert!(out.violations.is_empty());
+    }
+}

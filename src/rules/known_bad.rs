@@ -1,0 +1,115 @@
+//! `known-bad-lb-settings`: load-balancer settings documented to break.
+//!
+//! * `use-octavia = false` asks for Neutron LBaaS v2: deprecated, leaks admin-owned resources
+//!   under concurrent teardown, and since CCM v1.26.0 the key is ignored altogether
+//!   (cloud-provider-openstack PR #1882; domain-facts §1.3).
+//! * `lb-provider = ovn` needs `lb-method = SOURCE_IP_PORT`: the default ROUND_ROBIN is
+//!   rejected by Octavia ("OVN provider does not support ROUND_ROBIN algorithm";
+//!   CPO docs l.213; domain-facts §1.4). Both keys exist only in `[LoadBalancer]`
+//!   (`[LoadBalancerClass "x"]` carries network and subnet keys only).
+
+use super::{ConfigView, RuleOutput, Severity, Violation};
+use crate::cloudconf::parse_bool;
+
+/// Runs the rule on one cloud config.
+pub fn check(view: &ConfigView<'_>) -> RuleOutput {
+    let mut out = RuleOutput::default();
+    // An unreadable config is reported by cloud-config-integrity.
+    let Ok(doc) = &view.doc else {
+        return out;
+    };
+    if let Some(e) = doc.effective("LoadBalancer", None, "use-octavia")
+        && parse_bool(e.value.as_deref()) == Some(false)
+    {
+        out.violations.push(Violation {
+            severity: Severity::Deny,
+            line: Some(e.line),
+            message: "[LoadBalancer] use-octavia = false asks for Neutron LBaaS v2, which is \
+                      deprecated and leaks admin-owned load-balancer resources when Services are \
+                      torn down concurrently; CCM v1.26.0 and later ignore the key and always use \
+                      Octavia, so the setting also misleads. Fix: delete the line"
+                .to_owned(),
+            fixed_by_edit: false,
+        });
+    }
+    if let Some(provider) = doc.effective("LoadBalancer", None, "lb-provider")
+        && provider
+            .value
+            .as_deref()
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("ovn"))
+    {
+        let method = doc.effective("LoadBalancer", None, "lb-method");
+        let ok = method
+            .as_ref()
+            .and_then(|m| m.value.as_deref())
+            .is_some_and(|v| v.trim() == "SOURCE_IP_PORT");
+        if !ok {
+            let (line, what) = match &method {
+                Some(m) => (m.line, "lb-method is not SOURCE_IP_PORT"),
+                None => (
+                    provider.line,
+                    "lb-method is not set, so the CCM uses ROUND_ROBIN",
+                ),
+            };
+            out.violations.push(Violation {
+                severity: Severity::Deny,
+                line: Some(line),
+                message: format!(
+                    "[LoadBalancer] lb-provider = ovn but {what}: Octavia's OVN provider rejects \
+                     every other algorithm (\"OVN provider does not support ROUND_ROBIN \
+                     algorithm\"), so every LoadBalancer Service fails. Fix: set \
+                     `lb-method = SOURCE_IP_PORT` under [LoadBalancer]"
+                ),
+                fixed_by_edit: false,
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cloudconf::Document;
+
+    fn run(text: &str) -> RuleOutput {
+        let doc = Document::parse(text).expect("test input parses");
+        check(&ConfigView {
+            doc: Ok(&doc),
+            secret: false,
+            configmap: true,
+        })
+    }
+
+    #[test]
+    fn cases() {
+        let cases: &[(&str, Option<usize>)] = &[
+            ("[LoadBalancer]\nuse-octavia = false\n", Some(2)),
+            ("[LoadBalancer]\nuse-octavia = NO\n", Some(2)),
+            ("[LoadBalancer]\nuse-octavia = true\n", None),
+            ("[LoadBalancer]\nlb-provider = ovn\n", Some(2)),
+            ("[LoadBalancer]\nlb-provider = OVN\nlb-method = ROUND_ROBIN\n", Some(3)),
+            ("[LoadBalancer]\nlb-provider = ovn\nlb-method = SOURCE_IP_PORT\n", None),
+            ("[loadbalancer]\nlb-provider = \"ovn\"\n[LoadBalancer]\nlb-method=SOURCE_IP_PORT\n", None),
+            ("[LoadBalancer]\nlb-provider = amphora\n", None),
+            ("[LoadBalancer]\nlb-method = SOURCE_IP_PORT\n", None),
+        ];
+        for (text, line) in cases {
+            let out = run(text);
+            match line {
+                Some(line) => {
+                    assert_eq!(out.violations.len(), 1, "{text}");
+                    assert_eq!(out.violations[0].line, Some(*line), "{text}");
+                    assert_eq!(out.violations[0].severity, Severity::Deny);
+                }
+                None => assert!(out.violations.is_empty(), "{text}: {out:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn ovn_message_names_the_fix() {
+        let out = run("[LoadBalancer]\nlb-provider = ovn\n");
+        assert!(out.violations[0].message.contains("lb-method = SOURCE_IP_PORT"));
+    }
+}

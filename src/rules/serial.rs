@@ -1,0 +1,151 @@
+//! `serial-lb-api-calls`: every CCM cloud config carries
+//! `[LoadBalancer] provider-requires-serial-api-calls = true`.
+//!
+//! Facts (domain-facts §1.1): the key is a gcfg bool in `[LoadBalancer]`, default false,
+//! added in CCM v1.28.0 (cloud-provider-openstack PR #2314). With it false the CCM creates
+//! fully-populated load balancers and batch-replaces pool members; providers that cannot do
+//! that answer 503 or leave objects in immutable PENDING_* states, on which Octavia answers
+//! 409 to every further call.
+
+use super::{ConfigView, IniEdit, RuleOutput, Severity, Violation};
+use crate::cloudconf::parse_bool;
+
+/// Section of the key.
+pub const SECTION: &str = "LoadBalancer";
+/// The key.
+pub const KEY: &str = "provider-requires-serial-api-calls";
+
+const WHY: &str = "without serial calls the CCM sends fully-populated load-balancer creates and \
+batch member updates, which Octavia providers race on (409 \"immutable\", objects stuck in PENDING_*)";
+
+/// Runs the rule on one cloud config.
+pub fn check(view: &ConfigView<'_>) -> RuleOutput {
+    let mut out = RuleOutput::default();
+    let doc = match &view.doc {
+        Ok(doc) => *doc,
+        Err(why) => {
+            out.violations.push(Violation {
+                severity: Severity::Deny,
+                line: why.line(),
+                message: format!(
+                    "cannot verify [{SECTION}] {KEY}: {why}. The CCM would fail to start on this \
+                     file. Fix the syntax; stackgate then adds {KEY} = true if it is missing"
+                ),
+                fixed_by_edit: false,
+            });
+            return out;
+        }
+    };
+    match doc.effective(SECTION, None, KEY) {
+        None => {
+            out.edits.push(IniEdit {
+                section: SECTION,
+                key: KEY,
+                value: "true",
+            });
+            out.violations.push(Violation {
+                severity: Severity::Warn,
+                line: None,
+                message: format!(
+                    "[{SECTION}] {KEY} is not set, so the CCM uses its default (false): {WHY}. \
+                     Fix: add `{KEY} = true` under [{SECTION}] (the stackgate mutating webhook adds \
+                     it where it may edit the object)"
+                ),
+                fixed_by_edit: true,
+            });
+        }
+        Some(entry) => match parse_bool(entry.value.as_deref()) {
+            Some(true) => {}
+            Some(false) => out.violations.push(Violation {
+                severity: Severity::Deny,
+                line: Some(entry.line),
+                message: format!(
+                    "[{SECTION}] {KEY} is set to a false value: {WHY}. Fix: set it to true, or \
+                     delete the line and let stackgate add it"
+                ),
+                fixed_by_edit: false,
+            }),
+            None => out.violations.push(Violation {
+                severity: Severity::Deny,
+                line: Some(entry.line),
+                message: format!(
+                    "[{SECTION}] {KEY} is not a boolean the CCM accepts (true/yes/on/1 or \
+                     false/no/off/0, any case), so the CCM would fail to start. Fix: set it to true"
+                ),
+                fixed_by_edit: false,
+            }),
+        },
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cloudconf::Document;
+
+    fn run(text: &str) -> RuleOutput {
+        let doc = Document::parse(text).expect("test input parses");
+        check(&ConfigView {
+            doc: Ok(&doc),
+            secret: false,
+            configmap: true,
+        })
+    }
+
+    #[test]
+    fn true_in_every_spelling_passes() {
+        for v in ["true", "TRUE", "yes", "On", "1", "\"true\""] {
+            let out = run(&format!("[LoadBalancer]\n{KEY} = {v}\n"));
+            assert_eq!(out, RuleOutput::default(), "{v}");
+        }
+        // A bare key is true in gcfg.
+        assert_eq!(run(&format!("[loadbalancer]\n{KEY}\n")), RuleOutput::default());
+    }
+
+    #[test]
+    fn false_in_every_spelling_is_denied_with_the_line() {
+        for v in ["false", "FALSE", "no", "Off", "0"] {
+            let out = run(&format!("[Global]\n\n[LoadBalancer]\n{KEY}={v}\n"));
+            assert_eq!(out.violations.len(), 1, "{v}");
+            assert_eq!(out.violations[0].severity, Severity::Deny);
+            assert_eq!(out.violations[0].line, Some(4));
+            assert!(out.edits.is_empty());
+        }
+    }
+
+    #[test]
+    fn last_occurrence_wins() {
+        let out = run(&format!("[LoadBalancer]\n{KEY}=true\n[LoadBalancer]\n{KEY}=false\n"));
+        assert_eq!(out.violations[0].line, Some(4));
+        let out = run(&format!("[LoadBalancer]\n{KEY}=false\n{KEY}=true\n"));
+        assert!(out.violations.is_empty());
+    }
+
+    #[test]
+    fn subsection_does_not_count() {
+        let out = run(&format!("[LoadBalancer \"x\"]\n{KEY}=true\n"));
+        assert_eq!(out.edits.len(), 1);
+    }
+
+    #[test]
+    fn missing_key_is_an_edit_and_a_warning() {
+        let out = run("[Global]\nregion=RegionOne\n");
+        assert_eq!(
+            out.edits,
+            vec![IniEdit {
+                section: SECTION,
+                key: KEY,
+                value: "true"
+            }]
+        );
+        assert_eq!(out.violations[0].severity, Severity::Warn);
+    }
+
+    #[test]
+    fn invalid_literal_is_denied_without_echoing_it() {
+        let out = run(&format!("[LoadBalancer]\n{KEY}=sure-thing\n"));
+        assert_eq!(out.violations[0].severity, Severity::Deny);
+        assert!(!out.violations[0].message.contains("sure-thing"));
+    }
+}

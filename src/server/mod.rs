@@ -1,0 +1,273 @@
+//! The transport: the HTTPS webhook listener and the plain-HTTP admin listener.
+//!
+//! ```text
+//! TCP ─► TLS handshake (≤ tls_handshake_timeout; TLS 1.3/1.2, ALPN h2 + http/1.1,
+//!        optional client-certificate check) ─► HTTP/1.1 (header_read_timeout) or HTTP/2
+//!     ─► axum router: POST /mutate | POST /validate  (path only; ?timeout= sets the deadline)
+//!     ─► body (≤ max_body_bytes, by the deadline) ─► permit (≤ max_concurrency, by the deadline)
+//!     ─► AppState::review ─► admission::handle(engine snapshot)
+//! admin (plain HTTP): GET /healthz, /readyz, /metrics
+//! ```
+//!
+//! Behaviour worth knowing (details in the submodules):
+//! - **Overload** (no evaluation slot before the deadline): a review with a readable uid
+//!   gets HTTP 200; mutate admits unchanged with a warning (fails open), validate denies
+//!   with code 429 (fails closed). See [`overload_reply`].
+//! - **Where evaluation runs**: inline on the async worker for bodies up to
+//!   [`INLINE_MAX_BYTES`], on the blocking pool above that.
+//! - **Certificates** are polled every `tls_reload_interval` through symlinks (kubelet
+//!   `..data` swaps work), validated before use, and a broken update keeps the old
+//!   certificate in service.
+//! - **Shutdown**: readiness turns false, the webhook listener signals every connection
+//!   to finish gracefully and stops accepting, in-flight requests get `shutdown_grace`,
+//!   then the admin listener stops.
+
+mod admin;
+mod error;
+mod serve;
+mod state;
+mod tls;
+mod webhook;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+
+pub use error::ServerError;
+pub use state::{AppState, Readiness, ReadinessGate, ReviewFn};
+pub use webhook::{
+    APISERVER_TIMEOUT_MARGIN, INLINE_MAX_BYTES, OVERLOAD_DENIAL, OVERLOAD_WARNING, overload_reply,
+};
+
+/// Default `--tls-reload-interval`.
+pub const DEFAULT_TLS_RELOAD_INTERVAL: Duration = Duration::from_secs(10);
+/// Default `--max-body-bytes` (6 MiB: the apiserver's own request limit is 3 MiB per
+/// object, and a review carries `object` and `oldObject`).
+pub const DEFAULT_MAX_BODY_BYTES: usize = 6 * 1024 * 1024;
+/// Default `--max-concurrency`.
+pub const DEFAULT_MAX_CONCURRENCY: usize = 256;
+/// Default `--header-read-timeout`.
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default TLS handshake timeout.
+pub const DEFAULT_TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default `--request-timeout`.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// Default `--shutdown-grace`.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+
+/// Where the serving certificate comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TlsSource {
+    /// PEM files (`--tls-cert`, `--tls-key`), re-read every `tls_reload_interval`. The
+    /// certificate file may hold a chain (leaf first); the key may be PKCS#8, PKCS#1 or SEC1.
+    Files {
+        /// Certificate chain.
+        cert: PathBuf,
+        /// Private key.
+        key: PathBuf,
+    },
+    /// Generate a CA and a serving certificate for `localhost`, `127.0.0.1` and `::1` at
+    /// start (development), and write the CA certificate to `ca_out`.
+    Generated {
+        /// Where the CA certificate (PEM) is written (`--generated-ca-out`).
+        ca_out: PathBuf,
+    },
+}
+
+/// Server settings; `cli.rs` fills it from flags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// HTTPS address of the webhook (`--listen`). Ignored by [`run_with_listeners`].
+    pub listen: SocketAddr,
+    /// Plain-HTTP admin address (`--admin-listen`). Ignored by [`run_with_listeners`].
+    pub admin_listen: SocketAddr,
+    /// Serving certificate.
+    pub tls: TlsSource,
+    /// When set, clients must present a certificate signed by this CA (`--client-ca`).
+    pub client_ca: Option<PathBuf>,
+    /// How often certificate files are re-read.
+    pub tls_reload_interval: Duration,
+    /// Largest accepted request body.
+    pub max_body_bytes: usize,
+    /// Reviews evaluated at once.
+    pub max_concurrency: usize,
+    /// Time a client has to send request headers; also the idle keep-alive timeout.
+    pub header_read_timeout: Duration,
+    /// Time a client has to complete the TLS handshake.
+    pub tls_handshake_timeout: Duration,
+    /// Per-request deadline, further capped by the apiserver's `?timeout=` minus
+    /// [`APISERVER_TIMEOUT_MARGIN`].
+    pub request_timeout: Duration,
+    /// How long in-flight requests may take to finish after shutdown begins.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServerConfig {
+    /// `0.0.0.0:8443` / `0.0.0.0:8080`, a generated certificate with its CA written to
+    /// `$TMPDIR/stackgate-ca.pem`, no client certificates, and the `DEFAULT_*` limits.
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([0, 0, 0, 0], 8443)),
+            admin_listen: SocketAddr::from(([0, 0, 0, 0], 8080)),
+            tls: TlsSource::Generated {
+                ca_out: std::env::temp_dir().join("stackgate-ca.pem"),
+            },
+            client_ca: None,
+            tls_reload_interval: DEFAULT_TLS_RELOAD_INTERVAL,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_concurrency: DEFAULT_MAX_CONCURRENCY,
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            tls_handshake_timeout: DEFAULT_TLS_HANDSHAKE_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+        }
+    }
+}
+
+/// The two listeners, bound by the caller (tests bind `127.0.0.1:0` and pass them in, so
+/// there is no window in which another process can take the port).
+#[derive(Debug)]
+pub struct Listeners {
+    /// HTTPS webhook listener.
+    pub webhook: TcpListener,
+    /// Plain-HTTP admin listener.
+    pub admin: TcpListener,
+}
+
+impl Listeners {
+    /// Binds `config.listen` and `config.admin_listen`.
+    pub async fn bind(config: &ServerConfig) -> Result<Self, ServerError> {
+        let bind = |flag: &'static str, addr: SocketAddr| async move {
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServerError::Bind { flag, addr, source })
+        };
+        Ok(Self {
+            webhook: bind("listen", config.listen).await?,
+            admin: bind("admin-listen", config.admin_listen).await?,
+        })
+    }
+}
+
+/// Binds the listeners from `config` and serves until `shutdown` completes, then drains.
+/// See [`run_with_listeners`].
+pub async fn run(
+    config: ServerConfig,
+    state: Arc<AppState>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServerError> {
+    let listeners = Listeners::bind(&config).await?;
+    run_with_listeners(config, listeners, state, shutdown).await
+}
+
+/// Serves on pre-bound listeners until `shutdown` completes, then drains.
+///
+/// Start-up loads (or generates) the certificate first and fails fast with an error
+/// naming the flag to fix; only then is readiness's `certificates` condition met and are
+/// connections accepted (clients that connect earlier wait in the listen backlog). Errors
+/// after start-up (failed handshakes, bad requests, failed reloads) are logged and
+/// counted, never returned. Returns `Ok(())` once both listeners have drained.
+pub async fn run_with_listeners(
+    config: ServerConfig,
+    listeners: Listeners,
+    state: Arc<AppState>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServerError> {
+    let webhook_addr = local_addr("webhook", &listeners.webhook)?;
+    let admin_addr = local_addr("admin", &listeners.admin)?;
+    let tls = tls::setup(
+        &config.tls,
+        config.client_ca.as_deref(),
+        webhook_addr.port(),
+    )?;
+    state.set_certs_loaded(true);
+    let reload = tls
+        .reloader
+        .map(|r| tokio::spawn(r.run(config.tls_reload_interval, Arc::clone(&state))));
+
+    let http = Arc::new(serve::Http::new(config.header_read_timeout));
+    let webhook_router = webhook::router(webhook::Webhooks {
+        state: Arc::clone(&state),
+        permits: Arc::new(Semaphore::new(
+            config.max_concurrency.min(Semaphore::MAX_PERMITS),
+        )),
+        max_body_bytes: config.max_body_bytes,
+        request_timeout: config.request_timeout,
+    });
+    let (stop_webhook, webhook_stopped) = watch::channel(false);
+    let (stop_admin, admin_stopped) = watch::channel(false);
+    let webhook_task = tokio::spawn(serve::serve(
+        serve::Endpoint {
+            name: "webhook",
+            listener: listeners.webhook,
+            transport: serve::Transport::Tls {
+                acceptor: tokio_rustls::TlsAcceptor::from(tls.config),
+                handshake_timeout: config.tls_handshake_timeout,
+            },
+            router: webhook_router,
+        },
+        Arc::clone(&http),
+        Arc::clone(&state),
+        webhook_stopped,
+        config.shutdown_grace,
+    ));
+    let admin_task = tokio::spawn(serve::serve(
+        serve::Endpoint {
+            name: "admin",
+            listener: listeners.admin,
+            transport: serve::Transport::Plain,
+            router: admin::router(Arc::clone(&state)),
+        },
+        http,
+        Arc::clone(&state),
+        admin_stopped,
+        config.shutdown_grace,
+    ));
+    state.metrics.set_ready(state.readiness().is_ready());
+    tracing::info!(
+        webhook = %webhook_addr,
+        admin = %admin_addr,
+        client_certificates = config.client_ca.is_some(),
+        "serving"
+    );
+
+    shutdown.await;
+    tracing::info!("shutdown requested: readiness off, draining the webhook listener");
+    state.begin_drain();
+    // The admin listener keeps answering (/readyz 503, /metrics) while the webhook drains.
+    let _ = stop_webhook.send(true);
+    if let Err(error) = webhook_task.await {
+        tracing::error!(%error, "webhook listener task failed");
+    }
+    let _ = stop_admin.send(true);
+    if let Err(error) = admin_task.await {
+        tracing::error!(%error, "admin listener task failed");
+    }
+    if let Some(reload) = reload {
+        reload.abort();
+    }
+    tracing::info!("server stopped");
+    Ok(())
+}
+
+fn local_addr(which: &'static str, listener: &TcpListener) -> Result<SocketAddr, ServerError> {
+    listener
+        .local_addr()
+        .map_err(|source| ServerError::LocalAddr { which, source })
+}
+
+/// An error and its sources as one line (`a: b: c`), for log fields.
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut out = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        out.push_str(": ");
+        out.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    out
+}

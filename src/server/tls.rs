@@ -1,0 +1,362 @@
+//! TLS: loading PEM files, the reloading certificate resolver, generated development
+//! certificates and optional client-certificate verification.
+//!
+//! Reload semantics: the files are **polled** (no inotify: the kubelet updates Secret
+//! volumes by swapping a `..data` symlink, which path watches miss). Each poll reads both
+//! files through their symlinks and compares the bytes with the last seen. A changed pair
+//! is parsed and checked (the key must match the leaf certificate) before it is swapped
+//! in; new handshakes use it, existing connections keep theirs. A broken pair is logged
+//! once (never its content), counted as `stackgate_tls_reloads_total{outcome="failure"}`,
+//! and the previous certificate stays in service. If the certificate file changes between
+//! the two reads of one poll (a swap in progress), the poll is skipped without a warning.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use rustls::crypto::CryptoProvider;
+use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
+use rustls::sign::CertifiedKey;
+use rustls_pki_types::pem::{self, PemObject};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+
+use super::{AppState, ServerError, TlsSource, error_chain};
+use crate::metrics::Metrics;
+
+/// ALPN ids offered, in preference order.
+const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
+
+/// The one crypto provider stackgate uses (ring), passed explicitly so that the server
+/// does not depend on a process-wide default having been installed.
+pub(crate) fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Serves whatever [`CertifiedKey`] is current; swapped by the reload task.
+#[derive(Debug)]
+pub(crate) struct ReloadingResolver {
+    current: ArcSwap<CertifiedKey>,
+}
+
+impl ReloadingResolver {
+    fn new(key: CertifiedKey) -> Self {
+        Self {
+            current: ArcSwap::from_pointee(key),
+        }
+    }
+}
+
+impl ResolvesServerCert for ReloadingResolver {
+    fn resolve(&self, _client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current.load_full())
+    }
+}
+
+/// The result of TLS set-up: the rustls configuration and, for file-based certificates,
+/// the reloader to spawn.
+pub(crate) struct Tls {
+    pub(crate) config: Arc<rustls::ServerConfig>,
+    pub(crate) reloader: Option<Reloader>,
+}
+
+/// Loads or generates the serving certificate and builds the rustls configuration:
+/// TLS 1.3 and 1.2 only, ALPN `h2` + `http/1.1`, and client-certificate verification when
+/// `client_ca` is given. `webhook_port` only feeds the log hint of the generated mode.
+pub(crate) fn setup(
+    source: &TlsSource,
+    client_ca: Option<&Path>,
+    webhook_port: u16,
+) -> Result<Tls, ServerError> {
+    let provider = provider();
+    let (key, reloader_paths) = match source {
+        TlsSource::Files { cert, key } => {
+            let cert_pem = read_file("tls-cert", cert)?;
+            let key_pem = read_file("tls-key", key)?;
+            let certified = certified_key(cert, &cert_pem, key, &key_pem, &provider)?;
+            (
+                certified,
+                Some((cert.clone(), key.clone(), cert_pem, key_pem)),
+            )
+        }
+        TlsSource::Generated { ca_out } => {
+            let (certified, ca_pem) = generate(&provider)?;
+            write_ca(ca_out, &ca_pem)?;
+            tracing::info!(
+                ca = %ca_out.display(),
+                "no --tls-cert/--tls-key given: serving a generated certificate for localhost, \
+                 127.0.0.1 and ::1; try: curl --cacert {} https://127.0.0.1:{}/...",
+                ca_out.display(),
+                webhook_port,
+            );
+            (certified, None)
+        }
+    };
+    let resolver = Arc::new(ReloadingResolver::new(key));
+
+    let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(ServerError::TlsConfig)?;
+    let builder = match client_ca {
+        Some(path) => builder.with_client_cert_verifier(client_verifier(path, &provider)?),
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_cert_resolver(Arc::clone(&resolver) as _);
+    config.alpn_protocols = ALPN.iter().map(|p| p.to_vec()).collect();
+
+    let reloader = reloader_paths.map(|(cert, key, cert_pem, key_pem)| Reloader {
+        cert,
+        key,
+        resolver,
+        provider,
+        applied: (cert_pem, key_pem),
+        last_failure: None,
+    });
+    Ok(Tls {
+        config: Arc::new(config),
+        reloader,
+    })
+}
+
+fn read_file(flag: &'static str, path: &Path) -> Result<Vec<u8>, ServerError> {
+    std::fs::read(path).map_err(|source| ServerError::ReadPem {
+        flag,
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Parses a certificate chain and a key and checks that they belong together.
+fn certified_key(
+    cert_path: &Path,
+    cert_pem: &[u8],
+    key_path: &Path,
+    key_pem: &[u8],
+    provider: &CryptoProvider,
+) -> Result<CertifiedKey, ServerError> {
+    let chain = parse_chain(cert_pem).map_err(|reason| ServerError::BadPem {
+        flag: "tls-cert",
+        path: cert_path.to_path_buf(),
+        reason,
+    })?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| ServerError::BadPem {
+        flag: "tls-key",
+        path: key_path.to_path_buf(),
+        reason: describe_pem_error(
+            &e,
+            "PRIVATE KEY (PKCS#8), RSA PRIVATE KEY or EC PRIVATE KEY",
+        ),
+    })?;
+    let pair_error = |e: rustls::Error| ServerError::CertKeyPair {
+        cert: cert_path.to_path_buf(),
+        key: key_path.to_path_buf(),
+        reason: e.to_string(),
+    };
+    let certified = CertifiedKey::from_der(chain, key, provider).map_err(pair_error)?;
+    // `from_der` tolerates keys whose public half is unknown; ring's keys all expose it, so
+    // insist on a positive match.
+    certified.keys_match().map_err(pair_error)?;
+    Ok(certified)
+}
+
+/// All `CERTIFICATE` blocks, leaf first (a chain is fine).
+fn parse_chain(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
+    let chain = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| describe_pem_error(&e, "CERTIFICATE"))?;
+    if chain.is_empty() {
+        return Err("no CERTIFICATE block found".to_owned());
+    }
+    Ok(chain)
+}
+
+/// A PEM error in words that never quote the file (the Display of `pem::Error` can).
+fn describe_pem_error(error: &pem::Error, expected: &str) -> String {
+    match error {
+        pem::Error::MissingSectionEnd { .. } => "a PEM block has no END line".to_owned(),
+        pem::Error::IllegalSectionStart { .. } => "a PEM BEGIN line is malformed".to_owned(),
+        pem::Error::Base64Decode(_) => "a PEM block is not valid base64".to_owned(),
+        pem::Error::NoItemsFound => format!("no {expected} block found"),
+        pem::Error::SectionTooLarge => "a PEM block is too large".to_owned(),
+        _ => "the file is not valid PEM".to_owned(),
+    }
+}
+
+fn client_verifier(
+    path: &Path,
+    provider: &Arc<CryptoProvider>,
+) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, ServerError> {
+    let pem = read_file("client-ca", path)?;
+    let certs = parse_chain(&pem).map_err(|reason| ServerError::BadPem {
+        flag: "client-ca",
+        path: path.to_path_buf(),
+        reason,
+    })?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in certs {
+        roots.add(cert).map_err(|e| ServerError::ClientCa {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+    }
+    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), Arc::clone(provider))
+        .build()
+        .map_err(|e| ServerError::ClientCa {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })
+}
+
+/// A development CA and a serving certificate for `localhost`, `127.0.0.1` and `::1`
+/// (ECDSA P-256). Returns the serving key and the CA certificate as PEM. The CA key is
+/// dropped: nothing else can be signed with it.
+fn generate(provider: &CryptoProvider) -> Result<(CertifiedKey, String), ServerError> {
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+        KeyPair, KeyUsagePurpose, PKCS_ECDSA_P256_SHA256,
+    };
+
+    let ca_key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).map_err(ServerError::Generate)?;
+    let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(ServerError::Generate)?;
+    ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    ca.distinguished_name
+        .push(DnType::CommonName, "stackgate generated CA");
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca_cert = ca.self_signed(&ca_key).map_err(ServerError::Generate)?;
+    let issuer = Issuer::new(ca, ca_key);
+
+    let leaf_key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).map_err(ServerError::Generate)?;
+    let names = vec![
+        "localhost".to_owned(),
+        "127.0.0.1".to_owned(),
+        "::1".to_owned(),
+    ];
+    let mut leaf = CertificateParams::new(names).map_err(ServerError::Generate)?;
+    leaf.distinguished_name
+        .push(DnType::CommonName, "localhost");
+    leaf.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    leaf.use_authority_key_identifier_extension = true;
+    let leaf_cert = leaf
+        .signed_by(&leaf_key, &issuer)
+        .map_err(ServerError::Generate)?;
+
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der()));
+    let certified = CertifiedKey::from_der(vec![leaf_cert.der().clone()], key, provider)
+        .map_err(ServerError::TlsConfig)?;
+    Ok((certified, ca_cert.pem()))
+}
+
+fn write_ca(path: &Path, pem: &str) -> Result<(), ServerError> {
+    let err = |source| ServerError::WriteGeneratedCa {
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(err)?;
+    }
+    std::fs::write(path, pem).map_err(err)
+}
+
+/// What one poll saw in a file: its bytes, or why it could not be read.
+#[derive(Debug, PartialEq, Eq)]
+enum Seen {
+    Bytes(Vec<u8>),
+    Unreadable(io::ErrorKind),
+}
+
+/// Polls the certificate files and swaps the served key when they change.
+pub(crate) struct Reloader {
+    cert: PathBuf,
+    key: PathBuf,
+    resolver: Arc<ReloadingResolver>,
+    provider: Arc<CryptoProvider>,
+    /// File contents of the certificate in service.
+    applied: (Vec<u8>, Vec<u8>),
+    /// The last broken state reported, so it is not reported again on every poll.
+    last_failure: Option<(Seen, Seen)>,
+}
+
+impl Reloader {
+    /// Polls every `interval` until the task is aborted.
+    pub(crate) async fn run(mut self, interval: Duration, state: Arc<AppState>) {
+        let mut ticker = tokio::time::interval(interval.max(Duration::from_millis(10)));
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticker.tick().await; // the first tick is immediate; the files were just loaded
+        loop {
+            ticker.tick().await;
+            self.poll(&state.metrics).await;
+        }
+    }
+
+    async fn poll(&mut self, metrics: &Metrics) {
+        let cert = read_seen(&self.cert).await;
+        let key = read_seen(&self.key).await;
+        if let (Seen::Bytes(c), Seen::Bytes(k)) = (&cert, &key)
+            && *c == self.applied.0
+            && *k == self.applied.1
+        {
+            if self.last_failure.take().is_some() {
+                tracing::info!(
+                    cert = %self.cert.display(),
+                    "certificate files are back to the certificate in service"
+                );
+            }
+            return;
+        }
+        // A symlink swap between the two reads would pair an old certificate with a new
+        // key; if the certificate changed meanwhile, look again at the next poll.
+        if read_seen(&self.cert).await != cert {
+            return;
+        }
+        let observed = (cert, key);
+        if self.last_failure.as_ref() == Some(&observed) {
+            return;
+        }
+        match self.build(&observed) {
+            Ok(certified) => {
+                self.resolver.current.store(Arc::new(certified));
+                if let (Seen::Bytes(c), Seen::Bytes(k)) = observed {
+                    self.applied = (c, k);
+                }
+                self.last_failure = None;
+                metrics.tls_reload(true);
+                tracing::info!(
+                    cert = %self.cert.display(),
+                    key = %self.key.display(),
+                    "reloaded the serving certificate"
+                );
+            }
+            Err(error) => {
+                metrics.tls_reload(false);
+                tracing::warn!(
+                    error = %error_chain(&error),
+                    "certificate reload failed; still serving the previous certificate"
+                );
+                self.last_failure = Some(observed);
+            }
+        }
+    }
+
+    fn build(&self, observed: &(Seen, Seen)) -> Result<CertifiedKey, ServerError> {
+        let bytes = |seen: &Seen, flag: &'static str, path: &Path| match seen {
+            Seen::Bytes(b) => Ok(b.clone()),
+            Seen::Unreadable(kind) => Err(ServerError::ReadPem {
+                flag,
+                path: path.to_path_buf(),
+                source: io::Error::from(*kind),
+            }),
+        };
+        let cert = bytes(&observed.0, "tls-cert", &self.cert)?;
+        let key = bytes(&observed.1, "tls-key", &self.key)?;
+        certified_key(&self.cert, &cert, &self.key, &key, &self.provider)
+    }
+}
+
+async fn read_seen(path: &Path) -> Seen {
+    match tokio::fs::read(path).await {
+        Ok(bytes) => Seen::Bytes(bytes),
+        Err(e) => Seen::Unreadable(e.kind()),
+    }
+}

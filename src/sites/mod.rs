@@ -1,0 +1,242 @@
+//! Sites: the places in an object that hold a CCM cloud config, and how to write an edit
+//! back as a JSON Patch. Rules never see carriers; they see the INI text and a
+//! human-readable location.
+//!
+//! Which objects are sites is policy data ([`crate::policy::SitesDocument`]), not code.
+
+use base64::Engine as _;
+use json_patch::{PatchOperation, ReplaceOperation};
+use jsonptr::PointerBuf;
+use kube::core::{DynamicObject, GroupVersionKind};
+use serde_json::Value;
+
+use crate::cloudconf::Document;
+use crate::policy::{SiteKind, SitesDocument};
+use crate::rules::IniEdit;
+
+/// How the INI text is stored in the object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Carrier {
+    /// ConfigMap `data[key]`, plain text.
+    ConfigMapData,
+    /// Secret `data[key]`, base64.
+    SecretData,
+    /// Secret `stringData[key]`, plain text (only in manifests; the apiserver merges it into
+    /// `data` before admission).
+    SecretStringData,
+}
+
+/// Why the text of a site could not be read. Messages never contain the content.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SiteError {
+    /// `data[key]` of a Secret is not valid base64.
+    #[error("{location} is not valid base64")]
+    Base64 {
+        /// Where.
+        location: String,
+    },
+    /// The decoded bytes are not UTF-8 (gcfg rejects such a file, so the CCM would not start).
+    #[error("{location} is not valid UTF-8 text (the CCM rejects non-UTF-8 cloud configs)")]
+    Utf8 {
+        /// Where.
+        location: String,
+    },
+    /// The value is not a string.
+    #[error("{location} is not a string")]
+    NotAString {
+        /// Where.
+        location: String,
+    },
+}
+
+/// A cloud config found in an object.
+#[derive(Debug, Clone)]
+pub struct FoundConfig {
+    /// `ConfigMap openshift-config/cloud-provider-config`.
+    pub object: String,
+    /// `data["config"]`.
+    pub location: String,
+    /// The INI text, or why it cannot be read.
+    pub text: Result<String, SiteError>,
+    /// Whether stackgate may edit this site.
+    pub mutable: bool,
+    /// Why it is validate-only, when it is.
+    pub note: Option<String>,
+    /// Whether the object is a Secret (its values are never echoed).
+    pub secret: bool,
+    /// `Secret` site or `ConfigMap` site.
+    pub kind: SiteKind,
+    carrier: Carrier,
+    key: String,
+}
+
+impl FoundConfig {
+    /// The JSON Patch operations that write `edited` (the parsed text after `edits` were
+    /// applied) back into the object.
+    pub fn patch(&self, edited: &Document, _edits: &[IniEdit]) -> Vec<PatchOperation> {
+        vec![self.replace_text(&edited.to_text())]
+    }
+
+    /// The JSON Patch operation that replaces the text with `new_text`.
+    fn replace_text(&self, new_text: &str) -> PatchOperation {
+        let (field, value) = match self.carrier {
+            Carrier::ConfigMapData => ("data", new_text.to_owned()),
+            Carrier::SecretData => (
+                "data",
+                base64::engine::general_purpose::STANDARD.encode(new_text),
+            ),
+            Carrier::SecretStringData => ("stringData", new_text.to_owned()),
+        };
+        PatchOperation::Replace(ReplaceOperation {
+            path: PointerBuf::from_tokens([field, self.key.as_str()]),
+            value: Value::String(value),
+        })
+    }
+
+    /// JSON pointer of the field holding the text, e.g. `/data/cloud.conf`.
+    pub fn pointer(&self) -> String {
+        let field = match self.carrier {
+            Carrier::SecretStringData => "stringData",
+            _ => "data",
+        };
+        PointerBuf::from_tokens([field, self.key.as_str()]).to_string()
+    }
+
+    /// `ConfigMap openshift-config/cloud-provider-config, data["config"]`, with a line.
+    pub fn describe(&self, line: Option<usize>) -> String {
+        match line {
+            Some(line) => format!("{} {} line {line}", self.object, self.location),
+            None => format!("{} {}", self.object, self.location),
+        }
+    }
+}
+
+/// Finds every cloud config `object` holds according to `sites`.
+pub fn find(gvk: &GroupVersionKind, object: &DynamicObject, sites: &SitesDocument) -> Vec<FoundConfig> {
+    let kind = match (gvk.group.as_str(), gvk.version.as_str(), gvk.kind.as_str()) {
+        ("", "v1", "ConfigMap") => SiteKind::ConfigMap,
+        ("", "v1", "Secret") => SiteKind::Secret,
+        _ => return Vec::new(),
+    };
+    let name = object.metadata.name.as_deref().unwrap_or("");
+    let namespace = object.metadata.namespace.as_deref().unwrap_or("");
+    let mut keys: Vec<(String, bool, Option<String>)> = sites
+        .sites
+        .iter()
+        .filter(|s| s.kind == kind && s.name == name && s.namespace == namespace)
+        .map(|s| (s.key.clone(), s.mutate, s.note.clone()))
+        .collect();
+    if let Some(label) = &sites.label
+        && let Some(key) = object.metadata.labels.as_ref().and_then(|l| l.get(label))
+        && !keys.iter().any(|(k, _, _)| k == key)
+    {
+        keys.push((key.clone(), true, None));
+    }
+    let object_name = format!("{} {namespace}/{name}", kind.as_str());
+    let mut found = Vec::new();
+    for (key, mutable, note) in keys {
+        let string_data = object.data.get("stringData").and_then(|d| d.get(&key));
+        let data = object.data.get("data").and_then(|d| d.get(&key));
+        let (carrier, raw) = match (kind, string_data, data) {
+            (SiteKind::Secret, Some(v), _) => (Carrier::SecretStringData, v),
+            (SiteKind::Secret, None, Some(v)) => (Carrier::SecretData, v),
+            (SiteKind::ConfigMap, _, Some(v)) => (Carrier::ConfigMapData, v),
+            _ => continue,
+        };
+        let location = match carrier {
+            Carrier::SecretStringData => format!("stringData[{key:?}]"),
+            _ => format!("data[{key:?}]"),
+        };
+        let text = decode(&carrier, raw, &location);
+        found.push(FoundConfig {
+            object: object_name.clone(),
+            location,
+            text,
+            mutable,
+            note,
+            secret: kind == SiteKind::Secret,
+            kind,
+            carrier,
+            key,
+        });
+    }
+    found
+}
+
+fn decode(carrier: &Carrier, raw: &Value, location: &str) -> Result<String, SiteError> {
+    let Some(s) = raw.as_str() else {
+        return Err(SiteError::NotAString {
+            location: location.to_owned(),
+        });
+    };
+    match carrier {
+        Carrier::SecretData => {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(s)
+                .map_err(|_| SiteError::Base64 {
+                    location: location.to_owned(),
+                })?;
+            String::from_utf8(bytes).map_err(|_| SiteError::Utf8 {
+                location: location.to_owned(),
+            })
+        }
+        _ => Ok(s.to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::PolicySet;
+    use serde_json::json;
+
+    fn gvk(kind: &str) -> GroupVersionKind {
+        GroupVersionKind::gvk("", "v1", kind)
+    }
+
+    fn obj(v: Value) -> DynamicObject {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn finds_default_secret_and_decodes_base64() {
+        let sites = PolicySet::embedded().unwrap().sites;
+        let o = obj(json!({"apiVersion":"v1","kind":"Secret","metadata":{"name":"cloud-config","namespace":"kube-system"},
+            "data":{"cloud.conf": base64::engine::general_purpose::STANDARD.encode("[Global]\n")}}));
+        let found = find(&gvk("Secret"), &o, &sites);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].text.as_deref(), Ok("[Global]\n"));
+        assert!(found[0].secret);
+        let patch = serde_json::to_value(found[0].replace_text("x")).unwrap();
+        assert_eq!(patch, json!({"op":"replace","path":"/data/cloud.conf","value":"eA=="}));
+    }
+
+    #[test]
+    fn invalid_base64_is_a_site_error_without_content() {
+        let sites = PolicySet::embedded().unwrap().sites;
+        let o = obj(json!({"apiVersion":"v1","kind":"Secret","metadata":{"name":"cloud-config","namespace":"kube-system"},
+            "data":{"cloud.conf": "not base64 secret-value!"}}));
+        let found = find(&gvk("Secret"), &o, &sites);
+        let err = found[0].text.clone().unwrap_err().to_string();
+        assert_eq!(err, "data[\"cloud.conf\"] is not valid base64");
+    }
+
+    #[test]
+    fn label_makes_any_configmap_a_site_and_other_kinds_are_not() {
+        let sites = PolicySet::embedded().unwrap().sites;
+        let v = json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x","namespace":"a",
+            "labels":{"stackgate.dev/cloud-config":"my.conf"}},"data":{"my.conf":"[Global]\n"}});
+        assert_eq!(find(&gvk("ConfigMap"), &obj(v.clone()), &sites).len(), 1);
+        assert!(find(&GroupVersionKind::gvk("apps", "v1", "Deployment"), &obj(v), &sites).is_empty());
+    }
+
+    #[test]
+    fn operator_copy_is_validate_only() {
+        let sites = PolicySet::embedded().unwrap().sites;
+        let o = obj(json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cloud-conf",
+            "namespace":"openshift-cloud-controller-manager"},"data":{"cloud.conf":"[Global]\n"}}));
+        let found = find(&gvk("ConfigMap"), &o, &sites);
+        assert!(!found[0].mutable);
+        assert!(found[0].note.as_deref().unwrap_or("").contains("operator"));
+    }
+}

@@ -1,0 +1,1202 @@
+//! Checks of the Helm chart (`charts/stackgate`) on its rendered manifests.
+//!
+//! `.ci/chart.sh` installs Helm, renders every option set into `target/chart-render/<name>.yaml`
+//! (listed in `target/chart-render/renders.tsv`) and then runs this test. Every document is parsed
+//! into its k8s-openapi type, and must serialize back to exactly what was rendered (a misspelt
+//! or misplaced field is not silently dropped). Then the invariants that keep a webhook from
+//! locking a cluster are checked on every render: the release namespace is never sent to
+//! stackgate, `sideEffects: None`, AdmissionReview v1 only, short timeouts, the documented
+//! failure policies, probes on the admin port, a non-root read-only container, least-privilege
+//! RBAC, TLS material that verifies, and a policy ConfigMap equal to `policies/`.
+//!
+//! Without renders the test fails: run `.ci/chart.sh`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use base64::Engine as _;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, RuleWithOperations, ValidatingWebhookConfiguration,
+    WebhookClientConfig,
+};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Secret, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+const UID: i64 = 65532;
+const MAX_TIMEOUT_SECONDS: i32 = 5;
+
+// ------------------------------------------------------------------------------ loading
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn render_dir() -> PathBuf {
+    repo().join("target/chart-render")
+}
+
+/// Fails (never skips) when the renders are missing.
+fn require_renders() -> PathBuf {
+    let dir = render_dir();
+    assert!(
+        dir.join("renders.tsv").is_file(),
+        "{} has no renders: run `.ci/chart.sh` (it installs Helm, renders the chart's option \
+         sets and runs this test); the chart tests never pass without renders",
+        dir.display()
+    );
+    dir
+}
+
+/// One `helm template` output.
+struct Render {
+    name: String,
+    release: String,
+    namespace: String,
+    /// (major, minor) the chart was rendered for; `default` is Helm 3.17's v1.32.
+    kube: (u32, u32),
+    docs: Vec<Value>,
+}
+
+impl Render {
+    fn has_match_conditions(&self) -> bool {
+        self.kube >= (1, 28)
+    }
+
+    fn of_kind(&self, kind: &str) -> Vec<&Value> {
+        self.docs.iter().filter(|d| d["kind"] == kind).collect()
+    }
+
+    fn typed<T: DeserializeOwned>(&self, kind: &str) -> Vec<T> {
+        self.of_kind(kind)
+            .into_iter()
+            .map(|d| serde_json::from_value(d.clone()).expect("checked in parse_all"))
+            .collect()
+    }
+
+    fn one<T: DeserializeOwned>(&self, kind: &str) -> T {
+        let mut all = self.typed::<T>(kind);
+        assert_eq!(all.len(), 1, "{}: expected exactly one {kind}", self.name);
+        all.remove(0)
+    }
+
+    fn maybe_one<T: DeserializeOwned>(&self, kind: &str) -> Option<T> {
+        let mut all = self.typed::<T>(kind);
+        assert!(all.len() <= 1, "{}: more than one {kind}", self.name);
+        all.pop()
+    }
+
+    fn secret(&self, name: &str) -> Option<Secret> {
+        self.typed::<Secret>("Secret")
+            .into_iter()
+            .find(|s| s.metadata.name.as_deref() == Some(name))
+    }
+}
+
+fn parse_version(s: &str) -> (u32, u32) {
+    if s == "default" {
+        return (1, 32);
+    }
+    let mut it = s.trim_start_matches('v').split('.');
+    let major = it.next().and_then(|p| p.parse().ok());
+    let minor = it.next().and_then(|p| p.parse().ok());
+    match (major, minor) {
+        (Some(a), Some(b)) => (a, b),
+        _ => panic!("renders.tsv: bad kube version {s:?}"),
+    }
+}
+
+fn load_renders() -> Vec<Render> {
+    let dir = require_renders();
+    let index = fs::read_to_string(dir.join("renders.tsv")).expect("read renders.tsv");
+    let renders: Vec<Render> = index
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            let f: Vec<&str> = line.split('\t').collect();
+            assert_eq!(f.len(), 4, "renders.tsv: bad line {line:?}");
+            let path = dir.join(format!("{}.yaml", f[0]));
+            let text = fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {e} (run .ci/chart.sh)", path.display()));
+            let docs: Vec<Value> = serde_saphyr::from_multiple(&text)
+                .unwrap_or_else(|e| panic!("{}: not YAML: {e}", path.display()));
+            Render {
+                name: f[0].to_owned(),
+                release: f[1].to_owned(),
+                namespace: f[2].to_owned(),
+                kube: parse_version(f[3]),
+                docs: docs.into_iter().filter(|d| !d.is_null()).collect(),
+            }
+        })
+        .collect();
+    let names: BTreeSet<&str> = renders.iter().map(|r| r.name.as_str()).collect();
+    for wanted in [
+        "default",
+        "kube-1.27",
+        "kube-1.30",
+        "cert-manager",
+        "existing-secret",
+        "monitoring",
+        "live-release",
+        "guard",
+        "policies-embedded",
+        "policies-overrides",
+    ] {
+        assert!(
+            names.contains(wanted),
+            "option set {wanted} was not rendered; .ci/chart.sh lost it"
+        );
+    }
+    renders
+}
+
+fn render<'a>(renders: &'a [Render], name: &str) -> &'a Render {
+    renders
+        .iter()
+        .find(|r| r.name == name)
+        .unwrap_or_else(|| panic!("no render {name}"))
+}
+
+// ------------------------------------------------------------------------------ helpers
+
+fn roundtrip<T: DeserializeOwned + serde::Serialize>(render: &str, doc: &Value) {
+    let what = format!(
+        "{render}: {} {}",
+        doc["kind"].as_str().unwrap_or("?"),
+        doc["metadata"]["name"].as_str().unwrap_or("?")
+    );
+    let typed: T = serde_json::from_value(doc.clone())
+        .unwrap_or_else(|e| panic!("{what}: does not parse as the Kubernetes type: {e}"));
+    let back = serde_json::to_value(&typed).expect("serialize");
+    let mut diffs = Vec::new();
+    json_diff("", doc, &back, &mut diffs);
+    assert!(
+        diffs.is_empty(),
+        "{what}: fields were lost or changed when parsed into the Kubernetes type \
+         (misspelt, misplaced or empty field?):\n  {}",
+        diffs.join("\n  ")
+    );
+}
+
+/// Paths where two JSON values differ (rendered vs. re-serialized).
+fn json_diff(path: &str, a: &Value, b: &Value, out: &mut Vec<String>) {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            for k in x.keys().chain(y.keys()).collect::<BTreeSet<_>>() {
+                let p = format!("{path}.{k}");
+                match (x.get(k), y.get(k)) {
+                    (Some(va), Some(vb)) => json_diff(&p, va, vb, out),
+                    (Some(va), None) => out.push(format!("{p}: rendered {va}, dropped by the type")),
+                    (None, Some(vb)) => out.push(format!("{p}: not rendered, type has {vb}")),
+                    (None, None) => {}
+                }
+            }
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+            for (i, (va, vb)) in x.iter().zip(y).enumerate() {
+                json_diff(&format!("{path}[{i}]"), va, vb, out);
+            }
+        }
+        _ if a != b => out.push(format!("{path}: rendered {a}, type has {b}")),
+        _ => {}
+    }
+}
+
+fn meta_of(doc: &Value) -> ObjectMeta {
+    serde_json::from_value(doc["metadata"].clone()).expect("metadata")
+}
+
+fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    assert!(selector.match_expressions.is_none(), "only matchLabels expected here");
+    selector
+        .match_labels
+        .as_ref()
+        .is_some_and(|m| !m.is_empty() && m.iter().all(|(k, v)| labels.get(k) == Some(v)))
+}
+
+fn env_value(c: &Container, name: &str) -> Option<String> {
+    c.env
+        .as_ref()?
+        .iter()
+        .find(|e| e.name == name)
+        .and_then(|e| e.value.clone())
+}
+
+fn port_of_addr(addr: &str) -> i32 {
+    addr.rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("{addr:?} has no port"))
+}
+
+fn seconds(duration: &str) -> f64 {
+    let (n, unit) = duration
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .map_or((duration, "s"), |i| (&duration[..i], &duration[i..]));
+    let n: f64 = n.parse().unwrap_or_else(|_| panic!("bad duration {duration:?}"));
+    match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => panic!("bad duration unit in {duration:?}"),
+    }
+}
+
+/// Files of a directory (non-recursive), name -> bytes.
+fn dir_files(dir: &Path, ext: &str) -> BTreeMap<String, Vec<u8>> {
+    fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == ext))
+        .map(|p| {
+            let name = p.file_name().expect("name").to_string_lossy().into_owned();
+            (name, fs::read(&p).expect("read"))
+        })
+        .collect()
+}
+
+// ------------------------------------------------------------------------------ webhooks
+
+/// What both webhook kinds have in common, for shared checks.
+struct Hook<'a> {
+    config: &'a str,
+    name: &'a str,
+    client: &'a WebhookClientConfig,
+    rules: &'a [RuleWithOperations],
+    side_effects: &'a str,
+    versions: &'a [String],
+    match_policy: Option<&'a str>,
+    timeout: Option<i32>,
+    failure_policy: Option<&'a str>,
+    namespace_selector: Option<&'a LabelSelector>,
+    object_selector: Option<&'a LabelSelector>,
+    match_conditions: usize,
+    expressions: Vec<&'a str>,
+}
+
+fn mutating_hooks(c: &MutatingWebhookConfiguration) -> Vec<Hook<'_>> {
+    c.webhooks
+        .iter()
+        .flatten()
+        .map(|w| Hook {
+            config: "mutating",
+            name: &w.name,
+            client: &w.client_config,
+            rules: w.rules.as_deref().unwrap_or_default(),
+            side_effects: &w.side_effects,
+            versions: &w.admission_review_versions,
+            match_policy: w.match_policy.as_deref(),
+            timeout: w.timeout_seconds,
+            failure_policy: w.failure_policy.as_deref(),
+            namespace_selector: w.namespace_selector.as_ref(),
+            object_selector: w.object_selector.as_ref(),
+            match_conditions: w.match_conditions.as_ref().map_or(0, Vec::len),
+            expressions: w
+                .match_conditions
+                .iter()
+                .flatten()
+                .map(|m| m.expression.as_str())
+                .collect(),
+        })
+        .collect()
+}
+
+fn validating_hooks(c: &ValidatingWebhookConfiguration) -> Vec<Hook<'_>> {
+    c.webhooks
+        .iter()
+        .flatten()
+        .map(|w| Hook {
+            config: "validating",
+            name: &w.name,
+            client: &w.client_config,
+            rules: w.rules.as_deref().unwrap_or_default(),
+            side_effects: &w.side_effects,
+            versions: &w.admission_review_versions,
+            match_policy: w.match_policy.as_deref(),
+            timeout: w.timeout_seconds,
+            failure_policy: w.failure_policy.as_deref(),
+            namespace_selector: w.namespace_selector.as_ref(),
+            object_selector: w.object_selector.as_ref(),
+            match_conditions: w.match_conditions.as_ref().map_or(0, Vec::len),
+            expressions: w
+                .match_conditions
+                .iter()
+                .flatten()
+                .map(|m| m.expression.as_str())
+                .collect(),
+        })
+        .collect()
+}
+
+fn hook_resources<'a>(h: &'a Hook<'_>) -> BTreeSet<&'a str> {
+    h.rules
+        .iter()
+        .flat_map(|r| r.resources.iter().flatten().map(String::as_str))
+        .collect()
+}
+
+/// Every `In` list on kubernetes.io/metadata.name in a namespace selector (terms are ANDed).
+fn ns_in(sel: &LabelSelector) -> Vec<Vec<&str>> {
+    sel.match_expressions
+        .iter()
+        .flatten()
+        .filter(|e| e.key == "kubernetes.io/metadata.name" && e.operator == "In")
+        .map(|e| e.values.iter().flatten().map(String::as_str).collect())
+        .collect()
+}
+
+/// Whether a namespace can pass the selector's `In` terms.
+fn ns_admitted(sel: &LabelSelector, ns: &str) -> bool {
+    ns_in(sel).iter().all(|v| v.contains(&ns))
+}
+
+/// The validating failure policy each webhook must have, as documented in values.yaml.
+fn expected_validating_policy(r: &Render, hook: &str) -> &'static str {
+    let family = hook.split('.').next().unwrap_or_default();
+    if r.name == "validating-ignore" || r.name == "rollout" {
+        return "Ignore";
+    }
+    // Fail-open families: a blocked Machine deletion stalls control-plane rollouts; a blocked
+    // CCM Pod can deadlock a cluster restart (nodes wait for the CCM to be initialised).
+    if family == "control-plane-guard" || family == "ccm-workloads" {
+        return "Ignore";
+    }
+    let wide = matches!(
+        family,
+        "cloud-config-configmaps" | "cloud-config-secrets" | "ccm-workloads"
+    );
+    if wide && !r.has_match_conditions() {
+        return "Ignore"; // webhooks.legacy.failurePolicy
+    }
+    "Fail"
+}
+
+fn check_hook(r: &Render, h: &Hook<'_>, service: &Service, ca_bundle: Option<&str>) {
+    let what = format!("{}: {} webhook {}", r.name, h.config, h.name);
+    assert!(h.name.ends_with(".stackgate.dev"), "{what}: name must end in .stackgate.dev");
+    assert_eq!(h.side_effects, "None", "{what}: sideEffects");
+    assert_eq!(h.versions, ["v1".to_owned()], "{what}: admissionReviewVersions must be [v1]");
+    assert_eq!(h.match_policy, Some("Equivalent"), "{what}: matchPolicy");
+    let timeout = h.timeout.unwrap_or_else(|| panic!("{what}: timeoutSeconds must be explicit"));
+    assert!(
+        (1..=MAX_TIMEOUT_SECONDS).contains(&timeout),
+        "{what}: timeoutSeconds {timeout} (max {MAX_TIMEOUT_SECONDS})"
+    );
+    let default_timeout = if h.config == "mutating" { 2 } else { 3 };
+    assert_eq!(timeout, default_timeout, "{what}: default timeoutSeconds");
+
+    // The apiserver calls the chart's Service, on the path of its kind, never a URL.
+    assert!(h.client.url.is_none(), "{what}: clientConfig.url");
+    let svc = h.client.service.as_ref().unwrap_or_else(|| panic!("{what}: no service"));
+    assert_eq!(svc.namespace, r.namespace, "{what}: service namespace");
+    assert_eq!(Some(&svc.name), service.metadata.name.as_ref(), "{what}: service name");
+    let path = if h.config == "mutating" { "/mutate" } else { "/validate" };
+    assert_eq!(svc.path.as_deref(), Some(path), "{what}: path");
+    let webhook_port = service
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.as_ref())
+        .and_then(|p| p.iter().find(|p| p.name.as_deref() == Some("webhook")))
+        .map(|p| p.port)
+        .unwrap_or_else(|| panic!("{}: Service has no port named webhook", r.name));
+    assert_eq!(svc.port, Some(webhook_port), "{what}: service port");
+    assert_eq!(
+        h.client.ca_bundle.as_ref().map(|b| base64::engine::general_purpose::STANDARD.encode(&b.0)),
+        ca_bundle.map(str::to_owned),
+        "{what}: caBundle"
+    );
+
+    // Never the release namespace; exempted namespaces never.
+    let sel = h
+        .namespace_selector
+        .unwrap_or_else(|| panic!("{what}: no namespaceSelector"));
+    assert!(sel.match_labels.is_none(), "{what}: matchLabels in namespaceSelector");
+    let excluded = sel.match_expressions.iter().flatten().any(|e| {
+        e.key == "kubernetes.io/metadata.name"
+            && e.operator == "NotIn"
+            && e.values.iter().flatten().any(|v| *v == r.namespace)
+    });
+    assert!(excluded, "{what}: the release namespace {} is not excluded", r.namespace);
+    for ins in ns_in(sel) {
+        assert!(!ins.contains(&r.namespace.as_str()), "{what}: selects its own namespace");
+    }
+    if r.name == "rollout" {
+        assert!(
+            ns_in(sel).contains(&vec!["stackgate-test"]),
+            "{what}: the rollout stage must send only its test namespace"
+        );
+    }
+    let exempt = sel.match_expressions.iter().flatten().any(|e| {
+        e.key == "stackgate.dev/ignore"
+            && e.operator == "NotIn"
+            && e.values.as_deref() == Some(&["true".to_owned()])
+    });
+    assert!(exempt, "{what}: namespaces labelled stackgate.dev/ignore=true are not exempt");
+
+    // Narrow rules: no wildcards, no subresources, the operations of the family.
+    for rule in h.rules {
+        let lists = [&rule.api_groups, &rule.api_versions, &rule.resources];
+        for v in lists.into_iter().flatten().flatten() {
+            assert!(!v.contains('*'), "{what}: wildcard {v:?} in rules");
+            assert!(!v.contains('/'), "{what}: subresource {v:?} in rules");
+        }
+        assert_eq!(rule.scope.as_deref(), Some("Namespaced"), "{what}: scope");
+        let ops: BTreeSet<&str> = rule.operations.iter().flatten().map(String::as_str).collect();
+        let want: BTreeSet<&str> = if h.name.starts_with("control-plane-guard.") {
+            ["DELETE"].into()
+        } else {
+            ["CREATE", "UPDATE"].into()
+        };
+        assert_eq!(ops, want, "{what}: operations");
+    }
+
+    // matchConditions exactly where the cluster supports them.
+    if !r.has_match_conditions() {
+        assert_eq!(h.match_conditions, 0, "{what}: matchConditions on Kubernetes < 1.28");
+    }
+    let family = h.name.split('.').next().unwrap_or_default();
+    if r.has_match_conditions()
+        && matches!(
+            family,
+            "cloud-config-configmaps" | "cloud-config-secrets" | "gitops" | "ccm-workloads"
+        )
+    {
+        assert!(h.match_conditions > 0, "{what}: no matchConditions on Kubernetes >= 1.28");
+    }
+
+    // Sensitive and high-volume resources only ever reach stackgate narrowed down.
+    let resources = hook_resources(h);
+    let label_selected = h.object_selector.is_some_and(|s| {
+        s.match_expressions
+            .iter()
+            .flatten()
+            .any(|e| e.operator == "Exists")
+    });
+    let namespace_limited = !ns_in(sel).is_empty();
+    if resources.contains("secrets") || resources.contains("configmaps") {
+        assert!(
+            h.match_conditions > 0 || label_selected || namespace_limited,
+            "{what}: sees every ConfigMap/Secret write in the cluster"
+        );
+    }
+    if resources.contains("pods") {
+        assert_eq!(h.config, "validating", "{what}: Pods are never mutated");
+        assert!(
+            h.match_conditions > 0 || namespace_limited,
+            "{what}: sees every Pod write in the cluster"
+        );
+    }
+
+    // Failure policies as documented.
+    let fp = h.failure_policy.unwrap_or_else(|| panic!("{what}: failurePolicy must be explicit"));
+    let want = if h.config == "mutating" {
+        "Ignore"
+    } else {
+        expected_validating_policy(r, h.name)
+    };
+    assert_eq!(fp, want, "{what}: failurePolicy");
+}
+
+// ------------------------------------------------------------------------------ TLS
+
+fn pem_certs(pem: &[u8]) -> Vec<rustls_pki_types::CertificateDer<'static>> {
+    use rustls_pki_types::pem::PemObject as _;
+    let certs: Vec<_> = rustls_pki_types::CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<_, _>>()
+        .expect("PEM certificates");
+    assert!(!certs.is_empty(), "no certificate in PEM");
+    certs
+}
+
+/// Verifies a serving chain against CA certificates the way a TLS client (the apiserver) does.
+fn verify_serving_cert(ca_pem: &[u8], chain_pem: &[u8], names: &[&str]) {
+    use rustls::client::danger::ServerCertVerifier as _;
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in pem_certs(ca_pem) {
+        roots.add(ca).expect("CA certificate is a usable trust anchor");
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+        .build()
+        .expect("verifier");
+    let chain = pem_certs(chain_pem);
+    let now = rustls_pki_types::UnixTime::now();
+    for name in names {
+        let server_name = rustls_pki_types::ServerName::try_from(*name)
+            .expect("server name")
+            .to_owned();
+        verifier
+            .verify_server_cert(&chain[0], &chain[1..], &server_name, &[], now)
+            .unwrap_or_else(|e| panic!("serving certificate does not verify for {name}: {e}"));
+    }
+}
+
+fn secret_bytes<'a>(s: &'a Secret, key: &str) -> &'a [u8] {
+    s.data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .map(|b| b.0.as_slice())
+        .unwrap_or_else(|| panic!("Secret {:?} has no {key}", s.metadata.name))
+}
+
+// ------------------------------------------------------------------------------ the tests
+
+/// Every rendered document parses into its Kubernetes type without losing a field, and every
+/// namespaced object lands in the release namespace.
+#[test]
+fn every_document_parses_into_kubernetes_types() {
+    for r in load_renders() {
+        assert!(!r.docs.is_empty(), "{}: empty render", r.name);
+        for doc in &r.docs {
+            let kind = doc["kind"].as_str().unwrap_or_else(|| panic!("{}: document without kind", r.name));
+            let api = doc["apiVersion"].as_str().unwrap_or_default();
+            match kind {
+                "Deployment" => roundtrip::<Deployment>(&r.name, doc),
+                "Service" => roundtrip::<Service>(&r.name, doc),
+                "ServiceAccount" => roundtrip::<ServiceAccount>(&r.name, doc),
+                "ConfigMap" => roundtrip::<ConfigMap>(&r.name, doc),
+                "Secret" => roundtrip::<Secret>(&r.name, doc),
+                "PodDisruptionBudget" => roundtrip::<PodDisruptionBudget>(&r.name, doc),
+                "ClusterRole" => roundtrip::<ClusterRole>(&r.name, doc),
+                "ClusterRoleBinding" => roundtrip::<ClusterRoleBinding>(&r.name, doc),
+                "Role" => roundtrip::<Role>(&r.name, doc),
+                "RoleBinding" => roundtrip::<RoleBinding>(&r.name, doc),
+                "NetworkPolicy" => roundtrip::<NetworkPolicy>(&r.name, doc),
+                "MutatingWebhookConfiguration" => {
+                    roundtrip::<MutatingWebhookConfiguration>(&r.name, doc)
+                }
+                "ValidatingWebhookConfiguration" => {
+                    roundtrip::<ValidatingWebhookConfiguration>(&r.name, doc)
+                }
+                "Issuer" | "Certificate" => assert_eq!(api, "cert-manager.io/v1", "{}: {kind}", r.name),
+                "ServiceMonitor" => assert_eq!(api, "monitoring.coreos.com/v1", "{}", r.name),
+                other => panic!("{}: unexpected kind {other} (add it to this test)", r.name),
+            }
+            let meta = meta_of(doc);
+            let cluster_scoped = matches!(
+                kind,
+                "ClusterRole"
+                    | "ClusterRoleBinding"
+                    | "MutatingWebhookConfiguration"
+                    | "ValidatingWebhookConfiguration"
+            );
+            if cluster_scoped {
+                assert!(meta.namespace.is_none(), "{}: {kind} is cluster-scoped", r.name);
+            } else if kind != "Role" && kind != "RoleBinding" {
+                assert_eq!(
+                    meta.namespace.as_deref(),
+                    Some(r.namespace.as_str()),
+                    "{}: {kind} {:?} outside the release namespace",
+                    r.name,
+                    meta.name
+                );
+            }
+            let labels = meta.labels.unwrap_or_default();
+            assert_eq!(
+                labels.get("app.kubernetes.io/instance"),
+                Some(&r.release),
+                "{}: {kind} {:?} lacks the instance label",
+                r.name,
+                meta.name
+            );
+        }
+    }
+}
+
+/// The webhook configurations: scope, timeouts, failure policies, TLS trust.
+#[test]
+fn webhooks_are_narrow_short_and_fail_as_documented() {
+    for r in load_renders() {
+        let service: Service = r.one("Service");
+        let fullname = service.metadata.name.clone().expect("service name");
+        let cert_manager = !r.of_kind("Certificate").is_empty();
+        let ca_bundle: Option<String> = if cert_manager {
+            None
+        } else if let Some(ca) = r.secret(&format!("{fullname}-ca")) {
+            // generated: the -ca Secret's certificate(s), current first
+            let mut pem = secret_bytes(&ca, "tls.crt").to_vec();
+            if let Some(prev) = ca.data.as_ref().and_then(|d| d.get("previous.crt")) {
+                pem.extend_from_slice(&prev.0);
+            }
+            let bundle = r
+                .typed::<ValidatingWebhookConfiguration>("ValidatingWebhookConfiguration")
+                .first()
+                .and_then(|c| c.webhooks.as_ref()?.first()?.client_config.ca_bundle.clone())
+                .expect("caBundle");
+            assert_eq!(
+                pem_certs(&bundle.0),
+                pem_certs(&pem),
+                "{}: caBundle is not the generated CA",
+                r.name
+            );
+            Some(base64::engine::general_purpose::STANDARD.encode(&bundle.0))
+        } else {
+            // existingSecret: whatever the values gave
+            let cfg = r.one::<ValidatingWebhookConfiguration>("ValidatingWebhookConfiguration");
+            let b = cfg.webhooks.as_ref().and_then(|w| w.first()?.client_config.ca_bundle.clone());
+            let b = b.unwrap_or_else(|| panic!("{}: no caBundle and no cert-manager", r.name));
+            Some(base64::engine::general_purpose::STANDARD.encode(&b.0))
+        };
+
+        let mut names = BTreeSet::new();
+        let mutating = r.maybe_one::<MutatingWebhookConfiguration>("MutatingWebhookConfiguration");
+        let validating =
+            r.maybe_one::<ValidatingWebhookConfiguration>("ValidatingWebhookConfiguration");
+        let validating = validating.unwrap_or_else(|| panic!("{}: no validating webhooks", r.name));
+        let mut hooks = validating_hooks(&validating);
+        if let Some(m) = &mutating {
+            let mh = mutating_hooks(m);
+            for w in m.webhooks.iter().flatten() {
+                assert_eq!(
+                    w.reinvocation_policy.as_deref(),
+                    Some("IfNeeded"),
+                    "{}: {} reinvocationPolicy",
+                    r.name,
+                    w.name
+                );
+            }
+            hooks.extend(mh);
+        } else {
+            assert_eq!(r.name, "minimal", "{}: the mutating webhooks are missing", r.name);
+        }
+        for h in &hooks {
+            assert!(names.insert((h.config, h.name)), "{}: duplicate webhook {}", r.name, h.name);
+            check_hook(&r, h, &service, ca_bundle.as_deref());
+        }
+
+        for (kind, cfg_meta) in [
+            ("ValidatingWebhookConfiguration", &validating.metadata),
+        ]
+        .into_iter()
+        .chain(mutating.as_ref().map(|m| ("MutatingWebhookConfiguration", &m.metadata)))
+        {
+            let inject = cfg_meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("cert-manager.io/inject-ca-from"));
+            if cert_manager {
+                let want = format!("{}/{fullname}-tls", r.namespace);
+                assert_eq!(inject, Some(&want), "{}: {kind} inject-ca-from", r.name);
+                let cert = r
+                    .of_kind("Certificate")
+                    .into_iter()
+                    .find(|c| c["metadata"]["name"] == format!("{fullname}-tls").as_str())
+                    .unwrap_or_else(|| panic!("{}: no Certificate {fullname}-tls", r.name));
+                let dns: Vec<&str> = cert["spec"]["dnsNames"]
+                    .as_array()
+                    .expect("dnsNames")
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .collect();
+                assert!(
+                    dns.contains(&format!("{fullname}.{}.svc", r.namespace).as_str()),
+                    "{}: Certificate lacks {fullname}.{}.svc",
+                    r.name,
+                    r.namespace
+                );
+                assert_eq!(cert["spec"]["secretName"], format!("{fullname}-tls").as_str());
+            } else {
+                assert!(inject.is_none(), "{}: {kind} has inject-ca-from without cert-manager", r.name);
+            }
+        }
+
+        // Which families are on in each option set.
+        let names: BTreeSet<&str> = names.iter().map(|(_, n)| *n).collect();
+        let has = |n: &str| names.contains(n);
+        match r.name.as_str() {
+            "minimal" => {
+                assert_eq!(
+                    names,
+                    BTreeSet::from([
+                        "cloud-config-configmaps.validate.stackgate.dev",
+                        "cloud-config-secrets.validate.stackgate.dev",
+                        "cloud-config-labelled.validate.stackgate.dev",
+                    ]),
+                    "minimal"
+                );
+            }
+            "guard" | "guard-cluster-wide" => {
+                assert!(has("control-plane-guard.validate.stackgate.dev"), "{}", r.name)
+            }
+            _ => {
+                assert!(!has("control-plane-guard.validate.stackgate.dev"), "{}: guard is off by default", r.name);
+                for family in ["cloud-config-secrets", "cloud-config-labelled", "gitops", "release-annotations"] {
+                    assert!(has(&format!("{family}.mutate.stackgate.dev")), "{}: {family} mutate", r.name);
+                    assert!(has(&format!("{family}.validate.stackgate.dev")), "{}: {family} validate", r.name);
+                }
+                assert!(!has("ccm-workloads.mutate.stackgate.dev"), "{}: CCM workloads are never mutated", r.name);
+                let ccm = has("ccm-workloads.validate.stackgate.dev");
+                let want_ccm = r.has_match_conditions() || r.name == "legacy-ccm";
+                assert_eq!(ccm, want_ccm, "{}: ccm-workloads webhook", r.name);
+            }
+        }
+    }
+}
+
+/// Every named cloud-config site of the mounted policy set reaches stackgate: validated always,
+/// mutated unless the site says `mutate: false`. The sites are read from the rendered policy
+/// ConfigMap (or, with the embedded set, from the chart's copy of `policies/`).
+#[test]
+fn every_cloud_config_site_is_matched() {
+    for r in load_renders() {
+        let files: BTreeMap<String, String> = match r.maybe_one::<ConfigMap>("ConfigMap") {
+            Some(cm) => cm.data.unwrap_or_default().into_iter().collect(),
+            None => dir_files(&repo().join("charts/stackgate/files/policies"), "yaml")
+                .into_iter()
+                .map(|(k, v)| (k, String::from_utf8(v).expect("utf-8")))
+                .collect(),
+        };
+        let sites_doc = files
+            .values()
+            .filter_map(|t| serde_saphyr::from_str::<Value>(t).ok())
+            .find(|d| d["kind"] == "CloudConfigSites")
+            .unwrap_or_else(|| panic!("{}: no CloudConfigSites document in the policy set", r.name));
+        let sites = sites_doc["sites"].as_array().expect("sites");
+        assert!(!sites.is_empty(), "{}: no sites", r.name);
+
+        let validating = r.one::<ValidatingWebhookConfiguration>("ValidatingWebhookConfiguration");
+        let mutating = r.maybe_one::<MutatingWebhookConfiguration>("MutatingWebhookConfiguration");
+        let mut configs = vec![("validate", validating_hooks(&validating))];
+        if let Some(m) = &mutating {
+            configs.push(("mutate", mutating_hooks(m)));
+        }
+        for site in sites {
+            let kind = site["kind"].as_str().expect("site kind");
+            let ns = site["namespace"].as_str().expect("site namespace");
+            let name = site["name"].as_str().expect("site name");
+            let mutable = site["mutate"] != false;
+            let hook_name = format!("cloud-config-{}s", kind.to_lowercase());
+            for (verb, hooks) in &configs {
+                let hook = hooks
+                    .iter()
+                    .find(|h| h.name == format!("{hook_name}.{verb}.stackgate.dev"));
+                let cond = format!("(request.namespace == '{ns}' && request.name == '{name}')");
+                let covered = hook.is_some_and(|h| {
+                    let in_ns = h.namespace_selector.is_some_and(|sel| ns_admitted(sel, ns));
+                    let by_name = if r.has_match_conditions() {
+                        h.expressions.iter().any(|e| e.contains(&cond))
+                    } else {
+                        true
+                    };
+                    in_ns && by_name
+                });
+                // The rollout stage sends only its test namespace.
+                let want = (*verb == "validate" || mutable) && r.name != "rollout";
+                assert_eq!(
+                    covered, want,
+                    "{}: site {kind} {ns}/{name} {} by the {verb} webhooks",
+                    r.name,
+                    if want { "is not matched" } else { "must not be matched" }
+                );
+            }
+        }
+    }
+}
+
+/// The Deployment: HA, probes on the admin port, a locked-down container, TLS mounted so that
+/// rotation works, and no API token unless a feature needs one.
+#[test]
+fn deployment_is_ha_locked_down_and_probed_on_the_admin_port() {
+    for r in load_renders() {
+        let d: Deployment = r.one("Deployment");
+        let n = &r.name;
+        let spec = d.spec.as_ref().expect("spec");
+        let replicas = spec.replicas.unwrap_or(1);
+        if n == "minimal" {
+            assert_eq!(replicas, 1, "{n}");
+        } else {
+            assert!(replicas >= 2, "{n}: replicas {replicas}");
+        }
+        let strategy = spec.strategy.as_ref().and_then(|s| s.rolling_update.as_ref()).expect("rollingUpdate");
+        assert_eq!(strategy.max_unavailable, Some(IntOrString::Int(0)), "{n}: maxUnavailable");
+
+        let template_labels = spec.template.metadata.as_ref().and_then(|m| m.labels.clone()).unwrap_or_default();
+        assert!(selector_matches(&spec.selector, &template_labels), "{n}: selector");
+        let pod = spec.template.spec.as_ref().expect("pod spec");
+
+        // non-root, seccomp
+        let psc = pod.security_context.as_ref().expect("pod securityContext");
+        assert_eq!(psc.run_as_non_root, Some(true), "{n}: runAsNonRoot");
+        assert_eq!(psc.run_as_user, Some(UID), "{n}: runAsUser");
+        assert_eq!(psc.run_as_group, Some(UID), "{n}: runAsGroup");
+        assert_eq!(
+            psc.seccomp_profile.as_ref().map(|s| s.type_.as_str()),
+            Some("RuntimeDefault"),
+            "{n}: pod seccomp"
+        );
+        assert_eq!(pod.containers.len(), 1, "{n}: one container");
+        assert!(pod.init_containers.is_none(), "{n}: init containers");
+        let c = &pod.containers[0];
+        let sc = c.security_context.as_ref().expect("container securityContext");
+        assert_eq!(sc.allow_privilege_escalation, Some(false), "{n}: allowPrivilegeEscalation");
+        assert_eq!(sc.read_only_root_filesystem, Some(true), "{n}: readOnlyRootFilesystem");
+        assert_eq!(sc.run_as_non_root, Some(true), "{n}: container runAsNonRoot");
+        assert_ne!(sc.privileged, Some(true), "{n}: privileged");
+        assert_ne!(sc.run_as_user, Some(0), "{n}: runAsUser 0");
+        let caps = sc.capabilities.as_ref().expect("capabilities");
+        assert_eq!(caps.drop.as_deref(), Some(&["ALL".to_owned()][..]), "{n}: drop ALL");
+        assert!(caps.add.is_none(), "{n}: added capabilities");
+        assert_eq!(
+            sc.seccomp_profile.as_ref().map(|s| s.type_.as_str()),
+            Some("RuntimeDefault"),
+            "{n}: container seccomp"
+        );
+
+        // resources
+        let res = c.resources.as_ref().expect("resources");
+        for (what, list) in [("requests", &res.requests), ("limits", &res.limits)] {
+            let list = list.as_ref().unwrap_or_else(|| panic!("{n}: no {what}"));
+            assert!(list.contains_key("cpu") && list.contains_key("memory"), "{n}: {what} cpu+memory");
+        }
+
+        // ports: the webhook (HTTPS) and the admin port (probes, metrics) are distinct
+        assert_eq!(c.args.as_deref(), Some(&["serve".to_owned()][..]), "{n}: args");
+        let ports = c.ports.as_ref().expect("ports");
+        let port = |name: &str| {
+            ports
+                .iter()
+                .find(|p| p.name.as_deref() == Some(name))
+                .map(|p| p.container_port)
+                .unwrap_or_else(|| panic!("{n}: no container port {name}"))
+        };
+        let (webhook_port, admin_port) = (port("webhook"), port("admin"));
+        assert_ne!(webhook_port, admin_port, "{n}");
+        let env = |k: &str| env_value(c, k).unwrap_or_else(|| panic!("{n}: env {k} missing"));
+        assert_eq!(port_of_addr(&env("STACKGATE_LISTEN")), webhook_port, "{n}: STACKGATE_LISTEN");
+        assert_eq!(port_of_addr(&env("STACKGATE_ADMIN_LISTEN")), admin_port, "{n}: STACKGATE_ADMIN_LISTEN");
+
+        // probes: HTTP on the admin port
+        let probes = [
+            ("startup", &c.startup_probe, "/healthz"),
+            ("liveness", &c.liveness_probe, "/healthz"),
+            ("readiness", &c.readiness_probe, "/readyz"),
+        ];
+        for (what, probe, path) in probes {
+            let get = probe
+                .as_ref()
+                .and_then(|p| p.http_get.as_ref())
+                .unwrap_or_else(|| panic!("{n}: no {what} httpGet probe"));
+            let on_admin = match &get.port {
+                IntOrString::Int(p) => *p == admin_port,
+                IntOrString::String(s) => s == "admin",
+            };
+            assert!(on_admin, "{n}: {what} probe is not on the admin port");
+            assert_eq!(get.path.as_deref(), Some(path), "{n}: {what} path");
+            assert!(get.scheme.as_deref().unwrap_or("HTTP") == "HTTP", "{n}: {what} scheme");
+        }
+
+        // request timeout below every webhook timeout; grace period above the drain time
+        let request = seconds(&env("STACKGATE_REQUEST_TIMEOUT"));
+        assert!(request < 2.0, "{n}: STACKGATE_REQUEST_TIMEOUT {request}s >= the 2 s webhook timeout");
+        let grace = seconds(&env("STACKGATE_SHUTDOWN_GRACE"));
+        let tgps = pod.termination_grace_period_seconds.expect("terminationGracePeriodSeconds");
+        assert!(tgps as f64 > grace, "{n}: terminationGracePeriodSeconds {tgps} <= shutdown grace {grace}");
+
+        // TLS and policies are directory mounts (no subPath): rotation needs the symlink swap
+        let volumes = pod.volumes.as_ref().expect("volumes");
+        let mounts = c.volume_mounts.as_ref().expect("volumeMounts");
+        for m in mounts {
+            assert!(m.sub_path.is_none() && m.sub_path_expr.is_none(), "{n}: subPath on {}", m.name);
+        }
+        let mount = |name: &str| mounts.iter().find(|m| m.name == name).map(|m| m.mount_path.clone());
+        let tls_dir = mount("tls").unwrap_or_else(|| panic!("{n}: tls not mounted"));
+        assert!(env("STACKGATE_TLS_CERT").starts_with(&format!("{tls_dir}/")), "{n}: cert path");
+        assert!(env("STACKGATE_TLS_KEY").starts_with(&format!("{tls_dir}/")), "{n}: key path");
+        let tls_vol = volumes.iter().find(|v| v.name == "tls").and_then(|v| v.secret.as_ref()).expect("tls secret volume");
+        assert_eq!(tls_vol.default_mode, Some(0o440), "{n}: key file mode");
+        let tls_secret = tls_vol.secret_name.clone().expect("secretName");
+        match r.name.as_str() {
+            "existing-secret" => assert_eq!(tls_secret, "stackgate-serving", "{n}"),
+            _ => assert!(tls_secret.ends_with("-tls"), "{n}: {tls_secret}"),
+        }
+        for v in volumes {
+            if let Some(s) = &v.secret {
+                assert!(!s.secret_name.as_deref().unwrap_or_default().ends_with("-ca"), "{n}: CA key mounted");
+            }
+        }
+        assert!(mount("tmp").is_some(), "{n}: /tmp emptyDir");
+
+        let policies_dir = env_value(c, "STACKGATE_POLICIES");
+        let cm = r.maybe_one::<ConfigMap>("ConfigMap");
+        if n == "policies-embedded" {
+            assert!(policies_dir.is_none() && cm.is_none() && mount("policies").is_none(), "{n}");
+        } else {
+            let dir = policies_dir.unwrap_or_else(|| panic!("{n}: STACKGATE_POLICIES"));
+            assert_eq!(mount("policies"), Some(dir), "{n}: policies mount");
+            let vol = volumes.iter().find(|v| v.name == "policies").and_then(|v| v.config_map.as_ref()).expect("policies volume");
+            assert_eq!(vol.name, cm.expect("policy ConfigMap").metadata.name.expect("name"), "{n}");
+        }
+
+        // Kubernetes API access only where a feature needs it
+        let needs_api = matches!(n.as_str(), "live-release" | "guard" | "guard-cluster-wide");
+        assert_eq!(pod.automount_service_account_token, Some(needs_api), "{n}: automountServiceAccountToken");
+        assert_eq!(env("STACKGATE_KUBE"), if needs_api { "auto" } else { "off" }, "{n}: STACKGATE_KUBE");
+
+        // schedulable before the OpenStack CCM has initialised the nodes
+        let tolerates = pod.tolerations.iter().flatten().any(|t| {
+            t.key.as_deref() == Some("node.cloudprovider.kubernetes.io/uninitialized")
+                && t.operator.as_deref() == Some("Exists")
+        });
+        assert!(tolerates, "{n}: does not tolerate node.cloudprovider.kubernetes.io/uninitialized");
+
+        // spread over nodes and zones
+        let spread = pod.topology_spread_constraints.as_ref().unwrap_or_else(|| panic!("{n}: no topology spread"));
+        let keys: BTreeSet<&str> = spread.iter().map(|t| t.topology_key.as_str()).collect();
+        assert_eq!(keys, BTreeSet::from(["kubernetes.io/hostname", "topology.kubernetes.io/zone"]), "{n}");
+        for t in spread {
+            assert!(selector_matches(t.label_selector.as_ref().expect("labelSelector"), &template_labels), "{n}: spread selector");
+        }
+
+        // Service, PDB
+        let svc: Service = r.one("Service");
+        let svc_spec = svc.spec.as_ref().expect("service spec");
+        let svc_selector = svc_spec.selector.clone().unwrap_or_default();
+        assert!(!svc_selector.is_empty() && svc_selector.iter().all(|(k, v)| template_labels.get(k) == Some(v)), "{n}: Service selector");
+        let targets: BTreeSet<String> = svc_spec
+            .ports
+            .iter()
+            .flatten()
+            .map(|p| match &p.target_port {
+                Some(IntOrString::String(s)) => s.clone(),
+                other => panic!("{n}: Service targetPort {other:?} is not a named port"),
+            })
+            .collect();
+        assert_eq!(targets, BTreeSet::from(["admin".to_owned(), "webhook".to_owned()]), "{n}");
+        match r.maybe_one::<PodDisruptionBudget>("PodDisruptionBudget") {
+            Some(pdb) => {
+                let ps = pdb.spec.expect("pdb spec");
+                assert_eq!(ps.min_available, Some(IntOrString::Int(1)), "{n}: minAvailable");
+                assert!(selector_matches(ps.selector.as_ref().expect("pdb selector"), &template_labels), "{n}: PDB selector");
+            }
+            None => assert_eq!(replicas, 1, "{n}: {replicas} replicas without a PodDisruptionBudget"),
+        }
+    }
+}
+
+/// RBAC: nothing by default; get/list/watch on openstackversions for live release data;
+/// get on clusters, openstackclusters and (namespaced unless asked) secrets for the guard.
+#[test]
+fn rbac_is_least_privilege() {
+    let renders = load_renders();
+    let rules_of = |r: &Render| -> Vec<(String, String, BTreeSet<String>)> {
+        let mut out = Vec::new();
+        let mut push = |rules: Option<Vec<PolicyRule>>| {
+            for rule in rules.into_iter().flatten() {
+                assert!(rule.non_resource_urls.is_none() && rule.resource_names.is_none(), "{}", r.name);
+                let verbs: BTreeSet<String> = rule.verbs.iter().cloned().collect();
+                for g in rule.api_groups.iter().flatten() {
+                    for res in rule.resources.iter().flatten() {
+                        out.push((g.clone(), res.clone(), verbs.clone()));
+                    }
+                }
+            }
+        };
+        for cr in r.typed::<ClusterRole>("ClusterRole") {
+            assert!(cr.aggregation_rule.is_none(), "{}", r.name);
+            push(cr.rules);
+        }
+        for role in r.typed::<Role>("Role") {
+            push(role.rules);
+        }
+        out
+    };
+    let set = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<BTreeSet<String>>();
+
+    for r in &renders {
+        let rules = rules_of(r);
+        for (g, res, verbs) in &rules {
+            assert!(!g.contains('*') && !res.contains('*'), "{}: wildcard in RBAC", r.name);
+            assert!(verbs.is_subset(&set(&["get", "list", "watch"])), "{}: {res} verbs {verbs:?}", r.name);
+            if res == "secrets" {
+                assert_eq!(verbs, &set(&["get"]), "{}: secrets are get only", r.name);
+            }
+        }
+        for b in r.typed::<ClusterRoleBinding>("ClusterRoleBinding") {
+            for s in b.subjects.iter().flatten() {
+                assert_eq!((s.kind.as_str(), s.namespace.as_deref()), ("ServiceAccount", Some(r.namespace.as_str())), "{}", r.name);
+            }
+        }
+        for b in r.typed::<RoleBinding>("RoleBinding") {
+            assert_eq!(b.role_ref.kind, "Role", "{}", r.name);
+            for s in b.subjects.iter().flatten() {
+                assert_eq!((s.kind.as_str(), s.namespace.as_deref()), ("ServiceAccount", Some(r.namespace.as_str())), "{}", r.name);
+            }
+        }
+        let got: BTreeSet<(String, String)> = rules.iter().map(|(g, res, _)| (g.clone(), res.clone())).collect();
+        let pair = |g: &str, res: &str| (g.to_owned(), res.to_owned());
+        let want: BTreeSet<(String, String)> = match r.name.as_str() {
+            "live-release" => [pair("core.openstack.org", "openstackversions")].into(),
+            "guard" | "guard-cluster-wide" => [
+                pair("cluster.x-k8s.io", "clusters"),
+                pair("infrastructure.cluster.x-k8s.io", "openstackclusters"),
+                pair("", "secrets"),
+            ]
+            .into(),
+            _ => BTreeSet::new(),
+        };
+        assert_eq!(got, want, "{}: RBAC resources", r.name);
+        if r.name == "live-release" {
+            assert_eq!(rules[0].2, set(&["get", "list", "watch"]), "live-release verbs");
+        }
+        if r.name == "guard" {
+            // Secrets only in the listed namespaces, through Roles.
+            let cluster_secrets = r.typed::<ClusterRole>("ClusterRole").into_iter().flat_map(|c| c.rules.unwrap_or_default()).any(|rule| rule.resources.iter().flatten().any(|x| x == "secrets"));
+            assert!(!cluster_secrets, "guard: cluster-wide secrets access");
+            let role_ns: BTreeSet<String> = r.typed::<Role>("Role").into_iter().filter_map(|x| x.metadata.namespace).collect();
+            assert_eq!(role_ns, set(&["capi-prod", "capi-staging"]), "guard: Role namespaces");
+        }
+    }
+}
+
+/// Chart-generated TLS: the serving certificate verifies against the CA in caBundle for the
+/// Service's DNS names, exactly as the apiserver checks it.
+#[test]
+fn generated_certificates_verify_for_the_service_name() {
+    let renders = load_renders();
+    let mut checked = 0;
+    for r in &renders {
+        let service: Service = r.one("Service");
+        let fullname = service.metadata.name.clone().expect("name");
+        let (Some(ca), Some(tls)) = (r.secret(&format!("{fullname}-ca")), r.secret(&format!("{fullname}-tls"))) else {
+            continue;
+        };
+        assert_eq!(tls.type_.as_deref(), Some("kubernetes.io/tls"), "{}", r.name);
+        assert_eq!(secret_bytes(&tls, "ca.crt"), secret_bytes(&ca, "tls.crt"), "{}: ca.crt", r.name);
+        let names = [
+            format!("{fullname}.{}.svc", r.namespace),
+            format!("{fullname}.{}.svc.cluster.local", r.namespace),
+        ];
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        verify_serving_cert(secret_bytes(&ca, "tls.crt"), secret_bytes(&tls, "tls.crt"), &names);
+        assert!(!secret_bytes(&tls, "tls.key").is_empty(), "{}", r.name);
+        for s in [&ca, &tls] {
+            let ann = s.metadata.annotations.clone().unwrap_or_default();
+            let not_after: i64 = ann.get("stackgate.dev/not-after-unix").and_then(|v| v.parse().ok()).expect("not-after-unix");
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs() as i64;
+            assert!(not_after > now + 300 * 86400, "{}: certificate ends too soon", r.name);
+        }
+        checked += 1;
+    }
+    assert!(checked >= 5, "only {checked} renders with generated certificates");
+}
+
+/// certs/gen-dev-certs.sh output (made by .ci/chart.sh) verifies for the in-cluster name and
+/// for 127.0.0.1.
+#[test]
+fn dev_certificates_verify() {
+    let dir = require_renders().join("dev-certs");
+    let read = |f: &str| fs::read(dir.join(f)).unwrap_or_else(|e| panic!("{}/{f}: {e} (run .ci/chart.sh)", dir.display()));
+    verify_serving_cert(
+        &read("ca.crt"),
+        &read("tls.crt"),
+        &["stackgate.stackgate.svc", "stackgate.stackgate.svc.cluster.local", "127.0.0.1", "localhost"],
+    );
+    let bundle = String::from_utf8(read("caBundle.b64")).expect("utf-8");
+    let decoded = base64::engine::general_purpose::STANDARD.decode(bundle.trim()).expect("base64");
+    assert_eq!(decoded, read("ca.crt"), "caBundle.b64 is base64 of ca.crt");
+}
+
+/// The policy ConfigMap carries the chart's copy of policies/ byte for byte (plus overrides),
+/// and that copy equals the repository's policies/.
+#[test]
+fn policy_configmap_equals_policies_dir() {
+    let repo_policies = dir_files(&repo().join("policies"), "yaml");
+    let chart_policies = dir_files(&repo().join("charts/stackgate/files/policies"), "yaml");
+    assert!(!repo_policies.is_empty(), "policies/ has no *.yaml");
+    let names = |m: &BTreeMap<String, Vec<u8>>| m.keys().cloned().collect::<Vec<_>>();
+    assert_eq!(
+        names(&chart_policies),
+        names(&repo_policies),
+        "charts/stackgate/files/policies/ and policies/ hold different files: \
+         run `cp policies/*.yaml charts/stackgate/files/policies/` (and remove stale copies)"
+    );
+    for (name, bytes) in &repo_policies {
+        assert!(
+            chart_policies[name] == *bytes,
+            "charts/stackgate/files/policies/{name} differs from policies/{name}: \
+             run `cp policies/*.yaml charts/stackgate/files/policies/`"
+        );
+    }
+
+    for r in load_renders() {
+        let Some(cm) = r.maybe_one::<ConfigMap>("ConfigMap") else {
+            assert_eq!(r.name, "policies-embedded", "{}: no policy ConfigMap", r.name);
+            continue;
+        };
+        let data = cm.data.unwrap_or_default();
+        let mut want: BTreeMap<String, String> = chart_policies
+            .iter()
+            .map(|(k, v)| (k.clone(), String::from_utf8(v.clone()).expect("utf-8")))
+            .collect();
+        if r.name == "policies-overrides" {
+            want.remove("serial-lb-api-calls.yaml");
+            let sites = data.get("cloud-config-sites.yaml").expect("overridden sites file");
+            assert!(sites.contains("namespace: cloud-team"), "override not applied");
+            want.insert("cloud-config-sites.yaml".to_owned(), sites.clone());
+        }
+        assert_eq!(data.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>(), "{}: policy files", r.name);
+        for (k, v) in &want {
+            assert!(data[k] == *v, "{}: {k} in the ConfigMap is not byte-identical to the chart's file", r.name);
+        }
+    }
+}
+
+/// Optional integrations, when on, point at things that exist.
+#[test]
+fn service_monitor_and_network_policy_use_the_named_ports() {
+    let renders = load_renders();
+    let r = render(&renders, "monitoring");
+    let sm = r.of_kind("ServiceMonitor");
+    assert_eq!(sm.len(), 1, "monitoring: ServiceMonitor");
+    let ep = &sm[0]["spec"]["endpoints"][0];
+    assert_eq!(ep["port"], "admin");
+    assert_eq!(ep["path"], "/metrics");
+    let np: NetworkPolicy = r.one("NetworkPolicy");
+    let ports: BTreeSet<String> = np
+        .spec
+        .and_then(|s| s.ingress)
+        .into_iter()
+        .flatten()
+        .flat_map(|i| i.ports.into_iter().flatten())
+        .filter_map(|p| match p.port {
+            Some(IntOrString::String(s)) => Some(s),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ports, BTreeSet::from(["admin".to_owned(), "webhook".to_owned()]));
+    for r in &renders {
+        if r.name != "monitoring" {
+            assert!(r.of_kind("ServiceMonitor").is_empty() && r.of_kind("NetworkPolicy").is_empty(), "{}: off by default", r.name);
+        }
+    }
+}
+
+/// The renders are of the chart as it is now (.ci/chart.sh keeps a copy of what it rendered).
+#[test]
+fn renders_are_current() {
+    let snapshot = require_renders().join("chart-snapshot");
+    let chart = repo().join("charts/stackgate");
+    fn walk(base: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
+        for e in fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let p = e.expect("entry").path();
+            if p.is_dir() {
+                walk(base, &p, out);
+            } else {
+                out.insert(p.strip_prefix(base).expect("prefix").to_path_buf(), fs::read(&p).expect("read"));
+            }
+        }
+    }
+    let (mut a, mut b) = (BTreeMap::new(), BTreeMap::new());
+    walk(&snapshot, &snapshot, &mut a);
+    walk(&chart, &chart, &mut b);
+    assert!(a == b, "target/chart-render is stale: the chart changed since it was rendered; run .ci/chart.sh");
+}

@@ -1,0 +1,282 @@
+//! Table-driven cases for every cloud-config rule family through the engine, plus the CCM
+//! concurrency rule on captured workloads, plus the no-secret-leak check with logs captured
+//! at trace level.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use base64::Engine as _;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionReview};
+use serde_json::{Value, json};
+use stackgate::admission::{Webhook, handle};
+use stackgate::engine::{Engine, Verdict};
+use stackgate::metrics::Metrics;
+use stackgate::policy::PolicySet;
+
+fn engine() -> Engine {
+    Engine::new(PolicySet::embedded().expect("embedded policies load"))
+}
+
+fn configmap_review(text: &str) -> Value {
+    json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "u", "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+            "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+            "name": "cloud-provider-config", "namespace": "openshift-config", "operation": "CREATE",
+            "userInfo": {"username": "t"}, "dryRun": false,
+            "object": {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "cloud-provider-config", "namespace": "openshift-config"},
+                "data": {"config": text}}
+        }
+    })
+}
+
+fn secret_review(text: &str) -> Value {
+    json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "u", "kind": {"group": "", "version": "v1", "kind": "Secret"},
+            "resource": {"group": "", "version": "v1", "resource": "secrets"},
+            "name": "cloud-config", "namespace": "kube-system", "operation": "CREATE",
+            "userInfo": {"username": "t"}, "dryRun": false,
+            "object": {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                "metadata": {"name": "cloud-config", "namespace": "kube-system"},
+                "data": {"cloud.conf": base64::engine::general_purpose::STANDARD.encode(text)}}
+        }
+    })
+}
+
+fn evaluate(review: &Value) -> Verdict {
+    let review: AdmissionReview<DynamicObject> = serde_json::from_value(review.clone()).unwrap();
+    let request: AdmissionRequest<DynamicObject> = review.try_into().unwrap();
+    engine().evaluate(&request)
+}
+
+const OK_LB: &str = "[LoadBalancer]\nprovider-requires-serial-api-calls = true\n";
+
+/// (name, INI text, expected policy of the single denial or None, needles in its message)
+type Case = (&'static str, String, Option<&'static str>, &'static [&'static str]);
+
+fn deny_cases() -> Vec<Case> {
+    vec![
+        // cloud-config-integrity: crash at start
+        ("syntax: underscore in key", format!("[Global]\nauth_url = x\n{OK_LB}"), Some("cloud-config-integrity"), &["line 2", "fail to start"]),
+        ("syntax: unterminated quote", format!("{OK_LB}subnet-id = \"abc\n"), Some("cloud-config-integrity"), &["line 3", "fail to start"]),
+        ("syntax: key before section", format!("region = r\n{OK_LB}"), Some("cloud-config-integrity"), &["line 1"]),
+        ("bool: invalid literal", format!("{OK_LB}create-monitor = maybe\n"), Some("cloud-config-integrity"), &["line 3", "create-monitor", "fail to start"]),
+        ("bool: empty value", format!("{OK_LB}internal-lb =\n"), Some("cloud-config-integrity"), &["line 3", "internal-lb"]),
+        ("duration: no unit", format!("{OK_LB}monitor-delay = 5\n"), Some("cloud-config-integrity"), &["line 3", "monitor-delay", "fail to start"]),
+        ("duration: metadata timeout no unit", format!("{OK_LB}[Metadata]\nrequest-timeout = 30\n"), Some("cloud-config-integrity"), &["line 4", "request-timeout"]),
+        ("int: not a number", format!("{OK_LB}max-shared-lb = two\n"), Some("cloud-config-integrity"), &["line 3", "max-shared-lb"]),
+        ("uint: negative", format!("{OK_LB}monitor-max-retries = -1\n"), Some("cloud-config-integrity"), &["line 3", "monitor-max-retries"]),
+        ("class subsection: int key checked", format!("{OK_LB}[LoadBalancerClass \"x\"]\nsubnet-id = s\n[LoadBalancer]\nmonitor-max-retries-down = 1.5\n"), Some("cloud-config-integrity"), &["line 6"]),
+        // serial-lb-api-calls
+        ("serial: false", "[LoadBalancer]\nprovider-requires-serial-api-calls = false\n".into(), Some("serial-lb-api-calls"), &["line 2", "set it to true", "stackgate.dev/exempt.serial-lb-api-calls"]),
+        ("serial: 0 in lowercase section", "[loadbalancer]\nprovider-requires-serial-api-calls=0\n".into(), Some("serial-lb-api-calls"), &["line 2"]),
+        // known-bad-lb-settings
+        ("use-octavia false", format!("{OK_LB}use-octavia = false\n"), Some("known-bad-lb-settings"), &["line 3", "Neutron LBaaS", "delete the line"]),
+        ("ovn without lb-method", format!("{OK_LB}lb-provider = ovn\n"), Some("known-bad-lb-settings"), &["line 3", "SOURCE_IP_PORT"]),
+        ("ovn with ROUND_ROBIN", format!("{OK_LB}lb-provider = ovn\nlb-method = ROUND_ROBIN\n"), Some("known-bad-lb-settings"), &["line 4", "SOURCE_IP_PORT"]),
+        // credential-placement
+        ("password in configmap", format!("[Global]\npassword = hunter2-secret\n{OK_LB}"), Some("credential-placement"), &["line 2", "[Global] password", "Secret"]),
+        ("app credential secret in configmap", format!("[Global]\napplication-credential-secret = hunter2-secret\n{OK_LB}"), Some("credential-placement"), &["line 2", "application-credential-secret"]),
+        ("token in configmap", format!("[Global]\ntoken = hunter2-secret\n{OK_LB}"), Some("credential-placement"), &["line 2", "token"]),
+        ("trustee password in configmap", format!("[Global]\ntrustee-password = hunter2-secret\n{OK_LB}"), Some("credential-placement"), &["line 2", "trustee-password"]),
+        // clean
+        ("clean", format!("[Global]\nregion = r\n{OK_LB}lb-provider = ovn\nlb-method = SOURCE_IP_PORT\nmonitor-delay = 5s\n"), None, &[]),
+        ("clean: bool spellings", format!("{OK_LB}create-monitor = YES\ninternal-lb\n"), None, &[]),
+    ]
+}
+
+#[test]
+fn each_rule_denies_exactly_what_it_should() {
+    for (name, text, policy, needles) in deny_cases() {
+        let verdict = evaluate(&configmap_review(&text));
+        match policy {
+            Some(policy) => {
+                assert_eq!(verdict.denials.len(), 1, "{name}: {:#?}", verdict.denials);
+                let d = &verdict.denials[0];
+                assert_eq!(d.policy, policy, "{name}");
+                for needle in needles {
+                    assert!(d.message.contains(needle), "{name}: {needle:?} not in {}", d.message);
+                }
+                assert!(d.message.contains("source:"), "{name}");
+                assert!(!d.message.contains("hunter2"), "{name}");
+            }
+            None => assert!(verdict.denials.is_empty(), "{name}: {:#?}", verdict.denials),
+        }
+    }
+}
+
+/// (name, INI text, needles of the single warning)
+fn warn_cases() -> Vec<(&'static str, String, &'static [&'static str])> {
+    vec![
+        ("typo key", format!("{OK_LB}provider-requires-serial-api-call = true\n"), &["line 3", "silently ignored", "provider-requires-serial-api-calls"]),
+        ("unknown section", format!("{OK_LB}[BlockStorage]\nbs-version = v3\n"), &["line 3", "[BlockStorage]"]),
+        ("removed key", format!("{OK_LB}use-octavia = true\n"), &["line 3", "use-octavia"]),
+        ("subsection on struct section", format!("{OK_LB}[Global \"x\"]\nregion = r\n"), &["line 3"]),
+        ("value cut at #", format!("{OK_LB}subnet-id = abc#def\n"), &["line 3", "wrap the value in double quotes"]),
+        ("credential cut at ;", format!("[Global]\nusername = u\n{OK_LB}"), &[]),
+    ]
+}
+
+#[test]
+fn silent_ignores_are_warnings_with_suggestions() {
+    for (name, text, needles) in warn_cases() {
+        let verdict = evaluate(&configmap_review(&text));
+        assert!(verdict.denials.is_empty(), "{name}: {:#?}", verdict.denials);
+        if needles.is_empty() {
+            assert!(verdict.warnings.is_empty(), "{name}: {:#?}", verdict.warnings);
+            continue;
+        }
+        assert_eq!(verdict.warnings.len(), 1, "{name}: {:#?}", verdict.warnings);
+        for needle in needles {
+            assert!(
+                verdict.warnings[0].message.contains(needle),
+                "{name}: {needle:?} not in {}",
+                verdict.warnings[0].message
+            );
+        }
+    }
+}
+
+#[test]
+fn truncated_credential_in_a_secret_is_warned_without_the_value() {
+    let text = format!("[Global]\npassword = abc#hunter2-tail\n{OK_LB}");
+    let verdict = evaluate(&secret_review(&text));
+    assert!(verdict.denials.is_empty(), "{:#?}", verdict.denials);
+    assert_eq!(verdict.warnings.len(), 1);
+    let m = &verdict.warnings[0].message;
+    assert!(m.contains("line 2") && m.contains("credential"), "{m}");
+    assert!(!m.contains("abc") && !m.contains("hunter2"), "{m}");
+}
+
+fn captured(rel: &str) -> Value {
+    let path = format!("{}/tests/fixtures/captured/{rel}", env!("CARGO_MANIFEST_DIR"));
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+#[test]
+fn ccm_concurrency_on_captured_workloads() {
+    let deployment = captured("deployment/validate-create-openstack-cloud-controller-manager.json");
+    let verdict = evaluate(&deployment);
+    assert_eq!(verdict.denials.len(), 1, "{:#?}", verdict.denials);
+    let d = &verdict.denials[0];
+    assert_eq!(d.policy, "ccm-concurrency");
+    assert_eq!(
+        d.pointer.as_deref(),
+        Some("/spec/template/spec/containers/0/args/5")
+    );
+    assert!(d.message.contains("--concurrent-service-syncs=4"), "{}", d.message);
+    assert!(d.message.contains("409"), "{}", d.message);
+
+    // The upstream DaemonSet does not set the flag.
+    let daemonset = captured("daemonset/validate-create-openstack-cloud-controller-manager.json");
+    assert!(evaluate(&daemonset).denials.is_empty());
+
+    // Setting it to 1, or the space-separated form with 2, through the same path.
+    let mut one = deployment.clone();
+    one["request"]["object"]["spec"]["template"]["spec"]["containers"][0]["args"][5] =
+        json!("--concurrent-service-syncs=1");
+    assert!(evaluate(&one).denials.is_empty());
+    let mut spaced = deployment.clone();
+    spaced["request"]["object"]["spec"]["template"]["spec"]["containers"][0]["args"][5] =
+        json!("--concurrent-service-syncs");
+    spaced["request"]["object"]["spec"]["template"]["spec"]["containers"][0]["args"][6] = json!("2");
+    assert_eq!(evaluate(&spaced).denials.len(), 1);
+
+    // A container that is not the CCM is not checked.
+    let mut other = deployment.clone();
+    let c = &mut other["request"]["object"]["spec"]["template"]["spec"]["containers"][0];
+    c["image"] = json!("example.com/some-controller:v1");
+    c["args"] = json!(["--concurrent-service-syncs=4"]);
+    assert!(evaluate(&other).denials.is_empty());
+}
+
+#[test]
+fn ccm_concurrency_warns_only_when_serial_calls_are_not_enforced() {
+    let mut set = PolicySet::embedded().unwrap();
+    for p in &mut set.policies {
+        if p.name == "serial-lb-api-calls" {
+            p.mode = stackgate::policy::Mode::Warn;
+        }
+    }
+    let review: AdmissionReview<DynamicObject> = serde_json::from_value(captured(
+        "deployment/validate-create-openstack-cloud-controller-manager.json",
+    ))
+    .unwrap();
+    let request: AdmissionRequest<DynamicObject> = review.try_into().unwrap();
+    let verdict = Engine::new(set).evaluate(&request);
+    assert!(verdict.denials.is_empty());
+    assert!(verdict.warnings.iter().any(|w| w.policy == "ccm-concurrency"));
+}
+
+/// A `MakeWriter` that appends every log line to a shared buffer.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+#[test]
+fn credential_values_appear_in_no_message_warning_annotation_metric_or_log() {
+    const CANARY: &str = "Canary-Cr3dential-Value";
+    let logs = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(logs.clone())
+        .with_ansi(false)
+        .finish();
+    let metrics = Metrics::new();
+    let engine = engine();
+    let mut outputs = String::new();
+    tracing::subscriber::with_default(subscriber, || {
+        let mut texts: Vec<String> = Vec::new();
+        for key in ["password", "application-credential-secret", "token", "trustee-password"] {
+            // Plain, cut at an unquoted '#', blank-valued bool style, quoted, and broken syntax.
+            texts.push(format!("[Global]\n{key} = {CANARY}\n{OK_LB}"));
+            texts.push(format!("[Global]\n{key} = x#{CANARY}\n{OK_LB}"));
+            texts.push(format!("[Global]\n{key} = \"{CANARY}\n{OK_LB}"));
+            texts.push(format!("[Global]\n{key} = {CANARY}\n[LoadBalancer]\nprovider-requires-serial-api-calls = {CANARY}\nmonitor-delay = {CANARY}\n"));
+            texts.push(format!("[Global]\n{key}_x = {CANARY}\n{OK_LB}"));
+        }
+        for text in &texts {
+            for review in [configmap_review(text), secret_review(text)] {
+                for webhook in [Webhook::Mutate, Webhook::Validate] {
+                    let body = serde_json::to_vec(&review).unwrap();
+                    let reply = handle(&engine, webhook, &body, &metrics);
+                    let mut out: Value = serde_json::from_slice(&reply.body).unwrap();
+                    // The patch necessarily carries the object's data back to the apiserver;
+                    // everything else a user or operator sees must not.
+                    if let Some(r) = out.get_mut("response").and_then(Value::as_object_mut) {
+                        r.remove("patch");
+                    }
+                    outputs.push_str(&out.to_string());
+                }
+            }
+        }
+    });
+    let logs = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    assert!(logs.contains("review answered"), "logs were captured");
+    let b64 = base64::engine::general_purpose::STANDARD.encode(CANARY);
+    for (what, text) in [("responses", &outputs), ("logs", &logs), ("metrics", &metrics.encode())] {
+        assert!(!text.contains(CANARY), "credential value found in {what}");
+        assert!(!text.contains(&b64), "base64 credential value found in {what}");
+    }
+}
