@@ -28,6 +28,8 @@ pub enum Command {
     Serve(Box<ServeArgs>),
     /// Print the effective policy set as YAML.
     Policies(PolicyArgs),
+    /// Print every rule: what it prevents, its source and an example denial (Markdown).
+    Rules(PolicyArgs),
 }
 
 /// Where policies come from.
@@ -42,10 +44,21 @@ pub struct PolicyArgs {
 #[derive(Debug, Clone, Args)]
 pub struct LogArgs {
     /// Log format.
-    #[arg(long, env = "STACKGATE_LOG_FORMAT", value_enum, default_value = "text", global = true)]
+    #[arg(
+        long,
+        env = "STACKGATE_LOG_FORMAT",
+        value_enum,
+        default_value = "text",
+        global = true
+    )]
     pub log_format: LogFormat,
     /// Log filter directive (tracing EnvFilter syntax), e.g. `info` or `stackgate=debug,warn`.
-    #[arg(long, env = "STACKGATE_LOG_LEVEL", default_value = "info", global = true)]
+    #[arg(
+        long,
+        env = "STACKGATE_LOG_LEVEL",
+        default_value = "info",
+        global = true
+    )]
     pub log_level: String,
 }
 
@@ -60,10 +73,20 @@ pub struct ServeArgs {
     pub admin_listen: SocketAddr,
     /// Serving certificate chain (PEM). Without --tls-cert/--tls-key a CA and a localhost
     /// certificate are generated at start.
-    #[arg(long, env = "STACKGATE_TLS_CERT", requires = "tls_key", value_name = "PEM")]
+    #[arg(
+        long,
+        env = "STACKGATE_TLS_CERT",
+        requires = "tls_key",
+        value_name = "PEM"
+    )]
     pub tls_cert: Option<PathBuf>,
     /// Private key of the serving certificate (PEM: PKCS#8, PKCS#1 or SEC1).
-    #[arg(long, env = "STACKGATE_TLS_KEY", requires = "tls_cert", value_name = "PEM")]
+    #[arg(
+        long,
+        env = "STACKGATE_TLS_KEY",
+        requires = "tls_cert",
+        value_name = "PEM"
+    )]
     pub tls_key: Option<PathBuf>,
     /// Where the generated CA certificate is written when no certificate is given.
     #[arg(long, env = "STACKGATE_GENERATED_CA_OUT", default_value_os_t = default_ca_out())]

@@ -24,6 +24,10 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve(*args),
         Command::Policies(args) => print_policies(&args),
+        Command::Rules(args) => load_policies(&args).map(|set| {
+            print!("{}", stackgate::rules::docs::markdown(&Engine::new(set)));
+            ExitCode::SUCCESS
+        }),
     };
     match result {
         Ok(code) => code,

@@ -96,23 +96,17 @@ impl Metrics {
         );
         // Evaluation is pure CPU work measured in microseconds; the buckets span 5 µs to
         // 50 ms so that both the normal case and a pathological input are visible.
-        let evaluation_seconds = Histogram::new(
-            [
-                0.000_005, 0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001,
-                0.002_5, 0.005, 0.01, 0.05,
-            ],
-        );
+        let evaluation_seconds = Histogram::new([
+            0.000_005, 0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5,
+            0.005, 0.01, 0.05,
+        ]);
         registry.register(
             "evaluation_duration_seconds",
             "Time spent decoding, evaluating and encoding one admission review",
             evaluation_seconds.clone(),
         );
         let mutations = Family::<PolicyLabels, Counter>::default();
-        registry.register(
-            "mutations",
-            "Objects patched, by policy",
-            mutations.clone(),
-        );
+        registry.register("mutations", "Objects patched, by policy", mutations.clone());
         let denials = Family::<PolicyLabels, Counter>::default();
         registry.register("denials", "Requests denied, by policy", denials.clone());
         let warnings = Family::<PolicyLabels, Counter>::default();
@@ -205,7 +199,9 @@ impl Metrics {
 
     /// Counts a transport-level refusal or short cut.
     pub fn http_rejection(&self, reason: &'static str) {
-        self.rejections.get_or_create(&ReasonLabels { reason }).inc();
+        self.rejections
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
     }
 
     /// Counts a certificate reload attempt.

@@ -45,7 +45,11 @@ pub fn init(format: LogFormat, directive: &str) -> Result<(), TelemetryError> {
         .with_writer(std::io::stderr);
     let result = match format {
         LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).with_current_span(true).try_init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .try_init(),
     };
     result.map_err(|_| TelemetryError::AlreadyInstalled)
 }

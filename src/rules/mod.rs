@@ -4,6 +4,7 @@
 
 pub mod concurrency;
 pub mod credentials;
+pub mod docs;
 pub mod integrity;
 pub mod known_bad;
 pub mod serial;
