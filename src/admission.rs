@@ -179,7 +179,10 @@ fn mutate_response(
         tracing::info!(policy = %m.policy, line = m.line, "mutation");
     }
     response.warnings = Some(verdict.mutations.iter().map(short).collect());
-    match response.clone().with_patch(json_patch::Patch(verdict.patch.clone())) {
+    match response
+        .clone()
+        .with_patch(json_patch::Patch(verdict.patch.clone()))
+    {
         Ok(r) => (r, "patched"),
         Err(error) => {
             // Serializing a patch of strings cannot fail in practice; if it does, admit

@@ -11,7 +11,10 @@ use stackgate::policy::PolicySet;
 const SERIAL_LINE: &str = "provider-requires-serial-api-calls";
 
 fn fixture(rel: &str) -> Value {
-    let path = format!("{}/tests/fixtures/captured/{rel}", env!("CARGO_MANIFEST_DIR"));
+    let path = format!(
+        "{}/tests/fixtures/captured/{rel}",
+        env!("CARGO_MANIFEST_DIR")
+    );
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     serde_json::from_str(&text).expect("fixture is JSON")
 }
@@ -34,7 +37,12 @@ fn review(engine: &Engine, webhook: Webhook, review: &Value) -> Value {
     let metrics = Metrics::new();
     let body = serde_json::to_vec(review).unwrap();
     let reply = handle(engine, webhook, &body, &metrics);
-    assert_eq!(reply.status, 200, "{}", String::from_utf8_lossy(&reply.body));
+    assert_eq!(
+        reply.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
     let out: Value = serde_json::from_slice(&reply.body).unwrap();
     assert_eq!(out["apiVersion"], "admission.k8s.io/v1");
     assert_eq!(out["kind"], "AdmissionReview");
@@ -45,7 +53,9 @@ fn review(engine: &Engine, webhook: Webhook, review: &Value) -> Value {
 fn patch_of(response: &Value) -> Option<json_patch::Patch> {
     let b64 = response["patch"].as_str()?;
     assert_eq!(response["patchType"], "JSONPatch");
-    let bytes = base64::engine::general_purpose::STANDARD.decode(b64).unwrap();
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .unwrap();
     Some(serde_json::from_slice(&bytes).unwrap())
 }
 
@@ -65,8 +75,15 @@ fn configmap_text(review: &Value) -> String {
 }
 
 fn secret_text(review: &Value) -> String {
-    let b64 = review["request"]["object"]["data"]["cloud.conf"].as_str().unwrap();
-    String::from_utf8(base64::engine::general_purpose::STANDARD.decode(b64).unwrap()).unwrap()
+    let b64 = review["request"]["object"]["data"]["cloud.conf"]
+        .as_str()
+        .unwrap();
+    String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .unwrap(),
+    )
+    .unwrap()
 }
 
 fn warnings(response: &Value) -> Vec<String> {
@@ -194,7 +211,11 @@ fn server_side_apply_sequence_is_stable() {
         "ssa-noop",
     ] {
         for webhook in [Webhook::Mutate, Webhook::Validate] {
-            let prefix = if webhook == Webhook::Mutate { "mutate" } else { "validate" };
+            let prefix = if webhook == Webhook::Mutate {
+                "mutate"
+            } else {
+                "validate"
+            };
             let req = fixture(&format!(
                 "configmap/{prefix}-update-cloud-provider-config-{step}.json"
             ));
@@ -215,7 +236,11 @@ fn delete_is_admitted() {
         "secret/mutate-delete-cloud-config-stringdata.json",
         "secret/validate-delete-cloud-config-stringdata.json",
     ] {
-        let webhook = if f.contains("/mutate") { Webhook::Mutate } else { Webhook::Validate };
+        let webhook = if f.contains("/mutate") {
+            Webhook::Mutate
+        } else {
+            Webhook::Validate
+        };
         let response = review(&e, webhook, &fixture(f));
         assert_eq!(response["allowed"], true, "{f}");
         assert!(response.get("patch").is_none(), "{f}");
@@ -239,7 +264,10 @@ fn secret_data_is_patched_in_base64_and_reevaluation_is_clean() {
         let patched = apply(&original, &response);
         let before = secret_text(&original);
         let after = secret_text(&patched);
-        let added: Vec<&str> = after.lines().filter(|l| !before.lines().any(|b| b == *l)).collect();
+        let added: Vec<&str> = after
+            .lines()
+            .filter(|l| !before.lines().any(|b| b == *l))
+            .collect();
         assert_eq!(added, vec![format!("{SERIAL_LINE}=true")], "{f}");
         assert_eq!(after.lines().count(), before.lines().count() + 1);
         let again = review(&e, Webhook::Mutate, &patched);
@@ -297,28 +325,51 @@ fn v1beta1_review_gets_a_clear_refusal() {
     let mut req = fixture("configmap/validate-create-cloud-provider-config.json");
     req["apiVersion"] = json!("admission.k8s.io/v1beta1");
     let metrics = Metrics::new();
-    let reply = handle(&e, Webhook::Validate, &serde_json::to_vec(&req).unwrap(), &metrics);
+    let reply = handle(
+        &e,
+        Webhook::Validate,
+        &serde_json::to_vec(&req).unwrap(),
+        &metrics,
+    );
     assert_eq!(reply.status, 200);
     let out: Value = serde_json::from_slice(&reply.body).unwrap();
     assert_eq!(out["apiVersion"], "admission.k8s.io/v1beta1");
     assert_eq!(out["response"]["allowed"], false);
-    assert!(out["response"]["status"]["message"]
-        .as_str()
-        .unwrap()
-        .contains("admissionReviewVersions"));
+    assert!(
+        out["response"]["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("admissionReviewVersions")
+    );
 }
 
 #[test]
 fn bodies_that_are_not_reviews_get_400_with_a_clear_message() {
     let e = engine();
     let metrics = Metrics::new();
-    let good = serde_json::to_vec(&fixture("configmap/validate-create-cloud-provider-config.json")).unwrap();
+    let good = serde_json::to_vec(&fixture(
+        "configmap/validate-create-cloud-provider-config.json",
+    ))
+    .unwrap();
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
-        ("truncated", good[..good.len() / 2].to_vec(), "truncated JSON"),
+        (
+            "truncated",
+            good[..good.len() / 2].to_vec(),
+            "truncated JSON",
+        ),
         ("not json", b"hello".to_vec(), "not valid JSON"),
         ("non-utf8", vec![0xff, 0xfe, 0x00, 0x7b], "not valid JSON"),
-        ("no request", br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#.to_vec(), "without a request"),
-        ("wrong shape", br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":7}}"#.to_vec(), "shape"),
+        (
+            "no request",
+            br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#.to_vec(),
+            "without a request",
+        ),
+        (
+            "wrong shape",
+            br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":7}}"#
+                .to_vec(),
+            "shape",
+        ),
     ];
     for (name, body, needle) in cases {
         let reply = handle(&e, Webhook::Validate, &body, &metrics);
@@ -354,7 +405,10 @@ fn secret_values_never_reach_messages_warnings_or_audit_annotations() {
         // Also a variant where the serial value is false inside a Secret.
         if f.starts_with("secret/") {
             let mut bad = req.clone();
-            let text = secret_text(&req).replace("[LoadBalancer]\n", "[LoadBalancer]\nprovider-requires-serial-api-calls=off\n");
+            let text = secret_text(&req).replace(
+                "[LoadBalancer]\n",
+                "[LoadBalancer]\nprovider-requires-serial-api-calls=off\n",
+            );
             bad["request"]["object"]["data"]["cloud.conf"] =
                 json!(base64::engine::general_purpose::STANDARD.encode(text));
             reviews.push((format!("{f} (serial off)"), bad));
@@ -383,7 +437,10 @@ fn default_policies_deny_the_captured_configmap_for_its_inline_password() {
     );
     assert_eq!(response["allowed"], false);
     let message = response["status"]["message"].as_str().unwrap();
-    assert!(message.contains("[Global] password holds a credential"), "{message}");
+    assert!(
+        message.contains("[Global] password holds a credential"),
+        "{message}"
+    );
     assert!(message.contains("line 8"), "{message}");
     assert!(!message.contains("fake-password"));
     // The Secret with the same text is fine.

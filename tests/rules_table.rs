@@ -57,36 +57,154 @@ fn evaluate(review: &Value) -> Verdict {
 const OK_LB: &str = "[LoadBalancer]\nprovider-requires-serial-api-calls = true\n";
 
 /// (name, INI text, expected policy of the single denial or None, needles in its message)
-type Case = (&'static str, String, Option<&'static str>, &'static [&'static str]);
+type Case = (
+    &'static str,
+    String,
+    Option<&'static str>,
+    &'static [&'static str],
+);
 
 fn deny_cases() -> Vec<Case> {
     vec![
         // cloud-config-integrity: crash at start
-        ("syntax: underscore in key", format!("[Global]\nauth_url = x\n{OK_LB}"), Some("cloud-config-integrity"), &["line 2", "fail to start"]),
-        ("syntax: unterminated quote", format!("{OK_LB}subnet-id = \"abc\n"), Some("cloud-config-integrity"), &["line 3", "fail to start"]),
-        ("syntax: key before section", format!("region = r\n{OK_LB}"), Some("cloud-config-integrity"), &["line 1"]),
-        ("bool: invalid literal", format!("{OK_LB}create-monitor = maybe\n"), Some("cloud-config-integrity"), &["line 3", "create-monitor", "fail to start"]),
-        ("bool: empty value", format!("{OK_LB}internal-lb =\n"), Some("cloud-config-integrity"), &["line 3", "internal-lb"]),
-        ("duration: no unit", format!("{OK_LB}monitor-delay = 5\n"), Some("cloud-config-integrity"), &["line 3", "monitor-delay", "fail to start"]),
-        ("duration: metadata timeout no unit", format!("{OK_LB}[Metadata]\nrequest-timeout = 30\n"), Some("cloud-config-integrity"), &["line 4", "request-timeout"]),
-        ("int: not a number", format!("{OK_LB}max-shared-lb = two\n"), Some("cloud-config-integrity"), &["line 3", "max-shared-lb"]),
-        ("uint: negative", format!("{OK_LB}monitor-max-retries = -1\n"), Some("cloud-config-integrity"), &["line 3", "monitor-max-retries"]),
-        ("class subsection: int key checked", format!("{OK_LB}[LoadBalancerClass \"x\"]\nsubnet-id = s\n[LoadBalancer]\nmonitor-max-retries-down = 1.5\n"), Some("cloud-config-integrity"), &["line 6"]),
+        (
+            "syntax: underscore in key",
+            format!("[Global]\nauth_url = x\n{OK_LB}"),
+            Some("cloud-config-integrity"),
+            &["line 2", "fail to start"],
+        ),
+        (
+            "syntax: unterminated quote",
+            format!("{OK_LB}subnet-id = \"abc\n"),
+            Some("cloud-config-integrity"),
+            &["line 3", "fail to start"],
+        ),
+        (
+            "syntax: key before section",
+            format!("region = r\n{OK_LB}"),
+            Some("cloud-config-integrity"),
+            &["line 1"],
+        ),
+        (
+            "bool: invalid literal",
+            format!("{OK_LB}create-monitor = maybe\n"),
+            Some("cloud-config-integrity"),
+            &["line 3", "create-monitor", "fail to start"],
+        ),
+        (
+            "bool: empty value",
+            format!("{OK_LB}internal-lb =\n"),
+            Some("cloud-config-integrity"),
+            &["line 3", "internal-lb"],
+        ),
+        (
+            "duration: no unit",
+            format!("{OK_LB}monitor-delay = 5\n"),
+            Some("cloud-config-integrity"),
+            &["line 3", "monitor-delay", "fail to start"],
+        ),
+        (
+            "duration: metadata timeout no unit",
+            format!("{OK_LB}[Metadata]\nrequest-timeout = 30\n"),
+            Some("cloud-config-integrity"),
+            &["line 4", "request-timeout"],
+        ),
+        (
+            "int: not a number",
+            format!("{OK_LB}max-shared-lb = two\n"),
+            Some("cloud-config-integrity"),
+            &["line 3", "max-shared-lb"],
+        ),
+        (
+            "uint: negative",
+            format!("{OK_LB}monitor-max-retries = -1\n"),
+            Some("cloud-config-integrity"),
+            &["line 3", "monitor-max-retries"],
+        ),
+        (
+            "class subsection: int key checked",
+            format!(
+                "{OK_LB}[LoadBalancerClass \"x\"]\nsubnet-id = s\n[LoadBalancer]\nmonitor-max-retries-down = 1.5\n"
+            ),
+            Some("cloud-config-integrity"),
+            &["line 6"],
+        ),
         // serial-lb-api-calls
-        ("serial: false", "[LoadBalancer]\nprovider-requires-serial-api-calls = false\n".into(), Some("serial-lb-api-calls"), &["line 2", "set it to true", "stackgate.dev/exempt.serial-lb-api-calls"]),
-        ("serial: 0 in lowercase section", "[loadbalancer]\nprovider-requires-serial-api-calls=0\n".into(), Some("serial-lb-api-calls"), &["line 2"]),
+        (
+            "serial: false",
+            "[LoadBalancer]\nprovider-requires-serial-api-calls = false\n".into(),
+            Some("serial-lb-api-calls"),
+            &[
+                "line 2",
+                "set it to true",
+                "stackgate.dev/exempt.serial-lb-api-calls",
+            ],
+        ),
+        (
+            "serial: 0 in lowercase section",
+            "[loadbalancer]\nprovider-requires-serial-api-calls=0\n".into(),
+            Some("serial-lb-api-calls"),
+            &["line 2"],
+        ),
         // known-bad-lb-settings
-        ("use-octavia false", format!("{OK_LB}use-octavia = false\n"), Some("known-bad-lb-settings"), &["line 3", "Neutron LBaaS", "delete the line"]),
-        ("ovn without lb-method", format!("{OK_LB}lb-provider = ovn\n"), Some("known-bad-lb-settings"), &["line 3", "SOURCE_IP_PORT"]),
-        ("ovn with ROUND_ROBIN", format!("{OK_LB}lb-provider = ovn\nlb-method = ROUND_ROBIN\n"), Some("known-bad-lb-settings"), &["line 4", "SOURCE_IP_PORT"]),
+        (
+            "use-octavia false",
+            format!("{OK_LB}use-octavia = false\n"),
+            Some("known-bad-lb-settings"),
+            &["line 3", "Neutron LBaaS", "delete the line"],
+        ),
+        (
+            "ovn without lb-method",
+            format!("{OK_LB}lb-provider = ovn\n"),
+            Some("known-bad-lb-settings"),
+            &["line 3", "SOURCE_IP_PORT"],
+        ),
+        (
+            "ovn with ROUND_ROBIN",
+            format!("{OK_LB}lb-provider = ovn\nlb-method = ROUND_ROBIN\n"),
+            Some("known-bad-lb-settings"),
+            &["line 4", "SOURCE_IP_PORT"],
+        ),
         // credential-placement
-        ("password in configmap", format!("[Global]\npassword = hunter2-secret\n{OK_LB}"), Some("credential-placement"), &["line 2", "[Global] password", "Secret"]),
-        ("app credential secret in configmap", format!("[Global]\napplication-credential-secret = hunter2-secret\n{OK_LB}"), Some("credential-placement"), &["line 2", "application-credential-secret"]),
-        ("token in configmap", format!("[Global]\ntoken = hunter2-secret\n{OK_LB}"), Some("credential-placement"), &["line 2", "token"]),
-        ("trustee password in configmap", format!("[Global]\ntrustee-password = hunter2-secret\n{OK_LB}"), Some("credential-placement"), &["line 2", "trustee-password"]),
+        (
+            "password in configmap",
+            format!("[Global]\npassword = hunter2-secret\n{OK_LB}"),
+            Some("credential-placement"),
+            &["line 2", "[Global] password", "Secret"],
+        ),
+        (
+            "app credential secret in configmap",
+            format!("[Global]\napplication-credential-secret = hunter2-secret\n{OK_LB}"),
+            Some("credential-placement"),
+            &["line 2", "application-credential-secret"],
+        ),
+        (
+            "token in configmap",
+            format!("[Global]\ntoken = hunter2-secret\n{OK_LB}"),
+            Some("credential-placement"),
+            &["line 2", "token"],
+        ),
+        (
+            "trustee password in configmap",
+            format!("[Global]\ntrustee-password = hunter2-secret\n{OK_LB}"),
+            Some("credential-placement"),
+            &["line 2", "trustee-password"],
+        ),
         // clean
-        ("clean", format!("[Global]\nregion = r\n{OK_LB}lb-provider = ovn\nlb-method = SOURCE_IP_PORT\nmonitor-delay = 5s\n"), None, &[]),
-        ("clean: bool spellings", format!("{OK_LB}create-monitor = YES\ninternal-lb\n"), None, &[]),
+        (
+            "clean",
+            format!(
+                "[Global]\nregion = r\n{OK_LB}lb-provider = ovn\nlb-method = SOURCE_IP_PORT\nmonitor-delay = 5s\n"
+            ),
+            None,
+            &[],
+        ),
+        (
+            "clean: bool spellings",
+            format!("{OK_LB}create-monitor = YES\ninternal-lb\n"),
+            None,
+            &[],
+        ),
     ]
 }
 
@@ -100,7 +218,11 @@ fn each_rule_denies_exactly_what_it_should() {
                 let d = &verdict.denials[0];
                 assert_eq!(d.policy, policy, "{name}");
                 for needle in needles {
-                    assert!(d.message.contains(needle), "{name}: {needle:?} not in {}", d.message);
+                    assert!(
+                        d.message.contains(needle),
+                        "{name}: {needle:?} not in {}",
+                        d.message
+                    );
                 }
                 assert!(d.message.contains("source:"), "{name}");
                 assert!(!d.message.contains("hunter2"), "{name}");
@@ -113,12 +235,40 @@ fn each_rule_denies_exactly_what_it_should() {
 /// (name, INI text, needles of the single warning)
 fn warn_cases() -> Vec<(&'static str, String, &'static [&'static str])> {
     vec![
-        ("typo key", format!("{OK_LB}provider-requires-serial-api-call = true\n"), &["line 3", "silently ignored", "provider-requires-serial-api-calls"]),
-        ("unknown section", format!("{OK_LB}[BlockStorage]\nbs-version = v3\n"), &["line 3", "[BlockStorage]"]),
-        ("removed key", format!("{OK_LB}use-octavia = true\n"), &["line 3", "use-octavia"]),
-        ("subsection on struct section", format!("{OK_LB}[Global \"x\"]\nregion = r\n"), &["line 3"]),
-        ("value cut at #", format!("{OK_LB}subnet-id = abc#def\n"), &["line 3", "wrap the value in double quotes"]),
-        ("credential cut at ;", format!("[Global]\nusername = u\n{OK_LB}"), &[]),
+        (
+            "typo key",
+            format!("{OK_LB}provider-requires-serial-api-call = true\n"),
+            &[
+                "line 3",
+                "silently ignored",
+                "provider-requires-serial-api-calls",
+            ],
+        ),
+        (
+            "unknown section",
+            format!("{OK_LB}[BlockStorage]\nbs-version = v3\n"),
+            &["line 3", "[BlockStorage]"],
+        ),
+        (
+            "removed key",
+            format!("{OK_LB}use-octavia = true\n"),
+            &["line 3", "use-octavia"],
+        ),
+        (
+            "subsection on struct section",
+            format!("{OK_LB}[Global \"x\"]\nregion = r\n"),
+            &["line 3"],
+        ),
+        (
+            "value cut at #",
+            format!("{OK_LB}subnet-id = abc#def\n"),
+            &["line 3", "wrap the value in double quotes"],
+        ),
+        (
+            "credential cut at ;",
+            format!("[Global]\nusername = u\n{OK_LB}"),
+            &[],
+        ),
     ]
 }
 
@@ -128,7 +278,11 @@ fn silent_ignores_are_warnings_with_suggestions() {
         let verdict = evaluate(&configmap_review(&text));
         assert!(verdict.denials.is_empty(), "{name}: {:#?}", verdict.denials);
         if needles.is_empty() {
-            assert!(verdict.warnings.is_empty(), "{name}: {:#?}", verdict.warnings);
+            assert!(
+                verdict.warnings.is_empty(),
+                "{name}: {:#?}",
+                verdict.warnings
+            );
             continue;
         }
         assert_eq!(verdict.warnings.len(), 1, "{name}: {:#?}", verdict.warnings);
@@ -154,7 +308,10 @@ fn truncated_credential_in_a_secret_is_warned_without_the_value() {
 }
 
 fn captured(rel: &str) -> Value {
-    let path = format!("{}/tests/fixtures/captured/{rel}", env!("CARGO_MANIFEST_DIR"));
+    let path = format!(
+        "{}/tests/fixtures/captured/{rel}",
+        env!("CARGO_MANIFEST_DIR")
+    );
     serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
 }
 
@@ -169,7 +326,11 @@ fn ccm_concurrency_on_captured_workloads() {
         d.pointer.as_deref(),
         Some("/spec/template/spec/containers/0/args/5")
     );
-    assert!(d.message.contains("--concurrent-service-syncs=4"), "{}", d.message);
+    assert!(
+        d.message.contains("--concurrent-service-syncs=4"),
+        "{}",
+        d.message
+    );
     assert!(d.message.contains("409"), "{}", d.message);
 
     // The upstream DaemonSet does not set the flag.
@@ -184,7 +345,8 @@ fn ccm_concurrency_on_captured_workloads() {
     let mut spaced = deployment.clone();
     spaced["request"]["object"]["spec"]["template"]["spec"]["containers"][0]["args"][5] =
         json!("--concurrent-service-syncs");
-    spaced["request"]["object"]["spec"]["template"]["spec"]["containers"][0]["args"][6] = json!("2");
+    spaced["request"]["object"]["spec"]["template"]["spec"]["containers"][0]["args"][6] =
+        json!("2");
     assert_eq!(evaluate(&spaced).denials.len(), 1);
 
     // A container that is not the CCM is not checked.
@@ -210,7 +372,12 @@ fn ccm_concurrency_warns_only_when_serial_calls_are_not_enforced() {
     let request: AdmissionRequest<DynamicObject> = review.try_into().unwrap();
     let verdict = Engine::new(set).evaluate(&request);
     assert!(verdict.denials.is_empty());
-    assert!(verdict.warnings.iter().any(|w| w.policy == "ccm-concurrency"));
+    assert!(
+        verdict
+            .warnings
+            .iter()
+            .any(|w| w.policy == "ccm-concurrency")
+    );
 }
 
 /// A `MakeWriter` that appends every log line to a shared buffer.
@@ -248,7 +415,12 @@ fn credential_values_appear_in_no_message_warning_annotation_metric_or_log() {
     let mut outputs = String::new();
     tracing::subscriber::with_default(subscriber, || {
         let mut texts: Vec<String> = Vec::new();
-        for key in ["password", "application-credential-secret", "token", "trustee-password"] {
+        for key in [
+            "password",
+            "application-credential-secret",
+            "token",
+            "trustee-password",
+        ] {
             // Plain, cut at an unquoted '#', blank-valued bool style, quoted, and broken syntax.
             texts.push(format!("[Global]\n{key} = {CANARY}\n{OK_LB}"));
             texts.push(format!("[Global]\n{key} = x#{CANARY}\n{OK_LB}"));
@@ -275,8 +447,15 @@ fn credential_values_appear_in_no_message_warning_annotation_metric_or_log() {
     let logs = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
     assert!(logs.contains("review answered"), "logs were captured");
     let b64 = base64::engine::general_purpose::STANDARD.encode(CANARY);
-    for (what, text) in [("responses", &outputs), ("logs", &logs), ("metrics", &metrics.encode())] {
+    for (what, text) in [
+        ("responses", &outputs),
+        ("logs", &logs),
+        ("metrics", &metrics.encode()),
+    ] {
         assert!(!text.contains(CANARY), "credential value found in {what}");
-        assert!(!text.contains(&b64), "base64 credential value found in {what}");
+        assert!(
+            !text.contains(&b64),
+            "base64 credential value found in {what}"
+        );
     }
 }

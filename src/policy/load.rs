@@ -102,12 +102,7 @@ impl PolicySet {
         let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
             .map_err(read_err)?
             .filter_map(|entry| entry.ok().map(|e| e.path()))
-            .filter(|p| {
-                matches!(
-                    p.extension().and_then(|e| e.to_str()),
-                    Some("yaml" | "yml")
-                )
-            })
+            .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml")))
             .collect();
         paths.sort();
         let mut files = Vec::with_capacity(paths.len());
@@ -132,10 +127,7 @@ impl PolicySet {
             };
             let header: Header = serde_saphyr::from_str(text).map_err(parse_err)?;
             if header.api_version.as_deref() != Some(API_VERSION) {
-                return Err(invalid(
-                    file,
-                    format!("apiVersion must be {API_VERSION}"),
-                ));
+                return Err(invalid(file, format!("apiVersion must be {API_VERSION}")));
             }
             match header.kind.as_deref() {
                 Some("Policy") => {
@@ -279,7 +271,10 @@ mod tests {
         let base = "apiVersion: stackgate.dev/v1alpha1\nkind: Policy\nname: x\ndescription: d\nsource: s\n";
         for (extra, needle) in [
             ("rule: nope\nmode: enforce\n", "unknown variant `nope`"),
-            ("rule: serial-lb-api-calls\nmode: loud\n", "unknown variant `loud`"),
+            (
+                "rule: serial-lb-api-calls\nmode: loud\n",
+                "unknown variant `loud`",
+            ),
         ] {
             let err = PolicySet::from_files(
                 vec![("p.yaml".into(), format!("{base}{extra}"))],

@@ -43,10 +43,10 @@ pub fn flag_uses(args: &[&str]) -> Vec<FlagUse> {
                 Some(v.trim_matches(['"', '\'']))
             } else if *word == FLAG {
                 // The value is the next word, in this argument or the next one.
-                words
-                    .get(w + 1)
-                    .copied()
-                    .or_else(|| args.get(index + 1).and_then(|a| a.split_whitespace().next()))
+                words.get(w + 1).copied().or_else(|| {
+                    args.get(index + 1)
+                        .and_then(|a| a.split_whitespace().next())
+                })
             } else {
                 continue;
             };
@@ -88,8 +88,9 @@ fn pod_spec_pointer(gvk: &GroupVersionKind) -> Option<&'static [&'static str]> {
     match (gvk.group.as_str(), gvk.kind.as_str()) {
         ("", "Pod") => Some(&["spec"]),
         ("", "PodTemplate") => Some(&["template", "spec"]),
-        ("apps", "Deployment" | "DaemonSet" | "StatefulSet" | "ReplicaSet")
-        | ("batch", "Job") => Some(&["spec", "template", "spec"]),
+        ("apps", "Deployment" | "DaemonSet" | "StatefulSet" | "ReplicaSet") | ("batch", "Job") => {
+            Some(&["spec", "template", "spec"])
+        }
         ("batch", "CronJob") => Some(&["spec", "jobTemplate", "spec", "template", "spec"]),
         _ => None,
     }
@@ -168,13 +169,17 @@ pub fn check(
             for (field, list_args) in [("command", &command), ("args", &args)] {
                 for found in flag_uses(list_args) {
                     let mut tokens: Vec<String> = path.iter().map(|t| (*t).to_owned()).collect();
-                    tokens.extend([list.to_owned(), ci.to_string(), field.to_owned(), found.index.to_string()]);
+                    tokens.extend([
+                        list.to_owned(),
+                        ci.to_string(),
+                        field.to_owned(),
+                        found.index.to_string(),
+                    ]);
                     let pointer = PointerBuf::from_tokens(tokens).to_string();
-                    let location = format!(
-                        "{object_name} container {name:?} {field}[{}]",
-                        found.index
-                    );
-                    if let Some(v) = violation(&location, pointer, found.value, severity(policies)) {
+                    let location =
+                        format!("{object_name} container {name:?} {field}[{}]", found.index);
+                    if let Some(v) = violation(&location, pointer, found.value, severity(policies))
+                    {
                         out.violations.push(v);
                     }
                 }
@@ -205,7 +210,11 @@ pub fn violation(
         ),
     };
     Some(ObjectViolation {
-        severity: if value.is_none() { Severity::Deny } else { severity },
+        severity: if value.is_none() {
+            Severity::Deny
+        } else {
+            severity
+        },
         pointer: Some(pointer),
         message,
         fixed_by_edit: false,
@@ -219,13 +228,38 @@ mod tests {
     #[test]
     fn flag_forms() {
         let uses = flag_uses(&["--v=2", "--concurrent-service-syncs=4"]);
-        assert_eq!(uses, vec![FlagUse { index: 1, value: Some(4) }]);
+        assert_eq!(
+            uses,
+            vec![FlagUse {
+                index: 1,
+                value: Some(4)
+            }]
+        );
         let uses = flag_uses(&["--concurrent-service-syncs", "0x10"]);
-        assert_eq!(uses, vec![FlagUse { index: 0, value: Some(16) }]);
-        let uses = flag_uses(&["/bin/occm --cloud-provider=openstack --concurrent-service-syncs 3"]);
-        assert_eq!(uses, vec![FlagUse { index: 0, value: Some(3) }]);
+        assert_eq!(
+            uses,
+            vec![FlagUse {
+                index: 0,
+                value: Some(16)
+            }]
+        );
+        let uses =
+            flag_uses(&["/bin/occm --cloud-provider=openstack --concurrent-service-syncs 3"]);
+        assert_eq!(
+            uses,
+            vec![FlagUse {
+                index: 0,
+                value: Some(3)
+            }]
+        );
         let uses = flag_uses(&["--concurrent-service-syncs=many"]);
-        assert_eq!(uses, vec![FlagUse { index: 0, value: None }]);
+        assert_eq!(
+            uses,
+            vec![FlagUse {
+                index: 0,
+                value: None
+            }]
+        );
         assert!(flag_uses(&["--concurrent-service-syncs-x=4", "--other"]).is_empty());
     }
 

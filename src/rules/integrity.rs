@@ -6,8 +6,8 @@
 //! Unknown sections and keys are "extra data" that `FatalOnly` drops without a word.
 //! An unquoted `;` or `#` starts a comment, so the value is silently cut there (CPO PR #1960).
 
-use super::{ConfigView, RuleOutput, Severity, Violation};
 use super::credentials::CREDENTIAL_KEYS;
+use super::{ConfigView, RuleOutput, Severity, Violation};
 use crate::cloudconf::schema::{self, IgnoredReason};
 
 /// Runs the rule on one cloud config.

@@ -88,9 +88,18 @@ mod tests {
             ("[LoadBalancer]\nuse-octavia = NO\n", Some(2)),
             ("[LoadBalancer]\nuse-octavia = true\n", None),
             ("[LoadBalancer]\nlb-provider = ovn\n", Some(2)),
-            ("[LoadBalancer]\nlb-provider = OVN\nlb-method = ROUND_ROBIN\n", Some(3)),
-            ("[LoadBalancer]\nlb-provider = ovn\nlb-method = SOURCE_IP_PORT\n", None),
-            ("[loadbalancer]\nlb-provider = \"ovn\"\n[LoadBalancer]\nlb-method=SOURCE_IP_PORT\n", None),
+            (
+                "[LoadBalancer]\nlb-provider = OVN\nlb-method = ROUND_ROBIN\n",
+                Some(3),
+            ),
+            (
+                "[LoadBalancer]\nlb-provider = ovn\nlb-method = SOURCE_IP_PORT\n",
+                None,
+            ),
+            (
+                "[loadbalancer]\nlb-provider = \"ovn\"\n[LoadBalancer]\nlb-method=SOURCE_IP_PORT\n",
+                None,
+            ),
             ("[LoadBalancer]\nlb-provider = amphora\n", None),
             ("[LoadBalancer]\nlb-method = SOURCE_IP_PORT\n", None),
         ];
@@ -110,6 +119,10 @@ mod tests {
     #[test]
     fn ovn_message_names_the_fix() {
         let out = run("[LoadBalancer]\nlb-provider = ovn\n");
-        assert!(out.violations[0].message.contains("lb-method = SOURCE_IP_PORT"));
+        assert!(
+            out.violations[0]
+                .message
+                .contains("lb-method = SOURCE_IP_PORT")
+        );
     }
 }

@@ -100,7 +100,10 @@ mod tests {
             assert_eq!(out, RuleOutput::default(), "{v}");
         }
         // A bare key is true in gcfg.
-        assert_eq!(run(&format!("[loadbalancer]\n{KEY}\n")), RuleOutput::default());
+        assert_eq!(
+            run(&format!("[loadbalancer]\n{KEY}\n")),
+            RuleOutput::default()
+        );
     }
 
     #[test]
@@ -116,7 +119,9 @@ mod tests {
 
     #[test]
     fn last_occurrence_wins() {
-        let out = run(&format!("[LoadBalancer]\n{KEY}=true\n[LoadBalancer]\n{KEY}=false\n"));
+        let out = run(&format!(
+            "[LoadBalancer]\n{KEY}=true\n[LoadBalancer]\n{KEY}=false\n"
+        ));
         assert_eq!(out.violations[0].line, Some(4));
         let out = run(&format!("[LoadBalancer]\n{KEY}=false\n{KEY}=true\n"));
         assert!(out.violations.is_empty());
