@@ -1,22 +1,29 @@
-// Differential test: stackgate's reading of CCM cloud configs vs the real gcfg v1.2.3.
-//
-// A deterministic corpus (the real fixtures, hand-written corner cases and a few thousand
-// generated variants) is written to a temporary directory, the oracle (tests/gcfg-oracle, the
-// CCM's parser wrapped as a command) reads all of it in one run, and for every file we assert:
-//
-// * would-start: `Document::parse` + `check` agree with gcfg (`ReadInto` + `FatalOnly`);
-// * a syntax error is reported at gcfg's line and column, with gcfg's message;
-// * when the config starts: the ignored (section, subsection, variable) set is gcfg's "extra
-//   data" set, the effective serial-API-calls flag is gcfg's, and every field gcfg stores
-//   (strings, bools, ints, durations, multi-valued lists, LoadBalancerClass subsections) equals
-//   the value stackgate decodes.
-//
-// Build the oracle and run:
-//   .ci/gcfg-oracle.sh target/gcfg-oracle
-//   STACKGATE_GCFG_ORACLE=$PWD/target/gcfg-oracle cargo test --test gcfg_differential -- --ignored
-// More generated variants / another seed: STACKGATE_GCFG_DIFF_CASES=30000 STACKGATE_GCFG_DIFF_SEED=7
-//
-// The configs are synthetic, so printing them on a mismatch is fine.
+//! Differential test: stackgate's reading of CCM cloud configs vs the real gcfg v1.2.3.
+//!
+//! A deterministic corpus (the real fixtures, hand-written corner cases and a few thousand
+//! generated variants) is written to a temporary directory, the oracle (tests/gcfg-oracle, the
+//! CCM's parser wrapped as a command) reads all of it in one run, and for every file we assert:
+//!
+//! * would-start: `Document::parse` + `check` agree with gcfg (`ReadInto` + `FatalOnly`);
+//! * a syntax error is reported at gcfg's line and column, with gcfg's message;
+//! * when the config starts: the ignored (section, subsection, variable) set is gcfg's "extra
+//!   data" set, the effective serial-API-calls flag is gcfg's, and every field gcfg stores
+//!   (strings, bools, ints, durations, multi-valued lists, LoadBalancerClass subsections) equals
+//!   the value stackgate decodes.
+//!
+//! Build the oracle and run:
+//!
+//! ```text
+//! .ci/gcfg-oracle.sh target/gcfg-oracle
+//! STACKGATE_GCFG_ORACLE=$PWD/target/gcfg-oracle cargo test --test gcfg_differential -- --ignored
+//! ```
+//!
+//! More generated variants / another seed: `STACKGATE_GCFG_DIFF_CASES=30000
+//! STACKGATE_GCFG_DIFF_SEED=7`. Also, every readable config is edited with
+//! `Document::set(LoadBalancer, provider-requires-serial-api-calls, true)` and gcfg must read the
+//! edit back (a config that started still starts, now with serial calls on).
+//!
+//! The configs are synthetic, so printing them on a mismatch is fine.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
