@@ -149,6 +149,9 @@ fn answer(
     }
 
     let verdict = engine.evaluate(&request);
+    metrics
+        .releases()
+        .observe(matches!(webhook, Webhook::Mutate), &verdict);
     let response = AdmissionResponse::from(&request);
     let (response, decision) = match webhook {
         Webhook::Mutate => mutate_response(response, &verdict, metrics),

@@ -115,6 +115,23 @@ pub struct ServeArgs {
     /// Policy source.
     #[command(flatten)]
     pub policy: PolicyArgs,
+    /// Live release data from OpenStackVersion objects: `auto` watches them when cluster
+    /// access is configured (in-cluster or kubeconfig) and holds /readyz until the first
+    /// list; `off` uses only the static release table.
+    #[arg(long, env = "STACKGATE_KUBE", value_enum, default_value = "auto")]
+    pub kube: KubeMode,
+    /// How often the OpenStackVersion watcher relists (confirms the snapshot in quiet clusters).
+    #[arg(long, env = "STACKGATE_RELEASE_RESYNC", default_value = "5m", value_parser = parse_duration)]
+    pub release_resync: Duration,
+}
+
+/// `--kube`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum KubeMode {
+    /// Watch OpenStackVersions when cluster access is configured.
+    Auto,
+    /// No cluster access: static release table only.
+    Off,
 }
 
 fn default_ca_out() -> PathBuf {

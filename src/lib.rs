@@ -17,6 +17,7 @@ pub mod cloudconf;
 pub mod engine;
 pub mod metrics;
 pub mod policy;
+pub mod releases;
 pub mod rules;
 pub mod server;
 pub mod sites;

@@ -6,10 +6,11 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::Parser as _;
 
-use stackgate::cli::{Cli, Command, PolicyArgs, ServeArgs};
+use stackgate::cli::{Cli, Command, KubeMode, PolicyArgs, ServeArgs};
 use stackgate::engine::Engine;
 use stackgate::metrics::Metrics;
 use stackgate::policy::PolicySet;
+use stackgate::releases::{ReleaseMetrics, watcher::WatchConfig};
 use stackgate::server::{self, AppState, ServerConfig, TlsSource};
 
 fn main() -> ExitCode {
@@ -63,18 +64,64 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     );
     let metrics = Metrics::new();
     metrics.set_policies_loaded(policies.policies.len());
+    let release_metrics = metrics.releases().clone();
     let state = Arc::new(AppState::new(Engine::new(policies), metrics));
+    let (kube, release_resync) = (args.kube, args.release_resync);
     let config = server_config(args);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async move {
-        server::run(config, state, shutdown_signal())
-            .await
-            .context("serving")
+        let watcher = start_release_watcher(kube, release_resync, &state, release_metrics).await;
+        let served = server::run(config, state, shutdown_signal()).await;
+        if let Some(watcher) = watcher {
+            watcher.abort();
+        }
+        served.context("serving")
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Starts the OpenStackVersion watcher when `--kube auto` finds cluster access: a readiness
+/// gate holds /readyz until the first list, and every snapshot swaps the engine.
+async fn start_release_watcher(
+    mode: KubeMode,
+    resync: std::time::Duration,
+    state: &Arc<AppState>,
+    metrics: ReleaseMetrics,
+) -> Option<tokio::task::JoinHandle<()>> {
+    if mode == KubeMode::Off {
+        tracing::info!("--kube off: release annotations use the static release table only");
+        return None;
+    }
+    let client = match kube::Client::try_default().await {
+        Ok(client) => client,
+        Err(error) => {
+            tracing::warn!(
+                %error,
+                "no cluster access (in-cluster config or kubeconfig): release annotations use \
+                 the static release table only"
+            );
+            return None;
+        }
+    };
+    let gate = state.add_readiness_gate("release-catalog");
+    let sink = Arc::clone(state);
+    let config = WatchConfig {
+        resync,
+        ..WatchConfig::default()
+    };
+    Some(tokio::spawn(stackgate::releases::watcher::run(
+        client,
+        config,
+        metrics,
+        move |snapshot| {
+            let next = sink.engine.load().with_release_snapshot(snapshot);
+            sink.engine.store(Arc::new(next));
+        },
+        move || gate.set(true),
+    )))
 }
 
 fn server_config(args: ServeArgs) -> ServerConfig {
@@ -92,6 +139,8 @@ fn server_config(args: ServeArgs) -> ServerConfig {
         request_timeout,
         shutdown_grace,
         policy: _,
+        kube: _,
+        release_resync: _,
     } = args;
     let tls = match (tls_cert, tls_key) {
         (Some(cert), Some(key)) => TlsSource::Files { cert, key },

@@ -75,6 +75,7 @@ pub struct Metrics {
     ready: Gauge<i64, AtomicI64>,
     build_info: Family<BuildLabels, Gauge<i64, AtomicI64>>,
     policies_loaded: Gauge<i64, AtomicI64>,
+    releases: crate::releases::ReleaseMetrics,
     _unused: Counter<u64, AtomicU64>,
 }
 
@@ -143,6 +144,8 @@ impl Metrics {
         );
         let build_info = Family::<BuildLabels, Gauge<i64, AtomicI64>>::default();
         registry.register("build_info", "Build information", build_info.clone());
+        let releases = crate::releases::ReleaseMetrics::default();
+        releases.register(&mut registry);
         build_info
             .get_or_create(&BuildLabels {
                 version: env!("CARGO_PKG_VERSION"),
@@ -161,6 +164,7 @@ impl Metrics {
             ready,
             build_info,
             policies_loaded,
+            releases,
             _unused: Counter::default(),
         }
     }
@@ -221,6 +225,12 @@ impl Metrics {
     pub fn set_policies_loaded(&self, n: usize) {
         self.policies_loaded
             .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// The release-catalog metrics (watcher syncs, snapshot age, annotations added,
+    /// contradictions); clone it for the watcher task.
+    pub fn releases(&self) -> &crate::releases::ReleaseMetrics {
+        &self.releases
     }
 
     /// Read access for extensions that register their own metrics at start-up.

@@ -13,6 +13,7 @@ use kube::core::admission::{AdmissionRequest, Operation};
 
 use crate::cloudconf::Document;
 use crate::policy::{Mode, Policy, PolicySet, RuleId};
+use crate::releases::Snapshot;
 use crate::rules::{self, ConfigView, IniEdit, ObjectOutput, RuleOutput, Severity, Unreadable};
 use crate::sites::{self, FoundConfig};
 
@@ -84,6 +85,7 @@ impl Verdict {
 #[derive(Debug, Clone)]
 pub struct Engine {
     policies: Arc<PolicySet>,
+    releases: Arc<Snapshot>,
 }
 
 /// What a policy found, before its mode and exemptions are applied.
@@ -98,9 +100,29 @@ struct Raw<'a> {
 impl Engine {
     /// An engine over a validated policy set.
     pub fn new(policies: PolicySet) -> Self {
+        Self::with_releases(policies, Arc::new(Snapshot::empty()))
+    }
+
+    /// An engine over a policy set and a snapshot of the live `OpenStackVersion`s.
+    pub fn with_releases(policies: PolicySet, releases: Arc<Snapshot>) -> Self {
         Self {
             policies: Arc::new(policies),
+            releases,
         }
+    }
+
+    /// The same policies over a new release snapshot (what the watcher's sink stores).
+    #[must_use]
+    pub fn with_release_snapshot(&self, releases: Arc<Snapshot>) -> Self {
+        Self {
+            policies: Arc::clone(&self.policies),
+            releases,
+        }
+    }
+
+    /// The release snapshot in use.
+    pub fn releases(&self) -> &Snapshot {
+        &self.releases
     }
 
     /// The policy set in use.
@@ -135,7 +157,7 @@ impl Engine {
             {
                 continue;
             }
-            let output = run_object_rule(&self.policies, policy, req, object);
+            let output = run_object_rule(&self.policies, &self.releases, policy, req, object);
             self.record_object(policy, object, output, &mut verdict);
         }
         verdict
@@ -180,7 +202,13 @@ impl Engine {
                     fixed_by_patch: true,
                 });
             }
-            verdict.patch.extend(output.patch);
+            // Two policies of one family may both create a missing parent (e.g. an empty
+            // `metadata.annotations`); applying that twice would drop the first one's keys.
+            for op in output.patch {
+                if !verdict.patch.contains(&op) {
+                    verdict.patch.push(op);
+                }
+            }
         }
     }
 
@@ -334,6 +362,7 @@ fn run_config_rule(rule: RuleId, view: &ConfigView<'_>) -> RuleOutput {
 
 fn run_object_rule(
     policies: &PolicySet,
+    releases: &Snapshot,
     policy: &Policy,
     req: &AdmissionRequest<DynamicObject>,
     object: &DynamicObject,
@@ -342,12 +371,18 @@ fn run_object_rule(
         RuleId::CcmConcurrency => {
             rules::concurrency::check(&req.kind, object, &policy.params, policies)
         }
+        RuleId::ReleaseAnnotations => rules::release_annotations::check(
+            policy,
+            &policies.releases,
+            releases,
+            req,
+            object,
+        ),
         // Cloud-config families run per site in `evaluate_site`.
         RuleId::SerialLbApiCalls
         | RuleId::CloudConfigIntegrity
         | RuleId::KnownBadLbSettings
         | RuleId::CredentialPlacement
-        | RuleId::ReleaseAnnotations
         | RuleId::ControlPlaneLbGuard => ObjectOutput::default(),
     }
 }
@@ -362,7 +397,10 @@ fn exemption_reason(policy: &Policy, object: &DynamicObject) -> Option<String> {
 
 /// Appends the exemption hint and the source to a located message.
 fn compose(policy: &Policy, located: &str) -> String {
-    let mut out = located.to_owned();
+    let mut out = located.trim_end().to_owned();
+    if !out.ends_with('.') {
+        out.push('.');
+    }
     if let Some(key) = policy.exemption_annotation() {
         out.push_str(&format!(
             " To exempt this object, annotate it with {key}=\"<reason>\"."

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::{API_VERSION, Policy, RuleId, SitesDocument};
+use crate::releases::{self, ReleaseCatalog};
 
 /// The default policy set, embedded at build time so the binary runs with no files.
 const EMBEDDED: &[(&str, &str)] = &[
@@ -32,6 +33,14 @@ const EMBEDDED: &[(&str, &str)] = &[
     (
         "ccm-concurrency.yaml",
         include_str!("../../policies/ccm-concurrency.yaml"),
+    ),
+    (
+        "release-catalog.yaml",
+        include_str!("../../policies/release-catalog.yaml"),
+    ),
+    (
+        "release-annotations.yaml",
+        include_str!("../../policies/release-annotations.yaml"),
     ),
 ];
 
@@ -71,6 +80,8 @@ pub struct PolicySet {
     pub policies: Vec<Policy>,
     /// Where cloud configs live.
     pub sites: SitesDocument,
+    /// Release catalog: ServiceDefaults → annotation mappings and the static release table.
+    pub releases: ReleaseCatalog,
     /// `embedded` or the directory the set came from.
     pub origin: String,
 }
@@ -120,6 +131,8 @@ impl PolicySet {
     pub fn from_files(files: Vec<(String, String)>, origin: String) -> Result<Self, PolicyError> {
         let mut policies = Vec::new();
         let mut sites: Option<SitesDocument> = None;
+        let mut catalog: Option<ReleaseCatalog> = None;
+        let mut policy_files: Vec<&str> = Vec::new();
         for (file, text) in &files {
             let parse_err = |e: serde_saphyr::Error| PolicyError::Parse {
                 file: file.clone(),
@@ -134,6 +147,7 @@ impl PolicySet {
                     let policy: Policy = serde_saphyr::from_str(text).map_err(parse_err)?;
                     validate_policy(file, &policy)?;
                     policies.push(policy);
+                    policy_files.push(file);
                 }
                 Some("CloudConfigSites") => {
                     if sites.is_some() {
@@ -144,11 +158,22 @@ impl PolicySet {
                     }
                     sites = Some(serde_saphyr::from_str(text).map_err(parse_err)?);
                 }
+                Some(releases::catalog::KIND) => {
+                    if catalog.is_some() {
+                        return Err(invalid(
+                            file,
+                            "a second ReleaseCatalog document; keep one".to_owned(),
+                        ));
+                    }
+                    let doc: ReleaseCatalog = serde_saphyr::from_str(text).map_err(parse_err)?;
+                    doc.validate().map_err(|e| invalid(file, e.to_string()))?;
+                    catalog = Some(doc);
+                }
                 other => {
                     return Err(invalid(
                         file,
                         format!(
-                            "kind {:?} is not one of Policy, CloudConfigSites",
+                            "kind {:?} is not one of Policy, CloudConfigSites, ReleaseCatalog",
                             other.unwrap_or("")
                         ),
                     ));
@@ -171,9 +196,21 @@ impl PolicySet {
             }
             None => Self::embedded()?.sites,
         };
+        let releases = match catalog {
+            Some(c) => c,
+            None if origin == "embedded" => {
+                return Err(invalid(&origin, "no ReleaseCatalog document".to_owned()));
+            }
+            None => Self::embedded()?.releases,
+        };
+        for (policy, file) in policies.iter().zip(&policy_files) {
+            releases::catalog::validate_policy(&releases, policy)
+                .map_err(|e| invalid(file, e.to_string()))?;
+        }
         Ok(Self {
             policies,
             sites,
+            releases,
             origin,
         })
     }
@@ -195,6 +232,7 @@ impl PolicySet {
             out.push('\n');
         };
         push(serde_json::to_string_pretty(&self.sites));
+        push(serde_json::to_string_pretty(&self.releases));
         for p in &self.policies {
             push(serde_json::to_string_pretty(p));
         }

@@ -162,6 +162,14 @@ pub struct Params {
     /// ccm-concurrency: ... or when its args/command contain one of these arguments.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ccm_args: Vec<String>,
+    /// release-annotations: namespace → release name from the ReleaseCatalog static table,
+    /// used where no live OpenStackVersion is known for the namespace.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub namespace_releases: std::collections::BTreeMap<String, String>,
+    /// release-annotations: deny (in enforce mode) values that contradict the release
+    /// instead of warning (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enforce_contradictions: Option<bool>,
 }
 
 /// Where cloud configs live: a document of kind `CloudConfigSites`.

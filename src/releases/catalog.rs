@@ -247,7 +247,9 @@ impl ReleaseCatalog {
                 message,
             };
             if release.trim().is_empty() || release.trim() != release {
-                return Err(err("release names must be non-empty, without outer spaces".to_owned()));
+                return Err(err(
+                    "release names must be non-empty, without outer spaces".to_owned()
+                ));
             }
             for field in entry.service_defaults.fields() {
                 if !mapped.contains(field) && !unmapped.contains(field) {
@@ -326,7 +328,8 @@ fn check_annotation_key(key: &str) -> Result<(), &'static str> {
         let label_ok = |l: &str| {
             !l.is_empty()
                 && l.len() <= 63
-                && l.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && l.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
                 && !l.starts_with('-')
                 && !l.ends_with('-')
         };
@@ -343,7 +346,9 @@ fn check_annotation_key(key: &str) -> Result<(), &'static str> {
         || !edge_ok(name.chars().next())
         || !edge_ok(name.chars().next_back())
     {
-        return Err("the name must be 1-63 alphanumerics, '-', '_' or '.', alphanumeric at both ends");
+        return Err(
+            "the name must be 1-63 alphanumerics, '-', '_' or '.', alphanumeric at both ends",
+        );
     }
     Ok(())
 }
@@ -356,7 +361,14 @@ mod tests {
     fn value_rule_mirrors_the_operator_string_compare() {
         let r = ValueRule::TrueOnlyWhenTrue;
         assert_eq!(r.apply(Some("true")), "true");
-        for other in [None, Some("false"), Some("True"), Some("1"), Some(""), Some(" true")] {
+        for other in [
+            None,
+            Some("false"),
+            Some("True"),
+            Some("1"),
+            Some(""),
+            Some(" true"),
+        ] {
             assert_eq!(r.apply(other), "false", "{other:?}");
         }
     }
@@ -365,7 +377,15 @@ mod tests {
     fn annotation_keys() {
         assert!(check_annotation_key("glance.openstack.org/wsgi").is_ok());
         assert!(check_annotation_key("location-api").is_ok());
-        for bad in ["", "/x", "Glance.org/x", "a.org/", "a.org/-x", "a/b/c", "a.org/x y"] {
+        for bad in [
+            "",
+            "/x",
+            "Glance.org/x",
+            "a.org/",
+            "a.org/-x",
+            "a/b/c",
+            "a.org/x y",
+        ] {
             assert!(check_annotation_key(bad).is_err(), "{bad}");
         }
     }

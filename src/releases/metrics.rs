@@ -101,7 +101,8 @@ impl ReleaseMetrics {
     /// Marks the snapshot as confirmed now and publishes its size.
     pub fn confirmed(&self, versions: usize) {
         self.age.set_now();
-        self.versions.set(i64::try_from(versions).unwrap_or(i64::MAX));
+        self.versions
+            .set(i64::try_from(versions).unwrap_or(i64::MAX));
     }
 
     /// Seconds since the last confirmation, None before the first.
@@ -221,8 +222,14 @@ mod tests {
         assert!(!text(&registry).contains("stackgate_release_catalog_snapshot_age_seconds "));
         m.confirmed(2);
         let out = text(&registry);
-        assert!(out.contains("stackgate_release_catalog_snapshot_age_seconds "), "{out}");
-        assert!(out.contains("stackgate_release_catalog_openstackversions 2"), "{out}");
+        assert!(
+            out.contains("stackgate_release_catalog_snapshot_age_seconds "),
+            "{out}"
+        );
+        assert!(
+            out.contains("stackgate_release_catalog_openstackversions 2"),
+            "{out}"
+        );
     }
 
     #[test]

@@ -236,7 +236,9 @@ impl Snapshot {
     }
 
     /// A snapshot of the given `(namespace, name, state)` triples.
-    pub fn from_versions(versions: impl IntoIterator<Item = (String, String, VersionState)>) -> Self {
+    pub fn from_versions(
+        versions: impl IntoIterator<Item = (String, String, VersionState)>,
+    ) -> Self {
         let mut s = Self::default();
         for (ns, name, state) in versions {
             s.insert(ns, name, state);
@@ -246,7 +248,10 @@ impl Snapshot {
 
     /// Adds or replaces one object.
     pub fn insert(&mut self, namespace: String, name: String, state: VersionState) {
-        self.versions.entry(namespace).or_default().insert(name, state);
+        self.versions
+            .entry(namespace)
+            .or_default()
+            .insert(name, state);
     }
 
     /// Removes one object; returns whether it was there.
@@ -340,7 +345,9 @@ mod tests {
         for f in ["0", "f", "F", "FALSE", "false", "False"] {
             assert_eq!(go_parse_bool(f), Some(false), "{f}");
         }
-        for bad in ["", "yes", "on", "tRUE", " true", "true ", "2", "no", "off", "ｔrue"] {
+        for bad in [
+            "", "yes", "on", "tRUE", " true", "true ", "2", "no", "off", "ｔrue",
+        ] {
             assert_eq!(go_parse_bool(bad), None, "{bad:?}");
         }
     }

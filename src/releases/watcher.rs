@@ -152,11 +152,8 @@ impl State {
             Event::Apply(obj) => {
                 metrics.sync("event");
                 if let Some((ns, name, version)) = decode(&obj, metrics) {
-                    let changed = self
-                        .current
-                        .namespace(&ns)
-                        .and_then(|m| m.get(&name))
-                        != Some(&version);
+                    let changed =
+                        self.current.namespace(&ns).and_then(|m| m.get(&name)) != Some(&version);
                     if changed {
                         tracing::info!(
                             namespace = %ns,
@@ -217,7 +214,12 @@ impl State {
 
     /// Publishes `next` when it differs from what is served (or nothing was published yet),
     /// marks the snapshot confirmed and opens the readiness gate once.
-    fn replace<S: Fn(Arc<Snapshot>)>(&mut self, next: Snapshot, metrics: &ReleaseMetrics, sink: &S) {
+    fn replace<S: Fn(Arc<Snapshot>)>(
+        &mut self,
+        next: Snapshot,
+        metrics: &ReleaseMetrics,
+        sink: &S,
+    ) {
         if !self.published || next != self.current {
             self.current = next;
             sink(Arc::new(self.current.clone()));

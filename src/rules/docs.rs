@@ -38,7 +38,13 @@ fn example(rule: RuleId) -> Option<Value> {
                 "name": "occm",
                 "image": "registry.k8s.io/provider-os/openstack-cloud-controller-manager:v1.31.0",
                 "args": ["--cloud-provider=openstack", "--concurrent-service-syncs=4"]}]}}}}),
-        RuleId::ReleaseAnnotations | RuleId::ControlPlaneLbGuard => return None,
+        // An unparsable value is denied without any release data.
+        RuleId::ReleaseAnnotations => json!({"apiVersion": "glance.openstack.org/v1beta1",
+            "kind": "Glance",
+            "metadata": {"name": "glance", "namespace": "openstack",
+                "annotations": {"glance.openstack.org/wsgi": "yes"}},
+            "spec": {}}),
+        RuleId::ControlPlaneLbGuard => return None,
     };
     let api_version = object["apiVersion"].as_str().unwrap_or("v1");
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));

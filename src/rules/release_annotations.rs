@@ -97,7 +97,7 @@ pub fn check(
                 "{what}: namespace {namespace} has {count} OpenStackVersions ({}, {}{}); \
                  openstack-operator supports one per namespace, so stackgate cannot tell which \
                  release applies and neither adds nor checks release annotations. Fix: delete \
-                 the extra OpenStackVersion",
+                 the extra OpenStackVersion.",
                 names[0],
                 names[1],
                 if count > 2 { ", …" } else { "" }
@@ -139,12 +139,12 @@ pub fn check(
         match (value, &expected) {
             (Some(v), _) => match go_parse_bool(v) {
                 None => {
-                    let hint = match &expected {
+                    let fix = match &expected {
                         Some(e) => format!(
-                            " (\"{}\": {}), or remove it and stackgate adds that value",
+                            "set it to \"{}\" ({}), or remove it and stackgate adds that value",
                             e.write, e.explanation
                         ),
-                        None => ", or remove it".to_owned(),
+                        None => "set it to \"true\" or \"false\", or remove it".to_owned(),
                     };
                     out.violations.push(ObjectViolation {
                         severity: Severity::Deny,
@@ -153,7 +153,7 @@ pub fn check(
                             "{what}: annotation {key}={} {UNPARSABLE}: the service operator reads \
                              it with Go strconv.ParseBool, which accepts exactly {GO_BOOL_ACCEPTED}; \
                              any other value fails its reconcile and the service is not deployed. \
-                             Fix: set it to \"true\" or \"false\"{hint}. Sources: {}",
+                             Fix: {fix}. Sources: {}.",
                             echo(v),
                             mapping.source.trim()
                         ),
@@ -173,7 +173,7 @@ pub fn check(
                                  ServiceDefaults on every reconcile of the CRs it manages, so the \
                                  two would fight and the service would be redeployed each time. \
                                  Fix: set it to \"{}\" or remove it (stackgate then adds \"{}\").{} \
-                                 Sources: {}",
+                                 Sources: {}.",
                                 echo(v),
                                 e.explanation,
                                 mapping.effect.trim(),
@@ -195,7 +195,8 @@ pub fn check(
                     ));
                     annotations_added = true;
                 }
-                out.patch.push(add(pointer, Value::String(e.write.to_owned())));
+                out.patch
+                    .push(add(pointer, Value::String(e.write.to_owned())));
                 out.mutations.push(MutationNote {
                     pointer: Some(pointer_text.clone()),
                     message: format!(
@@ -211,7 +212,7 @@ pub fn check(
                             "{what}: annotation {key} is missing, which the service operator \
                              reads as \"{}\"; that {CONTRADICTION}: {}. {} Fix: add {key}: \"{}\" \
                              (the stackgate mutating webhook adds it; seeing this from the \
-                             validating webhook means the mutation did not run).{} Sources: {}",
+                             validating webhook means the mutation did not run).{} Sources: {}.",
                             mapping.when_absent,
                             e.explanation,
                             mapping.effect.trim(),
@@ -327,7 +328,13 @@ fn describe(
         .clone()
         .filter(|n| !n.is_empty())
         .or_else(|| (!req.name.is_empty()).then(|| req.name.clone()))
-        .or_else(|| object.metadata.generate_name.as_ref().map(|g| format!("{g}*")))
+        .or_else(|| {
+            object
+                .metadata
+                .generate_name
+                .as_ref()
+                .map(|g| format!("{g}*"))
+        })
         .unwrap_or_else(|| "<unnamed>".to_owned());
     if namespace.is_empty() {
         format!("{kind} {name}")
