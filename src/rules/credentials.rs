@@ -50,15 +50,9 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cloudconf::Document;
 
     fn run(text: &str, configmap: bool) -> RuleOutput {
-        let doc = Document::parse(text).expect("test input parses");
-        check(&ConfigView {
-            doc: Ok(&doc),
-            secret: !configmap,
-            configmap,
-        })
+        crate::rules::run_on_text(check, text, configmap)
     }
 
     #[test]

@@ -128,3 +128,18 @@ pub struct ObjectOutput {
     /// One note per change the patch makes.
     pub mutations: Vec<MutationNote>,
 }
+
+/// Runs a config rule on INI text, for the rule modules' unit tests.
+#[cfg(test)]
+pub(crate) fn run_on_text(
+    check: fn(&ConfigView<'_>) -> RuleOutput,
+    text: &str,
+    configmap: bool,
+) -> RuleOutput {
+    let doc = Document::parse(text).expect("test input parses");
+    check(&ConfigView {
+        doc: Ok(&doc),
+        secret: !configmap,
+        configmap,
+    })
+}

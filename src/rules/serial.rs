@@ -82,15 +82,9 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cloudconf::Document;
 
     fn run(text: &str) -> RuleOutput {
-        let doc = Document::parse(text).expect("test input parses");
-        check(&ConfigView {
-            doc: Ok(&doc),
-            secret: false,
-            configmap: true,
-        })
+        crate::rules::run_on_text(check, text, true)
     }
 
     #[test]
