@@ -15,7 +15,7 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview
 use serde::Deserialize;
 use tracing::{Span, field};
 
-use crate::engine::{Engine, Finding, Verdict};
+use crate::engine::{Engine, Facts, Finding, Verdict};
 use crate::metrics::{Metrics, PolicyOutcome, RequestLabels};
 
 /// The only AdmissionReview version stackgate speaks.
@@ -76,6 +76,18 @@ struct ProbeRequest {
 
 /// Decodes a review, evaluates it, encodes the answer, and records the span and metrics.
 pub fn handle(engine: &Engine, webhook: Webhook, body: &[u8], metrics: &Metrics) -> Reply {
+    handle_with(engine, webhook, body, metrics, &Facts::default()).0
+}
+
+/// [`handle`] with facts an adapter gathered for this review (see [`Engine::evaluate_with`]).
+/// Also returns the verdict, when the review was evaluated, for the adapter's own metrics.
+pub fn handle_with(
+    engine: &Engine,
+    webhook: Webhook,
+    body: &[u8],
+    metrics: &Metrics,
+    facts: &Facts,
+) -> (Reply, Option<Verdict>) {
     let started = Instant::now();
     let span = tracing::info_span!(
         "review",
@@ -89,7 +101,8 @@ pub fn handle(engine: &Engine, webhook: Webhook, body: &[u8], metrics: &Metrics)
         decision = field::Empty,
     );
     let _entered = span.enter();
-    let (reply, kind, operation, decision) = answer(engine, webhook, body, metrics, &span);
+    let (reply, kind, operation, decision, verdict) =
+        answer(engine, webhook, body, metrics, facts, &span);
     span.record("decision", decision);
     tracing::info!(status = reply.status.as_u16(), "review answered");
     metrics.request(
@@ -101,7 +114,7 @@ pub fn handle(engine: &Engine, webhook: Webhook, body: &[u8], metrics: &Metrics)
         },
         started.elapsed().as_secs_f64(),
     );
-    reply
+    (reply, verdict)
 }
 
 fn answer(
@@ -109,11 +122,12 @@ fn answer(
     webhook: Webhook,
     body: &[u8],
     metrics: &Metrics,
+    facts: &Facts,
     span: &Span,
-) -> (Reply, String, &'static str, &'static str) {
+) -> (Reply, String, &'static str, &'static str, Option<Verdict>) {
     let review: AdmissionReview<DynamicObject> = match serde_json::from_slice(body) {
         Ok(r) => r,
-        Err(e) => return (undecodable(body, &e), String::new(), "", "invalid"),
+        Err(e) => return (undecodable(body, &e), String::new(), "", "invalid", None),
     };
     let api_version = review.types.api_version.clone();
     let request: AdmissionRequest<DynamicObject> = match review.try_into() {
@@ -127,6 +141,7 @@ fn answer(
                 String::new(),
                 "",
                 "invalid",
+                None,
             );
         }
     };
@@ -145,10 +160,10 @@ fn answer(
              admissionReviewVersions: [\"v1\"]"
         ));
         response.result.code = 400;
-        return (encode(response), kind, operation, "invalid");
+        return (encode(response), kind, operation, "invalid", None);
     }
 
-    let verdict = engine.evaluate(&request);
+    let verdict = engine.evaluate_with(&request, facts);
     metrics
         .releases()
         .observe(matches!(webhook, Webhook::Mutate), &verdict);
@@ -165,7 +180,7 @@ fn answer(
     for a in &verdict.audits {
         tracing::info!(policy = %a.policy, line = a.line, "audit finding");
     }
-    (encode(response), kind, operation, decision)
+    (encode(response), kind, operation, decision, Some(verdict))
 }
 
 fn mutate_response(

@@ -30,6 +30,8 @@ pub enum Command {
     Policies(PolicyArgs),
     /// Print every rule: what it prevents, its source and an example denial (Markdown).
     Rules(PolicyArgs),
+    /// Check manifests and Helm values offline with the webhook's engine and policies.
+    Check(Box<crate::check::CheckArgs>),
 }
 
 /// Where policies come from.
@@ -123,6 +125,10 @@ pub struct ServeArgs {
     /// How often the OpenStackVersion watcher relists (confirms the snapshot in quiet clusters).
     #[arg(long, env = "STACKGATE_RELEASE_RESYNC", default_value = "5m", value_parser = parse_duration)]
     pub release_resync: Duration,
+    /// Control-plane load-balancer guard (`--lb-guard`, `--openstack-timeout`,
+    /// `--octavia-cache-ttl`).
+    #[command(flatten)]
+    pub guard: crate::guard::GuardArgs,
 }
 
 /// `--kube`.

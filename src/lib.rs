@@ -12,9 +12,11 @@
 //! See `ARCHITECTURE.md` for the code map and the invariants.
 
 pub mod admission;
+pub mod check;
 pub mod cli;
 pub mod cloudconf;
 pub mod engine;
+pub mod guard;
 pub mod metrics;
 pub mod policy;
 pub mod releases;

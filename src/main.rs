@@ -8,6 +8,7 @@ use clap::Parser as _;
 
 use stackgate::cli::{Cli, Command, KubeMode, PolicyArgs, ServeArgs};
 use stackgate::engine::Engine;
+use stackgate::guard::Guard;
 use stackgate::metrics::Metrics;
 use stackgate::policy::PolicySet;
 use stackgate::releases::{ReleaseMetrics, watcher::WatchConfig};
@@ -25,6 +26,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve(*args),
         Command::Policies(args) => print_policies(&args),
+        Command::Check(args) => check(&args),
         Command::Rules(args) => load_policies(&args).map(|set| {
             print!("{}", stackgate::rules::docs::markdown(&Engine::new(set)));
             ExitCode::SUCCESS
@@ -48,6 +50,25 @@ fn load_policies(args: &PolicyArgs) -> anyhow::Result<PolicySet> {
     }
 }
 
+/// `stackgate check`: exit 0 clean, 1 denials (or warnings with --fail-on warning), 2 usage,
+/// policy or parse errors.
+fn check(args: &stackgate::check::CheckArgs) -> anyhow::Result<ExitCode> {
+    let policies = match load_policies(&args.policy) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("stackgate check: {e:#}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let engine = Engine::new(policies);
+    let (mut input, mut output) = (std::io::stdin().lock(), std::io::stdout().lock());
+    let code = stackgate::check::run(args, &engine, &mut input, &mut output).unwrap_or_else(|e| {
+        eprintln!("stackgate check: {e}");
+        2
+    });
+    Ok(ExitCode::from(code))
+}
+
 fn print_policies(args: &PolicyArgs) -> anyhow::Result<ExitCode> {
     let set = load_policies(args)?;
     print!("# effective policy set ({})\n{}", set.origin, set.to_yaml());
@@ -62,17 +83,35 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         sites = policies.sites.sites.len(),
         "policies loaded"
     );
-    let metrics = Metrics::new();
+    let mut metrics = Metrics::new();
     metrics.set_policies_loaded(policies.policies.len());
     let release_metrics = metrics.releases().clone();
-    let state = Arc::new(AppState::new(Engine::new(policies), metrics));
     let (kube, release_resync) = (args.kube, args.release_resync);
+    let guard_config = args.guard.config();
     let config = server_config(args);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async move {
+        let guard = match guard_config {
+            None => None,
+            Some(guard_config) => {
+                // Asked for explicitly: no cluster access is a start-up error, not a silent off.
+                let client = kube::Client::try_default().await.context(
+                    "--lb-guard on needs cluster access (in-cluster service account or kubeconfig)",
+                )?;
+                let guard = Guard::new(client, guard_config);
+                guard.metrics().register(metrics.registry_mut());
+                tracing::info!("control-plane load-balancer guard on");
+                Some(Arc::new(guard))
+            }
+        };
+        let mut state = AppState::new(Engine::new(policies), metrics);
+        if let Some(guard) = guard {
+            state = state.with_guard(guard);
+        }
+        let state = Arc::new(state);
         let watcher = start_release_watcher(kube, release_resync, &state, release_metrics).await;
         let served = server::run(config, state, shutdown_signal()).await;
         if let Some(watcher) = watcher {
@@ -141,6 +180,7 @@ fn server_config(args: ServeArgs) -> ServerConfig {
         policy: _,
         kube: _,
         release_resync: _,
+        guard: _,
     } = args;
     let tls = match (tls_cert, tls_key) {
         (Some(cert), Some(key)) => TlsSource::Files { cert, key },

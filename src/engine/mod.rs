@@ -14,6 +14,7 @@ use kube::core::admission::{AdmissionRequest, Operation};
 use crate::cloudconf::Document;
 use crate::policy::{Mode, Policy, PolicySet, RuleId};
 use crate::releases::Snapshot;
+use crate::rules::lb_guard::GuardFacts;
 use crate::rules::{self, ConfigView, IniEdit, ObjectOutput, RuleOutput, Severity, Unreadable};
 use crate::sites::{self, FoundConfig};
 
@@ -80,6 +81,16 @@ impl Verdict {
     }
 }
 
+/// Facts an IO adapter gathered for one request before evaluation. The engine only reads
+/// them, so evaluation stays pure: the same request and facts give the same verdict.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Facts {
+    /// control-plane-lb-guard: the state of the Machine's API load balancer. `None` when the
+    /// guard did not run (it is off, or the request is not a control-plane Machine DELETE);
+    /// the rule then does nothing.
+    pub lb_guard: Option<GuardFacts>,
+}
+
 /// The policy engine. Cheap to clone and share; rebuilt when policies or the release
 /// catalog change.
 #[derive(Debug, Clone)]
@@ -130,9 +141,20 @@ impl Engine {
         &self.policies
     }
 
-    /// Evaluates one admission request.
+    /// Evaluates one admission request (no gathered facts).
     pub fn evaluate(&self, req: &AdmissionRequest<DynamicObject>) -> Verdict {
+        self.evaluate_with(req, &Facts::default())
+    }
+
+    /// Evaluates one admission request with the facts an adapter gathered for it.
+    pub fn evaluate_with(&self, req: &AdmissionRequest<DynamicObject>, facts: &Facts) -> Verdict {
         let mut verdict = Verdict::default();
+        if matches!(req.operation, Operation::Delete) {
+            if let Some(lb) = &facts.lb_guard {
+                self.evaluate_lb_guard(req, lb, &mut verdict);
+            }
+            return verdict;
+        }
         // DELETE and CONNECT are admitted; subresource writes (status, scale) cannot change
         // what the rules read.
         if !matches!(req.operation, Operation::Create | Operation::Update)
@@ -161,6 +183,30 @@ impl Engine {
             self.record_object(policy, object, output, &mut verdict);
         }
         verdict
+    }
+
+    /// control-plane-lb-guard on a DELETE: the Machine is the request's `oldObject`.
+    fn evaluate_lb_guard(
+        &self,
+        req: &AdmissionRequest<DynamicObject>,
+        facts: &GuardFacts,
+        verdict: &mut Verdict,
+    ) {
+        let Some(machine) = req.old_object.as_ref() else {
+            return;
+        };
+        let namespace = req
+            .namespace
+            .as_deref()
+            .or(machine.metadata.namespace.as_deref());
+        for policy in self.policies.for_rule(RuleId::ControlPlaneLbGuard) {
+            if !policy.scope.covers(namespace) {
+                continue;
+            }
+            let unknown = policy.params.unknown.unwrap_or_default();
+            let output = rules::lb_guard::check(&req.kind, machine, facts, unknown);
+            self.record_object(policy, machine, output, verdict);
+        }
     }
 
     fn record_object(
@@ -228,7 +274,7 @@ impl Engine {
         let view = ConfigView {
             doc: doc_view,
             secret: site.secret,
-            configmap: !site.secret,
+            configmap: site.is_configmap(),
         };
         let mut edited: Option<(Document, Vec<IniEdit>)> = None;
         let mut reported_unreadable = false;
@@ -371,13 +417,9 @@ fn run_object_rule(
         RuleId::CcmConcurrency => {
             rules::concurrency::check(&req.kind, object, &policy.params, policies)
         }
-        RuleId::ReleaseAnnotations => rules::release_annotations::check(
-            policy,
-            &policies.releases,
-            releases,
-            req,
-            object,
-        ),
+        RuleId::ReleaseAnnotations => {
+            rules::release_annotations::check(policy, &policies.releases, releases, req, object)
+        }
         // Cloud-config families run per site in `evaluate_site`.
         RuleId::SerialLbApiCalls
         | RuleId::CloudConfigIntegrity

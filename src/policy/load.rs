@@ -42,6 +42,10 @@ const EMBEDDED: &[(&str, &str)] = &[
         "release-annotations.yaml",
         include_str!("../../policies/release-annotations.yaml"),
     ),
+    (
+        "control-plane-lb-guard.yaml",
+        include_str!("../../policies/control-plane-lb-guard.yaml"),
+    ),
 ];
 
 /// Why a policy set could not be loaded. Every variant names the file to fix.
@@ -264,6 +268,15 @@ fn validate_policy(file: &str, p: &Policy) -> Result<(), PolicyError> {
             file,
             format!(
                 "params.ccmImages/ccmArgs only apply to rule ccm-concurrency, not {}",
+                p.rule.as_str()
+            ),
+        ));
+    }
+    if p.rule != RuleId::ControlPlaneLbGuard && p.params.unknown.is_some() {
+        return Err(invalid(
+            file,
+            format!(
+                "params.unknown only applies to rule control-plane-lb-guard, not {}",
                 p.rule.as_str()
             ),
         ));

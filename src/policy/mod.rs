@@ -170,6 +170,10 @@ pub struct Params {
     /// instead of warning (default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enforce_contradictions: Option<bool>,
+    /// control-plane-lb-guard: what to do when the load balancer cannot be checked
+    /// (`admit` with a warning, the default, or `deny`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unknown: Option<crate::rules::lb_guard::WhenUnknown>,
 }
 
 /// Where cloud configs live: a document of kind `CloudConfigSites`.

@@ -116,6 +116,17 @@ pub fn check(
     policies: &PolicySet,
 ) -> ObjectOutput {
     let mut out = ObjectOutput::default();
+    // The CCM Helm chart's `controllerExtraArgs` inside GitOps objects and values files.
+    for (location, pointer, args) in crate::sites::helm_controller_extra_args_all(gvk, object) {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        for found in flag_uses(&args) {
+            let location = format!("{location}[{}]", found.index);
+            if let Some(v) = violation(&location, pointer.clone(), found.value, severity(policies))
+            {
+                out.violations.push(v);
+            }
+        }
+    }
     let Some(path) = pod_spec_pointer(gvk) else {
         return out;
     };

@@ -8,8 +8,9 @@ use kube::core::DynamicObject;
 use kube::core::admission::AdmissionRequest;
 use serde_json::{Value, json};
 
-use crate::engine::Engine;
+use crate::engine::{Engine, Facts};
 use crate::policy::RuleId;
+use crate::rules::lb_guard::{GuardFacts, LoadBalancerStatus, MemberStatus, PoolStatus};
 
 /// A known-bad object for a rule family, as an admission request, or None when the family
 /// has no self-contained example (it needs cluster facts).
@@ -44,7 +45,7 @@ fn example(rule: RuleId) -> Option<Value> {
             "metadata": {"name": "glance", "namespace": "openstack",
                 "annotations": {"glance.openstack.org/wsgi": "yes"}},
             "spec": {}}),
-        RuleId::ControlPlaneLbGuard => return None,
+        RuleId::ControlPlaneLbGuard => return Some(lb_guard_example()),
     };
     let api_version = object["apiVersion"].as_str().unwrap_or("v1");
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
@@ -55,6 +56,73 @@ fn example(rule: RuleId) -> Option<Value> {
         "name": object["metadata"]["name"], "namespace": object["metadata"]["namespace"],
         "userInfo": {}, "object": object
     }))
+}
+
+/// A control-plane Machine DELETE (the Machine is in `oldObject`).
+fn lb_guard_example() -> Value {
+    let machine = json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",
+        "metadata": {"name": "cluster-a-control-plane-b2m4d", "namespace": "cluster-a",
+            "labels": {"cluster.x-k8s.io/cluster-name": "cluster-a",
+                       "cluster.x-k8s.io/control-plane": ""}},
+        "spec": {"clusterName": "cluster-a",
+                 "infrastructureRef": {"name": "cluster-a-control-plane-b2m4d"}}});
+    json!({
+        "uid": "example", "operation": "DELETE", "dryRun": false,
+        "kind": {"group": "cluster.x-k8s.io", "version": "v1beta1", "kind": "Machine"},
+        "resource": {"group": "cluster.x-k8s.io", "version": "v1beta1", "resource": "machines"},
+        "name": "cluster-a-control-plane-b2m4d", "namespace": "cluster-a",
+        "userInfo": {}, "object": null, "oldObject": machine
+    })
+}
+
+/// Facts for the example of `rule`: for the guard, an API load balancer whose new member is
+/// still PENDING_CREATE (the incident of CAPO #2763).
+fn example_facts(rule: RuleId) -> Facts {
+    if rule != RuleId::ControlPlaneLbGuard {
+        return Facts::default();
+    }
+    let lb = "k8s-clusterapi-cluster-cluster-a-cluster-a-kubeapi";
+    let member = |machine: &str, address: &str, prov: &str, op: &str| MemberStatus {
+        id: String::new(),
+        name: format!("{lb}-6443-{machine}"),
+        address: address.to_owned(),
+        protocol_port: Some(6443),
+        provisioning_status: prov.to_owned(),
+        operating_status: op.to_owned(),
+    };
+    Facts {
+        lb_guard: Some(GuardFacts::Observed(LoadBalancerStatus {
+            id: "a7f7b5c4-1e0d-4b8e-9c3f-6d2e1f0a9b87".to_owned(),
+            name: lb.to_owned(),
+            provisioning_status: "ACTIVE".to_owned(),
+            operating_status: "ONLINE".to_owned(),
+            pools: vec![PoolStatus {
+                id: String::new(),
+                name: format!("{lb}-6443"),
+                has_monitor: true,
+                members: vec![
+                    member(
+                        "cluster-a-control-plane-b2m4d",
+                        "10.6.0.11",
+                        "ACTIVE",
+                        "ONLINE",
+                    ),
+                    member(
+                        "cluster-a-control-plane-7x9kq",
+                        "10.6.0.12",
+                        "ACTIVE",
+                        "ONLINE",
+                    ),
+                    member(
+                        "cluster-a-control-plane-n3w01",
+                        "10.6.0.13",
+                        "PENDING_CREATE",
+                        "OFFLINE",
+                    ),
+                ],
+            }],
+        })),
+    }
 }
 
 /// Markdown for every policy in `engine`'s set.
@@ -79,7 +147,7 @@ pub fn markdown(engine: &Engine) -> String {
         );
         let denial = example(policy.rule)
             .and_then(|raw| serde_json::from_value::<AdmissionRequest<DynamicObject>>(raw).ok())
-            .map(|req| engine.evaluate(&req))
+            .map(|req| engine.evaluate_with(&req, &example_facts(policy.rule)))
             .and_then(|verdict| {
                 verdict
                     .denials

@@ -7,6 +7,7 @@ pub mod credentials;
 pub mod docs;
 pub mod integrity;
 pub mod known_bad;
+pub mod lb_guard;
 pub mod release_annotations;
 pub mod serial;
 

@@ -1,4 +1,5 @@
-//! Shared state: the engine snapshot, metrics, the review function and readiness.
+//! Shared state: the engine snapshot, metrics, the review function, the optional
+//! control-plane load-balancer guard, and readiness.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -7,8 +8,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use arc_swap::ArcSwap;
 
 use crate::admission::{self, Reply, Webhook};
-use crate::engine::Engine;
+use crate::engine::{Engine, Facts};
+use crate::guard::{Guard, MachineDelete};
 use crate::metrics::Metrics;
+use crate::policy::RuleId;
+use crate::rules::lb_guard::GuardFacts;
 
 /// A review function that replaces the engine, e.g. the do-nothing baseline in
 /// `examples/noop_webhook.rs` or a test double. It must be fast, must not block and must
@@ -24,6 +28,7 @@ pub struct AppState {
     /// Metrics, exported on the admin listener's `/metrics`.
     pub metrics: Metrics,
     handler: Option<ReviewFn>,
+    guard: Option<Arc<Guard>>,
     policies_loaded: AtomicBool,
     certs_loaded: AtomicBool,
     draining: AtomicBool,
@@ -34,6 +39,7 @@ impl fmt::Debug for AppState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AppState")
             .field("custom_handler", &self.handler.is_some())
+            .field("lb_guard", &self.guard.is_some())
             .field("readiness", &self.readiness())
             .finish_non_exhaustive()
     }
@@ -47,6 +53,7 @@ impl AppState {
             engine: ArcSwap::from_pointee(engine),
             metrics,
             handler: None,
+            guard: None,
             policies_loaded: AtomicBool::new(true),
             certs_loaded: AtomicBool::new(false),
             draining: AtomicBool::new(false),
@@ -59,6 +66,65 @@ impl AppState {
     pub fn with_handler(mut self, handler: ReviewFn) -> Self {
         self.handler = Some(handler);
         self
+    }
+
+    /// Turns on the control-plane load-balancer guard: control-plane Machine DELETEs on
+    /// `/validate` then gather load-balancer facts (within the request deadline) before the
+    /// engine evaluates them. Other reviews are unaffected. Ignored with a custom handler.
+    #[must_use]
+    pub fn with_guard(mut self, guard: Arc<Guard>) -> Self {
+        self.guard = Some(guard);
+        self
+    }
+
+    /// The guard and the Machine when `body` needs facts gathered first: the guard is on,
+    /// the engine answers (no custom handler), it is `/validate`, and `body` is a
+    /// control-plane Machine DELETE while an enabled `control-plane-lb-guard` policy exists.
+    /// With the guard off this is one pointer check.
+    pub(crate) fn guard_for(
+        &self,
+        webhook: Webhook,
+        body: &[u8],
+    ) -> Option<(Arc<Guard>, MachineDelete)> {
+        let guard = self.guard.as_ref()?;
+        if webhook != Webhook::Validate || self.handler.is_some() {
+            return None;
+        }
+        let machine = crate::guard::probe(body)?;
+        self.engine
+            .load()
+            .policies()
+            .for_rule(RuleId::ControlPlaneLbGuard)
+            .next()?;
+        Some((Arc::clone(guard), machine))
+    }
+
+    /// [`Self::review`], or with the guard's facts when they were gathered.
+    pub(crate) fn answer(
+        &self,
+        webhook: Webhook,
+        body: &[u8],
+        gathered: Option<Gathered>,
+    ) -> Reply {
+        match gathered {
+            None => self.review(webhook, body),
+            Some(Gathered { guard, facts }) => {
+                let facts = Facts {
+                    lb_guard: Some(facts),
+                };
+                let (reply, verdict) = admission::handle_with(
+                    &self.engine.load(),
+                    webhook,
+                    body,
+                    &self.metrics,
+                    &facts,
+                );
+                if let (Some(verdict), Some(lb)) = (verdict, &facts.lb_guard) {
+                    guard.metrics().observe(lb, &verdict);
+                }
+                reply
+            }
+        }
     }
 
     /// Answers one review body: the custom handler if one is set, otherwise
@@ -127,6 +193,12 @@ impl AppState {
         self.draining.store(true, Ordering::Release);
         self.metrics.set_ready(false);
     }
+}
+
+/// Facts the guard gathered for one review, and the guard (for its decision metric).
+pub(crate) struct Gathered {
+    pub(crate) guard: Arc<Guard>,
+    pub(crate) facts: GuardFacts,
 }
 
 #[derive(Debug)]

@@ -10,7 +10,12 @@
 //! 4. Concurrency: one of `max_concurrency` permits, waited for until the deadline. No
 //!    permit in time (or the deadline already passed) is **overload**, answered like the
 //!    webhook's failurePolicy would, but with a reason: see [`overload_reply`].
-//! 5. Evaluation: [`AppState::review`]. Bodies up to [`INLINE_MAX_BYTES`] are evaluated
+//! 5. Control-plane Machine DELETEs on `/validate`, when the load-balancer guard is on (see
+//!    [`crate::guard`]): the guard gathers its facts (Kubernetes API, Keystone, Octavia) in a
+//!    task bounded by the deadline less `GUARD_EVALUATION_RESERVE` (at most a quarter of
+//!    the budget), holding the permit; the
+//!    engine then evaluates with them. Every other review skips this step.
+//! 6. Evaluation: [`AppState::review`]. Bodies up to [`INLINE_MAX_BYTES`] are evaluated
 //!    inline on the async worker (decode + evaluate + encode take microseconds, and a
 //!    thread hand-off would cost more than the work); larger bodies go to the blocking
 //!    pool so that a multi-megabyte review cannot stall TLS handshakes and health checks
@@ -37,7 +42,9 @@ use tokio::sync::Semaphore;
 use tokio::time::{Instant, timeout_at};
 
 use super::AppState;
+use super::state::Gathered;
 use crate::admission::{Reply, Webhook};
+use crate::guard::GuardError;
 
 /// Bodies up to this size are evaluated inline on the async worker; larger ones on the
 /// blocking pool. Captured apiserver reviews are 5–20 KiB; 64 KiB of JSON decodes in well
@@ -46,6 +53,10 @@ pub const INLINE_MAX_BYTES: usize = 64 * 1024;
 
 /// Taken off the apiserver's `?timeout=` so the answer arrives before it gives up.
 pub const APISERVER_TIMEOUT_MARGIN: Duration = Duration::from_millis(200);
+
+/// Most of the deadline kept for decoding, evaluating and encoding after the guard gathered
+/// its facts (a quarter of the budget when that is less).
+pub(crate) const GUARD_EVALUATION_RESERVE: Duration = Duration::from_millis(100);
 
 /// Warning on a mutating review admitted unchanged because of overload.
 pub const OVERLOAD_WARNING: &str = "stackgate overloaded; admitted without mutation";
@@ -105,7 +116,8 @@ async fn not_found(State(webhooks): State<Webhooks>) -> Response {
 impl Webhooks {
     async fn review(&self, webhook: Webhook, request: Request) -> Response {
         let metrics = &self.state.metrics;
-        let deadline = Instant::now() + budget(request.uri().query(), self.request_timeout);
+        let budget = budget(request.uri().query(), self.request_timeout);
+        let deadline = Instant::now() + budget;
 
         if declared_length(request.headers()).is_some_and(|n| n > self.max_body_bytes as u64) {
             metrics.http_rejection("body_too_large");
@@ -142,17 +154,37 @@ impl Webhooks {
             }
         };
 
+        let gathered = match self.state.guard_for(webhook, &body) {
+            None => None,
+            Some((guard, machine)) => {
+                let until = deadline
+                    .checked_sub(evaluation_reserve(budget))
+                    .unwrap_or(deadline);
+                // A task of its own, so that a bug in the IO cannot take the handler down.
+                let task = {
+                    let (guard, machine) = (Arc::clone(&guard), machine.clone());
+                    tokio::spawn(async move { guard.gather(&machine, until).await })
+                };
+                let facts = match task.await {
+                    Ok(facts) => facts,
+                    Err(_) => guard.unavailable(&machine, &GuardError::Internal),
+                };
+                Some(Gathered { guard, facts })
+            }
+        };
+
         let answered = if body.len() <= INLINE_MAX_BYTES {
-            let answered =
-                std::panic::catch_unwind(AssertUnwindSafe(|| self.state.review(webhook, &body)))
-                    .ok();
+            let answered = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                self.state.answer(webhook, &body, gathered)
+            }))
+            .ok();
             drop(permit);
             answered
         } else {
             let state = Arc::clone(&self.state);
             tokio::task::spawn_blocking(move || {
                 let _permit = permit;
-                state.review(webhook, &body)
+                state.answer(webhook, &body, gathered)
             })
             .await
             .ok()
@@ -177,6 +209,12 @@ impl Webhooks {
             &format!("request body exceeds {} bytes", self.max_body_bytes),
         )
     }
+}
+
+/// Time kept for evaluation after the guard's facts: [`GUARD_EVALUATION_RESERVE`], or a
+/// quarter of `budget` when that is less.
+pub(crate) fn evaluation_reserve(budget: Duration) -> Duration {
+    GUARD_EVALUATION_RESERVE.min(budget / 4)
 }
 
 fn declared_length(headers: &HeaderMap) -> Option<u64> {

@@ -3,6 +3,18 @@
 //! human-readable location.
 //!
 //! Which objects are sites is policy data ([`crate::policy::SitesDocument`]), not code.
+//!
+//! Carriers: ConfigMap `data`, Secret `data` (base64) / `stringData`, and the values of the
+//! `openstack-cloud-controller-manager` Helm chart inside Flux HelmReleases, Argo CD
+//! Applications and RKE2/k3s HelmCharts ([`helm`]): structured `cloudConfig` values are
+//! rendered to the INI the chart would produce ([`render`]) so the rules run unchanged, and
+//! edits go back as JSON Patch `add`s on the values or as a minimal edit of a values string
+//! ([`yamledit`]).
+
+pub mod helm;
+pub mod render;
+pub mod yaml;
+pub mod yamledit;
 
 use base64::Engine as _;
 use json_patch::{PatchOperation, ReplaceOperation};
@@ -14,9 +26,12 @@ use crate::cloudconf::Document;
 use crate::policy::{SiteKind, SitesDocument};
 use crate::rules::IniEdit;
 
+pub use helm::{helm_controller_extra_args, helm_controller_extra_args_all};
+pub use yaml::Seg;
+
 /// How the INI text is stored in the object.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Carrier {
+#[derive(Debug, Clone, PartialEq)]
+enum Carrier {
     /// ConfigMap `data[key]`, plain text.
     ConfigMapData,
     /// Secret `data[key]`, base64.
@@ -24,6 +39,34 @@ pub enum Carrier {
     /// Secret `stringData[key]`, plain text (only in manifests; the apiserver merges it into
     /// `data` before admission).
     SecretStringData,
+    /// Helm chart values.
+    Helm(Box<helm::HelmSite>),
+}
+
+/// What kind of object holds a site.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holder {
+    /// core/v1 ConfigMap.
+    ConfigMap,
+    /// core/v1 Secret.
+    Secret,
+    /// Values of the CCM Helm chart (HelmRelease, Application, HelmChart, values file).
+    HelmValues,
+}
+
+/// Where a line of a site's cloud config is written in the object, for tools that map
+/// findings back to source files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Anchor {
+    /// A node of the object: a structured value, or the field when nothing finer is known.
+    Node(Vec<Seg>),
+    /// Line `line` (1-based) of the string at `path`.
+    TextLine {
+        /// Path of the string field.
+        path: Vec<Seg>,
+        /// 1-based line within the string.
+        line: usize,
+    },
 }
 
 /// Why the text of a site could not be read. Messages never contain the content.
@@ -47,6 +90,22 @@ pub enum SiteError {
         /// Where.
         location: String,
     },
+    /// A values string is not valid YAML (Helm would refuse it too).
+    #[error("{location} is not valid YAML ({error}), so Helm cannot read these values")]
+    Yaml {
+        /// Where.
+        location: String,
+        /// Position and kind of the problem.
+        error: yaml::YamlError,
+    },
+    /// The chart cannot render the structured cloud config.
+    #[error("{location}: {error}")]
+    Render {
+        /// Where.
+        location: String,
+        /// Which section.
+        error: render::RenderError,
+    },
 }
 
 /// A cloud config found in an object.
@@ -62,10 +121,11 @@ pub struct FoundConfig {
     pub mutable: bool,
     /// Why it is validate-only, when it is.
     pub note: Option<String>,
-    /// Whether the object is a Secret (its values are never echoed).
+    /// Whether the cloud config is kept in a Secret: a Secret object, or Helm values (the
+    /// chart renders them into Secret `cloud-config`). Values are never echoed either way.
     pub secret: bool,
-    /// `Secret` site or `ConfigMap` site.
-    pub kind: SiteKind,
+    /// What kind of object holds the site.
+    pub kind: Holder,
     carrier: Carrier,
     key: String,
 }
@@ -73,8 +133,35 @@ pub struct FoundConfig {
 impl FoundConfig {
     /// The JSON Patch operations that write `edited` (the parsed text after `edits` were
     /// applied) back into the object.
-    pub fn patch(&self, edited: &Document, _edits: &[IniEdit]) -> Vec<PatchOperation> {
-        vec![self.replace_text(&edited.to_text())]
+    pub fn patch(&self, edited: &Document, edits: &[IniEdit]) -> Vec<PatchOperation> {
+        match &self.carrier {
+            Carrier::Helm(site) => site.patch(edited, edits),
+            _ => vec![self.replace_text(&edited.to_text())],
+        }
+    }
+
+    /// Whether the cloud config is held by a ConfigMap (readable more widely than a Secret).
+    pub fn is_configmap(&self) -> bool {
+        self.kind == Holder::ConfigMap
+    }
+
+    /// Where line `line` of the cloud config (or the whole config for `None`) is written in
+    /// the object.
+    pub fn trace(&self, line: Option<usize>) -> Anchor {
+        let field = |name: &str| vec![Seg::key(name), Seg::key(&self.key)];
+        match (&self.carrier, line) {
+            (Carrier::Helm(site), _) => site.trace(line),
+            (Carrier::ConfigMapData, Some(line)) => Anchor::TextLine {
+                path: field("data"),
+                line,
+            },
+            (Carrier::SecretStringData, Some(line)) => Anchor::TextLine {
+                path: field("stringData"),
+                line,
+            },
+            (Carrier::SecretStringData, None) => Anchor::Node(field("stringData")),
+            _ => Anchor::Node(field("data")),
+        }
     }
 
     /// The JSON Patch operation that replaces the text with `new_text`.
@@ -85,7 +172,7 @@ impl FoundConfig {
                 "data",
                 base64::engine::general_purpose::STANDARD.encode(new_text),
             ),
-            Carrier::SecretStringData => ("stringData", new_text.to_owned()),
+            Carrier::SecretStringData | Carrier::Helm(_) => ("stringData", new_text.to_owned()),
         };
         PatchOperation::Replace(ReplaceOperation {
             path: PointerBuf::from_tokens([field, self.key.as_str()]),
@@ -95,7 +182,8 @@ impl FoundConfig {
 
     /// JSON pointer of the field holding the text, e.g. `/data/cloud.conf`.
     pub fn pointer(&self) -> String {
-        let field = match self.carrier {
+        let field = match &self.carrier {
+            Carrier::Helm(site) => return site.pointer(),
             Carrier::SecretStringData => "stringData",
             _ => "data",
         };
@@ -103,7 +191,13 @@ impl FoundConfig {
     }
 
     /// `ConfigMap openshift-config/cloud-provider-config, data["config"]`, with a line.
+    ///
+    /// Helm values name the values path instead, e.g.
+    /// `HelmRelease kube-system/occm spec.values.cloudConfig.loadBalancer.provider-requires-serial-api-calls`.
     pub fn describe(&self, line: Option<usize>) -> String {
+        if let Carrier::Helm(site) = &self.carrier {
+            return site.describe(&self.object, line);
+        }
         match line {
             Some(line) => format!("{} {} line {line}", self.object, self.location),
             None => format!("{} {}", self.object, self.location),
@@ -112,11 +206,15 @@ impl FoundConfig {
 }
 
 /// Finds every cloud config `object` holds according to `sites`.
-pub fn find(gvk: &GroupVersionKind, object: &DynamicObject, sites: &SitesDocument) -> Vec<FoundConfig> {
+pub fn find(
+    gvk: &GroupVersionKind,
+    object: &DynamicObject,
+    sites: &SitesDocument,
+) -> Vec<FoundConfig> {
     let kind = match (gvk.group.as_str(), gvk.version.as_str(), gvk.kind.as_str()) {
         ("", "v1", "ConfigMap") => SiteKind::ConfigMap,
         ("", "v1", "Secret") => SiteKind::Secret,
-        _ => return Vec::new(),
+        _ => return find_helm(gvk, object, sites),
     };
     let name = object.metadata.name.as_deref().unwrap_or("");
     let namespace = object.metadata.namespace.as_deref().unwrap_or("");
@@ -155,12 +253,38 @@ pub fn find(gvk: &GroupVersionKind, object: &DynamicObject, sites: &SitesDocumen
             mutable,
             note,
             secret: kind == SiteKind::Secret,
-            kind,
+            kind: match kind {
+                SiteKind::ConfigMap => Holder::ConfigMap,
+                SiteKind::Secret => Holder::Secret,
+            },
             carrier,
             key,
         });
     }
     found
+}
+
+fn find_helm(
+    gvk: &GroupVersionKind,
+    object: &DynamicObject,
+    sites: &SitesDocument,
+) -> Vec<FoundConfig> {
+    let charts = helm::chart_names(sites);
+    let object_name = helm::object_name(gvk, object);
+    helm::find(gvk, object, &charts)
+        .into_iter()
+        .map(|f| FoundConfig {
+            object: object_name.clone(),
+            location: f.location,
+            text: f.text,
+            mutable: true,
+            note: None,
+            secret: true,
+            kind: Holder::HelmValues,
+            carrier: Carrier::Helm(Box::new(f.site)),
+            key: String::new(),
+        })
+        .collect()
 }
 
 fn decode(carrier: &Carrier, raw: &Value, location: &str) -> Result<String, SiteError> {
@@ -201,21 +325,28 @@ mod tests {
     #[test]
     fn finds_default_secret_and_decodes_base64() {
         let sites = PolicySet::embedded().unwrap().sites;
-        let o = obj(json!({"apiVersion":"v1","kind":"Secret","metadata":{"name":"cloud-config","namespace":"kube-system"},
-            "data":{"cloud.conf": base64::engine::general_purpose::STANDARD.encode("[Global]\n")}}));
+        let o = obj(
+            json!({"apiVersion":"v1","kind":"Secret","metadata":{"name":"cloud-config","namespace":"kube-system"},
+            "data":{"cloud.conf": base64::engine::general_purpose::STANDARD.encode("[Global]\n")}}),
+        );
         let found = find(&gvk("Secret"), &o, &sites);
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].text.as_deref(), Ok("[Global]\n"));
         assert!(found[0].secret);
         let patch = serde_json::to_value(found[0].replace_text("x")).unwrap();
-        assert_eq!(patch, json!({"op":"replace","path":"/data/cloud.conf","value":"eA=="}));
+        assert_eq!(
+            patch,
+            json!({"op":"replace","path":"/data/cloud.conf","value":"eA=="})
+        );
     }
 
     #[test]
     fn invalid_base64_is_a_site_error_without_content() {
         let sites = PolicySet::embedded().unwrap().sites;
-        let o = obj(json!({"apiVersion":"v1","kind":"Secret","metadata":{"name":"cloud-config","namespace":"kube-system"},
-            "data":{"cloud.conf": "not base64 secret-value!"}}));
+        let o = obj(
+            json!({"apiVersion":"v1","kind":"Secret","metadata":{"name":"cloud-config","namespace":"kube-system"},
+            "data":{"cloud.conf": "not base64 secret-value!"}}),
+        );
         let found = find(&gvk("Secret"), &o, &sites);
         let err = found[0].text.clone().unwrap_err().to_string();
         assert_eq!(err, "data[\"cloud.conf\"] is not valid base64");
@@ -227,14 +358,23 @@ mod tests {
         let v = json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x","namespace":"a",
             "labels":{"stackgate.dev/cloud-config":"my.conf"}},"data":{"my.conf":"[Global]\n"}});
         assert_eq!(find(&gvk("ConfigMap"), &obj(v.clone()), &sites).len(), 1);
-        assert!(find(&GroupVersionKind::gvk("apps", "v1", "Deployment"), &obj(v), &sites).is_empty());
+        assert!(
+            find(
+                &GroupVersionKind::gvk("apps", "v1", "Deployment"),
+                &obj(v),
+                &sites
+            )
+            .is_empty()
+        );
     }
 
     #[test]
     fn operator_copy_is_validate_only() {
         let sites = PolicySet::embedded().unwrap().sites;
-        let o = obj(json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cloud-conf",
-            "namespace":"openshift-cloud-controller-manager"},"data":{"cloud.conf":"[Global]\n"}}));
+        let o = obj(
+            json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cloud-conf",
+            "namespace":"openshift-cloud-controller-manager"},"data":{"cloud.conf":"[Global]\n"}}),
+        );
         let found = find(&gvk("ConfigMap"), &o, &sites);
         assert!(!found[0].mutable);
         assert!(found[0].note.as_deref().unwrap_or("").contains("operator"));

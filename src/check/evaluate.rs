@@ -1,0 +1,540 @@
+//! One input through the engine: YAML documents → Kubernetes objects (or a values file) →
+//! synthetic CREATE admission requests → verdicts → located findings and file fixes.
+
+use json_patch::PatchOperation;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionReview};
+use serde_json::{Value, json};
+
+use crate::engine::{Engine, Finding, Verdict};
+use crate::sites::helm::{VALUES_FILE_API_VERSION, VALUES_FILE_KIND};
+use crate::sites::yaml::{self, Node, Seg};
+use crate::sites::yamledit::{self, Change};
+use crate::sites::{self, Anchor, FoundConfig};
+
+/// How serious an item is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    /// Informational: a mutation the webhook would make, an audit finding, an exemption.
+    Note,
+    /// A warning the webhook would return.
+    Warning,
+    /// A denial.
+    Error,
+}
+
+impl Level {
+    /// `error`, `warning`, `note` (the SARIF level names).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Level::Note => "note",
+            Level::Warning => "warning",
+            Level::Error => "error",
+        }
+    }
+}
+
+/// What an item is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ItemKind {
+    /// The validating webhook would deny.
+    Denial,
+    /// The webhook would warn.
+    Warning,
+    /// A policy in audit mode found this.
+    Audit,
+    /// The mutating webhook would make this change.
+    Mutation,
+    /// An exemption annotation admitted a finding.
+    Exemption,
+}
+
+impl ItemKind {
+    /// Lowercase name used in JSON output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ItemKind::Denial => "denial",
+            ItemKind::Warning => "warning",
+            ItemKind::Audit => "audit",
+            ItemKind::Mutation => "mutation",
+            ItemKind::Exemption => "exemption",
+        }
+    }
+}
+
+/// One finding, located in the input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Item {
+    /// Severity.
+    pub level: Level,
+    /// What it is.
+    pub kind: ItemKind,
+    /// Policy name.
+    pub policy: String,
+    /// Rule family (`serial-lb-api-calls`).
+    pub rule: String,
+    /// 1-based line in the input.
+    pub line: usize,
+    /// The engine's message (never contains configuration values).
+    pub message: String,
+    /// Whether the webhook's patch fixes it.
+    pub fixed_by_patch: bool,
+}
+
+/// A problem reading the input (exit code 2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// 1-based line (0 when unknown).
+    pub line: usize,
+    /// 1-based column (0 when unknown).
+    pub column: usize,
+    /// What is wrong (never document content).
+    pub message: String,
+}
+
+/// One object of the input and what the engine decided about it.
+#[derive(Debug, Clone)]
+pub struct ObjectResult {
+    /// `HelmRelease kube-system/occm`.
+    pub object: String,
+    /// 1-based line where the object starts.
+    pub line: usize,
+    /// Findings.
+    pub items: Vec<Item>,
+    /// The engine's verdict.
+    pub verdict: Verdict,
+    /// The object as it was evaluated (JSON).
+    pub json: Value,
+    /// Masked unified diffs of the cloud configs of a Secret (shown instead of the file diff,
+    /// which would carry base64 Secret data).
+    pub secret_diffs: Vec<String>,
+    /// Whether the patch could be written into the file as a minimal edit.
+    pub fixable_in_place: bool,
+}
+
+/// The result of checking one input.
+#[derive(Debug, Clone)]
+pub struct Checked {
+    /// Problems that stopped part or all of the input from being checked.
+    pub problems: Vec<Problem>,
+    /// Objects found and evaluated.
+    pub objects: Vec<ObjectResult>,
+    /// The input with every fix applied (None when nothing would change).
+    pub fixed: Option<String>,
+    /// The input with the fixes of non-Secret objects applied, for showing as a diff.
+    pub shown: Option<String>,
+}
+
+/// An object found in a document, before evaluation.
+struct Candidate {
+    doc: usize,
+    /// Path of the object inside the document (`items[3]` of a List), empty for the root.
+    prefix: Vec<Seg>,
+    /// For values files: the site paths start with `values`, which is the document root.
+    values_file: bool,
+    json: Value,
+    line: usize,
+}
+
+/// Checks one input text. `values_chart` is set when the input is a plain values file.
+pub fn check_text(engine: &Engine, name: &str, text: &str, values_chart: Option<&str>) -> Checked {
+    let mut checked = Checked {
+        problems: Vec::new(),
+        objects: Vec::new(),
+        fixed: None,
+        shown: None,
+    };
+    let docs = match yaml::parse_stream(text) {
+        Ok(d) => d,
+        Err(e) => {
+            checked.problems.push(Problem {
+                line: e.line,
+                column: e.column,
+                message: e.message,
+            });
+            return checked;
+        }
+    };
+    let mut candidates = Vec::new();
+    for doc in &docs {
+        match candidates_of(doc, name, values_chart) {
+            Ok(c) => candidates.extend(c),
+            Err(p) => checked.problems.push(p),
+        }
+    }
+    let mut fixed = text.to_owned();
+    let mut shown = text.to_owned();
+    for (n, c) in candidates.into_iter().enumerate() {
+        let review = review_for(&c.json, &format!("stackgate-check-{n}"));
+        let request: Option<AdmissionRequest<DynamicObject>> =
+            serde_json::from_value::<AdmissionReview<DynamicObject>>(review)
+                .ok()
+                .and_then(|r| r.try_into().ok());
+        let Some(request) = request else {
+            checked.problems.push(Problem {
+                line: c.line,
+                column: 1,
+                message: "not a Kubernetes object: apiVersion, kind and metadata must be set and well-formed".to_owned(),
+            });
+            continue;
+        };
+        let verdict = engine.evaluate(&request);
+        let Some(object) = request.object.as_ref() else {
+            continue;
+        };
+        let found = sites::find(&request.kind, object, &engine.policies().sites);
+        let root = docs.get(c.doc).map(|d| &d.root);
+        let locate = |f: &Finding| root.map_or(c.line, |r| locate(text, r, &c, &found, f));
+        let mut items = Vec::new();
+        let mut push = |level, kind, f: &Finding| {
+            items.push(Item {
+                level,
+                kind,
+                policy: f.policy.clone(),
+                rule: f.rule.as_str().to_owned(),
+                line: locate(f),
+                message: f.message.clone(),
+                fixed_by_patch: f.fixed_by_patch,
+            })
+        };
+        for f in &verdict.denials {
+            push(Level::Error, ItemKind::Denial, f);
+        }
+        for f in &verdict.warnings {
+            push(Level::Warning, ItemKind::Warning, f);
+        }
+        for f in &verdict.audits {
+            push(Level::Note, ItemKind::Audit, f);
+        }
+        for f in &verdict.mutations {
+            push(Level::Note, ItemKind::Mutation, f);
+        }
+        for e in &verdict.exemptions {
+            items.push(Item {
+                level: Level::Note,
+                kind: ItemKind::Exemption,
+                policy: e.policy.clone(),
+                rule: e.rule.as_str().to_owned(),
+                line: c.line,
+                message: format!(
+                    "exempted from policy {} by annotation: {}",
+                    e.policy, e.reason
+                ),
+                fixed_by_patch: false,
+            });
+        }
+        items.sort_by_key(|i| (i.line, std::cmp::Reverse(i.level)));
+        let is_secret = request.kind.group.is_empty() && request.kind.kind == "Secret";
+        let mut secret_diffs = Vec::new();
+        let mut fixable_in_place = false;
+        if !verdict.patch.is_empty() {
+            match apply_to_text(&fixed, &c, &verdict.patch) {
+                Ok(next) => {
+                    fixable_in_place = true;
+                    if !is_secret && let Ok(s) = apply_to_text(&shown, &c, &verdict.patch) {
+                        shown = s;
+                    }
+                    fixed = next;
+                }
+                Err(_) => fixable_in_place = false,
+            }
+            if is_secret {
+                secret_diffs = secret_ini_diffs(name, &c.json, &found, &verdict.patch, engine);
+            }
+        }
+        checked.objects.push(ObjectResult {
+            object: sites::helm::object_name(&request.kind, object),
+            line: c.line,
+            items,
+            verdict,
+            json: c.json,
+            secret_diffs,
+            fixable_in_place,
+        });
+    }
+    if fixed != text {
+        checked.fixed = Some(fixed);
+    }
+    if shown != text {
+        checked.shown = Some(shown);
+    }
+    checked
+}
+
+/// The AdmissionReview (CREATE, dry run) that `stackgate check` evaluates for `object`: the
+/// same body the apiserver would send the webhook for `kubectl create`.
+pub fn review_for(object: &Value, uid: &str) -> Value {
+    let api_version = object
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let kind = object
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let name = object
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let namespace = object
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str);
+    let gvk = json!({"group": group, "version": version, "kind": kind});
+    let gvr = json!({"group": group, "version": version, "resource": plural(kind)});
+    let mut request = json!({
+        "uid": uid,
+        "kind": gvk,
+        "resource": gvr,
+        "requestKind": gvk,
+        "requestResource": gvr,
+        "name": name,
+        "operation": "CREATE",
+        "userInfo": {"username": "stackgate-check"},
+        "object": object,
+        "oldObject": null,
+        "dryRun": true,
+        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}
+    });
+    if let (Some(ns), Some(r)) = (namespace, request.as_object_mut()) {
+        r.insert("namespace".to_owned(), Value::String(ns.to_owned()));
+    }
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
+}
+
+/// The resource name of a kind (lowercase plural), as good as the policies need.
+fn plural(kind: &str) -> String {
+    let lower = kind.to_ascii_lowercase();
+    if lower.ends_with('s') || lower.ends_with('x') {
+        format!("{lower}es")
+    } else if let Some(stem) = lower
+        .strip_suffix('y')
+        .filter(|s| !s.ends_with(['a', 'e', 'o', 'u']))
+    {
+        format!("{stem}ies")
+    } else {
+        format!("{lower}s")
+    }
+}
+
+/// The objects of one document: the document itself, the items of a `List`, or the values of
+/// a values file wrapped in a synthetic `HelmValues` object.
+fn candidates_of(
+    doc: &yaml::YamlDoc,
+    name: &str,
+    values_chart: Option<&str>,
+) -> Result<Vec<Candidate>, Problem> {
+    let json = doc.root.to_json().map_err(|e| Problem {
+        line: e.line,
+        column: e.column,
+        message: e.message,
+    })?;
+    if let Some(chart) = values_chart {
+        if json.is_null() {
+            return Ok(Vec::new());
+        }
+        if !json.is_object() {
+            return Err(Problem {
+                line: doc.root.start.line,
+                column: doc.root.start.col + 1,
+                message: "a Helm values file must be a mapping".to_owned(),
+            });
+        }
+        let object = json!({
+            "apiVersion": VALUES_FILE_API_VERSION,
+            "kind": VALUES_FILE_KIND,
+            "metadata": {"name": name},
+            "chart": chart,
+            "values": json,
+        });
+        return Ok(vec![Candidate {
+            doc: doc.index,
+            prefix: Vec::new(),
+            values_file: true,
+            json: object,
+            line: doc.root.start.line,
+        }]);
+    }
+    let is_object = |v: &Value| {
+        v.get("apiVersion").is_some_and(Value::is_string)
+            && v.get("kind").is_some_and(Value::is_string)
+    };
+    if !is_object(&json) {
+        return Ok(Vec::new());
+    }
+    if json
+        .get("kind")
+        .and_then(Value::as_str)
+        .is_some_and(|k| k.ends_with("List"))
+        && let Some(items) = json.get("items").and_then(Value::as_array)
+    {
+        return Ok(items
+            .iter()
+            .enumerate()
+            .filter(|(_, item)| is_object(item))
+            .map(|(i, item)| {
+                let prefix = vec![Seg::key("items"), Seg::Index(i)];
+                let line = doc
+                    .root
+                    .at(&prefix)
+                    .map_or(doc.root.start.line, |n| n.start.line);
+                Candidate {
+                    doc: doc.index,
+                    prefix,
+                    values_file: false,
+                    json: item.clone(),
+                    line,
+                }
+            })
+            .collect());
+    }
+    Ok(vec![Candidate {
+        doc: doc.index,
+        prefix: Vec::new(),
+        values_file: false,
+        json,
+        line: doc.root.start.line,
+    }])
+}
+
+/// Turns an object path into a document path.
+fn doc_path(c: &Candidate, path: &[Seg]) -> Option<Vec<Seg>> {
+    let mut out = c.prefix.clone();
+    if c.values_file {
+        match path.split_first() {
+            Some((Seg::Key(k), rest)) if k == "values" => out.extend(rest.iter().cloned()),
+            _ => return None,
+        }
+    } else {
+        out.extend(path.iter().cloned());
+    }
+    Some(out)
+}
+
+/// The input line a finding is about.
+fn locate(text: &str, root: &Node, c: &Candidate, found: &[FoundConfig], f: &Finding) -> usize {
+    let object_line = c.line;
+    let anchor = match &f.pointer {
+        Some(p) => match found.iter().find(|s| &s.pointer() == p) {
+            Some(site) => site.trace(f.line),
+            None => Anchor::Node(pointer_segs(
+                root.at(&c.prefix).unwrap_or(root),
+                p,
+                c.values_file,
+            )),
+        },
+        None => return object_line,
+    };
+    let line = match anchor {
+        Anchor::Node(path) => doc_path(c, &path).map(|p| {
+            let (used, _, line) = root.deepest(&p);
+            if used > c.prefix.len() {
+                line
+            } else {
+                object_line
+            }
+        }),
+        Anchor::TextLine { path, line } => doc_path(c, &path).map(|p| match root.at(&p) {
+            Some(node) if node.scalar().is_some() => yaml::line_within_scalar(text, node, line),
+            _ => root.deepest(&p).2,
+        }),
+    };
+    line.unwrap_or(object_line)
+}
+
+/// The path of a JSON pointer, resolving numeric tokens against the tree (sequence index or
+/// mapping key).
+fn pointer_segs(object_root: &Node, pointer: &str, values_file: bool) -> Vec<Seg> {
+    let Ok(ptr) = jsonptr::Pointer::parse(pointer) else {
+        return Vec::new();
+    };
+    let mut node = Some(object_root);
+    let mut out = Vec::new();
+    for (i, token) in ptr.tokens().enumerate() {
+        let t = token.decoded().into_owned();
+        // A values file's document root is the object's `values`.
+        if values_file && i == 0 {
+            out.push(Seg::Key(t));
+            continue;
+        }
+        let seg = match (node.map(|n| &n.kind), t.parse::<usize>()) {
+            (Some(yaml::Kind::Seq(_)), Ok(i)) => Seg::Index(i),
+            _ => Seg::Key(t),
+        };
+        node = node.and_then(|n| n.child(&seg));
+        out.push(seg);
+    }
+    out
+}
+
+/// Writes a JSON Patch into the input text as minimal edits, verified against the JSON the
+/// patch produces.
+fn apply_to_text(text: &str, c: &Candidate, patch: &[PatchOperation]) -> Result<String, ()> {
+    let mut current = text.to_owned();
+    for op in patch {
+        let (path, value) = match op {
+            PatchOperation::Add(a) => (a.path.to_string(), a.value.clone()),
+            PatchOperation::Replace(r) => (r.path.to_string(), r.value.clone()),
+            _ => return Err(()),
+        };
+        let docs = yaml::parse_stream(&current).map_err(|_| ())?;
+        let root = &docs.get(c.doc).ok_or(())?.root;
+        let object_root = root.at(&c.prefix).ok_or(())?;
+        let segs = pointer_segs(object_root, &path, c.values_file);
+        if segs.iter().any(|s| matches!(s, Seg::Key(k) if k == "-")) {
+            return Err(());
+        }
+        let full = doc_path(c, &segs).ok_or(())?;
+        current =
+            yamledit::apply(&current, c.doc, &Change::Set { path: full, value }).map_err(|_| ())?;
+    }
+    // The edited document must read as the object with the patch applied.
+    let mut expected = c.json.clone();
+    json_patch::patch(&mut expected, patch).map_err(|_| ())?;
+    let docs = yaml::parse_stream(&current).map_err(|_| ())?;
+    let root = &docs.get(c.doc).ok_or(())?.root;
+    let got = root.at(&c.prefix).ok_or(())?.to_json().map_err(|_| ())?;
+    let want = if c.values_file {
+        expected.get("values").cloned().unwrap_or(Value::Null)
+    } else {
+        expected
+    };
+    if got == want { Ok(current) } else { Err(()) }
+}
+
+/// Masked diffs of each cloud config a Secret's patch changes.
+fn secret_ini_diffs(
+    name: &str,
+    object: &Value,
+    found: &[FoundConfig],
+    patch: &[PatchOperation],
+    engine: &Engine,
+) -> Vec<String> {
+    let mut patched = object.clone();
+    if json_patch::patch(&mut patched, patch).is_err() {
+        return Vec::new();
+    }
+    let Ok(after_obj) = serde_json::from_value::<DynamicObject>(patched) else {
+        return Vec::new();
+    };
+    let gvk = kube::core::GroupVersionKind::gvk("", "v1", "Secret");
+    let after = sites::find(&gvk, &after_obj, &engine.policies().sites);
+    let mut out = Vec::new();
+    for site in found {
+        let Some(new) = after.iter().find(|s| s.pointer() == site.pointer()) else {
+            continue;
+        };
+        let (Ok(old_text), Ok(new_text)) = (&site.text, &new.text) else {
+            continue;
+        };
+        if old_text == new_text {
+            continue;
+        }
+        let label = format!(
+            "{name} ({} {}, decoded; values masked)",
+            site.object, site.location
+        );
+        out.push(super::report::masked_diff(old_text, new_text, &label, true));
+    }
+    out
+}

@@ -1,0 +1,263 @@
+//! `stackgate check`: the engine offline, over manifests and Helm values in a Git repository.
+//!
+//! Every YAML document that is a Kubernetes object (and every item of a `List`) is evaluated
+//! as a CREATE admission request through the same [`Engine`] and policies the webhook uses,
+//! so the verdicts, messages and patches are the webhook's. Plain Helm values files are
+//! wrapped in a synthetic `stackgate.dev/v1alpha1 HelmValues` object when `--values-for`
+//! names their chart. Findings are located with the YAML parser's spans (`file:line`), and
+//! the webhook's JSON Patch is shown, and with `--fix` written, as a minimal edit of the file
+//! (one changed or inserted line per edit; comments and formatting kept).
+//!
+//! Exit codes: 0 clean, 1 denials (or warnings with `--fail-on warning`), 2 usage or input
+//! errors.
+
+pub mod evaluate;
+pub mod input;
+pub mod report;
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+use std::sync::Arc;
+
+use crate::cli::PolicyArgs;
+use crate::engine::Engine;
+use crate::releases::catalog::{self, ReleaseCatalog};
+
+pub use evaluate::{Checked, Item, ItemKind, Level, check_text, review_for};
+pub use input::ValuesFor;
+pub use report::{FileReport, Report};
+
+/// Output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// `file:line: level [rule] message`, fixes as unified diffs, and a summary line.
+    Text,
+    /// One JSON document with a summary, the results, the fixes and the input errors.
+    Json,
+    /// SARIF 2.1.0, for GitHub code scanning.
+    Sarif,
+    /// JUnit XML, for CI test reports.
+    Junit,
+}
+
+/// Which findings fail the run (exit code 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FailOn {
+    /// Denials only.
+    Error,
+    /// Denials and warnings.
+    Warning,
+}
+
+/// `stackgate check` flags.
+#[derive(Debug, Clone, Args)]
+pub struct CheckArgs {
+    /// Files and directories to check (directories recursively: *.yaml, *.yml, *.json);
+    /// `-` reads a YAML stream from standard input (e.g. `kustomize build | stackgate check -`).
+    /// Default: the current directory.
+    #[arg(value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+    /// Output format.
+    #[arg(
+        long,
+        env = "STACKGATE_CHECK_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    pub format: Format,
+    /// Which findings make the exit code 1.
+    #[arg(
+        long,
+        env = "STACKGATE_CHECK_FAIL_ON",
+        value_enum,
+        default_value = "error"
+    )]
+    pub fail_on: FailOn,
+    /// Write the edits the mutating webhook would make back into the files (minimal edits;
+    /// standard input is never written). The report then describes the fixed files.
+    #[arg(long, env = "STACKGATE_CHECK_FIX")]
+    pub fix: bool,
+    /// Treat files matching GLOB as plain Helm values files of CHART, e.g.
+    /// `openstack-cloud-controller-manager='clusters/*/values/occm*.yaml'`. Repeatable.
+    #[arg(
+        long = "values-for",
+        env = "STACKGATE_CHECK_VALUES_FOR",
+        value_name = "CHART=GLOB"
+    )]
+    pub values_for: Vec<ValuesFor>,
+    /// Do not print fix diffs in text output.
+    #[arg(long, env = "STACKGATE_CHECK_NO_DIFF")]
+    pub no_diff: bool,
+    /// A `ReleaseCatalog` document (the format of `policies/release-catalog.yaml`) that
+    /// replaces the policy set's release catalog for the release-annotation rules.
+    #[arg(long, env = "STACKGATE_RELEASE_CATALOG", value_name = "FILE")]
+    pub release_catalog: Option<PathBuf>,
+    /// Policy source.
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+}
+
+/// Why `stackgate check` could not run at all (exit code 2). Problems inside inputs are part
+/// of the report instead.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    /// A path given on the command line cannot be read.
+    #[error("cannot read {}: {message}", path.display())]
+    Path {
+        /// The path.
+        path: PathBuf,
+        /// The IO error kind.
+        message: String,
+    },
+    /// A fixed file could not be written.
+    #[error("cannot write the fix to {}: {message}", path.display())]
+    Write {
+        /// The path.
+        path: PathBuf,
+        /// The IO error kind.
+        message: String,
+    },
+    /// The `--release-catalog` file is unreadable or not a valid catalog for the policies.
+    #[error("--release-catalog {}: {message}", path.display())]
+    ReleaseCatalog {
+        /// The path.
+        path: PathBuf,
+        /// What is wrong (position and field, never file content beyond names).
+        message: String,
+    },
+    /// The report could not be written to the output.
+    #[error("cannot write the report: {0}")]
+    Output(#[source] std::io::Error),
+}
+
+/// Runs `stackgate check` with `engine` (built from the same policies and release catalog
+/// loading as `stackgate serve`), reading `-` from `stdin` and printing the report to `out`.
+/// Returns the exit code (0, 1 or 2).
+pub fn run(
+    args: &CheckArgs,
+    engine: &Engine,
+    stdin: &mut dyn Read,
+    out: &mut dyn Write,
+) -> Result<u8, CheckError> {
+    let with_catalog;
+    let engine = match &args.release_catalog {
+        Some(path) => {
+            with_catalog = with_release_catalog(engine, path)?;
+            &with_catalog
+        }
+        None => engine,
+    };
+    let report = check(args, engine, stdin)?;
+    let rendered = match args.format {
+        Format::Text => report::text(&report, !args.no_diff),
+        Format::Json => report::json(&report),
+        Format::Sarif => report::sarif(&report, engine.policies()),
+        Format::Junit => report::junit(&report),
+    };
+    out.write_all(rendered.as_bytes())
+        .map_err(CheckError::Output)?;
+    out.flush().map_err(CheckError::Output)?;
+    Ok(report.exit_code())
+}
+
+/// `engine` with its policy set's release catalog replaced by the `ReleaseCatalog` in `path`,
+/// validated like the policy loader validates the embedded one.
+pub fn with_release_catalog(engine: &Engine, path: &std::path::Path) -> Result<Engine, CheckError> {
+    let fail = |message: String| CheckError::ReleaseCatalog {
+        path: path.to_path_buf(),
+        message,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| fail(e.kind().to_string()))?;
+    let catalog: ReleaseCatalog = serde_saphyr::from_str(&text)
+        .map_err(|e| fail(e.to_string().lines().next().unwrap_or_default().to_owned()))?;
+    if catalog.api_version != crate::policy::API_VERSION || catalog.kind != catalog::KIND {
+        return Err(fail(format!(
+            "expected apiVersion {} and kind {}",
+            crate::policy::API_VERSION,
+            catalog::KIND
+        )));
+    }
+    catalog.validate().map_err(|e| fail(e.to_string()))?;
+    for policy in &engine.policies().policies {
+        catalog::validate_policy(&catalog, policy).map_err(|e| fail(e.to_string()))?;
+    }
+    let mut policies = engine.policies().clone();
+    policies.releases = catalog;
+    Ok(Engine::with_releases(
+        policies,
+        Arc::new(engine.releases().clone()),
+    ))
+}
+
+/// Checks the inputs and, with `--fix`, writes the fixes; returns the report.
+pub fn check(
+    args: &CheckArgs,
+    engine: &Engine,
+    stdin: &mut dyn Read,
+) -> Result<Report, CheckError> {
+    let inputs = input::collect(&args.paths, stdin)?;
+    let mut files = Vec::with_capacity(inputs.len());
+    for inp in inputs {
+        let text = match &inp.text {
+            Ok(t) => t,
+            Err(message) => {
+                files.push(FileReport {
+                    name: inp.name.clone(),
+                    problems: vec![evaluate::Problem {
+                        line: 0,
+                        column: 0,
+                        message: message.clone(),
+                    }],
+                    objects: Vec::new(),
+                    diff: None,
+                    written: false,
+                });
+                continue;
+            }
+        };
+        let chart = input::values_chart(&inp.name, &args.values_for);
+        let checked = check_text(engine, &inp.name, text, chart);
+        let diff = checked
+            .shown
+            .as_ref()
+            .map(|shown| report::masked_diff(text, shown, &inp.name, false));
+        match (&checked.fixed, &inp.path, args.fix) {
+            (Some(fixed), Some(path), true) => {
+                std::fs::write(path, fixed).map_err(|e| CheckError::Write {
+                    path: path.clone(),
+                    message: e.kind().to_string(),
+                })?;
+                let after = check_text(engine, &inp.name, fixed, chart);
+                let mut objects = after.objects;
+                // Keep the Secret diffs of what was written.
+                for (o, before) in objects.iter_mut().zip(&checked.objects) {
+                    if o.secret_diffs.is_empty() {
+                        o.secret_diffs = before.secret_diffs.clone();
+                    }
+                }
+                files.push(FileReport {
+                    name: inp.name.clone(),
+                    problems: after.problems,
+                    objects,
+                    diff,
+                    written: true,
+                });
+            }
+            _ => files.push(FileReport {
+                name: inp.name.clone(),
+                problems: checked.problems,
+                objects: checked.objects,
+                diff,
+                written: false,
+            }),
+        }
+    }
+    Ok(Report {
+        files,
+        fail_on: args.fail_on,
+        fix: args.fix,
+    })
+}

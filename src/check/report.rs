@@ -1,0 +1,635 @@
+//! Report formats of `stackgate check`: human text, JSON, SARIF 2.1.0 (GitHub code
+//! scanning) and JUnit XML. No format prints a Secret's data or a credential value: file
+//! diffs mask credential-like keys, Secrets are shown as decoded INI with values masked.
+
+use std::fmt::Write as _;
+
+use serde_json::{Value, json};
+
+use super::FailOn;
+use super::evaluate::{Item, Level, ObjectResult, Problem};
+use crate::policy::PolicySet;
+
+/// The report for one input.
+#[derive(Debug, Clone)]
+pub struct FileReport {
+    /// Display name.
+    pub name: String,
+    /// Input problems (exit code 2).
+    pub problems: Vec<Problem>,
+    /// Objects and findings.
+    pub objects: Vec<ObjectResult>,
+    /// Masked unified diff of the fixes that can be shown as a file edit.
+    pub diff: Option<String>,
+    /// Whether `--fix` wrote the file (the findings are then those of the fixed file).
+    pub written: bool,
+}
+
+/// Everything `stackgate check` found.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// One entry per input, in input order.
+    pub files: Vec<FileReport>,
+    /// Which level fails the run.
+    pub fail_on: FailOn,
+    /// Whether fixes were written.
+    pub fix: bool,
+}
+
+/// Counts over a report.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Inputs.
+    pub files: usize,
+    /// Objects evaluated.
+    pub objects: usize,
+    /// Denials.
+    pub errors: usize,
+    /// Warnings.
+    pub warnings: usize,
+    /// Notes (mutations, audits, exemptions).
+    pub notes: usize,
+    /// Input problems.
+    pub problems: usize,
+    /// Inputs with a fix that can be written in place (not yet written).
+    pub fixable: usize,
+    /// Inputs written by `--fix`.
+    pub fixed: usize,
+}
+
+impl Report {
+    /// All items with their file, in order.
+    fn items(&self) -> impl Iterator<Item = (&FileReport, &ObjectResult, &Item)> {
+        self.files.iter().flat_map(|f| {
+            f.objects
+                .iter()
+                .flat_map(move |o| o.items.iter().map(move |i| (f, o, i)))
+        })
+    }
+
+    /// Counts.
+    pub fn counts(&self) -> Counts {
+        let mut c = Counts {
+            files: self.files.len(),
+            ..Counts::default()
+        };
+        for f in &self.files {
+            c.objects += f.objects.len();
+            c.problems += f.problems.len();
+            if f.written {
+                c.fixed += 1;
+            } else if f.diff.is_some()
+                || f.objects
+                    .iter()
+                    .any(|o| !o.secret_diffs.is_empty() && o.fixable_in_place)
+            {
+                c.fixable += 1;
+            }
+        }
+        for (_, _, i) in self.items() {
+            match i.level {
+                Level::Error => c.errors += 1,
+                Level::Warning => c.warnings += 1,
+                Level::Note => c.notes += 1,
+            }
+        }
+        c
+    }
+
+    /// Exit code: 2 for input problems, 1 for failing findings, else 0.
+    pub fn exit_code(&self) -> u8 {
+        let c = self.counts();
+        if c.problems > 0 {
+            2
+        } else if c.errors > 0 || (self.fail_on == FailOn::Warning && c.warnings > 0) {
+            1
+        } else {
+            0
+        }
+    }
+
+    fn failing(&self, level: Level) -> bool {
+        level == Level::Error || (self.fail_on == FailOn::Warning && level == Level::Warning)
+    }
+}
+
+/// Human-readable text.
+pub fn text(report: &Report, show_diffs: bool) -> String {
+    let mut out = String::new();
+    for f in &report.files {
+        for p in &f.problems {
+            let _ = writeln!(
+                out,
+                "{}:{}:{}: error [input] {}",
+                f.name, p.line, p.column, p.message
+            );
+        }
+        for o in &f.objects {
+            for i in &o.items {
+                let _ = writeln!(
+                    out,
+                    "{}:{}: {} [{}] {}",
+                    f.name,
+                    i.line,
+                    i.level.as_str(),
+                    i.rule,
+                    i.message
+                );
+            }
+            if !o.verdict.patch.is_empty() && !o.fixable_in_place {
+                let _ = writeln!(
+                    out,
+                    "{}:{}: note [fix] {}: the webhook would apply this JSON Patch, which cannot be written into this file as a minimal edit; apply it by hand: {}",
+                    f.name,
+                    o.line,
+                    o.object,
+                    patch_summary(o)
+                );
+            }
+            if show_diffs {
+                for d in &o.secret_diffs {
+                    let verb = if f.written { "fixed" } else { "fix" };
+                    let _ = writeln!(
+                        out,
+                        "{}:{}: {verb} for {} (Secret data shown decoded, values masked):",
+                        f.name, o.line, o.object
+                    );
+                    out.push_str(d);
+                }
+            }
+        }
+        if show_diffs && let Some(diff) = &f.diff {
+            if f.written {
+                let _ = writeln!(
+                    out,
+                    "{}: fixed: wrote the edit the mutating webhook would make:",
+                    f.name
+                );
+            } else {
+                let _ = writeln!(
+                    out,
+                    "{}: fix: the edit the mutating webhook would make (stackgate check --fix writes it):",
+                    f.name
+                );
+            }
+            out.push_str(diff);
+        }
+    }
+    let c = report.counts();
+    let _ = write!(
+        out,
+        "stackgate check: {} file{}, {} object{}: {} error{}, {} warning{}, {} note{}",
+        c.files,
+        plural(c.files),
+        c.objects,
+        plural(c.objects),
+        c.errors,
+        plural(c.errors),
+        c.warnings,
+        plural(c.warnings),
+        c.notes,
+        plural(c.notes)
+    );
+    if c.problems > 0 {
+        let _ = write!(out, ", {} input error{}", c.problems, plural(c.problems));
+    }
+    if c.fixed > 0 {
+        let _ = write!(out, "; fixed {} file{}", c.fixed, plural(c.fixed));
+    }
+    if c.fixable > 0 {
+        let _ = write!(
+            out,
+            "; {} file{} fixable with --fix",
+            c.fixable,
+            plural(c.fixable)
+        );
+    }
+    out.push('\n');
+    out
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+/// The operations of a patch, with string values not shown (they can be whole configs).
+fn patch_summary(o: &ObjectResult) -> String {
+    let ops: Vec<String> = serde_json::to_value(&o.verdict.patch)
+        .ok()
+        .and_then(|v| v.as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .map(|op| {
+            let verb = op.get("op").and_then(Value::as_str).unwrap_or("?");
+            let path = op.get("path").and_then(Value::as_str).unwrap_or("?");
+            match op.get("value") {
+                Some(Value::String(_)) | None => format!("{verb} {path}"),
+                Some(v) => format!("{verb} {path} {}", mask_json(v)),
+            }
+        })
+        .collect();
+    ops.join("; ")
+}
+
+/// A JSON value with credential-like members and all strings longer than a word masked.
+fn mask_json(v: &Value) -> String {
+    fn walk(v: &Value) -> Value {
+        match v {
+            Value::Object(m) => Value::Object(
+                m.iter()
+                    .map(|(k, v)| {
+                        (
+                            k.clone(),
+                            if sensitive_key(k) {
+                                json!("***")
+                            } else {
+                                walk(v)
+                            },
+                        )
+                    })
+                    .collect(),
+            ),
+            Value::Array(a) => Value::Array(a.iter().map(walk).collect()),
+            Value::String(s) if s.contains('\n') => json!("(text not shown)"),
+            other => other.clone(),
+        }
+    }
+    walk(v).to_string()
+}
+
+/// JSON: `{version, summary, results, fixes, errors}`.
+pub fn json(report: &Report) -> String {
+    let c = report.counts();
+    let results: Vec<Value> = report
+        .items()
+        .map(|(f, o, i)| {
+            json!({
+                "file": f.name,
+                "line": i.line,
+                "level": i.level.as_str(),
+                "kind": i.kind.as_str(),
+                "rule": i.rule,
+                "policy": i.policy,
+                "object": o.object,
+                "message": i.message,
+                "fixedByPatch": i.fixed_by_patch,
+            })
+        })
+        .collect();
+    let mut fixes = Vec::new();
+    for f in &report.files {
+        if let Some(diff) = &f.diff {
+            fixes.push(json!({"file": f.name, "written": f.written, "diff": diff}));
+        }
+        for o in &f.objects {
+            for d in &o.secret_diffs {
+                fixes.push(json!({"file": f.name, "object": o.object, "line": o.line, "written": f.written, "diff": d}));
+            }
+            if !o.verdict.patch.is_empty() && !o.fixable_in_place {
+                fixes.push(
+                    json!({"file": f.name, "object": o.object, "line": o.line, "written": false,
+                    "inPlace": false, "patch": patch_summary(o)}),
+                );
+            }
+        }
+    }
+    let errors: Vec<Value> = report
+        .files
+        .iter()
+        .flat_map(|f| f.problems.iter().map(move |p| json!({"file": f.name, "line": p.line, "column": p.column, "message": p.message})))
+        .collect();
+    let doc = json!({
+        "version": 1,
+        "summary": {
+            "files": c.files, "objects": c.objects, "errors": c.errors, "warnings": c.warnings,
+            "notes": c.notes, "inputErrors": c.problems, "fixable": c.fixable, "fixed": c.fixed,
+            "exitCode": report.exit_code(),
+        },
+        "results": results,
+        "fixes": fixes,
+        "errors": errors,
+    });
+    serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n"
+}
+
+/// SARIF 2.1.0 for GitHub code scanning: one result per denial, warning and note, input
+/// errors as results of the `input-error` rule.
+pub fn sarif(report: &Report, policies: &PolicySet) -> String {
+    let mut rule_ids: Vec<String> = report.items().map(|(_, _, i)| i.rule.clone()).collect();
+    if report.files.iter().any(|f| !f.problems.is_empty()) {
+        rule_ids.push("input-error".to_owned());
+    }
+    rule_ids.sort();
+    rule_ids.dedup();
+    let rules: Vec<Value> = rule_ids
+        .iter()
+        .map(|id| {
+            let policy = policies.policies.iter().find(|p| p.rule.as_str() == id);
+            let description = policy.map_or_else(
+                || "The input could not be read as YAML or as Kubernetes objects.".to_owned(),
+                |p| p.description.trim().to_owned(),
+            );
+            let mut rule = json!({
+                "id": id,
+                "name": id,
+                "shortDescription": {"text": first_sentence(&description)},
+                "fullDescription": {"text": description},
+            });
+            if let (Some(p), Some(r)) = (policy, rule.as_object_mut()) {
+                r.insert(
+                    "help".to_owned(),
+                    json!({"text": format!("Source: {}", p.source.trim())}),
+                );
+            }
+            rule
+        })
+        .collect();
+    let index_of = |id: &str| rule_ids.iter().position(|r| r == id).unwrap_or(0);
+    let mut results: Vec<Value> = Vec::new();
+    for f in &report.files {
+        for p in &f.problems {
+            results.push(json!({
+                "ruleId": "input-error",
+                "ruleIndex": index_of("input-error"),
+                "level": "error",
+                "message": {"text": p.message},
+                "locations": [location(&f.name, p.line.max(1), Some(p.column.max(1)))],
+            }));
+        }
+        for o in &f.objects {
+            for i in &o.items {
+                results.push(json!({
+                    "ruleId": i.rule,
+                    "ruleIndex": index_of(&i.rule),
+                    "level": i.level.as_str(),
+                    "message": {"text": i.message},
+                    "locations": [location(&f.name, i.line.max(1), None)],
+                    "properties": {"policy": i.policy, "object": o.object, "kind": i.kind.as_str(), "fixedByPatch": i.fixed_by_patch},
+                }));
+            }
+        }
+    }
+    let doc = json!({
+        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {
+                "name": "stackgate",
+                "version": env!("CARGO_PKG_VERSION"),
+                "rules": rules,
+            }},
+            "results": results,
+        }],
+    });
+    serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n"
+}
+
+fn location(file: &str, line: usize, column: Option<usize>) -> Value {
+    let mut region = json!({"startLine": line});
+    if let (Some(c), Some(r)) = (column, region.as_object_mut()) {
+        r.insert("startColumn".to_owned(), json!(c));
+    }
+    json!({"physicalLocation": {"artifactLocation": {"uri": file}, "region": region}})
+}
+
+fn first_sentence(s: &str) -> String {
+    let flat: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    match flat.find(". ") {
+        Some(i) => flat[..=i].to_owned(),
+        None => flat,
+    }
+}
+
+/// JUnit XML: one test suite per input, one test case per object (plus one per input with
+/// problems); failing findings are failures, input problems are errors, other findings go to
+/// `system-out`.
+pub fn junit(report: &Report) -> String {
+    let mut suites = String::new();
+    let (mut total_tests, mut total_failures, mut total_errors) = (0, 0, 0);
+    for f in &report.files {
+        let mut cases = String::new();
+        let (mut tests, mut failures, mut errors) = (0, 0, 0);
+        if !f.problems.is_empty() {
+            tests += 1;
+            errors += 1;
+            let body: Vec<String> = f
+                .problems
+                .iter()
+                .map(|p| format!("{}:{}:{}: {}", f.name, p.line, p.column, p.message))
+                .collect();
+            let _ = write!(
+                cases,
+                "    <testcase classname=\"{}\" name=\"read input\">\n      <error type=\"input-error\" message=\"{}\">{}</error>\n    </testcase>\n",
+                xml(&f.name),
+                xml(&f
+                    .problems
+                    .first()
+                    .map(|p| p.message.clone())
+                    .unwrap_or_default()),
+                xml(&body.join("\n"))
+            );
+        }
+        for o in &f.objects {
+            tests += 1;
+            let name = format!("{} (line {})", o.object, o.line);
+            let _ = write!(
+                cases,
+                "    <testcase classname=\"{}\" name=\"{}\"",
+                xml(&f.name),
+                xml(&name)
+            );
+            let failing: Vec<&Item> = o.items.iter().filter(|i| report.failing(i.level)).collect();
+            let other: Vec<&Item> = o
+                .items
+                .iter()
+                .filter(|i| !report.failing(i.level))
+                .collect();
+            if failing.is_empty() && other.is_empty() {
+                cases.push_str("/>\n");
+                continue;
+            }
+            cases.push_str(">\n");
+            if let Some(first) = failing.first() {
+                failures += 1;
+                let body: Vec<String> = failing
+                    .iter()
+                    .map(|i| {
+                        format!(
+                            "{}:{}: {} [{}] {}",
+                            f.name,
+                            i.line,
+                            i.level.as_str(),
+                            i.rule,
+                            i.message
+                        )
+                    })
+                    .collect();
+                let _ = writeln!(
+                    cases,
+                    "      <failure type=\"{}\" message=\"{}\">{}</failure>",
+                    xml(&first.rule),
+                    xml(&format!(
+                        "{} finding(s); first: [{}] line {}",
+                        failing.len(),
+                        first.rule,
+                        first.line
+                    )),
+                    xml(&body.join("\n"))
+                );
+            }
+            if !other.is_empty() {
+                let body: Vec<String> = other
+                    .iter()
+                    .map(|i| {
+                        format!(
+                            "{}:{}: {} [{}] {}",
+                            f.name,
+                            i.line,
+                            i.level.as_str(),
+                            i.rule,
+                            i.message
+                        )
+                    })
+                    .collect();
+                let _ = writeln!(
+                    cases,
+                    "      <system-out>{}</system-out>",
+                    xml(&body.join("\n"))
+                );
+            }
+            cases.push_str("    </testcase>\n");
+        }
+        total_tests += tests;
+        total_failures += failures;
+        total_errors += errors;
+        let _ = write!(
+            suites,
+            "  <testsuite name=\"{}\" tests=\"{tests}\" failures=\"{failures}\" errors=\"{errors}\">\n{cases}  </testsuite>\n",
+            xml(&f.name)
+        );
+    }
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"stackgate check\" tests=\"{total_tests}\" failures=\"{total_failures}\" errors=\"{total_errors}\">\n{suites}</testsuites>\n"
+    )
+}
+
+/// XML text/attribute escaping; characters XML 1.0 cannot carry become U+FFFD.
+fn xml(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            '\n' | '\t' | '\r' => out.push(c),
+            c if (c as u32) < 0x20 || c == '\u{fffe}' || c == '\u{ffff}' => out.push('\u{fffd}'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Whether a key names a credential (its value is never shown).
+pub fn sensitive_key(key: &str) -> bool {
+    let k = key.trim().trim_matches(['"', '\'']).to_ascii_lowercase();
+    ["password", "secret", "token", "credential-secret"]
+        .iter()
+        .any(|s| k.contains(s))
+}
+
+/// A unified diff with credential values masked; with `all_values`, every `key = value` /
+/// `key: value` value in context and removed lines is masked too (for Secrets).
+pub fn masked_diff(old: &str, new: &str, label: &str, all_values: bool) -> String {
+    let diff = similar::TextDiff::from_lines(old, new);
+    let text = diff
+        .unified_diff()
+        .context_radius(3)
+        .header(&format!("a/{label}"), &format!("b/{label}"))
+        .to_string();
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let (mark, body) = line.split_at(line.chars().next().map_or(0, char::len_utf8));
+        let is_header =
+            line.starts_with("---") || line.starts_with("+++") || line.starts_with("@@");
+        if is_header || !matches!(mark, " " | "+" | "-") {
+            out.push_str(line);
+            continue;
+        }
+        out.push_str(mark);
+        out.push_str(&mask_line(body, all_values && mark != "+"));
+    }
+    if !out.is_empty() && !out.ends_with('\n') {
+        out.push('\n');
+    }
+    out
+}
+
+/// Masks the value of a `key = value` (INI) or `key: value` (YAML) line when the key is
+/// credential-like, or always with `all`.
+pub fn mask_line(line: &str, all: bool) -> String {
+    let body = line.trim_end_matches(['\n', '\r']);
+    let ending = &line[body.len()..];
+    let sep = match (body.find('='), body.find(':')) {
+        (Some(e), Some(c)) => Some(e.min(c)),
+        (e, c) => e.or(c),
+    };
+    let Some(i) = sep else {
+        return line.to_owned();
+    };
+    let key = body[..i].trim().trim_start_matches("- ");
+    let value = body[i + 1..].trim();
+    let key_like =
+        !key.is_empty() && !key.contains(char::is_whitespace) && !key.starts_with(['#', ';', '[']);
+    if !key_like
+        || value.is_empty()
+        || value == "|"
+        || value == "|-"
+        || value == ">"
+        || !(all || sensitive_key(key))
+    {
+        return line.to_owned();
+    }
+    format!("{} ***{ending}", &body[..=i])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masks_credentials_in_ini_and_yaml_lines() {
+        assert_eq!(mask_line("password = hunter2\n", false), "password = ***\n");
+        assert_eq!(
+            mask_line("    application-credential-secret: abc # c\n", false),
+            "    application-credential-secret: ***\n"
+        );
+        assert_eq!(
+            mask_line("region = RegionOne\n", false),
+            "region = RegionOne\n"
+        );
+        assert_eq!(mask_line("region = RegionOne\n", true), "region = ***\n");
+        assert_eq!(mask_line("[Global]\n", true), "[Global]\n");
+        assert_eq!(
+            mask_line("auth-url: https://k:5000/v3\n", false),
+            "auth-url: https://k:5000/v3\n"
+        );
+    }
+
+    #[test]
+    fn diffs_never_show_secret_values() {
+        let old = "[Global]\npassword = hunter2\n[LoadBalancer]\nsubnet-id = s\n";
+        let new = "[Global]\npassword = hunter2\n[LoadBalancer]\nsubnet-id = s\nprovider-requires-serial-api-calls = true\n";
+        let d = masked_diff(old, new, "x", false);
+        assert!(!d.contains("hunter2"), "{d}");
+        assert!(d.contains("+provider-requires-serial-api-calls = true"));
+        let d = masked_diff(old, new, "x", true);
+        assert!(!d.contains("= s\n"), "{d}");
+    }
+
+    #[test]
+    fn xml_escaping() {
+        assert_eq!(xml("a<b>&\"'\u{1}"), "a&lt;b&gt;&amp;&quot;&apos;\u{fffd}");
+    }
+}

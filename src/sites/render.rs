@@ -1,0 +1,267 @@
+//! The cloud config the `openstack-cloud-controller-manager` Helm chart renders from
+//! structured values, with a map from each rendered line back to the values path.
+//!
+//! Facts (domain-facts §1.7): the chart's `cloudConfig` helper writes the sections in the
+//! fixed order `[Global]`, `[Networking]`, `[LoadBalancer]`, `[BlockStorage]`, `[Metadata]`,
+//! `[Route]` from `cloudConfig.global`, `.networking`, `.loadBalancer`, `.blockStorage`,
+//! `.metadata`, `.route`, each entry as `{{ $key }} = {{ $value | quote }}`. Go templates
+//! range over a map in sorted key order. Helm reads values through JSON, so numbers are
+//! float64 and Sprig's `quote` formats them with `%v` (so `1000000` renders as `1e+06`);
+//! `quote` of a null value renders nothing (`key = `).
+//!
+//! One deliberate difference: an empty `[BlockStorage]` header is not rendered. The CCM does
+//! not read that section and an empty section changes nothing, so rendering it would only
+//! produce a warning about a header the user never wrote.
+
+use serde_json::Value;
+
+/// The chart's sections: (values key, INI section name), in rendering order.
+pub const SECTIONS: &[(&str, &str)] = &[
+    ("global", "Global"),
+    ("networking", "Networking"),
+    ("loadBalancer", "LoadBalancer"),
+    ("blockStorage", "BlockStorage"),
+    ("metadata", "Metadata"),
+    ("route", "Route"),
+];
+
+/// Where a rendered line comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// A section header or the blank line after a section: `cloudConfig.<section>`.
+    Section(&'static str),
+    /// `cloudConfig.<section>.<key>`.
+    Key(&'static str, String),
+}
+
+/// A rendered cloud config and the origin of each line (index = line - 1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rendered {
+    /// The INI text.
+    pub text: String,
+    /// Origin of each line.
+    pub lines: Vec<Origin>,
+}
+
+/// Why a `cloudConfig` value cannot be rendered (the chart's template would fail).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cloudConfig.{section} is not a map of keys to values, so the chart cannot render it")]
+pub struct RenderError {
+    /// The values key of the section.
+    pub section: &'static str,
+}
+
+/// Renders `cloudConfig` (the value of the `cloudConfig` key, or null when absent).
+pub fn render(cloud_config: Option<&Value>) -> Result<Rendered, RenderError> {
+    let mut text = String::new();
+    let mut lines = Vec::new();
+    for (values_key, header) in SECTIONS {
+        let section = cloud_config.and_then(|c| c.get(values_key));
+        let entries = match section {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(m)) => Some(m),
+            Some(_) => {
+                return Err(RenderError {
+                    section: values_key,
+                });
+            }
+        };
+        if *values_key == "blockStorage" && entries.is_none_or(|m| m.is_empty()) {
+            continue;
+        }
+        text.push_str(&format!("[{header}]\n"));
+        lines.push(Origin::Section(values_key));
+        if let Some(entries) = entries {
+            // serde_json's map is ordered by key (byte order), like Go's sorted map range.
+            for (key, value) in entries {
+                let rendered = quote(value);
+                if rendered.is_empty() {
+                    text.push_str(&format!("{key} = \n"));
+                } else {
+                    text.push_str(&format!("{key} = {rendered}\n"));
+                }
+                lines.push(Origin::Key(values_key, key.clone()));
+            }
+        }
+        text.push('\n');
+        lines.push(Origin::Section(values_key));
+    }
+    Ok(Rendered { text, lines })
+}
+
+/// The values key of an INI section name, matched like gcfg does (case-insensitively).
+pub fn values_key(section: &str) -> Option<&'static str> {
+    SECTIONS
+        .iter()
+        .find(|(_, header)| header.eq_ignore_ascii_case(section))
+        .map(|(key, _)| *key)
+}
+
+/// Sprig's `quote`: `fmt.Sprintf("%q", strval(v))`, nothing for nil.
+pub fn quote(value: &Value) -> String {
+    match value {
+        Value::Null => String::new(),
+        other => go_quote(&go_value(other)),
+    }
+}
+
+/// Go's `fmt.Sprintf("%v", v)` for a value Helm decoded from JSON.
+pub fn go_value(value: &Value) -> String {
+    match value {
+        Value::Null => "<nil>".to_owned(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.as_f64().map_or_else(|| n.to_string(), go_float),
+        Value::String(s) => s.clone(),
+        Value::Array(items) => {
+            let parts: Vec<String> = items.iter().map(go_value).collect();
+            format!("[{}]", parts.join(" "))
+        }
+        Value::Object(m) => {
+            let parts: Vec<String> = m
+                .iter()
+                .map(|(k, v)| format!("{k}:{}", go_value(v)))
+                .collect();
+            format!("map[{}]", parts.join(" "))
+        }
+    }
+}
+
+/// Go's `%v` of a float64 (`strconv.FormatFloat(f, 'g', -1, 64)`): the shortest digits that
+/// read back, in `%e` style when the decimal exponent is < -4 or >= 6 (Go's threshold for the
+/// shortest `%g`), e.g. `1e+06`, `1.234567e+06`, `100000`, `0.0001`, `1e-05`.
+pub fn go_float(f: f64) -> String {
+    if f.is_nan() {
+        return "NaN".to_owned();
+    }
+    if f.is_infinite() {
+        return if f > 0.0 {
+            "+Inf".to_owned()
+        } else {
+            "-Inf".to_owned()
+        };
+    }
+    if f == 0.0 {
+        return if f.is_sign_negative() {
+            "-0".to_owned()
+        } else {
+            "0".to_owned()
+        };
+    }
+    // Shortest round-trip digits and the decimal exponent.
+    let sci = format!("{f:e}");
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((sci.as_str(), "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    if !(-4..6).contains(&exp) {
+        let sign = if exp < 0 { '-' } else { '+' };
+        return format!("{mantissa}e{sign}{:02}", exp.abs());
+    }
+    let negative = mantissa.starts_with('-');
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    let point = exp + 1; // digits before the decimal point
+    let mut out = String::new();
+    if negative {
+        out.push('-');
+    }
+    if point <= 0 {
+        out.push_str("0.");
+        out.push_str(&"0".repeat(point.unsigned_abs() as usize));
+        out.push_str(&digits);
+    } else if point as usize >= digits.len() {
+        out.push_str(&digits);
+        out.push_str(&"0".repeat(point as usize - digits.len()));
+    } else {
+        out.push_str(&digits[..point as usize]);
+        out.push('.');
+        out.push_str(&digits[point as usize..]);
+    }
+    out
+}
+
+/// Go's `strconv.Quote`.
+pub fn go_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{7}' => out.push_str("\\a"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{b}' => out.push_str("\\v"),
+            c if go_printable(c) => out.push(c),
+            c if (c as u32) < 0x80 => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if (c as u32) < 0x10000 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push_str(&format!("\\U{:08x}", c as u32)),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// An approximation of Go's `strconv.IsPrint`: letters, marks, numbers, punctuation, symbols
+/// and the ASCII space. Controls, non-ASCII spaces and the common format characters are not.
+fn go_printable(c: char) -> bool {
+    if c == ' ' {
+        return true;
+    }
+    if c.is_control() || c.is_whitespace() {
+        return false;
+    }
+    !matches!(c, '\u{ad}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2064}' | '\u{feff}')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn renders_like_the_chart() {
+        let cc = json!({
+            "loadBalancer": {"subnet-id": "s", "provider-requires-serial-api-calls": true, "max-shared-lb": 10},
+            "global": {"auth-url": "https://k/v3", "region": "RegionOne"},
+            "metadata": null
+        });
+        let r = render(Some(&cc)).unwrap();
+        assert_eq!(
+            r.text,
+            "[Global]\nauth-url = \"https://k/v3\"\nregion = \"RegionOne\"\n\n[Networking]\n\n\
+             [LoadBalancer]\nmax-shared-lb = \"10\"\nprovider-requires-serial-api-calls = \"true\"\nsubnet-id = \"s\"\n\n\
+             [Metadata]\n\n[Route]\n\n"
+        );
+        assert_eq!(
+            r.lines[7],
+            Origin::Key("loadBalancer", "max-shared-lb".into())
+        );
+        assert_eq!(r.lines[10], Origin::Section("loadBalancer"));
+        assert_eq!(r.text.lines().count(), r.lines.len());
+    }
+
+    #[test]
+    fn go_formatting() {
+        assert_eq!(go_float(1_000_000.0), "1e+06");
+        assert_eq!(go_float(1_234_567.0), "1.234567e+06");
+        assert_eq!(go_float(100000.0), "100000");
+        assert_eq!(go_float(0.5), "0.5");
+        assert_eq!(go_float(0.0001), "0.0001");
+        assert_eq!(go_float(0.00001), "1e-05");
+        assert_eq!(go_float(-3.0), "-3");
+        assert_eq!(quote(&json!(null)), "");
+        assert_eq!(quote(&json!("a\"b\\c\u{0}")), "\"a\\\"b\\\\c\\x00\"");
+        assert_eq!(quote(&json!(["a", 1])), "\"[a 1]\"");
+    }
+
+    #[test]
+    fn a_section_that_is_not_a_map_cannot_render() {
+        assert_eq!(
+            render(Some(&json!({"loadBalancer": "x"}))),
+            Err(RenderError {
+                section: "loadBalancer"
+            })
+        );
+    }
+}

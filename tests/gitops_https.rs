@@ -1,0 +1,245 @@
+//! HelmRelease, Argo CD Application and RKE2 HelmChart reviews through the webhook over real
+//! TLS on loopback. The bodies are the captured kube-apiserver v1.26.0 requests
+//! (`tests/fixtures/captured/{helmrelease,application,helmchart}/`), some with one value
+//! changed to exercise the other branch.
+
+mod common;
+
+use base64::Engine as _;
+use common::*;
+use http::StatusCode;
+use serde_json::{Value, json};
+
+const SERIAL: &str = "provider-requires-serial-api-calls";
+
+/// Posts `body` to `path` and returns the `response` of the AdmissionReview.
+async fn review(client: &Client, path: &str, body: Vec<u8>) -> Value {
+    let uid = uid_of(&body);
+    let (status, review) = post(client, path, body).await;
+    assert_eq!(status, StatusCode::OK, "{path}: {review}");
+    assert_eq!(review["response"]["uid"], uid.as_str());
+    review["response"].clone()
+}
+
+fn patch_of(response: &Value) -> Value {
+    match response["patch"].as_str() {
+        Some(b64) => serde_json::from_slice(
+            &base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .expect("base64"),
+        )
+        .expect("JSON Patch"),
+        None => json!([]),
+    }
+}
+
+fn edit(rel: &str, f: impl FnOnce(&mut Value)) -> Vec<u8> {
+    let mut v: Value = serde_json::from_slice(&captured(rel)).expect("captured JSON");
+    f(&mut v["request"]["object"]);
+    serde_json::to_vec(&v).expect("encode")
+}
+
+fn serial_messages(response: &Value) -> Vec<String> {
+    let mut out: Vec<String> = response["status"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .split('\n')
+        .filter(|m| m.contains("rule serial-lb-api-calls"))
+        .map(str::to_owned)
+        .collect();
+    out.extend(
+        response["warnings"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .filter(|w| w.starts_with("stackgate serial-lb-api-calls"))
+            .map(str::to_owned),
+    );
+    out
+}
+
+#[tokio::test]
+async fn helmrelease_reviews() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    // As captured: serial calls on, so nothing to add and nothing to deny for this rule.
+    let m = review(
+        &client,
+        "/mutate?timeout=10s",
+        captured("helmrelease/mutate-create-openstack-cloud-controller-manager.json"),
+    )
+    .await;
+    assert_eq!(m["allowed"], true);
+    assert!(!patch_of(&m).to_string().contains(SERIAL), "{m}");
+    let v = review(
+        &client,
+        "/validate?timeout=10s",
+        captured("helmrelease/validate-create-openstack-cloud-controller-manager.json"),
+    )
+    .await;
+    assert!(serial_messages(&v).is_empty(), "{v}");
+
+    // Without the key: the mutating webhook adds it to the values with a JSON Patch `add`.
+    let body = edit(
+        "helmrelease/mutate-create-openstack-cloud-controller-manager.json",
+        |o| {
+            o["spec"]["values"]["cloudConfig"]["loadBalancer"]
+                .as_object_mut()
+                .map(|m| m.remove(SERIAL));
+        },
+    );
+    let m = review(&client, "/mutate?timeout=10s", body).await;
+    assert_eq!(m["allowed"], true);
+    let patch = patch_of(&m);
+    assert!(
+        patch.as_array().into_iter().flatten().any(|op| op
+            == &json!({"op": "add", "path": format!("/spec/values/cloudConfig/loadBalancer/{SERIAL}"), "value": true})),
+        "{patch}"
+    );
+
+    // Explicitly false: denied, naming the values path; no credential in the answer.
+    let body = edit(
+        "helmrelease/validate-create-openstack-cloud-controller-manager.json",
+        |o| {
+            o["spec"]["values"]["cloudConfig"]["loadBalancer"][SERIAL] = json!(false);
+        },
+    );
+    let v = review(&client, "/validate?timeout=10s", body).await;
+    assert_eq!(v["allowed"], false);
+    let message = v["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&format!(
+            "HelmRelease kube-system/openstack-cloud-controller-manager spec.values.cloudConfig.loadBalancer.{SERIAL}: "
+        )),
+        "{message}"
+    );
+    assert!(!v.to_string().contains("fake-app-cred-secret"));
+
+    // DELETE is admitted untouched.
+    let v = review(
+        &client,
+        "/validate?timeout=10s",
+        captured("helmrelease/validate-delete-openstack-cloud-controller-manager.json"),
+    )
+    .await;
+    assert_eq!(v["allowed"], true);
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn application_reviews() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    let v = review(
+        &client,
+        "/validate?timeout=10s",
+        captured("application/validate-create-occm-valuesobject.json"),
+    )
+    .await;
+    assert!(serial_messages(&v).is_empty(), "{v}");
+    // `kubectl apply` with serial calls switched off: the mutating webhook leaves an explicit
+    // false alone, the validating webhook denies it and names the valuesObject path.
+    let m = review(
+        &client,
+        "/mutate?timeout=10s",
+        captured("application/mutate-update-occm-valuesobject-serial-false.json"),
+    )
+    .await;
+    assert_eq!(m["allowed"], true);
+    assert!(!patch_of(&m).to_string().contains(SERIAL));
+    let v = review(
+        &client,
+        "/validate?timeout=10s",
+        captured("application/validate-update-occm-valuesobject-serial-false.json"),
+    )
+    .await;
+    assert_eq!(v["allowed"], false, "{v}");
+    assert_eq!(v["status"]["code"], 403);
+    let message = v["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&format!("Application argocd/occm-valuesobject spec.source.helm.valuesObject.cloudConfig.loadBalancer.{SERIAL}: ")),
+        "{message}"
+    );
+    // The same values as a YAML string in `helm.values`, without the key: one line is added
+    // to the string, nothing else changes.
+    let values = "cloudConfig:\n  global:\n    region: RegionOne   # keep\n  loadBalancer:\n    subnet-id: 9c018814-f2a8-45dd-9679-5400d49b333a\n# end\n";
+    let body = edit("application/mutate-create-occm-valuesobject.json", |o| {
+        o["spec"]["source"]["helm"] =
+            json!({"releaseName": "openstack-cloud-controller-manager", "values": values});
+    });
+    let m = review(&client, "/mutate?timeout=10s", body).await;
+    let expected = values.replace(
+        "9c018814-f2a8-45dd-9679-5400d49b333a\n",
+        &format!("9c018814-f2a8-45dd-9679-5400d49b333a\n    {SERIAL}: true\n"),
+    );
+    assert_eq!(
+        patch_of(&m),
+        json!([{"op": "replace", "path": "/spec/source/helm/values", "value": expected}])
+    );
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn helmchart_reviews() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    let v = review(
+        &client,
+        "/validate?timeout=10s",
+        captured("helmchart/validate-create-openstack-cloud-controller-manager.json"),
+    )
+    .await;
+    assert!(serial_messages(&v).is_empty(), "{v}");
+    // Re-applied with `false` inside `spec.valuesContent`: mutate leaves it, validate denies
+    // with the values path and the line inside the values string.
+    let body =
+        captured("helmchart/mutate-update-openstack-cloud-controller-manager-serial-false.json");
+    let m = review(&client, "/mutate?timeout=10s", body.clone()).await;
+    assert!(!patch_of(&m).to_string().contains(SERIAL));
+    let v = review(&client, "/validate?timeout=10s", body).await;
+    assert_eq!(v["allowed"], false, "{v}");
+    let message = v["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&format!(
+            "HelmChart kube-system/openstack-cloud-controller-manager spec.valuesContent, cloudConfig.loadBalancer.{SERIAL} (line 15 of the values): "
+        )),
+        "{message}"
+    );
+    assert!(!v.to_string().contains("fake-app-cred-secret"));
+    // Without the key: `spec.valuesContent` is replaced by the same text plus one line.
+    let mut original = String::new();
+    let body = edit(
+        "helmchart/mutate-create-openstack-cloud-controller-manager.json",
+        |o| {
+            let text = o["spec"]["valuesContent"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let without: String = text
+                .lines()
+                .filter(|l| !l.contains(SERIAL))
+                .map(|l| format!("{l}\n"))
+                .collect();
+            original = without.clone();
+            o["spec"]["valuesContent"] = json!(without);
+        },
+    );
+    let m = review(&client, "/mutate?timeout=10s", body).await;
+    let patch = patch_of(&m);
+    assert_eq!(patch[0]["op"], "replace");
+    assert_eq!(patch[0]["path"], "/spec/valuesContent");
+    let new = patch[0]["value"].as_str().unwrap_or_default();
+    let added: Vec<&str> = new
+        .lines()
+        .filter(|l| !original.lines().any(|o| o == *l))
+        .collect();
+    assert_eq!(added, vec![format!("    {SERIAL}: true").as_str()]);
+    assert_eq!(
+        new.lines()
+            .filter(|l| !l.contains(SERIAL))
+            .collect::<Vec<_>>(),
+        original.lines().collect::<Vec<_>>()
+    );
+    server.stop().await.unwrap();
+}
