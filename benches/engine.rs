@@ -1,0 +1,100 @@
+//! Criterion micro benchmarks of the engine, one case per rule family (see
+//! `support/cases.rs`, `ENGINE_CASES`):
+//!
+//! * `evaluate/<case>`: `Engine::evaluate` on an already decoded request — the policy cost
+//!   (budget: ≤ 20 µs for a typical ConfigMap cloud config);
+//! * `handle/<case>`: `admission::handle` on the request bytes — decode, evaluate, encode,
+//!   span and metrics: everything the server does per review besides HTTP and TLS.
+//!
+//! ```text
+//! cargo bench --bench engine
+//! ```
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionReview};
+use stackgate::admission::{self, Webhook};
+use stackgate::engine::Engine;
+use stackgate::metrics::Metrics;
+use stackgate::policy::PolicySet;
+
+#[path = "support/cases.rs"]
+mod cases;
+
+fn engine() -> Engine {
+    Engine::new(PolicySet::embedded().expect("embedded policies load"))
+}
+
+fn webhook(path: &str) -> Webhook {
+    if path.starts_with("/validate") {
+        Webhook::Validate
+    } else {
+        Webhook::Mutate
+    }
+}
+
+fn decode(body: &[u8]) -> AdmissionRequest<DynamicObject> {
+    let review: AdmissionReview<DynamicObject> =
+        serde_json::from_slice(body).expect("fixture is an AdmissionReview");
+    review.try_into().expect("fixture has a request")
+}
+
+fn bench_engine(c: &mut Criterion) {
+    let engine = engine();
+    let metrics = Metrics::new();
+    let mut loaded = Vec::new();
+    for case in cases::ENGINE_CASES {
+        match case.body() {
+            Ok(body) => loaded.push((case, body)),
+            Err(why) => eprintln!("engine bench: skipping {}: {why}", case.name),
+        }
+    }
+
+    let mut group = c.benchmark_group("evaluate");
+    for (case, body) in &loaded {
+        let request = decode(body);
+        let verdict = engine.evaluate(&request);
+        eprintln!(
+            "engine bench: {} ({} bytes): {} patch ops, {} denials, {} warnings — {}",
+            case.name,
+            body.len(),
+            verdict.patch.len(),
+            verdict.denials.len(),
+            verdict.warnings.len(),
+            case.about
+        );
+        group.bench_function(case.name, |b| {
+            b.iter(|| engine.evaluate(black_box(&request)))
+        });
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("handle");
+    for (case, body) in &loaded {
+        let hook = webhook(case.path);
+        group.throughput(Throughput::Bytes(body.len() as u64));
+        group.bench_function(case.name, |b| {
+            b.iter(|| admission::handle(&engine, hook, black_box(body), &metrics))
+        });
+    }
+    group.finish();
+}
+
+/// The criterion group (in a module: the macro generates an undocumented `pub fn`).
+mod entry {
+    use super::*;
+
+    criterion_group! {
+        name = benches;
+        // Short runs: the machine this is tuned for has 2 shared cores.
+        config = Criterion::default()
+            .warm_up_time(Duration::from_secs(1))
+            .measurement_time(Duration::from_secs(3))
+            .sample_size(50);
+        targets = bench_engine
+    }
+}
+criterion_main!(entry::benches);
