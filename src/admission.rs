@@ -104,7 +104,22 @@ pub fn handle_with(
     let (reply, kind, operation, decision, verdict) =
         answer(engine, webhook, body, metrics, facts, &span);
     span.record("decision", decision);
-    tracing::info!(status = reply.status.as_u16(), "review answered");
+    let fired = verdict
+        .as_ref()
+        .map(|v| fired_policies(webhook, v))
+        .unwrap_or_default();
+    // Most reviews the webhook sees are pass-through (it is registered for every ConfigMap and
+    // Secret); an info line for each cost as much CPU as the evaluation (BENCHMARKS.md). The
+    // request metrics still count every review.
+    if decision == "allowed" && fired.is_empty() && reply.status == StatusCode::OK {
+        tracing::debug!(status = reply.status.as_u16(), "review answered");
+    } else {
+        tracing::info!(
+            status = reply.status.as_u16(),
+            policies = %fired,
+            "review answered"
+        );
+    }
     metrics.request(
         RequestLabels {
             webhook: webhook.as_str(),
@@ -127,7 +142,15 @@ fn answer(
 ) -> (Reply, String, &'static str, &'static str, Option<Verdict>) {
     let review: AdmissionReview<DynamicObject> = match serde_json::from_slice(body) {
         Ok(r) => r,
-        Err(e) => return (undecodable(body, &e), String::new(), "", "invalid", None),
+        Err(e) => {
+            return (
+                undecodable(webhook, body, &e),
+                String::new(),
+                "",
+                "invalid",
+                None,
+            );
+        }
     };
     let api_version = review.types.api_version.clone();
     let request: AdmissionRequest<DynamicObject> = match review.try_into() {
@@ -183,6 +206,28 @@ fn answer(
     (encode(response), kind, operation, decision, Some(verdict))
 }
 
+/// The policies whose findings this webhook acted on, comma-separated and de-duplicated in
+/// order: mutations for `/mutate`, denials and warnings for `/validate`, plus exemptions and
+/// audit findings for both.
+fn fired_policies(webhook: Webhook, verdict: &Verdict) -> String {
+    let acted: Vec<&Finding> = match webhook {
+        Webhook::Mutate => verdict.mutations.iter().collect(),
+        Webhook::Validate => verdict.denials.iter().chain(&verdict.warnings).collect(),
+    };
+    let mut names: Vec<&str> = Vec::new();
+    let all = acted
+        .into_iter()
+        .map(|f| f.policy.as_str())
+        .chain(verdict.exemptions.iter().map(|e| e.policy.as_str()))
+        .chain(verdict.audits.iter().map(|a| a.policy.as_str()));
+    for name in all {
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names.join(",")
+}
+
 fn mutate_response(
     response: AdmissionResponse,
     verdict: &Verdict,
@@ -194,7 +239,7 @@ fn mutate_response(
     }
     for m in &verdict.mutations {
         metrics.policy_outcome(PolicyOutcome::Mutated, &m.policy, m.rule.as_str());
-        tracing::info!(policy = %m.policy, line = m.line, "mutation");
+        tracing::debug!(policy = %m.policy, line = m.line, "mutation");
     }
     response.warnings = Some(verdict.mutations.iter().map(short).collect());
     match response
@@ -226,7 +271,7 @@ fn validate_response(
     if verdict.denied() {
         for d in &verdict.denials {
             metrics.policy_outcome(PolicyOutcome::Denied, &d.policy, d.rule.as_str());
-            tracing::info!(policy = %d.policy, line = d.line, "denied");
+            tracing::debug!(policy = %d.policy, line = d.line, "denied");
         }
         let message = verdict
             .denials
@@ -263,23 +308,28 @@ fn short(f: &Finding) -> String {
     cut
 }
 
-fn encode(response: AdmissionResponse) -> Reply {
-    let has_patch = response.patch.is_some();
+fn encode(mut response: AdmissionResponse) -> Reply {
+    // kube-core serializes the patch bytes as a JSON array of numbers, one value per byte; the
+    // API documents base64 (Go's []byte), which is also 3-4 times smaller. Take the bytes out
+    // before serializing and put them back as one base64 string.
+    let patch = response.patch.take();
     let review = response.into_review();
-    let encoded = if has_patch {
-        // kube-core serializes the patch bytes as a JSON array of numbers; the API
-        // documents base64 (Go's []byte), which is also 3-4 times smaller.
-        serde_json::to_value(&review).and_then(|mut value| {
-            if let Some(patch) = value.pointer_mut("/response/patch") {
-                let bytes: Vec<u8> = serde_json::from_value(patch.take())?;
-                *patch = serde_json::Value::String(
-                    base64::engine::general_purpose::STANDARD.encode(bytes),
+    let encoded = match patch {
+        Some(bytes) => serde_json::to_value(&review).and_then(|mut value| {
+            if let Some(response) = value
+                .get_mut("response")
+                .and_then(serde_json::Value::as_object_mut)
+            {
+                response.insert(
+                    "patch".to_owned(),
+                    serde_json::Value::String(
+                        base64::engine::general_purpose::STANDARD.encode(bytes),
+                    ),
                 );
             }
             serde_json::to_vec(&value)
-        })
-    } else {
-        serde_json::to_vec(&review)
+        }),
+        None => serde_json::to_vec(&review),
     };
     match encoded {
         Ok(body) => Reply {
@@ -295,7 +345,11 @@ fn encode(response: AdmissionResponse) -> Reply {
 
 /// The answer for a body that did not decode as an AdmissionReview. The serde error is
 /// reduced to its category and position so that no body content is echoed.
-fn undecodable(body: &[u8], error: &serde_json::Error) -> Reply {
+///
+/// When the uid is still readable the API server gets a review back: the mutating webhook
+/// admits unchanged with a warning (mutation fails open, invariant 8), the validating webhook
+/// refuses (validation enforces).
+fn undecodable(webhook: Webhook, body: &[u8], error: &serde_json::Error) -> Reply {
     let what = match error.classify() {
         serde_json::error::Category::Io => "could not be read",
         serde_json::error::Category::Syntax => "is not valid JSON",
@@ -312,7 +366,19 @@ fn undecodable(body: &[u8], error: &serde_json::Error) -> Reply {
             api_version,
             request: Some(ProbeRequest { uid }),
         }) => {
-            let mut response = AdmissionResponse::invalid(&reason);
+            let mut response = match webhook {
+                Webhook::Mutate => {
+                    let mut response = AdmissionResponse::invalid(&reason);
+                    response.allowed = true;
+                    response.result = Default::default();
+                    response.warnings = Some(vec![format!(
+                        "stackgate could not read this review and admitted it without \
+                         mutation: {reason}"
+                    )]);
+                    response
+                }
+                Webhook::Validate => AdmissionResponse::invalid(&reason),
+            };
             response.uid = uid;
             if let Some(v) = api_version {
                 response.types.api_version = v;

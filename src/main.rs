@@ -145,22 +145,11 @@ async fn start_release_watcher(
             return None;
         }
     };
-    let gate = state.add_readiness_gate("release-catalog");
-    let sink = Arc::clone(state);
     let config = WatchConfig {
         resync,
         ..WatchConfig::default()
     };
-    Some(tokio::spawn(stackgate::releases::watcher::run(
-        client,
-        config,
-        metrics,
-        move |snapshot| {
-            let next = sink.engine.load().with_release_snapshot(snapshot);
-            sink.engine.store(Arc::new(next));
-        },
-        move || gate.set(true),
-    )))
+    Some(state.watch_releases(client, config, metrics))
 }
 
 fn server_config(args: ServeArgs) -> ServerConfig {

@@ -328,6 +328,38 @@ async fn absent_crd_counts_as_an_empty_complete_list_and_is_retried() {
 }
 
 #[tokio::test]
+async fn forbidden_opens_readiness_without_publishing_and_is_retried() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let (mut run, mut handle) = start(fast());
+        let (_, send) = expect(&mut handle, false).await;
+        send.send_response(error_response(403, "Forbidden"));
+        run.first_list
+            .await
+            .expect("readiness is not held by missing RBAC");
+        assert!(
+            run.snapshots.try_recv().is_err(),
+            "nothing is published: the engine keeps what it serves (the static table)"
+        );
+        // RBAC is fixed: the retry lists and publishes.
+        let (_, send) = expect(&mut handle, false).await;
+        send.send_response(list("8", &[stored_osv()]));
+        assert_eq!(run.snapshots.recv().await.unwrap().len(), 1);
+        let (_, _pending) = expect(&mut handle, true).await;
+        let text = encoded(&run.registry);
+        assert_eq!(
+            counter(
+                &text,
+                "stackgate_release_catalog_syncs_total{outcome=\"forbidden\"}"
+            ),
+            1
+        );
+        run.task.abort();
+    })
+    .await
+    .expect("scenario finished in time");
+}
+
+#[tokio::test]
 async fn periodic_resync_relists_and_republishes_only_changes() {
     tokio::time::timeout(TEST_TIMEOUT, async {
         let config = WatchConfig {

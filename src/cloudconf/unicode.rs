@@ -51,6 +51,16 @@ fn fold_min(c: char) -> u32 {
 
 /// Go's `strings.EqualFold`: equal under Unicode simple case folding.
 pub fn eq_fold(a: &str, b: &str) -> bool {
+    // Fast path, exact: the only non-ASCII members of an ASCII letter's folding orbit are
+    // U+212A (KELVIN SIGN, with k) and U+017F (LONG S, with s), which ASCII text cannot hold.
+    if a.is_ascii() && b.is_ascii() {
+        return a.eq_ignore_ascii_case(b);
+    }
+    eq_fold_unicode(a, b)
+}
+
+/// [`eq_fold`] without the ASCII fast path.
+fn eq_fold_unicode(a: &str, b: &str) -> bool {
     let mut ai = a.chars();
     let mut bi = b.chars();
     loop {
@@ -91,6 +101,16 @@ pub(crate) fn go_trim_space(s: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ascii_fast_path_agrees_with_unicode_folding() {
+        for a in 0u8..128 {
+            for b in 0u8..128 {
+                let (a, b) = (char::from(a).to_string(), char::from(b).to_string());
+                assert_eq!(eq_fold(&a, &b), eq_fold_unicode(&a, &b), "{a:?} vs {b:?}");
+            }
+        }
+    }
 
     #[test]
     fn letters_and_digits_follow_go() {

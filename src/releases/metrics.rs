@@ -21,7 +21,8 @@ use crate::rules::release_annotations::{FindingKind, classify};
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SyncLabels {
     /// `list` (a complete list replaced the snapshot), `event` (a watch event changed it),
-    /// `crd-absent` (the OpenStackVersion CRD is not installed: empty snapshot), `error`
+    /// `crd-absent` (the OpenStackVersion CRD is not installed: empty snapshot), `forbidden`
+    /// (401/403: RBAC missing; readiness opens, the last snapshot serves), `error`
     /// (a list or watch failed; the last snapshot keeps serving), `undecodable` (an object
     /// was skipped).
     pub outcome: &'static str,

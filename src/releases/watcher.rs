@@ -9,6 +9,10 @@
 //!   age grows (`stackgate_release_catalog_snapshot_age_seconds`).
 //! * A 404 on the list means the CRD is not installed: that counts as a complete, empty
 //!   list (so readiness does not wait for a CRD that may never come) and is retried.
+//! * A 401 or 403 means the ServiceAccount may not list them: logged at error, counted
+//!   (`forbidden`), the readiness gate opens on the snapshot served so far (static table
+//!   only at start), and the watcher retries: a missing permission must not become an
+//!   outage of every replica.
 //! * Every `resync` the watcher is restarted with a fresh list, which confirms the snapshot
 //!   in quiet clusters (watch events alone cannot tell a quiet cluster from a broken watch).
 //!
@@ -78,6 +82,7 @@ pub async fn run<S, F>(
         on_first_list: Some(Box::new(on_first_list)),
         published: false,
         crd_absent_logged: false,
+        refused_logged: false,
     };
     let mut backoff = Backoff::new(config.backoff_initial, config.backoff_max);
     loop {
@@ -118,6 +123,7 @@ struct State {
     on_first_list: Option<FirstList>,
     published: bool,
     crd_absent_logged: bool,
+    refused_logged: bool,
 }
 
 impl State {
@@ -204,6 +210,27 @@ impl State {
             self.replace(Snapshot::empty(), metrics, sink);
             return;
         }
+        if let Some(code) = refused(error) {
+            // The API server answered and will keep answering this until someone fixes the
+            // ServiceAccount's RBAC. Holding /readyz on it would turn a missing permission
+            // into a webhook outage (every replica unready, failurePolicy applies), so the
+            // gate opens on the snapshot already served (empty at start: static table only),
+            // the failure is logged once at error and counted, and the watcher retries.
+            metrics.sync("forbidden");
+            if !self.refused_logged {
+                tracing::error!(
+                    code,
+                    "release catalog: the API server refuses to list or watch OpenStackVersions \
+                     ({PLURAL}.{GROUP}); grant list and watch to stackgate's ServiceAccount or \
+                     run with --kube off; serving the static release table, retrying"
+                );
+                self.refused_logged = true;
+            }
+            if let Some(first) = self.on_first_list.take() {
+                first();
+            }
+            return;
+        }
         metrics.sync("error");
         tracing::warn!(
             error = %error,
@@ -244,6 +271,19 @@ fn decode(obj: &DynamicObject, metrics: &ReleaseMetrics) -> Option<(String, Stri
 }
 
 /// A 404 on the list: the resource type does not exist (CRD not installed).
+/// The HTTP status when the API server refused the request for lack of permission (401, 403).
+fn refused(error: &watcher::Error) -> Option<u16> {
+    match error {
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+            if matches!(status.code, 401 | 403) =>
+        {
+            Some(status.code)
+        }
+        _ => None,
+    }
+}
+
 fn crd_absent(error: &watcher::Error) -> bool {
     match error {
         watcher::Error::InitialListFailed(kube::Error::Api(status))

@@ -12,6 +12,8 @@ use crate::engine::{Engine, Facts};
 use crate::guard::{Guard, MachineDelete};
 use crate::metrics::Metrics;
 use crate::policy::RuleId;
+use crate::releases::ReleaseMetrics;
+use crate::releases::watcher::WatchConfig;
 use crate::rules::lb_guard::GuardFacts;
 
 /// A review function that replaces the engine, e.g. the do-nothing baseline in
@@ -75,6 +77,31 @@ impl AppState {
     pub fn with_guard(mut self, guard: Arc<Guard>) -> Self {
         self.guard = Some(guard);
         self
+    }
+
+    /// Starts the `OpenStackVersion` watcher ([`crate::releases::watcher::run`]) on `client`:
+    /// a `release-catalog` readiness gate holds `/readyz` until the first complete list, and
+    /// every new snapshot swaps the engine (in-flight reviews finish on the one they loaded).
+    /// When the API server goes away the last snapshot keeps serving. The task runs until it
+    /// is aborted.
+    pub fn watch_releases(
+        self: &Arc<Self>,
+        client: kube::Client,
+        config: WatchConfig,
+        metrics: ReleaseMetrics,
+    ) -> tokio::task::JoinHandle<()> {
+        let gate = self.add_readiness_gate("release-catalog");
+        let sink = Arc::clone(self);
+        tokio::spawn(crate::releases::watcher::run(
+            client,
+            config,
+            metrics,
+            move |snapshot| {
+                let next = sink.engine.load().with_release_snapshot(snapshot);
+                sink.engine.store(Arc::new(next));
+            },
+            move || gate.set(true),
+        ))
     }
 
     /// The guard and the Machine when `body` needs facts gathered first: the guard is on,
