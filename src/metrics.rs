@@ -7,7 +7,9 @@
 //! typed label sets, an explicit registry instead of process globals (so tests get their own),
 //! and it is what kube-rs's reference controller and linkerd use.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicI64, AtomicU64};
+use std::sync::{PoisonError, RwLock};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
@@ -76,8 +78,19 @@ pub struct Metrics {
     build_info: Family<BuildLabels, Gauge<i64, AtomicI64>>,
     policies_loaded: Gauge<i64, AtomicI64>,
     releases: crate::releases::ReleaseMetrics,
+    /// The `kind` label values seen so far: the kind comes from the request body, so the
+    /// label set is capped at [`MAX_KIND_LABELS`] values (the rest count as `other`).
+    kinds: RwLock<HashSet<String>>,
     _unused: Counter<u64, AtomicU64>,
 }
+
+/// Most distinct `kind` label values on `stackgate_admission_requests_total`. The webhooks
+/// are registered for a dozen kinds; a client that can reach the port (without
+/// `--client-ca`) must not be able to grow the metric set without bound.
+pub const MAX_KIND_LABELS: usize = 32;
+
+/// A kind longer than this, or with characters outside `[A-Za-z0-9]`, counts as `other`.
+const MAX_KIND_CHARS: usize = 63;
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -165,6 +178,7 @@ impl Metrics {
             build_info,
             policies_loaded,
             releases,
+            kinds: RwLock::new(HashSet::new()),
             _unused: Counter::default(),
         }
     }
@@ -180,9 +194,31 @@ impl Metrics {
     }
 
     /// Counts one answered review.
-    pub fn request(&self, labels: RequestLabels, seconds: f64) {
+    pub fn request(&self, mut labels: RequestLabels, seconds: f64) {
+        if !self.kind_label_allowed(&labels.kind) {
+            labels.kind = "other".to_owned();
+        }
         self.requests.get_or_create(&labels).inc();
         self.evaluation_seconds.observe(seconds);
+    }
+
+    /// Whether `kind` may be a label value: a plausible Kubernetes kind, already seen or
+    /// within [`MAX_KIND_LABELS`].
+    fn kind_label_allowed(&self, kind: &str) -> bool {
+        if kind.len() > MAX_KIND_CHARS || !kind.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return false;
+        }
+        let seen = self.kinds.read().unwrap_or_else(PoisonError::into_inner);
+        if seen.contains(kind) {
+            return true;
+        }
+        drop(seen);
+        let mut seen = self.kinds.write().unwrap_or_else(PoisonError::into_inner);
+        if seen.len() >= MAX_KIND_LABELS {
+            return seen.contains(kind);
+        }
+        seen.insert(kind.to_owned());
+        true
     }
 
     /// Counts a policy outcome.
@@ -255,4 +291,41 @@ pub enum PolicyOutcome {
     Warned,
     /// An exemption admitted what it would have denied or warned about.
     Exempted,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn count(metrics: &Metrics, kind: &str) {
+        metrics.request(
+            RequestLabels {
+                webhook: "validate",
+                kind: kind.to_owned(),
+                operation: "CREATE",
+                decision: "allowed",
+            },
+            0.0,
+        );
+    }
+
+    #[test]
+    fn kind_labels_are_bounded() {
+        let metrics = Metrics::new();
+        for i in 0..(MAX_KIND_LABELS * 3) {
+            count(&metrics, &format!("Kind{i}"));
+        }
+        count(&metrics, "Kind0");
+        count(&metrics, "Config Map\"} 1\nevil");
+        let text = metrics.encode();
+        let series: HashSet<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("stackgate_admission_requests_total{"))
+            .filter_map(|l| l.split("kind=\"").nth(1)?.split('"').next())
+            .collect();
+        assert_eq!(series.len(), MAX_KIND_LABELS + 1, "{series:?}");
+        assert!(series.contains("other"));
+        assert!(series.contains("Kind0"));
+        assert!(!text.contains("evil"));
+    }
 }
