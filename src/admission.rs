@@ -297,13 +297,26 @@ fn with_audit(mut response: AdmissionResponse, verdict: &Verdict) -> AdmissionRe
 }
 
 /// A warning short enough for kubectl: the policy name and the message, cut at
-/// [`WARNING_MAX_CHARS`] characters.
+/// [`WARNING_MAX_CHARS`] characters. Messages put what, where and the suggested fix first;
+/// when the whole does not fit, the trailing `(policy …, rule …; source: …)` goes first (the
+/// policy is named up front and `stackgate rules` lists the sources), then the end is cut.
+/// Denials are not shortened.
 fn short(f: &Finding) -> String {
-    let full = format!("stackgate {}: {}", f.policy, f.message);
+    let prefix = format!("stackgate {}: ", f.policy);
+    let full = format!("{prefix}{}", f.message);
     if full.chars().count() <= WARNING_MAX_CHARS {
         return full;
     }
-    let mut cut: String = full.chars().take(WARNING_MAX_CHARS - 1).collect();
+    let tail = format!(" (policy {}, rule {}; source: ", f.policy, f.rule.as_str());
+    let body = match f.message.rfind(&tail) {
+        Some(at) if f.message.ends_with(')') => f.message.get(..at).unwrap_or(&f.message),
+        _ => &f.message,
+    };
+    let shorter = format!("{prefix}{body}");
+    if shorter.chars().count() <= WARNING_MAX_CHARS {
+        return shorter;
+    }
+    let mut cut: String = shorter.chars().take(WARNING_MAX_CHARS - 1).collect();
     cut.push('…');
     cut
 }

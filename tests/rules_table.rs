@@ -48,6 +48,18 @@ fn secret_review(text: &str) -> Value {
     })
 }
 
+/// The operator-managed copy on OpenShift: validated only, so messages carry a note.
+fn operator_copy_review(text: &str) -> Value {
+    let mut review = configmap_review(text);
+    let request = &mut review["request"];
+    request["name"] = json!("cloud-conf");
+    request["namespace"] = json!("openshift-cloud-controller-manager");
+    request["object"]["metadata"] =
+        json!({"name": "cloud-conf", "namespace": "openshift-cloud-controller-manager"});
+    request["object"]["data"] = json!({"cloud.conf": text});
+    review
+}
+
 fn evaluate(review: &Value) -> Verdict {
     let review: AdmissionReview<DynamicObject> = serde_json::from_value(review.clone()).unwrap();
     let request: AdmissionRequest<DynamicObject> = review.try_into().unwrap();
@@ -71,7 +83,19 @@ fn deny_cases() -> Vec<Case> {
             "syntax: underscore in key",
             format!("[Global]\nauth_url = x\n{OK_LB}"),
             Some("cloud-config-integrity"),
-            &["line 2", "fail to start"],
+            &["line 2", "fail to start", "replace '_' with '-'"],
+        ),
+        (
+            // gcfg refuses '_' in a name: fatal, not an unknown key with a suggestion.
+            "syntax: lb_method is fatal, not a typo",
+            format!("{OK_LB}lb_method = SOURCE_IP_PORT\n"),
+            Some("cloud-config-integrity"),
+            &[
+                "line 3",
+                "fail to start",
+                "replace '_' with '-'",
+                "lb-method",
+            ],
         ),
         (
             "syntax: unterminated quote",
@@ -122,7 +146,9 @@ fn deny_cases() -> Vec<Case> {
             &["line 3", "monitor-max-retries"],
         ),
         (
-            "class subsection: int key checked",
+            // The int key is under the plain [LoadBalancer] header that follows the class
+            // subsection; the subsection case itself is in `warn_cases`.
+            "int key after a class subsection",
             format!(
                 "{OK_LB}[LoadBalancerClass \"x\"]\nsubnet-id = s\n[LoadBalancer]\nmonitor-max-retries-down = 1.5\n"
             ),
@@ -190,6 +216,13 @@ fn deny_cases() -> Vec<Case> {
             Some("credential-placement"),
             &["line 2", "trustee-password"],
         ),
+        (
+            // The CCM reads the last (empty) value; the ConfigMap still holds the first one.
+            "password overridden by a later empty line",
+            format!("[Global]\npassword=hunter2-secret\npassword=\n{OK_LB}"),
+            Some("credential-placement"),
+            &["line 2", "[Global] password", "does not remove this one"],
+        ),
         // clean
         (
             "clean",
@@ -232,8 +265,16 @@ fn each_rule_denies_exactly_what_it_should() {
     }
 }
 
-/// (name, INI text, needles of the single warning)
-fn warn_cases() -> Vec<(&'static str, String, &'static [&'static str])> {
+/// (name, INI text, needles of the single warning; none: no warning at all, builder of the
+/// review that carries the text)
+type WarnCase = (
+    &'static str,
+    String,
+    &'static [&'static str],
+    fn(&str) -> Value,
+);
+
+fn warn_cases() -> Vec<WarnCase> {
     vec![
         (
             "typo key",
@@ -241,41 +282,84 @@ fn warn_cases() -> Vec<(&'static str, String, &'static [&'static str])> {
             &[
                 "line 3",
                 "silently ignored",
-                "provider-requires-serial-api-calls",
+                "did you mean `provider-requires-serial-api-calls`?",
             ],
+            configmap_review,
+        ),
+        (
+            "typo section",
+            format!("{OK_LB}[LoadBalancr]\nlb-method = SOURCE_IP_PORT\n"),
+            &["line 3", "[LoadBalancr]", "did you mean `LoadBalancer`?"],
+            configmap_review,
         ),
         (
             "unknown section",
             format!("{OK_LB}[BlockStorage]\nbs-version = v3\n"),
             &["line 3", "[BlockStorage]"],
+            configmap_review,
         ),
         (
             "removed key",
             format!("{OK_LB}use-octavia = true\n"),
             &["line 3", "use-octavia"],
+            configmap_review,
         ),
         (
             "subsection on struct section",
             format!("{OK_LB}[Global \"x\"]\nregion = r\n"),
             &["line 3"],
+            configmap_review,
+        ),
+        (
+            // LBClass has string keys only: gcfg drops an [LoadBalancer] int key here without
+            // converting it, so an invalid integer is not fatal, only ignored.
+            "class subsection: int key is not read there",
+            format!("{OK_LB}[LoadBalancerClass \"x\"]\nsubnet-id = s\nmax-shared-lb = two\n"),
+            &[
+                "line 5",
+                "[LoadBalancerClass] max-shared-lb",
+                "read in section [LoadBalancer]",
+            ],
+            configmap_review,
+        ),
+        (
+            "section names are case-insensitive",
+            "[Loadbalancer]\nprovider-requires-serial-api-calls = true\nlb-method = SOURCE_IP_PORT\n"
+                .into(),
+            &[],
+            configmap_review,
         ),
         (
             "value cut at #",
             format!("{OK_LB}subnet-id = abc#def\n"),
             &["line 3", "wrap the value in double quotes"],
+            configmap_review,
         ),
         (
+            // In a Secret (in a ConfigMap credential-placement denies it).
             "credential cut at ;",
+            format!("[Global]\npassword = abc;hunter2-tail\n{OK_LB}"),
+            &[
+                "line 2",
+                "[Global] password",
+                "credential value",
+                "wrap the value in double quotes",
+            ],
+            secret_review,
+        ),
+        (
+            "username is not a credential",
             format!("[Global]\nusername = u\n{OK_LB}"),
             &[],
+            configmap_review,
         ),
     ]
 }
 
 #[test]
 fn silent_ignores_are_warnings_with_suggestions() {
-    for (name, text, needles) in warn_cases() {
-        let verdict = evaluate(&configmap_review(&text));
+    for (name, text, needles, review) in warn_cases() {
+        let verdict = evaluate(&review(&text));
         assert!(verdict.denials.is_empty(), "{name}: {:#?}", verdict.denials);
         if needles.is_empty() {
             assert!(
@@ -293,7 +377,60 @@ fn silent_ignores_are_warnings_with_suggestions() {
                 verdict.warnings[0].message
             );
         }
+        assert!(!verdict.warnings[0].message.contains("hunter2"), "{name}");
     }
+}
+
+/// The `did you mean `…`?` part of a message (any case), if it has one.
+fn suggestion(message: &str) -> Option<&str> {
+    let at = message.to_ascii_lowercase().find("did you mean `")?;
+    let rest = message.get(at..)?;
+    let end = rest.find("`?")?;
+    rest.get(..end + 2)
+}
+
+#[test]
+fn warnings_sent_to_clients_keep_line_key_and_suggestion() {
+    let engine = engine();
+    let metrics = Metrics::new();
+    let mut suggestions = 0;
+    for (name, text, _, _) in warn_cases() {
+        for review in [
+            configmap_review(&text),
+            secret_review(&text),
+            operator_copy_review(&text),
+        ] {
+            let verdict = evaluate(&review);
+            let body = serde_json::to_vec(&review).unwrap();
+            let reply = handle(&engine, Webhook::Validate, &body, &metrics);
+            let out: Value = serde_json::from_slice(&reply.body).unwrap();
+            let sent: Vec<&str> = out["response"]["warnings"]
+                .as_array()
+                .map(|a| a.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            assert_eq!(sent.len(), verdict.warnings.len(), "{name}: {sent:#?}");
+            for (finding, sent) in verdict.warnings.iter().zip(sent) {
+                assert!(
+                    sent.chars().count() <= 256,
+                    "{name}: {} chars: {sent}",
+                    sent.chars().count()
+                );
+                if let Some(line) = finding.line {
+                    assert!(sent.contains(&format!("line {line}:")), "{name}: {sent}");
+                }
+                if let Some(hint) = suggestion(&finding.message) {
+                    suggestions += 1;
+                    assert!(sent.contains(hint), "{name}: {hint:?} cut from {sent}");
+                    // Ending well before the limit, with room for longer object names.
+                    let end = sent
+                        .find(hint)
+                        .map(|at| sent[..at + hint.len()].chars().count());
+                    assert!(end <= Some(240), "{name}: ends at {end:?}: {sent}");
+                }
+            }
+        }
+    }
+    assert_eq!(suggestions, 6, "two suggestion cases on three sites");
 }
 
 #[test]
@@ -357,6 +494,120 @@ fn ccm_concurrency_on_captured_workloads() {
     assert!(evaluate(&other).denials.is_empty());
 }
 
+/// The captured CCM Deployment with its container's args replaced.
+fn deployment_with_args(args: Value) -> Value {
+    let mut review = captured("deployment/validate-create-openstack-cloud-controller-manager.json");
+    review["request"]["object"]["spec"]["template"]["spec"]["containers"][0]["args"] = args;
+    review
+}
+
+#[test]
+fn ccm_concurrency_judges_only_the_last_setting() {
+    const BIN: &str = "/bin/openstack-cloud-controller-manager";
+    // pflag: the last setting wins, in either form.
+    for args in [
+        json!([
+            BIN,
+            "--concurrent-service-syncs=4",
+            "--concurrent-service-syncs=1"
+        ]),
+        json!([
+            BIN,
+            "--concurrent-service-syncs",
+            "4",
+            "--concurrent-service-syncs",
+            "1"
+        ]),
+        json!([
+            BIN,
+            "--concurrent-service-syncs=x",
+            "--concurrent-service-syncs",
+            "1"
+        ]),
+    ] {
+        let verdict = evaluate(&deployment_with_args(args.clone()));
+        assert!(verdict.denials.is_empty(), "{args}: {:#?}", verdict.denials);
+        assert!(
+            verdict.warnings.is_empty(),
+            "{args}: {:#?}",
+            verdict.warnings
+        );
+    }
+    for (args, index) in [
+        (
+            json!([
+                BIN,
+                "--concurrent-service-syncs=1",
+                "--concurrent-service-syncs",
+                "4"
+            ]),
+            2,
+        ),
+        (
+            json!([
+                BIN,
+                "--concurrent-service-syncs",
+                "1",
+                "--concurrent-service-syncs=4"
+            ]),
+            3,
+        ),
+    ] {
+        let verdict = evaluate(&deployment_with_args(args.clone()));
+        assert_eq!(verdict.denials.len(), 1, "{args}: {:#?}", verdict.denials);
+        assert_eq!(
+            verdict.denials[0].pointer.as_deref(),
+            Some(format!("/spec/template/spec/containers/0/args/{index}").as_str()),
+            "{args}"
+        );
+    }
+    // command and args form one argv: a setting in args overrides one in command.
+    let mut review = deployment_with_args(json!(["--concurrent-service-syncs=1"]));
+    review["request"]["object"]["spec"]["template"]["spec"]["containers"][0]["command"] = json!([
+        BIN,
+        "--cloud-provider=openstack",
+        "--concurrent-service-syncs=4"
+    ]);
+    assert!(evaluate(&review).denials.is_empty());
+}
+
+#[test]
+fn ccm_concurrency_variable_reference_is_warned_not_denied() {
+    const BIN: &str = "/bin/openstack-cloud-controller-manager";
+    for args in [
+        json!([BIN, "--concurrent-service-syncs=$(SYNCS)"]),
+        json!([BIN, "--concurrent-service-syncs", "$(SYNCS)"]),
+        json!([
+            BIN,
+            "--concurrent-service-syncs=1",
+            "--concurrent-service-syncs=$(SYNCS)"
+        ]),
+    ] {
+        let mut review = deployment_with_args(args.clone());
+        review["request"]["object"]["spec"]["template"]["spec"]["containers"][0]["env"] =
+            json!([{"name": "SYNCS", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}]);
+        let verdict = evaluate(&review);
+        assert!(verdict.denials.is_empty(), "{args}: {:#?}", verdict.denials);
+        assert_eq!(verdict.warnings.len(), 1, "{args}: {:#?}", verdict.warnings);
+        let w = &verdict.warnings[0];
+        assert_eq!(w.policy, "ccm-concurrency");
+        assert!(
+            w.message.contains("--concurrent-service-syncs"),
+            "{}",
+            w.message
+        );
+        assert!(w.message.contains("cannot be checked"), "{}", w.message);
+        assert!(!w.message.contains("fail to"), "{}", w.message);
+    }
+    // `$$(SYNCS)` is the escaped literal `$(SYNCS)`: the CCM cannot parse it.
+    let verdict = evaluate(&deployment_with_args(json!([
+        BIN,
+        "--concurrent-service-syncs=$$(SYNCS)"
+    ])));
+    assert_eq!(verdict.denials.len(), 1, "{:#?}", verdict.denials);
+    assert!(verdict.denials[0].message.contains("not start"));
+}
+
 #[test]
 fn ccm_concurrency_warns_only_when_serial_calls_are_not_enforced() {
     let mut set = PolicySet::embedded().unwrap();
@@ -401,6 +652,18 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
     }
 }
 
+/// Adds `stackgate.dev/exempt.<policy>` for every policy of `set` that allows exemptions.
+fn exempt_all(review: &Value, set: &PolicySet) -> Value {
+    let mut review = review.clone();
+    let metadata = &mut review["request"]["object"]["metadata"];
+    for p in &set.policies {
+        if let Some(key) = p.exemption_annotation() {
+            metadata["annotations"][key] = json!("change ticket 42");
+        }
+    }
+    review
+}
+
 #[test]
 fn credential_values_appear_in_no_message_warning_annotation_metric_or_log() {
     const CANARY: &str = "Canary-Cr3dential-Value";
@@ -411,7 +674,23 @@ fn credential_values_appear_in_no_message_warning_annotation_metric_or_log() {
         .with_ansi(false)
         .finish();
     let metrics = Metrics::new();
-    let engine = engine();
+    // The default set; credential-placement in audit mode (its findings become audit
+    // annotations); every policy in audit mode.
+    let default = PolicySet::embedded().unwrap();
+    let mut credential_audit = default.clone();
+    for p in &mut credential_audit.policies {
+        if p.name == "credential-placement" {
+            p.mode = stackgate::policy::Mode::Audit;
+        }
+    }
+    let mut all_audit = default.clone();
+    for p in &mut all_audit.policies {
+        p.mode = stackgate::policy::Mode::Audit;
+    }
+    let engines: Vec<Engine> = [default.clone(), credential_audit, all_audit]
+        .into_iter()
+        .map(Engine::new)
+        .collect();
     let mut outputs = String::new();
     tracing::subscriber::with_default(subscriber, || {
         let mut texts: Vec<String> = Vec::new();
@@ -421,31 +700,119 @@ fn credential_values_appear_in_no_message_warning_annotation_metric_or_log() {
             "token",
             "trustee-password",
         ] {
-            // Plain, cut at an unquoted '#', blank-valued bool style, quoted, and broken syntax.
+            // Plain, cut at an unquoted '#' or ';', unterminated quote, bad values elsewhere,
+            // broken syntax, overridden by a later empty line, a typo of the key.
             texts.push(format!("[Global]\n{key} = {CANARY}\n{OK_LB}"));
             texts.push(format!("[Global]\n{key} = x#{CANARY}\n{OK_LB}"));
+            texts.push(format!("[Global]\n{key} = x;{CANARY}\n{OK_LB}"));
             texts.push(format!("[Global]\n{key} = \"{CANARY}\n{OK_LB}"));
             texts.push(format!("[Global]\n{key} = {CANARY}\n[LoadBalancer]\nprovider-requires-serial-api-calls = {CANARY}\nmonitor-delay = {CANARY}\n"));
             texts.push(format!("[Global]\n{key}_x = {CANARY}\n{OK_LB}"));
+            texts.push(format!("[Global]\n{key} = {CANARY}\n{key} =\n{OK_LB}"));
+            texts.push(format!("[Global]\n{key}s = {CANARY}\n{OK_LB}"));
+            // known-bad-lb-settings, with the canary in the values it reads.
+            texts.push(format!(
+                "[Global]\n{key} = {CANARY}\n{OK_LB}lb-provider = ovn\nlb-method = {CANARY}\n"
+            ));
+            texts.push(format!(
+                "[Global]\n{key} = {CANARY}\n{OK_LB}use-octavia = {CANARY}\n"
+            ));
+            texts.push(format!(
+                "[Global]\n{key} = {CANARY}\n{OK_LB}use-octavia = false\nlb-provider = {CANARY}\n"
+            ));
         }
+        let mut reviews: Vec<Value> = Vec::new();
         for text in &texts {
-            for review in [configmap_review(text), secret_review(text)] {
-                for webhook in [Webhook::Mutate, Webhook::Validate] {
-                    let body = serde_json::to_vec(&review).unwrap();
-                    let reply = handle(&engine, webhook, &body, &metrics);
-                    let mut out: Value = serde_json::from_slice(&reply.body).unwrap();
-                    // The patch necessarily carries the object's data back to the apiserver;
-                    // everything else a user or operator sees must not.
-                    if let Some(r) = out.get_mut("response").and_then(Value::as_object_mut) {
-                        r.remove("patch");
+            reviews.push(configmap_review(text));
+            reviews.push(secret_review(text));
+        }
+        // ccm-concurrency: the canary as the flag's value, as a variable reference, in the
+        // environment and in a neighbouring argument.
+        const BIN: &str = "/bin/openstack-cloud-controller-manager";
+        for args in [
+            json!([BIN, format!("--concurrent-service-syncs={CANARY}")]),
+            json!([BIN, "--concurrent-service-syncs", CANARY]),
+            json!([BIN, format!("--concurrent-service-syncs=$({CANARY})")]),
+            json!([
+                BIN,
+                format!("--os-password={CANARY}"),
+                "--concurrent-service-syncs=4"
+            ]),
+        ] {
+            let mut review = deployment_with_args(args);
+            review["request"]["object"]["spec"]["template"]["spec"]["containers"][0]["env"] =
+                json!([{"name": CANARY, "value": CANARY}]);
+            reviews.push(review);
+        }
+        // A Flux HelmRelease values site: credentials, bad values, a typo, and the flag.
+        let helmrelease =
+            captured("helmrelease/validate-create-openstack-cloud-controller-manager.json");
+        let edits: &[&[(&str, &str, Value)]] = &[
+            &[("global", "password", json!(CANARY))],
+            &[("global", "application-credential-secret", json!(CANARY))],
+            &[("global", "token", json!(format!("x#{CANARY}")))],
+            &[("global", "passwd", json!(CANARY))],
+            &[(
+                "loadBalancer",
+                "provider-requires-serial-api-calls",
+                json!(CANARY),
+            )],
+            &[("loadBalancer", "monitor-delay", json!(CANARY))],
+            &[
+                ("loadBalancer", "lb-provider", json!("ovn")),
+                ("loadBalancer", "lb-method", json!(CANARY)),
+            ],
+            &[("loadBalancer", "use-octavia", json!(CANARY))],
+            &[
+                ("loadBalancer", "use-octavia", json!(false)),
+                ("loadBalancer", "lb-provider", json!(CANARY)),
+            ],
+        ];
+        for edit in edits {
+            let mut review = helmrelease.clone();
+            let values = &mut review["request"]["object"]["spec"]["values"];
+            for (section, key, value) in edit.iter() {
+                values["cloudConfig"][section][key] = value.clone();
+            }
+            values["controllerExtraArgs"] = json!(format!(
+                "- --concurrent-service-syncs={CANARY}\n- --os-password={CANARY}\n"
+            ));
+            reviews.push(review);
+        }
+        for review in &reviews {
+            for review in [review.clone(), exempt_all(review, &default)] {
+                let body = serde_json::to_vec(&review).unwrap();
+                for engine in &engines {
+                    for webhook in [Webhook::Mutate, Webhook::Validate] {
+                        let reply = handle(engine, webhook, &body, &metrics);
+                        let mut out: Value = serde_json::from_slice(&reply.body).unwrap();
+                        // The patch necessarily carries the object's data back to the
+                        // apiserver; everything else a user or operator sees must not.
+                        if let Some(r) = out.get_mut("response").and_then(Value::as_object_mut) {
+                            r.remove("patch");
+                        }
+                        outputs.push_str(&out.to_string());
                     }
-                    outputs.push_str(&out.to_string());
                 }
             }
         }
     });
     let logs = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
     assert!(logs.contains("review answered"), "logs were captured");
+    // The scan covers what each output can carry.
+    for needle in [
+        "credential-placement-finding",
+        "credential-placement-exempted",
+        "ccm-concurrency-finding",
+        "ccm-concurrency-exempted",
+        "known-bad-lb-settings-finding",
+        "known-bad-lb-settings-exempted",
+        "cloud-config-integrity-finding",
+        "\"warnings\"",
+        "\"message\"",
+    ] {
+        assert!(outputs.contains(needle), "no {needle} in the responses");
+    }
     let b64 = base64::engine::general_purpose::STANDARD.encode(CANARY);
     for (what, text) in [
         ("responses", &outputs),

@@ -52,12 +52,14 @@ const EMBEDDED: &[(&str, &str)] = &[
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
     /// The directory or a file in it could not be read.
-    #[error("cannot read policy path {path}: {source}")]
+    // The IO error is part of the message and deliberately not a `source`: anyhow's `{:#}`
+    // would print it twice.
+    #[error("cannot read policy path {}: {error}", path.display())]
     Read {
         /// The path.
         path: PathBuf,
         /// The IO error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// A document is not valid YAML for its kind (unknown field, wrong type, ...).
     #[error("{file}: {message}")]
@@ -80,7 +82,7 @@ pub enum PolicyError {
 /// A validated set of policies and the cloud-config sites they act on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PolicySet {
-    /// Policies in file-name order.
+    /// Policies in load order: the embedded list's order, or file-name order for a directory.
     pub policies: Vec<Policy>,
     /// Where cloud configs live.
     pub sites: SitesDocument,
@@ -110,9 +112,9 @@ impl PolicySet {
     /// Every `*.yaml` / `*.yml` file in `dir` (not recursive), in file-name order.
     /// A directory without a `CloudConfigSites` document uses the embedded default sites.
     pub fn load_dir(dir: &Path) -> Result<Self, PolicyError> {
-        let read_err = |source| PolicyError::Read {
+        let read_err = |error| PolicyError::Read {
             path: dir.to_path_buf(),
-            source,
+            error,
         };
         let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
             .map_err(read_err)?
@@ -122,9 +124,9 @@ impl PolicySet {
         paths.sort();
         let mut files = Vec::with_capacity(paths.len());
         for path in paths {
-            let text = std::fs::read_to_string(&path).map_err(|source| PolicyError::Read {
+            let text = std::fs::read_to_string(&path).map_err(|error| PolicyError::Read {
                 path: path.clone(),
-                source,
+                error,
             })?;
             files.push((path.display().to_string(), text));
         }

@@ -23,17 +23,29 @@ pub const DEFAULT_IMAGE: &str = "openstack-cloud-controller-manager";
 /// Argument that marks the OpenStack CCM when a policy does not say otherwise.
 pub const DEFAULT_ARG: &str = "--cloud-provider=openstack";
 
+/// The value of one `--concurrent-service-syncs` setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlagValue {
+    /// A Go integer.
+    Int(i64),
+    /// Missing or not an integer: pflag refuses it and the CCM does not start.
+    Invalid,
+    /// Contains a `$(VAR)` reference, which the kubelet expands from the container's
+    /// environment when it starts the container: unknown at admission.
+    Reference,
+}
+
 /// One `--concurrent-service-syncs` setting found in an argument list.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FlagUse {
     /// Index of the argument holding the flag.
     pub index: usize,
-    /// The parsed value, or None when it is not an integer.
-    pub value: Option<i64>,
+    /// The value.
+    pub value: FlagValue,
 }
 
-/// Finds every use of [`FLAG`] in `args` (both `--flag=N` and `--flag N`; a shell command
-/// line inside one argument is split on whitespace).
+/// Finds every use of [`FLAG`] in `args`, in order (both `--flag=N` and `--flag N`; a shell
+/// command line inside one argument is split on whitespace).
 pub fn flag_uses(args: &[&str]) -> Vec<FlagUse> {
     let mut uses = Vec::new();
     for (index, arg) in args.iter().enumerate() {
@@ -50,13 +62,35 @@ pub fn flag_uses(args: &[&str]) -> Vec<FlagUse> {
             } else {
                 continue;
             };
-            uses.push(FlagUse {
-                index,
-                value: value.and_then(parse_go_int),
-            });
+            let value = match value {
+                Some(v) if has_reference(v) => FlagValue::Reference,
+                Some(v) => parse_go_int(v).map_or(FlagValue::Invalid, FlagValue::Int),
+                None => FlagValue::Invalid,
+            };
+            uses.push(FlagUse { index, value });
         }
     }
     uses
+}
+
+/// The use that counts: pflag parses the arguments in order and the last setting of a flag
+/// wins.
+pub fn effective_use(args: &[&str]) -> Option<FlagUse> {
+    flag_uses(args).pop()
+}
+
+/// True when `s` holds a Kubernetes `$(VAR)` reference (`$$(VAR)` is an escaped literal).
+fn has_reference(s: &str) -> bool {
+    let mut rest = s;
+    while let Some(at) = rest.find('$') {
+        let after = &rest[at + 1..];
+        if after.starts_with('(') {
+            return true;
+        }
+        // `$$` is one literal `$`: skip both.
+        rest = after.strip_prefix('$').unwrap_or(after);
+    }
+    false
 }
 
 /// Go's `strconv.ParseInt(s, 0, 64)` for the forms people write: decimal, `0x`, `0o`, `0b`,
@@ -119,7 +153,7 @@ pub fn check(
     // The CCM Helm chart's `controllerExtraArgs` inside GitOps objects and values files.
     for (location, pointer, args) in crate::sites::helm_controller_extra_args_all(gvk, object) {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        for found in flag_uses(&args) {
+        if let Some(found) = effective_use(&args) {
             let location = format!("{location}[{}]", found.index);
             if let Some(v) = violation(&location, pointer.clone(), found.value, severity(policies))
             {
@@ -177,55 +211,70 @@ pub fn check(
                 continue;
             }
             let name = container.get("name").and_then(Value::as_str).unwrap_or("");
-            for (field, list_args) in [("command", &command), ("args", &args)] {
-                for found in flag_uses(list_args) {
-                    let mut tokens: Vec<String> = path.iter().map(|t| (*t).to_owned()).collect();
-                    tokens.extend([
-                        list.to_owned(),
-                        ci.to_string(),
-                        field.to_owned(),
-                        found.index.to_string(),
-                    ]);
-                    let pointer = PointerBuf::from_tokens(tokens).to_string();
-                    let location =
-                        format!("{object_name} container {name:?} {field}[{}]", found.index);
-                    if let Some(v) = violation(&location, pointer, found.value, severity(policies))
-                    {
-                        out.violations.push(v);
-                    }
-                }
+            // The container's argv is command followed by args; the last setting wins.
+            let argv: Vec<&str> = command.iter().chain(args.iter()).copied().collect();
+            let Some(found) = effective_use(&argv) else {
+                continue;
+            };
+            let (field, index) = match found.index.checked_sub(command.len()) {
+                Some(i) => ("args", i),
+                None => ("command", found.index),
+            };
+            let mut tokens: Vec<String> = path.iter().map(|t| (*t).to_owned()).collect();
+            tokens.extend([
+                list.to_owned(),
+                ci.to_string(),
+                field.to_owned(),
+                index.to_string(),
+            ]);
+            let pointer = PointerBuf::from_tokens(tokens).to_string();
+            let location = format!("{object_name} container {name:?} {field}[{index}]");
+            if let Some(v) = violation(&location, pointer, found.value, severity(policies)) {
+                out.violations.push(v);
             }
         }
     }
     out
 }
 
-/// The violation for one flag use, or None when the value is fine (1 or less).
+/// The violation for the flag use that counts, or None when the value is fine (1 or less).
 pub fn violation(
     location: &str,
     pointer: String,
-    value: Option<i64>,
+    value: FlagValue,
     severity: Severity,
 ) -> Option<ObjectViolation> {
-    let message = match value {
-        Some(n) if n <= 1 => return None,
-        Some(n) => format!(
-            "{location}: {FLAG}={n} lets the CCM reconcile {n} Services (and node syncs) at once. \
+    let (message, severity) = match value {
+        FlagValue::Int(n) if n <= 1 => return None,
+        FlagValue::Int(n) => (
+            format!(
+                "{location}: {FLAG}={n} lets the CCM reconcile {n} Services (and node syncs) at once. \
              Octavia answers 409 \"immutable\" to every call on a load balancer while one of its \
              children is PENDING_*, and Services sharing a load balancer then collide. Fix: \
              remove the flag (the default is 1) or set {FLAG}=1"
+            ),
+            severity,
         ),
-        None => format!(
-            "{location}: {FLAG} has a value that is not an integer, so the CCM would fail to \
+        FlagValue::Invalid => (
+            format!(
+                "{location}: {FLAG} has a value that is not an integer, so the CCM would fail to \
              parse its flags and not start. Fix: remove the flag or set {FLAG}=1"
+            ),
+            Severity::Deny,
+        ),
+        FlagValue::Reference => (
+            format!(
+                "{location}: the value of {FLAG} cannot be checked at admission: it is a $(VAR) \
+             reference that the kubelet expands from the container's environment at start. \
+             Above 1 the CCM reconciles several Services at once and Octavia answers 409 \
+             \"immutable\" to calls on a load balancer with a PENDING_* child. Fix: make sure \
+             it expands to 1, or remove the flag (the default is 1)"
+            ),
+            Severity::Warn,
         ),
     };
     Some(ObjectViolation {
-        severity: if value.is_none() {
-            Severity::Deny
-        } else {
-            severity
-        },
+        severity,
         pointer: Some(pointer),
         message,
         fixed_by_edit: false,
@@ -243,7 +292,7 @@ mod tests {
             uses,
             vec![FlagUse {
                 index: 1,
-                value: Some(4)
+                value: FlagValue::Int(4)
             }]
         );
         let uses = flag_uses(&["--concurrent-service-syncs", "0x10"]);
@@ -251,7 +300,7 @@ mod tests {
             uses,
             vec![FlagUse {
                 index: 0,
-                value: Some(16)
+                value: FlagValue::Int(16)
             }]
         );
         let uses =
@@ -260,7 +309,7 @@ mod tests {
             uses,
             vec![FlagUse {
                 index: 0,
-                value: Some(3)
+                value: FlagValue::Int(3)
             }]
         );
         let uses = flag_uses(&["--concurrent-service-syncs=many"]);
@@ -268,10 +317,81 @@ mod tests {
             uses,
             vec![FlagUse {
                 index: 0,
-                value: None
+                value: FlagValue::Invalid
             }]
         );
         assert!(flag_uses(&["--concurrent-service-syncs-x=4", "--other"]).is_empty());
+    }
+
+    #[test]
+    fn the_last_setting_wins_in_both_forms() {
+        let last = |args: &[&str]| effective_use(args).map(|u| (u.index, u.value));
+        assert_eq!(
+            last(&[
+                "--concurrent-service-syncs=4",
+                "--concurrent-service-syncs",
+                "1"
+            ]),
+            Some((1, FlagValue::Int(1)))
+        );
+        assert_eq!(
+            last(&[
+                "--concurrent-service-syncs",
+                "1",
+                "--concurrent-service-syncs=4"
+            ]),
+            Some((2, FlagValue::Int(4)))
+        );
+        assert_eq!(
+            last(&[
+                "--concurrent-service-syncs=many",
+                "--concurrent-service-syncs=1"
+            ]),
+            Some((1, FlagValue::Int(1)))
+        );
+        assert_eq!(
+            last(&["occm --concurrent-service-syncs 1 --concurrent-service-syncs 3"]),
+            Some((0, FlagValue::Int(3)))
+        );
+        assert_eq!(last(&["--v=2"]), None);
+    }
+
+    #[test]
+    fn variable_references_are_unknown_not_invalid() {
+        for args in [
+            &["--concurrent-service-syncs=$(SYNCS)"][..],
+            &["--concurrent-service-syncs", "$(SYNCS)"],
+            &["--concurrent-service-syncs=\"$(SYNCS)\""],
+            &[
+                "--concurrent-service-syncs=4",
+                "--concurrent-service-syncs=$(SYNCS)",
+            ],
+        ] {
+            let used = effective_use(args).unwrap();
+            assert_eq!(used.value, FlagValue::Reference, "{args:?}");
+            let v = violation("x", "/p".into(), used.value, Severity::Deny).unwrap();
+            assert_eq!(v.severity, Severity::Warn, "{args:?}");
+            assert!(v.message.contains(FLAG), "{}", v.message);
+            assert!(!v.message.contains("SYNCS"), "{}", v.message);
+            assert!(!v.message.contains("fail"), "{}", v.message);
+        }
+        // `$$(X)` is the escaped literal `$(X)`, which pflag cannot parse.
+        assert_eq!(
+            effective_use(&["--concurrent-service-syncs=$$(SYNCS)"]).map(|u| u.value),
+            Some(FlagValue::Invalid)
+        );
+        assert_eq!(
+            effective_use(&["--concurrent-service-syncs=$$$(SYNCS)"]).map(|u| u.value),
+            Some(FlagValue::Reference)
+        );
+        // A reference overridden by a later literal is judged by the literal.
+        assert!(
+            effective_use(&[
+                "--concurrent-service-syncs=$(SYNCS)",
+                "--concurrent-service-syncs=1"
+            ])
+            .is_some_and(|u| u.value == FlagValue::Int(1))
+        );
     }
 
     #[test]

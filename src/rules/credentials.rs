@@ -7,6 +7,7 @@
 //! echoed.
 
 use super::{ConfigView, RuleOutput, Severity, Violation};
+use crate::cloudconf::eq_fold;
 
 /// `[Global]` keys that carry a credential.
 pub const CREDENTIAL_KEYS: &[&str] = &[
@@ -25,21 +26,34 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
     let Ok(doc) = &view.doc else {
         return out;
     };
-    for key in CREDENTIAL_KEYS {
-        let Some(entry) = doc.effective("Global", None, key) else {
-            continue;
-        };
+    // Every occurrence counts, not only the one the CCM uses: a later `password =` changes
+    // what the CCM reads but not what the ConfigMap holds. A `[Global "x"]` header is ignored
+    // by the CCM, and its values are still in the ConfigMap.
+    let credentials: Vec<(&str, _)> = doc
+        .entries()
+        .filter(|e| eq_fold(e.section, "Global"))
+        .filter_map(|e| {
+            let key = CREDENTIAL_KEYS.iter().find(|k| eq_fold(e.key, k))?;
+            Some((*key, e))
+        })
+        .collect();
+    for (key, entry) in &credentials {
         if entry.value.as_deref().is_none_or(|v| v.is_empty()) {
             continue;
         }
+        let repeated = if credentials.iter().filter(|(k, _)| k == key).count() > 1 {
+            " (another line setting the key does not remove this one from the ConfigMap)"
+        } else {
+            ""
+        };
         out.violations.push(Violation {
             severity: Severity::Deny,
             line: Some(entry.line),
             message: format!(
-                "[Global] {key} holds a credential (value not shown) in a ConfigMap, which anyone \
-                 who can read ConfigMaps in this namespace can read. Fix: move it to a Secret \
-                 (e.g. kube-system/cloud-config, key cloud.conf) or to clouds.yaml with \
-                 `use-clouds = true`, and rotate the credential"
+                "[Global] {key} holds a credential (value not shown) in a ConfigMap{repeated}, \
+                 which anyone who can read ConfigMaps in this namespace can read. Fix: move it \
+                 to a Secret (e.g. kube-system/cloud-config, key cloud.conf) or to clouds.yaml \
+                 with `use-clouds = true`, and rotate the credential"
             ),
             fixed_by_edit: false,
         });
@@ -65,6 +79,23 @@ mod tests {
             assert!(!out.violations[0].message.contains("s3cr3t-value"));
             assert!(run(&text, false).violations.is_empty(), "{key} in a Secret");
         }
+    }
+
+    #[test]
+    fn every_occurrence_counts_not_only_the_effective_one() {
+        for text in [
+            "[Global]\npassword=s3cr3t-value\npassword=\n",
+            "[Global]\nPassword=s3cr3t-value\n[global]\npassword=\n",
+            "[Global \"x\"]\ntoken=s3cr3t-value\n[Global]\nregion=r\n",
+        ] {
+            let out = run(text, true);
+            assert_eq!(out.violations.len(), 1, "{text:?}");
+            assert_eq!(out.violations[0].line, Some(2), "{text:?}");
+            assert!(!out.violations[0].message.contains("s3cr3t-value"));
+        }
+        let out = run("[Global]\npassword=one-value\npassword=two-value\n", true);
+        let lines: Vec<_> = out.violations.iter().map(|v| v.line).collect();
+        assert_eq!(lines, vec![Some(2), Some(3)]);
     }
 
     #[test]

@@ -7,8 +7,11 @@
 //! An unquoted `;` or `#` starts a comment, so the value is silently cut there (CPO PR #1960).
 
 use super::credentials::CREDENTIAL_KEYS;
-use super::{ConfigView, RuleOutput, Severity, Violation};
+use super::{ConfigView, RuleOutput, Severity, Unreadable, Violation};
 use crate::cloudconf::schema::{self, IgnoredReason};
+
+/// gcfg's syntax error for a `_` in a section or variable name.
+const UNDERSCORE: &str = "illegal character U+005F";
 
 /// Runs the rule on one cloud config.
 pub fn check(view: &ConfigView<'_>) -> RuleOutput {
@@ -16,12 +19,18 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
     let doc = match &view.doc {
         Ok(doc) => *doc,
         Err(why) => {
+            let fix = match why {
+                Unreadable::Parse(e) if e.message == UNDERSCORE => {
+                    "gcfg does not allow '_' in section or key names, and the CCM's keys are \
+                     written with '-': replace '_' with '-' (e.g. lb-method, not lb_method)"
+                }
+                _ => "Fix the line named here",
+            };
             out.violations.push(Violation {
                 severity: Severity::Deny,
                 line: why.line(),
                 message: format!(
-                    "{why}; the CCM would fail to start (\"failed to read config\"). Fix the line \
-                     named here"
+                    "{why}; the CCM would fail to start (\"failed to read config\"). {fix}"
                 ),
                 fixed_by_edit: false,
             });
@@ -50,13 +59,19 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
             }
             IgnoredReason::RemovedKey => "the CCM no longer reads this key",
         };
-        let mut message = format!(
-            "{}: {why}; it is silently ignored",
-            name(&ignored.section, ignored.key.as_deref())
-        );
-        if let Some(s) = &ignored.suggestion {
-            message.push_str(&format!(". Did you mean `{s}`?"));
-        }
+        // The suggestion comes first: clients show warnings cut to a few hundred characters.
+        let what = name(&ignored.section, ignored.key.as_deref());
+        let mut message = match &ignored.suggestion {
+            Some(s) => {
+                let unknown = if ignored.key.is_some() {
+                    "key"
+                } else {
+                    "section"
+                };
+                format!("{what}: did you mean `{s}`? Unknown {unknown}, silently ignored")
+            }
+            None => format!("{what}: {why}; it is silently ignored"),
+        };
         if let Some(note) = &ignored.note {
             message.push_str(&format!(" ({note})"));
         }

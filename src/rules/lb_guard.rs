@@ -375,7 +375,13 @@ fn observed(
             let text = if serving_own > 0 || (own == 0 && !identity.known() && serving_others > 0) {
                 format!(
                     "{pool_label}: this Machine's member is the last one serving \
-                     (operating_status {serving_word}); no member would be left"
+                     (operating_status {serving_word}); no member would be left: {}",
+                    pool.members
+                        .iter()
+                        .take(MAX_LISTED)
+                        .map(MemberStatus::describe)
+                        .collect::<Vec<_>>()
+                        .join("; ")
                 )
             } else {
                 format!(

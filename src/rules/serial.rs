@@ -60,8 +60,9 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
                 severity: Severity::Deny,
                 line: Some(entry.line),
                 message: format!(
-                    "[{SECTION}] {KEY} is set to a false value: {WHY}. Fix: set it to true, or \
-                     delete the line and let stackgate add it"
+                    "[{SECTION}] {KEY} is set to a false value: {WHY}. Fix: set it to true (or \
+                     delete the line where stackgate's mutating webhook may edit the object: it \
+                     adds the line)"
                 ),
                 fixed_by_edit: false,
             }),
