@@ -43,6 +43,7 @@ RENDERS=(
     "live-release|stackgate|stackgate|live-release|"
     "guard|stackgate|stackgate|guard|"
     "guard-cluster-wide|stackgate|stackgate|guard-cluster-wide|"
+    "guard-budget|stackgate|stackgate|guard-budget|"
     "validating-ignore|stackgate|stackgate|validating-ignore|"
     "policies-embedded|stackgate|stackgate|policies-embedded|"
     "policies-overrides|stackgate|stackgate|policies-overrides|"
@@ -109,6 +110,12 @@ expect_refusal "request timeout not below the webhook timeout" "must be below we
 expect_refusal "grace period not above the shutdown grace" "must be larger than server.shutdownGrace" --set terminationGracePeriodSeconds=20
 expect_refusal "PDB that blocks every drain" "must be below replicaCount" --set replicaCount=1
 expect_refusal "guard without Secret namespaces" "controlPlaneGuard.secretNamespaces" --set controlPlaneGuard.enabled=true
+expect_refusal "OpenStack call timeout not below the request timeout" "must be below server.requestTimeout" \
+    --set controlPlaneGuard.enabled=true --set 'controlPlaneGuard.secretNamespaces={capi}' --set controlPlaneGuard.openstackTimeout=1500ms
+expect_refusal "OpenStack call timeout of zero" "must be above zero" \
+    --set controlPlaneGuard.enabled=true --set 'controlPlaneGuard.secretNamespaces={capi}' --set controlPlaneGuard.openstackTimeout=0s
+expect_refusal "Octavia cache TTL that is not a duration" "octaviaCacheTTL: Does not match pattern" \
+    --set controlPlaneGuard.enabled=true --set 'controlPlaneGuard.secretNamespaces={capi}' --set controlPlaneGuard.octaviaCacheTTL=5sec
 expect_refusal "existingSecret without a CA bundle" "tls.existingSecret.caBundle" --set tls.mode=existingSecret --set tls.existingSecret.name=x
 expect_refusal "installed into a site namespace" "install stackgate into its own namespace" --namespace kube-system
 expect_refusal "own namespace in onlyNamespaces" "must not contain the release namespace" --set 'webhooks.onlyNamespaces={stackgate}'
@@ -201,6 +208,28 @@ CASES = [
     ("Flux HelmRelease create",
      req("helmreleases", "CREATE", "flux-system", "ccm", {"metadata": meta("flux-system", "ccm"), "spec": {"values": {}}}, group="helm.toolkit.fluxcd.io", version="v2"),
      {"gitops.": True}),
+    ("RKE2 HelmChart create",
+     req("helmcharts", "CREATE", "kube-system", "openstack-cloud-controller-manager",
+         {"metadata": meta("kube-system", "openstack-cloud-controller-manager"), "spec": {"valuesContent": "cloudConfig: {}"}},
+         group="helm.cattle.io"),
+     {"gitops.": True}),
+    ("RKE2 HelmChartConfig create",
+     req("helmchartconfigs", "CREATE", "kube-system", "openstack-cloud-controller-manager",
+         {"metadata": meta("kube-system", "openstack-cloud-controller-manager"), "spec": {"valuesContent": "cloudConfig: {}"}},
+         group="helm.cattle.io"),
+     {"gitops.": True}),
+    ("RKE2 HelmChartConfig valuesContent change",
+     req("helmchartconfigs", "UPDATE", "kube-system", "openstack-cloud-controller-manager",
+         {"metadata": meta("kube-system", "openstack-cloud-controller-manager"), "spec": {"valuesContent": "cloudConfig: {global: {}}"}},
+         {"metadata": meta("kube-system", "openstack-cloud-controller-manager"), "spec": {"valuesContent": "cloudConfig: {}"}},
+         group="helm.cattle.io"),
+     {"gitops.": True}),
+    ("RKE2 HelmChartConfig metadata-only update",
+     req("helmchartconfigs", "UPDATE", "kube-system", "openstack-cloud-controller-manager",
+         {"metadata": meta("kube-system", "openstack-cloud-controller-manager", labels={"x": "y"}), "spec": {"valuesContent": "cloudConfig: {}"}},
+         {"metadata": meta("kube-system", "openstack-cloud-controller-manager"), "spec": {"valuesContent": "cloudConfig: {}"}},
+         group="helm.cattle.io"),
+     {"gitops.": False}),
     ("CCM DaemonSet (upstream image)",
      req("daemonsets", "CREATE", "kube-system", "openstack-cloud-controller-manager", ccm_ds, group="apps"),
      {"ccm-workloads.": True}),

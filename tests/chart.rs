@@ -147,6 +147,7 @@ fn load_renders() -> Vec<Render> {
         "monitoring",
         "live-release",
         "guard",
+        "guard-budget",
         "policies-embedded",
         "policies-overrides",
     ] {
@@ -822,7 +823,7 @@ fn webhooks_are_narrow_short_and_fail_as_documented() {
                     "minimal"
                 );
             }
-            "guard" | "guard-cluster-wide" => {
+            "guard" | "guard-cluster-wide" | "guard-budget" => {
                 assert!(
                     has("control-plane-guard.validate.stackgate.dev"),
                     "{}",
@@ -1166,7 +1167,10 @@ fn deployment_is_ha_locked_down_and_probed_on_the_admin_port() {
         }
 
         // Kubernetes API access only where a feature needs it
-        let needs_api = matches!(n.as_str(), "live-release" | "guard" | "guard-cluster-wide");
+        let needs_api = matches!(
+            n.as_str(),
+            "live-release" | "guard" | "guard-cluster-wide" | "guard-budget"
+        );
         assert_eq!(
             pod.automount_service_account_token,
             Some(needs_api),
@@ -1343,7 +1347,7 @@ fn rbac_is_least_privilege() {
         let pair = |g: &str, res: &str| (g.to_owned(), res.to_owned());
         let want: BTreeSet<(String, String)> = match r.name.as_str() {
             "live-release" => [pair("core.openstack.org", "openstackversions")].into(),
-            "guard" | "guard-cluster-wide" => [
+            "guard" | "guard-cluster-wide" | "guard-budget" => [
                 pair("cluster.x-k8s.io", "clusters"),
                 pair("infrastructure.cluster.x-k8s.io", "openstackclusters"),
                 pair("", "secrets"),
@@ -1599,4 +1603,256 @@ fn renders_are_current() {
         a == b,
         "target/chart-render is stale: the chart changed since it was rendered; run .ci/chart.sh"
     );
+}
+
+// ------------------------------------------------------------------------------ guard budget
+
+/// The control-plane guard's time budget: its OpenStack settings are passed only when it is
+/// on, each Keystone/Octavia call fits in the review deadline, which fits in the guard
+/// webhook's timeout, and the chart's defaults are the binary's.
+#[test]
+#[ignore = "needs the rendered chart in target/chart-render: run .ci/chart.sh (installs Helm)"]
+fn guard_calls_fit_in_the_request_deadline() {
+    let renders = load_renders();
+    let mut guarded = 0;
+    for r in &renders {
+        let n = &r.name;
+        let d: Deployment = r.one("Deployment");
+        let pod = d.spec.and_then(|s| s.template.spec).expect("pod spec");
+        let c = &pod.containers[0];
+        let env = |k: &str| env_value(c, k);
+        let on = env("STACKGATE_LB_GUARD").as_deref() == Some("on");
+        let webhook = r
+            .maybe_one::<ValidatingWebhookConfiguration>("ValidatingWebhookConfiguration")
+            .and_then(|v| v.webhooks)
+            .into_iter()
+            .flatten()
+            .find(|w| w.name.starts_with("control-plane-guard."));
+        assert_eq!(on, webhook.is_some(), "{n}: guard on <=> guard webhook");
+        if !on {
+            for k in ["STACKGATE_OPENSTACK_TIMEOUT", "STACKGATE_OCTAVIA_CACHE_TTL"] {
+                assert!(env(k).is_none(), "{n}: {k} without the guard");
+            }
+            continue;
+        }
+        guarded += 1;
+        let get = |k: &str| env(k).unwrap_or_else(|| panic!("{n}: {k} missing with the guard"));
+        let call = seconds(&get("STACKGATE_OPENSTACK_TIMEOUT"));
+        let ttl = seconds(&get("STACKGATE_OCTAVIA_CACHE_TTL"));
+        let request = seconds(&get("STACKGATE_REQUEST_TIMEOUT"));
+        let webhook_timeout = f64::from(
+            webhook
+                .and_then(|w| w.timeout_seconds)
+                .expect("guard webhook timeoutSeconds"),
+        );
+        assert!(
+            0.0 < call && call < request && request < webhook_timeout,
+            "{n}: OpenStack call {call}s < request deadline {request}s < guard webhook \
+             timeout {webhook_timeout}s does not hold"
+        );
+        assert!(ttl >= 0.0, "{n}: cache TTL");
+        match n.as_str() {
+            "guard-budget" => assert_eq!(
+                (call, ttl, request),
+                (1.2, 0.0, 1.8),
+                "{n}: the values of ci/guard-budget-values.yaml"
+            ),
+            _ => {
+                assert_eq!(
+                    call,
+                    stackgate::guard::DEFAULT_OPENSTACK_TIMEOUT.as_secs_f64(),
+                    "{n}: chart default controlPlaneGuard.openstackTimeout != the binary's"
+                );
+                assert_eq!(
+                    ttl,
+                    stackgate::guard::DEFAULT_OCTAVIA_CACHE_TTL.as_secs_f64(),
+                    "{n}: chart default controlPlaneGuard.octaviaCacheTTL != the binary's"
+                );
+            }
+        }
+    }
+    assert!(guarded >= 3, "only {guarded} renders with the guard on");
+}
+
+/// Every STACKGATE_* variable the chart sets is a flag of `stackgate serve`, with a value the
+/// flag accepts (a misspelt variable would be ignored silently by the server).
+#[test]
+#[ignore = "needs the rendered chart in target/chart-render: run .ci/chart.sh (installs Helm)"]
+fn every_rendered_env_var_is_a_serve_flag() {
+    use clap::CommandFactory as _;
+    let cli = stackgate::cli::Cli::command();
+    let serve = cli
+        .get_subcommands()
+        .find(|s| s.get_name() == "serve")
+        .expect("serve subcommand");
+    // `serve`'s own flags and the global ones (logging), which clap accepts after `serve`.
+    let flags: BTreeMap<String, &clap::Arg> = serve
+        .get_arguments()
+        .chain(cli.get_arguments().filter(|a| a.is_global_set()))
+        .filter_map(|a| Some((a.get_env()?.to_string_lossy().into_owned(), a)))
+        .collect();
+    for r in load_renders() {
+        let d: Deployment = r.one("Deployment");
+        let pod = d.spec.and_then(|s| s.template.spec).expect("pod spec");
+        let mut argv = vec!["stackgate".to_owned(), "serve".to_owned()];
+        for e in pod.containers[0].env.iter().flatten() {
+            if !e.name.starts_with("STACKGATE_") {
+                continue;
+            }
+            let arg = flags
+                .get(&e.name)
+                .unwrap_or_else(|| panic!("{}: {} is no `stackgate serve` flag", r.name, e.name));
+            let value = e.value.clone().expect("literal value");
+            let long = arg.get_long().expect("long flag");
+            argv.push(format!("--{long}={value}"));
+        }
+        if let Err(e) = cli.clone().try_get_matches_from(&argv) {
+            panic!(
+                "{}: `stackgate serve` refuses the chart's settings: {e}",
+                r.name
+            );
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------ GitOps parity
+
+/// One object per GitOps carrier kind the engine reads (`src/sites/helm.rs`), from the
+/// fixture repository of `stackgate check`; the RKE2 HelmChartConfig is the HelmChart's
+/// `valuesContent` in the object that customises a HelmChart of the same name.
+fn gitops_objects() -> Vec<Value> {
+    let read = |rel: &str| -> Vec<Value> {
+        let path = repo().join("tests/fixtures/gitops/repo").join(rel);
+        let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        serde_saphyr::from_multiple::<Value>(&text)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    };
+    let mut objects: Vec<Value> = [
+        "flux/occm-helmrelease.yaml",
+        "argocd/occm-values-string.yaml",
+    ]
+    .into_iter()
+    .flat_map(read)
+    .filter(|d| matches!(d["kind"].as_str(), Some("HelmRelease" | "Application")))
+    .collect();
+    let chart = read("rke2/occm-helmchart.yaml").remove(0);
+    assert_eq!(chart["kind"], "HelmChart");
+    let config = serde_json::json!({
+        "apiVersion": "helm.cattle.io/v1",
+        "kind": "HelmChartConfig",
+        "metadata": chart["metadata"].clone(),
+        "spec": {"valuesContent": chart["spec"]["valuesContent"].clone()},
+    });
+    objects.push(chart);
+    objects.push(config);
+    objects
+}
+
+/// Whether the webhook's engine finds the CCM values in `object` (a denial or warning on
+/// /validate, or a patch on /mutate), for the review the apiserver sends on create.
+fn engine_acts_on(object: &Value) -> bool {
+    use stackgate::admission::{self, Webhook};
+    let engine =
+        stackgate::engine::Engine::new(stackgate::policy::PolicySet::embedded().expect("policies"));
+    let body = serde_json::to_vec(&stackgate::check::review_for(object, "chart")).expect("json");
+    [Webhook::Validate, Webhook::Mutate].into_iter().any(|w| {
+        let reply = admission::handle(&engine, w, &body, &stackgate::metrics::Metrics::new());
+        assert_eq!(reply.status, 200);
+        let response =
+            serde_json::from_slice::<Value>(&reply.body).expect("review")["response"].clone();
+        response["allowed"] == false
+            || response["warnings"]
+                .as_array()
+                .is_some_and(|w| !w.is_empty())
+            || response["patch"].is_string()
+    })
+}
+
+/// The gitops webhooks and `stackgate check` see the same objects: every (group, version,
+/// resource) the rules register is a kind the engine reads, and every kind the engine reads
+/// is registered (HelmChart and HelmChartConfig alike), on mutate and validate, in every
+/// render with the family on. The matchConditions are the same for all of them.
+#[test]
+#[ignore = "needs the rendered chart in target/chart-render: run .ci/chart.sh (installs Helm)"]
+fn gitops_webhooks_register_every_kind_the_engine_reads() {
+    let objects = gitops_objects();
+    let gvr = |o: &Value| -> (String, String, String) {
+        let review = stackgate::check::review_for(o, "x");
+        let r = &review["request"]["resource"];
+        let s = |k: &str| r[k].as_str().expect("gvr").to_owned();
+        (s("group"), s("version"), s("resource"))
+    };
+    for o in &objects {
+        assert!(engine_acts_on(o), "the engine does not read {}", o["kind"]);
+    }
+    let mut checked = 0;
+    for r in load_renders() {
+        let validating = r.one::<ValidatingWebhookConfiguration>("ValidatingWebhookConfiguration");
+        let mutating = r.maybe_one::<MutatingWebhookConfiguration>("MutatingWebhookConfiguration");
+        let mut hooks = validating_hooks(&validating);
+        if let Some(m) = &mutating {
+            hooks.extend(mutating_hooks(m));
+        }
+        for h in hooks.iter().filter(|h| h.name.starts_with("gitops.")) {
+            checked += 1;
+            let what = format!("{}: {} webhook {}", r.name, h.config, h.name);
+            let registered: BTreeSet<(String, String, String)> = h
+                .rules
+                .iter()
+                .flat_map(|rule| {
+                    let groups = rule.api_groups.clone().unwrap_or_default();
+                    let versions = rule.api_versions.clone().unwrap_or_default();
+                    let resources = rule.resources.clone().unwrap_or_default();
+                    groups.into_iter().flat_map(move |g| {
+                        let resources = resources.clone();
+                        versions.clone().into_iter().flat_map(move |v| {
+                            let g = g.clone();
+                            resources
+                                .clone()
+                                .into_iter()
+                                .map(move |res| (g.clone(), v.clone(), res))
+                        })
+                    })
+                })
+                .collect();
+            for o in &objects {
+                let key = gvr(o);
+                assert!(
+                    registered.contains(&key),
+                    "{what}: {key:?} ({}) is read by the engine (`stackgate check` reports \
+                     it) but not registered",
+                    o["kind"]
+                );
+            }
+            for (g, v, res) in &registered {
+                let sample = objects
+                    .iter()
+                    .find(|o| {
+                        let (og, _, ores) = gvr(o);
+                        og == *g && ores == *res
+                    })
+                    .unwrap_or_else(|| {
+                        panic!("{what}: registers {g}/{res}, which the engine does not read")
+                    });
+                let mut o = sample.clone();
+                o["apiVersion"] = Value::String(format!("{g}/{v}"));
+                assert!(
+                    engine_acts_on(&o),
+                    "{what}: registers {g}/{v} {res}, which the engine does not read"
+                );
+            }
+            if r.has_match_conditions() {
+                assert_eq!(
+                    h.expressions.len(),
+                    1,
+                    "{what}: one spec-changed condition for every GitOps kind"
+                );
+                assert!(
+                    !h.expressions[0].contains("helmchart"),
+                    "{what}: a kind-specific condition"
+                );
+            }
+        }
+    }
+    assert!(checked >= 10, "only {checked} gitops webhooks checked");
 }

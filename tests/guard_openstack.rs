@@ -209,6 +209,64 @@ fn pending() -> Value {
     ])
 }
 
+const PEER: &str = "cluster-a-control-plane-7x9kq";
+const NEWCOMER: &str = "cluster-a-control-plane-n3w01";
+
+/// A replacement member whose creation failed: `provisioning_status = ERROR` (Octavia's
+/// state for a failed change; the api-ref example's first member is `ERROR` by health).
+fn errored() -> Value {
+    status_tree(&[
+        (DELETED, "10.6.0.11", "ACTIVE", "ONLINE"),
+        (PEER, "10.6.0.12", "ACTIVE", "ONLINE"),
+        (NEWCOMER, "10.6.0.13", "ERROR", "OFFLINE"),
+    ])
+}
+
+/// Every member provisioned, but only the deleted Machine's is serving: the peer fails its
+/// health checks (operating_status ERROR, as the api-ref example's first member) and the
+/// replacement is not yet online.
+fn last_online() -> Value {
+    status_tree(&[
+        (DELETED, "10.6.0.11", "ACTIVE", "ONLINE"),
+        (PEER, "10.6.0.12", "ACTIVE", "ERROR"),
+        (NEWCOMER, "10.6.0.13", "ACTIVE", "OFFLINE"),
+    ])
+}
+
+/// A three-node control plane, all healthy: two ONLINE members stay.
+fn all_healthy() -> Value {
+    status_tree(&[
+        (DELETED, "10.6.0.11", "ACTIVE", "ONLINE"),
+        (PEER, "10.6.0.12", "ACTIVE", "ONLINE"),
+        (NEWCOMER, "10.6.0.13", "ACTIVE", "ONLINE"),
+    ])
+}
+
+/// The deleted Machine's member is already gone from the pool (CAPO removed it); the rest
+/// is healthy.
+fn already_removed() -> Value {
+    status_tree(&[
+        (PEER, "10.6.0.12", "ACTIVE", "ONLINE"),
+        (NEWCOMER, "10.6.0.13", "ACTIVE", "ONLINE"),
+    ])
+}
+
+/// `tree` with its API pool turned into one without a health monitor (the api-ref example's
+/// `source_ip_pool` shape, `"healthmonitor": {}`) and every ONLINE member `NO_MONITOR`.
+fn without_monitor(mut tree: Value) -> Value {
+    let lb = &mut tree["statuses"]["loadbalancer"];
+    for pointer in ["/listeners/0/pools/0", "/pools/0"] {
+        let pool = lb.pointer_mut(pointer).unwrap();
+        pool["healthmonitor"] = json!({});
+        for member in pool["members"].as_array_mut().unwrap() {
+            if member["operating_status"] == "ONLINE" {
+                member["operating_status"] = json!("NO_MONITOR");
+            }
+        }
+    }
+    tree
+}
+
 // ------------------------------------------------------------------------------------------
 // Fake Keystone + Octavia
 
@@ -427,8 +485,8 @@ impl KubeMock {
     }
 }
 
-/// Answers GETs from `objects` (path → JSON), 404 for anything else; with `hang`, never
-/// answers at all.
+/// Answers GETs from `objects` (path → JSON; a `Status` object is answered with its `code`),
+/// 404 for anything else; with `hang`, never answers at all.
 fn kube_mock(objects: Vec<(String, Value)>, hang: bool) -> KubeMock {
     let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let objects: HashMap<String, Value> = objects.into_iter().collect();
@@ -445,6 +503,10 @@ fn kube_mock(objects: Vec<(String, Value)>, hang: bool) -> KubeMock {
                 continue;
             }
             let (status, body) = match objects.get(&path) {
+                Some(object) if object["kind"] == "Status" => (
+                    u16::try_from(object["code"].as_u64().unwrap()).unwrap(),
+                    object.clone(),
+                ),
                 Some(object) => (200, object.clone()),
                 None => (
                     404,
@@ -568,6 +630,122 @@ async fn v1beta1_application_credential_pending_member_is_denied() {
     assert_eq!(verdict.denials.len(), 1, "{verdict:#?}");
     assert!(verdict.denials[0].message.contains("PENDING_CREATE"));
     assert!(!common::logs().contains(CANARY));
+}
+
+/// Gathers the facts for the captured control-plane DELETE from a fake Octavia serving
+/// `tree` and evaluates them with the embedded policies.
+async fn decide(tree: Value) -> (GuardFacts, stackgate::engine::Verdict) {
+    let fake = fake_openstack().await;
+    fake.set_tree(tree);
+    let kube = kube_mock(v1beta1_objects(&fake), false);
+    let guard = guard(&kube, Duration::from_secs(2), Duration::ZERO);
+    let review = review(CP_DELETE);
+    let facts = guard.gather(&machine(&review), in_5s()).await;
+    observed(&facts);
+    assert_eq!(fake.calls(), (1, 1));
+    let verdict = engine().evaluate_with(
+        &request(&review),
+        &Facts {
+            lb_guard: Some(facts.clone()),
+        },
+    );
+    (facts, verdict)
+}
+
+fn denial(verdict: &stackgate::engine::Verdict) -> &str {
+    assert_eq!(verdict.denials.len(), 1, "{verdict:#?}");
+    let message = verdict.denials[0].message.as_str();
+    assert!(
+        message.starts_with(
+            "Refusing to delete control-plane Machine cluster-a/cluster-a-control-plane-b2m4d of Cluster cluster-a"
+        ) && message.contains(LB_NAME)
+            && message.contains("#2763"),
+        "{message}"
+    );
+    message
+}
+
+#[tokio::test]
+async fn a_member_in_error_is_denied() {
+    let (facts, verdict) = decide(errored()).await;
+    let states: Vec<_> = observed(&facts).pools[0]
+        .members
+        .iter()
+        .map(|m| m.provisioning_status.as_str())
+        .collect();
+    assert_eq!(states, ["ACTIVE", "ACTIVE", "ERROR"]);
+    let message = denial(&verdict);
+    assert!(
+        message.contains(&format!(
+            "member {LB_NAME}-6443-{NEWCOMER} (10.6.0.13:6443) is provisioning_status=ERROR, \
+             operating_status=OFFLINE"
+        )),
+        "{message}"
+    );
+    // The healthy members are not blamed.
+    assert!(!message.contains(PEER), "{message}");
+}
+
+#[tokio::test]
+async fn deleting_the_last_online_member_is_denied() {
+    let (_, verdict) = decide(last_online()).await;
+    let message = denial(&verdict);
+    assert!(
+        message.contains(&format!(
+            "pool {LB_NAME}-6443: this Machine's member is the last one serving \
+             (operating_status ONLINE); no member would be left: \
+             member {LB_NAME}-6443-{DELETED} (10.6.0.11:6443) is provisioning_status=ACTIVE, \
+             operating_status=ONLINE; member {LB_NAME}-6443-{PEER} (10.6.0.12:6443) is \
+             provisioning_status=ACTIVE, operating_status=ERROR; member \
+             {LB_NAME}-6443-{NEWCOMER} (10.6.0.13:6443) is provisioning_status=ACTIVE, \
+             operating_status=OFFLINE"
+        )),
+        "{message}"
+    );
+    // Same facts without a health monitor: NO_MONITOR counts as serving, and the last one
+    // is still the deleted Machine's.
+    let (_, verdict) = decide(without_monitor(last_online())).await;
+    let message = denial(&verdict);
+    assert!(
+        message.contains("last one serving (operating_status ONLINE or NO_MONITOR)"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn no_other_serving_member_is_denied_naming_them() {
+    // The deleted Machine's member already gone and no remaining member is ONLINE: every
+    // remaining member is named with its states.
+    let (_, verdict) = decide(status_tree(&[
+        (PEER, "10.6.0.12", "ACTIVE", "ERROR"),
+        (NEWCOMER, "10.6.0.13", "ACTIVE", "OFFLINE"),
+    ]))
+    .await;
+    let message = denial(&verdict);
+    assert!(
+        message.contains(&format!(
+            "pool {LB_NAME}-6443: no other member is serving (operating_status ONLINE): \
+             member {LB_NAME}-6443-{PEER} (10.6.0.12:6443) is provisioning_status=ACTIVE, \
+             operating_status=ERROR; member {LB_NAME}-6443-{NEWCOMER} (10.6.0.13:6443) is \
+             provisioning_status=ACTIVE, operating_status=OFFLINE"
+        )),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn healthy_without_the_deleted_member_is_admitted() {
+    for (case, tree) in [
+        ("all healthy", all_healthy()),
+        ("own member already removed", already_removed()),
+        ("no health monitor", without_monitor(all_healthy())),
+    ] {
+        let (_, verdict) = decide(tree).await;
+        assert!(
+            verdict.denials.is_empty() && verdict.warnings.is_empty(),
+            "{case}: {verdict:#?}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -870,6 +1048,76 @@ async fn missing_facts_are_named() {
     assert!(unavailable(&facts).contains("no usable spec.identityRef"));
 }
 
+/// The apiserver's answer when the ServiceAccount has no Role in the Secret's namespace
+/// (controlPlaneGuard.secretNamespaces does not list it).
+fn forbidden_secret() -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": format!("secrets \"{SECRET}\" is forbidden: User \"system:serviceaccount:stackgate:stackgate\" \
+            cannot get resource \"secrets\" in API group \"\" in the namespace \"{NS}\""),
+        "reason": "Forbidden", "details": {"name": SECRET, "kind": "secrets"}, "code": 403})
+}
+
+#[tokio::test]
+async fn a_secret_namespace_not_granted_is_unknown_and_params_unknown_decides() {
+    let fake = fake_openstack().await;
+    let mut objects = v1beta1_objects(&fake);
+    objects.retain(|(p, _)| *p != secret_path());
+    objects.push((secret_path(), forbidden_secret()));
+    let kube = kube_mock(objects, false);
+    let guard = guard(&kube, Duration::from_secs(2), Duration::ZERO);
+    let review = review(CP_DELETE);
+    let facts = guard.gather(&machine(&review), in_5s()).await;
+    let reason = unavailable(&facts).to_owned();
+    assert!(
+        reason.contains(&format!("{NS}/{SECRET}")) && reason.contains("HTTP 403 Forbidden"),
+        "{reason}"
+    );
+    assert_eq!(fake.calls(), (0, 0), "OpenStack is not called");
+    let mut metrics = Metrics::new();
+    guard.metrics().register(metrics.registry_mut());
+    assert_eq!(
+        common::metric(
+            &metrics.encode(),
+            "stackgate_lb_guard_unavailable_total{reason=\"kube_error\"}"
+        ),
+        1.0
+    );
+    let facts = Facts {
+        lb_guard: Some(facts),
+    };
+    // Default (params.unknown: admit): admitted with a warning that says why.
+    let verdict = engine().evaluate_with(&request(&review), &facts);
+    assert!(verdict.denials.is_empty(), "{verdict:#?}");
+    assert_eq!(verdict.warnings.len(), 1, "{verdict:#?}");
+    assert!(
+        verdict.warnings[0]
+            .message
+            .starts_with("Admitted without checking the API load balancer")
+            && verdict.warnings[0].message.contains("HTTP 403"),
+        "{verdict:#?}"
+    );
+    // params.unknown: deny refuses.
+    let policy = include_str!("../policies/control-plane-lb-guard.yaml");
+    assert!(policy.contains("unknown: admit"));
+    let deny = PolicySet::from_files(
+        vec![(
+            "control-plane-lb-guard.yaml".to_owned(),
+            policy.replace("unknown: admit", "unknown: deny"),
+        )],
+        "test".to_owned(),
+    )
+    .unwrap();
+    let verdict = Engine::new(deny).evaluate_with(&request(&review), &facts);
+    assert_eq!(verdict.denials.len(), 1, "{verdict:#?}");
+    assert!(
+        verdict.denials[0]
+            .message
+            .contains("params.unknown is deny")
+            && verdict.denials[0].message.contains("HTTP 403"),
+        "{verdict:#?}"
+    );
+}
+
 #[tokio::test]
 async fn tls_trusts_the_identity_secrets_cacert() {
     let ca = common::Ca::new("fake OpenStack CA");
@@ -977,6 +1225,48 @@ async fn https_denies_a_pending_member_and_admits_when_healthy() {
 
     let metrics = server.metrics().await;
     for (outcome, n) in [("denied", 1.0), ("admitted", 1.0)] {
+        let sample = format!("stackgate_lb_guard_decisions_total{{outcome=\"{outcome}\"}}");
+        assert_eq!(common::metric(&metrics, &sample), n, "{sample}\n{metrics}");
+    }
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn https_denies_an_errored_member_and_the_last_online_one() {
+    let fake = fake_openstack().await;
+    let kube = kube_mock(v1beta1_objects(&fake), false);
+    let server = guarded_server(&fake, &kube, Duration::from_secs(2)).await;
+    let client = server.client().await;
+    let body = fixture(&format!("captured/{CP_DELETE}"));
+    for (tree, needles) in [
+        (errored(), vec!["provisioning_status=ERROR", NEWCOMER]),
+        (
+            last_online(),
+            vec!["this Machine's member is the last one serving"],
+        ),
+    ] {
+        fake.set_tree(tree);
+        let (status, answer) = common::post(&client, "/validate?timeout=10s", body.clone()).await;
+        assert_eq!(status, http::StatusCode::OK);
+        assert_eq!(answer["response"]["allowed"], false, "{answer}");
+        assert_eq!(answer["response"]["status"]["code"], 403);
+        let message = answer["response"]["status"]["message"].as_str().unwrap();
+        for needle in needles {
+            assert!(message.contains(needle), "{needle}: {message}");
+        }
+    }
+    for tree in [all_healthy(), already_removed()] {
+        fake.set_tree(tree);
+        let (_, answer) = common::post(&client, "/validate?timeout=10s", body.clone()).await;
+        assert_eq!(answer["response"]["allowed"], true, "{answer}");
+        assert!(
+            answer["response"]
+                .get("warnings")
+                .is_none_or(Value::is_null)
+        );
+    }
+    let metrics = server.metrics().await;
+    for (outcome, n) in [("denied", 2.0), ("admitted", 2.0)] {
         let sample = format!("stackgate_lb_guard_decisions_total{{outcome=\"{outcome}\"}}");
         assert_eq!(common::metric(&metrics, &sample), n, "{sample}\n{metrics}");
     }
