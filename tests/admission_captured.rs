@@ -451,3 +451,175 @@ fn default_policies_deny_the_captured_configmap_for_its_inline_password() {
     );
     assert_eq!(secret["allowed"], true, "{secret}");
 }
+
+/// The captured UPDATE (`kubectl apply` over an existing ConfigMap) with the serial line
+/// taken out of the new object: `provider-requires-serial-api-calls = false` removed.
+fn update_without_serial_key() -> Value {
+    let mut req = fixture("configmap/mutate-update-cloud-provider-config-serial-false.json");
+    assert_eq!(req["request"]["operation"], "UPDATE");
+    let text = configmap_text(&req);
+    let without: String = text
+        .lines()
+        .filter(|l| !l.contains(SERIAL_LINE))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_ne!(text, without, "the fixture had the key");
+    req["request"]["object"]["data"]["config"] = json!(without);
+    req
+}
+
+#[test]
+fn update_without_the_key_is_patched_and_the_patched_object_is_clean() {
+    // The serial-only engine on the text as captured, and the full default set on the same
+    // text without its inline password (which credential-placement denies on its own).
+    let without_password = {
+        let mut req = update_without_serial_key();
+        let text = configmap_text(&req).replace("password=fake-password\n", "");
+        req["request"]["object"]["data"]["config"] = json!(text);
+        req
+    };
+    for (name, e, original) in [
+        ("serial policy", engine(), update_without_serial_key()),
+        ("default policies", full_engine(), without_password),
+    ] {
+        let response = review(&e, Webhook::Mutate, &original);
+        assert_eq!(response["allowed"], true, "{name}");
+        let patch = patch_of(&response).unwrap_or_else(|| panic!("{name}: no patch: {response}"));
+        assert_eq!(patch.0.len(), 1, "{name}: one operation: {patch:?}");
+        let patched = apply(&original, &response);
+        let before = configmap_text(&original);
+        let after = configmap_text(&patched);
+        assert_eq!(after.lines().count(), before.lines().count() + 1, "{name}");
+        assert_eq!(
+            after.lines().filter(|l| l.starts_with(SERIAL_LINE)).count(),
+            1,
+            "{name}: {after}"
+        );
+        // Nothing else in the review changed (oldObject, metadata, other keys).
+        let mut expected = original.clone();
+        expected["request"]["object"]["data"]["config"] = json!(after);
+        assert_eq!(patched, expected, "{name}");
+
+        // Idempotent: the patched object put back gets no patch and no denial.
+        let again = review(&e, Webhook::Mutate, &patched);
+        assert_eq!(again["allowed"], true, "{name}");
+        assert!(again.get("patch").is_none(), "{name}: {again}");
+        let validated = review(&e, Webhook::Validate, &patched);
+        assert_eq!(validated["allowed"], true, "{name}: {validated}");
+        assert!(validated.get("warnings").is_none(), "{name}: {validated}");
+    }
+}
+
+#[test]
+fn dry_run_mutation_gets_the_identical_patch() {
+    let e = engine();
+    for original in [
+        update_without_serial_key(),
+        fixture("configmap/mutate-create-cloud-provider-config.json"),
+    ] {
+        let wet = review(&e, Webhook::Mutate, &original);
+        let mut dry_req = original.clone();
+        dry_req["request"]["dryRun"] = json!(true);
+        let dry = review(&e, Webhook::Mutate, &dry_req);
+        assert!(wet["patch"].is_string(), "{wet}");
+        assert_eq!(dry["patch"], wet["patch"]);
+        assert_eq!(dry["patchType"], wet["patchType"]);
+        assert_eq!(dry["allowed"], wet["allowed"]);
+        assert_eq!(dry["warnings"], wet["warnings"]);
+    }
+}
+
+/// The captured ConfigMap review rewritten to the OpenShift operator-managed copy
+/// `openshift-cloud-controller-manager/cloud-conf` (key `cloud.conf`), holding `text`.
+fn operator_copy(rel: &str, text: &str) -> Value {
+    let mut req = fixture(rel);
+    let r = &mut req["request"];
+    r["namespace"] = json!("openshift-cloud-controller-manager");
+    r["name"] = json!("cloud-conf");
+    r["object"]["metadata"]["namespace"] = json!("openshift-cloud-controller-manager");
+    r["object"]["metadata"]["name"] = json!("cloud-conf");
+    r["object"]["data"] = json!({ "cloud.conf": text });
+    req
+}
+
+#[test]
+fn operator_managed_copy_is_validated_but_never_patched() {
+    let captured = configmap_text(&fixture(
+        "configmap/mutate-create-cloud-provider-config.json",
+    ));
+    assert!(!captured.contains(SERIAL_LINE));
+    for e in [engine(), full_engine()] {
+        // Missing key: no patch (the operator would overwrite it; the source is patched).
+        let mutate = review(
+            &e,
+            Webhook::Mutate,
+            &operator_copy(
+                "configmap/mutate-create-cloud-provider-config.json",
+                &captured,
+            ),
+        );
+        assert_eq!(mutate["allowed"], true, "{mutate}");
+        assert!(mutate.get("patch").is_none(), "{mutate}");
+        assert!(mutate.get("patchType").is_none(), "{mutate}");
+    }
+    // The same copy as the source ConfigMap is patched: the site list, not the text, decides.
+    let source = review(
+        &engine(),
+        Webhook::Mutate,
+        &fixture("configmap/mutate-create-cloud-provider-config.json"),
+    );
+    assert!(source["patch"].is_string(), "{source}");
+
+    // An explicit false is still denied, naming the copy, its key and line, and the source.
+    let with_false = captured.replace(
+        "[LoadBalancer]\n",
+        &format!("[LoadBalancer]\n{SERIAL_LINE} = false\n"),
+    );
+    let line = with_false
+        .lines()
+        .position(|l| l.starts_with(SERIAL_LINE))
+        .expect("inserted")
+        + 1;
+    for (name, e) in [
+        ("serial policy", engine()),
+        ("default policies", full_engine()),
+    ] {
+        let validate = review(
+            &e,
+            Webhook::Validate,
+            &operator_copy(
+                "configmap/validate-create-cloud-provider-config.json",
+                &with_false,
+            ),
+        );
+        assert_eq!(validate["allowed"], false, "{name}: {validate}");
+        let message = validate["status"]["message"].as_str().unwrap_or_default();
+        let serial = message
+            .lines()
+            .find(|m| m.contains("(policy serial-lb-api-calls,"))
+            .unwrap_or_else(|| panic!("{name}: no serial denial: {message}"));
+        for needle in [
+            "ConfigMap openshift-cloud-controller-manager/cloud-conf",
+            "data[\"cloud.conf\"]",
+            &format!("line {line}"),
+            "set to a false value",
+            "openshift-config/cloud-provider-config",
+        ] {
+            assert!(
+                serial.contains(needle),
+                "{name}: {needle:?} not in {serial}"
+            );
+        }
+        // /mutate on the same review: admitted, unchanged.
+        let mutate = review(
+            &e,
+            Webhook::Mutate,
+            &operator_copy(
+                "configmap/mutate-create-cloud-provider-config.json",
+                &with_false,
+            ),
+        );
+        assert_eq!(mutate["allowed"], true, "{name}");
+        assert!(mutate.get("patch").is_none(), "{name}: {mutate}");
+    }
+}

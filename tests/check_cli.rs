@@ -280,3 +280,266 @@ fn release_catalog_flag() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// `stackgate policies`
+
+/// Runs `stackgate <args>` (no subcommand prepended) with `STACKGATE_POLICIES` unset unless
+/// `policies_env` is given.
+fn stackgate_raw(args: &[&str], policies_env: Option<&Path>) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_stackgate"));
+    command
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_remove("STACKGATE_POLICIES")
+        .stdin(Stdio::null());
+    if let Some(dir) = policies_env {
+        command.env("STACKGATE_POLICIES", dir);
+    }
+    command.output().expect("stackgate runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn policies_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")
+}
+
+/// The `*.yaml` files of `dir`, sorted.
+fn yaml_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("read_dir")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().and_then(|e| e.to_str()) == Some("yaml"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// A top-level `key: value` of a policy file (the files are flat at the top level).
+fn top_level(text: &str, key: &str) -> Option<String> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}: ")))
+        .map(|v| v.trim().to_owned())
+}
+
+/// The `(kind, name)` of every document a file holds; `name` is empty for the kinds that
+/// have none (CloudConfigSites, ReleaseCatalog).
+fn file_identity(path: &Path) -> (String, String) {
+    let text = std::fs::read_to_string(path).expect("policy file");
+    let kind = top_level(&text, "kind").unwrap_or_else(|| panic!("{}: no kind", path.display()));
+    let name = if kind == "Policy" {
+        top_level(&text, "name").unwrap_or_else(|| panic!("{}: no name", path.display()))
+    } else {
+        String::new()
+    };
+    (kind, name)
+}
+
+/// Splits `stackgate policies` output into its header line and documents (JSON, which is
+/// YAML).
+fn printed_documents(out: &str) -> (String, Vec<serde_json::Value>) {
+    let (header, rest) = out.split_once('\n').expect("a header line");
+    let docs = rest
+        .split("---\n")
+        .filter(|d| !d.trim().is_empty())
+        .map(|d| serde_json::from_str(d).unwrap_or_else(|e| panic!("{e}: {d}")))
+        .collect();
+    (header.to_owned(), docs)
+}
+
+fn identities(docs: &[serde_json::Value]) -> Vec<(String, String)> {
+    let mut ids: Vec<(String, String)> = docs
+        .iter()
+        .map(|d| {
+            (
+                d["kind"].as_str().unwrap_or_default().to_owned(),
+                d["name"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// Without `--policies` the embedded set is printed, and it is exactly what `policies/`
+/// holds: one document per file, every Policy under its file's name.
+#[test]
+fn policies_prints_the_embedded_set_and_every_file_of_the_policies_dir() {
+    let o = stackgate_raw(&["policies"], None);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let (header, docs) = printed_documents(&stdout(&o));
+    assert_eq!(header, "# effective policy set (embedded)");
+
+    let files = yaml_files(&policies_dir());
+    assert!(!files.is_empty());
+    let mut expected: Vec<(String, String)> = files.iter().map(|f| file_identity(f)).collect();
+    expected.sort();
+    assert_eq!(
+        identities(&docs),
+        expected,
+        "printed documents vs policies/"
+    );
+    for file in &files {
+        let (kind, name) = file_identity(file);
+        if kind == "Policy" {
+            let stem = file
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .unwrap_or_default();
+            assert_eq!(
+                name,
+                stem,
+                "{}: a policy lives in <name>.yaml",
+                file.display()
+            );
+            let doc = docs
+                .iter()
+                .find(|d| d["name"] == name.as_str())
+                .expect("printed");
+            let text = std::fs::read_to_string(file).expect("policy file");
+            for key in ["rule", "mode"] {
+                assert_eq!(
+                    doc[key].as_str().map(str::to_owned),
+                    top_level(&text, key),
+                    "{}: {key}",
+                    file.display()
+                );
+            }
+        }
+    }
+    // The embedded sites list is the one in policies/cloud-config-sites.yaml.
+    let sites = docs
+        .iter()
+        .find(|d| d["kind"] == "CloudConfigSites")
+        .expect("sites printed");
+    let names: Vec<&str> = sites["sites"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["name"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        ["cloud-config", "cloud-provider-config", "cloud-conf"]
+    );
+}
+
+/// `--policies DIR` (or `STACKGATE_POLICIES`) replaces the embedded set: a copy of
+/// `policies/` with one policy changed prints the change, and a directory holding only that
+/// policy prints only it (with the embedded sites and release catalog as defaults).
+#[test]
+fn policies_with_a_directory_prints_that_set_instead() {
+    let embedded = stackgate_raw(&["policies"], None);
+    let (_, embedded_docs) = printed_documents(&stdout(&embedded));
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    copy_dir(&policies_dir(), dir.path());
+    let serial = dir.path().join("serial-lb-api-calls.yaml");
+    let text = std::fs::read_to_string(&serial).expect("copied");
+    assert!(text.contains("\nmode: enforce\n"));
+    std::fs::write(&serial, text.replace("\nmode: enforce\n", "\nmode: warn\n")).expect("write");
+    let root = dir.path().to_str().unwrap_or_default();
+
+    let flag = stackgate_raw(&["policies", "--policies", root], None);
+    let env = stackgate_raw(&["policies"], Some(dir.path()));
+    for (how, o) in [("--policies", &flag), ("STACKGATE_POLICIES", &env)] {
+        assert_eq!(code(o), 0, "{how}: {}", stderr(o));
+        let (header, docs) = printed_documents(&stdout(o));
+        assert_eq!(header, format!("# effective policy set ({root})"), "{how}");
+        assert_eq!(docs.len(), embedded_docs.len(), "{how}");
+        // Same documents (the embedded set keeps its own order, a directory is read in
+        // file-name order).
+        assert_eq!(identities(&docs), identities(&embedded_docs), "{how}");
+        for printed in &docs {
+            let default = embedded_docs
+                .iter()
+                .find(|d| d["kind"] == printed["kind"] && d["name"] == printed["name"])
+                .expect("same identities");
+            if printed["name"] == "serial-lb-api-calls" {
+                assert_eq!(printed["mode"], "warn", "{how}");
+                let mut changed = printed.clone();
+                changed["mode"] = "enforce".into();
+                assert_eq!(&changed, default, "{how}: only the mode changed");
+            } else {
+                assert_eq!(printed, default, "{how}");
+            }
+        }
+    }
+
+    // Only the changed policy in the directory: only it is printed.
+    let single = tempfile::tempdir().expect("tempdir");
+    std::fs::copy(&serial, single.path().join("serial-lb-api-calls.yaml")).expect("copy");
+    let root = single.path().to_str().unwrap_or_default();
+    let o = stackgate_raw(&["policies", "--policies", root], None);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let (header, docs) = printed_documents(&stdout(&o));
+    assert_eq!(header, format!("# effective policy set ({root})"));
+    let policies: Vec<&serde_json::Value> = docs.iter().filter(|d| d["kind"] == "Policy").collect();
+    assert_eq!(policies.len(), 1, "{docs:#?}");
+    assert_eq!(policies[0]["name"], "serial-lb-api-calls");
+    assert_eq!(policies[0]["mode"], "warn");
+    for kind in ["CloudConfigSites", "ReleaseCatalog"] {
+        assert_eq!(
+            docs.iter().find(|d| d["kind"] == kind),
+            embedded_docs.iter().find(|d| d["kind"] == kind),
+            "{kind} falls back to the embedded default"
+        );
+    }
+}
+
+/// A policy file the loader rejects: non-zero exit, nothing printed on stdout, and an error
+/// that names the file and the line (and column) to fix, for each kind of mistake.
+#[test]
+fn policies_with_a_bad_file_fails_naming_file_and_line() {
+    let original = std::fs::read_to_string(policies_dir().join("serial-lb-api-calls.yaml"))
+        .expect("policy file");
+    let lines = original.lines().count();
+    let mode_line = original
+        .lines()
+        .position(|l| l == "mode: enforce")
+        .expect("mode line")
+        + 1;
+    // (case, file text, the error mentions)
+    let cases: Vec<(&str, String, Vec<String>)> = vec![
+        (
+            "unknown field",
+            format!("{original}bogus: 1\n"),
+            vec![format!("line {} column 1", lines + 1), "bogus".to_owned()],
+        ),
+        (
+            "unknown mode",
+            original.replace("mode: enforce", "mode: loud"),
+            vec![format!("line {mode_line} column"), "loud".to_owned()],
+        ),
+        (
+            "YAML syntax",
+            "apiVersion: stackgate.dev/v1alpha1\nkind: Policy\nname: [x\n".to_owned(),
+            vec!["line 3 column".to_owned()],
+        ),
+    ];
+    for (case, text, mentions) in cases {
+        let dir = tempfile::tempdir().expect("tempdir");
+        copy_dir(&policies_dir(), dir.path());
+        let file = dir.path().join("serial-lb-api-calls.yaml");
+        std::fs::write(&file, text).expect("write");
+        let o = stackgate_raw(
+            &[
+                "policies",
+                "--policies",
+                dir.path().to_str().unwrap_or_default(),
+            ],
+            None,
+        );
+        assert_ne!(code(&o), 0, "{case}: {}", stdout(&o));
+        assert!(stdout(&o).is_empty(), "{case}: printed {}", stdout(&o));
+        let err = stderr(&o);
+        let named = format!("{}: line ", file.display());
+        assert!(err.contains(&named), "{case}: {named:?} not in {err}");
+        for m in &mentions {
+            assert!(err.contains(m.as_str()), "{case}: {m:?} not in {err}");
+        }
+    }
+}

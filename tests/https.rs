@@ -225,9 +225,102 @@ async fn bad_inputs_get_clear_answers_and_the_server_keeps_serving() {
     assert_eq!(status, StatusCode::OK, "{review}");
     assert_eq!(review["response"]["allowed"], false);
     assert_eq!(review["response"]["uid"], uid_of(&good).as_str());
+    assert_eq!(review["apiVersion"], "admission.k8s.io/v1beta1", "{review}");
+    assert_eq!(review["response"]["status"]["code"], 400, "{review}");
     let message = review["response"]["status"]["message"].as_str().unwrap();
-    assert!(message.contains("v1"), "{message}");
+    // Names the version stackgate speaks, exactly (not only as a prefix of v1beta1) ...
+    assert!(
+        message
+            .match_indices("admission.k8s.io/v1")
+            .any(|(at, m)| !message[at + m.len()..].starts_with(|c: char| c.is_alphanumeric())),
+        "admission.k8s.io/v1 not named exactly: {message}"
+    );
+    // ... the version it was given, and the fix.
+    assert!(
+        message.contains("admission.k8s.io/v1beta1"),
+        "given version not named: {message}"
+    );
+    assert!(message.contains("admissionReviewVersions"), "{message}");
     server.assert_serving().await;
+
+    // Reviews the server can read whose cloud config it cannot: HTTP 200 on both endpoints;
+    // /validate refuses with a message naming the key or the line, /mutate admits unchanged
+    // (it cannot edit what it cannot read).
+    let secret_review = |rel: &str| {
+        let mut v: Value = serde_json::from_slice(&captured(rel)).unwrap();
+        v["request"]["object"]["data"]["cloud.conf"] = "%%%not-base64-fake-password%%%".into();
+        serde_json::to_vec(&v).unwrap()
+    };
+    let configmap_review = |rel: &str| {
+        let mut v: Value = serde_json::from_slice(&captured(rel)).unwrap();
+        v["request"]["object"]["data"]["config"] =
+            "[Global\nfoo=bar\n[LoadBalancer]\nprovider-requires-serial-api-calls = true\n".into();
+        serde_json::to_vec(&v).unwrap()
+    };
+    // (name, validate body, mutate body, the denial mentions)
+    type ContentCase<'a> = (&'a str, Vec<u8>, Vec<u8>, &'a [&'a str]);
+    let content_cases: Vec<ContentCase> = vec![
+        (
+            "Secret data[cloud.conf] is not base64",
+            secret_review("secret/validate-create-cloud-config-from-file.json"),
+            secret_review("secret/mutate-create-cloud-config-from-file.json"),
+            &[
+                "Secret kube-system/cloud-config",
+                "data[\"cloud.conf\"] is not valid base64",
+                "the CCM would fail to start",
+            ],
+        ),
+        (
+            "ConfigMap INI that gcfg rejects",
+            configmap_review(VALIDATE_CREATE),
+            configmap_review(MUTATE_CREATE),
+            &[
+                "ConfigMap openshift-config/cloud-provider-config",
+                "data[\"config\"] line 1",
+                "gcfg syntax error",
+                "the CCM would fail to start",
+            ],
+        ),
+    ];
+    for (name, validate, mutate, mentions) in content_cases {
+        let client = server.client().await;
+        let uid = uid_of(&validate);
+        let (status, review) = post(&client, "/validate?timeout=10s", validate).await;
+        assert_eq!(status, StatusCode::OK, "{name}: {review}");
+        let response = &review["response"];
+        assert_eq!(response["uid"], uid.as_str(), "{name}");
+        assert_eq!(response["allowed"], false, "{name}: {review}");
+        assert!(response.get("patch").is_none(), "{name}: {review}");
+        let message = response["status"]["message"].as_str().unwrap_or_default();
+        assert_eq!(
+            message.lines().count(),
+            1,
+            "{name}: reported once: {message}"
+        );
+        for needle in mentions {
+            assert!(
+                message.contains(needle),
+                "{name}: {needle:?} not in {message}"
+            );
+        }
+        assert!(!review.to_string().contains("fake-password"), "{name}");
+
+        let uid = uid_of(&mutate);
+        let (status, review) = post(&client, "/mutate?timeout=10s", mutate).await;
+        assert_eq!(status, StatusCode::OK, "{name}: {review}");
+        assert_eq!(review["response"]["uid"], uid.as_str(), "{name}");
+        assert_eq!(review["response"]["allowed"], true, "{name}: {review}");
+        assert!(
+            review["response"].get("patch").is_none(),
+            "{name}: {review}"
+        );
+        assert!(
+            review["response"].get("patchType").is_none(),
+            "{name}: {review}"
+        );
+        assert!(!review.to_string().contains("fake-password"), "{name}");
+        server.assert_serving().await;
+    }
 
     let text = server.metrics().await;
     assert_eq!(
