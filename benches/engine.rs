@@ -24,8 +24,12 @@ use stackgate::policy::PolicySet;
 #[path = "support/cases.rs"]
 mod cases;
 
+/// The engine the load bench's server runs: the embedded policies, with the namespace
+/// `openstack` pinned to a static release so the Glance case is annotated.
 fn engine() -> Engine {
-    Engine::new(PolicySet::embedded().expect("embedded policies load"))
+    let policies = PolicySet::from_files(cases::bench_policy_files(), "bench".to_owned())
+        .expect("bench policies load");
+    Engine::new(policies)
 }
 
 fn webhook(path: &str) -> Webhook {

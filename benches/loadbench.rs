@@ -188,8 +188,17 @@ impl Server {
         let log_file = std::fs::File::create(&log).expect("create server log");
         let mut command = Command::new(bin);
         if kind == Kind::Stackgate {
-            // As the Helm chart runs it: JSON logs at info (one line per review).
+            // As the Helm chart runs it: JSON logs at info, no cluster (--kube off), and the
+            // policies with a static release for the Glance case's namespace.
+            let policies = dir.join("policies");
+            if !policies.exists() {
+                std::fs::create_dir(&policies).expect("create the bench policy directory");
+                for (name, text) in cases::bench_policy_files() {
+                    std::fs::write(policies.join(name), text).expect("write a bench policy");
+                }
+            }
             command.args(["serve", "--log-format", "json", "--log-level", "info"]);
+            command.args(["--kube", "off", "--policies"]).arg(&policies);
         }
         command
             .arg("--listen")
@@ -637,6 +646,15 @@ async fn sanity_check(
                 case.name
             );
             let r = &review["response"];
+            if server.kind == Kind::Stackgate {
+                assert_eq!(
+                    r.get("patch").is_some(),
+                    case.patches,
+                    "stackgate {}: patch expected: {}; {review}",
+                    case.name,
+                    case.patches
+                );
+            }
             let summary = json!({
                 "server": server.kind.name(), "case": case.name,
                 "allowed": r["allowed"], "patch": r.get("patch").is_some(),

@@ -2,10 +2,11 @@
 //! (over HTTPS): one table row per case, built from the captured AdmissionReviews in
 //! `tests/fixtures/captured/`.
 //!
-//! A case whose fixture is not there is skipped with a note, so a rule family that is still
-//! being built (Helm values, Glance release annotations) is one row here: the row measures
-//! whatever the engine does with that object today (a pass-through until its rule lands),
-//! and the same numbers become the rule's cost once it does, without a bench change.
+//! A case whose fixture is not there is skipped with a note. Both benches run stackgate with
+//! [`bench_policy_files`]: the embedded policies with the namespace `openstack` pinned to a
+//! static release, so the Glance cases are annotated without a cluster (the path a
+//! `--kube off` install takes). `Case::patches` says what stackgate must do; the load bench
+//! checks it before measuring.
 
 #![allow(dead_code)] // Each bench binary uses a part of this module.
 
@@ -40,6 +41,8 @@ pub struct Case {
     pub shape: Shape,
     /// What the case stands for (printed in reports).
     pub about: &'static str,
+    /// Whether stackgate answers this case with a patch (checked before measuring).
+    pub patches: bool,
 }
 
 /// In-process cases (`benches/engine.rs`): one per rule family plus a non-matching object.
@@ -50,6 +53,7 @@ pub const ENGINE_CASES: &[Case] = &[
         fixture: "configmap/mutate-create-cloud-provider-config.json",
         shape: Shape::AsCaptured,
         about: "ConfigMap openshift-config/cloud-provider-config, serial line missing: patched",
+        patches: true,
     },
     Case {
         name: "configmap-cloud-config-validate",
@@ -57,6 +61,7 @@ pub const ENGINE_CASES: &[Case] = &[
         fixture: "configmap/validate-update-cloud-provider-config-serial-false.json",
         shape: Shape::AsCaptured,
         about: "UPDATE with provider-requires-serial-api-calls = false: denied",
+        patches: false,
     },
     Case {
         name: "secret-cloud-config",
@@ -64,6 +69,7 @@ pub const ENGINE_CASES: &[Case] = &[
         fixture: "secret/mutate-create-cloud-config-from-file.json",
         shape: Shape::AsCaptured,
         about: "Secret kube-system/cloud-config (base64 data): patched",
+        patches: true,
     },
     Case {
         name: "deployment-ccm",
@@ -71,20 +77,23 @@ pub const ENGINE_CASES: &[Case] = &[
         fixture: "deployment/validate-create-openstack-cloud-controller-manager.json",
         shape: Shape::AsCaptured,
         about: "CCM Deployment (ccm-concurrency reads the container args)",
+        patches: false,
     },
     Case {
         name: "helmrelease-values",
         path: "/mutate",
         fixture: "helmrelease/mutate-create-openstack-cloud-controller-manager.json",
         shape: Shape::AsCaptured,
-        about: "Flux HelmRelease with cloudConfig values (pass-through until the Helm site lands)",
+        about: "Flux HelmRelease with cloudConfig values, serial key missing: patched",
+        patches: true,
     },
     Case {
         name: "glance-100k",
         path: "/mutate",
         fixture: "glance/mutate-create-glance.json",
         shape: Shape::PaddedTo(100 * 1024),
-        about: "Glance CR grown to 100 KB (release annotations; pass-through until the catalog is wired)",
+        about: "Glance CR grown to 100 KB: release annotations added",
+        patches: true,
     },
     Case {
         name: "non-matching",
@@ -92,6 +101,7 @@ pub const ENGINE_CASES: &[Case] = &[
         fixture: "configmap/mutate-create-cloud-provider-config.json",
         shape: Shape::NonMatching,
         about: "ConfigMap default/app-settings: no site, no label",
+        patches: false,
     },
 ];
 
@@ -103,6 +113,7 @@ pub const LOAD_CASES: &[Case] = &[
         fixture: "configmap/mutate-create-cloud-provider-config.json",
         shape: Shape::AsCaptured,
         about: "ConfigMap cloud config, patched",
+        patches: true,
     },
     Case {
         name: "secret-mutate",
@@ -110,20 +121,23 @@ pub const LOAD_CASES: &[Case] = &[
         fixture: "secret/mutate-create-cloud-config-from-file.json",
         shape: Shape::AsCaptured,
         about: "Secret cloud config, patched",
+        patches: true,
     },
     Case {
         name: "helmrelease-mutate",
         path: "/mutate?timeout=10s",
         fixture: "helmrelease/mutate-create-openstack-cloud-controller-manager.json",
         shape: Shape::AsCaptured,
-        about: "HelmRelease values (pass-through until the Helm site lands)",
+        about: "HelmRelease values, patched",
+        patches: true,
     },
     Case {
         name: "glance-annotate",
         path: "/mutate?timeout=10s",
         fixture: "glance/mutate-create-glance.json",
         shape: Shape::AsCaptured,
-        about: "Glance CR (pass-through until the release catalog is wired)",
+        about: "Glance CR, release annotations added (static release for the namespace)",
+        patches: true,
     },
     Case {
         name: "non-matching",
@@ -131,12 +145,49 @@ pub const LOAD_CASES: &[Case] = &[
         fixture: "configmap/mutate-create-cloud-provider-config.json",
         shape: Shape::NonMatching,
         about: "ConfigMap no rule reads",
+        patches: false,
     },
 ];
 
 /// `tests/fixtures/captured/` of this package.
 pub fn captured_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/captured")
+}
+
+/// The release the benches pin the namespace `openstack` to (from the static table in
+/// `policies/release-catalog.yaml`): Glance WSGI on, location API off.
+pub const BENCH_RELEASE: &str = "openstack-operator-84322c77";
+
+/// The repository's `policies/*.yaml` as (file name, text), with `release-annotations.yaml`
+/// naming [`BENCH_RELEASE`] for the namespace `openstack`.
+pub fn bench_policy_files() -> Vec<(String, String)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
+    let mut files: Vec<(String, String)> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| {
+            let path = entry.expect("policy directory entry").path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            (name, text)
+        })
+        .filter(|(name, _)| name.ends_with(".yaml"))
+        .collect();
+    files.sort();
+    let release = files
+        .iter_mut()
+        .find(|(name, _)| name == "release-annotations.yaml")
+        .expect("policies/release-annotations.yaml");
+    let params = "params:\n";
+    let at = release
+        .1
+        .find(params)
+        .expect("release-annotations.yaml has params");
+    release.1.insert_str(
+        at + params.len(),
+        &format!("  namespaceReleases:\n    openstack: {BENCH_RELEASE}\n"),
+    );
+    files
 }
 
 impl Case {
