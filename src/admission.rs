@@ -89,7 +89,10 @@ pub fn handle_with(
     facts: &Facts,
 ) -> (Reply, Option<Verdict>) {
     let started = Instant::now();
-    let span = tracing::info_span!(
+    // The span is at debug: at info, creating and filling it for every review cost about as
+    // much CPU as evaluating a pass-through review (BENCHMARKS.md). Reviews where something
+    // happened get one info event that carries the same fields itself.
+    let span = tracing::debug_span!(
         "review",
         webhook = webhook.as_str(),
         uid = field::Empty,
@@ -101,20 +104,26 @@ pub fn handle_with(
         decision = field::Empty,
     );
     let _entered = span.enter();
-    let (reply, kind, operation, decision, verdict) =
-        answer(engine, webhook, body, metrics, facts, &span);
+    let (reply, seen, decision, verdict) = answer(engine, webhook, body, metrics, facts, &span);
     span.record("decision", decision);
     let fired = verdict
         .as_ref()
         .map(|v| fired_policies(webhook, v))
         .unwrap_or_default();
     // Most reviews the webhook sees are pass-through (it is registered for every ConfigMap and
-    // Secret); an info line for each cost as much CPU as the evaluation (BENCHMARKS.md). The
-    // request metrics still count every review.
+    // Secret): they log at debug. The request metrics still count every review.
     if decision == "allowed" && fired.is_empty() && reply.status == StatusCode::OK {
         tracing::debug!(status = reply.status.as_u16(), "review answered");
     } else {
         tracing::info!(
+            webhook = webhook.as_str(),
+            uid = %seen.uid,
+            kind = %seen.kind,
+            namespace = %seen.namespace,
+            name = %seen.name,
+            operation = seen.operation,
+            dry_run = seen.dry_run,
+            decision,
             status = reply.status.as_u16(),
             policies = %fired,
             "review answered"
@@ -123,13 +132,24 @@ pub fn handle_with(
     metrics.request(
         RequestLabels {
             webhook: webhook.as_str(),
-            kind,
-            operation,
+            kind: seen.kind,
+            operation: seen.operation,
             decision,
         },
         started.elapsed().as_secs_f64(),
     );
     (reply, verdict)
+}
+
+/// What identifies a review in logs and metrics; empty when the body was unreadable.
+#[derive(Debug, Default)]
+struct Seen {
+    uid: String,
+    kind: String,
+    namespace: String,
+    name: String,
+    operation: &'static str,
+    dry_run: bool,
 }
 
 fn answer(
@@ -139,14 +159,13 @@ fn answer(
     metrics: &Metrics,
     facts: &Facts,
     span: &Span,
-) -> (Reply, String, &'static str, &'static str, Option<Verdict>) {
+) -> (Reply, Seen, &'static str, Option<Verdict>) {
     let review: AdmissionReview<DynamicObject> = match serde_json::from_slice(body) {
         Ok(r) => r,
         Err(e) => {
             return (
                 undecodable(webhook, body, &e),
-                String::new(),
-                "",
+                Seen::default(),
                 "invalid",
                 None,
             );
@@ -161,21 +180,26 @@ fn answer(
                     StatusCode::BAD_REQUEST,
                     "the body is an AdmissionReview without a request",
                 ),
-                String::new(),
-                "",
+                Seen::default(),
                 "invalid",
                 None,
             );
         }
     };
-    let operation = operation_str(&request.operation);
-    let kind = request.kind.kind.clone();
-    span.record("uid", request.uid.as_str());
-    span.record("kind", kind.as_str());
-    span.record("namespace", request.namespace.as_deref().unwrap_or(""));
-    span.record("name", request.name.as_str());
-    span.record("operation", operation);
-    span.record("dry_run", request.dry_run);
+    let seen = Seen {
+        uid: request.uid.clone(),
+        kind: request.kind.kind.clone(),
+        namespace: request.namespace.clone().unwrap_or_default(),
+        name: request.name.clone(),
+        operation: operation_str(&request.operation),
+        dry_run: request.dry_run,
+    };
+    span.record("uid", seen.uid.as_str());
+    span.record("kind", seen.kind.as_str());
+    span.record("namespace", seen.namespace.as_str());
+    span.record("name", seen.name.as_str());
+    span.record("operation", seen.operation);
+    span.record("dry_run", seen.dry_run);
 
     if api_version != ADMISSION_V1 {
         let mut response = AdmissionResponse::from(&request).deny(format!(
@@ -183,7 +207,7 @@ fn answer(
              admissionReviewVersions: [\"v1\"]"
         ));
         response.result.code = 400;
-        return (encode(response), kind, operation, "invalid", None);
+        return (encode(response), seen, "invalid", None);
     }
 
     let verdict = engine.evaluate_with(&request, facts);
@@ -198,12 +222,28 @@ fn answer(
     for e in &verdict.exemptions {
         metrics.policy_outcome(PolicyOutcome::Exempted, &e.policy, e.rule.as_str());
         // The reason is the user's own justification, recorded for audit; it is not object data.
-        tracing::info!(policy = %e.policy, reason = %e.reason, "exemption honoured");
+        tracing::info!(
+            uid = %seen.uid,
+            kind = %seen.kind,
+            namespace = %seen.namespace,
+            name = %seen.name,
+            policy = %e.policy,
+            reason = %e.reason,
+            "exemption honoured"
+        );
     }
     for a in &verdict.audits {
-        tracing::info!(policy = %a.policy, line = a.line, "audit finding");
+        tracing::info!(
+            uid = %seen.uid,
+            kind = %seen.kind,
+            namespace = %seen.namespace,
+            name = %seen.name,
+            policy = %a.policy,
+            line = a.line,
+            "audit finding"
+        );
     }
-    (encode(response), kind, operation, decision, Some(verdict))
+    (encode(response), seen, decision, Some(verdict))
 }
 
 /// The policies whose findings this webhook acted on, comma-separated and de-duplicated in

@@ -145,8 +145,9 @@ fn fix_is_minimal_and_idempotent() {
     let root = dir.path().to_str().unwrap_or_default();
     let o = stackgate(&["--values-for", VALUES_FOR, "--fix", root], None);
     assert_eq!(code(&o), 1, "denials remain after fixing: {}", stdout(&o));
-    assert!(stdout(&o).contains("fixed 4 files"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("fixed 5 files"), "{}", stdout(&o));
     for rel in [
+        "argocd/occm-multi-source.yaml",
         "argocd/occm-values-string.yaml",
         "clusters/customer-b/occm-values.yaml",
         "flux/occm-helmrelease.yaml",

@@ -26,6 +26,10 @@ pub enum Shape {
     /// many bytes (a large custom resource; above `INLINE_MAX_BYTES` it is evaluated on the
     /// blocking pool by the server).
     PaddedTo(usize),
+    /// The Flux HelmRelease with `provider-requires-serial-api-calls` taken out of
+    /// `spec.values.cloudConfig.loadBalancer` (the captured one sets it): the values a team
+    /// forgot, which stackgate patches.
+    SerialKeyRemoved,
 }
 
 /// One benchmarked review.
@@ -83,7 +87,7 @@ pub const ENGINE_CASES: &[Case] = &[
         name: "helmrelease-values",
         path: "/mutate",
         fixture: "helmrelease/mutate-create-openstack-cloud-controller-manager.json",
-        shape: Shape::AsCaptured,
+        shape: Shape::SerialKeyRemoved,
         about: "Flux HelmRelease with cloudConfig values, serial key missing: patched",
         patches: true,
     },
@@ -127,7 +131,7 @@ pub const LOAD_CASES: &[Case] = &[
         name: "helmrelease-mutate",
         path: "/mutate?timeout=10s",
         fixture: "helmrelease/mutate-create-openstack-cloud-controller-manager.json",
-        shape: Shape::AsCaptured,
+        shape: Shape::SerialKeyRemoved,
         about: "HelmRelease values, patched",
         patches: true,
     },
@@ -204,6 +208,15 @@ impl Case {
             Shape::AsCaptured => {}
             Shape::NonMatching => rename(&mut review, "default", "app-settings"),
             Shape::PaddedTo(size) => pad_custom_service_config(&mut review, size),
+            Shape::SerialKeyRemoved => {
+                let removed = review
+                    .pointer_mut("/request/object/spec/values/cloudConfig/loadBalancer")
+                    .and_then(Value::as_object_mut)
+                    .and_then(|lb| lb.remove("provider-requires-serial-api-calls"));
+                if removed.is_none() {
+                    return Err(format!("{}: no serial key to remove", path.display()));
+                }
+            }
         }
         serde_json::to_vec(&review).map_err(|e| e.to_string())
     }
