@@ -347,7 +347,7 @@ fn short(f: &Finding) -> String {
     if full.chars().count() <= WARNING_MAX_CHARS {
         return full;
     }
-    let tail = format!(" (policy {}, rule {}; source: ", f.policy, f.rule.as_str());
+    let tail = crate::engine::attribution_start(&f.policy, f.rule);
     let body = match f.message.rfind(&tail) {
         Some(at) if f.message.ends_with(')') => f.message.get(..at).unwrap_or(&f.message),
         _ => &f.message,

@@ -208,28 +208,38 @@ async fn wait_for_port_closed(server: &TestServer) {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn shutdown_under_load_completes_every_request_in_flight() {
-    let gate = Arc::new(Gate::default());
-    let mut server = TestServer::start_with(
+/// A server whose review function waits at `gate`, with deadlines long enough that only
+/// shutdown ends a request.
+async fn start_gated_server(gate: &Arc<Gate>) -> TestServer {
+    TestServer::start_with(
         |c| {
             c.request_timeout = DEADLINE;
             c.shutdown_grace = DEADLINE;
         },
-        gated_state(Arc::clone(&gate)),
+        gated_state(Arc::clone(gate)),
     )
+    .await
+}
+
+/// Waits until the clients have had at least `answers` 200s between them.
+async fn wait_for_answers(ok_total: &Arc<AtomicUsize>, answers: usize) {
+    eventually("the load to flow", || {
+        let ok = Arc::clone(ok_total);
+        async move { (ok.load(Ordering::SeqCst) >= answers).then_some(()) }
+    })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn shutdown_under_load_completes_every_request_in_flight() {
+    let gate = Arc::new(Gate::default());
+    let mut server = start_gated_server(&gate).await;
     let ok_total = Arc::new(AtomicUsize::new(0));
     let reopened = Arc::new(AtomicBool::new(false));
     let clients = start_clients(&server, &large_review(), &ok_total, &reopened).await;
 
     // Load flows: every client has completed several requests on average.
-    let ok = Arc::clone(&ok_total);
-    eventually("the load to flow", || {
-        let ok = Arc::clone(&ok);
-        async move { (ok.load(Ordering::SeqCst) >= CLIENTS * 5).then_some(()) }
-    })
-    .await;
+    wait_for_answers(&ok_total, CLIENTS * 5).await;
 
     // Catch every client with exactly one request inside the review function.
     gate.close();
@@ -281,26 +291,14 @@ async fn shutdown_under_load_completes_every_request_in_flight() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn shutdown_at_a_random_moment_loses_no_answered_request() {
     let gate = Arc::new(Gate::default());
-    let mut server = TestServer::start_with(
-        |c| {
-            c.request_timeout = DEADLINE;
-            c.shutdown_grace = DEADLINE;
-        },
-        gated_state(Arc::clone(&gate)),
-    )
-    .await;
+    let mut server = start_gated_server(&gate).await;
     let ok_total = Arc::new(AtomicUsize::new(0));
     let reopened = Arc::new(AtomicBool::new(false));
     let body = captured(VALIDATE_CREATE);
     assert!(body.len() <= INLINE_MAX_BYTES, "evaluated inline");
     let clients = start_clients(&server, &body, &ok_total, &reopened).await;
 
-    let ok = Arc::clone(&ok_total);
-    eventually("the load to flow", || {
-        let ok = Arc::clone(&ok);
-        async move { (ok.load(Ordering::SeqCst) >= CLIENTS * 20).then_some(()) }
-    })
-    .await;
+    wait_for_answers(&ok_total, CLIENTS * 20).await;
     server.trigger_shutdown();
     let ends = join_clients(clients).await;
     server.join().await.expect("the server drains and stops");
@@ -440,18 +438,11 @@ fn fake_api_answer<B>(request: &http::Request<B>) -> http::Response<FakeBody> {
 /// The `glance.openstack.org/wsgi` value `/mutate` adds to the captured Glance CREATE
 /// (namespace `openstack`), or `None` when it admits it unchanged.
 async fn glance_wsgi_added(server: &TestServer) -> Option<String> {
-    use base64::Engine as _;
     let body = captured("glance/mutate-create-glance.json");
     let (status, review) = post(&server.client().await, "/mutate?timeout=10s", body).await;
     assert_eq!(status, StatusCode::OK, "{review}");
     assert_eq!(review["response"]["allowed"], true, "{review}");
-    let patch = review["response"]["patch"].as_str()?;
-    let patch: Value = serde_json::from_slice(
-        &base64::engine::general_purpose::STANDARD
-            .decode(patch)
-            .unwrap(),
-    )
-    .unwrap();
+    let patch = decoded_patch(&review["response"])?;
     patch.as_array().unwrap().iter().find_map(|op| {
         let path = op["path"].as_str()?;
         if path.ends_with("glance.openstack.org~1wsgi") {

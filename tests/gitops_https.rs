@@ -5,7 +5,6 @@
 
 mod common;
 
-use base64::Engine as _;
 use common::*;
 use http::StatusCode;
 use serde_json::{Value, json};
@@ -22,15 +21,7 @@ async fn review(client: &Client, path: &str, body: Vec<u8>) -> Value {
 }
 
 fn patch_of(response: &Value) -> Value {
-    match response["patch"].as_str() {
-        Some(b64) => serde_json::from_slice(
-            &base64::engine::general_purpose::STANDARD
-                .decode(b64)
-                .expect("base64"),
-        )
-        .expect("JSON Patch"),
-        None => json!([]),
-    }
+    decoded_patch(response).unwrap_or_else(|| json!([]))
 }
 
 fn edit(rel: &str, f: impl FnOnce(&mut Value)) -> Vec<u8> {

@@ -5,8 +5,6 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use base64::Engine as _;
 use common::*;
 use http::{Request, Response, StatusCode};
@@ -15,7 +13,7 @@ use serde_json::{Value, json};
 use stackgate::engine::Engine;
 use stackgate::metrics::Metrics;
 use stackgate::policy::PolicySet;
-use stackgate::releases::watcher::{self, WatchConfig};
+use stackgate::releases::watcher::WatchConfig;
 use stackgate::server::AppState;
 use tower_test::mock;
 
@@ -72,26 +70,19 @@ async fn live_release_catalog_behind_the_https_webhook() {
         Engine::new(PolicySet::embedded().expect("embedded policies")),
         metrics,
     );
-    let gate = state.add_readiness_gate("release-catalog");
     let server = TestServer::start_with(|_| {}, state).await;
 
-    let (status, _, body) = server.admin_get("/readyz").await;
-    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
-    assert!(body.contains("release-catalog"), "{body}");
-
-    // The watcher over a mocked API server, wired like main: swap the engine per snapshot.
+    // The watcher over a mocked API server, wired as main wires it. The mock answers nothing
+    // until the verifier below runs, so the first list is still outstanding here.
     let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
-    let sink_state = Arc::clone(&server.state);
-    let watcher_task = tokio::spawn(watcher::run(
+    let watcher_task = server.state.watch_releases(
         kube::Client::new(service, "default"),
         WatchConfig::default(),
         release_metrics,
-        move |snapshot| {
-            let next = sink_state.engine.load().with_release_snapshot(snapshot);
-            sink_state.engine.store(Arc::new(next));
-        },
-        move || gate.set(true),
-    ));
+    );
+    let (status, _, body) = server.admin_get("/readyz").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(body.contains("release-catalog"), "{body}");
     let verifier = tokio::spawn(async move {
         let (request, send) = handle.next_request().await.expect("a list");
         assert!(!request.uri().to_string().contains("watch=true"));

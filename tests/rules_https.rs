@@ -86,15 +86,6 @@ fn warnings(response: &Value) -> Vec<String> {
         .collect()
 }
 
-fn decoded_patch(response: &Value) -> Option<Value> {
-    let b64 = response["patch"].as_str()?;
-    assert_eq!(response["patchType"], "JSONPatch", "{response}");
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(b64)
-        .expect("patch is base64");
-    Some(serde_json::from_slice(&bytes).expect("patch is JSON"))
-}
-
 /// What `/validate` must answer.
 enum Expect {
     /// Denied (403) by `policy`; the message holds every needle.

@@ -448,11 +448,15 @@ fn compose(policy: &Policy, located: &str) -> String {
             " To exempt this object, annotate it with {key}=\"<reason>\"."
         ));
     }
-    out.push_str(&format!(
-        " (policy {}, rule {}; source: {})",
-        policy.name,
-        policy.rule.as_str(),
-        policy.source.trim()
-    ));
+    out.push_str(&attribution_start(&policy.name, policy.rule));
+    out.push_str(policy.source.trim());
+    out.push(')');
     out
+}
+
+/// How the attribution [`compose`] appends to a policy's message begins:
+/// ` (policy NAME, rule RULE; source: ` (the source and `)` follow). Shorter renderings of a
+/// message (kubectl warnings) find it with this.
+pub(crate) fn attribution_start(policy: &str, rule: RuleId) -> String {
+    format!(" (policy {policy}, rule {}; source: ", rule.as_str())
 }

@@ -226,9 +226,7 @@ impl State {
                 );
                 self.refused_logged = true;
             }
-            if let Some(first) = self.on_first_list.take() {
-                first();
-            }
+            self.open_gate();
             return;
         }
         metrics.sync("error");
@@ -253,6 +251,11 @@ impl State {
             self.published = true;
         }
         metrics.confirmed(self.current.len());
+        self.open_gate();
+    }
+
+    /// Runs `on_first_list` (opens the readiness gate) the first time only.
+    fn open_gate(&mut self) {
         if let Some(first) = self.on_first_list.take() {
             first();
         }
@@ -271,25 +274,22 @@ fn decode(obj: &DynamicObject, metrics: &ReleaseMetrics) -> Option<(String, Stri
 }
 
 /// A 404 on the list: the resource type does not exist (CRD not installed).
-/// The HTTP status when the API server refused the request for lack of permission (401, 403).
-fn refused(error: &watcher::Error) -> Option<u16> {
+/// The HTTP status the API server answered a failed list or watch with, when it answered.
+fn api_status(error: &watcher::Error) -> Option<u16> {
     match error {
         watcher::Error::InitialListFailed(kube::Error::Api(status))
-        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
-            if matches!(status.code, 401 | 403) =>
-        {
-            Some(status.code)
-        }
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status)) => Some(status.code),
         _ => None,
     }
 }
 
+/// The HTTP status when the API server refused the request for lack of permission (401, 403).
+fn refused(error: &watcher::Error) -> Option<u16> {
+    api_status(error).filter(|code| matches!(code, 401 | 403))
+}
+
 fn crd_absent(error: &watcher::Error) -> bool {
-    match error {
-        watcher::Error::InitialListFailed(kube::Error::Api(status))
-        | watcher::Error::WatchStartFailed(kube::Error::Api(status)) => status.code == 404,
-        _ => false,
-    }
+    api_status(error) == Some(404)
 }
 
 /// Exponential backoff without jitter (one watcher per replica; no herd to spread).

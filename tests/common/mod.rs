@@ -654,6 +654,18 @@ impl TestServer {
     }
 }
 
+/// The JSON Patch of a mutate `response` (base64 in `response.patch`), or `None` when there
+/// is none. Checks `patchType` and that the bytes are base64 JSON.
+pub fn decoded_patch(response: &Value) -> Option<Value> {
+    use base64::Engine as _;
+    let b64 = response["patch"].as_str()?;
+    assert_eq!(response["patchType"], "JSONPatch", "{response}");
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .expect("patch is base64");
+    Some(serde_json::from_slice(&bytes).expect("patch is JSON"))
+}
+
 /// Binds `127.0.0.1:0` twice and spawns [`server::run_with_listeners`] with a oneshot
 /// shutdown; returns the addresses, the shutdown trigger and the join handle.
 pub async fn spawn_server(
