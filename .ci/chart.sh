@@ -107,7 +107,7 @@ expect_refusal "lowercase failure policy" "must be one of the following" --set w
 expect_refusal "timeout above 5 s" "less than or equal to 5" --set webhooks.validating.timeoutSeconds=10
 expect_refusal "typo in a value name" "Additional property" --set webhooks.validating.failurPolicy=Fail
 expect_refusal "request timeout not below the webhook timeout" "must be below webhooks.mutating.timeoutSeconds" --set server.requestTimeout=2s
-expect_refusal "grace period not above the shutdown grace" "must be larger than server.shutdownGrace" --set terminationGracePeriodSeconds=20
+expect_refusal "grace period not above the shutdown delay + grace" "must be larger than server.shutdownDelay (5s) + server.shutdownGrace (20s) + 1s" --set terminationGracePeriodSeconds=26
 expect_refusal "PDB that blocks every drain" "must be below replicaCount" --set replicaCount=1
 expect_refusal "guard without Secret namespaces" "controlPlaneGuard.secretNamespaces" --set controlPlaneGuard.enabled=true
 expect_refusal "OpenStack call timeout not below the request timeout" "must be below server.requestTimeout" \

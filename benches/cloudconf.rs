@@ -10,8 +10,15 @@
 //! `[LoadBalancer]` on a clone of the parsed document, as the serial rule does), `serialize`
 //! (`to_text`) and `check` (the CCM schema pass the integrity rule runs).
 //!
+//! `hostile/<shape>/<lines>`: parse plus the four cloud-config rule families (what the engine
+//! runs per config) on generated hostile configs at 20 000 and 200 000 lines. The time per
+//! line must stay flat between the two sizes (issue #12: the credential rule was quadratic in
+//! repeated keys, the did-you-mean search in name length); `tests/hostile_rules.rs` holds the
+//! generous regression bound.
+//!
 //! ```text
 //! cargo bench --bench cloudconf
+//! cargo bench --bench cloudconf -- hostile
 //! ```
 
 use std::hint::black_box;
@@ -20,6 +27,7 @@ use std::time::Duration;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use stackgate::cloudconf::{self, Document};
+use stackgate::rules::{self, ConfigView, RuleOutput};
 
 /// The generated config: many subsections, the `[LoadBalancer]` section first so the edit
 /// inserts in the middle of the text.
@@ -75,6 +83,91 @@ fn bench_cloudconf(c: &mut Criterion) {
     }
 }
 
+/// `n` lines made by `line(i)` under `header`.
+fn lines(header: &str, n: usize, line: impl Fn(usize) -> String) -> String {
+    let mut text = String::from(header);
+    for i in 0..n {
+        text.push_str(&line(i));
+        text.push('\n');
+    }
+    text
+}
+
+/// The hostile shapes of `tests/hostile_rules.rs`, `n` lines each.
+fn hostile(n: usize) -> Vec<(&'static str, String)> {
+    vec![
+        (
+            "repeated-password",
+            lines("[Global]\n", n, |i| format!("password=s3cr3t-{i}")),
+        ),
+        (
+            "unknown-keys",
+            lines("[Global]\n", n, |i| format!("unknown-key-{i}=v")),
+        ),
+        (
+            "did-you-mean",
+            lines("[Global]\n", n, |i| {
+                format!("domain-{}={i}", ["ia", "nme", "idd", "nam"][i % 4])
+            }),
+        ),
+        (
+            "unknown-sections",
+            lines("", n / 2, |i| format!("[Section{i}]\nk=v")),
+        ),
+        (
+            "repeated-sections",
+            lines("", n / 2, |_| {
+                "[LoadBalancer]\nlb-method=ROUND_ROBIN".to_owned()
+            }),
+        ),
+        (
+            // A hundredth of the lines, each 1 000 characters long: the same bytes per line
+            // count as the others at ten times fewer lines.
+            "long-lines",
+            lines("[Global]\n", n / 100, |i| {
+                format!("{}{i}=v", "x".repeat(1_000))
+            }),
+        ),
+        (
+            "wrapped-credentials",
+            lines("[Global]\n", n / 2, |i| format!("password =\nS3cr3t-{i}")),
+        ),
+    ]
+}
+
+/// Parse plus every cloud-config rule family, as the engine runs them on a ConfigMap.
+fn all_rules(text: &str) -> Vec<RuleOutput> {
+    let Ok(doc) = Document::parse(text) else {
+        return Vec::new();
+    };
+    let view = ConfigView {
+        doc: Ok(&doc),
+        secret: false,
+        configmap: true,
+    };
+    vec![
+        rules::serial::check(&view),
+        rules::integrity::check(&view),
+        rules::known_bad::check(&view),
+        rules::credentials::check(&view),
+    ]
+}
+
+fn bench_hostile(c: &mut Criterion) {
+    let mut group = c.benchmark_group("hostile");
+    group.sample_size(10);
+    for n in [20_000, 200_000] {
+        for (name, text) in hostile(n) {
+            // Per line: flat between the sizes means linear.
+            group.throughput(Throughput::Elements(n as u64));
+            group.bench_function(format!("{name}/{n}"), |b| {
+                b.iter(|| all_rules(black_box(&text)))
+            });
+        }
+    }
+    group.finish();
+}
+
 /// The criterion group (in a module: the macro generates an undocumented `pub fn`).
 mod entry {
     use super::*;
@@ -86,7 +179,7 @@ mod entry {
             .warm_up_time(Duration::from_secs(1))
             .measurement_time(Duration::from_secs(3))
             .sample_size(50);
-        targets = bench_cloudconf
+        targets = bench_cloudconf, bench_hostile
     }
 }
 criterion_main!(entry::benches);

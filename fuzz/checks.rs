@@ -306,3 +306,227 @@ pub fn review_cloudconf(data: &[u8]) {
         review_both(&serde_json::to_vec(&review).expect("serialize"));
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// YAML values strings and structured values
+
+/// A CREATE review of `object` of the API group/version `gv` and `resource`.
+fn review_of_gv(object: Value, group: &str, version: &str, resource: &str) -> Value {
+    let mut review = review_of(object, resource);
+    for field in ["kind", "requestKind"] {
+        review["request"][field]["group"] = json!(group);
+        review["request"][field]["version"] = json!(version);
+    }
+    for field in ["resource", "requestResource"] {
+        review["request"][field]["group"] = json!(group);
+        review["request"][field]["version"] = json!(version);
+    }
+    review
+}
+
+/// Nodes of a JSON value (every value and every object key).
+fn json_nodes(v: &Value) -> usize {
+    1 + match v {
+        Value::Array(items) => items.iter().map(json_nodes).sum(),
+        Value::Object(m) => m.values().map(|v| 1 + json_nodes(v)).sum(),
+        _ => 0,
+    }
+}
+
+const SERIAL_PATH: [&str; 3] = [
+    "cloudConfig",
+    "loadBalancer",
+    "provider-requires-serial-api-calls",
+];
+
+/// Any UTF-8 text as a YAML stream and as a Helm values string.
+///
+/// The YAML reader never panics; an error has a position inside the text and names its cap
+/// when a cap refused it; a stream it reads converts to JSON no larger than the node caps
+/// allow (aliases expanded). The minimal editor's answer reads back as intended. As the
+/// `valuesContent` of an RKE2 HelmChart and the `helm.values` of an Argo CD Application, the
+/// text gets the same answers as in [`review`].
+pub fn yaml_values(data: &[u8]) {
+    use stackgate::sites::yaml::{self, Limit, MAX_ALIAS_NODES, MAX_NODES, Seg};
+    use stackgate::sites::yamledit::{self, Change};
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    // YAML line breaks: LF, CRLF and a lone CR (YAML 1.2 5.4, as go-yaml counts them).
+    let lines = text.replace("\r\n", "\n").split(['\n', '\r']).count();
+    match yaml::parse_stream(text) {
+        Err(e) => {
+            assert!(e.line >= 1 && e.column >= 1, "error has a position: {e}");
+            assert!(e.line <= lines + 1, "error line inside the text: {e}");
+            if let Some(limit) = e.limit {
+                let name = match limit {
+                    Limit::Nodes => "node cap",
+                    Limit::AliasExpansion => "alias expansion cap",
+                    Limit::Depth => "depth cap",
+                };
+                assert!(e.message.contains(name), "a cap names itself: {e}");
+            }
+        }
+        Ok(docs) => {
+            for d in &docs {
+                assert!(d.root.start.line >= 1 && d.root.start.line <= lines + 1);
+                match d.root.to_json() {
+                    Ok(v) => assert!(json_nodes(&v) <= 2 * (MAX_NODES + MAX_ALIAS_NODES)),
+                    Err(e) => assert!(e.line >= 1 && e.line <= lines + 1, "{e}"),
+                }
+            }
+            // One minimal edit, verified by the editor; check it independently.
+            let first = docs.first().map(|d| d.root.to_json());
+            if let Some(Ok(Value::Object(_))) | None = first {
+                let path: Vec<Seg> = SERIAL_PATH.iter().map(|k| Seg::key(k)).collect();
+                let change = Change::Set {
+                    path,
+                    value: json!(true),
+                };
+                if let Ok(edited) = yamledit::apply(text, 0, &change) {
+                    let docs = yaml::parse_stream(&edited).expect("an edit parses");
+                    let root = match docs.first() {
+                        Some(d) => d.root.to_json().expect("an edit converts"),
+                        None => Value::Null,
+                    };
+                    assert_eq!(
+                        root.pointer(
+                            "/cloudConfig/loadBalancer/provider-requires-serial-api-calls"
+                        ),
+                        Some(&json!(true)),
+                        "the edit reads back"
+                    );
+                    // Setting it again changes nothing.
+                    assert_eq!(
+                        yamledit::apply(&edited, 0, &change).as_deref(),
+                        Ok(&*edited)
+                    );
+                }
+            }
+        }
+    }
+    let helmchart = json!({
+        "apiVersion": "helm.cattle.io/v1", "kind": "HelmChart",
+        "metadata": {"name": "openstack-cloud-controller-manager", "namespace": "kube-system"},
+        "spec": {"chart": "openstack-cloud-controller-manager", "bootstrap": true,
+                 "targetNamespace": "kube-system", "valuesContent": text}
+    });
+    let application = json!({
+        "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+        "metadata": {"name": "occm", "namespace": "argocd"},
+        "spec": {"project": "default",
+                 "destination": {"namespace": "kube-system", "server": "https://kubernetes.default.svc"},
+                 "source": {"chart": "openstack-cloud-controller-manager",
+                            "repoURL": "https://kubernetes.github.io/cloud-provider-openstack",
+                            "targetRevision": "2.31.1",
+                            "helm": {"values": text}}}
+    });
+    for review in [
+        review_of_gv(helmchart, "helm.cattle.io", "v1", "helmcharts"),
+        review_of_gv(application, "argoproj.io", "v1alpha1", "applications"),
+    ] {
+        review_both(&serde_json::to_vec(&review).expect("serialize"));
+    }
+}
+
+/// Builds a JSON value from bytes: a small stack machine that reaches deep and wide shapes
+/// quickly (the first bytes of an input choose the structure, the rest fills it).
+fn values_from_bytes(data: &[u8]) -> Value {
+    // Names the chart reads, so structure lands where the rules look.
+    const KEYS: &[&str] = &[
+        "cloudConfig",
+        "loadBalancer",
+        "global",
+        "provider-requires-serial-api-calls",
+        "controllerExtraArgs",
+        "secret",
+        "enabled",
+        "<<",
+        "",
+        "x",
+    ];
+    enum Open {
+        Map(serde_json::Map<String, Value>, String),
+        Seq(Vec<Value>),
+    }
+    let mut stack: Vec<Open> = vec![Open::Map(serde_json::Map::new(), "cloudConfig".into())];
+    let push = |stack: &mut Vec<Open>, v: Value| match stack.last_mut() {
+        Some(Open::Map(m, k)) => {
+            m.insert(k.clone(), v);
+        }
+        Some(Open::Seq(items)) => items.push(v),
+        None => {}
+    };
+    let mut counter = 0u32;
+    for &b in data {
+        match b % 8 {
+            0 => stack.push(Open::Map(serde_json::Map::new(), "x".into())),
+            1 => stack.push(Open::Seq(Vec::new())),
+            2 | 3 if stack.len() > 1 => {
+                let v = match stack.pop() {
+                    Some(Open::Map(m, _)) => Value::Object(m),
+                    Some(Open::Seq(items)) => Value::Array(items),
+                    None => Value::Null,
+                };
+                push(&mut stack, v);
+            }
+            4 => {
+                if let Some(Open::Map(_, k)) = stack.last_mut() {
+                    *k = KEYS[(b as usize / 8) % KEYS.len()].to_owned();
+                }
+            }
+            5 => {
+                counter += 1;
+                if let Some(Open::Map(_, k)) = stack.last_mut() {
+                    *k = format!("k{counter}");
+                }
+            }
+            6 => push(&mut stack, json!(b % 3 == 0)),
+            _ => push(&mut stack, json!(format!("v{}", b / 8))),
+        }
+    }
+    while stack.len() > 1 {
+        let v = match stack.pop() {
+            Some(Open::Map(m, _)) => Value::Object(m),
+            Some(Open::Seq(items)) => Value::Array(items),
+            None => Value::Null,
+        };
+        push(&mut stack, v);
+    }
+    match stack.pop() {
+        Some(Open::Map(m, _)) => Value::Object(m),
+        _ => Value::Null,
+    }
+}
+
+/// Deep and wide structured values: the bytes build a JSON value (see
+/// [`values_from_bytes`]), sent as a Flux HelmRelease's `spec.values` and an Argo CD
+/// Application's `helm.valuesObject`; the answers are checked as in [`review`].
+pub fn review_values(data: &[u8]) {
+    let values = values_from_bytes(data);
+    let helmrelease = json!({
+        "apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+        "metadata": {"name": "occm", "namespace": "kube-system"},
+        "spec": {"chart": {"spec": {"chart": "openstack-cloud-controller-manager",
+                                    "sourceRef": {"kind": "HelmRepository", "name": "cpo"}}},
+                 "interval": "10m", "values": values}
+    });
+    let application = json!({
+        "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+        "metadata": {"name": "occm", "namespace": "argocd"},
+        "spec": {"project": "default",
+                 "destination": {"namespace": "kube-system", "server": "https://kubernetes.default.svc"},
+                 "source": {"chart": "openstack-cloud-controller-manager",
+                            "repoURL": "https://kubernetes.github.io/cloud-provider-openstack",
+                            "targetRevision": "2.31.1",
+                            "helm": {"valuesObject": values}}}
+    });
+    for review in [
+        review_of_gv(helmrelease, "helm.toolkit.fluxcd.io", "v2", "helmreleases"),
+        review_of_gv(application, "argoproj.io", "v1alpha1", "applications"),
+    ] {
+        // serde_json refuses to serialize nothing here, but a value nested deeper than its
+        // recursion limit is only refused when read back: that is the webhook's business.
+        review_both(&serde_json::to_vec(&review).expect("serialize"));
+    }
+}

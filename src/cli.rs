@@ -111,9 +111,39 @@ pub struct ServeArgs {
     /// Per-request deadline; also capped by the apiserver's `?timeout=` minus a margin.
     #[arg(long, env = "STACKGATE_REQUEST_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
     pub request_timeout: Duration,
-    /// How long in-flight requests may take to finish after SIGTERM.
+    /// How long in-flight requests may take to finish once the listener has closed (after
+    /// --shutdown-delay); the process is gone at most about a second later, even if an
+    /// evaluation is still running.
     #[arg(long, env = "STACKGATE_SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
+    /// After SIGTERM, keep accepting and answering (readiness already failing) for this long
+    /// before closing connections, while endpoints and the apiserver stop routing here.
+    #[arg(long, env = "STACKGATE_SHUTDOWN_DELAY", default_value = "5s", value_parser = parse_duration)]
+    pub shutdown_delay: Duration,
+    /// Open connections on the webhook listener; more are closed at once (and counted).
+    #[arg(long, env = "STACKGATE_MAX_CONNECTIONS", default_value_t = 1024, value_parser = parse_positive)]
+    pub max_connections: usize,
+    /// Open connections on the admin listener (probes, scrapes); more are closed at once.
+    #[arg(long, env = "STACKGATE_ADMIN_MAX_CONNECTIONS", default_value_t = 64, value_parser = parse_positive)]
+    pub admin_max_connections: usize,
+    /// A connection with no request in flight for this long is closed gracefully (HTTP/2
+    /// GOAWAY; idle HTTP/1.1 connections already close after --header-read-timeout).
+    #[arg(long, env = "STACKGATE_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+    /// A socket write that makes no progress for this long (the client stopped reading)
+    /// closes the connection; so does a response not written --request-timeout plus this
+    /// long after its request started.
+    #[arg(long, env = "STACKGATE_WRITE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub write_timeout: Duration,
+    /// Request body bytes being read or evaluated at once, across all reviews; more wait
+    /// (until their deadline, then the overload answer). Bounds the memory of concurrent
+    /// large reviews.
+    #[arg(long, env = "STACKGATE_MAX_INFLIGHT_BODY_BYTES", default_value_t = 16 * 1024 * 1024, value_parser = parse_positive)]
+    pub max_inflight_body_bytes: usize,
+    /// Evaluations of request bodies over 64 KiB running at once; 0 = one per CPU core the
+    /// process may use (the cgroup quota counts). More wait, until their deadline.
+    #[arg(long, env = "STACKGATE_MAX_LARGE_EVALUATIONS", default_value_t = 0)]
+    pub max_large_evaluations: usize,
     /// Policy source.
     #[command(flatten)]
     pub policy: PolicyArgs,
@@ -147,7 +177,7 @@ fn default_ca_out() -> PathBuf {
 /// Parses an integer of at least 1.
 fn parse_positive(s: &str) -> Result<usize, String> {
     match s.trim().parse::<usize>() {
-        Ok(0) => Err("must be at least 1 (0 would refuse every review as overloaded)".to_owned()),
+        Ok(0) => Err("must be at least 1 (0 would refuse every request)".to_owned()),
         Ok(n) => Ok(n),
         Err(_) => Err(format!("{s:?} is not a positive integer")),
     }

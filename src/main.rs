@@ -14,6 +14,10 @@ use stackgate::policy::PolicySet;
 use stackgate::releases::{ReleaseMetrics, watcher::WatchConfig};
 use stackgate::server::{self, AppState, ServerConfig, TlsSource};
 
+/// How long the runtime may wait for its tasks (blocking evaluations included) after the
+/// server has stopped.
+const RUNTIME_SHUTDOWN_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(200);
+
 fn main() -> ExitCode {
     // Exactly one rustls provider (ring) is compiled in; installing it explicitly keeps
     // every TLS user (server, kube client) on it.
@@ -93,7 +97,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(async move {
+    let served = runtime.block_on(async move {
         let guard = match guard_config {
             None => None,
             Some(guard_config) => {
@@ -118,7 +122,13 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             watcher.abort();
         }
         served.context("serving")
-    })?;
+    });
+    // Dropping a runtime waits for every blocking task; an evaluation past its deadline may
+    // still be running there (cancelled, but not yet at a check). The server has drained
+    // and answered everything it will answer, so do not wait for it: the process must be
+    // gone within --shutdown-grace (plus about a second) of the listener closing.
+    runtime.shutdown_timeout(RUNTIME_SHUTDOWN_TIMEOUT);
+    served?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -166,6 +176,13 @@ fn server_config(args: ServeArgs) -> ServerConfig {
         header_read_timeout,
         request_timeout,
         shutdown_grace,
+        shutdown_delay,
+        max_connections,
+        admin_max_connections,
+        idle_timeout,
+        write_timeout,
+        max_inflight_body_bytes,
+        max_large_evaluations,
         policy: _,
         kube: _,
         release_resync: _,
@@ -189,6 +206,13 @@ fn server_config(args: ServeArgs) -> ServerConfig {
         header_read_timeout,
         request_timeout,
         shutdown_grace,
+        shutdown_delay,
+        max_connections,
+        admin_max_connections,
+        idle_timeout,
+        write_timeout,
+        max_inflight_body_bytes,
+        max_large_evaluations,
         ..ServerConfig::default()
     }
 }

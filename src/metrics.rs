@@ -48,11 +48,48 @@ pub struct ReasonLabels {
     pub reason: &'static str,
 }
 
+/// Labels of `stackgate_input_limits_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimitLabels {
+    /// Which cap on untrusted input was reached (a closed set, see `Limit::as_str` in
+    /// `engine`).
+    pub limit: &'static str,
+}
+
 /// Labels of `stackgate_tls_reloads_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
     /// `success` or `failure`.
     pub outcome: &'static str,
+}
+
+/// Labels of `stackgate_connections_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConnectionLabels {
+    /// `webhook` or `admin`.
+    pub listener: &'static str,
+    /// `accepted`, or `refused` (the listener's connection cap was reached).
+    pub outcome: &'static str,
+}
+
+/// Labels of `stackgate_connection_closes_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConnectionCloseLabels {
+    /// `webhook` or `admin`.
+    pub listener: &'static str,
+    /// Why the server closed the connection: `no_request` (no request started within the
+    /// header-read timeout, e.g. an HTTP/2 client that never sends its preface), `idle` (no
+    /// request in flight for the idle timeout), `stalled` (a request in flight far past its
+    /// deadline: the client stopped reading its response), `write_timeout` (a write to the
+    /// socket made no progress for the write timeout).
+    pub reason: &'static str,
+}
+
+/// Labels of `stackgate_connections_open`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerLabels {
+    /// `webhook` or `admin`.
+    pub listener: &'static str,
 }
 
 /// Labels of `stackgate_build_info`.
@@ -73,7 +110,12 @@ pub struct Metrics {
     warnings: Family<PolicyLabels, Counter>,
     exemptions: Family<PolicyLabels, Counter>,
     rejections: Family<ReasonLabels, Counter>,
+    input_limits: Family<LimitLabels, Counter>,
     tls_reloads: Family<OutcomeLabels, Counter>,
+    connections: Family<ConnectionLabels, Counter>,
+    connection_closes: Family<ConnectionCloseLabels, Counter>,
+    connections_open: Family<ListenerLabels, Gauge<i64, AtomicI64>>,
+    body_bytes_in_flight: Gauge<i64, AtomicI64>,
     ready: Gauge<i64, AtomicI64>,
     build_info: Family<BuildLabels, Gauge<i64, AtomicI64>>,
     policies_loaded: Gauge<i64, AtomicI64>,
@@ -141,11 +183,42 @@ impl Metrics {
             "Requests refused or short-cut by the transport (body too large, overload, deadline, ...)",
             rejections.clone(),
         );
+        let input_limits = Family::<LimitLabels, Counter>::default();
+        registry.register(
+            "input_limits",
+            "Reviews in which a cap on untrusted input was reached (decoded bytes, cloud-config \
+             or values size, YAML nodes / alias expansion / depth, findings, response size)",
+            input_limits.clone(),
+        );
         let tls_reloads = Family::<OutcomeLabels, Counter>::default();
         registry.register(
             "tls_reloads",
             "Certificate reload attempts after a change on disk, by outcome",
             tls_reloads.clone(),
+        );
+        let connections = Family::<ConnectionLabels, Counter>::default();
+        registry.register(
+            "connections",
+            "Connections accepted, or refused because the listener's connection cap was reached",
+            connections.clone(),
+        );
+        let connection_closes = Family::<ConnectionCloseLabels, Counter>::default();
+        registry.register(
+            "connection_closes",
+            "Connections the server closed on its own (no request, idle, stalled, write timeout)",
+            connection_closes.clone(),
+        );
+        let connections_open = Family::<ListenerLabels, Gauge<i64, AtomicI64>>::default();
+        registry.register(
+            "connections_open",
+            "Connections open now, by listener",
+            connections_open.clone(),
+        );
+        let body_bytes_in_flight = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "body_bytes_in_flight",
+            "Request body bytes reserved by reviews being read or evaluated (bounded by --max-inflight-body-bytes)",
+            body_bytes_in_flight.clone(),
         );
         let ready = Gauge::<i64, AtomicI64>::default();
         registry.register("ready", "1 when /readyz answers 200", ready.clone());
@@ -173,7 +246,12 @@ impl Metrics {
             warnings,
             exemptions,
             rejections,
+            input_limits,
             tls_reloads,
+            connections,
+            connection_closes,
+            connections_open,
+            body_bytes_in_flight,
             ready,
             build_info,
             policies_loaded,
@@ -244,12 +322,62 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts a review in which the cap `limit` on untrusted input was reached.
+    pub fn input_limit(&self, limit: &'static str) {
+        self.input_limits
+            .get_or_create(&LimitLabels { limit })
+            .inc();
+    }
+
     /// Counts a certificate reload attempt.
     pub fn tls_reload(&self, ok: bool) {
         let outcome = if ok { "success" } else { "failure" };
         self.tls_reloads
             .get_or_create(&OutcomeLabels { outcome })
             .inc();
+    }
+
+    /// Counts a connection accepted on `listener` (and opens it in `stackgate_connections_open`
+    /// until [`Self::connection_ended`]).
+    pub fn connection_accepted(&self, listener: &'static str) {
+        self.connections
+            .get_or_create(&ConnectionLabels {
+                listener,
+                outcome: "accepted",
+            })
+            .inc();
+        self.connections_open
+            .get_or_create(&ListenerLabels { listener })
+            .inc();
+    }
+
+    /// Counts a connection refused because `listener` is at its connection cap.
+    pub fn connection_refused(&self, listener: &'static str) {
+        self.connections
+            .get_or_create(&ConnectionLabels {
+                listener,
+                outcome: "refused",
+            })
+            .inc();
+    }
+
+    /// A connection counted by [`Self::connection_accepted`] ended.
+    pub fn connection_ended(&self, listener: &'static str) {
+        self.connections_open
+            .get_or_create(&ListenerLabels { listener })
+            .dec();
+    }
+
+    /// Counts a connection the server closed on its own, by reason.
+    pub fn connection_closed_by_server(&self, listener: &'static str, reason: &'static str) {
+        self.connection_closes
+            .get_or_create(&ConnectionCloseLabels { listener, reason })
+            .inc();
+    }
+
+    /// Adds `delta` (may be negative) to `stackgate_body_bytes_in_flight`.
+    pub fn body_bytes_in_flight(&self, delta: i64) {
+        self.body_bytes_in_flight.inc_by(delta);
     }
 
     /// Publishes readiness.

@@ -1086,13 +1086,19 @@ fn deployment_is_ha_locked_down_and_probed_on_the_admin_port() {
             request < 2.0,
             "{n}: STACKGATE_REQUEST_TIMEOUT {request}s >= the 2 s webhook timeout"
         );
+        // (the process is gone within delay + grace + ~1 s of SIGTERM)
         let grace = seconds(&env("STACKGATE_SHUTDOWN_GRACE"));
+        let delay = seconds(&env("STACKGATE_SHUTDOWN_DELAY"));
+        assert!(
+            delay >= 1.0,
+            "{n}: STACKGATE_SHUTDOWN_DELAY {delay}s leaves endpoints no time to stop routing"
+        );
         let tgps = pod
             .termination_grace_period_seconds
             .expect("terminationGracePeriodSeconds");
         assert!(
-            tgps as f64 > grace,
-            "{n}: terminationGracePeriodSeconds {tgps} <= shutdown grace {grace}"
+            tgps as f64 > delay + grace + 1.0,
+            "{n}: terminationGracePeriodSeconds {tgps} <= shutdown delay {delay} + grace {grace} + 1"
         );
 
         // TLS and policies are directory mounts (no subPath): rotation needs the symlink swap

@@ -544,3 +544,48 @@ fn policies_with_a_bad_file_fails_naming_file_and_line() {
         }
     }
 }
+
+/// A Secret whose `data` is base64 wrapped at 76 columns (the `base64` tool's default, which
+/// kubectl and the apiserver accept, as Go's decoder skips `\r` and `\n`) is read like any
+/// other; other whitespace is refused, as the apiserver refuses it.
+#[test]
+fn wrapped_base64_secret_data_is_accepted_like_the_apiserver_does() {
+    use base64::Engine as _;
+    let config = "[Global]\nauth-url=https://keystone.example.test:5000/v3\nregion=RegionOne\n\n[LoadBalancer]\nsubnet-id=9c018814-f2a8-45dd-9679-5400d49b333a\nfloating-network-id=80c9fc78-a2be-45d5-a85b-f17a6c98df92\nlb-provider=amphora\n";
+    let encoded = base64::engine::general_purpose::STANDARD.encode(config);
+    let wrapped: Vec<String> = encoded
+        .as_bytes()
+        .chunks(76)
+        .map(|c| String::from_utf8_lossy(c).into_owned())
+        .collect();
+    assert!(wrapped.len() > 2, "the data spans several lines");
+    let secret = |data: &str| {
+        format!(
+            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: cloud-config\n  namespace: kube-system\ndata:\n  cloud.conf: {data}\n"
+        )
+    };
+    // `|` keeps the newlines; a double-quoted scalar with `\r\n` escapes as Windows would.
+    let block = format!("|\n    {}\n", wrapped.join("\n    "));
+    let crlf = format!("\"{}\"", wrapped.join("\\r\\n"));
+    for data in [block, crlf] {
+        let o = stackgate(&["-", "--format", "json"], Some(&secret(&data)));
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
+        assert_eq!(code(&o), 0, "{v}");
+        assert_eq!(v["summary"]["inputErrors"], 0, "{v}");
+        assert!(!stdout(&o).contains("base64"), "{v}");
+        let rules: Vec<&str> = v["results"]
+            .as_array()
+            .expect("results")
+            .iter()
+            .filter_map(|r| r["rule"].as_str())
+            .collect();
+        assert!(
+            rules.contains(&"serial-lb-api-calls"),
+            "the decoded config was evaluated: {v}"
+        );
+    }
+    // A space inside the data is not base64 for Go either.
+    let spaced = format!("\"{}\"", wrapped.join(" "));
+    let o = stackgate(&["-"], Some(&secret(&spaced)));
+    assert!(stdout(&o).contains("not valid base64"), "{}", stdout(&o));
+}

@@ -215,6 +215,8 @@ async fn start_gated_server(gate: &Arc<Gate>) -> TestServer {
         |c| {
             c.request_timeout = DEADLINE;
             c.shutdown_grace = DEADLINE;
+            // Every client must be able to sit in the review function at once.
+            c.max_large_evaluations = CLIENTS;
         },
         gated_state(Arc::clone(gate)),
     )

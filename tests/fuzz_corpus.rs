@@ -62,6 +62,16 @@ fn review_cloudconf_corpus() {
     run_corpus("review_cloudconf", checks::review_cloudconf);
 }
 
+#[test]
+fn yaml_values_corpus() {
+    run_corpus("yaml_values", checks::yaml_values);
+}
+
+#[test]
+fn review_values_corpus() {
+    run_corpus("review_values", checks::review_values);
+}
+
 // Regression tests for what fuzzing found (docs/fuzzing.md, "Findings").
 
 /// A finding's input, kept in `fuzz/regressions/<target>/`.

@@ -481,3 +481,48 @@ async fn several_families_in_one_config_are_all_reported() {
     assert!(!v.to_string().contains(CANARY));
     server.stop().await.unwrap();
 }
+
+/// Names gcfg reads that may be values (issue #12 item 7): `password =` with the password on
+/// the next line makes it a bare variable name, and a header line can hold a secret. Neither
+/// comes back in any answer, over HTTPS, from a Secret or a ConfigMap, nor in the metrics.
+#[tokio::test]
+async fn bare_keys_and_section_names_that_may_be_secrets_are_masked() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    let texts = [
+        format!("[Global]\npassword =\n{CANARY}\n{OK_LB}"),
+        format!("[Global]\napplication-credential-secret =\n{CANARY}\nregion = r\n{OK_LB}"),
+        format!("{OK_LB}[{CANARY}]\nregion = r\n"),
+        format!("{OK_LB}[{CANARY}]\n"),
+    ];
+    for text in &texts {
+        for (name, validate, mutate) in [
+            (
+                "configmap",
+                configmap(VALIDATE_CONFIGMAP, text),
+                configmap(MUTATE_CONFIGMAP, text),
+            ),
+            (
+                "secret",
+                secret(VALIDATE_SECRET, text),
+                secret(MUTATE_SECRET, text),
+            ),
+        ] {
+            let v = send(&client, "/validate?timeout=10s", &validate).await;
+            assert!(!v.to_string().contains(CANARY), "{name} {text:?}: {v}");
+            // Reported, masked, with its line.
+            let w = warnings(&v);
+            assert!(
+                w.iter().any(|w| w.contains("name not shown")),
+                "{name} {text:?}: {w:#?}"
+            );
+            let mut m = send(&client, "/mutate?timeout=10s", &mutate).await;
+            if let Some(r) = m.as_object_mut() {
+                r.remove("patch");
+            }
+            assert!(!m.to_string().contains(CANARY), "{name} {text:?}: {m}");
+        }
+    }
+    assert!(!server.metrics().await.contains(CANARY));
+    server.stop().await.unwrap();
+}

@@ -710,6 +710,18 @@ fn credential_values_appear_in_no_message_warning_annotation_metric_or_log() {
             texts.push(format!("[Global]\n{key}_x = {CANARY}\n{OK_LB}"));
             texts.push(format!("[Global]\n{key} = {CANARY}\n{key} =\n{OK_LB}"));
             texts.push(format!("[Global]\n{key}s = {CANARY}\n{OK_LB}"));
+            // The value on the line after `key =`: gcfg reads it as a bare variable name
+            // (issue #12 item 7), alone or between other lines.
+            texts.push(format!("[Global]\n{key} =\n{CANARY}\n{OK_LB}"));
+            texts.push(format!(
+                "[Global]\n{key} =\n  {CANARY}\nregion = r\n{OK_LB}"
+            ));
+            // A section named after the secret, with keys, empty, and with a cut value.
+            texts.push(format!(
+                "[Global]\n{key} = {CANARY}\n{OK_LB}[{CANARY}]\nregion = r\n"
+            ));
+            texts.push(format!("{OK_LB}[{CANARY}]\n"));
+            texts.push(format!("{OK_LB}[{CANARY}]\n{key} = x#y\n"));
             // known-bad-lb-settings, with the canary in the values it reads.
             texts.push(format!(
                 "[Global]\n{key} = {CANARY}\n{OK_LB}lb-provider = ovn\nlb-method = {CANARY}\n"

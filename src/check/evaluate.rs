@@ -123,6 +123,9 @@ pub struct Checked {
     pub fixed: Option<String>,
     /// The input with the fixes of non-Secret objects applied, for showing as a diff.
     pub shown: Option<String>,
+    /// 1-based, inclusive line ranges of the input that hold Secret objects: a diff shows
+    /// none of their content, even as context of another object's fix.
+    pub secret_lines: Vec<(usize, usize)>,
 }
 
 /// An object found in a document, before evaluation.
@@ -143,6 +146,7 @@ pub fn check_text(engine: &Engine, name: &str, text: &str, values_chart: Option<
         objects: Vec::new(),
         fixed: None,
         shown: None,
+        secret_lines: Vec::new(),
     };
     let docs = match yaml::parse_stream(text) {
         Ok(d) => d,
@@ -165,6 +169,13 @@ pub fn check_text(engine: &Engine, name: &str, text: &str, values_chart: Option<
     let mut fixed = text.to_owned();
     let mut shown = text.to_owned();
     for (n, c) in candidates.into_iter().enumerate() {
+        if is_core_secret(&c.json)
+            && let Some(node) = docs.get(c.doc).and_then(|d| d.root.at(&c.prefix))
+        {
+            checked
+                .secret_lines
+                .push((node.start.line, node.end.line.max(node.start.line)));
+        }
         let review = review_for(&c.json, &format!("stackgate-check-{n}"));
         let request: Option<AdmissionRequest<DynamicObject>> =
             serde_json::from_value::<AdmissionReview<DynamicObject>>(review)
@@ -534,7 +545,18 @@ fn secret_ini_diffs(
             "{name} ({} {}, decoded; values masked)",
             site.object, site.location
         );
-        out.push(super::report::masked_diff(old_text, new_text, &label, true));
+        out.push(super::report::masked_diff(
+            old_text,
+            new_text,
+            &label,
+            super::report::MaskMode::SecretIni,
+        ));
     }
     out
+}
+
+/// Whether an object is a core `v1` Secret.
+fn is_core_secret(object: &Value) -> bool {
+    object.get("apiVersion").and_then(Value::as_str) == Some("v1")
+        && object.get("kind").and_then(Value::as_str) == Some("Secret")
 }

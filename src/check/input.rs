@@ -41,19 +41,79 @@ impl std::str::FromStr for ValuesFor {
     }
 }
 
+/// Largest input `stackgate check` reads by default (8 MiB), per file and for standard input.
+///
+/// Checking costs a multiple of the input's size (YAML nodes with spans, the object as JSON, the
+/// synthetic review, the site texts); 8 MiB is far above any manifest a cluster stores (the
+/// apiserver's request limit is 3 MiB, etcd's value limit 1.5 MiB), and keeps one file's cost
+/// to a few hundred MB at worst. Tunable with `--max-file-size`.
+pub const DEFAULT_MAX_FILE_SIZE: u64 = 8 * 1024 * 1024;
+
 /// One input: where it came from and its text.
 #[derive(Debug, Clone)]
 pub struct Input {
     /// Display name (the path as given or found, or `<stdin>`).
     pub name: String,
-    /// The file, when the input is one (None for stdin).
+    /// The file, when the input is one (None for stdin). `--fix` writes here, and only when
+    /// it is still the regular file that was read.
     pub path: Option<PathBuf>,
-    /// The text, or why it could not be read.
-    pub text: Result<String, String>,
+    /// The text, or why it was not read.
+    pub content: Content,
+    /// Identity of the regular file that was read, re-checked before `--fix` replaces it.
+    pub identity: Option<FileId>,
 }
 
-/// Reads every input named by `paths` (`-` is standard input; no paths means `.`).
-pub fn collect(paths: &[PathBuf], stdin: &mut dyn Read) -> Result<Vec<Input>, CheckError> {
+/// What reading an input gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Content {
+    /// The input's text.
+    Text(String),
+    /// The input is in scope but could not be checked (unreadable, not UTF-8, larger than the
+    /// size bound, not a regular file, an unreadable directory): an input error, exit code 2.
+    Error(String),
+    /// Deliberately not read, which does not fail the run: a symbolic link found while walking
+    /// a directory that leads out of the checked tree (or nowhere), or a FIFO, socket or
+    /// device found while walking.
+    Skipped(String),
+}
+
+/// Device and inode of a regular file (Unix), to notice a file replaced between reading and
+/// writing it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileId {
+    dev: u64,
+    ino: u64,
+}
+
+impl FileId {
+    #[cfg(unix)]
+    fn of(meta: &std::fs::Metadata) -> Option<Self> {
+        use std::os::unix::fs::MetadataExt;
+        Some(Self {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        })
+    }
+
+    #[cfg(not(unix))]
+    fn of(_meta: &std::fs::Metadata) -> Option<Self> {
+        None
+    }
+}
+
+/// The message for an input over the size bound.
+pub fn too_large(max: u64) -> String {
+    format!("skipped: larger than {max} bytes (--max-file-size); not checked")
+}
+
+/// Reads every input named by `paths` (`-` is standard input; no paths means `.`), each at
+/// most `max_size` bytes. Only a path on the command line that does not exist (or cannot be
+/// examined) stops the run; everything else becomes an input's [`Content`].
+pub fn collect(
+    paths: &[PathBuf],
+    stdin: &mut dyn Read,
+    max_size: u64,
+) -> Result<Vec<Input>, CheckError> {
     let default = [PathBuf::from(".")];
     let paths = if paths.is_empty() {
         &default[..]
@@ -68,48 +128,182 @@ pub fn collect(paths: &[PathBuf], stdin: &mut dyn Read) -> Result<Vec<Input>, Ch
                 continue;
             }
             stdin_read = true;
-            let mut bytes = Vec::new();
-            let text = match stdin.read_to_end(&mut bytes) {
-                Ok(_) => String::from_utf8(bytes)
-                    .map_err(|_| "standard input is not UTF-8 text".to_owned()),
-                Err(e) => Err(format!("cannot read standard input: {}", e.kind())),
-            };
             out.push(Input {
                 name: STDIN_NAME.to_owned(),
                 path: None,
-                text,
+                content: read_stdin(stdin, max_size),
+                identity: None,
             });
             continue;
         }
+        // A path named on the command line is the user's choice: a symbolic link to it is
+        // followed (its target is what they asked for).
         let meta = std::fs::metadata(path).map_err(|e| CheckError::Path {
             path: path.clone(),
             message: e.kind().to_string(),
         })?;
         if meta.is_dir() {
-            let mut files = Vec::new();
-            walk(path, &mut files).map_err(|e| CheckError::Path {
-                path: path.clone(),
-                message: e.kind().to_string(),
-            })?;
-            files.sort();
-            out.extend(files.into_iter().map(read));
+            let mut found = walk(path);
+            found.sort_by(|a, b| a.0.cmp(&b.0));
+            out.extend(found.into_iter().map(|(path, entry)| match entry {
+                Found::File { open } => read(path, &open, max_size),
+                Found::Error(message) => Input {
+                    name: display(&path),
+                    path: None,
+                    content: Content::Error(message),
+                    identity: None,
+                },
+                Found::Skipped(message) => Input {
+                    name: display(&path),
+                    path: None,
+                    content: Content::Skipped(message),
+                    identity: None,
+                },
+            }));
         } else {
-            out.push(read(path.clone()));
+            out.push(read(path.clone(), path, max_size));
         }
     }
     Ok(out)
 }
 
-fn read(path: PathBuf) -> Input {
+fn read_stdin(stdin: &mut dyn Read, max_size: u64) -> Content {
+    let mut bytes = Vec::new();
+    // One byte more than the bound tells "exactly at the bound" from "over it" without
+    // reading (or holding) the rest.
+    match stdin
+        .take(max_size.saturating_add(1))
+        .read_to_end(&mut bytes)
+    {
+        Ok(_) if bytes.len() as u64 > max_size => Content::Error(too_large(max_size)),
+        Ok(_) => String::from_utf8(bytes).map_or_else(
+            |_| Content::Error("standard input is not UTF-8 text".to_owned()),
+            Content::Text,
+        ),
+        Err(e) => Content::Error(format!("cannot read standard input: {}", e.kind())),
+    }
+}
+
+/// Reads the file `open` (the path itself, or for a symbolic link found while walking its
+/// resolved target) and shows it as `path`.
+fn read(path: PathBuf, open: &Path, max_size: u64) -> Input {
     let name = display(&path);
-    let text = match std::fs::read(&path) {
-        Ok(bytes) => String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_owned()),
-        Err(e) => Err(format!("cannot read: {}", e.kind())),
+    let (content, identity) = match read_regular(open, max_size) {
+        Ok((text, id)) => (Content::Text(text), id),
+        Err(message) => (Content::Error(message), None),
     };
     Input {
         name,
         path: Some(path),
-        text,
+        content,
+        identity,
+    }
+}
+
+/// The text of the regular file at `path`, at most `max_size` bytes, and its identity.
+fn read_regular(path: &Path, max_size: u64) -> Result<(String, Option<FileId>), String> {
+    // Look before opening: opening a FIFO for reading blocks until a writer appears, and
+    // opening a device can have effects. `open_nonblocking` covers the file being swapped
+    // between this look and the open.
+    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read: {}", e.kind()))?;
+    if !meta.is_file() {
+        return Err(not_regular(&meta));
+    }
+    if meta.len() > max_size {
+        return Err(too_large(max_size));
+    }
+    let file = open_nonblocking(path).map_err(|e| format!("cannot read: {}", e.kind()))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("cannot read: {}", e.kind()))?;
+    if !meta.is_file() {
+        return Err(not_regular(&meta));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len().min(max_size)).unwrap_or(0));
+    // The file can grow after the look; never read past the bound.
+    file.take(max_size.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read: {}", e.kind()))?;
+    if bytes.len() as u64 > max_size {
+        return Err(too_large(max_size));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_owned())?;
+    Ok((text, FileId::of(&meta)))
+}
+
+/// Opens `path` for reading without blocking on a FIFO. `O_NONBLOCK` is 0o4000 on the Linux
+/// architectures listed (std exposes no constant and `libc` is not a direct dependency); it
+/// does not change reads of a regular file, which is all that is read after the open.
+#[cfg(all(
+    target_os = "linux",
+    any(
+        target_arch = "x86_64",
+        target_arch = "x86",
+        target_arch = "aarch64",
+        target_arch = "arm",
+        target_arch = "riscv64",
+        target_arch = "powerpc64",
+        target_arch = "s390x"
+    )
+))]
+fn open_nonblocking(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    const O_NONBLOCK: i32 = 0o4000;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(O_NONBLOCK)
+        .open(path)
+}
+
+/// Opens `path` for reading (the metadata check before the open keeps FIFOs out).
+#[cfg(not(all(
+    target_os = "linux",
+    any(
+        target_arch = "x86_64",
+        target_arch = "x86",
+        target_arch = "aarch64",
+        target_arch = "arm",
+        target_arch = "riscv64",
+        target_arch = "powerpc64",
+        target_arch = "s390x"
+    )
+)))]
+fn open_nonblocking(path: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::File::open(path)
+}
+
+/// "skipped: not a regular file (a FIFO)" and the like.
+fn not_regular(meta: &std::fs::Metadata) -> String {
+    format!(
+        "skipped: not a regular file ({}); not read",
+        file_kind(&meta.file_type())
+    )
+}
+
+#[cfg(unix)]
+fn file_kind(t: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_block_device() || t.is_char_device() {
+        "a device"
+    } else if t.is_dir() {
+        "a directory"
+    } else if t.is_symlink() {
+        "a symbolic link"
+    } else {
+        "a special file"
+    }
+}
+
+#[cfg(not(unix))]
+fn file_kind(t: &std::fs::FileType) -> &'static str {
+    if t.is_dir() {
+        "a directory"
+    } else {
+        "a special file"
     }
 }
 
@@ -119,28 +313,204 @@ pub fn display(path: &Path) -> String {
     s.strip_prefix("./").map(str::to_owned).unwrap_or(s)
 }
 
-/// Collects YAML/JSON files below `dir`, skipping hidden directories (`.git`) and not
-/// following symbolic links to directories.
-fn walk(dir: &Path, files: &mut Vec<PathBuf>) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let path = entry.path();
-        let file_type = entry.file_type()?;
-        let hidden = entry.file_name().to_string_lossy().starts_with('.');
-        if file_type.is_dir() {
-            if !hidden {
-                walk(&path, files)?;
+/// What the walker found at a path.
+enum Found {
+    /// A YAML/JSON file to read through `open` (the path itself, or a symbolic link's
+    /// resolved target inside the tree).
+    File { open: PathBuf },
+    /// An input error (exit code 2): an unreadable directory or entry.
+    Error(String),
+    /// Not read, by design.
+    Skipped(String),
+}
+
+fn yaml_extension(path: &Path) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| EXTENSIONS.iter().any(|x| x.eq_ignore_ascii_case(e)))
+}
+
+/// Collects YAML/JSON files below `root`, skipping hidden directories (`.git`), never
+/// following symbolic links to directories, following a symbolic link to a file only when
+/// its target is inside `root`, and skipping FIFOs, sockets and devices. A directory or entry
+/// that cannot be read is reported with its own path and the walk goes on. Iterative, so the
+/// depth of the tree does not touch the stack.
+fn walk(root: &Path) -> Vec<(PathBuf, Found)> {
+    let mut out = Vec::new();
+    // The tree a symbolic link must stay inside. Without it (root not resolvable), no
+    // symbolic link is followed.
+    let tree = std::fs::canonicalize(root).ok();
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) => {
+                out.push((
+                    dir,
+                    Found::Error(format!("cannot read directory: {}", e.kind())),
+                ));
+                continue;
             }
-        } else if (file_type.is_file() || file_type.is_symlink() && path.is_file())
-            && path
-                .extension()
-                .and_then(|e| e.to_str())
-                .is_some_and(|e| EXTENSIONS.iter().any(|x| x.eq_ignore_ascii_case(e)))
-        {
-            files.push(path);
+        };
+        for entry in entries {
+            let entry = match entry {
+                Ok(e) => e,
+                Err(e) => {
+                    out.push((
+                        dir.clone(),
+                        Found::Error(format!("cannot list directory: {}", e.kind())),
+                    ));
+                    break;
+                }
+            };
+            let path = entry.path();
+            let file_type = match entry.file_type() {
+                Ok(t) => t,
+                Err(e) => {
+                    if yaml_extension(&path) {
+                        out.push((path, Found::Error(format!("cannot read: {}", e.kind()))));
+                    }
+                    continue;
+                }
+            };
+            if file_type.is_dir() {
+                if !entry.file_name().to_string_lossy().starts_with('.') {
+                    pending.push(path);
+                }
+                continue;
+            }
+            if !yaml_extension(&path) {
+                continue;
+            }
+            if file_type.is_file() {
+                out.push((path.clone(), Found::File { open: path }));
+            } else if file_type.is_symlink() {
+                let found = symlink_target(&path, tree.as_deref());
+                out.push((path, found));
+            } else {
+                out.push((
+                    path,
+                    Found::Skipped(format!(
+                        "not a regular file ({}); not read",
+                        file_kind(&file_type)
+                    )),
+                ));
+            }
         }
     }
-    Ok(())
+    out
+}
+
+/// Where a symbolic link found while walking may be read from: its resolved target when that
+/// is a regular file inside `tree`; otherwise why it is skipped.
+fn symlink_target(link: &Path, tree: Option<&Path>) -> Found {
+    let Ok(target) = std::fs::canonicalize(link) else {
+        return Found::Skipped("symbolic link that leads nowhere; not followed".to_owned());
+    };
+    if !tree.is_some_and(|t| target.starts_with(t)) {
+        return Found::Skipped(
+            "symbolic link to a file outside the checked tree; not followed".to_owned(),
+        );
+    }
+    match std::fs::metadata(&target) {
+        Ok(m) if m.is_file() => Found::File { open: target },
+        Ok(m) => Found::Skipped(format!(
+            "symbolic link to {}; not followed",
+            file_kind(&m.file_type())
+        )),
+        Err(e) => Found::Error(format!("cannot read: {}", e.kind())),
+    }
+}
+
+/// Why `--fix` left a file alone (the report says so; the run goes on).
+pub type NotWritten = String;
+
+/// Replaces the file at `path` with `text`, only if it is still the regular file that was
+/// read (`identity`): never through a symbolic link, never into a FIFO or device. The text
+/// goes to a new file in the same directory that is then renamed over the old one, so a
+/// reader sees the old or the new file and never half of one, and a hard link to the old file
+/// elsewhere keeps the old contents. Permissions (and, where allowed, owner) are kept.
+/// `Ok(Some(reason))` when the file was left alone; `Err` when writing failed.
+pub fn write_fix(
+    path: &Path,
+    identity: Option<FileId>,
+    text: &str,
+) -> Result<Option<NotWritten>, CheckError> {
+    let fail = |e: std::io::Error| CheckError::Write {
+        path: path.to_path_buf(),
+        message: e.kind().to_string(),
+    };
+    let meta = std::fs::symlink_metadata(path).map_err(fail)?;
+    let file_type = meta.file_type();
+    if file_type.is_symlink() {
+        return Ok(Some(
+            "not written: a symbolic link; --fix writes regular files only (fix the file it points to)"
+                .to_owned(),
+        ));
+    }
+    if !file_type.is_file() {
+        return Ok(Some(format!(
+            "not written: {}; --fix writes regular files only",
+            file_kind(&file_type)
+        )));
+    }
+    if identity.is_some() && FileId::of(&meta) != identity {
+        return Ok(Some(
+            "not written: the file was replaced after it was read; run again".to_owned(),
+        ));
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let base = path
+        .file_name()
+        .map_or_else(|| "file".into(), |n| n.to_string_lossy());
+    // A name left over by a crashed run (or planted) is never opened: try a few others.
+    let mut last = std::io::Error::from(std::io::ErrorKind::AlreadyExists);
+    for attempt in 0..8 {
+        let tmp = dir.join(format!(
+            ".{base}.stackgate-{}-{attempt}.tmp",
+            std::process::id()
+        ));
+        match write_new(&tmp, text, &meta) {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = e,
+            Err(e) => {
+                // Best effort: a leftover temporary file is harmless but untidy.
+                let _ = std::fs::remove_file(&tmp);
+                return Err(fail(e));
+            }
+            Ok(()) => {
+                return match std::fs::rename(&tmp, path) {
+                    Ok(()) => Ok(None),
+                    Err(e) => {
+                        let _ = std::fs::remove_file(&tmp);
+                        Err(fail(e))
+                    }
+                };
+            }
+        }
+    }
+    Err(fail(last))
+}
+
+/// Creates `tmp` (never opening an existing file or following a link there) with `text` and
+/// the permissions of `like`.
+fn write_new(tmp: &Path, text: &str, like: &std::fs::Metadata) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(tmp)?;
+    file.write_all(text.as_bytes())?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        // Keeping the owner needs privileges the user may not have; the contents matter more.
+        let _ = std::os::unix::fs::fchown(&file, Some(like.uid()), Some(like.gid()));
+    }
+    file.set_permissions(like.permissions())?;
+    file.sync_all()
 }
 
 /// The chart whose values file `name` is, per `--values-for`.

@@ -9,7 +9,12 @@
 //! (one changed or inserted line per edit; comments and formatting kept).
 //!
 //! Exit codes: 0 clean, 1 denials (or warnings with `--fail-on warning`), 2 usage or input
-//! errors.
+//! errors. An input error (unreadable file or directory, not UTF-8, not YAML, larger than
+//! `--max-file-size`, a FIFO or device named on the command line) is reported with its path
+//! and the run goes on with the other inputs; the exit code is then 2, because a file in scope
+//! was not checked. Inputs skipped by design while walking a directory (a symbolic link out of
+//! the tree, a FIFO, socket or device) are reported as skipped and do not change the exit
+//! code. `--fix` writes regular files only, atomically (a new file renamed over the old).
 
 pub mod evaluate;
 pub mod input;
@@ -88,6 +93,15 @@ pub struct CheckArgs {
         value_name = "CHART=GLOB"
     )]
     pub values_for: Vec<ValuesFor>,
+    /// Largest file (and standard input) read, in bytes. A larger input is not checked and
+    /// is reported as "skipped: larger than N bytes", an input error (exit code 2).
+    #[arg(
+        long,
+        env = "STACKGATE_CHECK_MAX_FILE_SIZE",
+        value_name = "BYTES",
+        default_value_t = input::DEFAULT_MAX_FILE_SIZE
+    )]
+    pub max_file_size: u64,
     /// Do not print fix diffs in text output.
     #[arg(long, env = "STACKGATE_CHECK_NO_DIFF")]
     pub no_diff: bool,
@@ -198,38 +212,60 @@ pub fn check(
     engine: &Engine,
     stdin: &mut dyn Read,
 ) -> Result<Report, CheckError> {
-    let inputs = input::collect(&args.paths, stdin)?;
+    let inputs = input::collect(&args.paths, stdin, args.max_file_size)?;
     let mut files = Vec::with_capacity(inputs.len());
     for inp in inputs {
-        let text = match &inp.text {
-            Ok(t) => t,
-            Err(message) => {
+        let text = match &inp.content {
+            input::Content::Text(t) => t,
+            input::Content::Error(message) => {
                 files.push(FileReport {
-                    name: inp.name.clone(),
                     problems: vec![evaluate::Problem {
                         line: 0,
                         column: 0,
                         message: message.clone(),
                     }],
-                    objects: Vec::new(),
-                    diff: None,
-                    written: false,
+                    ..FileReport::new(&inp.name)
+                });
+                continue;
+            }
+            input::Content::Skipped(message) => {
+                files.push(FileReport {
+                    skipped: Some(message.clone()),
+                    ..FileReport::new(&inp.name)
                 });
                 continue;
             }
         };
         let chart = input::values_chart(&inp.name, &args.values_for);
         let checked = check_text(engine, &inp.name, text, chart);
-        let diff = checked
-            .shown
-            .as_ref()
-            .map(|shown| report::masked_diff(text, shown, &inp.name, false));
-        match (&checked.fixed, &inp.path, args.fix) {
-            (Some(fixed), Some(path), true) => {
-                std::fs::write(path, fixed).map_err(|e| CheckError::Write {
-                    path: path.clone(),
-                    message: e.kind().to_string(),
-                })?;
+        let diff = checked.shown.as_ref().map(|shown| {
+            report::masked_diff(
+                text,
+                shown,
+                &inp.name,
+                report::MaskMode::File {
+                    secret_lines: &checked.secret_lines,
+                },
+            )
+        });
+        let written = match (&checked.fixed, &inp.path, args.fix) {
+            (Some(fixed), Some(path), true) => match input::write_fix(path, inp.identity, fixed)? {
+                None => Some(fixed),
+                Some(reason) => {
+                    files.push(FileReport {
+                        problems: checked.problems,
+                        objects: checked.objects,
+                        diff,
+                        not_written: Some(reason),
+                        ..FileReport::new(&inp.name)
+                    });
+                    continue;
+                }
+            },
+            _ => None,
+        };
+        match written {
+            Some(fixed) => {
                 let after = check_text(engine, &inp.name, fixed, chart);
                 let mut objects = after.objects;
                 // Keep the Secret diffs of what was written.
@@ -239,19 +275,18 @@ pub fn check(
                     }
                 }
                 files.push(FileReport {
-                    name: inp.name.clone(),
                     problems: after.problems,
                     objects,
                     diff,
                     written: true,
+                    ..FileReport::new(&inp.name)
                 });
             }
-            _ => files.push(FileReport {
-                name: inp.name.clone(),
+            None => files.push(FileReport {
                 problems: checked.problems,
                 objects: checked.objects,
                 diff,
-                written: false,
+                ..FileReport::new(&inp.name)
             }),
         }
     }

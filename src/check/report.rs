@@ -23,6 +23,25 @@ pub struct FileReport {
     pub diff: Option<String>,
     /// Whether `--fix` wrote the file (the findings are then those of the fixed file).
     pub written: bool,
+    /// Why the input was not read, when it was skipped by design (does not fail the run).
+    pub skipped: Option<String>,
+    /// Why `--fix` did not write the file (a symbolic link, replaced since it was read).
+    pub not_written: Option<String>,
+}
+
+impl FileReport {
+    /// An empty report for the input `name`.
+    pub fn new(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            problems: Vec::new(),
+            objects: Vec::new(),
+            diff: None,
+            written: false,
+            skipped: None,
+            not_written: None,
+        }
+    }
 }
 
 /// Everything `stackgate check` found.
@@ -55,6 +74,10 @@ pub struct Counts {
     pub fixable: usize,
     /// Inputs written by `--fix`.
     pub fixed: usize,
+    /// Inputs skipped by design (symbolic links out of the tree, FIFOs, sockets, devices).
+    pub skipped: usize,
+    /// Inputs `--fix` would have written but left alone (symbolic links, replaced files).
+    pub not_written: usize,
 }
 
 impl Report {
@@ -76,8 +99,11 @@ impl Report {
         for f in &self.files {
             c.objects += f.objects.len();
             c.problems += f.problems.len();
+            c.skipped += usize::from(f.skipped.is_some());
             if f.written {
                 c.fixed += 1;
+            } else if f.not_written.is_some() {
+                c.not_written += 1;
             } else if f.diff.is_some()
                 || f.objects
                     .iter()
@@ -117,6 +143,9 @@ impl Report {
 pub fn text(report: &Report, show_diffs: bool) -> String {
     let mut out = String::new();
     for f in &report.files {
+        if let Some(reason) = &f.skipped {
+            let _ = writeln!(out, "{}: note [skipped] {reason}", f.name);
+        }
         for p in &f.problems {
             let _ = writeln!(
                 out,
@@ -158,6 +187,9 @@ pub fn text(report: &Report, show_diffs: bool) -> String {
                 }
             }
         }
+        if let Some(reason) = &f.not_written {
+            let _ = writeln!(out, "{}: note [fix] {reason}", f.name);
+        }
         if show_diffs && let Some(diff) = &f.diff {
             if f.written {
                 let _ = writeln!(
@@ -193,8 +225,19 @@ pub fn text(report: &Report, show_diffs: bool) -> String {
     if c.problems > 0 {
         let _ = write!(out, ", {} input error{}", c.problems, plural(c.problems));
     }
+    if c.skipped > 0 {
+        let _ = write!(out, ", {} skipped", c.skipped);
+    }
     if c.fixed > 0 {
         let _ = write!(out, "; fixed {} file{}", c.fixed, plural(c.fixed));
+    }
+    if c.not_written > 0 {
+        let _ = write!(
+            out,
+            "; {} file{} not written",
+            c.not_written,
+            plural(c.not_written)
+        );
     }
     if c.fixable > 0 {
         let _ = write!(
@@ -214,6 +257,9 @@ fn plural(n: usize) -> &'static str {
 
 /// The operations of a patch, with string values not shown (they can be whole configs).
 fn patch_summary(o: &ObjectResult) -> String {
+    // Every string of a Secret's patch is Secret data.
+    let secret = o.json.get("kind").and_then(Value::as_str) == Some("Secret")
+        && o.json.get("apiVersion").and_then(Value::as_str) == Some("v1");
     let ops: Vec<String> = serde_json::to_value(&o.verdict.patch)
         .ok()
         .and_then(|v| v.as_array().cloned())
@@ -224,16 +270,17 @@ fn patch_summary(o: &ObjectResult) -> String {
             let path = op.get("path").and_then(Value::as_str).unwrap_or("?");
             match op.get("value") {
                 Some(Value::String(_)) | None => format!("{verb} {path}"),
-                Some(v) => format!("{verb} {path} {}", mask_json(v)),
+                Some(v) => format!("{verb} {path} {}", mask_json(v, secret)),
             }
         })
         .collect();
     ops.join("; ")
 }
 
-/// A JSON value with credential-like members and all strings longer than a word masked.
-fn mask_json(v: &Value) -> String {
-    fn walk(v: &Value) -> Value {
+/// A JSON value with credential-like members and multi-line strings masked; with
+/// `all_strings`, every string.
+fn mask_json(v: &Value, all_strings: bool) -> String {
+    fn walk(v: &Value, all_strings: bool) -> Value {
         match v {
             Value::Object(m) => Value::Object(
                 m.iter()
@@ -243,18 +290,18 @@ fn mask_json(v: &Value) -> String {
                             if sensitive_key(k) {
                                 json!("***")
                             } else {
-                                walk(v)
+                                walk(v, all_strings)
                             },
                         )
                     })
                     .collect(),
             ),
-            Value::Array(a) => Value::Array(a.iter().map(walk).collect()),
-            Value::String(s) if s.contains('\n') => json!("(text not shown)"),
+            Value::Array(a) => Value::Array(a.iter().map(|v| walk(v, all_strings)).collect()),
+            Value::String(s) if all_strings || s.contains('\n') => json!("(text not shown)"),
             other => other.clone(),
         }
     }
-    walk(v).to_string()
+    walk(v, all_strings).to_string()
 }
 
 /// JSON: `{version, summary, results, fixes, errors}`.
@@ -293,6 +340,24 @@ pub fn json(report: &Report) -> String {
             }
         }
     }
+    let skipped: Vec<Value> = report
+        .files
+        .iter()
+        .filter_map(|f| {
+            f.skipped
+                .as_ref()
+                .map(|r| json!({"file": f.name, "reason": r}))
+        })
+        .collect();
+    let not_written: Vec<Value> = report
+        .files
+        .iter()
+        .filter_map(|f| {
+            f.not_written
+                .as_ref()
+                .map(|r| json!({"file": f.name, "reason": r}))
+        })
+        .collect();
     let errors: Vec<Value> = report
         .files
         .iter()
@@ -303,11 +368,14 @@ pub fn json(report: &Report) -> String {
         "summary": {
             "files": c.files, "objects": c.objects, "errors": c.errors, "warnings": c.warnings,
             "notes": c.notes, "inputErrors": c.problems, "fixable": c.fixable, "fixed": c.fixed,
+            "skipped": c.skipped, "notWritten": c.not_written,
             "exitCode": report.exit_code(),
         },
         "results": results,
         "fixes": fixes,
         "errors": errors,
+        "skipped": skipped,
+        "notWritten": not_written,
     });
     serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n"
 }
@@ -319,6 +387,9 @@ pub fn sarif(report: &Report, policies: &PolicySet) -> String {
     if report.files.iter().any(|f| !f.problems.is_empty()) {
         rule_ids.push("input-error".to_owned());
     }
+    if report.files.iter().any(|f| f.skipped.is_some()) {
+        rule_ids.push(SKIPPED_RULE.to_owned());
+    }
     rule_ids.sort();
     rule_ids.dedup();
     let rules: Vec<Value> = rule_ids
@@ -326,7 +397,13 @@ pub fn sarif(report: &Report, policies: &PolicySet) -> String {
         .map(|id| {
             let policy = policies.policies.iter().find(|p| p.rule.as_str() == id);
             let description = policy.map_or_else(
-                || "The input could not be read as YAML or as Kubernetes objects.".to_owned(),
+                || {
+                    if id == SKIPPED_RULE {
+                        "The input was not read: a symbolic link out of the checked tree, or not a regular file.".to_owned()
+                    } else {
+                        "The input could not be read as YAML or as Kubernetes objects.".to_owned()
+                    }
+                },
                 |p| p.description.trim().to_owned(),
             );
             let mut rule = json!({
@@ -347,6 +424,15 @@ pub fn sarif(report: &Report, policies: &PolicySet) -> String {
     let index_of = |id: &str| rule_ids.iter().position(|r| r == id).unwrap_or(0);
     let mut results: Vec<Value> = Vec::new();
     for f in &report.files {
+        if let Some(reason) = &f.skipped {
+            results.push(json!({
+                "ruleId": SKIPPED_RULE,
+                "ruleIndex": index_of(SKIPPED_RULE),
+                "level": "note",
+                "message": {"text": reason},
+                "locations": [location(&f.name, 1, None)],
+            }));
+        }
         for p in &f.problems {
             results.push(json!({
                 "ruleId": "input-error",
@@ -384,6 +470,9 @@ pub fn sarif(report: &Report, policies: &PolicySet) -> String {
     serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n"
 }
 
+/// The SARIF rule of inputs skipped by design.
+const SKIPPED_RULE: &str = "input-skipped";
+
 fn location(file: &str, line: usize, column: Option<usize>) -> Value {
     let mut region = json!({"startLine": line});
     if let (Some(c), Some(r)) = (column, region.as_object_mut()) {
@@ -408,7 +497,17 @@ pub fn junit(report: &Report) -> String {
     let (mut total_tests, mut total_failures, mut total_errors) = (0, 0, 0);
     for f in &report.files {
         let mut cases = String::new();
-        let (mut tests, mut failures, mut errors) = (0, 0, 0);
+        let (mut tests, mut failures, mut errors, mut skipped) = (0, 0, 0, 0);
+        if let Some(reason) = &f.skipped {
+            tests += 1;
+            skipped += 1;
+            let _ = writeln!(
+                cases,
+                "    <testcase classname=\"{}\" name=\"read input\">\n      <skipped message=\"{}\"/>\n    </testcase>",
+                xml(&f.name),
+                xml(reason)
+            );
+        }
         if !f.problems.is_empty() {
             tests += 1;
             errors += 1;
@@ -502,9 +601,15 @@ pub fn junit(report: &Report) -> String {
         total_tests += tests;
         total_failures += failures;
         total_errors += errors;
+        // `skipped` only where something was, so reports without skips read as before.
+        let skipped = if skipped > 0 {
+            format!(" skipped=\"{skipped}\"")
+        } else {
+            String::new()
+        };
         let _ = write!(
             suites,
-            "  <testsuite name=\"{}\" tests=\"{tests}\" failures=\"{failures}\" errors=\"{errors}\">\n{cases}  </testsuite>\n",
+            "  <testsuite name=\"{}\" tests=\"{tests}\" failures=\"{failures}\" errors=\"{errors}\"{skipped}>\n{cases}  </testsuite>\n",
             xml(&f.name)
         );
     }
@@ -539,31 +644,238 @@ pub fn sensitive_key(key: &str) -> bool {
         .any(|s| k.contains(s))
 }
 
-/// A unified diff with credential values masked; with `all_values`, every `key = value` /
-/// `key: value` value in context and removed lines is masked too (for Secrets).
-pub fn masked_diff(old: &str, new: &str, label: &str, all_values: bool) -> String {
+/// What a masked diff may show.
+#[derive(Debug, Clone, Copy)]
+pub enum MaskMode<'a> {
+    /// A manifest or values file as written: credential-like values are masked, so is the
+    /// line after a credential key with an empty value (in gcfg that line is a bare key: a
+    /// value continued by mistake), and every line inside a Secret object.
+    File {
+        /// 1-based, inclusive line ranges of the old text that belong to Secret objects.
+        secret_lines: &'a [(usize, usize)],
+    },
+    /// A cloud config decoded from a Secret: every value is masked, and every name that is
+    /// not one the CCM knows (a bare key, an unknown key, an unknown section, a subsection
+    /// name, a comment), because a value continued on the next line reads as such a name.
+    /// Added lines (the webhook's own edits) show the values of known non-credential keys.
+    SecretIni,
+}
+
+/// Longest diff line shown, in characters; the rest of a longer line is summarised (a single
+/// multi-megabyte scalar would otherwise be printed whole, twice).
+pub const MAX_DIFF_LINE_CHARS: usize = 400;
+
+/// A unified diff of `old` → `new` (3 lines of context) with every line masked per `mode`.
+pub fn masked_diff(old: &str, new: &str, label: &str, mode: MaskMode<'_>) -> String {
     let diff = similar::TextDiff::from_lines(old, new);
-    let text = diff
-        .unified_diff()
-        .context_radius(3)
-        .header(&format!("a/{label}"), &format!("b/{label}"))
-        .to_string();
-    let mut out = String::with_capacity(text.len());
-    for line in text.split_inclusive('\n') {
-        let (mark, body) = line.split_at(line.chars().next().map_or(0, char::len_utf8));
-        let is_header =
-            line.starts_with("---") || line.starts_with("+++") || line.starts_with("@@");
-        if is_header || !matches!(mark, " " | "+" | "-") {
-            out.push_str(line);
+    let old_lines = diff.old_slices();
+    let new_lines = diff.new_slices();
+    let (old_sections, new_sections) = match mode {
+        MaskMode::SecretIni => (ini_sections(old_lines), ini_sections(new_lines)),
+        MaskMode::File { .. } => (Vec::new(), Vec::new()),
+    };
+    let mut out = String::new();
+    for group in diff.grouped_ops(3) {
+        if group.is_empty() {
             continue;
         }
-        out.push_str(mark);
-        out.push_str(&mask_line(body, all_values && mark != "+"));
+        if out.is_empty() {
+            let _ = writeln!(out, "--- a/{label}\n+++ b/{label}");
+        }
+        let _ = writeln!(out, "{}", similar::udiff::UnifiedHunkHeader::new(&group));
+        for op in &group {
+            for change in diff.iter_changes(op) {
+                let (mark, line) = match (change.tag(), change.old_index(), change.new_index()) {
+                    (similar::ChangeTag::Insert, _, Some(i)) => {
+                        ("+", mask_at(new_lines, i, mode, &new_sections, true))
+                    }
+                    (tag, Some(i), _) => {
+                        let mark = if tag == similar::ChangeTag::Delete {
+                            "-"
+                        } else {
+                            " "
+                        };
+                        (mark, mask_at(old_lines, i, mode, &old_sections, false))
+                    }
+                    _ => continue,
+                };
+                out.push_str(mark);
+                out.push_str(&shorten(&line));
+                if change.missing_newline() {
+                    out.push_str("\n\\ No newline at end of file\n");
+                }
+            }
+        }
     }
     if !out.is_empty() && !out.ends_with('\n') {
         out.push('\n');
     }
     out
+}
+
+/// Line `i` of `lines` (with its line ending) as a masked diff may show it. `added`: a line
+/// only the new text has (the webhook's edit).
+fn mask_at(
+    lines: &[&str],
+    i: usize,
+    mode: MaskMode<'_>,
+    sections: &[Option<usize>],
+    added: bool,
+) -> String {
+    let line = lines.get(i).copied().unwrap_or_default();
+    match mode {
+        MaskMode::SecretIni => {
+            let section = sections
+                .get(i)
+                .copied()
+                .flatten()
+                .and_then(|h| lines.get(h))
+                .and_then(|h| header_name(h))
+                .unwrap_or_default();
+            mask_ini_line(line, section, added)
+        }
+        MaskMode::File { secret_lines } => {
+            let number = i + 1;
+            let in_secret = !added
+                && secret_lines
+                    .iter()
+                    .any(|(a, b)| (*a..=*b).contains(&number));
+            if in_secret {
+                return mask_secret_yaml_line(line);
+            }
+            let continued = i
+                .checked_sub(1)
+                .and_then(|p| lines.get(p))
+                .is_some_and(|prev| empty_credential(prev));
+            if continued && !line.trim().is_empty() {
+                return masked_whole(line);
+            }
+            mask_line(line, false)
+        }
+    }
+}
+
+/// Cuts a line longer than [`MAX_DIFF_LINE_CHARS`] characters, saying how much is not shown.
+fn shorten(line: &str) -> String {
+    let body = line.trim_end_matches(['\n', '\r']);
+    let ending = &line[body.len()..];
+    match body.char_indices().nth(MAX_DIFF_LINE_CHARS) {
+        Some((cut, _)) => format!(
+            "{}… ({} more bytes not shown){ending}",
+            &body[..cut],
+            body.len() - cut
+        ),
+        None => line.to_owned(),
+    }
+}
+
+/// The line's indentation and `***`, with its line ending.
+fn masked_whole(line: &str) -> String {
+    let body = line.trim_end_matches(['\n', '\r']);
+    let ending = &line[body.len()..];
+    let indent = &body[..body.len() - body.trim_start().len()];
+    format!("{indent}***{ending}")
+}
+
+/// Whether a line sets a credential-like key to nothing (`password =`, `password:`), so the
+/// next line may be its value, written one line too low.
+fn empty_credential(line: &str) -> bool {
+    let body = line.trim();
+    let Some(i) = body.find(['=', ':']) else {
+        return false;
+    };
+    let key = body[..i].trim().trim_start_matches("- ");
+    let value = body[i + 1..].trim();
+    value.is_empty() && sensitive_key(key)
+}
+
+/// A line inside a Secret object of a manifest: every line is masked but blank lines,
+/// document markers and the few structure lines every Secret has. Line by line, a mapping key
+/// cannot be told from text inside a block scalar (`S3cr3t:` can be a continued value), so
+/// no other key is shown.
+fn mask_secret_yaml_line(line: &str) -> String {
+    const STRUCTURE: &[&str] = &[
+        "---",
+        "...",
+        "apiVersion: v1",
+        "kind: Secret",
+        "metadata:",
+        "data:",
+        "stringData:",
+    ];
+    let body = line.trim();
+    if body.is_empty() || STRUCTURE.contains(&body) {
+        return line.to_owned();
+    }
+    masked_whole(line)
+}
+
+/// For each line of a gcfg text, the index of the section header line it is under.
+fn ini_sections(lines: &[&str]) -> Vec<Option<usize>> {
+    let mut current = None;
+    lines
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            if l.trim_start().starts_with('[') {
+                current = Some(i);
+            }
+            current
+        })
+        .collect()
+}
+
+/// The section name of a `[name]` or `[name "sub"]` header line.
+fn header_name(line: &str) -> Option<&str> {
+    let inner = line.trim().strip_prefix('[')?;
+    let inner = &inner[..inner.find(']').unwrap_or(inner.len())];
+    inner.split_whitespace().next()
+}
+
+/// One line of a cloud config from a Secret, masked: see [`MaskMode::SecretIni`].
+fn mask_ini_line(line: &str, section: &str, added: bool) -> String {
+    use crate::cloudconf::schema;
+    let body = line.trim_end_matches(['\n', '\r']);
+    let ending = &line[body.len()..];
+    let trimmed = body.trim_start();
+    let indent = &body[..body.len() - trimmed.len()];
+    if trimmed.is_empty() {
+        return line.to_owned();
+    }
+    if let Some(c) = trimmed.chars().next().filter(|c| matches!(c, '#' | ';')) {
+        // A comment can hold an old credential; that there is one is enough to show.
+        return format!("{indent}{c} ***{ending}");
+    }
+    if trimmed.starts_with('[') {
+        let name = header_name(trimmed).unwrap_or_default();
+        let has_sub = trimmed.contains('"');
+        return match schema::find_section(name) {
+            Some(_) if has_sub => format!("{indent}[{name} \"***\"]{ending}"),
+            Some(_) => format!("{indent}[{name}]{ending}"),
+            None => format!("{indent}[***]{ending}"),
+        };
+    }
+    let (key, rest) = match trimmed.find('=') {
+        Some(i) => (trimmed[..i].trim(), Some(&trimmed[..=i])),
+        None => (trimmed.trim(), None),
+    };
+    let known = schema::find_key(section, key);
+    match (known, rest) {
+        // A known key with its value: the name is safe, the value shown only for the webhook's
+        // own edits of non-credential keys.
+        (Some(spec), Some(upto)) => {
+            if (added && !spec.secret) || trimmed[upto.len()..].trim().is_empty() {
+                line.to_owned()
+            } else {
+                format!("{indent}{upto} ***{ending}")
+            }
+        }
+        // A known key written bare (gcfg reads `true` for a bool).
+        (Some(_), None) => line.to_owned(),
+        // Anything else names nothing the CCM reads, so it can be text that belongs to a value.
+        (None, Some(_)) => format!("{indent}*** = ***{ending}"),
+        (None, None) => format!("{indent}***{ending}"),
+    }
 }
 
 /// Masks the value of a `key = value` (INI) or `key: value` (YAML) line when the key is
@@ -621,11 +933,71 @@ mod tests {
     fn diffs_never_show_secret_values() {
         let old = "[Global]\npassword = hunter2\n[LoadBalancer]\nsubnet-id = s\n";
         let new = "[Global]\npassword = hunter2\n[LoadBalancer]\nsubnet-id = s\nprovider-requires-serial-api-calls = true\n";
-        let d = masked_diff(old, new, "x", false);
+        let file = MaskMode::File { secret_lines: &[] };
+        let d = masked_diff(old, new, "x", file);
         assert!(!d.contains("hunter2"), "{d}");
         assert!(d.contains("+provider-requires-serial-api-calls = true"));
-        let d = masked_diff(old, new, "x", true);
+        let d = masked_diff(old, new, "x", MaskMode::SecretIni);
         assert!(!d.contains("= s\n"), "{d}");
+        assert!(
+            d.contains("+provider-requires-serial-api-calls = true"),
+            "{d}"
+        );
+    }
+
+    #[test]
+    fn secret_diffs_mask_bare_keys_unknown_keys_sections_and_comments() {
+        let old = "[Global]\npassword =\nCANARY-bare\nCANARY-key = v\n# CANARY comment\n[CANARY-section]\n[LoadBalancerClass \"CANARY-sub\"]\n[LoadBalancer]\nsubnet-id = s\n";
+        // Every old line is removed, so every one is shown.
+        let new = "[LoadBalancer]\nprovider-requires-serial-api-calls = true\nCANARY-added\n";
+        let d = masked_diff(old, new, "x", MaskMode::SecretIni);
+        assert!(!d.contains("CANARY"), "{d}");
+        for shown in [
+            "\n-[Global]\n",
+            "\n-password =\n",
+            "\n-***\n",
+            "\n-*** = ***\n",
+            "\n-# ***\n",
+            "\n-[***]\n",
+            "\n-[LoadBalancerClass \"***\"]\n",
+            "\n-subnet-id = ***\n",
+            "\n+provider-requires-serial-api-calls = true\n",
+            "\n+***\n",
+        ] {
+            assert!(d.contains(shown), "{shown:?} in {d}");
+        }
+    }
+
+    #[test]
+    fn file_diffs_mask_continued_credentials_and_secret_objects() {
+        let old = "a: 1\nb: |\n  [Global]\n  password =\n  CANARY-continued\n---\napiVersion: v1\nkind: Secret\nstringData:\n  cloud.conf: |\n    CANARY-in-secret\n---\nc: 1\n";
+        let new = old.replace("c: 1\n", "c: 1\nd: 2\n");
+        let d = masked_diff(
+            old,
+            &new,
+            "x",
+            MaskMode::File {
+                secret_lines: &[(7, 12)],
+            },
+        );
+        assert!(!d.contains("CANARY"), "{d}");
+        assert!(d.contains("+d: 2"), "{d}");
+        let d = masked_diff(
+            old,
+            &old.replace("a: 1", "a: 2"),
+            "x",
+            MaskMode::File { secret_lines: &[] },
+        );
+        assert!(!d.contains("CANARY"), "{d}");
+    }
+
+    #[test]
+    fn long_diff_lines_are_cut() {
+        let old = format!("a: \"{}\"\n", "x".repeat(10_000));
+        let new = format!("a: \"{}y\"\n", "x".repeat(10_000));
+        let d = masked_diff(&old, &new, "x", MaskMode::File { secret_lines: &[] });
+        assert!(d.len() < 2_000, "{}", d.len());
+        assert!(d.contains("more bytes not shown"), "{d}");
     }
 
     #[test]

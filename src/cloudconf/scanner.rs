@@ -57,7 +57,9 @@ struct Scanner<'s> {
     offset: usize,
     rd_offset: usize,
     next_val: bool,
-    errors: Vec<RawError>,
+    /// The first error only: the statement loop stops at it, and keeping every later one
+    /// (a value of a million NULs) would cost memory in proportion to the input for nothing.
+    error: Option<RawError>,
     last_value: ValueScan,
 }
 
@@ -73,7 +75,7 @@ impl<'s> Scanner<'s> {
             offset: 0,
             rd_offset: 0,
             next_val: false,
-            errors: Vec::new(),
+            error: None,
             last_value: ValueScan::default(),
         };
         s.next();
@@ -81,10 +83,12 @@ impl<'s> Scanner<'s> {
     }
 
     fn error(&mut self, offset: usize, message: impl Into<String>) {
-        self.errors.push(RawError {
-            offset,
-            message: message.into(),
-        });
+        if self.error.is_none() {
+            self.error = Some(RawError {
+                offset,
+                message: message.into(),
+            });
+        }
     }
 
     /// Reads the next character into `ch` (gcfg `next`).
@@ -264,7 +268,7 @@ impl<'s> Scanner<'s> {
     }
 
     fn first_error(&self) -> Option<RawError> {
-        self.errors.first().cloned()
+        self.error.clone()
     }
 }
 

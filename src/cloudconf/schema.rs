@@ -329,7 +329,8 @@ pub struct Ignored {
     /// Why.
     pub reason: IgnoredReason,
     /// The known name this is probably a misspelling of (a key of the same section, or a
-    /// section name).
+    /// section name). Computed for the first [`MAX_SUGGESTIONS`] ignored names only, like
+    /// the "read in section [X]" note.
     pub suggestion: Option<String>,
     /// Extra explanation (removed key, key of another section, section used by other tools).
     pub note: Option<String>,
@@ -354,52 +355,122 @@ impl CcmReport {
     }
 }
 
+/// How many ignored names [`check`] computes a "did you mean" suggestion (and the "read in
+/// section [X]" note for a key of another section) for, per config.
+///
+/// A suggestion costs one bounded edit-distance pass over the section's keys, the note a
+/// pass over every known key; past this many the report leaves `suggestion` and that note
+/// empty, so a config of 200 000 unknown keys costs little more than one of known keys.
+/// Rules show at most a few ignored names one by one
+/// ([`crate::rules::MAX_FINDINGS_PER_KIND`]), all of them among the first ones.
+pub const MAX_SUGGESTIONS: usize = 256;
+
+/// Longest name (in characters) that can be a plausible misspelling of a known one: the
+/// longest known name plus the largest allowed distance. Longer names are rejected after
+/// counting this many characters, whatever their length.
+const MAX_PLAUSIBLE_CHARS: usize = 40;
+
 /// Optimal-string-alignment distance (edits and adjacent swaps) over characters.
+#[cfg(test)]
 fn edit_distance(a: &str, b: &str) -> usize {
     let a: Vec<char> = a.chars().collect();
     let b: Vec<char> = b.chars().collect();
-    let w = b.len() + 1;
-    let mut d = vec![0usize; (a.len() + 1) * w];
-    let at = |i: usize, j: usize| i * w + j;
-    for i in 0..=a.len() {
-        if let Some(x) = d.get_mut(at(i, 0)) {
-            *x = i;
-        }
-    }
-    for j in 0..=b.len() {
-        if let Some(x) = d.get_mut(at(0, j)) {
-            *x = j;
-        }
-    }
-    let get =
-        |d: &Vec<usize>, i: usize, j: usize| d.get(at(i, j)).copied().unwrap_or(usize::MAX / 2);
-    for (i, ca) in a.iter().enumerate() {
-        for (j, cb) in b.iter().enumerate() {
-            let (i1, j1) = (i + 1, j + 1);
-            let cost = usize::from(ca != cb);
-            let mut v = (get(&d, i, j1) + 1)
-                .min(get(&d, i1, j) + 1)
-                .min(get(&d, i, j) + cost);
-            if i > 0 && j > 0 && a.get(i - 1) == Some(cb) && b.get(j - 1) == Some(ca) {
-                v = v.min(get(&d, i - 1, j - 1) + 1);
-            }
-            if let Some(x) = d.get_mut(at(i1, j1)) {
-                *x = v;
-            }
-        }
-    }
-    get(&d, a.len(), b.len())
+    bounded_distance(&a, &b, usize::MAX / 4).unwrap_or(usize::MAX)
 }
 
-/// The candidate closest to `name` (lower-cased), if it is a plausible misspelling.
+/// Optimal-string-alignment distance between `a` and `b` when it is at most `limit`, else
+/// `None`. Lengths further apart than `limit` are rejected without any work; otherwise the
+/// cost is `a.len() * b.len()` (callers pass short names only).
+fn bounded_distance(a: &[char], b: &[char], limit: usize) -> Option<usize> {
+    if a.len().abs_diff(b.len()) > limit {
+        return None;
+    }
+    let w = b.len() + 1;
+    // Three rows: i-1 (prev), i-2 (prev2, for adjacent swaps) and the current one.
+    let mut prev2 = vec![0usize; w];
+    let mut prev: Vec<usize> = (0..w).collect();
+    let mut cur = vec![0usize; w];
+    for (i, ca) in a.iter().enumerate() {
+        let first = i + 1;
+        if let Some(x) = cur.first_mut() {
+            *x = first;
+        }
+        let mut row_min = first;
+        for (j, cb) in b.iter().enumerate() {
+            let at = |row: &[usize], k: usize| row.get(k).copied().unwrap_or(usize::MAX / 4);
+            let cost = usize::from(ca != cb);
+            let mut v = (at(&prev, j + 1) + 1)
+                .min(at(&cur, j) + 1)
+                .min(at(&prev, j) + cost);
+            if i > 0 && j > 0 && a.get(i - 1) == Some(cb) && b.get(j - 1) == Some(ca) {
+                v = v.min(at(&prev2, j - 1) + 1);
+            }
+            if let Some(x) = cur.get_mut(j + 1) {
+                *x = v;
+            }
+            row_min = row_min.min(v);
+        }
+        // Every later cell is at least the smallest of this row (or of the previous one,
+        // through a swap): nothing within the limit can follow.
+        if row_min > limit && prev.iter().min().is_none_or(|&m| m > limit) {
+            return None;
+        }
+        std::mem::swap(&mut prev2, &mut prev);
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    prev.last().copied().filter(|&d| d <= limit)
+}
+
+/// The candidate closest to `name` (compared in lower case), if it is a plausible
+/// misspelling: at distance 1 to 3, scaled with the length (a quarter of it, at least 1).
 fn nearest<'c>(name: &str, candidates: impl Iterator<Item = &'c str>) -> Option<&'c str> {
-    let lower = name.to_lowercase();
-    let limit = (lower.chars().count() / 4).clamp(1, 3);
-    candidates
-        .map(|c| (edit_distance(&lower, &c.to_lowercase()), c))
-        .filter(|&(d, _)| d > 0 && d <= limit)
-        .min_by_key(|&(d, _)| d)
-        .map(|(_, c)| c)
+    // Count at most MAX_PLAUSIBLE_CHARS + 1 characters: a longer name is no misspelling of
+    // any known one, and counting all of a megabyte-long name per candidate would not scale.
+    if name.chars().take(MAX_PLAUSIBLE_CHARS + 1).count() > MAX_PLAUSIBLE_CHARS {
+        return None;
+    }
+    let lower: Vec<char> = name.to_lowercase().chars().collect();
+    let limit = (lower.len() / 4).clamp(1, 3);
+    let mut best: Option<(usize, &'c str)> = None;
+    for c in candidates {
+        let cand: Vec<char> = c.to_lowercase().chars().collect();
+        let bound = best.map_or(limit, |(d, _)| d.saturating_sub(1).min(limit));
+        if let Some(d) = bounded_distance(&lower, &cand, bound)
+            && d > 0
+        {
+            best = Some((d, c));
+        }
+    }
+    best.map(|(_, c)| c)
+}
+
+/// Names a user may write as a section header without it being anything but a section name:
+/// the CCM's sections and the ones other tools read from the same file.
+const OTHER_SECTIONS: &[&str] = &["BlockStorage"];
+
+/// True when a section name may be shown in a message: it is a known section (of the CCM or
+/// of a neighbouring tool) or a plausible misspelling of one.
+///
+/// Anything else may be a value that landed on a header line (`[S3cr3t]`): messages show
+/// such a name masked. "Plausible" is the "did you mean" distance of [`check`]: 1 to 3 edits,
+/// a quarter of the name's length at most, so a shown name is always within a few letters
+/// of a public name.
+pub fn is_displayable_section(name: &str) -> bool {
+    find_section(name).is_some()
+        || OTHER_SECTIONS.iter().any(|s| eq_fold(s, name))
+        || nearest(name, SECTIONS.iter().map(|s| s.name)).is_some()
+}
+
+/// True when a variable name may be shown in a message: it is a key of some CCM section, a
+/// removed key, or a plausible misspelling of a key (see [`is_displayable_section`]).
+///
+/// gcfg reads a line without `=` as a variable name, so a value continued on the next line
+/// (`password =` then the password) arrives here as a "key": such names are shown masked.
+pub fn is_displayable_key(key: &str) -> bool {
+    let all_keys = || SECTIONS.iter().flat_map(|s| s.keys.iter().map(|k| k.name));
+    all_keys().any(|k| eq_fold(k, key))
+        || REMOVED_KEYS.iter().any(|r| eq_fold(r.name, key))
+        || nearest(key, all_keys()).is_some()
 }
 
 fn problem(e: &Entry<'_>, kind: ProblemKind, message: &str) -> Problem {
@@ -515,7 +586,7 @@ fn classify_header(name: &str, subsection: Option<&str>) -> (HeaderClass, Option
     }
 }
 
-fn unknown_key(e: &Entry<'_>, spec: &SectionSpec) -> Ignored {
+fn unknown_key(e: &Entry<'_>, spec: &SectionSpec, detail: bool) -> Ignored {
     let mut ignored = Ignored {
         line: e.line,
         section: e.section.to_owned(),
@@ -531,6 +602,9 @@ fn unknown_key(e: &Entry<'_>, spec: &SectionSpec) -> Ignored {
     {
         ignored.reason = IgnoredReason::RemovedKey;
         ignored.note = Some(removed.note.to_owned());
+        return ignored;
+    }
+    if !detail {
         return ignored;
     }
     if let Some(other) = SECTIONS
@@ -555,9 +629,13 @@ pub fn check(doc: &Document) -> CcmReport {
     for h in doc.sections() {
         let (class, reason) = classify_header(h.name, h.subsection);
         if let Some(reason) = reason {
+            let suggest = report.ignored.len() < MAX_SUGGESTIONS;
             let (suggestion, note) = match reason {
                 IgnoredReason::UnknownSection => (
-                    nearest(h.name, SECTIONS.iter().map(|s| s.name)).map(str::to_owned),
+                    suggest
+                        .then(|| nearest(h.name, SECTIONS.iter().map(|s| s.name)))
+                        .flatten()
+                        .map(str::to_owned),
                     eq_fold(h.name, "BlockStorage").then(|| {
                         "[BlockStorage] is read by the Cinder CSI plugin, not by the CCM (the \
                          Helm chart always renders it)"
@@ -595,7 +673,8 @@ pub fn check(doc: &Document) -> CcmReport {
             continue;
         };
         let Some(key_spec) = spec.keys.iter().find(|k| eq_fold(e.key, k.name)) else {
-            report.ignored.push(unknown_key(&e, spec));
+            let detail = report.ignored.len() < MAX_SUGGESTIONS;
+            report.ignored.push(unknown_key(&e, spec, detail));
             continue;
         };
         if let Some(p) = value_problem(&e, key_spec.ty) {
@@ -631,6 +710,40 @@ mod tests {
             Some("provider-requires-serial-api-calls")
         );
         assert_eq!(nearest("zzz", LOAD_BALANCER.iter().map(|k| k.name)), None);
+    }
+
+    #[test]
+    fn displayable_names_are_known_or_near_a_known_one() {
+        for shown in [
+            "region",
+            "REGION",
+            "regoin",
+            "use-octavia",
+            "lb-method",
+            "passwrd",
+        ] {
+            assert!(is_displayable_key(shown), "{shown}");
+        }
+        for masked in ["S3cr3t-P4ssw0rd", "hunter2", "x", &"k".repeat(100_000)] {
+            assert!(!is_displayable_key(masked), "{masked:.20}");
+        }
+        for shown in ["Global", "loadbalancer", "LoadBalancr", "BlockStorage"] {
+            assert!(is_displayable_section(shown), "{shown}");
+        }
+        for masked in ["S3cr3t", "Canary-Value", "Q"] {
+            assert!(!is_displayable_section(masked), "{masked}");
+        }
+        // The bound cuts the search off but never changes a distance within it.
+        let chars = |s: &str| s.chars().collect::<Vec<_>>();
+        assert_eq!(bounded_distance(&chars("ab"), &chars("ba"), 1), Some(1));
+        assert_eq!(
+            bounded_distance(&chars("kitten"), &chars("sitting"), 2),
+            None
+        );
+        assert_eq!(
+            bounded_distance(&chars("kitten"), &chars("sitting"), 3),
+            Some(3)
+        );
     }
 
     #[test]

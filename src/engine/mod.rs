@@ -11,12 +11,13 @@ use json_patch::PatchOperation;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, Operation};
 
+use crate::budget::{Cancel, Exhausted};
 use crate::cloudconf::Document;
 use crate::policy::{Mode, Policy, PolicySet, RuleId};
 use crate::releases::Snapshot;
 use crate::rules::lb_guard::GuardFacts;
 use crate::rules::{self, ConfigView, IniEdit, ObjectOutput, RuleOutput, Severity, Unreadable};
-use crate::sites::{self, FoundConfig};
+use crate::sites::{self, FoundConfig, SiteError};
 
 /// The rule families that read cloud configs, in evaluation order.
 const CLOUD_CONFIG_RULES: &[RuleId] = &[
@@ -72,6 +73,41 @@ pub struct Verdict {
     pub exemptions: Vec<Exempted>,
     /// Audit annotations for the apiserver's audit log.
     pub audit_annotations: BTreeMap<String, String>,
+    /// Caps on untrusted input this evaluation reached, each once (for metrics).
+    pub limits: Vec<Limit>,
+}
+
+/// A cap on untrusted input that an evaluation reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// A cloud config over [`MAX_CLOUD_CONFIG_BYTES`].
+    CloudConfigBytes,
+    /// A Helm values string over [`crate::sites::helm::MAX_VALUES_TEXT_BYTES`].
+    ValuesTextBytes,
+    /// A YAML values string over one of the YAML reader's caps.
+    Yaml(crate::sites::yaml::Limit),
+    /// More than [`MAX_FINDINGS_PER_LIST`] findings in one list.
+    Findings,
+}
+
+impl Limit {
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Limit::CloudConfigBytes => "cloud_config_bytes",
+            Limit::ValuesTextBytes => "values_text_bytes",
+            Limit::Yaml(y) => y.as_str(),
+            Limit::Findings => "findings",
+        }
+    }
+}
+
+impl Verdict {
+    fn reached(&mut self, limit: Limit) {
+        if !self.limits.contains(&limit) {
+            self.limits.push(limit);
+        }
+    }
 }
 
 impl Verdict {
@@ -148,28 +184,43 @@ impl Engine {
 
     /// Evaluates one admission request with the facts an adapter gathered for it.
     pub fn evaluate_with(&self, req: &AdmissionRequest<DynamicObject>, facts: &Facts) -> Verdict {
+        // A flag that never fires cannot stop the evaluation: the default is never used.
+        self.evaluate_within(req, facts, &Cancel::never())
+            .unwrap_or_default()
+    }
+
+    /// [`Self::evaluate_with`] that stops with [`Exhausted`] once `cancel` fires (the adapter
+    /// fires it when the request deadline passes). The flag is looked at between sites and
+    /// between policies; a partial verdict is never returned.
+    pub fn evaluate_within(
+        &self,
+        req: &AdmissionRequest<DynamicObject>,
+        facts: &Facts,
+        cancel: &Cancel,
+    ) -> Result<Verdict, Exhausted> {
         let mut verdict = Verdict::default();
         if matches!(req.operation, Operation::Delete) {
             if let Some(lb) = &facts.lb_guard {
                 self.evaluate_lb_guard(req, lb, &mut verdict);
             }
-            return verdict;
+            return Ok(verdict);
         }
         // DELETE and CONNECT are admitted; subresource writes (status, scale) cannot change
         // what the rules read.
         if !matches!(req.operation, Operation::Create | Operation::Update)
             || req.sub_resource.is_some()
         {
-            return verdict;
+            return Ok(verdict);
         }
         let Some(object) = req.object.as_ref() else {
-            return verdict;
+            return Ok(verdict);
         };
         let namespace = req
             .namespace
             .as_deref()
             .or(object.metadata.namespace.as_deref());
         for site in sites::find(&req.kind, object, &self.policies.sites) {
+            cancel.check()?;
             self.evaluate_site(&site, object, namespace, &mut verdict);
         }
         for policy in self.policies.policies.iter() {
@@ -179,10 +230,13 @@ impl Engine {
             {
                 continue;
             }
+            cancel.check()?;
             let output = run_object_rule(&self.policies, &self.releases, policy, req, object);
             self.record_object(policy, object, output, &mut verdict);
         }
-        verdict
+        cancel.check()?;
+        limit_findings(&mut verdict);
+        Ok(verdict)
     }
 
     /// control-plane-lb-guard on a DELETE: the Machine is the request's `oldObject`.
@@ -265,6 +319,31 @@ impl Engine {
         namespace: Option<&str>,
         verdict: &mut Verdict,
     ) {
+        match &site.text {
+            Ok(text) if text.len() > MAX_CLOUD_CONFIG_BYTES => {
+                verdict.reached(Limit::CloudConfigBytes);
+            }
+            Err(SiteError::TooLarge { .. }) => verdict.reached(Limit::ValuesTextBytes),
+            Err(SiteError::Yaml { error, .. }) => {
+                if let Some(limit) = error.limit {
+                    verdict.reached(Limit::Yaml(limit));
+                }
+            }
+            _ => {}
+        }
+        let oversized = match &site.text {
+            Ok(text) if text.len() > MAX_CLOUD_CONFIG_BYTES => Some(format!(
+                "the cloud config is {} bytes, over stackgate's limit of {MAX_CLOUD_CONFIG_BYTES} \
+                 bytes for one cloud config",
+                text.len()
+            )),
+            Err(e @ SiteError::TooLarge { .. }) => Some(e.to_string()),
+            _ => None,
+        };
+        if let Some(what) = oversized {
+            self.evaluate_oversized_site(site, &what, object, namespace, verdict);
+            return;
+        }
         let parsed = site.text.as_ref().map(|text| Document::parse(text));
         let doc_view: Result<&Document, Unreadable<'_>> = match &parsed {
             Err(e) => Err(Unreadable::Site(e)),
@@ -349,6 +428,126 @@ impl Engine {
         if let Some((doc, applied)) = edited {
             verdict.patch.extend(site.patch(&doc, &applied));
         }
+    }
+}
+
+/// Largest cloud config stackgate parses, in bytes. The CCM's cloud configs are a few KiB
+/// (the largest real one in `tests/fixtures` is under 4 KiB); a parsed config costs tens of
+/// times its size in memory, so a multi-megabyte one from a hostile tenant would cost
+/// hundreds of MiB. A larger one is reported, once, as a config stackgate cannot check.
+pub const MAX_CLOUD_CONFIG_BYTES: usize = 256 * 1024;
+
+/// Most findings of one kind (denials, warnings, audits, mutations) a verdict lists for one
+/// object; past it, one finding per policy says how many more there are. Rules aggregate
+/// repeated findings themselves; this is the second line of defence that keeps a response
+/// small whatever a rule emits.
+pub const MAX_FINDINGS_PER_LIST: usize = 20;
+
+/// Longest message a finding carries, in bytes (cut at a character boundary, marked `…`).
+/// Messages name keys and sections from the input, which can be arbitrarily long.
+pub const MAX_MESSAGE_BYTES: usize = 4096;
+
+/// Applies [`MAX_FINDINGS_PER_LIST`] and [`MAX_MESSAGE_BYTES`] to a verdict.
+fn limit_findings(verdict: &mut Verdict) {
+    let mut capped = false;
+    for list in [
+        &mut verdict.denials,
+        &mut verdict.warnings,
+        &mut verdict.audits,
+        &mut verdict.mutations,
+    ] {
+        for f in list.iter_mut() {
+            cut_message(&mut f.message);
+        }
+        if list.len() <= MAX_FINDINGS_PER_LIST {
+            continue;
+        }
+        capped = true;
+        let dropped = list.split_off(MAX_FINDINGS_PER_LIST);
+        // One summary per policy whose findings were dropped, in order of first appearance.
+        let mut summaries: Vec<(Finding, usize)> = Vec::new();
+        for f in dropped {
+            match summaries.iter_mut().find(|(s, _)| s.policy == f.policy) {
+                Some((_, n)) => *n += 1,
+                None => summaries.push((f, 1)),
+            }
+        }
+        for (first, n) in summaries {
+            list.push(Finding {
+                line: None,
+                message: format!(
+                    "… and {n} more finding{} of policy {} (rule {}) on this object; run \
+                     `stackgate check` on it to see them all",
+                    if n == 1 { "" } else { "s" },
+                    first.policy,
+                    first.rule.as_str()
+                ),
+                ..first
+            });
+        }
+    }
+    for v in verdict.audit_annotations.values_mut() {
+        cut_message(v);
+    }
+    if capped {
+        verdict.reached(Limit::Findings);
+    }
+}
+
+fn cut_message(message: &mut String) {
+    if message.len() <= MAX_MESSAGE_BYTES {
+        return;
+    }
+    let mut end = MAX_MESSAGE_BYTES - '…'.len_utf8();
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    message.truncate(end);
+    message.push('…');
+}
+
+impl Engine {
+    /// A cloud config over [`MAX_CLOUD_CONFIG_BYTES`], or Helm values over
+    /// [`crate::sites::helm::MAX_VALUES_TEXT_BYTES`]: not parsed; the first cloud-config
+    /// policy that covers the namespace reports it (deny in enforce mode, like an unreadable
+    /// config), and no edit is made.
+    fn evaluate_oversized_site(
+        &self,
+        site: &FoundConfig,
+        what: &str,
+        object: &DynamicObject,
+        namespace: Option<&str>,
+        verdict: &mut Verdict,
+    ) {
+        let Some(policy) = CLOUD_CONFIG_RULES
+            .iter()
+            .flat_map(|&rule| self.policies.for_rule(rule))
+            .find(|p| p.scope.covers(namespace))
+        else {
+            return;
+        };
+        if exempted(policy, object, verdict) {
+            return;
+        }
+        let message = compose(
+            policy,
+            &format!(
+                "{}: {what}, so stackgate cannot check it. A CCM cloud config and the CCM \
+                 chart's values are a few KiB: remove what does not belong there",
+                site.describe(None)
+            ),
+        );
+        record(
+            policy,
+            Raw {
+                severity: Severity::Deny,
+                line: None,
+                pointer: Some(site.pointer()),
+                message: &message,
+                fixed_by_patch: false,
+            },
+            verdict,
+        );
     }
 }
 

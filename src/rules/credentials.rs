@@ -6,8 +6,8 @@
 //! cluster-cloud-controller-manager-operator enforces (domain-facts §3). Values are never
 //! echoed.
 
-use super::{ConfigView, RuleOutput, Severity, Violation};
-use crate::cloudconf::eq_fold;
+use super::{ConfigView, KindCollector, RuleOutput, Severity, Violation};
+use crate::cloudconf::{eq_fold, schema};
 
 /// `[Global]` keys that carry a credential.
 pub const CREDENTIAL_KEYS: &[&str] = &[
@@ -18,6 +18,9 @@ pub const CREDENTIAL_KEYS: &[&str] = &[
 ];
 
 /// Runs the rule on one cloud config.
+///
+/// Linear in the number of entries; at most [`super::MAX_FINDINGS_PER_KIND`] findings per
+/// kind are listed one by one.
 pub fn check(view: &ConfigView<'_>) -> RuleOutput {
     let mut out = RuleOutput::default();
     if !view.configmap {
@@ -29,35 +32,89 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
     // Every occurrence counts, not only the one the CCM uses: a later `password =` changes
     // what the CCM reads but not what the ConfigMap holds. A `[Global "x"]` header is ignored
     // by the CCM, and its values are still in the ConfigMap.
-    let credentials: Vec<(&str, _)> = doc
-        .entries()
-        .filter(|e| eq_fold(e.section, "Global"))
-        .filter_map(|e| {
-            let key = CREDENTIAL_KEYS.iter().find(|k| eq_fold(e.key, k))?;
-            Some((*key, e))
-        })
-        .collect();
-    for (key, entry) in &credentials {
-        if entry.value.as_deref().is_none_or(|v| v.is_empty()) {
+    // Two streaming passes (entries are views built on the fly, never collected: a config of
+    // 200 000 lines must not cost another copy of itself).
+    let global = || doc.entries().filter(|e| eq_fold(e.section, "Global"));
+    // Occurrences per credential key, counted once up front (one pass, not one per entry).
+    let mut counts = [0usize; CREDENTIAL_KEYS.len()];
+    let credential_index = |key: &str| CREDENTIAL_KEYS.iter().position(|k| eq_fold(key, k));
+    for e in global() {
+        if let Some(c) = credential_index(e.key).and_then(|i| counts.get_mut(i)) {
+            *c += 1;
+        }
+    }
+    let mut found = KindCollector::new();
+    let mut wrapped = KindCollector::new();
+    let mut entries = global().peekable();
+    while let Some(entry) = entries.next() {
+        let Some(index) = credential_index(entry.key) else {
+            continue;
+        };
+        let key = CREDENTIAL_KEYS.get(index).copied().unwrap_or("password");
+        let value = entry.value.as_deref();
+        if value.is_some_and(|v| !v.is_empty()) {
+            if !found.wants_detail() {
+                found.fold(Severity::Deny, Some(entry.line));
+                continue;
+            }
+            let repeated = if counts.get(index).is_some_and(|&n| n > 1) {
+                " (another line setting the key does not remove this one from the ConfigMap)"
+            } else {
+                ""
+            };
+            found.push(Violation {
+                severity: Severity::Deny,
+                line: Some(entry.line),
+                message: format!(
+                    "[Global] {key} holds a credential (value not shown) in a ConfigMap{repeated}, \
+                     which anyone who can read ConfigMaps in this namespace can read. Fix: move \
+                     it to a Secret (e.g. kube-system/cloud-config, key cloud.conf) or to \
+                     clouds.yaml with `use-clouds = true`, and rotate the credential"
+                ),
+                fixed_by_edit: false,
+            });
             continue;
         }
-        let repeated = if credentials.iter().filter(|(k, _)| k == key).count() > 1 {
-            " (another line setting the key does not remove this one from the ConfigMap)"
-        } else {
-            ""
+        // `password =` with the value on the next line: gcfg does not continue a value
+        // there, it reads that line as a variable name (the CCM ignores it). The credential
+        // is still in the ConfigMap.
+        let Some(next) = entries.peek() else {
+            continue;
         };
-        out.violations.push(Violation {
-            severity: Severity::Deny,
-            line: Some(entry.line),
-            message: format!(
-                "[Global] {key} holds a credential (value not shown) in a ConfigMap{repeated}, \
-                 which anyone who can read ConfigMaps in this namespace can read. Fix: move it \
-                 to a Secret (e.g. kube-system/cloud-config, key cloud.conf) or to clouds.yaml \
-                 with `use-clouds = true`, and rotate the credential"
-            ),
-            fixed_by_edit: false,
-        });
+        if next.value.is_none()
+            && next.line == entry.last_line + 1
+            && next.section_line == entry.section_line
+        {
+            // Past the detailed ones, count without the plausibility test (an edit-distance
+            // search over every key name): a bare key right after an empty credential is
+            // suspicious enough to be counted.
+            if !wrapped.wants_detail() {
+                wrapped.fold(Severity::Deny, Some(next.line));
+                continue;
+            }
+            if schema::is_displayable_key(next.key) {
+                continue;
+            }
+            wrapped.push(Violation {
+                severity: Severity::Deny,
+                line: Some(next.line),
+                message: format!(
+                    "this line is probably the credential of `{key}` on the line before it, \
+                     written on its own line (value not shown): gcfg reads it as a key name, so \
+                     the CCM does not use it, and anyone who can read ConfigMaps in this \
+                     namespace can read it. Fix: move the credential to a Secret (e.g. \
+                     kube-system/cloud-config, key cloud.conf) or to clouds.yaml with \
+                     `use-clouds = true`, write it after `=` on the same line, and rotate it"
+                ),
+                fixed_by_edit: false,
+            });
+        }
     }
+    found.finish(&mut out.violations, "credentials in this ConfigMap");
+    wrapped.finish(
+        &mut out.violations,
+        "lines that may be credentials written below their key",
+    );
     out
 }
 

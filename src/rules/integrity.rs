@@ -6,9 +6,14 @@
 //! Unknown sections and keys are "extra data" that `FatalOnly` drops without a word.
 //! An unquoted `;` or `#` starts a comment, so the value is silently cut there (CPO PR #1960).
 
+use std::collections::HashMap;
+
 use super::credentials::CREDENTIAL_KEYS;
-use super::{ConfigView, RuleOutput, Severity, Unreadable, Violation};
+use super::{
+    ConfigView, KindCollector, MAX_FINDINGS_PER_KIND, RuleOutput, Severity, Unreadable, Violation,
+};
 use crate::cloudconf::schema::{self, IgnoredReason};
+use crate::cloudconf::{Document, Entry};
 
 /// gcfg's syntax error for a `_` in a section or variable name.
 const UNDERSCORE: &str = "illegal character U+005F";
@@ -38,8 +43,14 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
         }
     };
     let report = schema::check(doc);
+    let mut fatal = KindCollector::new();
     for p in &report.fatal {
-        out.violations.push(Violation {
+        if !fatal.wants_detail() {
+            fatal.fold(Severity::Deny, Some(p.line));
+            continue;
+        }
+        // A fatal problem is always on a known key of a known section: the names are public.
+        fatal.push(Violation {
             severity: Severity::Deny,
             line: Some(p.line),
             message: format!(
@@ -50,7 +61,25 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
             fixed_by_edit: false,
         });
     }
+    fatal.finish(
+        &mut out.violations,
+        "values that stop the CCM from starting",
+    );
+    let mut ignored_names = KindCollector::new();
+    // Only the ignored keys reported one by one get the hint: look up just those lines.
+    let detailed: Vec<usize> = report
+        .ignored
+        .iter()
+        .take(MAX_FINDINGS_PER_KIND)
+        .filter(|i| i.key.is_some())
+        .map(|i| i.line)
+        .collect();
+    let wrapped = wrapped_values(doc, &detailed);
     for ignored in &report.ignored {
+        if !ignored_names.wants_detail() {
+            ignored_names.fold(Severity::Warn, Some(ignored.line));
+            continue;
+        }
         let why = match ignored.reason {
             IgnoredReason::UnknownSection => "the CCM does not read this section",
             IgnoredReason::UnknownKey => "the CCM does not know this key",
@@ -60,7 +89,7 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
             IgnoredReason::RemovedKey => "the CCM no longer reads this key",
         };
         // The suggestion comes first: clients show warnings cut to a few hundred characters.
-        let what = name(&ignored.section, ignored.key.as_deref());
+        let what = shown_name(&ignored.section, ignored.key.as_deref());
         let mut message = match &ignored.suggestion {
             Some(s) => {
                 let unknown = if ignored.key.is_some() {
@@ -75,14 +104,36 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
         if let Some(note) = &ignored.note {
             message.push_str(&format!(" ({note})"));
         }
-        out.violations.push(Violation {
+        if ignored.key.is_some()
+            && let Some(key) = wrapped.get(&ignored.line)
+        {
+            let key = if schema::is_displayable_key(key) {
+                format!("sets `{key}` to an empty value")
+            } else {
+                "has an empty value".to_owned()
+            };
+            message.push_str(&format!(
+                " (the line before {key}: gcfg does not continue a value on the next line, so \
+                 if this line is that value, write it after `=` on that line)"
+            ));
+        }
+        ignored_names.push(Violation {
             severity: Severity::Warn,
             line: Some(ignored.line),
             message,
             fixed_by_edit: false,
         });
     }
+    ignored_names.finish(
+        &mut out.violations,
+        "sections or keys the CCM silently ignores",
+    );
+    let mut truncated = KindCollector::new();
     for entry in doc.entries().filter(|e| e.has_truncating_comment) {
+        if !truncated.wants_detail() {
+            truncated.fold(Severity::Warn, Some(entry.line));
+            continue;
+        }
         let credential = CREDENTIAL_KEYS
             .iter()
             .any(|k| k.eq_ignore_ascii_case(entry.key));
@@ -95,16 +146,17 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
              value there"
                 .to_owned()
         };
-        out.violations.push(Violation {
+        truncated.push(Violation {
             severity: Severity::Warn,
             line: Some(entry.line),
             message: format!(
                 "{}: {what}. Fix: wrap the value in double quotes",
-                name(entry.section, Some(entry.key))
+                shown_name(entry.section, Some(entry.key))
             ),
             fixed_by_edit: false,
         });
     }
+    truncated.finish(&mut out.violations, "values cut at an unquoted ';' or '#'");
     out
 }
 
@@ -113,4 +165,55 @@ fn name(section: &str, key: Option<&str>) -> String {
         Some(key) => format!("[{section}] {key}"),
         None => format!("[{section}]"),
     }
+}
+
+/// Shown in place of a section name that is neither known nor a plausible misspelling.
+pub const MASKED_SECTION: &str = "<unknown section, name not shown>";
+/// Shown in place of a key that is neither known nor a plausible misspelling.
+pub const MASKED_KEY: &str = "<unknown key, name not shown>";
+
+/// `[section] key` with every name that could be a value masked.
+///
+/// A name gcfg reads may be a value in disguise: `password =` with the password on the next
+/// line makes the password a key, and a header line can hold anything. Known names and
+/// plausible misspellings of them (see [`schema::is_displayable_key`]) are public; anything
+/// else is masked, whether the carrier is a Secret or a ConfigMap: the same wrapped-line
+/// mistake puts a credential into either, warnings travel to terminals, CI logs and audit
+/// logs, and the message names the line, which is all a user needs to find it.
+fn shown_name(section: &str, key: Option<&str>) -> String {
+    let section = if schema::is_displayable_section(section) {
+        section
+    } else {
+        MASKED_SECTION
+    };
+    let key = key.map(|k| {
+        if schema::is_displayable_key(k) {
+            k
+        } else {
+            MASKED_KEY
+        }
+    });
+    name(section, key)
+}
+
+/// Among the blank variables (a name without `=`) on `lines`, those that directly follow a
+/// variable with an empty value in the same section: line of the blank one → key of the
+/// empty one. Such a "name" is probably the value, written on its own line. One pass over
+/// the entries; `lines` is short (at most [`MAX_FINDINGS_PER_KIND`]).
+fn wrapped_values<'d>(doc: &'d Document, lines: &[usize]) -> HashMap<usize, &'d str> {
+    let mut out = HashMap::new();
+    let mut previous: Option<Entry<'_>> = None;
+    for e in doc.entries() {
+        if let Some(p) = &previous
+            && lines.contains(&e.line)
+            && e.value.is_none()
+            && p.value.as_deref() == Some("")
+            && e.line == p.last_line + 1
+            && e.section_line == p.section_line
+        {
+            out.insert(e.line, p.key);
+        }
+        previous = Some(e);
+    }
+    out
 }

@@ -76,6 +76,98 @@ pub struct Violation {
     pub fixed_by_edit: bool,
 }
 
+/// At most this many findings of one kind (one rule, one cloud config) are reported one by
+/// one; the rest are folded into a single "and N more" finding that lists their first lines.
+///
+/// So a config family reports a bounded number of findings however many lines are bad (a
+/// 200 000-line config of unknown keys gives 11 warnings, not 200 000): each family has at most
+/// a handful of kinds, e.g. `cloud-config-integrity` has four (unreadable, fatal values,
+/// ignored names, values cut at a comment), so at most `4 * (MAX_FINDINGS_PER_KIND + 1)`.
+pub const MAX_FINDINGS_PER_KIND: usize = 10;
+
+/// How many line numbers the "and N more" finding lists.
+const FOLDED_LINES_LISTED: usize = 10;
+
+/// Collects the findings of one kind and folds those past [`MAX_FINDINGS_PER_KIND`].
+///
+/// Callers ask [`KindCollector::wants_detail`] before building a message, so the work per
+/// folded finding is a counter and at most one line number.
+#[derive(Debug)]
+pub(crate) struct KindCollector {
+    kept: Vec<Violation>,
+    folded: usize,
+    folded_lines: Vec<usize>,
+    folded_severity: Option<Severity>,
+}
+
+impl KindCollector {
+    pub(crate) fn new() -> Self {
+        KindCollector {
+            kept: Vec::new(),
+            folded: 0,
+            folded_lines: Vec::new(),
+            folded_severity: None,
+        }
+    }
+
+    /// True while findings are still reported one by one (build the message then).
+    pub(crate) fn wants_detail(&self) -> bool {
+        self.kept.len() < MAX_FINDINGS_PER_KIND
+    }
+
+    /// Records one finding: kept while [`Self::wants_detail`], else counted.
+    pub(crate) fn push(&mut self, v: Violation) {
+        if self.wants_detail() {
+            self.kept.push(v);
+        } else {
+            self.fold(v.severity, v.line);
+        }
+    }
+
+    /// Counts a finding that is not reported one by one.
+    pub(crate) fn fold(&mut self, severity: Severity, line: Option<usize>) {
+        self.folded += 1;
+        if let Some(line) = line
+            && self.folded_lines.len() < FOLDED_LINES_LISTED
+        {
+            self.folded_lines.push(line);
+        }
+        self.folded_severity = match (self.folded_severity, severity) {
+            (Some(Severity::Deny), _) | (_, Severity::Deny) => Some(Severity::Deny),
+            _ => Some(Severity::Warn),
+        };
+    }
+
+    /// Appends the kept findings, then one finding for the folded ones, if any. `what` names
+    /// the kind in the plural ("unknown keys or sections").
+    pub(crate) fn finish(self, out: &mut Vec<Violation>, what: &str) {
+        out.extend(self.kept);
+        let Some(severity) = self.folded_severity else {
+            return;
+        };
+        let listed: Vec<String> = self.folded_lines.iter().map(|l| l.to_string()).collect();
+        let more = if self.folded > listed.len() {
+            ", …"
+        } else {
+            ""
+        };
+        let lines = if listed.is_empty() {
+            String::new()
+        } else {
+            format!(" (lines {}{more})", listed.join(", "))
+        };
+        out.push(Violation {
+            severity,
+            line: self.folded_lines.first().copied(),
+            message: format!(
+                "and {} more {what}{lines}: the same finding as above, not listed one by one                  (at most {MAX_FINDINGS_PER_KIND} are). Fix them the same way",
+                self.folded
+            ),
+            fixed_by_edit: false,
+        });
+    }
+}
+
 /// An edit a rule wants: set `key = value` in the plain section `section`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IniEdit {

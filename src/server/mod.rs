@@ -1,26 +1,35 @@
 //! The transport: the HTTPS webhook listener and the plain-HTTP admin listener.
 //!
 //! ```text
-//! TCP ─► TLS handshake (≤ tls_handshake_timeout; TLS 1.3/1.2, ALPN h2 + http/1.1,
-//!        optional client-certificate check) ─► HTTP/1.1 (header_read_timeout) or HTTP/2
+//! TCP (≤ max_connections open) ─► TLS handshake (≤ tls_handshake_timeout; TLS 1.3/1.2,
+//!        ALPN h2 + http/1.1, optional client-certificate check)
+//!     ─► HTTP/1.1 or HTTP/2 (first request ≤ header_read_timeout, idle ≤ idle_timeout,
+//!        writes progress within write_timeout)
 //!     ─► axum router: POST /mutate | POST /validate  (path only; ?timeout= sets the deadline)
+//!     ─► body budget (≤ max_inflight_body_bytes read or evaluated at once, by the deadline)
 //!     ─► body (≤ max_body_bytes, by the deadline) ─► permit (≤ max_concurrency, by the deadline)
-//!     ─► AppState::review ─► admission::handle(engine snapshot)
+//!     ─► AppState::answer (cancelled at the deadline) ─► admission::handle(engine snapshot)
 //! admin (plain HTTP): GET /healthz, /readyz, /metrics
 //! ```
 //!
 //! Behaviour worth knowing (details in the submodules):
 //! - **Overload** (no evaluation slot before the deadline): a review with a readable uid
 //!   gets HTTP 200; mutate admits unchanged with a warning (fails open), validate denies
-//!   with code 429 (fails closed). See [`overload_reply`].
+//!   with code 429 (fails closed). See [`overload_reply`]. No body budget before the
+//!   deadline: 503 without reading the body (the apiserver applies the failure policy).
+//! - **Deadline** (evaluation not done by the deadline): answered at the deadline, mutate
+//!   admits unchanged with a warning, validate denies with code 504; the evaluation is
+//!   cancelled and keeps its slot until it returns. See [`deadline_reply`].
 //! - **Where evaluation runs**: inline on the async worker for bodies up to
 //!   [`INLINE_MAX_BYTES`], on the blocking pool above that.
 //! - **Certificates** are polled every `tls_reload_interval` through symlinks (kubelet
 //!   `..data` swaps work), validated before use, and a broken update keeps the old
 //!   certificate in service.
-//! - **Shutdown**: readiness turns false, the webhook listener signals every connection
-//!   to finish gracefully and stops accepting, in-flight requests get `shutdown_grace`,
-//!   then the admin listener stops.
+//! - **Shutdown**: readiness turns false at once; for `shutdown_delay` the webhook keeps
+//!   accepting and answering (HTTP/1.1 answers carry `Connection: close`) while endpoints
+//!   stop routing to this pod; then every connection is told to finish gracefully and the
+//!   listener closes, in-flight requests get `shutdown_grace`, what is left is dropped
+//!   (cancelling its evaluation), then the admin listener stops.
 
 mod admin;
 mod error;
@@ -40,7 +49,8 @@ use tokio::sync::{Semaphore, watch};
 pub use error::ServerError;
 pub use state::{AppState, Readiness, ReadinessGate, ReviewFn};
 pub use webhook::{
-    APISERVER_TIMEOUT_MARGIN, INLINE_MAX_BYTES, OVERLOAD_DENIAL, OVERLOAD_WARNING, overload_reply,
+    APISERVER_TIMEOUT_MARGIN, BODY_BUDGET_UNAVAILABLE, DEADLINE_DENIAL, DEADLINE_WARNING,
+    INLINE_MAX_BYTES, OVERLOAD_DENIAL, OVERLOAD_WARNING, deadline_reply, overload_reply,
 };
 
 /// Default `--tls-reload-interval`.
@@ -58,6 +68,35 @@ pub const DEFAULT_TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 /// Default `--shutdown-grace`.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+/// Default `--shutdown-delay`: after SIGTERM, keep serving (readiness already failing) for
+/// this long before closing connections, so that endpoints and the apiserver stop routing
+/// to this pod first. The image is distroless (no `sleep` for a `preStop` hook), so the
+/// delay lives in the process.
+pub const DEFAULT_SHUTDOWN_DELAY: Duration = Duration::from_secs(5);
+/// Default `--max-connections` of the webhook listener: open connections beyond it are
+/// closed at once. The apiserver needs one per review in flight over HTTP/1.1, far fewer
+/// over HTTP/2.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// Default `--admin-max-connections`: probes and scrapes need a handful.
+pub const DEFAULT_ADMIN_MAX_CONNECTIONS: usize = 64;
+/// Default `--idle-timeout`: a connection with no request in flight for this long is
+/// closed gracefully (HTTP/2 GOAWAY; HTTP/1.1 keep-alive connections already close after
+/// `--header-read-timeout`).
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default `--write-timeout`: a socket write that makes no progress for this long (the
+/// client stopped reading) fails the connection.
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default `--max-inflight-body-bytes`: request bodies being read or evaluated at once, in
+/// bytes. Decoding costs a multiple of the body size, so this, not `--max-concurrency`,
+/// bounds the memory of concurrent large reviews: 16 MiB admits two 6 MiB bodies, five
+/// 3 MiB bodies or hundreds of ordinary 5–20 KiB reviews at once; the rest wait (until
+/// their deadline, then the overload answer).
+pub const DEFAULT_MAX_INFLIGHT_BODY_BYTES: usize = 16 * 1024 * 1024;
+
+/// How long the admin listener's connections (a scrape, a probe) may take to finish once the
+/// webhook listener has drained; short, so that the process is gone within
+/// `shutdown_grace` plus about a second.
+const ADMIN_GRACE: Duration = Duration::from_millis(500);
 
 /// Where the serving certificate comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,8 +141,27 @@ pub struct ServerConfig {
     /// Per-request deadline, further capped by the apiserver's `?timeout=` minus
     /// [`APISERVER_TIMEOUT_MARGIN`].
     pub request_timeout: Duration,
-    /// How long in-flight requests may take to finish after shutdown begins.
+    /// How long in-flight requests may take to finish after the listener closes.
     pub shutdown_grace: Duration,
+    /// How long to keep serving after shutdown is requested (readiness already off) before
+    /// the listener closes.
+    pub shutdown_delay: Duration,
+    /// Open connections on the webhook listener; more are closed at once.
+    pub max_connections: usize,
+    /// Open connections on the admin listener; more are closed at once.
+    pub admin_max_connections: usize,
+    /// A connection with no request in flight for this long is closed gracefully.
+    pub idle_timeout: Duration,
+    /// A socket write that makes no progress for this long fails its connection; a request
+    /// whose response is not written `request_timeout + write_timeout` after it started
+    /// closes its connection.
+    pub write_timeout: Duration,
+    /// Request body bytes read or evaluated at once (reserved before reading, by
+    /// `Content-Length` or as chunks arrive; released when the evaluation returns).
+    pub max_inflight_body_bytes: usize,
+    /// Evaluations of bodies over [`INLINE_MAX_BYTES`] running at once; 0 = one per core the
+    /// process may use. They are CPU-bound: more would only hold more decoded objects.
+    pub max_large_evaluations: usize,
 }
 
 impl Default for ServerConfig {
@@ -124,6 +182,13 @@ impl Default for ServerConfig {
             tls_handshake_timeout: DEFAULT_TLS_HANDSHAKE_TIMEOUT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            shutdown_delay: DEFAULT_SHUTDOWN_DELAY,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            admin_max_connections: DEFAULT_ADMIN_MAX_CONNECTIONS,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            write_timeout: DEFAULT_WRITE_TIMEOUT,
+            max_inflight_body_bytes: DEFAULT_MAX_INFLIGHT_BODY_BYTES,
+            max_large_evaluations: 0,
         }
     }
 }
@@ -195,9 +260,20 @@ pub async fn run_with_listeners(
         permits: Arc::new(Semaphore::new(
             config.max_concurrency.min(Semaphore::MAX_PERMITS),
         )),
+        body_budget: webhook::BodyBudget::new(config.max_inflight_body_bytes),
+        large_evaluations: Arc::new(Semaphore::new(webhook::large_evaluation_slots(
+            config.max_large_evaluations,
+        ))),
         max_body_bytes: config.max_body_bytes,
         request_timeout: config.request_timeout,
     });
+    let limits = |max_connections| serve::ConnectionLimits {
+        max_connections,
+        first_request: config.header_read_timeout,
+        idle: config.idle_timeout,
+        write: config.write_timeout,
+        stall: config.request_timeout + config.write_timeout,
+    };
     let (stop_webhook, webhook_stopped) = watch::channel(false);
     let (stop_admin, admin_stopped) = watch::channel(false);
     let webhook_task = tokio::spawn(serve::serve(
@@ -209,6 +285,7 @@ pub async fn run_with_listeners(
                 handshake_timeout: config.tls_handshake_timeout,
             },
             router: webhook_router,
+            limits: limits(config.max_connections),
         },
         Arc::clone(&http),
         Arc::clone(&state),
@@ -221,11 +298,12 @@ pub async fn run_with_listeners(
             listener: listeners.admin,
             transport: serve::Transport::Plain,
             router: admin::router(Arc::clone(&state)),
+            limits: limits(config.admin_max_connections),
         },
         http,
         Arc::clone(&state),
         admin_stopped,
-        config.shutdown_grace,
+        ADMIN_GRACE.min(config.shutdown_grace),
     ));
     state.metrics.set_ready(state.readiness().is_ready());
     tracing::info!(
@@ -236,8 +314,15 @@ pub async fn run_with_listeners(
     );
 
     shutdown.await;
-    tracing::info!("shutdown requested: readiness off, draining the webhook listener");
     state.begin_drain();
+    tracing::info!(
+        delay_seconds = config.shutdown_delay.as_secs_f64(),
+        "shutdown requested: readiness off; still serving until the delay has passed"
+    );
+    // Endpoints and the apiserver need a moment to stop routing here; requests that arrive
+    // meanwhile (also on keep-alive connections) are answered, not cut.
+    tokio::time::sleep(config.shutdown_delay).await;
+    tracing::info!("draining the webhook listener");
     // The admin listener keeps answering (/readyz 503, /metrics) while the webhook drains.
     let _ = stop_webhook.send(true);
     if let Err(error) = webhook_task.await {

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use arc_swap::ArcSwap;
 
 use crate::admission::{self, Reply, Webhook};
+use crate::budget::Cancel;
 use crate::engine::{Engine, Facts};
 use crate::guard::{Guard, MachineDelete};
 use crate::metrics::Metrics;
@@ -132,9 +133,10 @@ impl AppState {
         webhook: Webhook,
         body: &[u8],
         gathered: Option<Gathered>,
+        cancel: &Cancel,
     ) -> Reply {
         match gathered {
-            None => self.review(webhook, body),
+            None => self.review_within(webhook, body, cancel),
             Some(Gathered { guard, facts }) => {
                 let facts = Facts {
                     lb_guard: Some(facts),
@@ -145,6 +147,7 @@ impl AppState {
                     body,
                     &self.metrics,
                     &facts,
+                    cancel,
                 );
                 if let (Some(verdict), Some(lb)) = (verdict, &facts.lb_guard) {
                     guard.metrics().observe(lb, &verdict);
@@ -157,9 +160,24 @@ impl AppState {
     /// Answers one review body: the custom handler if one is set, otherwise
     /// [`admission::handle`] on the current engine snapshot. Synchronous and fast.
     pub fn review(&self, webhook: Webhook, body: &[u8]) -> Reply {
+        self.review_within(webhook, body, &Cancel::never())
+    }
+
+    /// [`Self::review`] that gives up when `cancel` fires (the request deadline passed).
+    pub fn review_within(&self, webhook: Webhook, body: &[u8], cancel: &Cancel) -> Reply {
         match &self.handler {
             Some(handler) => handler(webhook, body),
-            None => admission::handle(&self.engine.load(), webhook, body, &self.metrics),
+            None => {
+                admission::handle_with(
+                    &self.engine.load(),
+                    webhook,
+                    body,
+                    &self.metrics,
+                    &Facts::default(),
+                    cancel,
+                )
+                .0
+            }
         }
     }
 

@@ -26,6 +26,11 @@ use super::{Anchor, SiteError};
 use crate::cloudconf::Document;
 use crate::rules::IniEdit;
 
+/// Largest Helm values string (`valuesContent`, Argo `helm.values`) stackgate parses for the
+/// CCM chart, in bytes. The chart's values are a few KiB; parsed YAML costs hundreds of bytes
+/// per node, so a larger string is reported as one stackgate cannot check instead.
+pub const MAX_VALUES_TEXT_BYTES: usize = 64 * 1024;
+
 /// Charts whose values hold an OpenStack CCM cloud config, when the policy set names none.
 pub const DEFAULT_CHARTS: &[&str] = &["openstack-cloud-controller-manager"];
 
@@ -75,6 +80,9 @@ pub(super) struct HelmSite {
     field: String,
     /// The values text, when the values are a YAML string.
     yaml: Option<String>,
+    /// The values text parsed with positions, read once on first use: every finding's
+    /// message and location asks for it, and parsing per finding was quadratic.
+    tree: std::sync::OnceLock<Option<Node>>,
     /// The parsed values (null when absent or unreadable).
     values: Value,
     /// Where the cloud config comes from.
@@ -305,6 +313,7 @@ pub(super) fn find(
                 display(&c.path)
             },
             yaml: None,
+            tree: std::sync::OnceLock::new(),
             values: Value::Null,
             form: Form::Contents,
         };
@@ -324,6 +333,18 @@ pub(super) fn find(
                         continue;
                     }
                 };
+                if text.len() > MAX_VALUES_TEXT_BYTES {
+                    out.push(Found {
+                        location: field.clone(),
+                        text: Err(SiteError::TooLarge {
+                            location: field,
+                            size: text.len(),
+                            limit: MAX_VALUES_TEXT_BYTES,
+                        }),
+                        site,
+                    });
+                    continue;
+                }
                 site.yaml = Some(text.clone());
                 match yaml::parse_one(&text).and_then(|n| n.to_json()) {
                     Ok(v) => v,
@@ -433,9 +454,10 @@ impl HelmSite {
     }
 
     /// The parsed values text (YAML-string carriers).
-    fn tree(&self) -> Option<(&str, Node)> {
+    fn tree(&self) -> Option<(&str, &Node)> {
         let text = self.yaml.as_deref()?;
-        yaml::parse_one(text).ok().map(|n| (text, n))
+        let root = self.tree.get_or_init(|| yaml::parse_one(text).ok());
+        root.as_ref().map(|n| (text, n))
     }
 
     /// The line of the values text that `line` of the cloud config comes from.
@@ -751,7 +773,9 @@ pub fn helm_controller_extra_args_all(
                 (raw.clone(), shown(&p), pointer(&p).to_string())
             }
             Encoding::YamlString => {
-                let Some(text) = raw.as_str() else { continue };
+                let Some(text) = raw.as_str().filter(|t| t.len() <= MAX_VALUES_TEXT_BYTES) else {
+                    continue;
+                };
                 let Ok(values) = yaml::parse_one(text).and_then(|n| n.to_json()) else {
                     continue;
                 };
@@ -800,6 +824,18 @@ fn extra_args(value: &Value) -> Option<Vec<String>> {
             })
             .collect(),
     )
+}
+
+/// Whether `object` carries Helm values for one of the charts the sites document asks for
+/// (a GitOps object or values file whose chart reference matches). The admission decoder
+/// reads `spec.values`-like subtrees only for these: every other chart's values are skipped
+/// unread, which keeps the memory a review costs independent of foreign charts' values.
+pub fn holds_chart_values(
+    gvk: &GroupVersionKind,
+    object: &DynamicObject,
+    sites: &crate::policy::SitesDocument,
+) -> bool {
+    !carriers(gvk, object, &chart_names(sites)).is_empty()
 }
 
 #[cfg(test)]

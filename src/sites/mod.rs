@@ -98,6 +98,17 @@ pub enum SiteError {
         /// Position and kind of the problem.
         error: yaml::YamlError,
     },
+    /// The text is larger than stackgate reads (see
+    /// [`helm::MAX_VALUES_TEXT_BYTES`]); nothing in it was parsed.
+    #[error("{location} is {size} bytes, over stackgate's limit of {limit} bytes for it")]
+    TooLarge {
+        /// Where.
+        location: String,
+        /// Its size in bytes.
+        size: usize,
+        /// The limit in bytes.
+        limit: usize,
+    },
     /// The chart cannot render the structured cloud config.
     #[error("{location}: {error}")]
     Render {
@@ -287,6 +298,31 @@ fn find_helm(
         .collect()
 }
 
+/// Go's `base64.StdEncoding`: the standard alphabet, `=` padding required, and (not being
+/// `.Strict()`) non-zero bits after the last full byte ignored.
+const GO_STD_ENCODING: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new()
+        .with_decode_allow_trailing_bits(true)
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::RequireCanonical),
+);
+
+/// Decodes a Secret's `data` value exactly as the apiserver does. Kubernetes decodes JSON
+/// `[]byte` fields with Go's `encoding/json`, which calls `base64.StdEncoding.Decode`
+/// (encoding/json/decode.go, `literalStore`); its doc says "New line characters (\r and \n)
+/// are ignored" and `decodeQuantum` in encoding/base64/base64.go skips them anywhere, even
+/// between the padding characters. So data wrapped at 76 columns (the `base64` tool's
+/// default) is accepted by kubectl and the apiserver, and must be here. Any other whitespace
+/// is invalid in Go too.
+fn decode_base64_like_go(s: &str) -> Result<Vec<u8>, base64::DecodeError> {
+    if s.contains(['\r', '\n']) {
+        let compact: Vec<u8> = s.bytes().filter(|b| !matches!(b, b'\r' | b'\n')).collect();
+        GO_STD_ENCODING.decode(compact)
+    } else {
+        GO_STD_ENCODING.decode(s)
+    }
+}
+
 fn decode(carrier: &Carrier, raw: &Value, location: &str) -> Result<String, SiteError> {
     let Some(s) = raw.as_str() else {
         return Err(SiteError::NotAString {
@@ -295,11 +331,9 @@ fn decode(carrier: &Carrier, raw: &Value, location: &str) -> Result<String, Site
     };
     match carrier {
         Carrier::SecretData => {
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(s)
-                .map_err(|_| SiteError::Base64 {
-                    location: location.to_owned(),
-                })?;
+            let bytes = decode_base64_like_go(s).map_err(|_| SiteError::Base64 {
+                location: location.to_owned(),
+            })?;
             String::from_utf8(bytes).map_err(|_| SiteError::Utf8 {
                 location: location.to_owned(),
             })
@@ -320,6 +354,63 @@ mod tests {
 
     fn obj(v: Value) -> DynamicObject {
         serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn base64_is_decoded_as_go_std_encoding_does() {
+        let text = "[Global]\nauth-url = https://keystone.example.test:5000/v3\nregion = RegionOne\n[LoadBalancer]\nprovider-requires-serial-api-calls = true\n";
+        let one_line = base64::engine::general_purpose::STANDARD.encode(text);
+        // `base64` wraps at 76 columns with \n; Windows tools write \r\n.
+        let wrapped: String = one_line
+            .as_bytes()
+            .chunks(76)
+            .map(|c| String::from_utf8_lossy(c).into_owned() + "\n")
+            .collect();
+        assert!(wrapped.lines().count() > 1);
+        let crlf = wrapped.replace('\n', "\r\n");
+        for input in [&one_line, &wrapped, &crlf] {
+            assert_eq!(
+                decode_base64_like_go(input).as_deref(),
+                Ok(text.as_bytes()),
+                "{input:?}"
+            );
+        }
+        // Newlines anywhere, even inside the padding, as Go's decodeQuantum skips them.
+        assert_eq!(
+            decode_base64_like_go("Y\nQ=\r\n=\n").as_deref(),
+            Ok(&b"a"[..])
+        );
+        assert_eq!(decode_base64_like_go("\n").as_deref(), Ok(&b""[..]));
+        // Not strict: bits after the last byte are ignored, as StdEncoding (not .Strict()) does.
+        assert_eq!(decode_base64_like_go("YR==").as_deref(), Ok(&b"a"[..]));
+        // Padding is required and other whitespace is not ignored, as in Go.
+        for bad in [
+            "YQ", "YQ=", "YQ== ", " YQ==", "Y Q==", "YQ\t==", "YQ==YQ==", "====", "YQ==\x0b",
+        ] {
+            assert!(decode_base64_like_go(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn wrapped_secret_data_is_found() {
+        let sites = PolicySet::embedded().unwrap().sites;
+        let encoded = base64::engine::general_purpose::STANDARD
+            .encode("[Global]\nregion = RegionOne\n".repeat(4));
+        let wrapped: String = encoded
+            .as_bytes()
+            .chunks(76)
+            .map(|c| String::from_utf8_lossy(c).into_owned() + "\n")
+            .collect();
+        let o = obj(
+            json!({"apiVersion":"v1","kind":"Secret","metadata":{"name":"cloud-config","namespace":"kube-system"},
+            "data":{"cloud.conf": wrapped}}),
+        );
+        let found = find(&gvk("Secret"), &o, &sites);
+        assert_eq!(found.len(), 1);
+        assert_eq!(
+            found[0].text.as_deref().ok(),
+            Some("[Global]\nregion = RegionOne\n".repeat(4).as_str())
+        );
     }
 
     #[test]

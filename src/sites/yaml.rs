@@ -14,17 +14,66 @@
 //!
 //! Error messages carry a position and a description of the problem, never document content.
 
-use std::collections::HashMap;
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use serde_json::{Map, Number, Value};
 use serde_saphyr::granit_parser::{Event, Parser, ScalarStyle, Span};
 
-/// Upper bound on nodes materialised while expanding aliases (a "billion laughs" guard).
-const MAX_NODES: usize = 1_000_000;
+/// Nodes a YAML stream (a file `stackgate check` reads) may contain as written: scalars,
+/// collections and alias references; the nodes an alias stands for are counted by
+/// [`MAX_ALIAS_NODES`]. A node costs about 120 bytes in the tree, so this bounds the tree
+/// near 120 MB; a 3 MB text cannot hold more than 1.5 million nodes anyway.
+pub const MAX_NODES: usize = 1_000_000;
 
-/// Upper bound on nesting after expanding aliases (the parser itself stops at a few hundred
-/// levels; chained aliases could nest deeper and exhaust the stack of recursive walks).
-const MAX_HEIGHT: usize = 512;
+/// Nodes one Helm values string (`valuesContent`, `helm.values`) may contain as written:
+/// [`parse_one`]'s cap. A values string lives inside one Kubernetes object that reaches the
+/// webhook in a request of at most 3 MiB, and the whole evaluation of a values string costs
+/// several hundred bytes per node (tree, JSON, copies in the engine: measured ~190 MB peak
+/// at 225 000 nodes in `stackgate check`), so this keeps a hostile values string to a few
+/// tens of MB while leaving thirty times the largest real values files (a few thousand
+/// nodes).
+pub const MAX_VALUES_NODES: usize = 100_000;
+
+/// Nodes that aliases (`*name`) may stand for in one stream, counted recursively (an alias
+/// of a mapping that itself holds aliases counts everything it would expand to) when the
+/// alias is read and before anything is expanded: the "billion laughs" guard. Aliased
+/// collections are shared, not copied, so the cap bounds the work of everything that walks
+/// the tree (the conversion to JSON above all), not the parser's memory. go-yaml refuses
+/// "excessive aliasing" by a ratio; a fixed cap is simpler to document, and 100 000 nodes is
+/// far more than the anchors of a real values file expand to.
+pub const MAX_ALIAS_NODES: usize = 100_000;
+
+/// Bytes of scalar text that aliases may stand for in one stream, counted like
+/// [`MAX_ALIAS_NODES`]: a 1 MB anchored string aliased a thousand times is 1 GB of JSON.
+pub const MAX_ALIAS_BYTES: usize = 4 << 20;
+
+/// Levels of nesting, aliases expanded (the parser itself stops at a few hundred levels;
+/// chained aliases could nest deeper and exhaust the stack of the recursive walks).
+pub const MAX_DEPTH: usize = 512;
+
+/// Which cap a YAML text ran into (for metrics; the message names it too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Limit {
+    /// [`MAX_NODES`] or [`MAX_VALUES_NODES`].
+    Nodes,
+    /// [`MAX_ALIAS_NODES`] or [`MAX_ALIAS_BYTES`].
+    AliasExpansion,
+    /// [`MAX_DEPTH`].
+    Depth,
+}
+
+impl Limit {
+    /// A short stable name (a metric label value).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Limit::Nodes => "yaml_nodes",
+            Limit::AliasExpansion => "yaml_alias_expansion",
+            Limit::Depth => "yaml_depth",
+        }
+    }
+}
 
 /// A position in the source text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -53,22 +102,26 @@ pub enum Style {
 }
 
 /// A node's content.
+///
+/// Collections are reference-counted so that an alias shares the anchored node instead of
+/// copying it: reading `*name` costs one small node whatever it stands for (the expansion is
+/// counted against [`MAX_ALIAS_NODES`] instead).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Kind {
     /// A scalar with its (escape-processed) text, style and explicit tag suffix (`str`,
     /// `int`, … for `!!str`; the full tag for others).
     Scalar {
         /// Text after YAML processing.
-        value: String,
+        value: Arc<str>,
         /// How it is written.
         style: Style,
-        /// Explicit tag, if any.
-        tag: Option<String>,
+        /// Explicit tag, if any (boxed: tags are rare, and nodes are many).
+        tag: Option<Box<String>>,
     },
     /// A sequence.
-    Seq(Vec<Node>),
+    Seq(Arc<Vec<Node>>),
     /// A mapping, in source order.
-    Map(Vec<(Node, Node)>),
+    Map(Arc<Vec<(Node, Node)>>),
 }
 
 /// One node of a YAML document.
@@ -82,10 +135,10 @@ pub struct Node {
     pub end: Pos,
     /// Flow style (`{}` / `[]`) for collections.
     pub flow: bool,
-    /// The node was reached through an alias (`*name`); its positions are the anchor's.
+    /// The node is an alias (`*name`); its positions are the anchor's. The nodes below it
+    /// are the anchor's own (shared, not copied) and are not marked: use
+    /// [`Node::alias_on_path`] to ask whether a path goes through an alias.
     pub aliased: bool,
-    /// Levels of nesting below and including this node.
-    height: usize,
 }
 
 /// One segment of a path into a document.
@@ -114,6 +167,8 @@ pub struct YamlError {
     pub column: usize,
     /// What is wrong.
     pub message: String,
+    /// The cap the text ran into, when that is why it was refused.
+    pub limit: Option<Limit>,
 }
 
 impl YamlError {
@@ -122,6 +177,14 @@ impl YamlError {
             line: pos.line.max(1),
             column: pos.col + 1,
             message: message.into(),
+            limit: None,
+        }
+    }
+
+    fn cap(pos: Pos, limit: Limit, message: String) -> Self {
+        Self {
+            limit: Some(limit),
+            ..Self::at(pos, message)
         }
     }
 }
@@ -136,6 +199,21 @@ pub struct YamlDoc {
 }
 
 impl Node {
+    /// A null scalar (an empty plain scalar) at `p`.
+    fn null_at(p: Pos) -> Node {
+        Node {
+            kind: Kind::Scalar {
+                value: Arc::from(""),
+                style: Style::Plain,
+                tag: None,
+            },
+            start: p,
+            end: p,
+            flow: false,
+            aliased: false,
+        }
+    }
+
     /// The scalar text, if this is a scalar.
     pub fn scalar(&self) -> Option<&str> {
         match &self.kind {
@@ -160,7 +238,7 @@ impl Node {
     /// The mapping entries, if this is a mapping.
     pub fn entries(&self) -> Option<&[(Node, Node)]> {
         match &self.kind {
-            Kind::Map(e) => Some(e),
+            Kind::Map(e) => Some(e.as_slice()),
             _ => None,
         }
     }
@@ -170,7 +248,7 @@ impl Node {
         self.entries()?
             .iter()
             .rev()
-            .find(|(k, _)| key_string(k).as_deref() == Some(key))
+            .find(|(k, _)| key_str(k).as_deref() == Some(key))
             .map(|(k, v)| (k, v))
     }
 
@@ -186,6 +264,22 @@ impl Node {
     /// The node at `path`, or None.
     pub fn at(&self, path: &[Seg]) -> Option<&Node> {
         path.iter().try_fold(self, |node, seg| node.child(seg))
+    }
+
+    /// Whether this node or any node on `path` below it (as far as the path exists) is an
+    /// alias: such a node's text is the anchor's, so it cannot be edited in place.
+    pub fn alias_on_path(&self, path: &[Seg]) -> bool {
+        let mut node = self;
+        for seg in path {
+            if node.aliased {
+                return true;
+            }
+            match node.child(seg) {
+                Some(next) => node = next,
+                None => return false,
+            }
+        }
+        node.aliased
     }
 
     /// The deepest node on `path` that exists, with the number of segments it consumed, and
@@ -211,6 +305,10 @@ impl Node {
     }
 
     /// Converts the node to JSON with Kubernetes' YAML rules.
+    ///
+    /// The work is linear in the size of the tree with aliases expanded, which the parser
+    /// bounds ([`MAX_NODES`] + [`MAX_ALIAS_NODES`]); the recursion is bounded by
+    /// [`MAX_DEPTH`].
     pub fn to_json(&self) -> Result<Value, YamlError> {
         match &self.kind {
             Kind::Scalar { .. } => match resolve_scalar(self)? {
@@ -227,10 +325,9 @@ impl Node {
                 .map(Value::Array),
             Kind::Map(entries) => {
                 let mut out = Map::new();
-                let mut explicit: Vec<String> = Vec::new();
                 // Merge keys first (explicit keys override merged ones, and the first merged
                 // mapping wins among merged ones), then the explicit keys in order.
-                for (k, v) in entries {
+                for (k, v) in entries.iter() {
                     if is_merge_key(k) {
                         let sources: Vec<&Node> = match &v.kind {
                             Kind::Seq(items) => items.iter().collect(),
@@ -249,7 +346,9 @@ impl Node {
                         }
                     }
                 }
-                for (k, v) in entries {
+                // A set, not a list: a mapping with many keys must stay linear.
+                let mut explicit: HashSet<String> = HashSet::new();
+                for (k, v) in entries.iter() {
                     if is_merge_key(k) {
                         continue;
                     }
@@ -258,11 +357,11 @@ impl Node {
                     if explicit.contains(&key) {
                         return Err(YamlError::at(
                             k.start,
-                            format!("mapping key {key:?} is already set in this map"),
+                            "a mapping key is already set in this map",
                         ));
                     }
                     out.insert(key.clone(), v.to_json()?);
-                    explicit.push(key);
+                    explicit.insert(key);
                 }
                 Ok(Value::Object(out))
             }
@@ -271,21 +370,58 @@ impl Node {
 }
 
 fn is_merge_key(k: &Node) -> bool {
-    matches!(&k.kind, Kind::Scalar { value, style: Style::Plain, tag: None } if value == "<<")
+    matches!(&k.kind, Kind::Scalar { value, style: Style::Plain, tag: None } if &**value == "<<")
 }
 
 /// A mapping key as the string JSON uses (sigs.k8s.io/yaml formats non-string keys).
 pub fn key_string(k: &Node) -> Option<String> {
-    match &k.kind {
-        Kind::Scalar { value, .. } => Some(match resolve_scalar(k) {
-            Ok(Some(Value::String(s))) => s,
-            Ok(Some(Value::Null)) => "null".to_owned(),
-            Ok(Some(Value::Bool(b))) => b.to_string(),
-            Ok(Some(Value::Number(n))) => n.to_string(),
-            _ => value.clone(),
-        }),
-        _ => None,
+    key_str(k).map(Cow::into_owned)
+}
+
+/// [`key_string`] without copying a key that is already a string (lookups compare every key
+/// of a mapping, and a key may be megabytes long).
+fn key_str(k: &Node) -> Option<Cow<'_, str>> {
+    let Kind::Scalar { value, style, tag } = &k.kind else {
+        return None;
+    };
+    // Quoted and block keys, and `!!str` keys, are their text: skip the resolution.
+    let textual = tag.as_deref().map(String::as_str) == Some("str")
+        || (tag.is_none() && *style != Style::Plain);
+    if textual {
+        return Some(Cow::Borrowed(value));
     }
+    let resolved = match tag {
+        None => resolve_plain(value).map(Ok),
+        Some(_) => resolve_scalar(k).transpose().map(|r| r.map(Some)),
+    };
+    Some(match resolved {
+        Some(Ok(Some(Value::String(s)))) if s != **value => Cow::Owned(s),
+        Some(Ok(Some(Value::Null))) => Cow::Borrowed("null"),
+        Some(Ok(Some(Value::Bool(b)))) => Cow::Owned(b.to_string()),
+        Some(Ok(Some(Value::Number(n)))) => Cow::Owned(n.to_string()),
+        _ => Cow::Borrowed(&**value),
+    })
+}
+
+/// How go-yaml v2 resolves an untagged plain scalar that is not a string: null, a boolean, a
+/// number, or `Some(None)` for NaN/infinity; `None` for a string (without copying it).
+fn resolve_plain(text: &str) -> Option<Option<Value>> {
+    if matches!(text, "" | "~" | "null" | "Null" | "NULL") {
+        return Some(Some(Value::Null));
+    }
+    if let Some(b) = resolve_bool(text) {
+        return Some(Some(Value::Bool(b)));
+    }
+    if let Some(n) = resolve_int(text) {
+        return Some(Some(n));
+    }
+    if let Some(f) = resolve_float(text) {
+        return Some(Some(f));
+    }
+    if is_special_float(text) {
+        return Some(None);
+    }
+    None
 }
 
 /// Resolves a scalar node to a JSON value; `Ok(None)` for NaN/infinity.
@@ -293,8 +429,8 @@ fn resolve_scalar(node: &Node) -> Result<Option<Value>, YamlError> {
     let Kind::Scalar { value, style, tag } = &node.kind else {
         return Ok(Some(Value::Null));
     };
-    let text = value.as_str();
-    match tag.as_deref() {
+    let text: &str = value;
+    match tag.as_deref().map(String::as_str) {
         Some("str") | Some("binary") | Some("timestamp") => {
             return Ok(Some(Value::String(text.to_owned())));
         }
@@ -324,22 +460,7 @@ fn resolve_scalar(node: &Node) -> Result<Option<Value>, YamlError> {
     if *style != Style::Plain {
         return Ok(Some(Value::String(text.to_owned())));
     }
-    if matches!(text, "" | "~" | "null" | "Null" | "NULL") {
-        return Ok(Some(Value::Null));
-    }
-    if let Some(b) = resolve_bool(text) {
-        return Ok(Some(Value::Bool(b)));
-    }
-    if let Some(n) = resolve_int(text) {
-        return Ok(Some(n));
-    }
-    if let Some(f) = resolve_float(text) {
-        return Ok(Some(f));
-    }
-    if is_special_float(text) {
-        return Ok(None);
-    }
-    Ok(Some(Value::String(text.to_owned())))
+    Ok(resolve_plain(text).unwrap_or_else(|| Some(Value::String(text.to_owned()))))
 }
 
 /// YAML 1.1 booleans as go-yaml v2 reads them.
@@ -357,6 +478,13 @@ pub fn resolve_bool(text: &str) -> Option<bool> {
 
 /// Go's `strconv.ParseInt(s, 0, 64)` / `ParseUint` after removing `_`, as go-yaml v2 does.
 fn resolve_int(text: &str) -> Option<Value> {
+    // Most scalars are words: reject them before copying the text.
+    if !text
+        .trim_start_matches(['-', '+'])
+        .starts_with(|c: char| c.is_ascii_digit() || c == '_')
+    {
+        return None;
+    }
     let plain: String = text.chars().filter(|c| *c != '_').collect();
     let (negative, body) = match plain.strip_prefix('-') {
         Some(rest) => (true, rest),
@@ -398,6 +526,12 @@ fn resolve_int(text: &str) -> Option<Value> {
 
 /// go-yaml v2's float pattern `^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$`.
 fn resolve_float(text: &str) -> Option<Value> {
+    if !text
+        .trim_start_matches(['-', '+'])
+        .starts_with(|c: char| c.is_ascii_digit() || c == '_' || c == '.')
+    {
+        return None;
+    }
     let plain: String = text.chars().filter(|c| *c != '_').collect();
     let body = plain.strip_prefix(['-', '+']).unwrap_or(&plain);
     let (mantissa, exponent) = match body.find(['e', 'E']) {
@@ -450,30 +584,69 @@ fn pos(m: &serde_saphyr::granit_parser::Marker) -> Pos {
     }
 }
 
-enum Frame {
-    Seq {
-        start: Pos,
-        flow: bool,
-        anchor: usize,
-        items: Vec<Node>,
-    },
+/// What a finished node stands for, aliases expanded: nodes, scalar bytes and levels.
+#[derive(Debug, Clone, Copy, Default)]
+struct Cost {
+    nodes: usize,
+    bytes: usize,
+    height: usize,
+}
+
+impl Cost {
+    fn add(&mut self, child: Cost) {
+        self.nodes = self.nodes.saturating_add(child.nodes);
+        self.bytes = self.bytes.saturating_add(child.bytes);
+        self.height = self.height.max(child.height);
+    }
+
+    /// The cost of a collection whose children cost `self`.
+    fn collection(self) -> Cost {
+        Cost {
+            nodes: self.nodes.saturating_add(1),
+            bytes: self.bytes,
+            height: self.height + 1,
+        }
+    }
+}
+
+/// An open collection.
+struct Frame {
+    start: Pos,
+    flow: bool,
+    anchor: usize,
+    /// What the children read so far stand for.
+    cost: Cost,
+    body: Body,
+}
+
+enum Body {
+    Seq(Vec<Node>),
     Map {
-        start: Pos,
-        flow: bool,
-        anchor: usize,
         entries: Vec<(Node, Node)>,
         key: Option<Node>,
     },
 }
 
 /// Parses every document of a YAML stream.
+///
+/// Bounded: at most [`MAX_NODES`] nodes as written, aliases standing for at most
+/// [`MAX_ALIAS_NODES`] nodes and [`MAX_ALIAS_BYTES`] bytes of text in all (counted when the
+/// alias is read, before it is used; an alias shares the anchored node rather than copying
+/// it), and [`MAX_DEPTH`] levels of nesting with aliases expanded. Time and memory are linear
+/// in the text.
 pub fn parse_stream(text: &str) -> Result<Vec<YamlDoc>, YamlError> {
+    parse_capped(text, MAX_NODES, false)
+}
+
+/// [`parse_stream`] with `max_nodes` as the node cap; `one`: refuse a second document.
+fn parse_capped(text: &str, max_nodes: usize, one: bool) -> Result<Vec<YamlDoc>, YamlError> {
     let mut parser = Parser::new_from_str(text);
     let mut docs = Vec::new();
     let mut stack: Vec<Frame> = Vec::new();
-    let mut anchors: HashMap<usize, Node> = HashMap::new();
+    let mut anchors: HashMap<usize, (Node, Cost)> = HashMap::new();
     let mut root: Option<Node> = None;
-    let mut budget = MAX_NODES;
+    let mut nodes = 0usize;
+    let mut alias = Cost::default();
     while let Some(next) = parser.next_event() {
         let (event, span): (Event<'_>, Span) = match next {
             Ok(e) => e,
@@ -484,24 +657,39 @@ pub fn parse_stream(text: &str) -> Result<Vec<YamlDoc>, YamlError> {
         };
         let start = pos(&span.start);
         let end = pos(&span.end);
-        let finished: Option<(Node, usize)> = match event {
+        if matches!(
+            event,
+            Event::Scalar(..)
+                | Event::SequenceStart(..)
+                | Event::MappingStart(..)
+                | Event::Alias(_)
+        ) {
+            nodes += 1;
+            if nodes > max_nodes {
+                return Err(YamlError::cap(
+                    start,
+                    Limit::Nodes,
+                    format!("more than {max_nodes} nodes (the YAML node cap)"),
+                ));
+            }
+        }
+        let finished: Option<(Node, usize, Cost)> = match event {
+            Event::DocumentStart(..) if one && !docs.is_empty() => {
+                // A values string is one document: stop reading at the second.
+                return Err(YamlError::at(
+                    start,
+                    "expected one YAML document, found several",
+                ));
+            }
             Event::DocumentStart(..) => {
                 anchors.clear();
                 root = None;
                 None
             }
             Event::DocumentEnd => {
-                let node = root.take().unwrap_or(Node {
-                    kind: Kind::Scalar {
-                        value: String::new(),
-                        style: Style::Plain,
-                        tag: None,
-                    },
-                    start,
+                let node = root.take().unwrap_or_else(|| Node {
                     end,
-                    flow: false,
-                    aliased: false,
-                    height: 1,
+                    ..Node::null_at(start)
                 });
                 docs.push(YamlDoc {
                     root: node,
@@ -517,18 +705,25 @@ pub fn parse_stream(text: &str) -> Result<Vec<YamlDoc>, YamlError> {
                     ScalarStyle::Literal => Style::Literal,
                     ScalarStyle::Folded => Style::Folded,
                 };
-                let tag = tag.map(|t| match t.core_suffix() {
-                    Some(s) => s.to_owned(),
-                    None => t
-                        .suffix_in_namespace("tag:yaml.org,2002:")
-                        .map(|s| s.into_owned())
-                        .unwrap_or_else(|| t.original()),
+                let tag = tag.map(|t| {
+                    Box::new(match t.core_suffix() {
+                        Some(s) => s.to_owned(),
+                        None => t
+                            .suffix_in_namespace("tag:yaml.org,2002:")
+                            .map(|s| s.into_owned())
+                            .unwrap_or_else(|| t.original()),
+                    })
                 });
                 // An empty plain scalar (`key:` with nothing after it) has an empty span.
-                let value = if style == Style::Plain && start.byte == end.byte {
-                    String::new()
+                let value: Arc<str> = if style == Style::Plain && start.byte == end.byte {
+                    Arc::from("")
                 } else {
-                    value.into_owned()
+                    Arc::from(value)
+                };
+                let cost = Cost {
+                    nodes: 1,
+                    bytes: value.len(),
+                    height: 1,
                 };
                 Some((
                     Node {
@@ -537,211 +732,177 @@ pub fn parse_stream(text: &str) -> Result<Vec<YamlDoc>, YamlError> {
                         end,
                         flow: false,
                         aliased: false,
-                        height: 1,
                     },
                     anchor,
+                    cost,
                 ))
             }
-            Event::SequenceStart(style, anchor, _) => {
-                stack.push(Frame::Seq {
+            Event::SequenceStart(style, anchor, _) | Event::MappingStart(style, anchor, _) => {
+                if stack.len() >= MAX_DEPTH {
+                    return Err(depth_error(start));
+                }
+                let body = if matches!(event, Event::SequenceStart(..)) {
+                    Body::Seq(Vec::new())
+                } else {
+                    Body::Map {
+                        entries: Vec::new(),
+                        key: None,
+                    }
+                };
+                stack.push(Frame {
                     start,
                     flow: is_flow(style),
                     anchor,
-                    items: Vec::new(),
+                    cost: Cost::default(),
+                    body,
                 });
                 None
             }
-            Event::MappingStart(style, anchor, _) => {
-                stack.push(Frame::Map {
-                    start,
-                    flow: is_flow(style),
-                    anchor,
-                    entries: Vec::new(),
-                    key: None,
-                });
-                None
+            Event::SequenceEnd | Event::MappingEnd => {
+                let Some(frame) = stack.pop() else {
+                    return Err(YamlError::at(start, "unbalanced collection end"));
+                };
+                let (kind, last_end) = match (frame.body, &event) {
+                    (Body::Seq(mut items), Event::SequenceEnd) => {
+                        items.shrink_to_fit();
+                        let last = items.last().map(|n| n.end);
+                        (Kind::Seq(Arc::new(items)), last)
+                    }
+                    (Body::Map { mut entries, .. }, Event::MappingEnd) => {
+                        entries.shrink_to_fit();
+                        let last = entries.last().map(|(_, v)| v.end);
+                        (Kind::Map(Arc::new(entries)), last)
+                    }
+                    _ => return Err(YamlError::at(start, "unbalanced collection end")),
+                };
+                let end = if frame.flow {
+                    end
+                } else {
+                    last_end.unwrap_or(frame.start)
+                };
+                Some((
+                    Node {
+                        kind,
+                        start: frame.start,
+                        end,
+                        flow: frame.flow,
+                        aliased: false,
+                    },
+                    frame.anchor,
+                    frame.cost.collection(),
+                ))
             }
-            Event::SequenceEnd => match stack.pop() {
-                Some(Frame::Seq {
-                    start,
-                    flow,
-                    anchor,
-                    items,
-                }) => {
-                    let end = if flow {
-                        end
-                    } else {
-                        items.last().map_or(start, |n| n.end)
-                    };
-                    Some((
-                        Node {
-                            height: 1 + items.iter().map(|n| n.height).max().unwrap_or(0),
-                            kind: Kind::Seq(items),
-                            start,
-                            end,
-                            flow,
-                            aliased: false,
-                        },
-                        anchor,
-                    ))
-                }
-                _ => return Err(YamlError::at(start, "unbalanced sequence end")),
-            },
-            Event::MappingEnd => match stack.pop() {
-                Some(Frame::Map {
-                    start,
-                    flow,
-                    anchor,
-                    entries,
-                    ..
-                }) => {
-                    let end = if flow {
-                        end
-                    } else {
-                        entries.last().map_or(start, |(_, v)| v.end)
-                    };
-                    Some((
-                        Node {
-                            height: 1 + entries
-                                .iter()
-                                .map(|(k, v)| k.height.max(v.height))
-                                .max()
-                                .unwrap_or(0),
-                            kind: Kind::Map(entries),
-                            start,
-                            end,
-                            flow,
-                            aliased: false,
-                        },
-                        anchor,
-                    ))
-                }
-                _ => return Err(YamlError::at(start, "unbalanced mapping end")),
-            },
             Event::Alias(id) => {
-                let Some(target) = anchors.get(&id) else {
+                let Some((target, cost)) = anchors.get(&id) else {
                     return Err(YamlError::at(start, "alias to an unknown anchor"));
                 };
-                let size = count(target);
-                if size > budget {
-                    return Err(YamlError::at(
+                // Count what the alias stands for before it is used anywhere.
+                alias.add(*cost);
+                if alias.nodes > MAX_ALIAS_NODES {
+                    return Err(YamlError::cap(
                         start,
-                        "too many nodes after expanding aliases",
+                        Limit::AliasExpansion,
+                        format!(
+                            "aliases expand to more than {MAX_ALIAS_NODES} nodes \
+                             (the YAML alias expansion cap)"
+                        ),
                     ));
                 }
-                budget -= size;
+                if alias.bytes > MAX_ALIAS_BYTES {
+                    return Err(YamlError::cap(
+                        start,
+                        Limit::AliasExpansion,
+                        format!(
+                            "aliases expand to more than {MAX_ALIAS_BYTES} bytes of text \
+                             (the YAML alias expansion cap)"
+                        ),
+                    ));
+                }
+                // Shared, not copied: the node is the anchor's, marked as an alias.
                 let mut node = target.clone();
-                mark_aliased(&mut node);
-                Some((node, 0))
+                node.aliased = true;
+                Some((node, 0, *cost))
             }
             _ => None,
         };
-        let Some((node, anchor)) = finished else {
+        let Some((node, anchor, cost)) = finished else {
             continue;
         };
-        if node.height + stack.len() > MAX_HEIGHT {
-            return Err(YamlError::at(
-                start,
-                format!("nesting deeper than {MAX_HEIGHT} levels"),
-            ));
+        if cost.height + stack.len() > MAX_DEPTH {
+            return Err(depth_error(start));
         }
-        budget = budget
-            .checked_sub(1)
-            .ok_or_else(|| YamlError::at(start, "too many nodes"))?;
         if anchor != 0 {
-            anchors.insert(anchor, node.clone());
+            anchors.insert(anchor, (node.clone(), cost));
         }
         match stack.last_mut() {
             None => root = Some(node),
-            Some(Frame::Seq { items, .. }) => items.push(node),
-            Some(Frame::Map { entries, key, .. }) => match key.take() {
-                None => *key = Some(node),
-                Some(k) => entries.push((k, node)),
-            },
+            Some(frame) => {
+                frame.cost.add(cost);
+                match &mut frame.body {
+                    Body::Seq(items) => items.push(node),
+                    Body::Map { entries, key } => match key.take() {
+                        None => *key = Some(node),
+                        Some(k) => entries.push((k, node)),
+                    },
+                }
+            }
         }
     }
     Ok(docs)
+}
+
+fn depth_error(at: Pos) -> YamlError {
+    YamlError::cap(
+        at,
+        Limit::Depth,
+        format!("nesting deeper than {MAX_DEPTH} levels (the YAML depth cap)"),
+    )
 }
 
 fn is_flow(style: serde_saphyr::granit_parser::StructureStyle) -> bool {
     matches!(style, serde_saphyr::granit_parser::StructureStyle::Flow)
 }
 
-fn count(node: &Node) -> usize {
-    1 + match &node.kind {
-        Kind::Scalar { .. } => 0,
-        Kind::Seq(items) => items.iter().map(count).sum(),
-        Kind::Map(entries) => entries.iter().map(|(k, v)| count(k) + count(v)).sum(),
-    }
-}
-
-fn mark_aliased(node: &mut Node) {
-    node.aliased = true;
-    match &mut node.kind {
-        Kind::Scalar { .. } => {}
-        Kind::Seq(items) => items.iter_mut().for_each(mark_aliased),
-        Kind::Map(entries) => entries.iter_mut().for_each(|(k, v)| {
-            mark_aliased(k);
-            mark_aliased(v);
-        }),
+#[cfg(test)]
+impl Node {
+    /// Levels of nesting below and including this node, aliases expanded.
+    fn height_for_tests(&self) -> usize {
+        1 + match &self.kind {
+            Kind::Scalar { .. } => 0,
+            Kind::Seq(items) => items.iter().map(Node::height_for_tests).max().unwrap_or(0),
+            Kind::Map(entries) => entries
+                .iter()
+                .map(|(k, v)| k.height_for_tests().max(v.height_for_tests()))
+                .max()
+                .unwrap_or(0),
+        }
     }
 }
 
 /// A null document positioned at the end of `text` (for empty or comment-only texts).
 pub fn empty_doc_at_end(text: &str) -> YamlDoc {
     let line = text.matches('\n').count() + 1;
-    let p = Pos {
-        byte: text.len(),
-        line,
-        col: 0,
-    };
     YamlDoc {
-        root: Node {
-            kind: Kind::Scalar {
-                value: String::new(),
-                style: Style::Plain,
-                tag: None,
-            },
-            start: p,
-            end: p,
-            flow: false,
-            aliased: false,
-            height: 1,
-        },
+        root: Node::null_at(Pos {
+            byte: text.len(),
+            line,
+            col: 0,
+        }),
         index: 0,
     }
 }
 
 /// Parses a single-document YAML text (a values string) into its root node.
-/// An empty text is a null root.
+/// An empty text is a null root. Bounded as [`parse_stream`] is, with [`MAX_VALUES_NODES`]
+/// as the node cap.
 pub fn parse_one(text: &str) -> Result<Node, YamlError> {
-    let mut docs = parse_stream(text)?;
-    if docs.len() > 1 {
-        let second = docs.swap_remove(1);
-        return Err(YamlError::at(
-            second.root.start,
-            "expected one YAML document, found several",
-        ));
-    }
-    Ok(docs.pop().map(|d| d.root).unwrap_or(Node {
-        kind: Kind::Scalar {
-            value: String::new(),
-            style: Style::Plain,
-            tag: None,
-        },
-        start: Pos {
+    let mut docs = parse_capped(text, MAX_VALUES_NODES, true)?;
+    Ok(docs.pop().map(|d| d.root).unwrap_or_else(|| {
+        Node::null_at(Pos {
             byte: 0,
             line: 1,
             col: 0,
-        },
-        end: Pos {
-            byte: 0,
-            line: 1,
-            col: 0,
-        },
-        flow: false,
-        aliased: false,
-        height: 1,
+        })
     }))
 }
 
@@ -858,6 +1019,108 @@ off: 2
         }
         let err = parse_stream(&text).unwrap_err();
         assert!(err.message.contains("nesting deeper"), "{err}");
+    }
+
+    /// The classic "billion laughs": nine levels of nine aliases each (342 bytes).
+    fn laughs() -> String {
+        let mut text = String::from(
+            "a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n",
+        );
+        let names = ["a", "b", "c", "d", "e", "f", "g", "h", "i"];
+        for w in names.windows(2) {
+            let (p, c) = (w[0], w[1]);
+            text.push_str(&format!(
+                "{c}: &{c} [*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p}]\n"
+            ));
+        }
+        text
+    }
+
+    #[test]
+    fn alias_expansion_is_counted_before_expanding() {
+        let text = laughs();
+        let err = parse_stream(&text).unwrap_err();
+        assert_eq!(err.limit, Some(Limit::AliasExpansion));
+        assert!(err.message.contains("alias expansion cap"), "{err}");
+        assert!(err.message.contains(&MAX_ALIAS_NODES.to_string()), "{err}");
+        // Level f holds 9 aliases of e (9^5 nodes each): the cap is reached on line 6.
+        assert_eq!(err.line, 6, "{err}");
+        // Below the cap, aliases are fine and expand in JSON.
+        let small = "a: &a [1, 2]\nb: [*a, *a]\n";
+        assert_eq!(one(small), json!({"a": [1, 2], "b": [[1, 2], [1, 2]]}));
+    }
+
+    #[test]
+    fn alias_expansion_counts_text_bytes() {
+        let big = "x".repeat(MAX_ALIAS_BYTES / 8 + 1);
+        let mut text = format!("a: &a {big}\nb: [");
+        text.push_str(&["*a"; 8].join(", "));
+        text.push_str("]\n");
+        let err = parse_stream(&text).unwrap_err();
+        assert_eq!(err.limit, Some(Limit::AliasExpansion));
+        assert!(err.message.contains("bytes"), "{err}");
+        assert!(!err.message.contains("xxx"));
+    }
+
+    #[test]
+    fn anchors_and_aliases_share_nodes() {
+        // Nested anchors around a big list: nothing is copied per anchor (this was 200
+        // copies of the list; the parser stops at about 250 levels).
+        let mut text = String::new();
+        for i in 0..200 {
+            text.push_str(&format!("&a{i} ["));
+        }
+        text.push_str(&"0, ".repeat(100_000));
+        text.push_str(&"]".repeat(200));
+        let root = parse_stream(&text).unwrap().remove(0).root;
+        assert_eq!(root.height_for_tests(), 201);
+        // Aliases are marked; the anchor's nodes below them are shared and unmarked.
+        let root = parse_one("a: &x {b: 1}\nc: *x\n").unwrap();
+        let c = root.at(&[Seg::key("c")]).unwrap();
+        assert!(c.aliased && !root.at(&[Seg::key("a")]).unwrap().aliased);
+        assert!(root.alias_on_path(&[Seg::key("c"), Seg::key("b")]));
+        assert!(!root.alias_on_path(&[Seg::key("a"), Seg::key("b")]));
+    }
+
+    #[test]
+    fn many_keys_convert_in_linear_time() {
+        // 150 000 keys in one mapping: the duplicate check was a list scan (quadratic: 1.5 MB
+        // of keys took six minutes).
+        let mut text = String::new();
+        for i in 0..150_000 {
+            text.push_str(&format!("k{i}: {i}\n"));
+        }
+        let t = std::time::Instant::now();
+        let v = parse_stream(&text).unwrap()[0].root.to_json().unwrap();
+        assert_eq!(v.as_object().map(|m| m.len()), Some(150_000));
+        // Generous: milliseconds in release, a few seconds in debug; quadratic was minutes.
+        assert!(t.elapsed() < std::time::Duration::from_secs(60));
+        let err = parse_stream(&format!("{text}k7: again\n")).unwrap()[0]
+            .root
+            .to_json()
+            .unwrap_err();
+        assert_eq!(err.line, 150_001);
+        assert!(!err.message.contains("k7") && !err.message.contains("again"));
+        // A values string has the tighter cap, named in the message with its line.
+        let err = parse_one(&text).unwrap_err();
+        assert_eq!(err.limit, Some(Limit::Nodes));
+        assert!(
+            err.message
+                .contains(&format!("{MAX_VALUES_NODES} nodes (the YAML node cap)")),
+            "{err}"
+        );
+        assert_eq!(err.line, MAX_VALUES_NODES / 2);
+    }
+
+    #[test]
+    fn caps_name_themselves() {
+        let deep = format!("{}{}", "[".repeat(MAX_DEPTH + 1), "]".repeat(MAX_DEPTH + 1));
+        let err = parse_stream(&deep).unwrap_err();
+        assert!(err.line >= 1);
+        assert!(
+            err.message.contains("nesting deeper") || err.limit.is_none(),
+            "{err}"
+        );
     }
 
     #[test]

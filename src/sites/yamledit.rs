@@ -79,6 +79,11 @@ pub fn apply(text: &str, doc: usize, change: &Change) -> Result<String, EditErro
     }
     let style = Flavor { json: root.flow };
     let attempts: Vec<Result<String, EditError>> = match (root.at(path), value) {
+        (Some(_), _) if root.alias_on_path(path) => {
+            vec![Err(EditError::Unsupported(
+                "a value reached through a YAML alias",
+            ))]
+        }
         (Some(existing), Value::String(s))
             if existing.scalar().is_some() && !existing.is_null() =>
         {
@@ -186,7 +191,8 @@ fn set(
 ) -> Result<String, EditError> {
     let (used, node, _) = root.deepest(path);
     let rest = &path[used..];
-    if node.aliased {
+    // Aliases share the anchor's nodes: any alias on the way means the text is the anchor's.
+    if root.alias_on_path(&path[..used]) {
         return Err(EditError::Unsupported(
             "a value reached through a YAML alias",
         ));
@@ -352,11 +358,6 @@ fn replace_string(
     new_value: &str,
     by_lines: bool,
 ) -> Result<String, EditError> {
-    if node.aliased {
-        return Err(EditError::Unsupported(
-            "a value reached through a YAML alias",
-        ));
-    }
     let old = node.scalar().unwrap_or_default();
     if old == new_value {
         return Ok(text.to_owned());
@@ -566,7 +567,7 @@ fn indent_step(root: &Node) -> usize {
     fn find(node: &Node) -> Option<usize> {
         match &node.kind {
             Kind::Map(entries) if !node.flow => {
-                for (k, v) in entries {
+                for (k, v) in entries.iter() {
                     if let Kind::Map(inner) = &v.kind
                         && !v.flow
                         && let Some((ik, _)) = inner.first()
@@ -898,7 +899,12 @@ mod tests {
 
     #[test]
     fn aliases_are_refused() {
-        let text = "a: &x {b: 1}\nc: *x\n";
+        let text = "a: &x {b: 1, s: old}\nc: *x\n";
         assert!(set_path(text, &["c", "d"], json!(1)).is_err());
+        // Below the alias: the nodes are the anchor's (shared), still refused.
+        assert!(set_path(text, &["c", "b"], json!(2)).is_err());
+        assert!(set_path(text, &["c", "s"], json!("new")).is_err());
+        // The anchor itself changes the alias too, which verification refuses.
+        assert!(set_path(text, &["a", "b"], json!(2)).is_err());
     }
 }

@@ -569,6 +569,8 @@ impl TestServer {
                 key: certs.file("tls.key"),
             },
             tls_reload_interval: Duration::from_millis(50),
+            // Tests that exercise the drain delay set it; the rest stop at once.
+            shutdown_delay: Duration::ZERO,
             ..ServerConfig::default()
         };
         configure(&mut config);

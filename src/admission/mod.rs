@@ -10,11 +10,15 @@ use std::time::Instant;
 use base64::Engine as _;
 
 use http::StatusCode;
-use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::core::admission::{AdmissionResponse, Operation};
 use serde::Deserialize;
 use tracing::{Span, field};
 
+mod decode;
+
+pub use decode::{DecodeError, Decoded, MAX_DECODED_BYTES, decode_review};
+
+use crate::budget::Cancel;
 use crate::engine::{Engine, Facts, Finding, Verdict};
 use crate::metrics::{Metrics, PolicyOutcome, RequestLabels};
 
@@ -23,6 +27,12 @@ pub const ADMISSION_V1: &str = "admission.k8s.io/v1";
 
 /// Kubernetes may truncate warnings longer than this; ours are cut at a character boundary.
 const WARNING_MAX_CHARS: usize = 256;
+
+/// Largest AdmissionReview answer stackgate sends, in bytes. An answer over it is replaced by
+/// a short one (mutate: admitted without the patch, with a warning; validate: the first
+/// denial and a pointer to `stackgate check`). The apiserver holds every webhook answer in
+/// memory; a hostile object must not make it, or us, hold megabytes per request.
+pub const MAX_RESPONSE_BYTES: usize = 1024 * 1024;
 
 /// Which webhook endpoint a review came in on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,7 +86,15 @@ struct ProbeRequest {
 
 /// Decodes a review, evaluates it, encodes the answer, and records the span and metrics.
 pub fn handle(engine: &Engine, webhook: Webhook, body: &[u8], metrics: &Metrics) -> Reply {
-    handle_with(engine, webhook, body, metrics, &Facts::default()).0
+    handle_with(
+        engine,
+        webhook,
+        body,
+        metrics,
+        &Facts::default(),
+        &Cancel::never(),
+    )
+    .0
 }
 
 /// [`handle`] with facts an adapter gathered for this review (see [`Engine::evaluate_with`]).
@@ -87,6 +105,7 @@ pub fn handle_with(
     body: &[u8],
     metrics: &Metrics,
     facts: &Facts,
+    cancel: &Cancel,
 ) -> (Reply, Option<Verdict>) {
     let started = Instant::now();
     // The span is at debug: at info, creating and filling it for every review cost about as
@@ -104,7 +123,8 @@ pub fn handle_with(
         decision = field::Empty,
     );
     let _entered = span.enter();
-    let (reply, seen, decision, verdict) = answer(engine, webhook, body, metrics, facts, &span);
+    let (reply, seen, decision, verdict) =
+        answer(engine, webhook, body, metrics, facts, cancel, &span);
     span.record("decision", decision);
     let fired = verdict
         .as_ref()
@@ -158,11 +178,13 @@ fn answer(
     body: &[u8],
     metrics: &Metrics,
     facts: &Facts,
+    cancel: &Cancel,
     span: &Span,
 ) -> (Reply, Seen, &'static str, Option<Verdict>) {
-    let review: AdmissionReview<DynamicObject> = match serde_json::from_slice(body) {
-        Ok(r) => r,
-        Err(e) => {
+    let policies = engine.policies();
+    let decoded = match decode::decode_review(body, &policies.sites, MAX_DECODED_BYTES, cancel) {
+        Ok(d) => d,
+        Err(DecodeError::Json(e)) => {
             return (
                 undecodable(webhook, body, &e),
                 Seen::default(),
@@ -170,11 +192,7 @@ fn answer(
                 None,
             );
         }
-    };
-    let api_version = review.types.api_version.clone();
-    let request: AdmissionRequest<DynamicObject> = match review.try_into() {
-        Ok(r) => r,
-        Err(_) => {
+        Err(DecodeError::NoRequest) => {
             return (
                 Reply::error(
                     StatusCode::BAD_REQUEST,
@@ -185,7 +203,36 @@ fn answer(
                 None,
             );
         }
+        Err(e @ DecodeError::TooComplex { .. }) => {
+            metrics.input_limit("decoded_bytes");
+            let reason = format!(
+                "{e}, so stackgate cannot tell whether it holds a known-bad setting (stackgate's \
+                 decoded-memory cap, README \"Limits\"); split the values or move them to a \
+                 ConfigMap or Secret referenced by valuesFrom"
+            );
+            return (
+                unread(webhook, body, &reason, Some((413, "RequestEntityTooLarge"))),
+                Seen::default(),
+                "too_complex",
+                None,
+            );
+        }
+        Err(DecodeError::Exhausted(e)) => {
+            return (
+                unread(
+                    webhook,
+                    body,
+                    &format!("{e}; retry"),
+                    Some((504, "Timeout")),
+                ),
+                Seen::default(),
+                "timeout",
+                None,
+            );
+        }
     };
+    let api_version = decoded.api_version;
+    let request = decoded.request;
     let seen = Seen {
         uid: request.uid.clone(),
         kind: request.kind.kind.clone(),
@@ -210,10 +257,28 @@ fn answer(
         return (encode(response), seen, "invalid", None);
     }
 
-    let verdict = engine.evaluate_with(&request, facts);
+    let verdict = match engine.evaluate_within(&request, facts, cancel) {
+        Ok(verdict) => verdict,
+        Err(e) => {
+            return (
+                unread(
+                    webhook,
+                    body,
+                    &format!("{e}; retry"),
+                    Some((504, "Timeout")),
+                ),
+                seen,
+                "timeout",
+                None,
+            );
+        }
+    };
     metrics
         .releases()
         .observe(matches!(webhook, Webhook::Mutate), &verdict);
+    for limit in &verdict.limits {
+        metrics.input_limit(limit.as_str());
+    }
     let response = AdmissionResponse::from(&request);
     let (response, decision) = match webhook {
         Webhook::Mutate => mutate_response(response, &verdict, metrics),
@@ -243,6 +308,37 @@ fn answer(
             "audit finding"
         );
     }
+    let reply = encode(response);
+    if reply.body.len() <= MAX_RESPONSE_BYTES {
+        return (reply, seen, decision, Some(verdict));
+    }
+    // Findings are capped by the engine, so only a patch that rewrites a large cloud config
+    // gets here: JSON Patch can only replace the whole string.
+    metrics.input_limit("response_bytes");
+    let size = reply.body.len();
+    let mut response = AdmissionResponse::from(&request);
+    let decision = match webhook {
+        Webhook::Mutate => {
+            response.warnings = Some(vec![format!(
+                "stackgate admitted this object without mutation: its answer would be {size} \
+                 bytes, over the {MAX_RESPONSE_BYTES}-byte response cap (the patch rewrites a \
+                 large cloud config); make the change yourself, the validating webhook still \
+                 reports it"
+            )]);
+            "allowed"
+        }
+        Webhook::Validate if verdict.denied() => {
+            let first = verdict.denials.first().map_or("", |d| d.message.as_str());
+            response = response.deny(format!(
+                "{first}\n… the full answer ({size} bytes) is over stackgate's \
+                 {MAX_RESPONSE_BYTES}-byte response cap; run `stackgate check` on the object"
+            ));
+            response.result.code = 403;
+            response.result.reason = "Forbidden".to_owned();
+            "denied"
+        }
+        Webhook::Validate => "allowed",
+    };
     (encode(response), seen, decision, Some(verdict))
 }
 
@@ -414,6 +510,15 @@ fn undecodable(webhook: Webhook, body: &[u8], error: &serde_json::Error) -> Repl
         error.line(),
         error.column()
     );
+    unread(webhook, body, &reason, None)
+}
+
+/// The answer for a review stackgate could not read or finish reading (`reason` says why;
+/// it never quotes the body). With a readable uid the API server gets a review back: the
+/// mutating webhook admits unchanged with a warning (mutation fails open, invariant 8), the
+/// validating webhook refuses, with `status` (code, reason) when given (validation enforces). Without one, HTTP 400 and the
+/// API server applies the webhook's failurePolicy.
+fn unread(webhook: Webhook, body: &[u8], reason: &str, status: Option<(u16, &str)>) -> Reply {
     match serde_json::from_slice::<Probe>(body) {
         Ok(Probe {
             api_version,
@@ -421,7 +526,7 @@ fn undecodable(webhook: Webhook, body: &[u8], error: &serde_json::Error) -> Repl
         }) => {
             let mut response = match webhook {
                 Webhook::Mutate => {
-                    let mut response = AdmissionResponse::invalid(&reason);
+                    let mut response = AdmissionResponse::invalid(reason);
                     response.allowed = true;
                     response.result = Default::default();
                     response.warnings = Some(vec![format!(
@@ -430,7 +535,14 @@ fn undecodable(webhook: Webhook, body: &[u8], error: &serde_json::Error) -> Repl
                     )]);
                     response
                 }
-                Webhook::Validate => AdmissionResponse::invalid(&reason),
+                Webhook::Validate => {
+                    let mut response = AdmissionResponse::invalid(reason);
+                    if let Some((code, status_reason)) = status {
+                        response.result.code = code;
+                        response.result.reason = status_reason.to_owned();
+                    }
+                    response
+                }
             };
             response.uid = uid;
             if let Some(v) = api_version {
@@ -438,7 +550,7 @@ fn undecodable(webhook: Webhook, body: &[u8], error: &serde_json::Error) -> Repl
             }
             encode(response)
         }
-        _ => Reply::error(StatusCode::BAD_REQUEST, &reason),
+        _ => Reply::error(StatusCode::BAD_REQUEST, reason),
     }
 }
 

@@ -1,0 +1,771 @@
+//! Decoding an AdmissionReview without amplification.
+//!
+//! A generic `serde_json::Value` tree costs far more than the JSON it came from: a
+//! one-entry object such as `{"a":0}` (7 bytes) becomes a B-tree leaf of about 630 bytes.
+//! Decoding whole objects that way let one 3 MiB HelmRelease take half a gigabyte (issue 12).
+//! So the review is decoded in two steps:
+//!
+//! 1. The review itself, with `object` and `oldObject` kept as borrowed raw JSON text
+//!    ([`RawValue`]): no copy, no tree.
+//! 2. Each object, into a tree that holds **only the fields the engine reads**, chosen by the
+//!    request's kind ([`Reading`]). Skipped subtrees are scanned, never built: `managedFields`,
+//!    `status` (but for Cluster API objects, whose addresses the guard reads), a ConfigMap's or
+//!    Secret's data keys that no site names, and the Helm values of charts that are not the
+//!    CCM's. What is kept is charged against a decoded-memory budget ([`MAX_DECODED_BYTES`]);
+//!    a review that needs more is answered as too complex, never half-read.
+//!
+//! Where a kept field depends on another one that may come later in the JSON (the data keys
+//! depend on the name and labels; whether values are read depends on the chart reference),
+//! the object is read twice: first without the dependent part, then the dependent part alone.
+//! Scanning raw JSON is cheap next to building trees, and the second pass only runs for
+//! objects that are sites.
+
+use std::cell::{Cell, RefCell};
+use std::fmt;
+
+use kube::core::admission::{AdmissionRequest, Operation};
+use kube::core::{DynamicObject, GroupVersionKind, GroupVersionResource, ObjectMeta, TypeMeta};
+use serde::Deserialize;
+use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use crate::budget::{Cancel, Exhausted};
+use crate::policy::{SiteKind, SitesDocument};
+
+/// Most decoded memory (estimated, see [`Cost`]) the objects of one review may take. Objects
+/// the engine reads (cloud-config sites, the CCM chart's values, pod templates, OpenStack
+/// service CRs, Machines) are a few hundred KiB decoded at most; 16 MiB leaves room for the
+/// largest legitimate ones while keeping a hostile review's cost a small fixed amount.
+pub const MAX_DECODED_BYTES: usize = 16 * 1024 * 1024;
+
+/// How often (in decoded JSON values) the decoder looks at the cancellation flag.
+const CANCEL_CHECK_EVERY: usize = 4096;
+
+/// Why a review could not be decoded.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    /// Not JSON, or not the shape of an AdmissionReview (reduced to category and position by
+    /// the caller; the error text itself may quote the body).
+    #[error("request body does not decode")]
+    Json(#[from] serde_json::Error),
+    /// An AdmissionReview without a request.
+    #[error("the body is an AdmissionReview without a request")]
+    NoRequest,
+    /// The fields stackgate reads would take more than the decoded-memory budget.
+    #[error(
+        "the object is too large or too deeply structured to read: the fields stackgate reads \
+         would take more than {limit} bytes in memory"
+    )]
+    TooComplex {
+        /// The budget in bytes ([`MAX_DECODED_BYTES`]).
+        limit: usize,
+    },
+    /// The request deadline passed while decoding.
+    #[error(transparent)]
+    Exhausted(#[from] Exhausted),
+}
+
+/// A decoded review: its `apiVersion` and the request with its objects pruned to what the
+/// engine reads.
+#[derive(Debug)]
+pub struct Decoded {
+    /// The review's `apiVersion` (only `admission.k8s.io/v1` is evaluated).
+    pub api_version: String,
+    /// The request, in kube's type, so that responses are built the usual way.
+    pub request: AdmissionRequest<DynamicObject>,
+    /// Estimated decoded size of both objects, in bytes.
+    pub decoded_bytes: usize,
+}
+
+#[derive(Deserialize)]
+struct WireReview<'a> {
+    #[serde(rename = "apiVersion", default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+    #[serde(borrow)]
+    request: Option<WireRequest<'a>>,
+}
+
+/// `AdmissionRequest` with the objects left as raw JSON text. `options` is not read.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireRequest<'a> {
+    uid: String,
+    kind: GroupVersionKind,
+    resource: GroupVersionResource,
+    #[serde(default)]
+    sub_resource: Option<String>,
+    #[serde(default)]
+    request_kind: Option<GroupVersionKind>,
+    #[serde(default)]
+    request_resource: Option<GroupVersionResource>,
+    #[serde(default)]
+    request_sub_resource: Option<String>,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    namespace: Option<String>,
+    operation: Operation,
+    #[serde(default)]
+    user_info: k8s_openapi::api::authentication::v1::UserInfo,
+    #[serde(borrow, default)]
+    object: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    old_object: Option<&'a RawValue>,
+    #[serde(default)]
+    dry_run: bool,
+}
+
+/// Decodes `body` as an AdmissionReview, reading of each object only what the engine needs
+/// for the request's kind, within `limit` bytes of decoded memory.
+pub fn decode_review(
+    body: &[u8],
+    sites: &SitesDocument,
+    limit: usize,
+    cancel: &Cancel,
+) -> Result<Decoded, DecodeError> {
+    let wire: WireReview<'_> = serde_json::from_slice(body)?;
+    let request = wire.request.ok_or(DecodeError::NoRequest)?;
+    let reading = Reading::for_kind(&request.kind);
+    let mut budget = Budget {
+        limit,
+        spent: 0,
+        cancel,
+    };
+    let object = request
+        .object
+        .map(|raw| decode_object(raw, &request.kind, reading, sites, &mut budget))
+        .transpose()?;
+    let old_object = request
+        .old_object
+        .map(|raw| decode_object(raw, &request.kind, reading, sites, &mut budget))
+        .transpose()?;
+    Ok(Decoded {
+        api_version: wire.api_version.clone(),
+        decoded_bytes: budget.spent,
+        request: AdmissionRequest {
+            types: TypeMeta {
+                api_version: wire.api_version,
+                kind: wire.kind,
+            },
+            uid: request.uid,
+            kind: request.kind,
+            resource: request.resource,
+            sub_resource: request.sub_resource,
+            request_kind: request.request_kind,
+            request_resource: request.request_resource,
+            request_sub_resource: request.request_sub_resource,
+            name: request.name,
+            namespace: request.namespace,
+            operation: request.operation,
+            user_info: request.user_info,
+            object,
+            old_object,
+            dry_run: request.dry_run,
+            options: None,
+        },
+    })
+}
+
+/// Which fields of an object the engine reads, by the request's kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reading {
+    /// core/v1 ConfigMap or Secret: metadata, `type`, and the data keys that sites name.
+    Site(SiteKind),
+    /// Everything but `managedFields`, `status` (kept for Cluster API kinds) and the Helm
+    /// values of charts other than the CCM's.
+    Object {
+        /// Keep `status` (Cluster API: the guard reads a Machine's addresses).
+        status: bool,
+    },
+}
+
+impl Reading {
+    fn for_kind(gvk: &GroupVersionKind) -> Self {
+        match (gvk.group.as_str(), gvk.version.as_str(), gvk.kind.as_str()) {
+            ("", "v1", "ConfigMap") => Reading::Site(SiteKind::ConfigMap),
+            ("", "v1", "Secret") => Reading::Site(SiteKind::Secret),
+            (group, _, _) => Reading::Object {
+                status: group == "cluster.x-k8s.io",
+            },
+        }
+    }
+}
+
+struct Budget<'c> {
+    limit: usize,
+    spent: usize,
+    cancel: &'c Cancel,
+}
+
+fn decode_object(
+    raw: &RawValue,
+    gvk: &GroupVersionKind,
+    reading: Reading,
+    sites: &SitesDocument,
+    budget: &mut Budget<'_>,
+) -> Result<DynamicObject, DecodeError> {
+    match reading {
+        Reading::Site(kind) => {
+            let (mut root, total) = prune(raw.get(), &site_shell, budget)?;
+            budget.spent = total;
+            let meta = metadata_of(&root)?;
+            let keys = site_keys(kind, &meta, sites);
+            if !keys.is_empty() {
+                let wanted = |path: &[Seg]| site_data(path, &keys);
+                let (data, total) = prune(raw.get(), &wanted, budget)?;
+                budget.spent = total;
+                merge(&mut root, data);
+            }
+            into_object(root, meta)
+        }
+        Reading::Object { status } => {
+            let before = budget.spent;
+            let shell = |path: &[Seg]| object_fields(path, status, false);
+            let (root, total) = prune(raw.get(), &shell, budget)?;
+            budget.spent = total;
+            let meta = metadata_of(&root)?;
+            let object = into_object(root, meta)?;
+            if !crate::sites::helm::holds_chart_values(gvk, &object, sites) {
+                return Ok(object);
+            }
+            // The CCM chart's values: read again, values included. The first reading is
+            // dropped first, so only one of them is ever held.
+            drop(object);
+            budget.spent = before;
+            let full = |path: &[Seg]| object_fields(path, status, true);
+            let (root, total) = prune(raw.get(), &full, budget)?;
+            budget.spent = total;
+            let meta = metadata_of(&root)?;
+            into_object(root, meta)
+        }
+    }
+}
+
+/// Decodes `json` pruned by `decide`, charging from `budget.spent`; returns the value and the
+/// new total spent (`budget.spent` counts both objects of a review).
+fn prune(
+    json: &str,
+    decide: &dyn Fn(&[Seg]) -> Decision,
+    budget: &Budget<'_>,
+) -> Result<(Value, usize), DecodeError> {
+    let ctx = Ctx {
+        decide,
+        path: RefCell::new(Vec::new()),
+        spent: Cell::new(budget.spent),
+        limit: budget.limit,
+        nodes: Cell::new(0),
+        cancel: budget.cancel,
+        stop: Cell::new(None),
+    };
+    let mut de = serde_json::Deserializer::from_str(json);
+    let result = Node {
+        ctx: &ctx,
+        mode: Decision::Descend,
+    }
+    .deserialize(&mut de)
+    .and_then(|v| de.end().map(|()| v));
+    match (result, ctx.stop.get()) {
+        (_, Some(Stop::Budget)) => Err(DecodeError::TooComplex {
+            limit: budget.limit,
+        }),
+        (_, Some(Stop::Cancelled)) => Err(DecodeError::Exhausted(Exhausted)),
+        (Err(e), None) => Err(DecodeError::Json(e)),
+        (Ok(v), None) => Ok((v, ctx.spent.get())),
+    }
+}
+
+fn metadata_of(root: &Value) -> Result<ObjectMeta, DecodeError> {
+    match root.get("metadata") {
+        None | Some(Value::Null) => Ok(ObjectMeta::default()),
+        Some(m) => Ok(ObjectMeta::deserialize(m)?),
+    }
+}
+
+fn into_object(root: Value, metadata: ObjectMeta) -> Result<DynamicObject, DecodeError> {
+    let mut fields = match root {
+        Value::Object(map) => map,
+        other => {
+            // The same error serde gives for a non-object where an object is expected.
+            return Err(DecodeError::Json(
+                <serde_json::Error as de::Error>::invalid_type(unexpected(&other), &"an object"),
+            ));
+        }
+    };
+    fields.remove("metadata");
+    let string = |v: Option<Value>| match v {
+        Some(Value::String(s)) => Ok(Some(s)),
+        None | Some(Value::Null) => Ok(None),
+        Some(other) => Err(DecodeError::Json(
+            <serde_json::Error as de::Error>::invalid_type(unexpected(&other), &"a string"),
+        )),
+    };
+    let api_version = string(fields.remove("apiVersion"))?;
+    let kind = string(fields.remove("kind"))?;
+    let types = match (api_version, kind) {
+        (None, None) => None,
+        (a, k) => Some(TypeMeta {
+            api_version: a.unwrap_or_default(),
+            kind: k.unwrap_or_default(),
+        }),
+    };
+    Ok(DynamicObject {
+        types,
+        metadata,
+        data: Value::Object(fields),
+    })
+}
+
+fn unexpected(v: &Value) -> de::Unexpected<'_> {
+    match v {
+        Value::Null => de::Unexpected::Unit,
+        Value::Bool(b) => de::Unexpected::Bool(*b),
+        Value::Number(_) => de::Unexpected::Other("a number"),
+        Value::String(s) => de::Unexpected::Str(s),
+        Value::Array(_) => de::Unexpected::Seq,
+        Value::Object(_) => de::Unexpected::Map,
+    }
+}
+
+/// Moves the top-level fields of `from` into `into` (both objects).
+fn merge(into: &mut Value, from: Value) {
+    if let (Value::Object(into), Value::Object(from)) = (into, from) {
+        into.extend(from);
+    }
+}
+
+/// The data keys of a ConfigMap or Secret that sites name: by name and namespace, and the
+/// value of the site label.
+fn site_keys(kind: SiteKind, meta: &ObjectMeta, sites: &SitesDocument) -> Vec<String> {
+    let name = meta.name.as_deref().unwrap_or("");
+    let namespace = meta.namespace.as_deref().unwrap_or("");
+    let mut keys: Vec<String> = sites
+        .sites
+        .iter()
+        .filter(|s| s.kind == kind && s.name == name && s.namespace == namespace)
+        .map(|s| s.key.clone())
+        .collect();
+    if let Some(label) = &sites.label
+        && let Some(key) = meta.labels.as_ref().and_then(|l| l.get(label))
+    {
+        keys.push(key.clone());
+    }
+    keys
+}
+
+/// One step of a path inside an object. Array indices are not told apart: no reading
+/// depends on the position of an element.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Seg {
+    Key(String),
+    Index,
+}
+
+/// What to do with the value at a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Decision {
+    /// Decode it and everything below it.
+    Keep,
+    /// Scan past it without building anything.
+    Skip,
+    /// Decode the container, asking again for each child (a scalar here is kept).
+    Descend,
+}
+
+fn is(seg: &Seg, key: &str) -> bool {
+    matches!(seg, Seg::Key(k) if k == key)
+}
+
+/// First reading of a ConfigMap or Secret: everything but the data maps.
+fn site_shell(path: &[Seg]) -> Decision {
+    match path {
+        [m] if is(m, "metadata") => Decision::Descend,
+        [m, f] if is(m, "metadata") && is(f, "managedFields") => Decision::Skip,
+        [m, _] if is(m, "metadata") => Decision::Keep,
+        [f] if is(f, "apiVersion") || is(f, "kind") || is(f, "type") || is(f, "immutable") => {
+            Decision::Keep
+        }
+        _ => Decision::Skip,
+    }
+}
+
+/// Second reading of a ConfigMap or Secret: only the data keys in `keys`.
+fn site_data(path: &[Seg], keys: &[String]) -> Decision {
+    match path {
+        [f] if is(f, "data") || is(f, "stringData") => Decision::Descend,
+        [f, Seg::Key(k)] if (is(f, "data") || is(f, "stringData")) && keys.contains(k) => {
+            Decision::Keep
+        }
+        _ => Decision::Skip,
+    }
+}
+
+/// Any other kind: everything but `metadata.managedFields`, `status` (unless `status`) and,
+/// unless `values`, the Helm values subtrees of the GitOps carriers (Flux `spec.values`,
+/// Argo CD `helm.valuesObject`, a values file's `values`).
+fn object_fields(path: &[Seg], status: bool, values: bool) -> Decision {
+    use Decision::{Descend, Keep, Skip};
+    let key = |i: usize, k: &str| path.get(i).is_some_and(|s| is(s, k));
+    match path.len() {
+        1 if key(0, "metadata") => Descend,
+        2 if key(0, "metadata") && key(1, "managedFields") => Skip,
+        1 if key(0, "status") && !status => Skip,
+        _ if values => Keep,
+        1 if key(0, "values") => Skip,
+        1 if key(0, "spec") => Descend,
+        2 if key(0, "spec") && key(1, "values") => Skip,
+        2 if key(0, "spec") && (key(1, "source") || key(1, "sources")) => Descend,
+        3 if key(0, "spec") && key(1, "source") && key(2, "helm") => Descend,
+        4 if key(0, "spec") && key(1, "source") && key(2, "helm") && key(3, "valuesObject") => Skip,
+        3 if key(0, "spec") && key(1, "sources") => Descend,
+        4 if key(0, "spec") && key(1, "sources") && key(3, "helm") => Descend,
+        5 if key(0, "spec") && key(1, "sources") && key(3, "helm") && key(4, "valuesObject") => {
+            Skip
+        }
+        _ => Keep,
+    }
+}
+
+/// Why pruning stopped early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    Budget,
+    Cancelled,
+}
+
+struct Ctx<'c> {
+    decide: &'c dyn Fn(&[Seg]) -> Decision,
+    path: RefCell<Vec<Seg>>,
+    spent: Cell<usize>,
+    limit: usize,
+    nodes: Cell<usize>,
+    cancel: &'c Cancel,
+    stop: Cell<Option<Stop>>,
+}
+
+/// Estimated heap cost of decoded JSON, close to what `serde_json::Value` allocates:
+/// a B-tree map allocates leaves of 11 entries (~630 bytes) however few it holds.
+struct Cost;
+
+impl Cost {
+    const VALUE: usize = 32;
+    const MAP: usize = 632;
+    const MAP_ENTRY: usize = 58;
+    const STRING: usize = 16;
+}
+
+impl Ctx<'_> {
+    fn charge<E: de::Error>(&self, bytes: usize) -> Result<(), E> {
+        let spent = self.spent.get().saturating_add(bytes);
+        self.spent.set(spent);
+        if spent > self.limit {
+            self.stop.set(Some(Stop::Budget));
+            return Err(E::custom("decoded-memory budget exceeded"));
+        }
+        let nodes = self.nodes.get() + 1;
+        self.nodes.set(nodes);
+        if nodes.is_multiple_of(CANCEL_CHECK_EVERY) && self.cancel.is_cancelled() {
+            self.stop.set(Some(Stop::Cancelled));
+            return Err(E::custom("cancelled"));
+        }
+        Ok(())
+    }
+
+    fn decide(&self, mode: Decision) -> Decision {
+        match mode {
+            Decision::Keep => Decision::Keep,
+            _ => (self.decide)(&self.path.borrow()),
+        }
+    }
+}
+
+/// Decodes one value, pruned by the context's decisions, into a `Value`.
+struct Node<'a, 'c> {
+    ctx: &'a Ctx<'c>,
+    mode: Decision,
+}
+
+impl<'de> DeserializeSeed<'de> for Node<'_, '_> {
+    type Value = Value;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Node<'_, '_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
+        self.ctx.charge::<E>(Cost::VALUE)?;
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
+        self.ctx.charge::<E>(Cost::VALUE)?;
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
+        self.ctx.charge::<E>(Cost::VALUE)?;
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        self.ctx.charge::<E>(Cost::VALUE)?;
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
+        self.ctx.charge::<E>(Cost::VALUE + Cost::STRING + v.len())?;
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
+        self.ctx.charge::<E>(Cost::VALUE + Cost::STRING + v.len())?;
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+        self.ctx.charge::<E>(Cost::VALUE)?;
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Value, E> {
+        self.visit_unit()
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        self.ctx.charge::<A::Error>(Cost::VALUE)?;
+        let mut out = Vec::new();
+        loop {
+            self.ctx.path.borrow_mut().push(Seg::Index);
+            let decision = self.ctx.decide(self.mode);
+            let next = match decision {
+                Decision::Skip => seq.next_element::<IgnoredAny>().map(|o| o.map(|_| None)),
+                mode => seq
+                    .next_element_seed(Node {
+                        ctx: self.ctx,
+                        mode,
+                    })
+                    .map(|o| o.map(Some)),
+            };
+            self.ctx.path.borrow_mut().pop();
+            match next? {
+                None => break,
+                Some(None) => {}
+                Some(Some(v)) => {
+                    self.ctx.charge::<A::Error>(Cost::VALUE)?;
+                    out.push(v);
+                }
+            }
+        }
+        Ok(Value::Array(out))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        self.ctx.charge::<A::Error>(Cost::VALUE)?;
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            self.ctx.path.borrow_mut().push(Seg::Key(key));
+            let decision = self.ctx.decide(self.mode);
+            let value = match decision {
+                Decision::Skip => map.next_value::<IgnoredAny>().map(|_| None),
+                mode => map
+                    .next_value_seed(Node {
+                        ctx: self.ctx,
+                        mode,
+                    })
+                    .map(Some),
+            };
+            let key = match self.ctx.path.borrow_mut().pop() {
+                Some(Seg::Key(k)) => k,
+                _ => String::new(),
+            };
+            if let Some(value) = value? {
+                let first = out.is_empty();
+                let cost = Cost::MAP_ENTRY + key.len() + if first { Cost::MAP } else { 0 };
+                self.ctx.charge::<A::Error>(cost)?;
+                out.insert(key, value);
+            }
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn sites() -> SitesDocument {
+        crate::policy::PolicySet::embedded()
+            .expect("embedded policies load")
+            .sites
+    }
+
+    fn review(kind: (&str, &str, &str), object: Value) -> Vec<u8> {
+        serde_json::to_vec(&json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u-1",
+                "kind": {"group": kind.0, "version": kind.1, "kind": kind.2},
+                "resource": {"group": kind.0, "version": kind.1, "resource": "things"},
+                "name": "x",
+                "namespace": "ns",
+                "operation": "CREATE",
+                "userInfo": {"username": "someone"},
+                "object": object,
+                "oldObject": null,
+                "dryRun": false,
+                "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}
+            }
+        }))
+        .expect("serializes")
+    }
+
+    fn decode(body: &[u8]) -> Result<Decoded, DecodeError> {
+        decode_review(body, &sites(), MAX_DECODED_BYTES, &Cancel::never())
+    }
+
+    #[test]
+    fn configmap_keeps_only_site_keys() {
+        let body = review(
+            ("", "v1", "ConfigMap"),
+            json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "data": {"cloud.conf": "[Global]\n", "other": "x"},
+                "binaryData": {"b": "AAAA"},
+                "metadata": {"name": "cm", "namespace": "ns",
+                    "labels": {"stackgate.dev/cloud-config": "cloud.conf"},
+                    "managedFields": [{"manager": "kubectl"}]},
+            }),
+        );
+        let d = decode(&body).expect("decodes");
+        let o = d.request.object.expect("object");
+        assert_eq!(o.metadata.name.as_deref(), Some("cm"));
+        assert!(o.metadata.managed_fields.is_none());
+        assert_eq!(o.data, json!({"data": {"cloud.conf": "[Global]\n"}}));
+        assert_eq!(o.types.expect("types").kind, "ConfigMap");
+        assert_eq!(d.request.uid, "u-1");
+        assert_eq!(d.request.types.api_version, "admission.k8s.io/v1");
+    }
+
+    #[test]
+    fn configmap_that_is_no_site_keeps_no_data() {
+        let body = review(
+            ("", "v1", "ConfigMap"),
+            json!({"metadata": {"name": "cm"}, "data": {"a": "b"}}),
+        );
+        let o = decode(&body).expect("decodes").request.object.expect("o");
+        assert_eq!(o.data, json!({}));
+    }
+
+    #[test]
+    fn foreign_chart_values_are_skipped_and_ccm_values_kept() {
+        let hr = |chart: &str| {
+            review(
+                ("helm.toolkit.fluxcd.io", "v2", "HelmRelease"),
+                json!({
+                    "apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+                    "metadata": {"name": "r"},
+                    "spec": {"values": {"x": [{"a": 0}]},
+                             "chart": {"spec": {"chart": chart}}},
+                    "status": {"history": [1, 2, 3]},
+                }),
+            )
+        };
+        let o = decode(&hr("podinfo"))
+            .expect("d")
+            .request
+            .object
+            .expect("o");
+        assert_eq!(
+            o.data,
+            json!({"spec": {"chart": {"spec": {"chart": "podinfo"}}}})
+        );
+        let o = decode(&hr("openstack-cloud-controller-manager"))
+            .expect("d")
+            .request
+            .object
+            .expect("o");
+        assert_eq!(o.data["spec"]["values"], json!({"x": [{"a": 0}]}));
+        assert!(o.data.get("status").is_none());
+    }
+
+    #[test]
+    fn argo_values_object_skipped_per_source() {
+        let body = review(
+            ("argoproj.io", "v1alpha1", "Application"),
+            json!({"metadata": {"name": "a"}, "spec": {"sources": [
+                {"chart": "podinfo", "helm": {"valuesObject": {"big": [1]}, "values": "a: 1"}},
+            ]}}),
+        );
+        let o = decode(&body).expect("d").request.object.expect("o");
+        assert_eq!(
+            o.data,
+            json!({"spec": {"sources": [{"chart": "podinfo", "helm": {"values": "a: 1"}}]}})
+        );
+    }
+
+    #[test]
+    fn machine_status_is_kept() {
+        let body = review(
+            ("cluster.x-k8s.io", "v1beta1", "Machine"),
+            json!({"metadata": {"name": "m"}, "status": {"addresses": [{"address": "10.0.0.1"}]}}),
+        );
+        let o = decode(&body).expect("d").request.object.expect("o");
+        assert_eq!(o.data["status"]["addresses"][0]["address"], "10.0.0.1");
+    }
+
+    #[test]
+    fn budget_refuses_amplifying_values_of_the_ccm_chart() {
+        let items: Vec<Value> = (0..100_000).map(|_| json!({"a": 0})).collect();
+        let body = review(
+            ("helm.toolkit.fluxcd.io", "v2", "HelmRelease"),
+            json!({"metadata": {"name": "r"}, "spec": {"values": {"x": items},
+                "chart": {"spec": {"chart": "openstack-cloud-controller-manager"}}}}),
+        );
+        assert!(matches!(
+            decode(&body),
+            Err(DecodeError::TooComplex {
+                limit: MAX_DECODED_BYTES
+            })
+        ));
+    }
+
+    #[test]
+    fn cancelled_decoding_stops() {
+        let items: Vec<Value> = (0..10_000).map(|i| json!(i)).collect();
+        let body = review(("apps", "v1", "Deployment"), json!({"spec": {"x": items}}));
+        let cancel = Cancel::new();
+        cancel.cancel();
+        assert!(matches!(
+            decode_review(&body, &sites(), MAX_DECODED_BYTES, &cancel),
+            Err(DecodeError::Exhausted(_))
+        ));
+    }
+
+    #[test]
+    fn shapes_that_are_not_objects_are_data_errors() {
+        let body = review(("apps", "v1", "Deployment"), json!([1, 2]));
+        match decode(&body) {
+            Err(DecodeError::Json(e)) => {
+                assert_eq!(e.classify(), serde_json::error::Category::Data)
+            }
+            other => panic!("expected a data error, got {other:?}"),
+        }
+        let body = review(
+            ("", "v1", "ConfigMap"),
+            json!({"metadata": {"labels": "not-a-map"}}),
+        );
+        assert!(matches!(decode(&body), Err(DecodeError::Json(_))));
+    }
+}
