@@ -21,10 +21,11 @@
 //!    engine then evaluates with them. Every other review skips this step.
 //! 6. Evaluation: [`AppState::answer`] with a cancel flag. Bodies up to
 //!    [`INLINE_MAX_BYTES`] are evaluated inline on the async worker (decode + evaluate +
-//!    encode take microseconds, and a thread hand-off would cost more than the work; a timer
-//!    task fires the flag at the deadline); larger bodies go to the blocking pool so that a
-//!    multi-megabyte review cannot stall TLS handshakes and health checks on the same
-//!    worker, and are answered **at the deadline** if not done ([`deadline_reply`]: mutate
+//!    encode take microseconds, and a thread hand-off or a timer would cost more than the
+//!    work); larger bodies go, one per core at most (`max_large_evaluations`), to the
+//!    blocking pool so that a multi-megabyte review cannot stall TLS handshakes and health
+//!    checks on the same worker, and are answered **at the deadline** if not done
+//!    ([`deadline_reply`]: mutate
 //!    admits unchanged with a warning, validate denies with 504), with the flag fired. The
 //!    permit and the body's bytes are held until the evaluation actually returns, so
 //!    `max_concurrency` and `max_inflight_body_bytes` bound evaluations in flight. The flag
