@@ -312,3 +312,53 @@ async fn an_oversized_cloud_config_is_refused_cheaply() {
         (peak - base) / MIB
     );
 }
+
+/// An Argo CD Application with hundreds of sources naming the CCM chart, each with a values
+/// string that stays under the per-string YAML caps: none is read (the caps are per string, so
+/// reading them all would multiply them); validate says why, mutate admits unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_values_carriers_in_one_object_are_not_read() {
+    if !linux() {
+        return;
+    }
+    let server = start().await;
+    let pid = server.child.id();
+    let (base, _) = memory(pid);
+    let client = Client::connect(server.addr, &ClientOptions::trusting(&server.ca))
+        .await
+        .expect("connect");
+    let values = format!(
+        "a: &a {}\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\n\
+         d: [*c,*c,*c,*c,*c]\n",
+        "x".repeat(100)
+    );
+    let sources: Vec<Value> = (0..500)
+        .map(|_| json!({"chart": "openstack-cloud-controller-manager", "helm": {"values": values}}))
+        .collect();
+    let body = review(
+        ("argoproj.io", "v1alpha1", "Application"),
+        "applications",
+        json!({
+            "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+            "metadata": {"name": "x", "namespace": "tenant"},
+            "spec": {"sources": sources},
+        }),
+        false,
+    );
+    let (status, answer) = post(&client, "/validate?timeout=10s", body.clone()).await;
+    assert_eq!(status, 200);
+    assert_eq!(answer["response"]["allowed"], false, "{answer}");
+    let message = answer["response"]["status"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(message.contains("over stackgate's limit of 8"), "{message}");
+    let (status, answer) = post(&client, "/mutate?timeout=10s", body).await;
+    assert_eq!(status, 200);
+    assert_eq!(answer["response"]["allowed"], true, "{answer}");
+    let (peak, _) = memory(pid);
+    assert!(
+        peak.saturating_sub(base) < 64 * MIB,
+        "peak grew by {} MiB",
+        (peak - base) / MIB
+    );
+}

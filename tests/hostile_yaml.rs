@@ -22,7 +22,7 @@ use stackgate::sites::yamledit::{self, Change};
 const MIB: u64 = 1024 * 1024;
 
 /// The classic "billion laughs" in 342 bytes: nine levels of nine aliases each (9^9 nodes).
-/// The expansion passes the cap on line 6.
+/// The expansion passes the cap on line 5.
 fn laughs() -> String {
     let mut text = String::from(
         "a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n",
@@ -231,7 +231,7 @@ async fn alias_bombs_in_gitops_values_are_refused_early_over_https() {
             "/validate" => {
                 assert_eq!(response["allowed"], false, "{name}: {response}");
                 assert!(
-                    text.contains("alias expansion cap") && text.contains("line 6"),
+                    text.contains("alias expansion cap") && text.contains("line 5"),
                     "{name} {path}: {response}"
                 );
                 if round == 0 {
@@ -278,7 +278,7 @@ fn check_refuses_alias_bombs_early_with_bounded_memory() {
         ),
     )
     .expect("write");
-    for (file, line) in [(&plain, "6"), (&chart, "")] {
+    for (file, line) in [(&plain, "5"), (&chart, "")] {
         let started = Instant::now();
         let mut child = Command::new(env!("CARGO_BIN_EXE_stackgate"))
             .arg("check")
@@ -454,11 +454,11 @@ fn adversarial_shapes_are_read_or_refused() {
 #[test]
 fn caps_are_named_with_their_line() {
     let err = yaml::parse_one(&laughs()).unwrap_err();
-    assert_eq!((err.line, err.limit), (6, Some(Limit::AliasExpansion)));
+    assert_eq!((err.line, err.limit), (5, Some(Limit::AliasExpansion)));
     assert_eq!(
         err.to_string(),
         format!(
-            "YAML error at line 6, column 8: aliases expand to more than {MAX_ALIAS_NODES} \
+            "YAML error at line 5, column 23: aliases expand to more than {MAX_ALIAS_NODES} \
              nodes (the YAML alias expansion cap)"
         )
     );

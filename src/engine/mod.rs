@@ -86,6 +86,8 @@ pub enum Limit {
     ValuesTextBytes,
     /// A YAML values string over one of the YAML reader's caps.
     Yaml(crate::sites::yaml::Limit),
+    /// More than [`crate::sites::helm::MAX_CARRIERS_PER_OBJECT`] values carriers.
+    Carriers,
     /// More than [`MAX_FINDINGS_PER_LIST`] findings in one list.
     Findings,
 }
@@ -97,6 +99,7 @@ impl Limit {
             Limit::CloudConfigBytes => "cloud_config_bytes",
             Limit::ValuesTextBytes => "values_text_bytes",
             Limit::Yaml(y) => y.as_str(),
+            Limit::Carriers => "values_carriers",
             Limit::Findings => "findings",
         }
     }
@@ -324,6 +327,7 @@ impl Engine {
                 verdict.reached(Limit::CloudConfigBytes);
             }
             Err(SiteError::TooLarge { .. }) => verdict.reached(Limit::ValuesTextBytes),
+            Err(SiteError::TooManyCarriers { .. }) => verdict.reached(Limit::Carriers),
             Err(SiteError::Yaml { error, .. }) => {
                 if let Some(limit) = error.limit {
                     verdict.reached(Limit::Yaml(limit));
@@ -337,7 +341,9 @@ impl Engine {
                  bytes for one cloud config",
                 text.len()
             )),
-            Err(e @ SiteError::TooLarge { .. }) => Some(e.to_string()),
+            Err(e @ (SiteError::TooLarge { .. } | SiteError::TooManyCarriers { .. })) => {
+                Some(e.to_string())
+            }
             _ => None,
         };
         if let Some(what) = oversized {

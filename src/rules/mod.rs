@@ -160,7 +160,7 @@ impl KindCollector {
             severity,
             line: self.folded_lines.first().copied(),
             message: format!(
-                "and {} more {what}{lines}: the same finding as above, not listed one by one                  (at most {MAX_FINDINGS_PER_KIND} are). Fix them the same way",
+                "and {} more {what}{lines}: the same finding as above, not listed one by one (at most {MAX_FINDINGS_PER_KIND} are). Fix them the same way",
                 self.folded
             ),
             fixed_by_edit: false,

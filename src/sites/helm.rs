@@ -31,6 +31,11 @@ use crate::rules::IniEdit;
 /// per node, so a larger string is reported as one stackgate cannot check instead.
 pub const MAX_VALUES_TEXT_BYTES: usize = 64 * 1024;
 
+/// Most places in one object that carry the CCM chart's values (Argo CD `spec.sources`
+/// entries naming the chart, each with `valuesObject` and `values`). Real Applications have one
+/// or two; more are reported, and none is read.
+pub const MAX_CARRIERS_PER_OBJECT: usize = 8;
+
 /// Charts whose values hold an OpenStack CCM cloud config, when the policy set names none.
 pub const DEFAULT_CHARTS: &[&str] = &["openstack-cloud-controller-manager"];
 
@@ -298,7 +303,31 @@ pub(super) fn find(
     let root = content(object);
     let values_file = gvk.group == "stackgate.dev" && gvk.kind == VALUES_FILE_KIND;
     let mut out = Vec::new();
-    for c in carriers(gvk, object, charts) {
+    let carriers = carriers(gvk, object, charts);
+    if carriers.len() > MAX_CARRIERS_PER_OBJECT {
+        // Each values string is parsed with caps of its own; an object with hundreds of them
+        // would multiply those caps. None is read, and the object is reported instead.
+        let location = display(&keys(&["spec", "sources"]));
+        out.push(Found {
+            location: location.clone(),
+            text: Err(SiteError::TooManyCarriers {
+                location,
+                count: carriers.len(),
+                limit: MAX_CARRIERS_PER_OBJECT,
+            }),
+            site: HelmSite {
+                path: Vec::new(),
+                existing: 0,
+                field: String::new(),
+                yaml: None,
+                tree: std::sync::OnceLock::new(),
+                values: Value::Null,
+                form: Form::Contents,
+            },
+        });
+        return out;
+    }
+    for c in carriers {
         let raw = if c.existing == c.path.len() {
             get(root, &c.path)
         } else {
@@ -442,8 +471,15 @@ impl HelmSite {
             (Form::Contents, _) => vec!["cloudConfigContents".to_owned()],
             (Form::CloudConfig(lines), Some(l)) => {
                 match l.checked_sub(1).and_then(|i| lines.get(i)) {
+                    // A key the CCM does not know may be a value typed in the wrong place:
+                    // named only when known or a plausible typo (invariant 5).
                     Some(Origin::Key(section, key)) => {
-                        vec!["cloudConfig".into(), (*section).into(), key.clone()]
+                        let key = if crate::cloudconf::schema::is_displayable_key(key) {
+                            key.clone()
+                        } else {
+                            "<unknown key, name not shown>".to_owned()
+                        };
+                        vec!["cloudConfig".into(), (*section).into(), key]
                     }
                     Some(Origin::Section(section)) => vec!["cloudConfig".into(), (*section).into()],
                     None => vec!["cloudConfig".to_owned()],
@@ -761,7 +797,13 @@ pub fn helm_controller_extra_args_all(
         }
     };
     let mut out = Vec::new();
-    for c in carriers(gvk, object, &charts) {
+    let carriers = carriers(gvk, object, &charts);
+    if carriers.len() > MAX_CARRIERS_PER_OBJECT {
+        // Reported by the cloud-config site (`find`); reading them here would multiply the
+        // per-string YAML caps.
+        return out;
+    }
+    for c in carriers {
         let Some(raw) = get(root, &c.path) else {
             continue;
         };

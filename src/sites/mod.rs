@@ -109,6 +109,20 @@ pub enum SiteError {
         /// The limit in bytes.
         limit: usize,
     },
+    /// More values carriers in one object than stackgate reads (see
+    /// [`helm::MAX_CARRIERS_PER_OBJECT`]); none was parsed.
+    #[error(
+        "{location} holds {count} places for the CCM chart's values, over stackgate's limit of \
+         {limit}"
+    )]
+    TooManyCarriers {
+        /// Where.
+        location: String,
+        /// How many.
+        count: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// The chart cannot render the structured cloud config.
     #[error("{location}: {error}")]
     Render {

@@ -41,13 +41,14 @@ pub const MAX_VALUES_NODES: usize = 100_000;
 /// alias is read and before anything is expanded: the "billion laughs" guard. Aliased
 /// collections are shared, not copied, so the cap bounds the work of everything that walks
 /// the tree (the conversion to JSON above all), not the parser's memory. go-yaml refuses
-/// "excessive aliasing" by a ratio; a fixed cap is simpler to document, and 100 000 nodes is
-/// far more than the anchors of a real values file expand to.
-pub const MAX_ALIAS_NODES: usize = 100_000;
+/// "excessive aliasing" by a ratio; a fixed cap is simpler to document, and 50 000 nodes is
+/// far more than the anchors of a real values file expand to. Kept small because an object
+/// can hold several values strings (Argo CD `spec.sources`), each with its own stream.
+pub const MAX_ALIAS_NODES: usize = 50_000;
 
 /// Bytes of scalar text that aliases may stand for in one stream, counted like
 /// [`MAX_ALIAS_NODES`]: a 1 MB anchored string aliased a thousand times is 1 GB of JSON.
-pub const MAX_ALIAS_BYTES: usize = 4 << 20;
+pub const MAX_ALIAS_BYTES: usize = 1 << 20;
 
 /// Levels of nesting, aliases expanded (the parser itself stops at a few hundred levels;
 /// chained aliases could nest deeper and exhaust the stack of the recursive walks).
@@ -1043,8 +1044,9 @@ off: 2
         assert_eq!(err.limit, Some(Limit::AliasExpansion));
         assert!(err.message.contains("alias expansion cap"), "{err}");
         assert!(err.message.contains(&MAX_ALIAS_NODES.to_string()), "{err}");
-        // Level f holds 9 aliases of e (9^5 nodes each): the cap is reached on line 6.
-        assert_eq!(err.line, 6, "{err}");
+        // Level e holds 9 aliases of d (9^4 nodes each, 59 049 in all): the cap is reached
+        // on line 5.
+        assert_eq!(err.line, 5, "{err}");
         // Below the cap, aliases are fine and expand in JSON.
         let small = "a: &a [1, 2]\nb: [*a, *a]\n";
         assert_eq!(one(small), json!({"a": [1, 2], "b": [[1, 2], [1, 2]]}));
