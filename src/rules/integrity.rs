@@ -31,12 +31,18 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
                 }
                 _ => "Fix the line named here",
             };
+            let message = if why.is_stackgate_limit() {
+                format!(
+                    "{why}; stackgate cannot check these values. Write them without the \
+                     anchors and aliases, or more simply"
+                )
+            } else {
+                format!("{why}; the CCM would fail to start (\"failed to read config\"). {fix}")
+            };
             out.violations.push(Violation {
                 severity: Severity::Deny,
                 line: why.line(),
-                message: format!(
-                    "{why}; the CCM would fail to start (\"failed to read config\"). {fix}"
-                ),
+                message,
                 fixed_by_edit: false,
             });
             return out;

@@ -36,6 +36,13 @@ pub enum Unreadable<'a> {
 }
 
 impl Unreadable<'_> {
+    /// True when the text was refused by one of stackgate's own caps on untrusted input (a
+    /// YAML node, alias-expansion or depth cap), not because Helm or the CCM would refuse it:
+    /// messages must then not claim the CCM would fail to start.
+    pub fn is_stackgate_limit(&self) -> bool {
+        matches!(self, Unreadable::Site(SiteError::Yaml { error, .. }) if error.limit.is_some())
+    }
+
     /// Line of the problem, when known.
     pub fn line(&self) -> Option<usize> {
         match self {

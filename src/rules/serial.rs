@@ -27,10 +27,18 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
             out.violations.push(Violation {
                 severity: Severity::Deny,
                 line: why.line(),
-                message: format!(
-                    "cannot verify [{SECTION}] {KEY}: {why}. The CCM would fail to start on this \
-                     file. Fix the syntax; stackgate then adds {KEY} = true if it is missing"
-                ),
+                message: if why.is_stackgate_limit() {
+                    format!(
+                        "cannot verify [{SECTION}] {KEY}: {why}. Write the values without the \
+                         anchors and aliases; stackgate then adds {KEY} = true if it is missing"
+                    )
+                } else {
+                    format!(
+                        "cannot verify [{SECTION}] {KEY}: {why}. The CCM would fail to start on \
+                         this file. Fix the syntax; stackgate then adds {KEY} = true if it is \
+                         missing"
+                    )
+                },
                 fixed_by_edit: false,
             });
             return out;

@@ -91,7 +91,7 @@ pub enum SiteError {
         location: String,
     },
     /// A values string is not valid YAML (Helm would refuse it too).
-    #[error("{location} is not valid YAML ({error}), so Helm cannot read these values")]
+    #[error("{}", yaml_message(.location, .error))]
     Yaml {
         /// Where.
         location: String,
@@ -131,6 +131,15 @@ pub enum SiteError {
         /// Which section.
         error: render::RenderError,
     },
+}
+
+/// A values string Helm cannot read, or one over stackgate's own YAML caps (which Helm might
+/// read: the message must not say otherwise).
+fn yaml_message(location: &str, error: &yaml::YamlError) -> String {
+    match error.limit {
+        Some(_) => format!("{location} is over stackgate's YAML limits ({error})"),
+        None => format!("{location} is not valid YAML ({error}), so Helm cannot read these values"),
+    }
 }
 
 /// A cloud config found in an object.
