@@ -32,9 +32,11 @@
 //! sustains for the pair", identical for both servers, and the ratio is the comparison.
 //! `--json FILE` writes every number.
 
+#[path = "support/procfs.rs"]
+mod procfs;
+use procfs::{clock_ticks_per_second, cpu_ticks, readyz_ok, rss_kib};
 use std::fmt::Write as _;
-use std::io::{Read as _, Write as _};
-use std::net::{SocketAddr, TcpListener as StdListener, TcpStream as StdStream};
+use std::net::{SocketAddr, TcpListener as StdListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -266,59 +268,6 @@ impl Server {
             std::thread::sleep(Duration::from_millis(1));
         }
     }
-}
-
-/// `GET /readyz` on the admin port answers 200.
-fn readyz_ok(admin: SocketAddr) -> bool {
-    let Ok(mut tcp) = StdStream::connect(admin) else {
-        return false;
-    };
-    let _ = tcp.set_read_timeout(Some(Duration::from_secs(1)));
-    if tcp
-        .write_all(b"GET /readyz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        .is_err()
-    {
-        return false;
-    }
-    let mut head = [0u8; 12];
-    tcp.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.1 200")
-}
-
-/// `(VmRSS, VmHWM)` of `pid` in KiB.
-fn rss_kib(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
-
-/// utime + stime of `pid`, in clock ticks.
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the `(comm)`: state is field 3, utime 14, stime 15.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let get = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    get(11) + get(12)
-}
-
-fn clock_ticks_per_second() -> f64 {
-    Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok()?.trim().parse().ok())
-        .unwrap_or(100.0)
 }
 
 // ---------------------------------------------------------------------------------------

@@ -8,94 +8,27 @@
 
 mod common;
 
-use std::net::{SocketAddr, TcpListener};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{Client, ClientOptions, DEADLINE, admin_get, post};
+use common::{
+    ChildServer, Client, ClientOptions, DEADLINE, has_proc_status, post, proc_status_bytes,
+};
 use serde_json::{Value, json};
 
 const MIB: u64 = 1024 * 1024;
 
-struct Server {
-    child: Child,
-    addr: SocketAddr,
-    ca: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr")
-}
-
-async fn start() -> Server {
-    common::setup();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let ca_path = dir.path().join("ca.pem");
-    let (addr, admin) = (free_port(), free_port());
-    let child = Command::new(env!("CARGO_BIN_EXE_stackgate"))
-        .args(["serve", "--kube", "off", "--log-level", "warn"])
-        .arg("--listen")
-        .arg(addr.to_string())
-        .arg("--admin-listen")
-        .arg(admin.to_string())
-        .arg("--generated-ca-out")
-        .arg(&ca_path)
-        .arg("--request-timeout")
-        .arg("10s")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn stackgate");
-    common::eventually("the child to be ready", || async {
-        matches!(admin_get(admin, "/readyz").await, Ok((s, _, _)) if s.is_success()).then_some(())
-    })
-    .await;
-    let ca = std::fs::read_to_string(&ca_path).expect("CA written");
-    Server {
-        child,
-        addr,
-        ca,
-        _dir: dir,
-    }
-}
-
 /// `VmHWM` (peak) and `VmRSS` (now) of `pid`, in bytes.
 fn memory(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|rest| {
-                rest.trim()
-                    .trim_end_matches("kB")
-                    .trim()
-                    .parse::<u64>()
-                    .ok()
-            })
-            .map(|kb| kb * 1024)
-            .expect("field in /proc status")
-    };
+    let field = |name| proc_status_bytes(pid, name).expect("field in /proc status");
     (field("VmHWM:"), field("VmRSS:"))
 }
 
+async fn start() -> ChildServer {
+    ChildServer::start(&["--request-timeout", "10s"]).await
+}
+
 fn linux() -> bool {
-    if Path::new("/proc/self/status").exists() {
-        return true;
-    }
-    eprintln!("skipped: needs /proc/<pid>/status (Linux) to read the child's memory");
-    false
+    has_proc_status()
 }
 
 fn review(kind: (&str, &str, &str), resource: &str, object: Value, dry_run: bool) -> Vec<u8> {

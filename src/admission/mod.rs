@@ -184,51 +184,9 @@ fn answer(
     let policies = engine.policies();
     let decoded = match decode::decode_review(body, &policies.sites, MAX_DECODED_BYTES, cancel) {
         Ok(d) => d,
-        Err(DecodeError::Json(e)) => {
-            return (
-                undecodable(webhook, body, &e),
-                Seen::default(),
-                "invalid",
-                None,
-            );
-        }
-        Err(DecodeError::NoRequest) => {
-            return (
-                Reply::error(
-                    StatusCode::BAD_REQUEST,
-                    "the body is an AdmissionReview without a request",
-                ),
-                Seen::default(),
-                "invalid",
-                None,
-            );
-        }
-        Err(e @ DecodeError::TooComplex { .. }) => {
-            metrics.input_limit("decoded_bytes");
-            let reason = format!(
-                "{e}, so stackgate cannot tell whether it holds a known-bad setting (stackgate's \
-                 decoded-memory cap, README \"Limits\"); split the values or move them to a \
-                 ConfigMap or Secret referenced by valuesFrom"
-            );
-            return (
-                unread(webhook, body, &reason, Some((413, "RequestEntityTooLarge"))),
-                Seen::default(),
-                "too_complex",
-                None,
-            );
-        }
-        Err(DecodeError::Exhausted(e)) => {
-            return (
-                unread(
-                    webhook,
-                    body,
-                    &format!("{e}; retry"),
-                    Some((504, "Timeout")),
-                ),
-                Seen::default(),
-                "timeout",
-                None,
-            );
+        Err(error) => {
+            let (reply, decision) = not_decoded(webhook, body, &error, metrics);
+            return (reply, Seen::default(), decision, None);
         }
     };
     let api_version = decoded.api_version;
@@ -260,17 +218,7 @@ fn answer(
     let verdict = match engine.evaluate_within(&request, facts, cancel) {
         Ok(verdict) => verdict,
         Err(e) => {
-            return (
-                unread(
-                    webhook,
-                    body,
-                    &format!("{e}; retry"),
-                    Some((504, "Timeout")),
-                ),
-                seen,
-                "timeout",
-                None,
-            );
+            return (out_of_time(webhook, body, e), seen, "timeout", None);
         }
     };
     metrics
@@ -340,6 +288,45 @@ fn answer(
         Webhook::Validate => "allowed",
     };
     (encode(response), seen, decision, Some(verdict))
+}
+
+/// The answer and decision label for a review [`decode::decode_review`] refused.
+fn not_decoded(
+    webhook: Webhook,
+    body: &[u8],
+    error: &DecodeError,
+    metrics: &Metrics,
+) -> (Reply, &'static str) {
+    match error {
+        DecodeError::Json(e) => (undecodable(webhook, body, e), "invalid"),
+        DecodeError::NoRequest => (
+            Reply::error(StatusCode::BAD_REQUEST, &error.to_string()),
+            "invalid",
+        ),
+        DecodeError::TooComplex { .. } => {
+            metrics.input_limit("decoded_bytes");
+            let reason = format!(
+                "{error}, so stackgate cannot tell whether it holds a known-bad setting \
+                 (stackgate's decoded-memory cap, README \"Limits\"); split the values or move \
+                 them to a ConfigMap or Secret referenced by valuesFrom"
+            );
+            (
+                unread(webhook, body, &reason, Some((413, "RequestEntityTooLarge"))),
+                "too_complex",
+            )
+        }
+        DecodeError::Exhausted(e) => (out_of_time(webhook, body, *e), "timeout"),
+    }
+}
+
+/// The answer for a review whose decoding or evaluation ran past the deadline.
+fn out_of_time(webhook: Webhook, body: &[u8], e: crate::budget::Exhausted) -> Reply {
+    unread(
+        webhook,
+        body,
+        &format!("{e}; retry"),
+        Some((504, "Timeout")),
+    )
 }
 
 /// The policies whose findings this webhook acted on, comma-separated and de-duplicated in

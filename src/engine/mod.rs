@@ -322,30 +322,28 @@ impl Engine {
         namespace: Option<&str>,
         verdict: &mut Verdict,
     ) {
-        match &site.text {
-            Ok(text) if text.len() > MAX_CLOUD_CONFIG_BYTES => {
-                verdict.reached(Limit::CloudConfigBytes);
+        // Which input cap this site reached, and whether it is too large to read at all.
+        let (limit, oversized) = match &site.text {
+            Ok(text) if text.len() > MAX_CLOUD_CONFIG_BYTES => (
+                Some(Limit::CloudConfigBytes),
+                Some(format!(
+                    "the cloud config is {} bytes, over stackgate's limit of \
+                     {MAX_CLOUD_CONFIG_BYTES} bytes for one cloud config",
+                    text.len()
+                )),
+            ),
+            Err(e @ SiteError::TooLarge { .. }) => {
+                (Some(Limit::ValuesTextBytes), Some(e.to_string()))
             }
-            Err(SiteError::TooLarge { .. }) => verdict.reached(Limit::ValuesTextBytes),
-            Err(SiteError::TooManyCarriers { .. }) => verdict.reached(Limit::Carriers),
-            Err(SiteError::Yaml { error, .. }) => {
-                if let Some(limit) = error.limit {
-                    verdict.reached(Limit::Yaml(limit));
-                }
+            Err(e @ SiteError::TooManyCarriers { .. }) => {
+                (Some(Limit::Carriers), Some(e.to_string()))
             }
-            _ => {}
-        }
-        let oversized = match &site.text {
-            Ok(text) if text.len() > MAX_CLOUD_CONFIG_BYTES => Some(format!(
-                "the cloud config is {} bytes, over stackgate's limit of {MAX_CLOUD_CONFIG_BYTES} \
-                 bytes for one cloud config",
-                text.len()
-            )),
-            Err(e @ (SiteError::TooLarge { .. } | SiteError::TooManyCarriers { .. })) => {
-                Some(e.to_string())
-            }
-            _ => None,
+            Err(SiteError::Yaml { error, .. }) => (error.limit.map(Limit::Yaml), None),
+            _ => (None, None),
         };
+        if let Some(limit) = limit {
+            verdict.reached(limit);
+        }
         if let Some(what) = oversized {
             self.evaluate_oversized_site(site, &what, object, namespace, verdict);
             return;

@@ -695,3 +695,91 @@ pub async fn spawn_server(
     ));
     (addr, admin_addr, tx, join)
 }
+
+// ---------------------------------------------------------------------------------------
+// The real binary as a child process (memory is read from /proc)
+
+/// `stackgate serve --kube off` as a child process on free loopback ports, with a generated
+/// CA; killed on drop.
+pub struct ChildServer {
+    /// The child.
+    pub child: std::process::Child,
+    /// Webhook address.
+    pub addr: SocketAddr,
+    /// The generated CA (PEM).
+    pub ca: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for ChildServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr")
+}
+
+impl ChildServer {
+    /// Starts the binary with `extra` flags and waits until `/readyz` answers 200.
+    pub async fn start(extra: &[&str]) -> Self {
+        setup();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca_path = dir.path().join("ca.pem");
+        let (addr, admin) = (free_port(), free_port());
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_stackgate"))
+            .args(["serve", "--kube", "off", "--log-level", "warn"])
+            .arg("--listen")
+            .arg(addr.to_string())
+            .arg("--admin-listen")
+            .arg(admin.to_string())
+            .arg("--generated-ca-out")
+            .arg(&ca_path)
+            .args(extra)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn stackgate");
+        eventually("the child to be ready", || async {
+            matches!(admin_get(admin, "/readyz").await, Ok((s, _, _)) if s.is_success())
+                .then_some(())
+        })
+        .await;
+        let ca = std::fs::read_to_string(&ca_path).expect("CA written");
+        Self {
+            child,
+            addr,
+            ca,
+            _dir: dir,
+        }
+    }
+}
+
+/// A `kB` field of `/proc/<pid>/status` (e.g. `VmHWM:`), in bytes.
+pub fn proc_status_bytes(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|rest| {
+            rest.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .map(|kb| kb * 1024)
+}
+
+/// Whether `/proc/<pid>/status` can be read (Linux); prints why a test skips otherwise.
+pub fn has_proc_status() -> bool {
+    if Path::new("/proc/self/status").exists() {
+        return true;
+    }
+    eprintln!("skipped: needs /proc/<pid>/status (Linux) to read the child's memory");
+    false
+}
