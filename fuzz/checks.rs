@@ -347,8 +347,8 @@ const SERIAL_PATH: [&str; 3] = [
 /// `valuesContent` of an RKE2 HelmChart and the `helm.values` of an Argo CD Application, the
 /// text gets the same answers as in [`review`].
 pub fn yaml_values(data: &[u8]) {
-    use stackgate::sites::yaml::{self, Limit, MAX_ALIAS_NODES, MAX_NODES, Seg};
-    use stackgate::sites::yamledit::{self, Change};
+    use stackgate::yaml::edit::{self as yamledit, Change};
+    use stackgate::yaml::{self, Limit, MAX_ALIAS_NODES, MAX_NODES, Seg};
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };

@@ -25,3 +25,4 @@ pub mod rules;
 pub mod server;
 pub mod sites;
 pub mod telemetry;
+pub mod yaml;

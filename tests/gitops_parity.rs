@@ -17,7 +17,7 @@ use stackgate::check::{self, CheckArgs, ItemKind, Level};
 use stackgate::engine::Engine;
 use stackgate::metrics::Metrics;
 use stackgate::policy::PolicySet;
-use stackgate::sites::yaml;
+use stackgate::yaml;
 
 const REPO: &str = "tests/fixtures/gitops/repo";
 

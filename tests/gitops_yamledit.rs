@@ -8,8 +8,8 @@
 
 use proptest::prelude::*;
 use serde_json::{Value, json};
-use stackgate::sites::yaml::{self, Seg};
-use stackgate::sites::yamledit::{self, Change};
+use stackgate::yaml::edit::{self as yamledit, Change};
+use stackgate::yaml::{self, Seg};
 
 const KEY: &str = "provider-requires-serial-api-calls";
 

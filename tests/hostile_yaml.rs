@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use common::{ChildServer, Client, ClientOptions, has_proc_status, post, proc_status_bytes};
 use http::StatusCode;
 use serde_json::{Value, json};
-use stackgate::sites::yaml::{self, Limit, MAX_ALIAS_NODES, MAX_DEPTH};
-use stackgate::sites::yamledit::{self, Change};
+use stackgate::yaml::edit::{self as yamledit, Change};
+use stackgate::yaml::{self, Limit, MAX_ALIAS_NODES, MAX_DEPTH};
 
 const MIB: u64 = 1024 * 1024;
 

@@ -31,7 +31,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::budget::{Cancel, Exhausted};
-use crate::policy::{SiteKind, SitesDocument};
+use crate::sites::{SiteKind, SitesDocument};
 
 /// Most decoded memory (estimated, see [`Cost`]) the objects of one review may take. Objects
 /// the engine reads (cloud-config sites, the CCM chart's values, pod templates, OpenStack

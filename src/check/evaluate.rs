@@ -8,9 +8,9 @@ use serde_json::{Value, json};
 
 use crate::engine::{Engine, Finding, Verdict};
 use crate::sites::helm::{VALUES_FILE_API_VERSION, VALUES_FILE_KIND};
-use crate::sites::yaml::{self, Node, Seg};
-use crate::sites::yamledit::{self, Change};
 use crate::sites::{self, Anchor, FoundConfig};
+use crate::yaml::edit::{self as yamledit, Change};
+use crate::yaml::{self, Node, Seg};
 
 /// How serious an item is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

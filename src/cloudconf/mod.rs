@@ -41,3 +41,14 @@ pub use unicode::eq_fold;
 /// Unicode version of the character tables used for gcfg identifiers and case folding (those of
 /// the Go release the tables were generated from).
 pub const UNICODE_VERSION: &str = unicode_tables::UNICODE_VERSION;
+
+/// An edit a rule wants (applied with [`Document::set`]): set `key = value` in the plain section `section`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IniEdit {
+    /// Section name, e.g. `LoadBalancer`.
+    pub section: &'static str,
+    /// Key name.
+    pub key: &'static str,
+    /// Literal value (never secret).
+    pub value: &'static str,
+}

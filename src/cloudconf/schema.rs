@@ -362,7 +362,7 @@ impl CcmReport {
 /// pass over every known key; past this many the report leaves `suggestion` and that note
 /// empty, so a config of 200 000 unknown keys costs little more than one of known keys.
 /// Rules show at most a few ignored names one by one
-/// ([`crate::rules::MAX_FINDINGS_PER_KIND`]), all of them among the first ones.
+/// ((`rules::MAX_FINDINGS_PER_KIND`)), all of them among the first ones.
 pub const MAX_SUGGESTIONS: usize = 256;
 
 /// Longest name (in characters) that can be a plausible misspelling of a known one: the

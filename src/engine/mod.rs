@@ -85,7 +85,7 @@ pub enum Limit {
     /// A Helm values string over [`crate::sites::helm::MAX_VALUES_TEXT_BYTES`].
     ValuesTextBytes,
     /// A YAML values string over one of the YAML reader's caps.
-    Yaml(crate::sites::yaml::Limit),
+    Yaml(crate::yaml::Limit),
     /// More than [`crate::sites::helm::MAX_CARRIERS_PER_OBJECT`] values carriers.
     Carriers,
     /// More than [`MAX_FINDINGS_PER_LIST`] findings in one list.

@@ -7,6 +7,7 @@
 
 mod load;
 
+pub use crate::sites::{SiteKind, SiteSpec, SitesDocument};
 pub use load::{PolicyError, PolicySet};
 
 use serde::{Deserialize, Serialize};
@@ -174,61 +175,4 @@ pub struct Params {
     /// (`admit` with a warning, the default, or `deny`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unknown: Option<crate::rules::lb_guard::WhenUnknown>,
-}
-
-/// Where cloud configs live: a document of kind `CloudConfigSites`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct SitesDocument {
-    /// Always [`API_VERSION`].
-    pub api_version: String,
-    /// Always `CloudConfigSites`.
-    pub kind: String,
-    /// Named ConfigMaps and Secrets that hold a cloud config.
-    pub sites: Vec<SiteSpec>,
-    /// Any ConfigMap or Secret carrying this label is a site; the label value names the data key.
-    pub label: Option<String>,
-}
-
-/// The carrier kinds a [`SiteSpec`] can name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
-pub enum SiteKind {
-    /// core/v1 ConfigMap, `data[key]`.
-    ConfigMap,
-    /// core/v1 Secret, `data[key]` (base64) or `stringData[key]`.
-    Secret,
-}
-
-impl SiteKind {
-    /// The Kubernetes kind name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SiteKind::ConfigMap => "ConfigMap",
-            SiteKind::Secret => "Secret",
-        }
-    }
-}
-
-/// One named place holding a cloud config.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct SiteSpec {
-    /// ConfigMap or Secret.
-    pub kind: SiteKind,
-    /// Namespace of the object.
-    pub namespace: String,
-    /// Name of the object.
-    pub name: String,
-    /// Data key holding the INI text.
-    pub key: String,
-    /// Whether stackgate may edit it (false for copies an operator regenerates).
-    #[serde(default = "default_true")]
-    pub mutate: bool,
-    /// Why it is validate-only, shown in messages.
-    #[serde(default)]
-    pub note: Option<String>,
-}
-
-fn default_true() -> bool {
-    true
 }

@@ -11,6 +11,7 @@ pub mod lb_guard;
 pub mod release_annotations;
 pub mod serial;
 
+pub use crate::cloudconf::IniEdit;
 use crate::cloudconf::{Document, ParseError};
 use crate::sites::SiteError;
 
@@ -173,17 +174,6 @@ impl KindCollector {
             fixed_by_edit: false,
         });
     }
-}
-
-/// An edit a rule wants: set `key = value` in the plain section `section`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IniEdit {
-    /// Section name, e.g. `LoadBalancer`.
-    pub section: &'static str,
-    /// Key name.
-    pub key: &'static str,
-    /// Literal value (never secret).
-    pub value: &'static str,
 }
 
 /// What a rule returns for one cloud config.

@@ -20,11 +20,11 @@ use kube::core::{DynamicObject, GroupVersionKind};
 use serde_json::{Map, Value};
 
 use super::render::{self, Origin};
-use super::yaml::{self, Node, Seg};
-use super::yamledit::{self, Change};
 use super::{Anchor, SiteError};
 use crate::cloudconf::Document;
-use crate::rules::IniEdit;
+use crate::cloudconf::IniEdit;
+use crate::yaml::edit::{self as yamledit, Change};
+use crate::yaml::{self, Node, Seg};
 
 /// Largest Helm values string (`valuesContent`, Argo `helm.values`) stackgate parses for the
 /// CCM chart, in bytes. The chart's values are a few KiB; parsed YAML costs hundreds of bytes
@@ -95,7 +95,7 @@ pub(super) struct HelmSite {
 }
 
 /// The chart names a policy set's sites document asks for.
-pub fn chart_names(sites: &crate::policy::SitesDocument) -> Vec<String> {
+pub fn chart_names(sites: &super::SitesDocument) -> Vec<String> {
     // The sites document has no chart list yet: use the default.
     let _ = sites;
     DEFAULT_CHARTS.iter().map(|s| (*s).to_owned()).collect()
@@ -875,7 +875,7 @@ fn extra_args(value: &Value) -> Option<Vec<String>> {
 pub fn holds_chart_values(
     gvk: &GroupVersionKind,
     object: &DynamicObject,
-    sites: &crate::policy::SitesDocument,
+    sites: &super::SitesDocument,
 ) -> bool {
     !carriers(gvk, object, &chart_names(sites)).is_empty()
 }

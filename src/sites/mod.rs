@@ -2,7 +2,7 @@
 //! back as a JSON Patch. Rules never see carriers; they see the INI text and a
 //! human-readable location.
 //!
-//! Which objects are sites is policy data ([`crate::policy::SitesDocument`]), not code.
+//! Which objects are sites is policy data ([`SitesDocument`], loaded with the policies), not code.
 //!
 //! Carriers: ConfigMap `data`, Secret `data` (base64) / `stringData`, and the values of the
 //! `openstack-cloud-controller-manager` Helm chart inside Flux HelmReleases, Argo CD
@@ -13,8 +13,6 @@
 
 pub mod helm;
 pub mod render;
-pub mod yaml;
-pub mod yamledit;
 
 use base64::Engine as _;
 use json_patch::{PatchOperation, ReplaceOperation};
@@ -23,11 +21,69 @@ use kube::core::{DynamicObject, GroupVersionKind};
 use serde_json::Value;
 
 use crate::cloudconf::Document;
-use crate::policy::{SiteKind, SitesDocument};
-use crate::rules::IniEdit;
+use crate::cloudconf::IniEdit;
+use crate::yaml;
+use serde::{Deserialize, Serialize};
 
+pub use crate::yaml::Seg;
 pub use helm::{helm_controller_extra_args, helm_controller_extra_args_all};
-pub use yaml::Seg;
+
+/// Where cloud configs live: a document of kind `CloudConfigSites`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SitesDocument {
+    /// Always `stackgate.dev/v1alpha1`.
+    pub api_version: String,
+    /// Always `CloudConfigSites`.
+    pub kind: String,
+    /// Named ConfigMaps and Secrets that hold a cloud config.
+    pub sites: Vec<SiteSpec>,
+    /// Any ConfigMap or Secret carrying this label is a site; the label value names the data key.
+    pub label: Option<String>,
+}
+
+/// The carrier kinds a [`SiteSpec`] can name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+pub enum SiteKind {
+    /// core/v1 ConfigMap, `data[key]`.
+    ConfigMap,
+    /// core/v1 Secret, `data[key]` (base64) or `stringData[key]`.
+    Secret,
+}
+
+impl SiteKind {
+    /// The Kubernetes kind name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SiteKind::ConfigMap => "ConfigMap",
+            SiteKind::Secret => "Secret",
+        }
+    }
+}
+
+/// One named place holding a cloud config.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SiteSpec {
+    /// ConfigMap or Secret.
+    pub kind: SiteKind,
+    /// Namespace of the object.
+    pub namespace: String,
+    /// Name of the object.
+    pub name: String,
+    /// Data key holding the INI text.
+    pub key: String,
+    /// Whether stackgate may edit it (false for copies an operator regenerates).
+    #[serde(default = "default_true")]
+    pub mutate: bool,
+    /// Why it is validate-only, shown in messages.
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+fn default_true() -> bool {
+    true
+}
 
 /// How the INI text is stored in the object.
 #[derive(Debug, Clone, PartialEq)]

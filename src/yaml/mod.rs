@@ -2,7 +2,7 @@
 //! and its conversion to JSON with the scalar rules Kubernetes tooling applies.
 //!
 //! Why not a serde value: `stackgate check` reports `file:line` for findings deep inside a
-//! document, and the minimal editor ([`super::yamledit`]) needs the exact byte ranges and
+//! document, and the minimal editor ([`edit`]) needs the exact byte ranges and
 //! styles of scalars and collections. The events come from `granit_parser` (re-exported by
 //! serde-saphyr, so there is one YAML parser in the binary).
 //!
@@ -13,6 +13,8 @@
 //! set in map"). Timestamps stay strings, as they do when go-yaml decodes into `interface{}`.
 //!
 //! Error messages carry a position and a description of the problem, never document content.
+
+pub mod edit;
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};

@@ -8,7 +8,7 @@
 
 use serde_json::Value;
 
-use super::yaml::{self, Kind, Node, Seg, Style, YamlError};
+use crate::yaml::{self, Kind, Node, Seg, Style, YamlError};
 
 /// Why an edit was refused. Never contains document content.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
