@@ -1,7 +1,7 @@
 //! Criterion micro benchmarks of the engine, one case per rule family (see
 //! `support/cases.rs`, `ENGINE_CASES`):
 //!
-//! * `evaluate/<case>`: `Engine::evaluate` on an already decoded request — the policy cost
+//! * `evaluate/<case>`: `Engine::evaluate` on an already decoded request's subject — the policy cost
 //!   (budget: ≤ 20 µs for a typical ConfigMap cloud config);
 //! * `handle/<case>`: `admission::handle` on the request bytes — decode, evaluate, encode,
 //!   span and metrics: everything the server does per review besides HTTP and TLS.
@@ -60,7 +60,8 @@ fn bench_engine(c: &mut Criterion) {
     let mut group = c.benchmark_group("evaluate");
     for (case, body) in &loaded {
         let request = decode(body);
-        let verdict = engine.evaluate(&request);
+        let subject = stackgate::admission::subject_of(&request);
+        let verdict = engine.evaluate(&subject);
         eprintln!(
             "engine bench: {} ({} bytes): {} patch ops, {} denials, {} warnings — {}",
             case.name,
@@ -71,7 +72,7 @@ fn bench_engine(c: &mut Criterion) {
             case.about
         );
         group.bench_function(case.name, |b| {
-            b.iter(|| engine.evaluate(black_box(&request)))
+            b.iter(|| engine.evaluate(black_box(&subject)))
         });
     }
     group.finish();

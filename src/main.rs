@@ -32,7 +32,7 @@ fn main() -> ExitCode {
         Command::Policies(args) => print_policies(&args),
         Command::Check(args) => check(&args),
         Command::Rules(args) => load_policies(&args).map(|set| {
-            print!("{}", stackgate::rules::docs::markdown(&Engine::new(set)));
+            print!("{}", stackgate::engine::docs::markdown(&Engine::new(set)));
             ExitCode::SUCCESS
         }),
     };

@@ -8,7 +8,7 @@
 //! and it is what kube-rs's reference controller and linkerd use.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicI64, AtomicU64};
+use std::sync::atomic::AtomicI64;
 use std::sync::{PoisonError, RwLock};
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -123,7 +123,6 @@ pub struct Metrics {
     /// The `kind` label values seen so far: the kind comes from the request body, so the
     /// label set is capped at [`MAX_KIND_LABELS`] values (the rest count as `other`).
     kinds: RwLock<HashSet<String>>,
-    _unused: Counter<u64, AtomicU64>,
 }
 
 /// Most distinct `kind` label values on `stackgate_admission_requests_total`. The webhooks
@@ -257,7 +256,6 @@ impl Metrics {
             policies_loaded,
             releases,
             kinds: RwLock::new(HashSet::new()),
-            _unused: Counter::default(),
         }
     }
 

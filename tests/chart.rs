@@ -11,6 +11,9 @@
 //!
 //! Without renders the test fails: run `.ci/chart.sh`.
 
+#[path = "support/review.rs"]
+mod review;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -1760,7 +1763,7 @@ fn engine_acts_on(object: &Value) -> bool {
     use stackgate::admission::{self, Webhook};
     let engine =
         stackgate::engine::Engine::new(stackgate::policy::PolicySet::embedded().expect("policies"));
-    let body = serde_json::to_vec(&stackgate::check::review_for(object, "chart")).expect("json");
+    let body = serde_json::to_vec(&review::review_for(object, "chart")).expect("json");
     [Webhook::Validate, Webhook::Mutate].into_iter().any(|w| {
         let reply = admission::handle(&engine, w, &body, &stackgate::metrics::Metrics::new());
         assert_eq!(reply.status, 200);
@@ -1783,7 +1786,7 @@ fn engine_acts_on(object: &Value) -> bool {
 fn gitops_webhooks_register_every_kind_the_engine_reads() {
     let objects = gitops_objects();
     let gvr = |o: &Value| -> (String, String, String) {
-        let review = stackgate::check::review_for(o, "x");
+        let review = review::review_for(o, "x");
         let r = &review["request"]["resource"];
         let s = |k: &str| r[k].as_str().expect("gvr").to_owned();
         (s("group"), s("version"), s("resource"))

@@ -5,7 +5,7 @@ use stackgate::policy::PolicySet;
 
 #[test]
 fn docs_rules_md_is_the_output_of_stackgate_rules() {
-    let expected = stackgate::rules::docs::markdown(&Engine::new(PolicySet::embedded().unwrap()));
+    let expected = stackgate::engine::docs::markdown(&Engine::new(PolicySet::embedded().unwrap()));
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/rules.md");
     let actual = std::fs::read_to_string(path).unwrap();
     assert!(

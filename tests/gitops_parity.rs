@@ -7,6 +7,9 @@
 //! and each fixed object equals the object with the webhook's patch applied, and passes the
 //! webhook without a patch (idempotence). Plain values files have no webhook counterpart.
 
+#[path = "support/review.rs"]
+mod review;
+
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
@@ -43,7 +46,7 @@ fn engine() -> Engine {
 }
 
 fn webhook(engine: &Engine, which: Webhook, object: &Value) -> Value {
-    let body = check::review_for(object, "parity");
+    let body = review::review_for(object, "parity");
     let reply = admission::handle(
         engine,
         which,

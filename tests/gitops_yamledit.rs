@@ -6,6 +6,9 @@
 //! the one existing line. The same holds through the webhook path (a HelmChart's
 //! `spec.valuesContent`).
 
+#[path = "support/review.rs"]
+mod review;
+
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use stackgate::yaml::edit::{self as yamledit, Change};
@@ -220,9 +223,9 @@ proptest! {
         });
         let engine = stackgate::engine::Engine::new(stackgate::policy::PolicySet::embedded().expect("policies"));
         let review: kube::core::admission::AdmissionReview<kube::core::DynamicObject> =
-            serde_json::from_value(stackgate::check::review_for(&object, "p")).expect("review");
+            serde_json::from_value(review::review_for(&object, "p")).expect("review");
         let request: kube::core::admission::AdmissionRequest<kube::core::DynamicObject> = review.try_into().expect("request");
-        let verdict = engine.evaluate(&request);
+        let verdict = engine.evaluate(&stackgate::admission::subject_of(&request));
         let patch = serde_json::to_value(&verdict.patch).expect("patch");
         if expected_inserted(&d) == 0 {
             prop_assert!(!patch.to_string().contains("valuesContent"));
@@ -256,8 +259,8 @@ proptest! {
             "spec": {"chart": "openstack-cloud-controller-manager", "valuesContent": text},
         });
         let review: kube::core::admission::AdmissionReview<kube::core::DynamicObject> =
-            serde_json::from_value(stackgate::check::review_for(&object, "f")).expect("review");
+            serde_json::from_value(review::review_for(&object, "f")).expect("review");
         let request: kube::core::admission::AdmissionRequest<kube::core::DynamicObject> = review.try_into().expect("request");
-        let _ = engine.evaluate(&request);
+        let _ = engine.evaluate(&stackgate::admission::subject_of(&request));
     }
 }

@@ -622,10 +622,8 @@ async fn v1beta1_application_credential_pending_member_is_denied() {
         json!({"id": "3e1f0a2b", "secret": CANARY})
     );
     let verdict = engine().evaluate_with(
-        &request(&review),
-        &Facts {
-            lb_guard: Some(facts),
-        },
+        &stackgate::admission::subject_of(&request(&review)),
+        &Facts::of(stackgate::rules::lb_guard::FAMILY.id, facts),
     );
     assert_eq!(verdict.denials.len(), 1, "{verdict:#?}");
     assert!(verdict.denials[0].message.contains("PENDING_CREATE"));
@@ -644,10 +642,8 @@ async fn decide(tree: Value) -> (GuardFacts, stackgate::engine::Verdict) {
     observed(&facts);
     assert_eq!(fake.calls(), (1, 1));
     let verdict = engine().evaluate_with(
-        &request(&review),
-        &Facts {
-            lb_guard: Some(facts.clone()),
-        },
+        &stackgate::admission::subject_of(&request(&review)),
+        &Facts::of(stackgate::rules::lb_guard::FAMILY.id, facts.clone()),
     );
     (facts, verdict)
 }
@@ -779,10 +775,8 @@ async fn v1beta2_password_healthy_is_observed_and_admitted() {
         json!({"name": "demo", "domain": {"name": "Default"}})
     );
     let verdict = engine().evaluate_with(
-        &request(&review),
-        &Facts {
-            lb_guard: Some(facts),
-        },
+        &stackgate::admission::subject_of(&request(&review)),
+        &Facts::of(stackgate::rules::lb_guard::FAMILY.id, facts),
     );
     assert!(
         verdict.denials.is_empty() && verdict.warnings.is_empty(),
@@ -1082,11 +1076,10 @@ async fn a_secret_namespace_not_granted_is_unknown_and_params_unknown_decides() 
         ),
         1.0
     );
-    let facts = Facts {
-        lb_guard: Some(facts),
-    };
+    let facts = Facts::of(stackgate::rules::lb_guard::FAMILY.id, facts);
     // Default (params.unknown: admit): admitted with a warning that says why.
-    let verdict = engine().evaluate_with(&request(&review), &facts);
+    let verdict =
+        engine().evaluate_with(&stackgate::admission::subject_of(&request(&review)), &facts);
     assert!(verdict.denials.is_empty(), "{verdict:#?}");
     assert_eq!(verdict.warnings.len(), 1, "{verdict:#?}");
     assert!(
@@ -1107,7 +1100,8 @@ async fn a_secret_namespace_not_granted_is_unknown_and_params_unknown_decides() 
         "test".to_owned(),
     )
     .unwrap();
-    let verdict = Engine::new(deny).evaluate_with(&request(&review), &facts);
+    let verdict = Engine::new(deny)
+        .evaluate_with(&stackgate::admission::subject_of(&request(&review)), &facts);
     assert_eq!(verdict.denials.len(), 1, "{verdict:#?}");
     assert!(
         verdict.denials[0]

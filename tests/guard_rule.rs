@@ -8,7 +8,7 @@ use kube::core::admission::{AdmissionRequest, AdmissionReview};
 use serde_json::{Value, json};
 use stackgate::engine::{Engine, Facts, Verdict};
 use stackgate::guard::parse_status_tree;
-use stackgate::policy::{PolicySet, RuleId};
+use stackgate::policy::PolicySet;
 use stackgate::rules::lb_guard::{GuardFacts, INCIDENT};
 
 const LB_NAME: &str = "k8s-clusterapi-cluster-cluster-a-cluster-a-kubeapi";
@@ -76,17 +76,19 @@ fn observed(members: &[Member<'_>]) -> Facts {
 
 fn observed_with(members: &[Member<'_>], monitor: bool) -> Facts {
     let body = serde_json::to_vec(&status_tree(members, monitor)).unwrap();
-    Facts {
-        lb_guard: Some(GuardFacts::Observed(parse_status_tree(&body).unwrap())),
-    }
+    Facts::of(
+        stackgate::rules::lb_guard::FAMILY.id,
+        GuardFacts::Observed(parse_status_tree(&body).unwrap()),
+    )
 }
 
 fn unavailable(reason: &str) -> Facts {
-    Facts {
-        lb_guard: Some(GuardFacts::Unavailable {
+    Facts::of(
+        stackgate::rules::lb_guard::FAMILY.id,
+        GuardFacts::Unavailable {
             reason: reason.to_owned(),
-        }),
-    }
+        },
+    )
 }
 
 const POLICY: &str = include_str!("../policies/control-plane-lb-guard.yaml");
@@ -117,12 +119,15 @@ fn engine() -> Engine {
 }
 
 fn eval(engine: &Engine, review: &Value, facts: &Facts) -> Verdict {
-    engine.evaluate_with(&request(review), facts)
+    engine.evaluate_with(&stackgate::admission::subject_of(&request(review)), facts)
 }
 
 fn denial(verdict: &Verdict) -> &str {
     assert_eq!(verdict.denials.len(), 1, "{verdict:#?}");
-    assert_eq!(verdict.denials[0].rule, RuleId::ControlPlaneLbGuard);
+    assert_eq!(
+        verdict.denials[0].rule,
+        stackgate::rules::lb_guard::FAMILY.id
+    );
     &verdict.denials[0].message
 }
 
@@ -148,11 +153,13 @@ fn the_policy_is_embedded_and_enforcing_with_unknown_admit() {
     let p = set
         .policies
         .iter()
-        .find(|p| p.rule == RuleId::ControlPlaneLbGuard)
+        .find(|p| p.rule == stackgate::rules::lb_guard::FAMILY.id)
         .expect("control-plane-lb-guard in the embedded set");
     assert_eq!(p.mode.as_str(), "enforce");
     assert_eq!(
-        p.params.unknown,
+        p.params
+            .get::<stackgate::rules::lb_guard::GuardParams>()
+            .and_then(|g| g.unknown),
         Some(stackgate::rules::lb_guard::WhenUnknown::Admit)
     );
     assert!(p.source.contains("#2763"));
@@ -350,9 +357,10 @@ fn a_pending_load_balancer_is_denied() {
         t["statuses"]["loadbalancer"]["provisioning_status"] = json!("PENDING_UPDATE");
         serde_json::to_vec(&t).unwrap()
     };
-    let facts = Facts {
-        lb_guard: Some(GuardFacts::Observed(parse_status_tree(&body).unwrap())),
-    };
+    let facts = Facts::of(
+        stackgate::rules::lb_guard::FAMILY.id,
+        GuardFacts::Observed(parse_status_tree(&body).unwrap()),
+    );
     let v = eval(&engine(), &captured(CP_DELETE), &facts);
     assert!(denial(&v).contains("is provisioning_status=PENDING_UPDATE"));
 }
@@ -381,17 +389,20 @@ fn unknown_facts_follow_params_unknown() {
 
 #[test]
 fn not_applicable_and_no_facts_admit_silently() {
-    let facts = Facts {
-        lb_guard: Some(GuardFacts::NotApplicable {
+    let facts = Facts::of(
+        stackgate::rules::lb_guard::FAMILY.id,
+        GuardFacts::NotApplicable {
             reason: "Cluster cluster-a/cluster-a is being deleted".into(),
-        }),
-    };
+        },
+    );
     let v = eval(&engine(), &captured(CP_DELETE), &facts);
     assert_eq!(v, Verdict::default());
     // The guard did not run (off, or a custom handler): DELETE is admitted as before.
     let v = eval(&engine(), &captured(CP_DELETE), &Facts::default());
     assert_eq!(v, Verdict::default());
-    let v = engine().evaluate(&request(&captured(CP_DELETE)));
+    let v = engine().evaluate(&stackgate::admission::subject_of(&request(&captured(
+        CP_DELETE,
+    ))));
     assert_eq!(v, Verdict::default());
 }
 
@@ -412,7 +423,7 @@ fn workers_and_updates_are_never_guarded() {
     assert!(
         v.denials
             .iter()
-            .all(|d| d.rule != RuleId::ControlPlaneLbGuard),
+            .all(|d| d.rule != stackgate::rules::lb_guard::FAMILY.id),
         "{v:#?}"
     );
 }

@@ -73,7 +73,7 @@ fn evaluate(engine: &Engine, review: &Value) -> Verdict {
     let review: AdmissionReview<DynamicObject> =
         serde_json::from_value(review.clone()).expect("a review");
     let request: AdmissionRequest<DynamicObject> = review.try_into().expect("a request");
-    engine.evaluate(&request)
+    engine.evaluate(&stackgate::admission::subject_of(&request))
 }
 
 /// `n` lines made by `line(i)` under `header`.

@@ -59,7 +59,7 @@ fn glance_annotations(engine: &Engine) -> Value {
         .remove("annotations");
     let r: AdmissionReview<DynamicObject> = serde_json::from_value(review.clone()).unwrap();
     let req: AdmissionRequest<DynamicObject> = r.try_into().unwrap();
-    let verdict = engine.evaluate(&req);
+    let verdict = engine.evaluate(&stackgate::admission::subject_of(&req));
     let mut object = review["request"]["object"].clone();
     json_patch::patch(&mut object, &json_patch::Patch(verdict.patch)).unwrap();
     object["metadata"]["annotations"].clone()
@@ -237,7 +237,10 @@ fn a_directory_without_a_catalog_uses_the_embedded_one() {
     )])
     .unwrap();
     assert_eq!(set.releases, catalog());
-    assert_eq!(set.policies[0].params.enforce_contradictions, Some(true));
+    assert_eq!(
+        release_params(&set.policies[0]).enforce_contradictions,
+        Some(true)
+    );
 }
 
 #[test]
@@ -249,7 +252,14 @@ fn embedded_policy_enforces_parsing_and_warns_on_contradictions() {
         .find(|p| p.name == "release-annotations")
         .expect("embedded release-annotations policy");
     assert_eq!(p.mode, stackgate::policy::Mode::Enforce);
-    assert_eq!(p.params.enforce_contradictions, Some(false));
-    assert!(p.params.namespace_releases.is_empty());
+    assert_eq!(release_params(p).enforce_contradictions, Some(false));
+    assert!(release_params(p).namespace_releases.is_empty());
     assert!(set.to_yaml().contains("\"kind\": \"ReleaseCatalog\""));
+}
+
+/// The parsed parameters of a release-annotations policy.
+fn release_params(
+    p: &stackgate::policy::Policy,
+) -> &stackgate::rules::release_annotations::ReleaseParams {
+    p.params.get().expect("release-annotations parameters")
 }

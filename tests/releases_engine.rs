@@ -109,7 +109,7 @@ fn glance_update(old: Value, new: Value) -> Value {
 }
 
 fn eval(engine: &Engine, review: &Value) -> Verdict {
-    engine.evaluate(&request(review))
+    engine.evaluate(&stackgate::admission::subject_of(&request(review)))
 }
 
 /// The object after applying the verdict's patch.
@@ -314,7 +314,7 @@ fn contradiction_is_a_warning_by_default_and_a_denial_when_enforced() {
         assert!(m.contains(needle), "{needle:?} not in {m}");
     }
     assert_eq!(
-        v.warnings[0].pointer.as_deref(),
+        v.warnings[0].pointer(),
         Some("/metadata/annotations/glance.openstack.org~1wsgi")
     );
 

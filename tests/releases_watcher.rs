@@ -171,7 +171,7 @@ fn glance_annotations(snapshot: Arc<Snapshot>) -> Value {
     let r: AdmissionReview<DynamicObject> = serde_json::from_value(review.clone()).unwrap();
     let req: AdmissionRequest<DynamicObject> = r.try_into().unwrap();
     let engine = Engine::with_releases(PolicySet::embedded().unwrap(), snapshot);
-    let verdict = engine.evaluate(&req);
+    let verdict = engine.evaluate(&stackgate::admission::subject_of(&req));
     let mut object = review["request"]["object"].clone();
     json_patch::patch(&mut object, &json_patch::Patch(verdict.patch)).unwrap();
     let mut annotations = object["metadata"]["annotations"].clone();

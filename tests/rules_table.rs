@@ -63,7 +63,7 @@ fn operator_copy_review(text: &str) -> Value {
 fn evaluate(review: &Value) -> Verdict {
     let review: AdmissionReview<DynamicObject> = serde_json::from_value(review.clone()).unwrap();
     let request: AdmissionRequest<DynamicObject> = review.try_into().unwrap();
-    engine().evaluate(&request)
+    engine().evaluate(&stackgate::admission::subject_of(&request))
 }
 
 const OK_LB: &str = "[LoadBalancer]\nprovider-requires-serial-api-calls = true\n";
@@ -415,7 +415,7 @@ fn warnings_sent_to_clients_keep_line_key_and_suggestion() {
                     "{name}: {} chars: {sent}",
                     sent.chars().count()
                 );
-                if let Some(line) = finding.line {
+                if let Some(line) = finding.line() {
                     assert!(sent.contains(&format!("line {line}:")), "{name}: {sent}");
                 }
                 if let Some(hint) = suggestion(&finding.message) {
@@ -459,10 +459,7 @@ fn ccm_concurrency_on_captured_workloads() {
     assert_eq!(verdict.denials.len(), 1, "{:#?}", verdict.denials);
     let d = &verdict.denials[0];
     assert_eq!(d.policy, "ccm-concurrency");
-    assert_eq!(
-        d.pointer.as_deref(),
-        Some("/spec/template/spec/containers/0/args/5")
-    );
+    assert_eq!(d.pointer(), Some("/spec/template/spec/containers/0/args/5"));
     assert!(
         d.message.contains("--concurrent-service-syncs=4"),
         "{}",
@@ -556,7 +553,7 @@ fn ccm_concurrency_judges_only_the_last_setting() {
         let verdict = evaluate(&deployment_with_args(args.clone()));
         assert_eq!(verdict.denials.len(), 1, "{args}: {:#?}", verdict.denials);
         assert_eq!(
-            verdict.denials[0].pointer.as_deref(),
+            verdict.denials[0].pointer(),
             Some(format!("/spec/template/spec/containers/0/args/{index}").as_str()),
             "{args}"
         );
@@ -621,7 +618,7 @@ fn ccm_concurrency_warns_only_when_serial_calls_are_not_enforced() {
     ))
     .unwrap();
     let request: AdmissionRequest<DynamicObject> = review.try_into().unwrap();
-    let verdict = Engine::new(set).evaluate(&request);
+    let verdict = Engine::new(set).evaluate(&stackgate::admission::subject_of(&request));
     assert!(verdict.denials.is_empty());
     assert!(
         verdict

@@ -10,7 +10,8 @@ use std::time::Instant;
 use base64::Engine as _;
 
 use http::StatusCode;
-use kube::core::admission::{AdmissionResponse, Operation};
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use serde::Deserialize;
 use tracing::{Span, field};
 
@@ -19,7 +20,7 @@ mod decode;
 pub use decode::{DecodeError, Decoded, MAX_DECODED_BYTES, decode_review};
 
 use crate::budget::Cancel;
-use crate::engine::{Engine, Facts, Finding, Verdict};
+use crate::engine::{self, Engine, Facts, Finding, Subject, Verdict};
 use crate::metrics::{Metrics, PolicyOutcome, RequestLabels};
 
 /// The only AdmissionReview version stackgate speaks.
@@ -215,7 +216,7 @@ fn answer(
         return (encode(response), seen, "invalid", None);
     }
 
-    let verdict = match engine.evaluate_within(&request, facts, cancel) {
+    let verdict = match engine.evaluate_within(&subject_of(&request), facts, cancel) {
         Ok(verdict) => verdict,
         Err(e) => {
             return (out_of_time(webhook, body, e), seen, "timeout", None);
@@ -252,7 +253,7 @@ fn answer(
             namespace = %seen.namespace,
             name = %seen.name,
             policy = %a.policy,
-            line = a.line,
+            line = a.line(),
             "audit finding"
         );
     }
@@ -362,7 +363,7 @@ fn mutate_response(
     }
     for m in &verdict.mutations {
         metrics.policy_outcome(PolicyOutcome::Mutated, &m.policy, m.rule.as_str());
-        tracing::debug!(policy = %m.policy, line = m.line, "mutation");
+        tracing::debug!(policy = %m.policy, line = m.line(), "mutation");
     }
     response.warnings = Some(verdict.mutations.iter().map(short).collect());
     match response
@@ -394,7 +395,7 @@ fn validate_response(
     if verdict.denied() {
         for d in &verdict.denials {
             metrics.policy_outcome(PolicyOutcome::Denied, &d.policy, d.rule.as_str());
-            tracing::debug!(policy = %d.policy, line = d.line, "denied");
+            tracing::debug!(policy = %d.policy, line = d.line(), "denied");
         }
         let message = verdict
             .denials
@@ -538,6 +539,26 @@ fn unread(webhook: Webhook, body: &[u8], reason: &str, status: Option<(u16, &str
             encode(response)
         }
         _ => Reply::error(StatusCode::BAD_REQUEST, reason),
+    }
+}
+
+/// The engine's input for a decoded request: what `check` and `audit` build from their own
+/// documents, the webhook builds from the review.
+pub fn subject_of(request: &AdmissionRequest<DynamicObject>) -> Subject<'_> {
+    Subject {
+        operation: match request.operation {
+            Operation::Create => engine::Operation::Create,
+            Operation::Update => engine::Operation::Update,
+            Operation::Delete => engine::Operation::Delete,
+            Operation::Connect => engine::Operation::Connect,
+        },
+        kind: &request.kind,
+        namespace: request.namespace.as_deref(),
+        name: &request.name,
+        subresource: request.sub_resource.as_deref(),
+        object: request.object.as_ref(),
+        old_object: request.old_object.as_ref(),
+        dry_run: request.dry_run,
     }
 }
 

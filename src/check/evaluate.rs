@@ -2,11 +2,10 @@
 //! synthetic CREATE admission requests → verdicts → located findings and file fixes.
 
 use json_patch::PatchOperation;
-use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionReview};
+use kube::core::{DynamicObject, GroupVersionKind};
 use serde_json::{Value, json};
 
-use crate::engine::{Engine, Finding, Verdict};
+use crate::engine::{self, Engine, Finding, Subject, Verdict};
 use crate::sites::helm::{VALUES_FILE_API_VERSION, VALUES_FILE_KIND};
 use crate::sites::{self, Anchor, FoundConfig};
 use crate::yaml::edit::{self as yamledit, Change};
@@ -168,7 +167,7 @@ pub fn check_text(engine: &Engine, name: &str, text: &str, values_chart: Option<
     }
     let mut fixed = text.to_owned();
     let mut shown = text.to_owned();
-    for (n, c) in candidates.into_iter().enumerate() {
+    for c in candidates {
         if is_core_secret(&c.json)
             && let Some(node) = docs.get(c.doc).and_then(|d| d.root.at(&c.prefix))
         {
@@ -176,12 +175,7 @@ pub fn check_text(engine: &Engine, name: &str, text: &str, values_chart: Option<
                 .secret_lines
                 .push((node.start.line, node.end.line.max(node.start.line)));
         }
-        let review = review_for(&c.json, &format!("stackgate-check-{n}"));
-        let request: Option<AdmissionRequest<DynamicObject>> =
-            serde_json::from_value::<AdmissionReview<DynamicObject>>(review)
-                .ok()
-                .and_then(|r| r.try_into().ok());
-        let Some(request) = request else {
+        let Some((kind, object)) = object_of(&c.json) else {
             checked.problems.push(Problem {
                 line: c.line,
                 column: 1,
@@ -189,13 +183,9 @@ pub fn check_text(engine: &Engine, name: &str, text: &str, values_chart: Option<
             });
             continue;
         };
-        let verdict = engine.evaluate(&request);
-        let Some(object) = request.object.as_ref() else {
-            continue;
-        };
-        let found = sites::find(&request.kind, object, &engine.policies().sites);
+        let verdict = engine.evaluate(&Subject::create(&kind, &object));
         let root = docs.get(c.doc).map(|d| &d.root);
-        let locate = |f: &Finding| root.map_or(c.line, |r| locate(text, r, &c, &found, f));
+        let locate = |f: &Finding| root.map_or(c.line, |r| locate(text, r, &c, f));
         let mut items = Vec::new();
         let mut push = |level, kind, f: &Finding| {
             items.push(Item {
@@ -235,7 +225,7 @@ pub fn check_text(engine: &Engine, name: &str, text: &str, values_chart: Option<
             });
         }
         items.sort_by_key(|i| (i.line, std::cmp::Reverse(i.level)));
-        let is_secret = request.kind.group.is_empty() && request.kind.kind == "Secret";
+        let is_secret = kind.group.is_empty() && kind.kind == "Secret";
         let mut secret_diffs = Vec::new();
         let mut fixable_in_place = false;
         if !verdict.patch.is_empty() {
@@ -250,11 +240,12 @@ pub fn check_text(engine: &Engine, name: &str, text: &str, values_chart: Option<
                 Err(_) => fixable_in_place = false,
             }
             if is_secret {
+                let found = sites::find(&kind, &object, &engine.policies().sites);
                 secret_diffs = secret_ini_diffs(name, &c.json, &found, &verdict.patch, engine);
             }
         }
         checked.objects.push(ObjectResult {
-            object: sites::helm::object_name(&request.kind, object),
+            object: sites::helm::object_name(&kind, &object),
             line: c.line,
             items,
             verdict,
@@ -272,60 +263,15 @@ pub fn check_text(engine: &Engine, name: &str, text: &str, values_chart: Option<
     checked
 }
 
-/// The AdmissionReview (CREATE, dry run) that `stackgate check` evaluates for `object`: the
-/// same body the apiserver would send the webhook for `kubectl create`.
-pub fn review_for(object: &Value, uid: &str) -> Value {
-    let api_version = object
-        .get("apiVersion")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
+/// The kind and the object of a document, as `stackgate check` evaluates it (a CREATE), or
+/// None when it is not a Kubernetes object (metadata that is not an ObjectMeta, ...).
+fn object_of(json: &Value) -> Option<(GroupVersionKind, DynamicObject)> {
+    let text = |field: &str| json.get(field).and_then(Value::as_str).unwrap_or_default();
+    let api_version = text("apiVersion");
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    let kind = object
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let name = object
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let namespace = object
-        .pointer("/metadata/namespace")
-        .and_then(Value::as_str);
-    let gvk = json!({"group": group, "version": version, "kind": kind});
-    let gvr = json!({"group": group, "version": version, "resource": plural(kind)});
-    let mut request = json!({
-        "uid": uid,
-        "kind": gvk,
-        "resource": gvr,
-        "requestKind": gvk,
-        "requestResource": gvr,
-        "name": name,
-        "operation": "CREATE",
-        "userInfo": {"username": "stackgate-check"},
-        "object": object,
-        "oldObject": null,
-        "dryRun": true,
-        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}
-    });
-    if let (Some(ns), Some(r)) = (namespace, request.as_object_mut()) {
-        r.insert("namespace".to_owned(), Value::String(ns.to_owned()));
-    }
-    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
-}
-
-/// The resource name of a kind (lowercase plural), as good as the policies need.
-fn plural(kind: &str) -> String {
-    let lower = kind.to_ascii_lowercase();
-    if lower.ends_with('s') || lower.ends_with('x') {
-        format!("{lower}es")
-    } else if let Some(stem) = lower
-        .strip_suffix('y')
-        .filter(|s| !s.ends_with(['a', 'e', 'o', 'u']))
-    {
-        format!("{stem}ies")
-    } else {
-        format!("{lower}s")
-    }
+    let kind = GroupVersionKind::gvk(group, version, text("kind"));
+    let object = serde_json::from_value(json.clone()).ok()?;
+    Some((kind, object))
 }
 
 /// The objects of one document: the document itself, the items of a `List`, or the values of
@@ -423,18 +369,16 @@ fn doc_path(c: &Candidate, path: &[Seg]) -> Option<Vec<Seg>> {
 }
 
 /// The input line a finding is about.
-fn locate(text: &str, root: &Node, c: &Candidate, found: &[FoundConfig], f: &Finding) -> usize {
+fn locate(text: &str, root: &Node, c: &Candidate, f: &Finding) -> usize {
     let object_line = c.line;
-    let anchor = match &f.pointer {
-        Some(p) => match found.iter().find(|s| &s.pointer() == p) {
-            Some(site) => site.trace(f.line),
-            None => Anchor::Node(pointer_segs(
-                root.at(&c.prefix).unwrap_or(root),
-                p,
-                c.values_file,
-            )),
-        },
-        None => return object_line,
+    let anchor = match &f.anchor {
+        engine::Anchor::CloudConfig { trace, .. } => trace.clone(),
+        engine::Anchor::Field { pointer } => Anchor::Node(pointer_segs(
+            root.at(&c.prefix).unwrap_or(root),
+            pointer,
+            c.values_file,
+        )),
+        engine::Anchor::Object => return object_line,
     };
     let line = match anchor {
         Anchor::Node(path) => doc_path(c, &path).map(|p| {

@@ -31,7 +31,7 @@ use crate::cli::PolicyArgs;
 use crate::engine::Engine;
 use crate::releases::catalog::{self, ReleaseCatalog};
 
-pub use evaluate::{Checked, Item, ItemKind, Level, check_text, review_for};
+pub use evaluate::{Checked, Item, ItemKind, Level, check_text};
 pub use input::ValuesFor;
 pub use report::{FileReport, Report};
 
@@ -195,11 +195,10 @@ pub fn with_release_catalog(engine: &Engine, path: &std::path::Path) -> Result<E
         )));
     }
     catalog.validate().map_err(|e| fail(e.to_string()))?;
-    for policy in &engine.policies().policies {
-        catalog::validate_policy(&catalog, policy).map_err(|e| fail(e.to_string()))?;
-    }
-    let mut policies = engine.policies().clone();
-    policies.releases = catalog;
+    let policies = engine
+        .policies()
+        .with_release_catalog(catalog)
+        .map_err(|e| fail(e.to_string()))?;
     Ok(Engine::with_releases(
         policies,
         Arc::new(engine.releases().clone()),

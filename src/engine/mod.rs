@@ -1,31 +1,37 @@
-//! The engine: policy selection and verdict assembly.
+//! The engine: a loop over the rule families of [`crate::rules::FAMILIES`] and the one
+//! function that applies policy modes and exemptions to what they found.
 //!
-//! Invariant: `evaluate` is pure. Its inputs are the request, the policy set and (later) the
-//! release-catalog snapshot; it does no IO, reads no clock and touches no globals. The same
-//! input gives the same verdict, which is what lets the webhook and `stackgate check` agree.
+//! Invariant: evaluation is pure. Its inputs are the [`Subject`] (what is written), the facts
+//! an adapter gathered for it, the policy set and the release-catalog snapshot; it does no IO,
+//! reads no clock and touches no globals. The same input gives the same verdict, which is what
+//! lets the webhook, `stackgate check` and the documentation agree.
 
+pub mod docs;
+
+use std::cell::OnceCell;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use json_patch::PatchOperation;
 use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, Operation};
 
 use crate::budget::{Cancel, Exhausted};
-use crate::cloudconf::Document;
-use crate::policy::{Mode, Policy, PolicySet, RuleId};
+use crate::cloudconf::{Document, IniEdit};
+use crate::policy::{Mode, Policy, PolicySet};
 use crate::releases::Snapshot;
-use crate::rules::lb_guard::GuardFacts;
-use crate::rules::{self, ConfigView, IniEdit, ObjectOutput, RuleOutput, Severity, Unreadable};
+use crate::rules::{
+    Check, ConfigView, Context, FAMILIES, ObjectInput, RuleOutput, Severity, Unreadable,
+};
 use crate::sites::{self, FoundConfig, SiteError};
 
-/// The rule families that read cloud configs, in evaluation order.
-const CLOUD_CONFIG_RULES: &[RuleId] = &[
-    RuleId::CloudConfigIntegrity,
-    RuleId::SerialLbApiCalls,
-    RuleId::KnownBadLbSettings,
-    RuleId::CredentialPlacement,
-];
+pub use crate::rules::{Facts, ObjectRef, Operation, RuleId, Subject};
+
+/// The code of a mutation finding (what the patch changes).
+pub const CODE_MUTATION: &str = "mutation";
+/// The code of a cloud config too large for stackgate to read.
+pub const CODE_OVERSIZED: &str = "oversized";
+/// The code of the finding that summarizes findings past [`MAX_FINDINGS_PER_LIST`].
+pub const CODE_MORE: &str = "more-findings";
 
 /// A finding attributed to a policy, ready to show to a user.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,15 +40,58 @@ pub struct Finding {
     pub policy: String,
     /// Rule family.
     pub rule: RuleId,
-    /// Line in the cloud config, when there is one.
-    pub line: Option<usize>,
-    /// JSON pointer to the field the finding is about (e.g. `/data/config`), when known.
-    pub pointer: Option<String>,
+    /// What kind of finding: one of the family's codes, or an engine code
+    /// ([`CODE_MUTATION`], [`CODE_OVERSIZED`], [`CODE_MORE`]).
+    pub code: &'static str,
+    /// Where in the object it is.
+    pub anchor: Anchor,
+    /// The object it is about.
+    pub subject: Arc<ObjectRef>,
     /// The full message: what, where, why, how to fix or exempt, and the source.
     pub message: String,
     /// Whether the verdict's patch fixes it. The validating webhook still reports it: by the
     /// time it runs, a missing fix means the mutation did not happen.
     pub fixed_by_patch: bool,
+}
+
+impl Finding {
+    /// Line in the cloud config, when there is one.
+    pub fn line(&self) -> Option<usize> {
+        match &self.anchor {
+            Anchor::CloudConfig { line, .. } => *line,
+            _ => None,
+        }
+    }
+
+    /// JSON pointer to the field the finding is about (e.g. `/data/config`), when known.
+    pub fn pointer(&self) -> Option<&str> {
+        match &self.anchor {
+            Anchor::Object => None,
+            Anchor::Field { pointer } | Anchor::CloudConfig { pointer, .. } => Some(pointer),
+        }
+    }
+}
+
+/// Where a finding is in the object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Anchor {
+    /// The object as a whole.
+    Object,
+    /// A field of the object.
+    Field {
+        /// JSON pointer, e.g. `/metadata/annotations/glance.openstack.org~1wsgi`.
+        pointer: String,
+    },
+    /// A cloud config held in the object.
+    CloudConfig {
+        /// JSON pointer of the field holding the config (`/data/cloud.conf`, or the values
+        /// field of a Helm carrier).
+        pointer: String,
+        /// 1-based line in the INI text (for Helm values, in the INI the chart renders).
+        line: Option<usize>,
+        /// Where that line is written in the object (a values path, or a line of a string).
+        trace: sites::Anchor,
+    },
 }
 
 /// A finding that an exemption annotation admitted.
@@ -120,31 +169,42 @@ impl Verdict {
     }
 }
 
-/// Facts an IO adapter gathered for one request before evaluation. The engine only reads
-/// them, so evaluation stays pure: the same request and facts give the same verdict.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Facts {
-    /// control-plane-lb-guard: the state of the Machine's API load balancer. `None` when the
-    /// guard did not run (it is off, or the request is not a control-plane Machine DELETE);
-    /// the rule then does nothing.
-    pub lb_guard: Option<GuardFacts>,
-}
-
 /// The policy engine. Cheap to clone and share; rebuilt when policies or the release
 /// catalog change.
 #[derive(Debug, Clone)]
 pub struct Engine {
     policies: Arc<PolicySet>,
     releases: Arc<Snapshot>,
+    /// Families with a policy in enforce mode (a family's severity may depend on another's).
+    enforced: Arc<[RuleId]>,
 }
 
-/// What a policy found, before its mode and exemptions are applied.
-struct Raw<'a> {
-    severity: Severity,
-    line: Option<usize>,
-    pointer: Option<String>,
-    message: &'a str,
-    fixed_by_patch: bool,
+/// Where a family's output goes: the object, or one cloud config in it.
+enum Target<'s> {
+    /// An object or DELETE family: violations name their field, edits are a JSON Patch.
+    Object,
+    /// A cloud-config family on one site: violations are located in the site, edits are
+    /// applied to a copy of the document that becomes the site's patch.
+    Site {
+        site: &'s FoundConfig,
+        doc: Option<&'s Document>,
+        edited: &'s mut Option<(Document, Vec<IniEdit>)>,
+    },
+}
+
+/// One evaluation: the subject, and its reference built once, when the first finding needs it.
+struct Run<'a> {
+    subject: &'a Subject<'a>,
+    reference: OnceCell<Arc<ObjectRef>>,
+}
+
+impl Run<'_> {
+    fn reference(&self) -> Arc<ObjectRef> {
+        Arc::clone(
+            self.reference
+                .get_or_init(|| Arc::new(self.subject.reference())),
+        )
+    }
 }
 
 impl Engine {
@@ -155,9 +215,18 @@ impl Engine {
 
     /// An engine over a policy set and a snapshot of the live `OpenStackVersion`s.
     pub fn with_releases(policies: PolicySet, releases: Arc<Snapshot>) -> Self {
+        let mut enforced: Vec<RuleId> = policies
+            .policies
+            .iter()
+            .filter(|p| p.mode == Mode::Enforce)
+            .map(|p| p.rule)
+            .collect();
+        enforced.sort_unstable();
+        enforced.dedup();
         Self {
             policies: Arc::new(policies),
             releases,
+            enforced: enforced.into(),
         }
     }
 
@@ -167,6 +236,7 @@ impl Engine {
         Self {
             policies: Arc::clone(&self.policies),
             releases,
+            enforced: Arc::clone(&self.enforced),
         }
     }
 
@@ -180,15 +250,15 @@ impl Engine {
         &self.policies
     }
 
-    /// Evaluates one admission request (no gathered facts).
-    pub fn evaluate(&self, req: &AdmissionRequest<DynamicObject>) -> Verdict {
-        self.evaluate_with(req, &Facts::default())
+    /// Evaluates one write (no gathered facts).
+    pub fn evaluate(&self, subject: &Subject<'_>) -> Verdict {
+        self.evaluate_with(subject, &Facts::default())
     }
 
-    /// Evaluates one admission request with the facts an adapter gathered for it.
-    pub fn evaluate_with(&self, req: &AdmissionRequest<DynamicObject>, facts: &Facts) -> Verdict {
+    /// Evaluates one write with the facts an adapter gathered for it.
+    pub fn evaluate_with(&self, subject: &Subject<'_>, facts: &Facts) -> Verdict {
         // A flag that never fires cannot stop the evaluation: the default is never used.
-        self.evaluate_within(req, facts, &Cancel::never())
+        self.evaluate_within(subject, facts, &Cancel::never())
             .unwrap_or_default()
     }
 
@@ -197,119 +267,185 @@ impl Engine {
     /// between policies; a partial verdict is never returned.
     pub fn evaluate_within(
         &self,
-        req: &AdmissionRequest<DynamicObject>,
+        subject: &Subject<'_>,
         facts: &Facts,
         cancel: &Cancel,
     ) -> Result<Verdict, Exhausted> {
         let mut verdict = Verdict::default();
-        if matches!(req.operation, Operation::Delete) {
-            if let Some(lb) = &facts.lb_guard {
-                self.evaluate_lb_guard(req, lb, &mut verdict);
+        let context = Context {
+            catalog: &self.policies.releases,
+            releases: &self.releases,
+            facts,
+            enforced: &self.enforced,
+        };
+        let run = Run {
+            subject,
+            reference: OnceCell::new(),
+        };
+        if subject.operation == Operation::Delete {
+            if let Some(old) = subject.old_object {
+                self.evaluate_objects(&run, &context, old, true, cancel, &mut verdict)?;
             }
             return Ok(verdict);
         }
-        // DELETE and CONNECT are admitted; subresource writes (status, scale) cannot change
-        // what the rules read.
-        if !matches!(req.operation, Operation::Create | Operation::Update)
-            || req.sub_resource.is_some()
+        // CONNECT is admitted; subresource writes (status, scale) cannot change what the
+        // rules read.
+        if !matches!(subject.operation, Operation::Create | Operation::Update)
+            || subject.subresource.is_some()
         {
             return Ok(verdict);
         }
-        let Some(object) = req.object.as_ref() else {
+        let Some(object) = subject.object else {
             return Ok(verdict);
         };
-        let namespace = req
-            .namespace
-            .as_deref()
-            .or(object.metadata.namespace.as_deref());
-        for site in sites::find(&req.kind, object, &self.policies.sites) {
+        let namespace = subject.namespace_of(object);
+        for site in sites::find(subject.kind, object, &self.policies.sites) {
             cancel.check()?;
-            self.evaluate_site(&site, object, namespace, &mut verdict);
+            self.evaluate_site(&run, &site, object, namespace, &mut verdict);
         }
-        for policy in self.policies.policies.iter() {
-            if policy.mode == Mode::Off
-                || CLOUD_CONFIG_RULES.contains(&policy.rule)
-                || !policy.scope.covers(namespace)
-            {
-                continue;
-            }
-            cancel.check()?;
-            let output = run_object_rule(&self.policies, &self.releases, policy, req, object);
-            self.record_object(policy, object, output, &mut verdict);
-        }
+        self.evaluate_objects(&run, &context, object, false, cancel, &mut verdict)?;
         cancel.check()?;
         limit_findings(&mut verdict);
         Ok(verdict)
     }
 
-    /// control-plane-lb-guard on a DELETE: the Machine is the request's `oldObject`.
-    fn evaluate_lb_guard(
+    /// Runs every enabled policy of the object families (`delete`: of the DELETE families)
+    /// on `object`, in policy order.
+    fn evaluate_objects(
         &self,
-        req: &AdmissionRequest<DynamicObject>,
-        facts: &GuardFacts,
+        run: &Run<'_>,
+        context: &Context<'_>,
+        object: &DynamicObject,
+        delete: bool,
+        cancel: &Cancel,
         verdict: &mut Verdict,
-    ) {
-        let Some(machine) = req.old_object.as_ref() else {
-            return;
-        };
-        let namespace = req
-            .namespace
-            .as_deref()
-            .or(machine.metadata.namespace.as_deref());
-        for policy in self.policies.for_rule(RuleId::ControlPlaneLbGuard) {
-            if !policy.scope.covers(namespace) {
+    ) -> Result<(), Exhausted> {
+        let namespace = run.subject.namespace_of(object);
+        for policy in self.policies.policies.iter() {
+            let check = match policy.rule.family().check {
+                Check::Object(check) if !delete => check,
+                Check::Delete(check) if delete => check,
+                _ => continue,
+            };
+            if policy.mode == Mode::Off || !policy.scope.covers(namespace) {
                 continue;
             }
-            let unknown = policy.params.unknown.unwrap_or_default();
-            let output = rules::lb_guard::check(&req.kind, machine, facts, unknown);
-            self.record_object(policy, machine, output, verdict);
+            cancel.check()?;
+            let output = check(&ObjectInput {
+                subject: run.subject,
+                object,
+                namespace,
+                params: &policy.params,
+                context,
+            });
+            self.apply(run, policy, object, output, Target::Object, verdict);
         }
+        Ok(())
     }
 
-    fn record_object(
+    /// Applies a policy's mode and exemption to what its family found: records findings in
+    /// the verdict's lists, and the family's edits as mutations and patch operations.
+    fn apply(
         &self,
+        run: &Run<'_>,
         policy: &Policy,
         object: &DynamicObject,
-        output: ObjectOutput,
+        output: RuleOutput,
+        target: Target<'_>,
         verdict: &mut Verdict,
     ) {
-        if output.violations.is_empty() && output.patch.is_empty() {
+        if output.is_empty() {
             return;
         }
         if exempted(policy, object, verdict) {
             return;
         }
         let applies = matches!(policy.mode, Mode::Enforce | Mode::Warn);
-        for v in &output.violations {
-            let message = compose(policy, &v.message);
-            record(
-                policy,
-                Raw {
-                    severity: v.severity,
-                    line: None,
-                    pointer: v.pointer.clone(),
-                    message: &message,
-                    fixed_by_patch: applies && v.fixed_by_edit && !output.patch.is_empty(),
-                },
-                verdict,
-            );
-        }
-        if applies {
-            for m in output.mutations {
-                verdict.mutations.push(Finding {
-                    policy: policy.name.clone(),
-                    rule: policy.rule,
-                    line: None,
-                    pointer: m.pointer,
-                    message: format!("{} (policy {})", m.message, policy.name),
-                    fixed_by_patch: true,
-                });
+        let finding = |code, anchor, message, fixed_by_patch| Finding {
+            policy: policy.name.clone(),
+            rule: policy.rule,
+            code,
+            anchor,
+            subject: run.reference(),
+            message,
+            fixed_by_patch,
+        };
+        match target {
+            Target::Object => {
+                let patched = applies && !output.patch.is_empty();
+                for v in &output.violations {
+                    let anchor = match &v.pointer {
+                        Some(pointer) => Anchor::Field {
+                            pointer: pointer.clone(),
+                        },
+                        None => Anchor::Object,
+                    };
+                    let message = compose(policy, &v.message);
+                    let f = finding(v.code, anchor, message, patched && v.fixed_by_edit);
+                    record(policy, v.severity, f, verdict);
+                }
+                if !applies {
+                    return;
+                }
+                for m in output.mutations {
+                    let anchor = match m.pointer {
+                        Some(pointer) => Anchor::Field { pointer },
+                        None => Anchor::Object,
+                    };
+                    let message = format!("{} (policy {})", m.message, policy.name);
+                    verdict
+                        .mutations
+                        .push(finding(CODE_MUTATION, anchor, message, true));
+                }
+                // Two policies of one family may both create a missing parent (e.g. an empty
+                // `metadata.annotations`); applying that twice would drop the first one's keys.
+                for op in output.patch {
+                    if !verdict.patch.contains(&op) {
+                        verdict.patch.push(op);
+                    }
+                }
             }
-            // Two policies of one family may both create a missing parent (e.g. an empty
-            // `metadata.annotations`); applying that twice would drop the first one's keys.
-            for op in output.patch {
-                if !verdict.patch.contains(&op) {
-                    verdict.patch.push(op);
+            Target::Site { site, doc, edited } => {
+                // An edit that will be applied fixes the violations the rule marks as such.
+                let edits_apply =
+                    applies && site.mutable && doc.is_some() && !output.edits.is_empty();
+                let at = |line: Option<usize>| Anchor::CloudConfig {
+                    pointer: site.pointer(),
+                    line,
+                    trace: site.trace(line),
+                };
+                for v in &output.violations {
+                    let mut message = format!("{}: {}.", site.describe(v.line), v.message);
+                    if !site.mutable
+                        && let Some(note) = &site.note
+                    {
+                        message.push_str(&format!(" Note: this object is validated only: {note}."));
+                    }
+                    let message = compose(policy, &message);
+                    let f = finding(v.code, at(v.line), message, edits_apply && v.fixed_by_edit);
+                    record(policy, v.severity, f, verdict);
+                }
+                let (true, Some(doc)) = (edits_apply, doc) else {
+                    return;
+                };
+                for edit in &output.edits {
+                    let (copy, applied) = edited.get_or_insert_with(|| (doc.clone(), Vec::new()));
+                    let summary = copy.set(edit.section, edit.key, edit.value);
+                    applied.push(edit.clone());
+                    let message = format!(
+                        "stackgate set [{}] {} = {} in {} (policy {})",
+                        edit.section,
+                        edit.key,
+                        edit.value,
+                        site.describe(Some(summary.line)),
+                        policy.name
+                    );
+                    verdict.mutations.push(finding(
+                        CODE_MUTATION,
+                        at(Some(summary.line)),
+                        message,
+                        true,
+                    ));
                 }
             }
         }
@@ -317,6 +453,7 @@ impl Engine {
 
     fn evaluate_site(
         &self,
+        run: &Run<'_>,
         site: &FoundConfig,
         object: &DynamicObject,
         namespace: Option<&str>,
@@ -345,7 +482,7 @@ impl Engine {
             verdict.reached(limit);
         }
         if let Some(what) = oversized {
-            self.evaluate_oversized_site(site, &what, object, namespace, verdict);
+            self.evaluate_oversized_site(run, site, &what, object, namespace, verdict);
             return;
         }
         let parsed = site.text.as_ref().map(|text| Document::parse(text));
@@ -361,8 +498,11 @@ impl Engine {
         };
         let mut edited: Option<(Document, Vec<IniEdit>)> = None;
         let mut reported_unreadable = false;
-        for &rule in CLOUD_CONFIG_RULES {
-            for policy in self.policies.for_rule(rule) {
+        for family in FAMILIES {
+            let Check::CloudConfig(check) = family.check else {
+                continue;
+            };
+            for policy in self.policies.for_rule(family.id) {
                 if !policy.scope.covers(namespace) {
                     continue;
                 }
@@ -371,62 +511,17 @@ impl Engine {
                     // (integrity, when it is on).
                     continue;
                 }
-                let output = run_config_rule(rule, &view);
-                if output.violations.is_empty() && output.edits.is_empty() {
+                let output = check(&view, &policy.params);
+                if output.is_empty() {
                     continue;
                 }
                 reported_unreadable = view.doc.is_err();
-                if exempted(policy, object, verdict) {
-                    continue;
-                }
-                // An edit that will be applied fixes the violations the rule marks as such.
-                let edits_apply = matches!(policy.mode, Mode::Enforce | Mode::Warn)
-                    && site.mutable
-                    && view.doc.is_ok()
-                    && !output.edits.is_empty();
-                for v in &output.violations {
-                    let mut message = format!("{}: {}.", site.describe(v.line), v.message);
-                    if !site.mutable
-                        && let Some(note) = &site.note
-                    {
-                        message.push_str(&format!(" Note: this object is validated only: {note}."));
-                    }
-                    let message = compose(policy, &message);
-                    record(
-                        policy,
-                        Raw {
-                            severity: v.severity,
-                            line: v.line,
-                            pointer: Some(site.pointer()),
-                            message: &message,
-                            fixed_by_patch: edits_apply && v.fixed_by_edit,
-                        },
-                        verdict,
-                    );
-                }
-                if edits_apply && let Ok(doc) = &view.doc {
-                    for edit in &output.edits {
-                        let (target, applied) =
-                            edited.get_or_insert_with(|| ((*doc).clone(), Vec::new()));
-                        let summary = target.set(edit.section, edit.key, edit.value);
-                        applied.push(edit.clone());
-                        verdict.mutations.push(Finding {
-                            policy: policy.name.clone(),
-                            rule,
-                            line: Some(summary.line),
-                            pointer: Some(site.pointer()),
-                            fixed_by_patch: true,
-                            message: format!(
-                                "stackgate set [{}] {} = {} in {} (policy {})",
-                                edit.section,
-                                edit.key,
-                                edit.value,
-                                site.describe(Some(summary.line)),
-                                policy.name
-                            ),
-                        });
-                    }
-                }
+                let target = Target::Site {
+                    site,
+                    doc: view.doc.as_ref().ok().copied(),
+                    edited: &mut edited,
+                };
+                self.apply(run, policy, object, output, target, verdict);
             }
         }
         if let Some((doc, applied)) = edited {
@@ -478,7 +573,8 @@ fn limit_findings(verdict: &mut Verdict) {
         }
         for (first, n) in summaries {
             list.push(Finding {
-                line: None,
+                code: CODE_MORE,
+                anchor: Anchor::Object,
                 message: format!(
                     "… and {n} more finding{} of policy {} (rule {}) on this object; run \
                      `stackgate check` on it to see them all",
@@ -517,15 +613,17 @@ impl Engine {
     /// config), and no edit is made.
     fn evaluate_oversized_site(
         &self,
+        run: &Run<'_>,
         site: &FoundConfig,
         what: &str,
         object: &DynamicObject,
         namespace: Option<&str>,
         verdict: &mut Verdict,
     ) {
-        let Some(policy) = CLOUD_CONFIG_RULES
+        let Some(policy) = FAMILIES
             .iter()
-            .flat_map(|&rule| self.policies.for_rule(rule))
+            .filter(|f| f.reads_cloud_configs())
+            .flat_map(|f| self.policies.for_rule(f.id))
             .find(|p| p.scope.covers(namespace))
         else {
             return;
@@ -541,31 +639,26 @@ impl Engine {
                 site.describe(None)
             ),
         );
-        record(
-            policy,
-            Raw {
-                severity: Severity::Deny,
+        let finding = Finding {
+            policy: policy.name.clone(),
+            rule: policy.rule,
+            code: CODE_OVERSIZED,
+            anchor: Anchor::CloudConfig {
+                pointer: site.pointer(),
                 line: None,
-                pointer: Some(site.pointer()),
-                message: &message,
-                fixed_by_patch: false,
+                trace: site.trace(None),
             },
-            verdict,
-        );
+            subject: run.reference(),
+            message,
+            fixed_by_patch: false,
+        };
+        record(policy, Severity::Deny, finding, verdict);
     }
 }
 
 /// Applies the policy mode to one finding.
-fn record(policy: &Policy, raw: Raw<'_>, verdict: &mut Verdict) {
-    let finding = Finding {
-        policy: policy.name.clone(),
-        rule: policy.rule,
-        line: raw.line,
-        pointer: raw.pointer,
-        message: raw.message.to_owned(),
-        fixed_by_patch: raw.fixed_by_patch,
-    };
-    match (policy.mode, raw.severity) {
+fn record(policy: &Policy, severity: Severity, finding: Finding, verdict: &mut Verdict) {
+    match (policy.mode, severity) {
         (Mode::Enforce, Severity::Deny) => verdict.denials.push(finding),
         (Mode::Enforce | Mode::Warn, _) => verdict.warnings.push(finding),
         (Mode::Audit, _) => {
@@ -595,41 +688,6 @@ fn exempted(policy: &Policy, object: &DynamicObject, verdict: &mut Verdict) -> b
         });
     }
     true
-}
-
-fn run_config_rule(rule: RuleId, view: &ConfigView<'_>) -> RuleOutput {
-    match rule {
-        RuleId::SerialLbApiCalls => rules::serial::check(view),
-        RuleId::CloudConfigIntegrity => rules::integrity::check(view),
-        RuleId::KnownBadLbSettings => rules::known_bad::check(view),
-        RuleId::CredentialPlacement => rules::credentials::check(view),
-        RuleId::CcmConcurrency | RuleId::ReleaseAnnotations | RuleId::ControlPlaneLbGuard => {
-            RuleOutput::default()
-        }
-    }
-}
-
-fn run_object_rule(
-    policies: &PolicySet,
-    releases: &Snapshot,
-    policy: &Policy,
-    req: &AdmissionRequest<DynamicObject>,
-    object: &DynamicObject,
-) -> ObjectOutput {
-    match policy.rule {
-        RuleId::CcmConcurrency => {
-            rules::concurrency::check(&req.kind, object, &policy.params, policies)
-        }
-        RuleId::ReleaseAnnotations => {
-            rules::release_annotations::check(policy, &policies.releases, releases, req, object)
-        }
-        // Cloud-config families run per site in `evaluate_site`.
-        RuleId::SerialLbApiCalls
-        | RuleId::CloudConfigIntegrity
-        | RuleId::KnownBadLbSettings
-        | RuleId::CredentialPlacement
-        | RuleId::ControlPlaneLbGuard => ObjectOutput::default(),
-    }
 }
 
 /// The exemption reason on `object` for `policy`, when the policy allows exemptions and the

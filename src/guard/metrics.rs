@@ -18,8 +18,7 @@ use prometheus_client::registry::Registry;
 
 use super::error::Service;
 use crate::engine::{Finding, Verdict};
-use crate::policy::RuleId;
-use crate::rules::lb_guard::GuardFacts;
+use crate::rules::lb_guard::{CODE_UNAVAILABLE, FAMILY, GuardFacts};
 
 /// Labels of `stackgate_lb_guard_decisions_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -178,15 +177,15 @@ impl GuardMetrics {
 
 /// The guard's outcome label for a verdict reached with `facts`.
 pub fn outcome(facts: &GuardFacts, verdict: &Verdict) -> &'static str {
-    let ours = |f: &Finding| f.rule == RuleId::ControlPlaneLbGuard;
+    let ours = |f: &Finding| f.rule == FAMILY.id;
     let unknown = matches!(facts, GuardFacts::Unavailable { .. });
-    if verdict.denials.iter().any(ours) {
-        if unknown { "unknown_denied" } else { "denied" }
-    } else if verdict
-        .exemptions
-        .iter()
-        .any(|e| e.rule == RuleId::ControlPlaneLbGuard)
-    {
+    if let Some(denial) = verdict.denials.iter().find(|f| ours(f)) {
+        if denial.code == CODE_UNAVAILABLE {
+            "unknown_denied"
+        } else {
+            "denied"
+        }
+    } else if verdict.exemptions.iter().any(|e| e.rule == FAMILY.id) {
         "exempted"
     } else if verdict.audits.iter().any(ours) {
         "audited"

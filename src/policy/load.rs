@@ -7,6 +7,7 @@ use serde::Deserialize;
 
 use super::{API_VERSION, Policy, RuleId, SitesDocument};
 use crate::releases::{self, ReleaseCatalog};
+use crate::rules::{FAMILIES, ParamsInput};
 
 /// The default policy set, embedded at build time so the binary runs with no files.
 const EMBEDDED: &[(&str, &str)] = &[
@@ -80,7 +81,7 @@ pub enum PolicyError {
 }
 
 /// A validated set of policies and the cloud-config sites they act on.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct PolicySet {
     /// Policies in load order: the embedded list's order, or file-name order for a directory.
     pub policies: Vec<Policy>,
@@ -138,7 +139,7 @@ impl PolicySet {
         let mut policies = Vec::new();
         let mut sites: Option<SitesDocument> = None;
         let mut catalog: Option<ReleaseCatalog> = None;
-        let mut policy_files: Vec<&str> = Vec::new();
+        let mut policy_files: Vec<(&String, &String)> = Vec::new();
         for (file, text) in &files {
             let parse_err = |e: serde_saphyr::Error| PolicyError::Parse {
                 file: file.clone(),
@@ -153,7 +154,7 @@ impl PolicySet {
                     let policy: Policy = serde_saphyr::from_str(text).map_err(parse_err)?;
                     validate_policy(file, &policy)?;
                     policies.push(policy);
-                    policy_files.push(file);
+                    policy_files.push((file, text));
                 }
                 Some("CloudConfigSites") => {
                     if sites.is_some() {
@@ -209,9 +210,8 @@ impl PolicySet {
             }
             None => Self::embedded()?.releases,
         };
-        for (policy, file) in policies.iter().zip(&policy_files) {
-            releases::catalog::validate_policy(&releases, policy)
-                .map_err(|e| invalid(file, e.to_string()))?;
+        for (policy, (file, text)) in policies.iter_mut().zip(&policy_files) {
+            policy.params = parse_family_params(file, text, policy, &releases)?;
         }
         Ok(Self {
             policies,
@@ -219,6 +219,19 @@ impl PolicySet {
             releases,
             origin,
         })
+    }
+
+    /// The same policies over another release catalog: every policy's parameters are parsed
+    /// again against it (a release a policy names must be in its table).
+    pub fn with_release_catalog(&self, catalog: ReleaseCatalog) -> Result<Self, PolicyError> {
+        let mut next = self.clone();
+        for policy in &mut next.policies {
+            // The parameters as a document of their own: JSON is YAML.
+            let text = format!("params: {}\n", policy.raw_params);
+            policy.params = parse_family_params(&policy.name, &text, policy, &catalog)?;
+        }
+        next.releases = catalog;
+        Ok(next)
     }
 
     /// The enabled policies of one rule family.
@@ -264,26 +277,50 @@ fn validate_policy(file: &str, p: &Policy) -> Result<(), PolicyError> {
             ),
         ));
     }
-    let uses_ccm_params = p.rule == RuleId::CcmConcurrency;
-    if !uses_ccm_params && (!p.params.ccm_images.is_empty() || !p.params.ccm_args.is_empty()) {
-        return Err(invalid(
-            file,
-            format!(
-                "params.ccmImages/ccmArgs only apply to rule ccm-concurrency, not {}",
-                p.rule.as_str()
-            ),
-        ));
-    }
-    if p.rule != RuleId::ControlPlaneLbGuard && p.params.unknown.is_some() {
-        return Err(invalid(
-            file,
-            format!(
-                "params.unknown only applies to rule control-plane-lb-guard, not {}",
-                p.rule.as_str()
-            ),
-        ));
-    }
     Ok(())
+}
+
+/// Has the policy's family parse its `params`. A parameter of another family is named as
+/// such: "params.unknown only apply to rule control-plane-lb-guard, not …".
+fn parse_family_params(
+    file: &str,
+    text: &str,
+    policy: &Policy,
+    catalog: &ReleaseCatalog,
+) -> Result<crate::rules::Params, PolicyError> {
+    let family = policy.rule.family();
+    let input = ParamsInput {
+        policy: &policy.name,
+        text,
+        catalog,
+    };
+    (family.parse_params)(&input).map_err(|message| {
+        let foreign = policy
+            .raw_params
+            .as_object()
+            .into_iter()
+            .flat_map(|m| m.keys())
+            .filter(|name| !family.params.contains(&name.as_str()))
+            .find_map(|name| {
+                FAMILIES
+                    .iter()
+                    .find(|f| f.params.contains(&name.as_str()))
+                    .map(|owner| (name, owner.id))
+            });
+        match foreign {
+            Some((name, owner)) => invalid(
+                file,
+                format!(
+                    "params.{name} only apply to rule {owner}, not {}",
+                    policy.rule
+                ),
+            ),
+            None => PolicyError::Parse {
+                file: file.to_owned(),
+                message,
+            },
+        }
+    })
 }
 
 fn invalid(file: &str, message: String) -> PolicyError {

@@ -7,10 +7,13 @@
 
 mod load;
 
+pub use crate::rules::RuleId;
 pub use crate::sites::{SiteKind, SiteSpec, SitesDocument};
 pub use load::{PolicyError, PolicySet};
 
 use serde::{Deserialize, Serialize};
+
+use crate::rules::Params;
 
 /// API version every policy document carries.
 pub const API_VERSION: &str = "stackgate.dev/v1alpha1";
@@ -41,41 +44,6 @@ impl Mode {
             Mode::Warn => "warn",
             Mode::Audit => "audit",
             Mode::Off => "off",
-        }
-    }
-}
-
-/// The rule families stackgate implements. Each policy names exactly one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum RuleId {
-    /// `[LoadBalancer] provider-requires-serial-api-calls = true` in every CCM cloud config.
-    SerialLbApiCalls,
-    /// What makes the CCM fail at start, and what it silently ignores.
-    CloudConfigIntegrity,
-    /// Load-balancer settings known to break (`use-octavia = false`, OVN without SOURCE_IP_PORT).
-    KnownBadLbSettings,
-    /// Credentials inside a ConfigMap-held cloud config.
-    CredentialPlacement,
-    /// `--concurrent-service-syncs` above 1 on the OpenStack CCM.
-    CcmConcurrency,
-    /// openstack-k8s-operators service annotations implied by the target release.
-    ReleaseAnnotations,
-    /// Control-plane Machine deletion while the API load balancer could not survive it.
-    ControlPlaneLbGuard,
-}
-
-impl RuleId {
-    /// Kebab-case name, as written in policy files and used as a metric label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RuleId::SerialLbApiCalls => "serial-lb-api-calls",
-            RuleId::CloudConfigIntegrity => "cloud-config-integrity",
-            RuleId::KnownBadLbSettings => "known-bad-lb-settings",
-            RuleId::CredentialPlacement => "credential-placement",
-            RuleId::CcmConcurrency => "ccm-concurrency",
-            RuleId::ReleaseAnnotations => "release-annotations",
-            RuleId::ControlPlaneLbGuard => "control-plane-lb-guard",
         }
     }
 }
@@ -112,7 +80,7 @@ pub struct Exemption {
 }
 
 /// One policy: a rule family, a mode, a scope, and its exemption setting.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Policy {
     /// Always [`API_VERSION`].
@@ -132,8 +100,16 @@ pub struct Policy {
     /// Scope.
     #[serde(default, rename = "match")]
     pub scope: Match,
-    /// Rule parameters.
-    #[serde(default)]
+    /// Rule parameters as written; the family parses them at load time into
+    /// [`Policy::params`] (see [`crate::rules::Family::parse_params`]).
+    #[serde(
+        default,
+        rename = "params",
+        skip_serializing_if = "serde_json::Value::is_null"
+    )]
+    pub raw_params: serde_json::Value,
+    /// The parameters as the family parsed them.
+    #[serde(skip)]
     pub params: Params,
     /// Exemption setting (absent: not exemptable).
     #[serde(default)]
@@ -150,29 +126,4 @@ impl Policy {
             _ => None,
         }
     }
-}
-
-/// Rule parameters. Every field is optional and only meaningful to the rules that read it;
-/// the loader rejects parameters that the policy's rule does not use.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Params {
-    /// ccm-concurrency: a container runs the OpenStack CCM when its image contains one of these.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub ccm_images: Vec<String>,
-    /// ccm-concurrency: ... or when its args/command contain one of these arguments.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub ccm_args: Vec<String>,
-    /// release-annotations: namespace → release name from the ReleaseCatalog static table,
-    /// used where no live OpenStackVersion is known for the namespace.
-    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub namespace_releases: std::collections::BTreeMap<String, String>,
-    /// release-annotations: deny (in enforce mode) values that contradict the release
-    /// instead of warning (default false).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub enforce_contradictions: Option<bool>,
-    /// control-plane-lb-guard: what to do when the load balancer cannot be checked
-    /// (`admit` with a warning, the default, or `deny`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub unknown: Option<crate::rules::lb_guard::WhenUnknown>,
 }

@@ -14,7 +14,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use super::ServiceDefaults;
-use crate::policy::{Policy, RuleId};
 
 /// The document kind in policy files.
 pub const KIND: &str = "ReleaseCatalog";
@@ -67,17 +66,6 @@ pub enum CatalogError {
         release: String,
         /// Releases the table has, comma-separated.
         known: String,
-    },
-    /// Release parameters on a policy of another rule family.
-    #[error(
-        "policy {policy}: params.namespaceReleases and params.enforceContradictions only apply \
-         to rule release-annotations, not {rule}"
-    )]
-    ParamsOnOtherRule {
-        /// Policy name.
-        policy: String,
-        /// The policy's rule.
-        rule: &'static str,
     },
 }
 
@@ -278,38 +266,6 @@ impl ReleaseCatalog {
     pub fn release(&self, name: &str) -> Option<&StaticRelease> {
         self.releases.get(name)
     }
-}
-
-/// Cross-checks one policy's release parameters against the catalog: only the
-/// release-annotations rule may carry them, and every release it names must be in the
-/// static table. The loader calls this for every policy once all documents are read.
-pub fn validate_policy(catalog: &ReleaseCatalog, policy: &Policy) -> Result<(), CatalogError> {
-    let params = &policy.params;
-    if policy.rule != RuleId::ReleaseAnnotations {
-        if !params.namespace_releases.is_empty() || params.enforce_contradictions.is_some() {
-            return Err(CatalogError::ParamsOnOtherRule {
-                policy: policy.name.clone(),
-                rule: policy.rule.as_str(),
-            });
-        }
-        return Ok(());
-    }
-    for (namespace, release) in &params.namespace_releases {
-        if catalog.release(release).is_none() {
-            return Err(CatalogError::UnknownRelease {
-                policy: policy.name.clone(),
-                namespace: namespace.clone(),
-                release: release.clone(),
-                known: catalog
-                    .releases
-                    .keys()
-                    .map(String::as_str)
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            });
-        }
-    }
-    Ok(())
 }
 
 fn is_field_name(s: &str) -> bool {

@@ -2,7 +2,7 @@
 //! contradictions seen. Labels come from closed sets or from catalog annotation keys
 //! (bounded by the policy files); names, namespaces and values never become labels.
 
-use std::sync::atomic::{AtomicI64, AtomicU64};
+use std::sync::atomic::AtomicI64;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
@@ -14,8 +14,7 @@ use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 
 use crate::engine::{Finding, Verdict};
-use crate::policy::RuleId;
-use crate::rules::release_annotations::{FindingKind, classify};
+use crate::rules::release_annotations::{CODE_CONTRADICTION, CODE_UNPARSABLE, FAMILY};
 
 /// Labels of `stackgate_release_catalog_syncs_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -54,7 +53,6 @@ pub struct ReleaseMetrics {
     added: Family<KeyLabels, Counter>,
     contradictions: Family<AnnotationLabels, Counter>,
     unparsable: Family<AnnotationLabels, Counter>,
-    _unused: Counter<u64, AtomicU64>,
 }
 
 impl ReleaseMetrics {
@@ -120,12 +118,8 @@ impl ReleaseMetrics {
             if verdict.patch.is_empty() {
                 return;
             }
-            for m in verdict
-                .mutations
-                .iter()
-                .filter(|f| f.rule == RuleId::ReleaseAnnotations)
-            {
-                if let Some(annotation) = annotation_of(m.pointer.as_deref()) {
+            for m in verdict.mutations.iter().filter(|f| f.rule == FAMILY.id) {
+                if let Some(annotation) = annotation_of(m.pointer()) {
                     tracing::info!(policy = %m.policy, %annotation, "release annotation added");
                     self.added.get_or_create(&KeyLabels { annotation }).inc();
                 }
@@ -138,17 +132,14 @@ impl ReleaseMetrics {
             (&verdict.audits, "audited"),
         ];
         for (findings, outcome) in groups {
-            for f in findings
-                .iter()
-                .filter(|f| f.rule == RuleId::ReleaseAnnotations)
-            {
-                let Some(annotation) = annotation_of(f.pointer.as_deref()) else {
+            for f in findings.iter().filter(|f| f.rule == FAMILY.id) {
+                let Some(annotation) = annotation_of(f.pointer()) else {
                     continue;
                 };
-                let family = match classify(&f.message) {
-                    Some(FindingKind::Contradiction) => &self.contradictions,
-                    Some(FindingKind::Unparsable) => &self.unparsable,
-                    None => continue,
+                let family = match f.code {
+                    CODE_CONTRADICTION => &self.contradictions,
+                    CODE_UNPARSABLE => &self.unparsable,
+                    _ => continue,
                 };
                 tracing::info!(policy = %f.policy, %annotation, outcome, "release annotation finding");
                 family
@@ -162,10 +153,18 @@ impl ReleaseMetrics {
     }
 }
 
-/// The annotation key from a finding's pointer `/metadata/annotations/<escaped key>`.
+/// The annotation key from a finding's pointer `/metadata/annotations/<key>`.
 fn annotation_of(pointer: Option<&str>) -> Option<String> {
-    let escaped = pointer?.strip_prefix("/metadata/annotations/")?;
-    Some(escaped.replace("~1", "/").replace("~0", "~"))
+    let pointer = jsonptr::Pointer::parse(pointer?).ok()?;
+    let mut tokens = pointer.tokens();
+    match (tokens.next(), tokens.next(), tokens.next(), tokens.next()) {
+        (Some(m), Some(a), Some(key), None)
+            if m.decoded() == "metadata" && a.decoded() == "annotations" =>
+        {
+            Some(key.decoded().into_owned())
+        }
+        _ => None,
+    }
 }
 
 /// A gauge computed at scrape time from the instant of the last confirmation, so the age

@@ -12,8 +12,55 @@ use jsonptr::PointerBuf;
 use kube::core::{DynamicObject, GroupVersionKind};
 use serde_json::Value;
 
-use super::{ObjectOutput, ObjectViolation, Severity};
-use crate::policy::{Mode, Params, PolicySet, RuleId};
+use serde::{Deserialize, Serialize};
+
+use super::{
+    Check, Example, Family, ObjectInput, RuleId, RuleOutput, Severity, Violation, parse_params,
+};
+
+/// The family: reads workloads and the CCM chart's `controllerExtraArgs`.
+pub static FAMILY: Family = Family {
+    id: RuleId::new("ccm-concurrency"),
+    check: Check::Object(check_object),
+    params: &["ccmImages", "ccmArgs"],
+    parse_params: parse_params::<ConcurrencyParams>,
+    codes: &[CODE_PARALLEL, CODE_INVALID, CODE_REFERENCE],
+    example: || {
+        Some(Example::create(
+            serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "openstack-cloud-controller-manager", "namespace": "kube-system"},
+            "spec": {"template": {"spec": {"containers": [{
+                "name": "occm",
+                "image": "registry.k8s.io/provider-os/openstack-cloud-controller-manager:v1.31.0",
+                "args": ["--cloud-provider=openstack", "--concurrent-service-syncs=4"]}]}}}}),
+        ))
+    },
+};
+
+/// `--concurrent-service-syncs` above 1.
+pub const CODE_PARALLEL: &str = "parallel-syncs";
+/// A value pflag refuses: the CCM does not start.
+pub const CODE_INVALID: &str = "invalid";
+/// A `$(VAR)` reference: unknown at admission.
+pub const CODE_REFERENCE: &str = "unknown-reference";
+
+/// `params` of a ccm-concurrency policy.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ConcurrencyParams {
+    /// A container runs the OpenStack CCM when its image contains one of these.
+    #[serde(default)]
+    pub ccm_images: Vec<String>,
+    /// ... or when its args/command contain one of these arguments.
+    #[serde(default)]
+    pub ccm_args: Vec<String>,
+}
+
+fn check_object(input: &ObjectInput<'_>) -> RuleOutput {
+    let defaults = ConcurrencyParams::default();
+    let params = input.params.get().unwrap_or(&defaults);
+    check(input.subject.kind, input.object, params, severity(input))
+}
 
 /// The flag this rule reads.
 pub const FLAG: &str = "--concurrent-service-syncs";
@@ -131,11 +178,8 @@ fn pod_spec_pointer(gvk: &GroupVersionKind) -> Option<&'static [&'static str]> {
 }
 
 /// Severity of a finding: deny only while the serial-calls policy enforces.
-pub fn severity(policies: &PolicySet) -> Severity {
-    if policies
-        .for_rule(RuleId::SerialLbApiCalls)
-        .any(|p| p.mode == Mode::Enforce)
-    {
+pub fn severity(input: &ObjectInput<'_>) -> Severity {
+    if input.context.enforces(super::serial::FAMILY.id) {
         Severity::Deny
     } else {
         Severity::Warn
@@ -146,17 +190,16 @@ pub fn severity(policies: &PolicySet) -> Severity {
 pub fn check(
     gvk: &GroupVersionKind,
     object: &DynamicObject,
-    params: &Params,
-    policies: &PolicySet,
-) -> ObjectOutput {
-    let mut out = ObjectOutput::default();
+    params: &ConcurrencyParams,
+    severity: Severity,
+) -> RuleOutput {
+    let mut out = RuleOutput::default();
     // The CCM Helm chart's `controllerExtraArgs` inside GitOps objects and values files.
     for (location, pointer, args) in crate::sites::helm_controller_extra_args_all(gvk, object) {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         if let Some(found) = effective_use(&args) {
             let location = format!("{location}[{}]", found.index);
-            if let Some(v) = violation(&location, pointer.clone(), found.value, severity(policies))
-            {
+            if let Some(v) = violation(&location, pointer.clone(), found.value, severity) {
                 out.violations.push(v);
             }
         }
@@ -229,7 +272,7 @@ pub fn check(
             ]);
             let pointer = PointerBuf::from_tokens(tokens).to_string();
             let location = format!("{object_name} container {name:?} {field}[{index}]");
-            if let Some(v) = violation(&location, pointer, found.value, severity(policies)) {
+            if let Some(v) = violation(&location, pointer, found.value, severity) {
                 out.violations.push(v);
             }
         }
@@ -243,10 +286,11 @@ pub fn violation(
     pointer: String,
     value: FlagValue,
     severity: Severity,
-) -> Option<ObjectViolation> {
-    let (message, severity) = match value {
+) -> Option<Violation> {
+    let (code, message, severity) = match value {
         FlagValue::Int(n) if n <= 1 => return None,
         FlagValue::Int(n) => (
+            CODE_PARALLEL,
             format!(
                 "{location}: {FLAG}={n} lets the CCM reconcile {n} Services (and node syncs) at once. \
              Octavia answers 409 \"immutable\" to every call on a load balancer while one of its \
@@ -256,6 +300,7 @@ pub fn violation(
             severity,
         ),
         FlagValue::Invalid => (
+            CODE_INVALID,
             format!(
                 "{location}: {FLAG} has a value that is not an integer, so the CCM would fail to \
              parse its flags and not start. Fix: remove the flag or set {FLAG}=1"
@@ -263,6 +308,7 @@ pub fn violation(
             Severity::Deny,
         ),
         FlagValue::Reference => (
+            CODE_REFERENCE,
             format!(
                 "{location}: the value of {FLAG} cannot be checked at admission: it is a $(VAR) \
              reference that the kubelet expands from the container's environment at start. \
@@ -273,8 +319,10 @@ pub fn violation(
             Severity::Warn,
         ),
     };
-    Some(ObjectViolation {
+    Some(Violation {
         severity,
+        code,
+        line: None,
         pointer: Some(pointer),
         message,
         fixed_by_edit: false,

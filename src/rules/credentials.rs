@@ -6,8 +6,28 @@
 //! cluster-cloud-controller-manager-operator enforces (domain-facts §3). Values are never
 //! echoed.
 
+use super::{Check, Example, Family, NoParams, RuleId, parse_params};
 use super::{ConfigView, KindCollector, RuleOutput, Severity, Violation};
 use crate::cloudconf::{eq_fold, schema};
+
+/// The family: reads each cloud config held by a ConfigMap.
+pub static FAMILY: Family = Family {
+    id: RuleId::new("credential-placement"),
+    check: Check::CloudConfig(|view, _| check(view)),
+    params: &[],
+    parse_params: parse_params::<NoParams>,
+    codes: &[CODE_CREDENTIAL, CODE_WRAPPED_CREDENTIAL],
+    example: || {
+        Some(Example::cloud_config(
+            "[Global]\napplication-credential-id = 0123\napplication-credential-secret = <not shown>\n\n[LoadBalancer]\nprovider-requires-serial-api-calls = true\n",
+        ))
+    },
+};
+
+/// A credential key with a value in a ConfigMap.
+pub const CODE_CREDENTIAL: &str = "credential";
+/// A credential written on the line after its key (gcfg reads it as a key name).
+pub const CODE_WRAPPED_CREDENTIAL: &str = "wrapped-credential";
 
 /// `[Global]` keys that carry a credential.
 pub const CREDENTIAL_KEYS: &[&str] = &[
@@ -43,8 +63,8 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
             *c += 1;
         }
     }
-    let mut found = KindCollector::new();
-    let mut wrapped = KindCollector::new();
+    let mut found = KindCollector::new(CODE_CREDENTIAL);
+    let mut wrapped = KindCollector::new(CODE_WRAPPED_CREDENTIAL);
     let mut entries = global().peekable();
     while let Some(entry) = entries.next() {
         let Some(index) = credential_index(entry.key) else {
@@ -64,6 +84,8 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
             };
             found.push(Violation {
                 severity: Severity::Deny,
+                code: CODE_CREDENTIAL,
+                pointer: None,
                 line: Some(entry.line),
                 message: format!(
                     "[Global] {key} holds a credential (value not shown) in a ConfigMap{repeated}, \
@@ -97,6 +119,8 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
             }
             wrapped.push(Violation {
                 severity: Severity::Deny,
+                code: CODE_WRAPPED_CREDENTIAL,
+                pointer: None,
                 line: Some(next.line),
                 message: format!(
                     "this line is probably the credential of `{key}` on the line before it, \

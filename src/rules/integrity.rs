@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 
 use super::credentials::CREDENTIAL_KEYS;
+use super::{Check, Example, Family, NoParams, RuleId, parse_params};
 use super::{
     ConfigView, KindCollector, MAX_FINDINGS_PER_KIND, RuleOutput, Severity, Unreadable, Violation,
 };
@@ -17,6 +18,30 @@ use crate::cloudconf::{Document, Entry};
 
 /// gcfg's syntax error for a `_` in a section or variable name.
 const UNDERSCORE: &str = "illegal character U+005F";
+
+/// The family: reads each cloud config; runs first, so an unreadable config is reported once,
+/// by it.
+pub static FAMILY: Family = Family {
+    id: RuleId::new("cloud-config-integrity"),
+    check: Check::CloudConfig(|view, _| check(view)),
+    params: &[],
+    parse_params: parse_params::<NoParams>,
+    codes: &[CODE_UNREADABLE, CODE_FATAL, CODE_IGNORED, CODE_TRUNCATED],
+    example: || {
+        Some(Example::cloud_config(
+            "[LoadBalancer]\nprovider-requires-serial-api-calls = true\nmonitor-delay = 5\n",
+        ))
+    },
+};
+
+/// The cloud config cannot be read or parsed.
+pub const CODE_UNREADABLE: &str = "unreadable";
+/// A value that makes the CCM exit at start.
+pub const CODE_FATAL: &str = "fatal";
+/// A section or key the CCM silently ignores.
+pub const CODE_IGNORED: &str = "ignored";
+/// A value gcfg cuts at a comment character.
+pub const CODE_TRUNCATED: &str = "truncated";
 
 /// Runs the rule on one cloud config.
 pub fn check(view: &ConfigView<'_>) -> RuleOutput {
@@ -41,6 +66,8 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
             };
             out.violations.push(Violation {
                 severity: Severity::Deny,
+                code: CODE_UNREADABLE,
+                pointer: None,
                 line: why.line(),
                 message,
                 fixed_by_edit: false,
@@ -49,7 +76,7 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
         }
     };
     let report = schema::check(doc);
-    let mut fatal = KindCollector::new();
+    let mut fatal = KindCollector::new(CODE_FATAL);
     for p in &report.fatal {
         if !fatal.wants_detail() {
             fatal.fold(Severity::Deny, Some(p.line));
@@ -58,6 +85,8 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
         // A fatal problem is always on a known key of a known section: the names are public.
         fatal.push(Violation {
             severity: Severity::Deny,
+            code: CODE_FATAL,
+            pointer: None,
             line: Some(p.line),
             message: format!(
                 "{}: {}; the CCM would fail to start on this file",
@@ -71,7 +100,7 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
         &mut out.violations,
         "values that stop the CCM from starting",
     );
-    let mut ignored_names = KindCollector::new();
+    let mut ignored_names = KindCollector::new(CODE_IGNORED);
     // Only the ignored keys reported one by one get the hint: look up just those lines.
     let detailed: Vec<usize> = report
         .ignored
@@ -125,6 +154,8 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
         }
         ignored_names.push(Violation {
             severity: Severity::Warn,
+            code: CODE_IGNORED,
+            pointer: None,
             line: Some(ignored.line),
             message,
             fixed_by_edit: false,
@@ -134,7 +165,7 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
         &mut out.violations,
         "sections or keys the CCM silently ignores",
     );
-    let mut truncated = KindCollector::new();
+    let mut truncated = KindCollector::new(CODE_TRUNCATED);
     for entry in doc.entries().filter(|e| e.has_truncating_comment) {
         if !truncated.wants_detail() {
             truncated.fold(Severity::Warn, Some(entry.line));
@@ -154,6 +185,8 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
         };
         truncated.push(Violation {
             severity: Severity::Warn,
+            code: CODE_TRUNCATED,
+            pointer: None,
             line: Some(entry.line),
             message: format!(
                 "{}: {what}. Fix: wrap the value in double quotes",

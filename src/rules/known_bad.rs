@@ -8,8 +8,28 @@
 //!   CPO docs l.213; domain-facts §1.4). Both keys exist only in `[LoadBalancer]`
 //!   (`[LoadBalancerClass "x"]` carries network and subnet keys only).
 
+use super::{Check, Example, Family, NoParams, RuleId, parse_params};
 use super::{ConfigView, RuleOutput, Severity, Violation};
 use crate::cloudconf::parse_bool;
+
+/// The family: reads each cloud config.
+pub static FAMILY: Family = Family {
+    id: RuleId::new("known-bad-lb-settings"),
+    check: Check::CloudConfig(|view, _| check(view)),
+    params: &[],
+    parse_params: parse_params::<NoParams>,
+    codes: &[CODE_USE_OCTAVIA_FALSE, CODE_OVN_LB_METHOD],
+    example: || {
+        Some(Example::cloud_config(
+            "[LoadBalancer]\nprovider-requires-serial-api-calls = true\nlb-provider = ovn\n",
+        ))
+    },
+};
+
+/// `use-octavia = false`.
+pub const CODE_USE_OCTAVIA_FALSE: &str = "use-octavia-false";
+/// `lb-provider = ovn` without `lb-method = SOURCE_IP_PORT`.
+pub const CODE_OVN_LB_METHOD: &str = "ovn-lb-method";
 
 /// Runs the rule on one cloud config.
 pub fn check(view: &ConfigView<'_>) -> RuleOutput {
@@ -23,6 +43,8 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
     {
         out.violations.push(Violation {
             severity: Severity::Deny,
+            code: CODE_USE_OCTAVIA_FALSE,
+            pointer: None,
             line: Some(e.line),
             message: "[LoadBalancer] use-octavia = false asks for Neutron LBaaS v2, which is \
                       deprecated and leaks admin-owned load-balancer resources when Services are \
@@ -53,6 +75,8 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
             };
             out.violations.push(Violation {
                 severity: Severity::Deny,
+                code: CODE_OVN_LB_METHOD,
+                pointer: None,
                 line: Some(line),
                 message: format!(
                     "[LoadBalancer] lb-provider = ovn but {what}: Octavia's OVN provider rejects \

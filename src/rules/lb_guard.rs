@@ -30,7 +30,50 @@ use std::fmt::Write as _;
 use kube::core::{DynamicObject, GroupVersionKind};
 use serde::{Deserialize, Serialize};
 
-use super::{ObjectOutput, ObjectViolation, Severity};
+use super::{
+    Check, Example, Facts, Family, ObjectInput, Operation, RuleId, RuleOutput, Severity, Violation,
+    parse_params,
+};
+
+/// The family: reads control-plane Machine DELETEs, with the load-balancer facts the guard
+/// adapter (`crate::guard`) gathers before evaluation.
+pub static FAMILY: Family = Family {
+    id: RuleId::new("control-plane-lb-guard"),
+    check: Check::Delete(check_delete),
+    params: &["unknown"],
+    parse_params: parse_params::<GuardParams>,
+    codes: &[CODE_NOT_READY, CODE_UNAVAILABLE],
+    example: || Some(example()),
+};
+
+/// The load balancer could not survive the deletion.
+pub const CODE_NOT_READY: &str = "lb-not-ready";
+/// The load balancer could not be checked (`params.unknown` decided).
+pub const CODE_UNAVAILABLE: &str = "unavailable";
+
+/// `params` of a control-plane-lb-guard policy.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct GuardParams {
+    /// What to do when the load balancer cannot be checked (`admit` with a warning, the
+    /// default, or `deny`).
+    #[serde(default)]
+    pub unknown: Option<WhenUnknown>,
+}
+
+/// The guard on a DELETE: the Machine is the request's old object; without gathered facts
+/// (the guard is off, or the request is not a control-plane Machine DELETE) it does nothing.
+fn check_delete(input: &ObjectInput<'_>) -> RuleOutput {
+    let Some(facts) = input.context.facts.get::<GuardFacts>(FAMILY.id) else {
+        return RuleOutput::default();
+    };
+    let unknown = input
+        .params
+        .get::<GuardParams>()
+        .and_then(|p| p.unknown)
+        .unwrap_or_default();
+    check(input.subject.kind, input.object, facts, unknown)
+}
 
 /// Label Cluster API puts on control-plane Machines.
 pub const CONTROL_PLANE_LABEL: &str = "cluster.x-k8s.io/control-plane";
@@ -228,9 +271,9 @@ pub fn check(
     machine: &DynamicObject,
     facts: &GuardFacts,
     unknown: WhenUnknown,
-) -> ObjectOutput {
+) -> RuleOutput {
     if !is_control_plane_machine(kind, machine) {
-        return ObjectOutput::default();
+        return RuleOutput::default();
     }
     let what = describe_machine(machine);
     let violation = match facts {
@@ -238,9 +281,9 @@ pub fn check(
         GuardFacts::Unavailable { reason } => Some(unavailable(&what, reason, unknown)),
         GuardFacts::Observed(lb) => observed(&what, machine, lb),
     };
-    ObjectOutput {
+    RuleOutput {
         violations: violation.into_iter().collect(),
-        ..ObjectOutput::default()
+        ..RuleOutput::default()
     }
 }
 
@@ -268,7 +311,7 @@ fn describe_machine(machine: &DynamicObject) -> String {
     out
 }
 
-fn unavailable(what: &str, reason: &str, unknown: WhenUnknown) -> ObjectViolation {
+fn unavailable(what: &str, reason: &str, unknown: WhenUnknown) -> Violation {
     // Warnings are cut at 256 characters by the admission adapter: the outcome and the reason
     // come first.
     let (severity, message) = match unknown {
@@ -292,19 +335,17 @@ fn unavailable(what: &str, reason: &str, unknown: WhenUnknown) -> ObjectViolatio
             ),
         ),
     };
-    ObjectViolation {
+    Violation {
         severity,
+        code: CODE_UNAVAILABLE,
+        line: None,
         pointer: None,
         message,
         fixed_by_edit: false,
     }
 }
 
-fn observed(
-    what: &str,
-    machine: &DynamicObject,
-    lb: &LoadBalancerStatus,
-) -> Option<ObjectViolation> {
+fn observed(what: &str, machine: &DynamicObject, lb: &LoadBalancerStatus) -> Option<Violation> {
     let identity = Identity::of(machine);
     let mut problems: Vec<String> = Vec::new();
     let lb_label = if lb.name.is_empty() {
@@ -404,8 +445,10 @@ fn observed(
     if unlisted > 0 {
         problems.push(format!("and {unlisted} more"));
     }
-    Some(ObjectViolation {
+    Some(Violation {
         severity: Severity::Deny,
+        code: CODE_NOT_READY,
+        line: None,
         pointer: None,
         message: format!(
             "Refusing to delete {what}: the API {lb_label} is not ready for it: {}. Deleting a \
@@ -418,6 +461,62 @@ fn observed(
         ),
         fixed_by_edit: false,
     })
+}
+
+/// The documentation example: deleting a control-plane Machine while the API load
+/// balancer's new member is still PENDING_CREATE (the incident of CAPO #2763).
+fn example() -> Example {
+    let machine = serde_json::json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",
+        "metadata": {"name": "cluster-a-control-plane-b2m4d", "namespace": "cluster-a",
+            "labels": {"cluster.x-k8s.io/cluster-name": "cluster-a",
+                       "cluster.x-k8s.io/control-plane": ""}},
+        "spec": {"clusterName": "cluster-a",
+                 "infrastructureRef": {"name": "cluster-a-control-plane-b2m4d"}}});
+    let lb = "k8s-clusterapi-cluster-cluster-a-cluster-a-kubeapi";
+    let member = |machine: &str, address: &str, prov: &str, op: &str| MemberStatus {
+        id: String::new(),
+        name: format!("{lb}-6443-{machine}"),
+        address: address.to_owned(),
+        protocol_port: Some(6443),
+        provisioning_status: prov.to_owned(),
+        operating_status: op.to_owned(),
+    };
+    let facts = GuardFacts::Observed(LoadBalancerStatus {
+        id: "a7f7b5c4-1e0d-4b8e-9c3f-6d2e1f0a9b87".to_owned(),
+        name: lb.to_owned(),
+        provisioning_status: "ACTIVE".to_owned(),
+        operating_status: "ONLINE".to_owned(),
+        pools: vec![PoolStatus {
+            id: String::new(),
+            name: format!("{lb}-6443"),
+            has_monitor: true,
+            members: vec![
+                member(
+                    "cluster-a-control-plane-b2m4d",
+                    "10.6.0.11",
+                    "ACTIVE",
+                    "ONLINE",
+                ),
+                member(
+                    "cluster-a-control-plane-7x9kq",
+                    "10.6.0.12",
+                    "ACTIVE",
+                    "ONLINE",
+                ),
+                member(
+                    "cluster-a-control-plane-n3w01",
+                    "10.6.0.13",
+                    "PENDING_CREATE",
+                    "OFFLINE",
+                ),
+            ],
+        }],
+    });
+    Example {
+        operation: Operation::Delete,
+        object: machine,
+        facts: Facts::of(FAMILY.id, facts),
+    }
 }
 
 #[cfg(test)]

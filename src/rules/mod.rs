@@ -1,15 +1,26 @@
-//! Rule families. A rule reads one cloud config (already found and decoded by a site) and
-//! reports violations and the edits it wants. Rules know nothing about carriers, modes,
-//! exemptions or the wire format; the engine applies those.
+//! Rule families. A family is one module here with one [`Family`] value, listed in
+//! [`FAMILIES`]: its id, what it reads (each cloud config a site finds, the whole object, or
+//! the object of a DELETE), its typed parameters, its check function, its codes and its
+//! documentation example. A check reports [`Violation`]s and the edits it wants; it knows
+//! nothing about carriers, modes, exemptions or the wire format, which the engine applies.
+//!
+//! Adding a family: `ARCHITECTURE.md`, "How to add a rule family".
 
 pub mod concurrency;
 pub mod credentials;
-pub mod docs;
+mod family;
 pub mod integrity;
 pub mod known_bad;
 pub mod lb_guard;
 pub mod release_annotations;
 pub mod serial;
+mod subject;
+
+pub use family::{
+    Check, Context, Example, FAMILIES, Facts, Family, NoParams, ObjectInput, Params, ParamsInput,
+    RuleId, parse_params,
+};
+pub use subject::{ObjectRef, Operation, Subject};
 
 pub use crate::cloudconf::IniEdit;
 use crate::cloudconf::{Document, ParseError};
@@ -76,9 +87,16 @@ pub enum Severity {
 pub struct Violation {
     /// Deny or warn.
     pub severity: Severity,
-    /// 1-based line in the INI text, when there is one.
+    /// What kind of finding it is: one of the family's [`Family::codes`]. Metrics and reports
+    /// read this, never the message.
+    pub code: &'static str,
+    /// 1-based line in the INI text, for a cloud-config family.
     pub line: Option<usize>,
-    /// What is wrong and why (never a value from the config), and how to fix it.
+    /// JSON pointer to the offending field, for an object family (None: the whole object).
+    pub pointer: Option<String>,
+    /// What is wrong and why (never a value from the config), and how to fix it. A
+    /// cloud-config family's message is located by the engine; an object family's names the
+    /// object and field itself.
     pub message: String,
     /// Whether the rule's own edit fixes it (then it is not reported where the edit applies).
     pub fixed_by_edit: bool,
@@ -102,6 +120,7 @@ const FOLDED_LINES_LISTED: usize = 10;
 /// folded finding is a counter and at most one line number.
 #[derive(Debug)]
 pub(crate) struct KindCollector {
+    code: &'static str,
     kept: Vec<Violation>,
     folded: usize,
     folded_lines: Vec<usize>,
@@ -109,8 +128,10 @@ pub(crate) struct KindCollector {
 }
 
 impl KindCollector {
-    pub(crate) fn new() -> Self {
+    /// A collector for findings of `code`.
+    pub(crate) fn new(code: &'static str) -> Self {
         KindCollector {
+            code,
             kept: Vec::new(),
             folded: 0,
             folded_lines: Vec::new(),
@@ -166,7 +187,9 @@ impl KindCollector {
         };
         out.push(Violation {
             severity,
+            code: self.code,
             line: self.folded_lines.first().copied(),
+            pointer: None,
             message: format!(
                 "and {} more {what}{lines}: the same finding as above, not listed one by one (at most {MAX_FINDINGS_PER_KIND} are). Fix them the same way",
                 self.folded
@@ -176,30 +199,7 @@ impl KindCollector {
     }
 }
 
-/// What a rule returns for one cloud config.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RuleOutput {
-    /// Violations found.
-    pub violations: Vec<Violation>,
-    /// Edits wanted (applied only where the site is mutable and the mode allows).
-    pub edits: Vec<IniEdit>,
-}
-
-/// A violation found by an object-level rule (one that reads the whole object rather than
-/// a cloud config): the message already names the object and field.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ObjectViolation {
-    /// Deny or warn.
-    pub severity: Severity,
-    /// JSON pointer to the offending field, when there is one.
-    pub pointer: Option<String>,
-    /// What, where, why and how to fix (never a secret value).
-    pub message: String,
-    /// Whether the rule's own patch fixes it.
-    pub fixed_by_edit: bool,
-}
-
-/// A description of one change an object-level rule's patch makes.
+/// A description of one change an object family's patch makes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MutationNote {
     /// JSON pointer of the changed field.
@@ -208,15 +208,25 @@ pub struct MutationNote {
     pub message: String,
 }
 
-/// What an object-level rule returns.
+/// What a family's check returns.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct ObjectOutput {
+pub struct RuleOutput {
     /// Violations found.
-    pub violations: Vec<ObjectViolation>,
-    /// JSON Patch operations to apply (only in enforce and warn modes).
+    pub violations: Vec<Violation>,
+    /// Cloud-config families: edits wanted (applied only where the site is mutable and the
+    /// mode allows).
+    pub edits: Vec<IniEdit>,
+    /// Object families: JSON Patch operations to apply (only in enforce and warn modes).
     pub patch: Vec<json_patch::PatchOperation>,
-    /// One note per change the patch makes.
+    /// Object families: one note per change the patch makes.
     pub mutations: Vec<MutationNote>,
+}
+
+impl RuleOutput {
+    /// True when the check found nothing and wants no change.
+    pub fn is_empty(&self) -> bool {
+        self.violations.is_empty() && self.edits.is_empty() && self.patch.is_empty()
+    }
 }
 
 /// Runs a config rule on INI text, for the rule modules' unit tests.

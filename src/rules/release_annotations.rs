@@ -21,16 +21,99 @@
 //! Objects being deleted are left alone. Which release applies is decided by
 //! [`crate::releases::Snapshot::basis`].
 
+use std::collections::BTreeMap;
+
 use jsonptr::PointerBuf;
 use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, Operation};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{MutationNote, ObjectOutput, ObjectViolation, Severity};
-use crate::policy::Policy;
-use crate::releases::{
-    Basis, GO_BOOL_ACCEPTED, Mapping, ReleaseCatalog, ServiceDefaults, Snapshot, go_parse_bool,
+use super::{
+    Check, Example, Family, MutationNote, ObjectInput, Operation, ParamsInput, RuleId, RuleOutput,
+    Severity, Subject, Violation,
 };
+use crate::releases::{
+    Basis, CatalogError, GO_BOOL_ACCEPTED, Mapping, ReleaseCatalog, ServiceDefaults, Snapshot,
+    go_parse_bool,
+};
+
+/// The family: reads openstack-k8s-operators service CRs.
+pub static FAMILY: Family = Family {
+    id: RuleId::new("release-annotations"),
+    check: Check::Object(check_object),
+    params: &["namespaceReleases", "enforceContradictions"],
+    parse_params,
+    codes: &[CODE_UNPARSABLE, CODE_CONTRADICTION, CODE_AMBIGUOUS],
+    // An unparsable value is denied without any release data.
+    example: || {
+        Some(Example::create(
+            serde_json::json!({"apiVersion": "glance.openstack.org/v1beta1",
+            "kind": "Glance",
+            "metadata": {"name": "glance", "namespace": "openstack",
+                "annotations": {"glance.openstack.org/wsgi": "yes"}},
+            "spec": {}}),
+        ))
+    },
+};
+
+/// A value Go `strconv.ParseBool` rejects.
+pub const CODE_UNPARSABLE: &str = "unparsable";
+/// A value (or a missing value, as the service operator reads it) that differs from what the
+/// release implies.
+pub const CODE_CONTRADICTION: &str = "contradiction";
+/// Several OpenStackVersions in one namespace: which release applies is unknown.
+pub const CODE_AMBIGUOUS: &str = "ambiguous-release";
+
+/// `params` of a release-annotations policy.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ReleaseParams {
+    /// Namespace → release name from the ReleaseCatalog static table, used where no live
+    /// OpenStackVersion is known for the namespace.
+    #[serde(default)]
+    pub namespace_releases: BTreeMap<String, String>,
+    /// Deny (in enforce mode) values that contradict the release instead of warning
+    /// (default false).
+    #[serde(default)]
+    pub enforce_contradictions: Option<bool>,
+}
+
+/// Parses the parameters and checks that every release they name is in the catalog's table.
+fn parse_params(input: &ParamsInput<'_>) -> Result<super::Params, String> {
+    let params = super::parse_params::<ReleaseParams>(input)?;
+    if let Some(p) = params.get::<ReleaseParams>() {
+        for (namespace, release) in &p.namespace_releases {
+            if input.catalog.release(release).is_none() {
+                return Err(CatalogError::UnknownRelease {
+                    policy: input.policy.to_owned(),
+                    namespace: namespace.clone(),
+                    release: release.clone(),
+                    known: input
+                        .catalog
+                        .releases
+                        .keys()
+                        .map(String::as_str)
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                }
+                .to_string());
+            }
+        }
+    }
+    Ok(params)
+}
+
+fn check_object(input: &ObjectInput<'_>) -> RuleOutput {
+    let defaults = ReleaseParams::default();
+    let params = input.params.get().unwrap_or(&defaults);
+    check(
+        params,
+        input.context.catalog,
+        input.context.releases,
+        input.subject,
+        input.object,
+    )
+}
 
 /// Every contradiction message contains this phrase ([`classify`] relies on it).
 const CONTRADICTION: &str = "contradicts the release";
@@ -39,37 +122,15 @@ const UNPARSABLE: &str = "cannot be parsed";
 /// Longest annotation value echoed in a message.
 const ECHO_MAX_CHARS: usize = 64;
 
-/// The kinds of finding this rule reports, for metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FindingKind {
-    /// A value (or a missing value, as the service operator reads it) that differs from
-    /// what the release implies.
-    Contradiction,
-    /// A value Go `strconv.ParseBool` rejects.
-    Unparsable,
-}
-
-/// Classifies a finding message produced by this rule (None for other messages, such as the
-/// several-OpenStackVersions warning).
-pub fn classify(message: &str) -> Option<FindingKind> {
-    if message.contains(UNPARSABLE) {
-        Some(FindingKind::Unparsable)
-    } else if message.contains(CONTRADICTION) {
-        Some(FindingKind::Contradiction)
-    } else {
-        None
-    }
-}
-
 /// Runs the rule on one CREATE or UPDATE.
 pub fn check(
-    policy: &Policy,
+    params: &ReleaseParams,
     catalog: &ReleaseCatalog,
     snapshot: &Snapshot,
-    req: &AdmissionRequest<DynamicObject>,
+    req: &Subject<'_>,
     object: &DynamicObject,
-) -> ObjectOutput {
-    let mut out = ObjectOutput::default();
+) -> RuleOutput {
+    let mut out = RuleOutput::default();
     let gvk = &req.kind;
     let mappings: Vec<&Mapping> = catalog
         .mappings_for(&gvk.group, &gvk.version, &gvk.kind)
@@ -77,21 +138,18 @@ pub fn check(
     if mappings.is_empty() || object.metadata.deletion_timestamp.is_some() {
         return out;
     }
-    let namespace = req
-        .namespace
-        .as_deref()
-        .or(object.metadata.namespace.as_deref())
-        .unwrap_or("");
-    let static_release = policy
-        .params
+    let namespace = req.namespace_of(object).unwrap_or("");
+    let static_release = params
         .namespace_releases
         .get(namespace)
         .and_then(|name| catalog.release(name).map(|entry| (name.as_str(), entry)));
     let basis = snapshot.basis(namespace, static_release);
     let what = describe(&gvk.kind, namespace, req, object);
     if let Basis::Ambiguous { names, count } = basis {
-        out.violations.push(ObjectViolation {
+        out.violations.push(Violation {
             severity: Severity::Warn,
+            code: CODE_AMBIGUOUS,
+            line: None,
             pointer: None,
             message: format!(
                 "{what}: namespace {namespace} has {count} OpenStackVersions ({}, {}{}); \
@@ -105,13 +163,10 @@ pub fn check(
             fixed_by_edit: false,
         });
     }
-    let enforce = policy.params.enforce_contradictions.unwrap_or(false);
+    let enforce = params.enforce_contradictions.unwrap_or(false);
     let annotations = object.metadata.annotations.as_ref();
     let old_annotations = match req.operation {
-        Operation::Update => req
-            .old_object
-            .as_ref()
-            .and_then(|o| o.metadata.annotations.as_ref()),
+        Operation::Update => req.old_object.and_then(|o| o.metadata.annotations.as_ref()),
         _ => None,
     };
     let is_update = matches!(req.operation, Operation::Update);
@@ -146,8 +201,10 @@ pub fn check(
                         ),
                         None => "set it to \"true\" or \"false\", or remove it".to_owned(),
                     };
-                    out.violations.push(ObjectViolation {
+                    out.violations.push(Violation {
                         severity: Severity::Deny,
+                        code: CODE_UNPARSABLE,
+                        line: None,
                         pointer: Some(pointer_text),
                         message: format!(
                             "{what}: annotation {key}={} {UNPARSABLE}: the service operator reads \
@@ -164,8 +221,10 @@ pub fn check(
                     if let Some(e) = &expected
                         && !e.accepts(b)
                     {
-                        out.violations.push(ObjectViolation {
+                        out.violations.push(Violation {
                             severity: contradiction_severity,
+                            code: CODE_CONTRADICTION,
+                            line: None,
                             pointer: Some(pointer_text),
                             message: format!(
                                 "{what}: annotation {key}={} {CONTRADICTION}: {}. {} \
@@ -205,8 +264,10 @@ pub fn check(
                     ),
                 });
                 if !e.accepts(mapping.when_absent) {
-                    out.violations.push(ObjectViolation {
+                    out.violations.push(Violation {
                         severity: contradiction_severity,
+                        code: CODE_CONTRADICTION,
+                        line: None,
                         pointer: Some(pointer_text),
                         message: format!(
                             "{what}: annotation {key} is missing, which the service operator \
@@ -316,18 +377,13 @@ fn add(path: PointerBuf, value: Value) -> json_patch::PatchOperation {
 }
 
 /// `Kind namespace/name` (the generateName prefix with `*` when the name is not set yet).
-fn describe(
-    kind: &str,
-    namespace: &str,
-    req: &AdmissionRequest<DynamicObject>,
-    object: &DynamicObject,
-) -> String {
+fn describe(kind: &str, namespace: &str, req: &Subject<'_>, object: &DynamicObject) -> String {
     let name = object
         .metadata
         .name
         .clone()
         .filter(|n| !n.is_empty())
-        .or_else(|| (!req.name.is_empty()).then(|| req.name.clone()))
+        .or_else(|| (!req.name.is_empty()).then(|| req.name.to_owned()))
         .or_else(|| {
             object
                 .metadata
@@ -355,19 +411,6 @@ fn echo(v: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn classify_tags() {
-        assert_eq!(
-            classify(&format!("x {UNPARSABLE} y")),
-            Some(FindingKind::Unparsable)
-        );
-        assert_eq!(
-            classify(&format!("x {CONTRADICTION} y")),
-            Some(FindingKind::Contradiction)
-        );
-        assert_eq!(classify("namespace has 2 OpenStackVersions"), None);
-    }
 
     #[test]
     fn echo_quotes_and_cuts() {

@@ -7,8 +7,32 @@
 //! that answer 503 or leave objects in immutable PENDING_* states, on which Octavia answers
 //! 409 to every further call.
 
+use super::{Check, Example, Family, NoParams, RuleId, parse_params};
 use super::{ConfigView, IniEdit, RuleOutput, Severity, Violation};
 use crate::cloudconf::parse_bool;
+
+/// The family: reads each cloud config, adds the key where it is missing.
+pub static FAMILY: Family = Family {
+    id: RuleId::new("serial-lb-api-calls"),
+    check: Check::CloudConfig(|view, _| check(view)),
+    params: &[],
+    parse_params: parse_params::<NoParams>,
+    codes: &[CODE_UNREADABLE, CODE_MISSING, CODE_FALSE, CODE_INVALID],
+    example: || {
+        Some(Example::cloud_config(
+            "[Global]\nregion = RegionOne\n\n[LoadBalancer]\nprovider-requires-serial-api-calls = false\n",
+        ))
+    },
+};
+
+/// The cloud config cannot be read or parsed, so the key cannot be verified.
+pub const CODE_UNREADABLE: &str = "unreadable";
+/// The key is not set (the CCM's default is false); the edit adds it.
+pub const CODE_MISSING: &str = "missing";
+/// The key is set to a false value.
+pub const CODE_FALSE: &str = "false";
+/// The value is not a boolean the CCM accepts.
+pub const CODE_INVALID: &str = "invalid";
 
 /// Section of the key.
 pub const SECTION: &str = "LoadBalancer";
@@ -26,6 +50,8 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
         Err(why) => {
             out.violations.push(Violation {
                 severity: Severity::Deny,
+                code: CODE_UNREADABLE,
+                pointer: None,
                 line: why.line(),
                 message: if why.is_stackgate_limit() {
                     format!(
@@ -53,6 +79,8 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
             });
             out.violations.push(Violation {
                 severity: Severity::Warn,
+                code: CODE_MISSING,
+                pointer: None,
                 line: None,
                 message: format!(
                     "[{SECTION}] {KEY} is not set, so the CCM uses its default (false): {WHY}. \
@@ -66,6 +94,8 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
             Some(true) => {}
             Some(false) => out.violations.push(Violation {
                 severity: Severity::Deny,
+                code: CODE_FALSE,
+                pointer: None,
                 line: Some(entry.line),
                 message: format!(
                     "[{SECTION}] {KEY} is set to a false value: {WHY}. Fix: set it to true (or \
@@ -76,6 +106,8 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
             }),
             None => out.violations.push(Violation {
                 severity: Severity::Deny,
+                code: CODE_INVALID,
+                pointer: None,
                 line: Some(entry.line),
                 message: format!(
                     "[{SECTION}] {KEY} is not a boolean the CCM accepts (true/yes/on/1 or \

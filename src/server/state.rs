@@ -12,7 +12,6 @@ use crate::budget::Cancel;
 use crate::engine::{Engine, Facts};
 use crate::guard::{Guard, MachineDelete};
 use crate::metrics::Metrics;
-use crate::policy::RuleId;
 use crate::releases::ReleaseMetrics;
 use crate::releases::watcher::WatchConfig;
 use crate::rules::lb_guard::GuardFacts;
@@ -122,7 +121,7 @@ impl AppState {
         self.engine
             .load()
             .policies()
-            .for_rule(RuleId::ControlPlaneLbGuard)
+            .for_rule(crate::rules::lb_guard::FAMILY.id)
             .next()?;
         Some((Arc::clone(guard), machine))
     }
@@ -138,9 +137,7 @@ impl AppState {
         match gathered {
             None => self.review_within(webhook, body, cancel),
             Some(Gathered { guard, facts }) => {
-                let facts = Facts {
-                    lb_guard: Some(facts),
-                };
+                let facts = Facts::of(crate::rules::lb_guard::FAMILY.id, facts);
                 let (reply, verdict) = admission::handle_with(
                     &self.engine.load(),
                     webhook,
@@ -149,7 +146,10 @@ impl AppState {
                     &facts,
                     cancel,
                 );
-                if let (Some(verdict), Some(lb)) = (verdict, &facts.lb_guard) {
+                if let (Some(verdict), Some(lb)) = (
+                    verdict,
+                    facts.get::<GuardFacts>(crate::rules::lb_guard::FAMILY.id),
+                ) {
                     guard.metrics().observe(lb, &verdict);
                 }
                 reply

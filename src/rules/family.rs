@@ -1,0 +1,336 @@
+//! The registry of rule families, and what a family is: its id, what it reads, its typed
+//! parameters, its check, its finding codes and its documentation example.
+//!
+//! The engine is a loop over [`FAMILIES`]; policy loading looks families up here to parse
+//! their parameters; `stackgate rules` runs each family's example. Nothing else names a
+//! family, so a new one is one module plus one line in [`FAMILIES`].
+
+use std::any::Any;
+use std::sync::{Arc, LazyLock};
+
+use kube::core::DynamicObject;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::{ConfigView, RuleOutput, Subject};
+use super::{
+    concurrency, credentials, integrity, known_bad, lb_guard, release_annotations, serial,
+};
+use crate::releases::{ReleaseCatalog, Snapshot};
+
+/// Every rule family, in evaluation order: the cloud-config families run per site in this
+/// order (integrity first, so an unreadable config is reported once, by it), then the object
+/// families per policy in policy order.
+pub static FAMILIES: &[&Family] = &[
+    &integrity::FAMILY,
+    &serial::FAMILY,
+    &known_bad::FAMILY,
+    &credentials::FAMILY,
+    &concurrency::FAMILY,
+    &release_annotations::FAMILY,
+    &lb_guard::FAMILY,
+];
+
+/// The ids of [`FAMILIES`], for error messages that list them.
+static IDS: LazyLock<Vec<&'static str>> =
+    LazyLock::new(|| FAMILIES.iter().map(|f| f.id.as_str()).collect());
+
+/// The name of a rule family, as written in policy files (`rule: serial-lb-api-calls`) and
+/// used as a metric label. Only ids of registered families can be deserialized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RuleId(&'static str);
+
+impl RuleId {
+    /// Declares a family's id (used once, in the family's module).
+    pub const fn new(id: &'static str) -> Self {
+        RuleId(id)
+    }
+
+    /// Kebab-case name.
+    pub fn as_str(self) -> &'static str {
+        self.0
+    }
+
+    /// The registered family of this id.
+    pub fn family(self) -> &'static Family {
+        FAMILIES
+            .iter()
+            .copied()
+            .find(|f| f.id == self)
+            // Ids are only made by families' own `FAMILY` statics and by deserializing a
+            // registered name, so every id has a family.
+            .unwrap_or(FAMILIES[0])
+    }
+
+    /// The registered id spelled `name`.
+    pub fn parse(name: &str) -> Option<RuleId> {
+        FAMILIES.iter().map(|f| f.id).find(|id| id.0 == name)
+    }
+}
+
+impl std::fmt::Display for RuleId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl Serialize for RuleId {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for RuleId {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        RuleId::parse(&name).ok_or_else(|| serde::de::Error::unknown_variant(&name, IDS.as_slice()))
+    }
+}
+
+/// One rule family.
+#[derive(Debug)]
+pub struct Family {
+    /// The id policies name.
+    pub id: RuleId,
+    /// What the family reads, and its check.
+    pub check: Check,
+    /// The names of its parameters (`params.<name>` in a policy), so that a parameter of
+    /// another family is reported as such.
+    pub params: &'static [&'static str],
+    /// Parses and validates a policy's `params` for this family, at load time.
+    pub parse_params: fn(&ParamsInput<'_>) -> Result<Params, String>,
+    /// Every [`super::Violation::code`] the family reports.
+    pub codes: &'static [&'static str],
+    /// A known-bad input for the documentation (`stackgate rules`), when the family has a
+    /// self-contained one.
+    pub example: fn() -> Option<Example>,
+}
+
+impl Family {
+    /// Whether the family reads cloud configs (runs once per site).
+    pub fn reads_cloud_configs(&self) -> bool {
+        matches!(self.check, Check::CloudConfig(_))
+    }
+}
+
+/// What a family reads, with its check function.
+#[derive(Debug, Clone, Copy)]
+pub enum Check {
+    /// Each cloud config a site finds in a created or updated object.
+    CloudConfig(fn(&ConfigView<'_>, &Params) -> RuleOutput),
+    /// The created or updated object.
+    Object(fn(&ObjectInput<'_>) -> RuleOutput),
+    /// The object of a DELETE (the request's old object), with facts an adapter gathered.
+    Delete(fn(&ObjectInput<'_>) -> RuleOutput),
+}
+
+/// What an object or DELETE check reads.
+#[derive(Debug, Clone, Copy)]
+pub struct ObjectInput<'a> {
+    /// The write.
+    pub subject: &'a Subject<'a>,
+    /// The object the family reads: the new object, or the deleted one for a DELETE check.
+    pub object: &'a DynamicObject,
+    /// Namespace of the request or object (None: cluster-scoped).
+    pub namespace: Option<&'a str>,
+    /// The policy's parsed parameters.
+    pub params: &'a Params,
+    /// Everything else the evaluation knows.
+    pub context: &'a Context<'a>,
+}
+
+/// What the engine knows besides the write: the release catalog and the live release
+/// snapshot, the facts an adapter gathered, and which families have an enforcing policy.
+#[derive(Debug, Clone, Copy)]
+pub struct Context<'a> {
+    /// The release catalog of the policy set.
+    pub catalog: &'a ReleaseCatalog,
+    /// The live OpenStackVersions.
+    pub releases: &'a Snapshot,
+    /// Facts gathered for this write.
+    pub facts: &'a Facts,
+    /// Families with at least one policy in enforce mode.
+    pub enforced: &'a [RuleId],
+}
+
+impl Context<'_> {
+    /// Whether a policy of `rule` enforces.
+    pub fn enforces(&self, rule: RuleId) -> bool {
+        self.enforced.contains(&rule)
+    }
+}
+
+/// What a family's parameter parser reads.
+#[derive(Debug, Clone, Copy)]
+pub struct ParamsInput<'a> {
+    /// The policy's name.
+    pub policy: &'a str,
+    /// The whole policy document, so that errors carry its line and column.
+    pub text: &'a str,
+    /// The release catalog of the set being loaded.
+    pub catalog: &'a ReleaseCatalog,
+}
+
+/// A family's parsed parameters. Each family reads its own type back with [`Params::get`].
+#[derive(Clone, Default)]
+pub struct Params(Option<Arc<dyn Any + Send + Sync>>);
+
+impl Params {
+    /// Wraps a family's parameters.
+    pub fn new<T: Any + Send + Sync>(params: T) -> Self {
+        Params(Some(Arc::new(params)))
+    }
+
+    /// The parameters as `T`, when they are of that type.
+    pub fn get<T: Any>(&self) -> Option<&T> {
+        self.0.as_deref().and_then(|p| p.downcast_ref())
+    }
+}
+
+impl std::fmt::Debug for Params {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Params(..)"
+        } else {
+            "Params(none)"
+        })
+    }
+}
+
+/// Parses the `params` of a policy document as `P` (absent: `P::default()`), reporting
+/// errors with the document's line and column.
+pub fn parse_params<P>(input: &ParamsInput<'_>) -> Result<Params, String>
+where
+    P: DeserializeOwned + Default + Send + Sync + 'static,
+{
+    #[derive(Deserialize)]
+    struct Document<P> {
+        #[serde(default = "Option::default")]
+        params: Option<P>,
+    }
+    let doc: Document<P> = serde_saphyr::from_str(input.text).map_err(|e| {
+        let text = e.to_string();
+        let line = text.lines().next().unwrap_or(&text);
+        line.strip_prefix("error: ").unwrap_or(line).to_owned()
+    })?;
+    Ok(Params::new(doc.params.unwrap_or_default()))
+}
+
+/// The parameters of a family that has none: any parameter is an error.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoParams {}
+
+/// Facts an IO adapter gathered for one write before evaluation, by family. The engine only
+/// reads them, so evaluation stays pure: the same write and facts give the same verdict.
+#[derive(Clone, Default)]
+pub struct Facts(Vec<(RuleId, Arc<dyn Any + Send + Sync>)>);
+
+impl Facts {
+    /// Facts for one family.
+    pub fn of<T: Any + Send + Sync>(rule: RuleId, facts: T) -> Self {
+        Facts(vec![(rule, Arc::new(facts))])
+    }
+
+    /// Adds facts for `rule`.
+    pub fn insert<T: Any + Send + Sync>(&mut self, rule: RuleId, facts: T) {
+        self.0.push((rule, Arc::new(facts)));
+    }
+
+    /// The facts gathered for `rule`, when they are of type `T`.
+    pub fn get<T: Any>(&self, rule: RuleId) -> Option<&T> {
+        self.0
+            .iter()
+            .find(|(r, _)| *r == rule)
+            .and_then(|(_, f)| f.downcast_ref())
+    }
+
+    /// Whether nothing was gathered.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::fmt::Debug for Facts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|(rule, _)| rule.as_str()))
+            .finish()
+    }
+}
+
+/// A known-bad input of a family, for the documentation.
+#[derive(Debug, Clone)]
+pub struct Example {
+    /// CREATE for object and cloud-config families, DELETE for a DELETE family.
+    pub operation: super::Operation,
+    /// The object written or deleted.
+    pub object: serde_json::Value,
+    /// Facts the family needs for its example.
+    pub facts: Facts,
+}
+
+impl Example {
+    /// A CREATE of `object` without facts.
+    pub fn create(object: serde_json::Value) -> Self {
+        Example {
+            operation: super::Operation::Create,
+            object,
+            facts: Facts::default(),
+        }
+    }
+
+    /// A ConfigMap that OpenShift reads its cloud config from, holding `text` (the example
+    /// of every cloud-config family).
+    pub fn cloud_config(text: &str) -> Self {
+        Example::create(serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "cloud-provider-config", "namespace": "openshift-config"},
+            "data": {"config": text}}))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_unique_and_round_trip() {
+        let mut seen = std::collections::BTreeSet::new();
+        for family in FAMILIES {
+            assert!(seen.insert(family.id), "{} twice", family.id);
+            assert_eq!(RuleId::parse(family.id.as_str()), Some(family.id));
+            assert_eq!(family.id.family().id, family.id);
+            assert!(!family.codes.is_empty(), "{} has no codes", family.id);
+        }
+    }
+
+    #[test]
+    fn declared_parameter_names_are_accepted_by_the_parser() {
+        let catalog: ReleaseCatalog =
+            serde_saphyr::from_str(include_str!("../../policies/release-catalog.yaml"))
+                .expect("embedded release catalog");
+        for family in FAMILIES {
+            for name in family.params {
+                let text = format!("params: {{{name}: null}}\n");
+                let result = (family.parse_params)(&ParamsInput {
+                    policy: "p",
+                    text: &text,
+                    catalog: &catalog,
+                });
+                if let Err(e) = result {
+                    assert!(
+                        !e.contains("unknown field"),
+                        "{}: declared parameter {name} is refused: {e}",
+                        family.id
+                    );
+                }
+            }
+            let unknown = (family.parse_params)(&ParamsInput {
+                policy: "p",
+                text: "params: {noSuchParameter: 1}\n",
+                catalog: &catalog,
+            });
+            assert!(unknown.is_err(), "{} accepts any parameter", family.id);
+        }
+    }
+}
