@@ -113,7 +113,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         };
         let mut state = AppState::new(Engine::new(policies), metrics);
         if let Some(guard) = guard {
-            state = state.with_guard(guard);
+            state = state.with_fact_source(Arc::new(stackgate::guard::GuardSource::new(guard)));
         }
         let state = Arc::new(state);
         let watcher = start_release_watcher(kube, release_resync, &state, release_metrics).await;

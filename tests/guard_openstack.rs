@@ -1177,7 +1177,8 @@ async fn guarded_server(fake: &Fake, kube: &KubeMock, timeout: Duration) -> comm
     let guard = Arc::new(guard(kube, timeout, Duration::ZERO));
     guard.metrics().register(metrics.registry_mut());
     let _ = fake;
-    let state = AppState::new(engine(), metrics).with_guard(guard);
+    let state = AppState::new(engine(), metrics)
+        .with_fact_source(Arc::new(stackgate::guard::GuardSource::new(guard)));
     common::TestServer::start_with(|_| {}, state).await
 }
 

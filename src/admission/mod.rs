@@ -16,8 +16,10 @@ use serde::Deserialize;
 use tracing::{Span, field};
 
 mod decode;
+mod facts;
 
 pub use decode::{DecodeError, Decoded, MAX_DECODED_BYTES, decode_review};
+pub use facts::{FactSource, Gather, Gathered};
 
 use crate::budget::Cancel;
 use crate::engine::{self, Engine, Facts, Finding, Subject, Verdict};

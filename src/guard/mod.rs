@@ -28,6 +28,7 @@ mod error;
 mod metrics;
 mod openstack;
 mod probe;
+mod source;
 
 use std::time::Duration;
 
@@ -40,6 +41,7 @@ pub use error::{CloudsError, GuardError, OpenStackError, Service};
 pub use metrics::{GuardMetrics, outcome};
 pub use openstack::{CACHE_ENTRIES, MAX_BODY_BYTES, parse_status_tree};
 pub use probe::{MachineDelete, probe};
+pub use source::GuardSource;
 
 use crate::rules::lb_guard::GuardFacts;
 

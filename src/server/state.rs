@@ -1,5 +1,5 @@
 //! Shared state: the engine snapshot, metrics, the review function, the optional
-//! control-plane load-balancer guard, and readiness.
+//! fact sources, and readiness.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -7,14 +7,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwap;
 
-use crate::admission::{self, Reply, Webhook};
+use crate::admission::{self, FactSource, Gather, Gathered, Reply, Webhook};
 use crate::budget::Cancel;
-use crate::engine::{Engine, Facts};
-use crate::guard::{Guard, MachineDelete};
+use crate::engine::Engine;
 use crate::metrics::Metrics;
 use crate::releases::ReleaseMetrics;
 use crate::releases::watcher::WatchConfig;
-use crate::rules::lb_guard::GuardFacts;
 
 /// A review function that replaces the engine, e.g. the do-nothing baseline in
 /// `examples/noop_webhook.rs` or a test double. It must be fast, must not block and must
@@ -30,7 +28,7 @@ pub struct AppState {
     /// Metrics, exported on the admin listener's `/metrics`.
     pub metrics: Metrics,
     handler: Option<ReviewFn>,
-    guard: Option<Arc<Guard>>,
+    fact_sources: Vec<Arc<dyn FactSource>>,
     policies_loaded: AtomicBool,
     certs_loaded: AtomicBool,
     draining: AtomicBool,
@@ -41,7 +39,7 @@ impl fmt::Debug for AppState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AppState")
             .field("custom_handler", &self.handler.is_some())
-            .field("lb_guard", &self.guard.is_some())
+            .field("fact_sources", &self.fact_sources)
             .field("readiness", &self.readiness())
             .finish_non_exhaustive()
     }
@@ -55,7 +53,7 @@ impl AppState {
             engine: ArcSwap::from_pointee(engine),
             metrics,
             handler: None,
-            guard: None,
+            fact_sources: Vec::new(),
             policies_loaded: AtomicBool::new(true),
             certs_loaded: AtomicBool::new(false),
             draining: AtomicBool::new(false),
@@ -70,12 +68,12 @@ impl AppState {
         self
     }
 
-    /// Turns on the control-plane load-balancer guard: control-plane Machine DELETEs on
-    /// `/validate` then gather load-balancer facts (within the request deadline) before the
-    /// engine evaluates them. Other reviews are unaffected. Ignored with a custom handler.
+    /// Adds a fact source (e.g. the control-plane load-balancer guard): reviews it wants
+    /// gather its facts (within the request deadline) before the engine evaluates them.
+    /// Other reviews are unaffected. Ignored with a custom handler.
     #[must_use]
-    pub fn with_guard(mut self, guard: Arc<Guard>) -> Self {
-        self.guard = Some(guard);
+    pub fn with_fact_source(mut self, source: Arc<dyn FactSource>) -> Self {
+        self.fact_sources.push(source);
         self
     }
 
@@ -104,29 +102,19 @@ impl AppState {
         ))
     }
 
-    /// The guard and the Machine when `body` needs facts gathered first: the guard is on,
-    /// the engine answers (no custom handler), it is `/validate`, and `body` is a
-    /// control-plane Machine DELETE while an enabled `control-plane-lb-guard` policy exists.
-    /// With the guard off this is one pointer check.
-    pub(crate) fn guard_for(
-        &self,
-        webhook: Webhook,
-        body: &[u8],
-    ) -> Option<(Arc<Guard>, MachineDelete)> {
-        let guard = self.guard.as_ref()?;
-        if webhook != Webhook::Validate || self.handler.is_some() {
+    /// What to gather before evaluating `body`: the first fact source that wants it, when
+    /// the engine answers (no custom handler). With no source this is one length check.
+    pub(crate) fn gather_for(&self, webhook: Webhook, body: &[u8]) -> Option<Arc<dyn Gather>> {
+        if self.fact_sources.is_empty() || self.handler.is_some() {
             return None;
         }
-        let machine = crate::guard::probe(body)?;
-        self.engine
-            .load()
-            .policies()
-            .for_rule(crate::rules::lb_guard::FAMILY.id)
-            .next()?;
-        Some((Arc::clone(guard), machine))
+        let engine = self.engine.load();
+        self.fact_sources
+            .iter()
+            .find_map(|source| source.wants(webhook, body, &engine))
     }
 
-    /// [`Self::review`], or with the guard's facts when they were gathered.
+    /// [`Self::review`], or with the facts a source gathered.
     pub(crate) fn answer(
         &self,
         webhook: Webhook,
@@ -136,8 +124,7 @@ impl AppState {
     ) -> Reply {
         match gathered {
             None => self.review_within(webhook, body, cancel),
-            Some(Gathered { guard, facts }) => {
-                let facts = Facts::of(crate::rules::lb_guard::FAMILY.id, facts);
+            Some(Gathered { facts, observe }) => {
                 let (reply, verdict) = admission::handle_with(
                     &self.engine.load(),
                     webhook,
@@ -146,11 +133,8 @@ impl AppState {
                     &facts,
                     cancel,
                 );
-                if let (Some(verdict), Some(lb)) = (
-                    verdict,
-                    facts.get::<GuardFacts>(crate::rules::lb_guard::FAMILY.id),
-                ) {
-                    guard.metrics().observe(lb, &verdict);
+                if let Some(verdict) = verdict {
+                    observe(&verdict);
                 }
                 reply
             }
@@ -173,7 +157,7 @@ impl AppState {
                     webhook,
                     body,
                     &self.metrics,
-                    &Facts::default(),
+                    &crate::engine::Facts::default(),
                     cancel,
                 )
                 .0
@@ -238,12 +222,6 @@ impl AppState {
         self.draining.store(true, Ordering::Release);
         self.metrics.set_ready(false);
     }
-}
-
-/// Facts the guard gathered for one review, and the guard (for its decision metric).
-pub(crate) struct Gathered {
-    pub(crate) guard: Arc<Guard>,
-    pub(crate) facts: GuardFacts,
 }
 
 #[derive(Debug)]

@@ -14,11 +14,9 @@
 //! 4. Concurrency: one of `max_concurrency` permits, waited for until the deadline. No
 //!    permit in time (or the deadline already passed) is **overload**, answered like the
 //!    webhook's failurePolicy would, but with a reason: see [`overload_reply`].
-//! 5. Control-plane Machine DELETEs on `/validate`, when the load-balancer guard is on (see
-//!    [`crate::guard`]): the guard gathers its facts (Kubernetes API, Keystone, Octavia) in a
-//!    task bounded by the deadline less `GUARD_EVALUATION_RESERVE` (at most a quarter of
-//!    the budget), holding the permit; the
-//!    engine then evaluates with them. Every other review skips this step.
+//! 5. Reviews a fact source wants (see [`crate::admission::FactSource`]; the control-plane
+//!    load-balancer guard is one): the source gathers its facts in a task of its own, by the
+//!    deadline less the evaluation reserve, before the pure evaluation.
 //! 6. Evaluation: [`AppState::answer`] with a cancel flag. Bodies up to
 //!    [`INLINE_MAX_BYTES`] are evaluated inline on the async worker (decode + evaluate +
 //!    encode take microseconds, and a thread hand-off or a timer would cost more than the
@@ -51,10 +49,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, timeout_at};
 
 use super::AppState;
-use super::state::Gathered;
 use crate::admission::{Reply, Webhook};
 use crate::budget::Cancel;
-use crate::guard::GuardError;
 
 /// Bodies up to this size are evaluated inline on the async worker; larger ones on the
 /// blocking pool. Captured apiserver reviews are 5–20 KiB; 64 KiB of JSON decodes in well
@@ -64,9 +60,9 @@ pub const INLINE_MAX_BYTES: usize = 64 * 1024;
 /// Taken off the apiserver's `?timeout=` so the answer arrives before it gives up.
 pub const APISERVER_TIMEOUT_MARGIN: Duration = Duration::from_millis(200);
 
-/// Most of the deadline kept for decoding, evaluating and encoding after the guard gathered
-/// its facts (a quarter of the budget when that is less).
-pub(crate) const GUARD_EVALUATION_RESERVE: Duration = Duration::from_millis(100);
+/// Most of the deadline kept for decoding, evaluating and encoding after a fact source
+/// gathered its facts (a quarter of the budget when that is less).
+pub(crate) const EVALUATION_RESERVE: Duration = Duration::from_millis(100);
 
 /// Warning on a mutating review admitted unchanged because of overload.
 pub const OVERLOAD_WARNING: &str = "stackgate overloaded; admitted without mutation";
@@ -244,22 +240,18 @@ impl Webhooks {
             }
         };
 
-        let gathered = match self.state.guard_for(webhook, &body) {
+        let gathered = match self.state.gather_for(webhook, &body) {
             None => None,
-            Some((guard, machine)) => {
+            Some(gather) => {
                 let until = deadline
                     .checked_sub(evaluation_reserve(budget))
                     .unwrap_or(deadline);
                 // A task of its own, so that a bug in the IO cannot take the handler down.
-                let task = {
-                    let (guard, machine) = (Arc::clone(&guard), machine.clone());
-                    tokio::spawn(async move { guard.gather(&machine, until).await })
-                };
-                let facts = match task.await {
-                    Ok(facts) => facts,
-                    Err(_) => guard.unavailable(&machine, &GuardError::Internal),
-                };
-                Some(Gathered { guard, facts })
+                let task = tokio::spawn(Arc::clone(&gather).gather(until));
+                Some(match task.await {
+                    Ok(gathered) => gathered,
+                    Err(_) => gather.failed(),
+                })
             }
         };
 
@@ -447,10 +439,10 @@ impl Drop for Reserved {
     }
 }
 
-/// Time kept for evaluation after the guard's facts: [`GUARD_EVALUATION_RESERVE`], or a
+/// Time kept for evaluation after a fact source gathered: [`EVALUATION_RESERVE`], or a
 /// quarter of `budget` when that is less.
 pub(crate) fn evaluation_reserve(budget: Duration) -> Duration {
-    GUARD_EVALUATION_RESERVE.min(budget / 4)
+    EVALUATION_RESERVE.min(budget / 4)
 }
 
 fn declared_length(headers: &HeaderMap) -> Option<u64> {

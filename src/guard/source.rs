@@ -1,0 +1,72 @@
+//! The guard as a fact source: control-plane Machine DELETEs on `/validate`, while an
+//! enabled `control-plane-lb-guard` policy exists, gather the API load balancer's state
+//! before the engine evaluates them.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::{Guard, GuardError, MachineDelete};
+use crate::admission::{FactSource, Gather, Gathered, Webhook};
+use crate::engine::{Engine, Facts};
+use crate::rules::lb_guard::{FAMILY, GuardFacts};
+
+/// The guard, registered with the server as a [`FactSource`].
+#[derive(Debug, Clone)]
+pub struct GuardSource(Arc<Guard>);
+
+impl GuardSource {
+    /// Wraps a guard.
+    pub fn new(guard: Arc<Guard>) -> Self {
+        GuardSource(guard)
+    }
+}
+
+impl FactSource for GuardSource {
+    fn wants(&self, webhook: Webhook, body: &[u8], engine: &Engine) -> Option<Arc<dyn Gather>> {
+        // The guard only ever denies: the mutating webhook has nothing to do with its facts.
+        if webhook != Webhook::Validate {
+            return None;
+        }
+        let machine = super::probe(body)?;
+        engine.policies().for_rule(FAMILY.id).next()?;
+        Some(Arc::new(MachineGather {
+            guard: Arc::clone(&self.0),
+            machine,
+        }))
+    }
+}
+
+/// The facts of one control-plane Machine DELETE, being gathered.
+struct MachineGather {
+    guard: Arc<Guard>,
+    machine: MachineDelete,
+}
+
+impl MachineGather {
+    fn gathered(&self, facts: GuardFacts) -> Gathered {
+        let guard = Arc::clone(&self.guard);
+        Gathered {
+            facts: Facts::of(FAMILY.id, facts.clone()),
+            observe: Box::new(move |verdict| guard.metrics().observe(&facts, verdict)),
+        }
+    }
+}
+
+impl Gather for MachineGather {
+    fn gather(
+        self: Arc<Self>,
+        deadline: Instant,
+    ) -> Pin<Box<dyn Future<Output = Gathered> + Send>> {
+        Box::pin(async move {
+            let facts = self.guard.gather(&self.machine, deadline).await;
+            self.gathered(facts)
+        })
+    }
+
+    fn failed(&self) -> Gathered {
+        self.gathered(self.guard.unavailable(&self.machine, &GuardError::Internal))
+    }
+}
