@@ -11,7 +11,7 @@ use stackgate::engine::Engine;
 use stackgate::guard::Guard;
 use stackgate::metrics::Metrics;
 use stackgate::policy::PolicySet;
-use stackgate::releases::{ReleaseMetrics, watcher::WatchConfig};
+use stackgate::releases::{metrics::ReleaseMetrics, watcher::WatchConfig};
 use stackgate::server::{self, AppState, ServerConfig, TlsSource};
 
 /// How long the runtime may wait for its tasks (blocking evaluations included) after the

@@ -119,7 +119,7 @@ pub struct Metrics {
     ready: Gauge<i64, AtomicI64>,
     build_info: Family<BuildLabels, Gauge<i64, AtomicI64>>,
     policies_loaded: Gauge<i64, AtomicI64>,
-    releases: crate::releases::ReleaseMetrics,
+    releases: crate::releases::metrics::ReleaseMetrics,
     /// The `kind` label values seen so far: the kind comes from the request body, so the
     /// label set is capped at [`MAX_KIND_LABELS`] values (the rest count as `other`).
     kinds: RwLock<HashSet<String>>,
@@ -229,7 +229,7 @@ impl Metrics {
         );
         let build_info = Family::<BuildLabels, Gauge<i64, AtomicI64>>::default();
         registry.register("build_info", "Build information", build_info.clone());
-        let releases = crate::releases::ReleaseMetrics::default();
+        let releases = crate::releases::metrics::ReleaseMetrics::default();
         releases.register(&mut registry);
         build_info
             .get_or_create(&BuildLabels {
@@ -391,7 +391,7 @@ impl Metrics {
 
     /// The release-catalog metrics (watcher syncs, snapshot age, annotations added,
     /// contradictions); clone it for the watcher task.
-    pub fn releases(&self) -> &crate::releases::ReleaseMetrics {
+    pub fn releases(&self) -> &crate::releases::metrics::ReleaseMetrics {
         &self.releases
     }
 

@@ -14,8 +14,9 @@ use kube::core::admission::{AdmissionRequest, AdmissionReview};
 use serde_json::{Value, json};
 use stackgate::engine::Engine;
 use stackgate::policy::PolicySet;
+use stackgate::releases::Snapshot;
+use stackgate::releases::metrics::ReleaseMetrics;
 use stackgate::releases::watcher::{self, WatchConfig};
-use stackgate::releases::{ReleaseMetrics, Snapshot};
 use tokio::sync::{mpsc, oneshot};
 use tower_test::mock;
 

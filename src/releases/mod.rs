@@ -36,7 +36,6 @@ use kube::core::DynamicObject;
 use serde::{Deserialize, Serialize};
 
 pub use catalog::{CatalogError, Mapping, ReleaseCatalog, StaticRelease, ValueRule};
-pub use metrics::ReleaseMetrics;
 
 /// The `ServiceDefaults` of one release: field name (`glanceWsgi`, …) → string value. The
 /// CRD declares every field as a string; values are `"true"`/`"false"` or a version.

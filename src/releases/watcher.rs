@@ -26,7 +26,8 @@ use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::watcher::{self, Event};
 
-use super::{ReleaseMetrics, Snapshot, VersionState};
+use super::metrics::ReleaseMetrics;
+use super::{Snapshot, VersionState};
 
 /// API group of `OpenStackVersion`.
 pub const GROUP: &str = "core.openstack.org";

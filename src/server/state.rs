@@ -11,7 +11,7 @@ use crate::admission::{self, FactSource, Gather, Gathered, Reply, Webhook};
 use crate::budget::Cancel;
 use crate::engine::Engine;
 use crate::metrics::Metrics;
-use crate::releases::ReleaseMetrics;
+use crate::releases::metrics::ReleaseMetrics;
 use crate::releases::watcher::WatchConfig;
 
 /// A review function that replaces the engine, e.g. the do-nothing baseline in
