@@ -17,13 +17,14 @@ use tracing::{Span, field};
 
 mod decode;
 mod facts;
+mod observe;
 
 pub use decode::{DecodeError, Decoded, MAX_DECODED_BYTES, decode_review};
 pub use facts::{FactSource, Gather, Gathered};
 
 use crate::budget::Cancel;
 use crate::engine::{self, Engine, Facts, Finding, Subject, Verdict};
-use crate::metrics::{Metrics, PolicyOutcome, RequestLabels};
+use crate::metrics::Metrics;
 
 /// The only AdmissionReview version stackgate speaks.
 pub const ADMISSION_V1: &str = "admission.k8s.io/v1";
@@ -129,37 +130,16 @@ pub fn handle_with(
     let (reply, seen, decision, verdict) =
         answer(engine, webhook, body, metrics, facts, cancel, &span);
     span.record("decision", decision);
-    let fired = verdict
-        .as_ref()
-        .map(|v| fired_policies(webhook, v))
-        .unwrap_or_default();
-    // Most reviews the webhook sees are pass-through (it is registered for every ConfigMap and
-    // Secret): they log at debug. The request metrics still count every review.
-    if decision == "allowed" && fired.is_empty() && reply.status == StatusCode::OK {
-        tracing::debug!(status = reply.status.as_u16(), "review answered");
-    } else {
-        tracing::info!(
-            webhook = webhook.as_str(),
-            uid = %seen.uid,
-            kind = %seen.kind,
-            namespace = %seen.namespace,
-            name = %seen.name,
-            operation = seen.operation,
-            dry_run = seen.dry_run,
+    observe::answered(
+        &observe::Answered {
+            webhook,
+            seen: &seen,
             decision,
-            status = reply.status.as_u16(),
-            policies = %fired,
-            "review answered"
-        );
-    }
-    metrics.request(
-        RequestLabels {
-            webhook: webhook.as_str(),
-            kind: seen.kind,
-            operation: seen.operation,
-            decision,
+            status: reply.status,
+            verdict: verdict.as_ref(),
+            seconds: started.elapsed().as_secs_f64(),
         },
-        started.elapsed().as_secs_f64(),
+        metrics,
     );
     (reply, verdict)
 }
@@ -167,12 +147,12 @@ pub fn handle_with(
 /// What identifies a review in logs and metrics; empty when the body was unreadable.
 #[derive(Debug, Default)]
 struct Seen {
-    uid: String,
-    kind: String,
-    namespace: String,
-    name: String,
-    operation: &'static str,
-    dry_run: bool,
+    pub(super) uid: String,
+    pub(super) kind: String,
+    pub(super) namespace: String,
+    pub(super) name: String,
+    pub(super) operation: &'static str,
+    pub(super) dry_run: bool,
 }
 
 fn answer(
@@ -224,41 +204,11 @@ fn answer(
             return (out_of_time(webhook, body, e), seen, "timeout", None);
         }
     };
-    metrics
-        .releases()
-        .observe(matches!(webhook, Webhook::Mutate), &verdict);
-    for limit in &verdict.limits {
-        metrics.input_limit(limit.as_str());
-    }
     let response = AdmissionResponse::from(&request);
     let (response, decision) = match webhook {
-        Webhook::Mutate => mutate_response(response, &verdict, metrics),
-        Webhook::Validate => validate_response(response, &verdict, metrics),
+        Webhook::Mutate => mutate_response(response, &verdict),
+        Webhook::Validate => validate_response(response, &verdict),
     };
-    for e in &verdict.exemptions {
-        metrics.policy_outcome(PolicyOutcome::Exempted, &e.policy, e.rule.as_str());
-        // The reason is the user's own justification, recorded for audit; it is not object data.
-        tracing::info!(
-            uid = %seen.uid,
-            kind = %seen.kind,
-            namespace = %seen.namespace,
-            name = %seen.name,
-            policy = %e.policy,
-            reason = %e.reason,
-            "exemption honoured"
-        );
-    }
-    for a in &verdict.audits {
-        tracing::info!(
-            uid = %seen.uid,
-            kind = %seen.kind,
-            namespace = %seen.namespace,
-            name = %seen.name,
-            policy = %a.policy,
-            line = a.line(),
-            "audit finding"
-        );
-    }
     let reply = encode(response);
     if reply.body.len() <= MAX_RESPONSE_BYTES {
         return (reply, seen, decision, Some(verdict));
@@ -332,40 +282,13 @@ fn out_of_time(webhook: Webhook, body: &[u8], e: crate::budget::Exhausted) -> Re
     )
 }
 
-/// The policies whose findings this webhook acted on, comma-separated and de-duplicated in
-/// order: mutations for `/mutate`, denials and warnings for `/validate`, plus exemptions and
-/// audit findings for both.
-fn fired_policies(webhook: Webhook, verdict: &Verdict) -> String {
-    let acted: Vec<&Finding> = match webhook {
-        Webhook::Mutate => verdict.mutations.iter().collect(),
-        Webhook::Validate => verdict.denials.iter().chain(&verdict.warnings).collect(),
-    };
-    let mut names: Vec<&str> = Vec::new();
-    let all = acted
-        .into_iter()
-        .map(|f| f.policy.as_str())
-        .chain(verdict.exemptions.iter().map(|e| e.policy.as_str()))
-        .chain(verdict.audits.iter().map(|a| a.policy.as_str()));
-    for name in all {
-        if !names.contains(&name) {
-            names.push(name);
-        }
-    }
-    names.join(",")
-}
-
 fn mutate_response(
     response: AdmissionResponse,
     verdict: &Verdict,
-    metrics: &Metrics,
 ) -> (AdmissionResponse, &'static str) {
     let mut response = with_audit(response, verdict);
     if verdict.patch.is_empty() {
         return (response, "allowed");
-    }
-    for m in &verdict.mutations {
-        metrics.policy_outcome(PolicyOutcome::Mutated, &m.policy, m.rule.as_str());
-        tracing::debug!(policy = %m.policy, line = m.line(), "mutation");
     }
     response.warnings = Some(verdict.mutations.iter().map(short).collect());
     match response
@@ -385,20 +308,12 @@ fn mutate_response(
 fn validate_response(
     response: AdmissionResponse,
     verdict: &Verdict,
-    metrics: &Metrics,
 ) -> (AdmissionResponse, &'static str) {
     let mut response = with_audit(response, verdict);
-    for w in &verdict.warnings {
-        metrics.policy_outcome(PolicyOutcome::Warned, &w.policy, w.rule.as_str());
-    }
     if !verdict.warnings.is_empty() {
         response.warnings = Some(verdict.warnings.iter().map(short).collect());
     }
     if verdict.denied() {
-        for d in &verdict.denials {
-            metrics.policy_outcome(PolicyOutcome::Denied, &d.policy, d.rule.as_str());
-            tracing::debug!(policy = %d.policy, line = d.line(), "denied");
-        }
         let message = verdict
             .denials
             .iter()

@@ -9,43 +9,16 @@ use super::{API_VERSION, Policy, RuleId, SitesDocument};
 use crate::releases::{self, ReleaseCatalog};
 use crate::rules::{FAMILIES, ParamsInput};
 
-/// The default policy set, embedded at build time so the binary runs with no files.
+/// The documents of the default set that are not a family's policy, embedded at build time
+/// so the binary runs with no files (each family embeds its own default policy).
 const EMBEDDED: &[(&str, &str)] = &[
     (
         "cloud-config-sites.yaml",
         include_str!("../../policies/cloud-config-sites.yaml"),
     ),
     (
-        "serial-lb-api-calls.yaml",
-        include_str!("../../policies/serial-lb-api-calls.yaml"),
-    ),
-    (
-        "cloud-config-integrity.yaml",
-        include_str!("../../policies/cloud-config-integrity.yaml"),
-    ),
-    (
-        "known-bad-lb-settings.yaml",
-        include_str!("../../policies/known-bad-lb-settings.yaml"),
-    ),
-    (
-        "credential-placement.yaml",
-        include_str!("../../policies/credential-placement.yaml"),
-    ),
-    (
-        "ccm-concurrency.yaml",
-        include_str!("../../policies/ccm-concurrency.yaml"),
-    ),
-    (
         "release-catalog.yaml",
         include_str!("../../policies/release-catalog.yaml"),
-    ),
-    (
-        "release-annotations.yaml",
-        include_str!("../../policies/release-annotations.yaml"),
-    ),
-    (
-        "control-plane-lb-guard.yaml",
-        include_str!("../../policies/control-plane-lb-guard.yaml"),
     ),
 ];
 
@@ -105,6 +78,7 @@ impl PolicySet {
     pub fn embedded() -> Result<Self, PolicyError> {
         let files = EMBEDDED
             .iter()
+            .chain(FAMILIES.iter().map(|f| &f.default_policy))
             .map(|(name, text)| ((*name).to_owned(), (*text).to_owned()))
             .collect();
         Self::from_files(files, "embedded".to_owned())

@@ -35,6 +35,10 @@ pub static FAMILY: Family = Family {
                 "args": ["--cloud-provider=openstack", "--concurrent-service-syncs=4"]}]}}}}),
         ))
     },
+    default_policy: (
+        "ccm-concurrency.yaml",
+        include_str!("../../policies/ccm-concurrency.yaml"),
+    ),
 };
 
 /// `--concurrent-service-syncs` above 1.

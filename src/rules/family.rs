@@ -2,8 +2,9 @@
 //! parameters, its check, its finding codes and its documentation example.
 //!
 //! The engine is a loop over [`FAMILIES`]; policy loading looks families up here to parse
-//! their parameters; `stackgate rules` runs each family's example. Nothing else names a
-//! family, so a new one is one module plus one line in [`FAMILIES`].
+//! their parameters and embeds their default policies; `stackgate rules` runs each family's
+//! example. Nothing else names a family, so a new one is one module plus its line in
+//! [`FAMILIES`].
 
 use std::any::Any;
 use std::sync::{Arc, LazyLock};
@@ -12,24 +13,8 @@ use kube::core::DynamicObject;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::{ConfigView, RuleOutput, Subject};
-use super::{
-    concurrency, credentials, integrity, known_bad, lb_guard, release_annotations, serial,
-};
+use super::{ConfigView, FAMILIES, RuleOutput, Subject};
 use crate::releases::{ReleaseCatalog, Snapshot};
-
-/// Every rule family, in evaluation order: the cloud-config families run per site in this
-/// order (integrity first, so an unreadable config is reported once, by it), then the object
-/// families per policy in policy order.
-pub static FAMILIES: &[&Family] = &[
-    &integrity::FAMILY,
-    &serial::FAMILY,
-    &known_bad::FAMILY,
-    &credentials::FAMILY,
-    &concurrency::FAMILY,
-    &release_annotations::FAMILY,
-    &lb_guard::FAMILY,
-];
 
 /// The ids of [`FAMILIES`], for error messages that list them.
 static IDS: LazyLock<Vec<&'static str>> =
@@ -104,6 +89,9 @@ pub struct Family {
     /// A known-bad input for the documentation (`stackgate rules`), when the family has a
     /// self-contained one.
     pub example: fn() -> Option<Example>,
+    /// The family's default policy: its file name under `policies/` and its text, embedded in
+    /// the binary (`include_str!`).
+    pub default_policy: (&'static str, &'static str),
 }
 
 impl Family {

@@ -32,6 +32,10 @@ pub static FAMILY: Family = Family {
             "[LoadBalancer]\nprovider-requires-serial-api-calls = true\nmonitor-delay = 5\n",
         ))
     },
+    default_policy: (
+        "cloud-config-integrity.yaml",
+        include_str!("../../policies/cloud-config-integrity.yaml"),
+    ),
 };
 
 /// The cloud config cannot be read or parsed.

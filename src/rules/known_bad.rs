@@ -24,6 +24,10 @@ pub static FAMILY: Family = Family {
             "[LoadBalancer]\nprovider-requires-serial-api-calls = true\nlb-provider = ovn\n",
         ))
     },
+    default_policy: (
+        "known-bad-lb-settings.yaml",
+        include_str!("../../policies/known-bad-lb-settings.yaml"),
+    ),
 };
 
 /// `use-octavia = false`.

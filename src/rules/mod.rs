@@ -17,9 +17,22 @@ pub mod serial;
 mod subject;
 
 pub use family::{
-    Check, Context, Example, FAMILIES, Facts, Family, NoParams, ObjectInput, Params, ParamsInput,
-    RuleId, parse_params,
+    Check, Context, Example, Facts, Family, NoParams, ObjectInput, Params, ParamsInput, RuleId,
+    parse_params,
 };
+
+/// Every rule family, in evaluation order: the cloud-config families run per site in this
+/// order (integrity first, so an unreadable config is reported once, by it), then the object
+/// families per policy in policy order. The default policy set is embedded in this order.
+pub static FAMILIES: &[&Family] = &[
+    &integrity::FAMILY,
+    &serial::FAMILY,
+    &known_bad::FAMILY,
+    &credentials::FAMILY,
+    &concurrency::FAMILY,
+    &release_annotations::FAMILY,
+    &lb_guard::FAMILY,
+];
 pub use subject::{ObjectRef, Operation, Subject};
 
 pub use crate::cloudconf::IniEdit;

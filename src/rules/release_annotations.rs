@@ -54,6 +54,10 @@ pub static FAMILY: Family = Family {
             "spec": {}}),
         ))
     },
+    default_policy: (
+        "release-annotations.yaml",
+        include_str!("../../policies/release-annotations.yaml"),
+    ),
 };
 
 /// A value Go `strconv.ParseBool` rejects.

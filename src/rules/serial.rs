@@ -23,6 +23,10 @@ pub static FAMILY: Family = Family {
             "[Global]\nregion = RegionOne\n\n[LoadBalancer]\nprovider-requires-serial-api-calls = false\n",
         ))
     },
+    default_policy: (
+        "serial-lb-api-calls.yaml",
+        include_str!("../../policies/serial-lb-api-calls.yaml"),
+    ),
 };
 
 /// The cloud config cannot be read or parsed, so the key cannot be verified.
