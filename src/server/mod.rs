@@ -344,15 +344,3 @@ fn local_addr(which: &'static str, listener: &TcpListener) -> Result<SocketAddr,
         .local_addr()
         .map_err(|source| ServerError::LocalAddr { which, source })
 }
-
-/// An error and its sources as one line (`a: b: c`), for log fields.
-pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut out = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        out.push_str(": ");
-        out.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    out
-}
