@@ -344,3 +344,74 @@ fn local_addr(which: &'static str, listener: &TcpListener) -> Result<SocketAddr,
         .local_addr()
         .map_err(|source| ServerError::LocalAddr { which, source })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    /// The apiserver's `?timeout=` is read with Go's grammar (the cloud-config parser) since
+    /// the webhook's own float-based parser was folded into it. This table holds that old
+    /// parser's answers; the rows marked "Go" are the only places the two differ, none of
+    /// which the apiserver writes (it writes Go's `Duration.String()`).
+    #[test]
+    fn apiserver_timeout_keeps_the_old_answers() {
+        let ms = Duration::from_millis;
+        let s = Duration::from_secs;
+        let table: &[(&str, Option<Duration>)] = &[
+            ("10s", Some(s(10))),
+            ("1m30s", Some(s(90))),
+            ("1.5s", Some(ms(1500))),
+            ("500ms", Some(ms(500))),
+            (".5s", Some(ms(500))),
+            ("5.s", Some(s(5))),
+            ("0.1s", Some(ms(100))),
+            ("1s500ms", Some(ms(1500))),
+            ("1h1h", Some(s(7200))),
+            ("00010s", Some(s(10))),
+            ("0s", Some(Duration::ZERO)),
+            ("1h2m3s4ms5us6ns", Some(Duration::new(3723, 4_005_006))),
+            ("1.000000001s", Some(Duration::new(1, 1))),
+            ("1µs", Some(Duration::from_micros(1))),
+            ("1us", Some(Duration::from_micros(1))),
+            ("1ns", Some(Duration::from_nanos(1))),
+            ("2562047h", Some(s(2_562_047 * 3600))),
+            // Unreadable: no timeout from the apiserver, `--request-timeout` alone applies.
+            ("", None),
+            ("10", None),
+            ("0", None),
+            ("s", None),
+            ("10x", None),
+            ("10S", None),
+            ("10ss", None),
+            ("10s10", None),
+            (".s", None),
+            ("1.5.5s", None),
+            (" 10s", None),
+            ("10s ", None),
+            ("1e3s", None),
+            ("infs", None),
+            ("9999999999999999h", None),
+            // Signed, negative zero included: refused, never a zero or negative budget.
+            ("-5s", None),
+            ("-1.5s", None),
+            ("-0s", None),
+            ("-0", None),
+            ("+0", None),
+            ("+5s", None),
+            // Go: U+03BC (Greek mu) is a microsecond like U+00B5; the old parser refused it.
+            ("1\u{3bc}s", Some(Duration::from_micros(1))),
+            // Go: fractions below a nanosecond are cut; the old parser rounded 0.5ns to 1ns.
+            ("0.5ns", Some(Duration::ZERO)),
+            // Go: past i64 nanoseconds (about 292 years) is an error; the old parser took it.
+            // Either way the budget is `--request-timeout`.
+            ("2562048h", None),
+        ];
+        for &(input, expected) in table {
+            assert_eq!(
+                super::webhook::parse_go_duration(input),
+                expected,
+                "{input:?}"
+            );
+        }
+    }
+}
