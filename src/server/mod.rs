@@ -117,7 +117,8 @@ pub enum TlsSource {
     },
 }
 
-/// Server settings; `cli.rs` fills it from flags.
+/// Server settings. The `stackgate serve` flags fill it (the command line converts its
+/// arguments, so the server does not depend on clap).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerConfig {
     /// HTTPS address of the webhook (`--listen`). Ignored by [`run_with_listeners`].

@@ -1,68 +1,13 @@
-//! Command line (clap derive). Every flag can also be set from a `STACKGATE_*` environment
-//! variable, which is how the Helm chart configures the server.
+//! `stackgate serve` flags and their conversion into [`ServerConfig`].
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::Args;
 
-use crate::telemetry::LogFormat;
-
-/// stackgate: admission webhook and GitOps checker for OpenStack on Kubernetes.
-#[derive(Debug, Parser)]
-#[command(name = "stackgate", version, about, long_about = None)]
-pub struct Cli {
-    /// What to do.
-    #[command(subcommand)]
-    pub command: Command,
-    /// Logging options.
-    #[command(flatten)]
-    pub log: LogArgs,
-}
-
-/// Subcommands.
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Run the HTTPS admission webhook (POST /mutate, POST /validate) and the admin listener.
-    Serve(Box<ServeArgs>),
-    /// Print the effective policy set as YAML.
-    Policies(PolicyArgs),
-    /// Print every rule: what it prevents, its source and an example denial (Markdown).
-    Rules(PolicyArgs),
-    /// Check manifests and Helm values offline with the webhook's engine and policies.
-    Check(Box<crate::check::CheckArgs>),
-}
-
-/// Where policies come from.
-#[derive(Debug, Clone, Args)]
-pub struct PolicyArgs {
-    /// Directory of policy YAML files; replaces the embedded default set.
-    #[arg(long, env = "STACKGATE_POLICIES", value_name = "DIR")]
-    pub policies: Option<PathBuf>,
-}
-
-/// Logging flags.
-#[derive(Debug, Clone, Args)]
-pub struct LogArgs {
-    /// Log format.
-    #[arg(
-        long,
-        env = "STACKGATE_LOG_FORMAT",
-        value_enum,
-        default_value = "text",
-        global = true
-    )]
-    pub log_format: LogFormat,
-    /// Log filter directive (tracing EnvFilter syntax), e.g. `info` or `stackgate=debug,warn`.
-    #[arg(
-        long,
-        env = "STACKGATE_LOG_LEVEL",
-        default_value = "info",
-        global = true
-    )]
-    pub log_level: String,
-}
+use super::{GuardArgs, PolicyArgs, parse_duration, parse_positive};
+use crate::server::{ServerConfig, TlsSource};
 
 /// `stackgate serve` flags.
 #[derive(Debug, Clone, Args)]
@@ -158,7 +103,7 @@ pub struct ServeArgs {
     /// Control-plane load-balancer guard (`--lb-guard`, `--openstack-timeout`,
     /// `--octavia-cache-ttl`).
     #[command(flatten)]
-    pub guard: crate::guard::GuardArgs,
+    pub guard: GuardArgs,
 }
 
 /// `--kube`.
@@ -174,51 +119,99 @@ fn default_ca_out() -> PathBuf {
     std::env::temp_dir().join("stackgate-ca.pem")
 }
 
-/// Parses an integer of at least 1.
-fn parse_positive(s: &str) -> Result<usize, String> {
-    match s.trim().parse::<usize>() {
-        Ok(0) => Err("must be at least 1 (0 would refuse every request)".to_owned()),
-        Ok(n) => Ok(n),
-        Err(_) => Err(format!("{s:?} is not a positive integer")),
+impl From<&ServeArgs> for ServerConfig {
+    /// The server's settings from the flags; what no flag sets keeps its default. Policies,
+    /// the release watcher and the guard are set up by the caller from the other flags.
+    fn from(args: &ServeArgs) -> Self {
+        // Destructured, so that a new flag cannot be forgotten here silently.
+        let ServeArgs {
+            listen,
+            admin_listen,
+            tls_cert,
+            tls_key,
+            generated_ca_out,
+            client_ca,
+            tls_reload_interval,
+            max_body_bytes,
+            max_concurrency,
+            header_read_timeout,
+            request_timeout,
+            shutdown_grace,
+            shutdown_delay,
+            max_connections,
+            admin_max_connections,
+            idle_timeout,
+            write_timeout,
+            max_inflight_body_bytes,
+            max_large_evaluations,
+            policy: _,
+            kube: _,
+            release_resync: _,
+            guard: _,
+        } = args;
+        let tls = match (tls_cert, tls_key) {
+            (Some(cert), Some(key)) => TlsSource::Files {
+                cert: cert.clone(),
+                key: key.clone(),
+            },
+            // clap's `requires` makes the two flags come together.
+            _ => TlsSource::Generated {
+                ca_out: generated_ca_out.clone(),
+            },
+        };
+        ServerConfig {
+            listen: *listen,
+            admin_listen: *admin_listen,
+            tls,
+            client_ca: client_ca.clone(),
+            tls_reload_interval: *tls_reload_interval,
+            max_body_bytes: *max_body_bytes,
+            max_concurrency: *max_concurrency,
+            header_read_timeout: *header_read_timeout,
+            request_timeout: *request_timeout,
+            shutdown_grace: *shutdown_grace,
+            shutdown_delay: *shutdown_delay,
+            max_connections: *max_connections,
+            admin_max_connections: *admin_max_connections,
+            idle_timeout: *idle_timeout,
+            write_timeout: *write_timeout,
+            max_inflight_body_bytes: *max_inflight_body_bytes,
+            max_large_evaluations: *max_large_evaluations,
+            ..ServerConfig::default()
+        }
     }
-}
-
-/// Parses `500ms`, `2s`, `1m`, `1h` (a plain number is seconds).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (digits, unit) = s
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .map_or((s, "s"), |i| (&s[..i], &s[i..]));
-    let n: f64 = digits
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration like 500ms, 2s or 1m"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return Err(format!("{s:?}: unit must be ms, s, m or h")),
-    };
-    Duration::try_from_secs_f64(secs).map_err(|e| format!("{s:?}: {e}"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::Command;
+    use crate::cli::tests::parse;
 
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
-        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
-        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
-        assert!(parse_duration("5 parsecs").is_err());
-        assert!(parse_duration("").is_err());
+    fn serve(argv: &[&str]) -> ServeArgs {
+        match parse(argv).command {
+            Command::Serve(args) => *args,
+            other => panic!("{argv:?}: not serve: {other:?}"),
+        }
     }
 
     #[test]
-    fn cli_is_consistent() {
-        use clap::CommandFactory;
-        Cli::command().debug_assert();
+    fn certificate_files_replace_the_generated_certificate() {
+        let args = serve(&[
+            "stackgate",
+            "serve",
+            "--tls-cert=c.pem",
+            "--tls-key=k.pem",
+            "--request-timeout=3s",
+        ]);
+        let config = ServerConfig::from(&args);
+        assert_eq!(
+            config.tls,
+            TlsSource::Files {
+                cert: "c.pem".into(),
+                key: "k.pem".into()
+            }
+        );
+        assert_eq!(config.request_timeout, Duration::from_secs(3));
     }
 }
