@@ -8,6 +8,14 @@ use clap::{Args, ValueEnum};
 use super::parse_duration;
 use crate::guard::GuardConfig;
 
+// Duration defaults as `--help` shows them; each parses to the guard's constant
+// (`tests::guard_defaults_are_the_guard_constants`).
+
+/// [`crate::guard::DEFAULT_OPENSTACK_TIMEOUT`].
+const OPENSTACK_TIMEOUT: &str = "800ms";
+/// [`crate::guard::DEFAULT_OCTAVIA_CACHE_TTL`].
+const OCTAVIA_CACHE_TTL: &str = "5s";
+
 /// On or off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Switch {
@@ -33,10 +41,10 @@ pub struct GuardArgs {
     pub lb_guard: Switch,
     /// Deadline of each Keystone or Octavia call, connection set-up included (also capped by
     /// the request deadline).
-    #[arg(long, env = "STACKGATE_OPENSTACK_TIMEOUT", default_value = "800ms", value_parser = parse_duration)]
+    #[arg(long, env = "STACKGATE_OPENSTACK_TIMEOUT", default_value = OPENSTACK_TIMEOUT, value_parser = parse_duration)]
     pub openstack_timeout: Duration,
     /// How long a load balancer's Octavia status tree is reused; 0 disables the cache.
-    #[arg(long, env = "STACKGATE_OCTAVIA_CACHE_TTL", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, env = "STACKGATE_OCTAVIA_CACHE_TTL", default_value = OCTAVIA_CACHE_TTL, value_parser = parse_duration)]
     pub octavia_cache_ttl: Duration,
 }
 
@@ -48,5 +56,32 @@ impl GuardArgs {
             octavia_cache_ttl: self.octavia_cache_ttl,
             ..GuardConfig::default()
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::cli::Command;
+    use crate::cli::tests::parse;
+    use crate::guard::{self, GuardConfig};
+
+    fn guard_config(argv: &[&str]) -> Option<GuardConfig> {
+        match parse(argv).command {
+            Command::Serve(args) => args.guard.config(),
+            other => panic!("{argv:?}: not serve: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn guard_defaults_are_the_guard_constants() {
+        assert_eq!(
+            guard_config(&["stackgate", "serve"]),
+            None,
+            "off by default"
+        );
+        let on = guard_config(&["stackgate", "serve", "--lb-guard=on"]).expect("on");
+        assert_eq!(on.openstack_timeout, guard::DEFAULT_OPENSTACK_TIMEOUT);
+        assert_eq!(on.octavia_cache_ttl, guard::DEFAULT_OCTAVIA_CACHE_TTL);
+        assert_eq!(on, GuardConfig::default());
     }
 }

@@ -5,6 +5,12 @@
 //! settings they define themselves ([`crate::server::ServerConfig`],
 //! [`crate::check::CheckOptions`], [`crate::guard::GuardConfig`]) and this module converts
 //! the parsed arguments into them, so nothing below the command line depends on it.
+//!
+//! A default the owning module also uses is that module's constant (`server::DEFAULT_*`,
+//! `guard::DEFAULT_*`, `check::input::DEFAULT_MAX_FILE_SIZE`); the others (log format and
+//! level, `--kube`, `--lb-guard`, the check report options) exist only here. Durations are
+//! written as text for `--help`, next to their flags; the tests parse a bare command line
+//! and compare every default with its constant.
 
 mod check;
 mod guard;
@@ -127,5 +133,12 @@ mod tests {
     fn cli_is_consistent() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn log_defaults() {
+        let cli = parse(&["stackgate", "policies"]);
+        assert_eq!(cli.log.log_format, LogFormat::Text);
+        assert_eq!(cli.log.log_level, "info");
     }
 }

@@ -38,7 +38,7 @@ mod state;
 mod tls;
 mod webhook;
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,6 +53,12 @@ pub use webhook::{
     INLINE_MAX_BYTES, OVERLOAD_DENIAL, OVERLOAD_WARNING, deadline_reply, overload_reply,
 };
 
+/// Default `--listen`: the webhook's HTTPS port on every interface.
+pub const DEFAULT_LISTEN: SocketAddr =
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 8443));
+/// Default `--admin-listen`: the plain-HTTP admin port on every interface.
+pub const DEFAULT_ADMIN_LISTEN: SocketAddr =
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 8080));
 /// Default `--tls-reload-interval`.
 pub const DEFAULT_TLS_RELOAD_INTERVAL: Duration = Duration::from_secs(10);
 /// Default `--max-body-bytes` (6 MiB: the apiserver's own request limit is 3 MiB per
@@ -92,6 +98,15 @@ pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// 3 MiB bodies or hundreds of ordinary 5–20 KiB reviews at once; the rest wait (until
 /// their deadline, then the overload answer).
 pub const DEFAULT_MAX_INFLIGHT_BODY_BYTES: usize = 16 * 1024 * 1024;
+/// Default `--max-large-evaluations`: 0, one per CPU core the process may use (see
+/// [`ServerConfig::max_large_evaluations`]).
+pub const DEFAULT_MAX_LARGE_EVALUATIONS: usize = 0;
+
+/// Default `--generated-ca-out`: `stackgate-ca.pem` in the temporary directory (`$TMPDIR`),
+/// which is only known at run time.
+pub fn default_generated_ca_out() -> PathBuf {
+    std::env::temp_dir().join("stackgate-ca.pem")
+}
 
 /// How long the admin listener's connections (a scrape, a probe) may take to finish once the
 /// webhook listener has drained; short, so that the process is gone within
@@ -166,14 +181,15 @@ pub struct ServerConfig {
 }
 
 impl Default for ServerConfig {
-    /// `0.0.0.0:8443` / `0.0.0.0:8080`, a generated certificate with its CA written to
-    /// `$TMPDIR/stackgate-ca.pem`, no client certificates, and the `DEFAULT_*` limits.
+    /// The `DEFAULT_*` addresses and limits, a generated certificate with its CA written to
+    /// [`default_generated_ca_out`], and no client certificates: what `stackgate serve`
+    /// runs with when no flag is given.
     fn default() -> Self {
         Self {
-            listen: SocketAddr::from(([0, 0, 0, 0], 8443)),
-            admin_listen: SocketAddr::from(([0, 0, 0, 0], 8080)),
+            listen: DEFAULT_LISTEN,
+            admin_listen: DEFAULT_ADMIN_LISTEN,
             tls: TlsSource::Generated {
-                ca_out: std::env::temp_dir().join("stackgate-ca.pem"),
+                ca_out: default_generated_ca_out(),
             },
             client_ca: None,
             tls_reload_interval: DEFAULT_TLS_RELOAD_INTERVAL,
@@ -189,7 +205,7 @@ impl Default for ServerConfig {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             write_timeout: DEFAULT_WRITE_TIMEOUT,
             max_inflight_body_bytes: DEFAULT_MAX_INFLIGHT_BODY_BYTES,
-            max_large_evaluations: 0,
+            max_large_evaluations: DEFAULT_MAX_LARGE_EVALUATIONS,
         }
     }
 }
