@@ -91,7 +91,15 @@ fn parse_positive(s: &str) -> Result<usize, String> {
     }
 }
 
-/// Parses `500ms`, `2s`, `1m`, `1h` (a plain number is seconds).
+/// Parses a duration flag: `500ms`, `2s`, `1m`, `1h` (a plain number is seconds).
+///
+/// The grammar is the command line's own, not Go's `time.ParseDuration`
+/// ([`crate::cloudconf::parse_go_duration`], used for cloud configs and the apiserver's
+/// `?timeout=`): one non-negative decimal number (fractions allowed: `1.5s`, `.5s`) and at
+/// most one unit out of `ms`, `s`, `m`, `h`; no sign, no compound values (`1m30s`), no `us`
+/// or `ns`. Surrounding whitespace is ignored. It stays separate from Go's: a plain number
+/// means seconds here (`3`; Go refuses it), so Go's grammar would refuse settings that work
+/// today.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let (digits, unit) = s
@@ -127,6 +135,17 @@ mod tests {
         assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
         assert!(parse_duration("5 parsecs").is_err());
         assert!(parse_duration("").is_err());
+    }
+
+    /// The documented grammar, including what it refuses that Go would accept.
+    #[test]
+    fn duration_grammar_is_the_command_lines_own() {
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration(".5s"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration(" 2h "), Ok(Duration::from_secs(7200)));
+        for go_only in ["1m30s", "10us", "10ns", "-1s", "+1s"] {
+            assert!(parse_duration(go_only).is_err(), "{go_only}");
+        }
     }
 
     #[test]
