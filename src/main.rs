@@ -6,13 +6,14 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::Parser as _;
 
-use stackgate::cli::{Cli, Command, KubeMode, PolicyArgs, ServeArgs};
+use stackgate::check::CheckOptions;
+use stackgate::cli::{CheckArgs, Cli, Command, KubeMode, PolicyArgs, ServeArgs};
 use stackgate::engine::Engine;
 use stackgate::guard::Guard;
 use stackgate::metrics::Metrics;
 use stackgate::policy::PolicySet;
 use stackgate::releases::{metrics::ReleaseMetrics, watcher::WatchConfig};
-use stackgate::server::{self, AppState, ServerConfig, TlsSource};
+use stackgate::server::{self, AppState, ServerConfig};
 
 /// How long the runtime may wait for its tasks (blocking evaluations included) after the
 /// server has stopped.
@@ -56,7 +57,7 @@ fn load_policies(args: &PolicyArgs) -> anyhow::Result<PolicySet> {
 
 /// `stackgate check`: exit 0 clean, 1 denials (or warnings with --fail-on warning), 2 usage,
 /// policy or parse errors.
-fn check(args: &stackgate::check::CheckArgs) -> anyhow::Result<ExitCode> {
+fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
     let policies = match load_policies(&args.policy) {
         Ok(p) => p,
         Err(e) => {
@@ -66,10 +67,12 @@ fn check(args: &stackgate::check::CheckArgs) -> anyhow::Result<ExitCode> {
     };
     let engine = Engine::new(policies);
     let (mut input, mut output) = (std::io::stdin().lock(), std::io::stdout().lock());
-    let code = stackgate::check::run(args, &engine, &mut input, &mut output).unwrap_or_else(|e| {
-        eprintln!("stackgate check: {e}");
-        2
-    });
+    let options = CheckOptions::from(args);
+    let code =
+        stackgate::check::run(&options, &engine, &mut input, &mut output).unwrap_or_else(|e| {
+            eprintln!("stackgate check: {e}");
+            2
+        });
     Ok(ExitCode::from(code))
 }
 
@@ -92,7 +95,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let release_metrics = metrics.releases().clone();
     let (kube, release_resync) = (args.kube, args.release_resync);
     let guard_config = args.guard.config();
-    let config = server_config(args);
+    let config = ServerConfig::from(&args);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -160,61 +163,6 @@ async fn start_release_watcher(
         ..WatchConfig::default()
     };
     Some(state.watch_releases(client, config, metrics))
-}
-
-fn server_config(args: ServeArgs) -> ServerConfig {
-    let ServeArgs {
-        listen,
-        admin_listen,
-        tls_cert,
-        tls_key,
-        generated_ca_out,
-        client_ca,
-        tls_reload_interval,
-        max_body_bytes,
-        max_concurrency,
-        header_read_timeout,
-        request_timeout,
-        shutdown_grace,
-        shutdown_delay,
-        max_connections,
-        admin_max_connections,
-        idle_timeout,
-        write_timeout,
-        max_inflight_body_bytes,
-        max_large_evaluations,
-        policy: _,
-        kube: _,
-        release_resync: _,
-        guard: _,
-    } = args;
-    let tls = match (tls_cert, tls_key) {
-        (Some(cert), Some(key)) => TlsSource::Files { cert, key },
-        // clap's `requires` makes the two flags come together.
-        _ => TlsSource::Generated {
-            ca_out: generated_ca_out,
-        },
-    };
-    ServerConfig {
-        listen,
-        admin_listen,
-        tls,
-        client_ca,
-        tls_reload_interval,
-        max_body_bytes,
-        max_concurrency,
-        header_read_timeout,
-        request_timeout,
-        shutdown_grace,
-        shutdown_delay,
-        max_connections,
-        admin_max_connections,
-        idle_timeout,
-        write_timeout,
-        max_inflight_body_bytes,
-        max_large_evaluations,
-        ..ServerConfig::default()
-    }
 }
 
 /// Completes on SIGTERM (what the kubelet sends) or Ctrl-C.

@@ -53,3 +53,33 @@ pub fn init(format: LogFormat, directive: &str) -> Result<(), TelemetryError> {
     };
     result.map_err(|_| TelemetryError::AlreadyInstalled)
 }
+
+/// An error and its sources as one line (`a: b: c`), for log fields and for reasons shown
+/// to users. Shared by the server and the guard; it lives here, in the lowest module, so
+/// that neither has to import the other.
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut out = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        out.push_str(": ");
+        out.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer")]
+    struct Outer(#[source] std::io::Error);
+
+    #[test]
+    fn error_chain_joins_every_source() {
+        let error = Outer(std::io::Error::other("inner"));
+        assert_eq!(error_chain(&error), "outer: inner");
+        assert_eq!(error_chain(&std::io::Error::other("alone")), "alone");
+    }
+}

@@ -8,7 +8,8 @@ use std::path::Path;
 
 use clap::Parser;
 use serde_json::Value;
-use stackgate::check::{self, CheckArgs};
+use stackgate::check::{self, CheckOptions};
+use stackgate::cli::CheckArgs;
 use stackgate::engine::Engine;
 use stackgate::policy::PolicySet;
 
@@ -21,7 +22,7 @@ struct Cmd {
     args: CheckArgs,
 }
 
-fn args(extra: &[&str]) -> CheckArgs {
+fn args(extra: &[&str]) -> CheckOptions {
     let mut argv = vec![
         "check",
         REPO,
@@ -31,7 +32,7 @@ fn args(extra: &[&str]) -> CheckArgs {
         "openstack-cloud-controller-manager=base/occm/values.yaml",
     ];
     argv.extend_from_slice(extra);
-    Cmd::try_parse_from(argv).expect("valid flags").args
+    CheckOptions::from(&Cmd::try_parse_from(argv).expect("valid flags").args)
 }
 
 fn engine() -> Engine {

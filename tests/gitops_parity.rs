@@ -16,7 +16,8 @@ use base64::Engine as _;
 use clap::Parser;
 use serde_json::Value;
 use stackgate::admission::{self, Webhook};
-use stackgate::check::{self, CheckArgs, ItemKind, Level};
+use stackgate::check::{self, CheckOptions, ItemKind, Level};
+use stackgate::cli::CheckArgs;
 use stackgate::engine::Engine;
 use stackgate::metrics::Metrics;
 use stackgate::policy::PolicySet;
@@ -30,7 +31,7 @@ struct Cmd {
     args: CheckArgs,
 }
 
-fn args(path: &Path, extra: &[&str]) -> CheckArgs {
+fn args(path: &Path, extra: &[&str]) -> CheckOptions {
     let mut argv = vec![
         "check".to_owned(),
         path.display().to_string(),
@@ -38,7 +39,7 @@ fn args(path: &Path, extra: &[&str]) -> CheckArgs {
         "openstack-cloud-controller-manager=clusters/*/occm-values.yaml".to_owned(),
     ];
     argv.extend(extra.iter().map(|s| (*s).to_owned()));
-    Cmd::try_parse_from(argv).expect("valid flags").args
+    CheckOptions::from(&Cmd::try_parse_from(argv).expect("valid flags").args)
 }
 
 fn engine() -> Engine {

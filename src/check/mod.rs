@@ -22,12 +22,10 @@ pub mod report;
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
-
-use clap::{Args, ValueEnum};
-
 use std::sync::Arc;
 
-use crate::cli::PolicyArgs;
+use clap::ValueEnum;
+
 use crate::engine::Engine;
 use crate::releases::catalog::{self, ReleaseCatalog};
 
@@ -57,61 +55,26 @@ pub enum FailOn {
     Warning,
 }
 
-/// `stackgate check` flags.
-#[derive(Debug, Clone, Args)]
-pub struct CheckArgs {
-    /// Files and directories to check (directories recursively: *.yaml, *.yml, *.json);
-    /// `-` reads a YAML stream from standard input (e.g. `kustomize build | stackgate check -`).
-    /// Default: the current directory.
-    #[arg(value_name = "PATH")]
+/// What `stackgate check` checks and how it reports; the `check` flags fill it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckOptions {
+    /// Files and directories to check (directories recursively); `-` is standard input.
+    /// Empty: the current directory.
     pub paths: Vec<PathBuf>,
     /// Output format.
-    #[arg(
-        long,
-        env = "STACKGATE_CHECK_FORMAT",
-        value_enum,
-        default_value = "text"
-    )]
     pub format: Format,
     /// Which findings make the exit code 1.
-    #[arg(
-        long,
-        env = "STACKGATE_CHECK_FAIL_ON",
-        value_enum,
-        default_value = "error"
-    )]
     pub fail_on: FailOn,
-    /// Write the edits the mutating webhook would make back into the files (minimal edits;
-    /// standard input is never written). The report then describes the fixed files.
-    #[arg(long, env = "STACKGATE_CHECK_FIX")]
+    /// Write the mutating webhook's edits back into the files (never into standard input).
     pub fix: bool,
-    /// Treat files matching GLOB as plain Helm values files of CHART, e.g.
-    /// `openstack-cloud-controller-manager='clusters/*/values/occm*.yaml'`. Repeatable.
-    #[arg(
-        long = "values-for",
-        env = "STACKGATE_CHECK_VALUES_FOR",
-        value_name = "CHART=GLOB"
-    )]
+    /// Files to read as plain Helm values files of a chart.
     pub values_for: Vec<ValuesFor>,
-    /// Largest file (and standard input) read, in bytes. A larger input is not checked and
-    /// is reported as "skipped: larger than N bytes", an input error (exit code 2).
-    #[arg(
-        long,
-        env = "STACKGATE_CHECK_MAX_FILE_SIZE",
-        value_name = "BYTES",
-        default_value_t = input::DEFAULT_MAX_FILE_SIZE
-    )]
+    /// Largest input read, in bytes; a larger one is an input error.
     pub max_file_size: u64,
-    /// Do not print fix diffs in text output.
-    #[arg(long, env = "STACKGATE_CHECK_NO_DIFF")]
+    /// Leave the fix diffs out of text output.
     pub no_diff: bool,
-    /// A `ReleaseCatalog` document (the format of `policies/release-catalog.yaml`) that
-    /// replaces the policy set's release catalog for the release-annotation rules.
-    #[arg(long, env = "STACKGATE_RELEASE_CATALOG", value_name = "FILE")]
+    /// A `ReleaseCatalog` document that replaces the policy set's release catalog.
     pub release_catalog: Option<PathBuf>,
-    /// Policy source.
-    #[command(flatten)]
-    pub policy: PolicyArgs,
 }
 
 /// Why `stackgate check` could not run at all (exit code 2). Problems inside inputs are part
@@ -151,22 +114,22 @@ pub enum CheckError {
 /// loading as `stackgate serve`), reading `-` from `stdin` and printing the report to `out`.
 /// Returns the exit code (0, 1 or 2).
 pub fn run(
-    args: &CheckArgs,
+    options: &CheckOptions,
     engine: &Engine,
     stdin: &mut dyn Read,
     out: &mut dyn Write,
 ) -> Result<u8, CheckError> {
     let with_catalog;
-    let engine = match &args.release_catalog {
+    let engine = match &options.release_catalog {
         Some(path) => {
             with_catalog = with_release_catalog(engine, path)?;
             &with_catalog
         }
         None => engine,
     };
-    let report = check(args, engine, stdin)?;
-    let rendered = match args.format {
-        Format::Text => report::text(&report, !args.no_diff),
+    let report = check(options, engine, stdin)?;
+    let rendered = match options.format {
+        Format::Text => report::text(&report, !options.no_diff),
         Format::Json => report::json(&report),
         Format::Sarif => report::sarif(&report, engine.policies()),
         Format::Junit => report::junit(&report),
@@ -207,11 +170,11 @@ pub fn with_release_catalog(engine: &Engine, path: &std::path::Path) -> Result<E
 
 /// Checks the inputs and, with `--fix`, writes the fixes; returns the report.
 pub fn check(
-    args: &CheckArgs,
+    options: &CheckOptions,
     engine: &Engine,
     stdin: &mut dyn Read,
 ) -> Result<Report, CheckError> {
-    let inputs = input::collect(&args.paths, stdin, args.max_file_size)?;
+    let inputs = input::collect(&options.paths, stdin, options.max_file_size)?;
     let mut files = Vec::with_capacity(inputs.len());
     for inp in inputs {
         let text = match &inp.content {
@@ -235,7 +198,7 @@ pub fn check(
                 continue;
             }
         };
-        let chart = input::values_chart(&inp.name, &args.values_for);
+        let chart = input::values_chart(&inp.name, &options.values_for);
         let checked = check_text(engine, &inp.name, text, chart);
         let diff = checked.shown.as_ref().map(|shown| {
             report::masked_diff(
@@ -247,7 +210,7 @@ pub fn check(
                 },
             )
         });
-        let written = match (&checked.fixed, &inp.path, args.fix) {
+        let written = match (&checked.fixed, &inp.path, options.fix) {
             (Some(fixed), Some(path), true) => match input::write_fix(path, inp.identity, fixed)? {
                 None => Some(fixed),
                 Some(reason) => {
@@ -291,7 +254,7 @@ pub fn check(
     }
     Ok(Report {
         files,
-        fail_on: args.fail_on,
-        fix: args.fix,
+        fail_on: options.fail_on,
+        fix: options.fix,
     })
 }

@@ -7,6 +7,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::telemetry::error_chain;
+
 /// Which OpenStack service a call went to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Service {
@@ -348,20 +350,8 @@ pub(crate) fn kube_reason(error: &kube::Error) -> String {
         }
         // serde messages can quote a value of the object (a Secret's data): category only.
         kube::Error::SerdeError(_) => "the response could not be decoded".to_owned(),
-        kube::Error::HyperError(e) => format!("transport: {}", chain(e)),
-        kube::Error::Service(e) => format!("transport: {}", chain(e.as_ref())),
+        kube::Error::HyperError(e) => format!("transport: {}", error_chain(e)),
+        kube::Error::Service(e) => format!("transport: {}", error_chain(e.as_ref())),
         _ => "the request failed".to_owned(),
     }
-}
-
-/// An error and its sources as one line.
-pub(crate) fn chain(error: &dyn std::error::Error) -> String {
-    let mut out = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        out.push_str(": ");
-        out.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    out
 }

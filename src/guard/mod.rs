@@ -32,7 +32,6 @@ mod source;
 
 use std::time::Duration;
 
-use clap::{Args, ValueEnum};
 use rustls::RootCertStore;
 use tokio::time::{Instant, timeout_at};
 
@@ -50,50 +49,7 @@ pub const DEFAULT_OPENSTACK_TIMEOUT: Duration = Duration::from_millis(800);
 /// Default `--octavia-cache-ttl`.
 pub const DEFAULT_OCTAVIA_CACHE_TTL: Duration = Duration::from_secs(5);
 
-/// On or off.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Switch {
-    /// Enabled.
-    On,
-    /// Disabled.
-    Off,
-}
-
-/// `stackgate serve` flags of the guard; `#[command(flatten)]` them into `ServeArgs`.
-#[derive(Debug, Clone, Args)]
-pub struct GuardArgs {
-    /// Control-plane load-balancer guard: before answering a control-plane Machine DELETE,
-    /// read the cluster's API load balancer from Octavia. Needs the Kubernetes API (get on
-    /// clusters, openstackclusters and the identity secrets) and network access to Keystone
-    /// and Octavia.
-    #[arg(
-        long = "lb-guard",
-        env = "STACKGATE_LB_GUARD",
-        value_enum,
-        default_value = "off"
-    )]
-    pub lb_guard: Switch,
-    /// Deadline of each Keystone or Octavia call, connection set-up included (also capped by
-    /// the request deadline).
-    #[arg(long, env = "STACKGATE_OPENSTACK_TIMEOUT", default_value = "800ms", value_parser = crate::cli::parse_duration)]
-    pub openstack_timeout: Duration,
-    /// How long a load balancer's Octavia status tree is reused; 0 disables the cache.
-    #[arg(long, env = "STACKGATE_OCTAVIA_CACHE_TTL", default_value = "5s", value_parser = crate::cli::parse_duration)]
-    pub octavia_cache_ttl: Duration,
-}
-
-impl GuardArgs {
-    /// The configuration, or `None` when the guard is off.
-    pub fn config(&self) -> Option<GuardConfig> {
-        (self.lb_guard == Switch::On).then(|| GuardConfig {
-            openstack_timeout: self.openstack_timeout,
-            octavia_cache_ttl: self.octavia_cache_ttl,
-            ..GuardConfig::default()
-        })
-    }
-}
-
-/// Guard settings.
+/// Guard settings (the `stackgate serve` guard flags fill them when `--lb-guard on`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GuardConfig {
     /// Deadline of each Keystone or Octavia call.

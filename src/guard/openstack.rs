@@ -34,9 +34,10 @@ use tokio::time::{Instant, timeout_at};
 use super::cache::TtlCache;
 use super::clouds::{CloudAuth, Redacted};
 use super::cluster::{CredentialKey, Identity};
-use super::error::{OpenStackError, Service, chain};
+use super::error::{OpenStackError, Service};
 use super::metrics::GuardMetrics;
 use crate::rules::lb_guard::{LoadBalancerStatus, MemberStatus, PoolStatus};
+use crate::telemetry::error_chain;
 
 /// Largest Keystone or Octavia body read (a token with a big catalog is ~100 KiB).
 pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
@@ -324,7 +325,7 @@ impl OpenStack {
                     .map_err(|e| OpenStackError::Transport {
                         service,
                         url: url.to_owned(),
-                        reason: chain(&e),
+                        reason: error_chain(&e),
                     })?;
             let (parts, body) = response.into_parts();
             if parts.status != expect {
@@ -341,7 +342,7 @@ impl OpenStack {
                 .map_err(|e| OpenStackError::Transport {
                     service,
                     url: url.to_owned(),
-                    reason: format!("reading the body: {}", chain(e.as_ref())),
+                    reason: format!("reading the body: {}", error_chain(e.as_ref())),
                 })?
                 .to_bytes();
             Ok((parts.headers, body))

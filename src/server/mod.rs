@@ -38,7 +38,7 @@ mod state;
 mod tls;
 mod webhook;
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,6 +53,12 @@ pub use webhook::{
     INLINE_MAX_BYTES, OVERLOAD_DENIAL, OVERLOAD_WARNING, deadline_reply, overload_reply,
 };
 
+/// Default `--listen`: the webhook's HTTPS port on every interface.
+pub const DEFAULT_LISTEN: SocketAddr =
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 8443));
+/// Default `--admin-listen`: the plain-HTTP admin port on every interface.
+pub const DEFAULT_ADMIN_LISTEN: SocketAddr =
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 8080));
 /// Default `--tls-reload-interval`.
 pub const DEFAULT_TLS_RELOAD_INTERVAL: Duration = Duration::from_secs(10);
 /// Default `--max-body-bytes` (6 MiB: the apiserver's own request limit is 3 MiB per
@@ -92,6 +98,15 @@ pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// 3 MiB bodies or hundreds of ordinary 5–20 KiB reviews at once; the rest wait (until
 /// their deadline, then the overload answer).
 pub const DEFAULT_MAX_INFLIGHT_BODY_BYTES: usize = 16 * 1024 * 1024;
+/// Default `--max-large-evaluations`: 0, one per CPU core the process may use (see
+/// [`ServerConfig::max_large_evaluations`]).
+pub const DEFAULT_MAX_LARGE_EVALUATIONS: usize = 0;
+
+/// Default `--generated-ca-out`: `stackgate-ca.pem` in the temporary directory (`$TMPDIR`),
+/// which is only known at run time.
+pub fn default_generated_ca_out() -> PathBuf {
+    std::env::temp_dir().join("stackgate-ca.pem")
+}
 
 /// How long the admin listener's connections (a scrape, a probe) may take to finish once the
 /// webhook listener has drained; short, so that the process is gone within
@@ -117,7 +132,8 @@ pub enum TlsSource {
     },
 }
 
-/// Server settings; `cli.rs` fills it from flags.
+/// Server settings. The `stackgate serve` flags fill it (the command line converts its
+/// arguments, so the server does not depend on clap).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerConfig {
     /// HTTPS address of the webhook (`--listen`). Ignored by [`run_with_listeners`].
@@ -165,14 +181,15 @@ pub struct ServerConfig {
 }
 
 impl Default for ServerConfig {
-    /// `0.0.0.0:8443` / `0.0.0.0:8080`, a generated certificate with its CA written to
-    /// `$TMPDIR/stackgate-ca.pem`, no client certificates, and the `DEFAULT_*` limits.
+    /// The `DEFAULT_*` addresses and limits, a generated certificate with its CA written to
+    /// [`default_generated_ca_out`], and no client certificates: what `stackgate serve`
+    /// runs with when no flag is given.
     fn default() -> Self {
         Self {
-            listen: SocketAddr::from(([0, 0, 0, 0], 8443)),
-            admin_listen: SocketAddr::from(([0, 0, 0, 0], 8080)),
+            listen: DEFAULT_LISTEN,
+            admin_listen: DEFAULT_ADMIN_LISTEN,
             tls: TlsSource::Generated {
-                ca_out: std::env::temp_dir().join("stackgate-ca.pem"),
+                ca_out: default_generated_ca_out(),
             },
             client_ca: None,
             tls_reload_interval: DEFAULT_TLS_RELOAD_INTERVAL,
@@ -188,7 +205,7 @@ impl Default for ServerConfig {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             write_timeout: DEFAULT_WRITE_TIMEOUT,
             max_inflight_body_bytes: DEFAULT_MAX_INFLIGHT_BODY_BYTES,
-            max_large_evaluations: 0,
+            max_large_evaluations: DEFAULT_MAX_LARGE_EVALUATIONS,
         }
     }
 }
@@ -345,14 +362,73 @@ fn local_addr(which: &'static str, listener: &TcpListener) -> Result<SocketAddr,
         .map_err(|source| ServerError::LocalAddr { which, source })
 }
 
-/// An error and its sources as one line (`a: b: c`), for log fields.
-pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut out = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        out.push_str(": ");
-        out.push_str(&cause.to_string());
-        source = cause.source();
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    /// The apiserver's `?timeout=` is read with Go's grammar (the cloud-config parser) since
+    /// the webhook's own float-based parser was folded into it. This table holds that old
+    /// parser's answers; the rows marked "Go" are the only places the two differ, none of
+    /// which the apiserver writes (it writes Go's `Duration.String()`).
+    #[test]
+    fn apiserver_timeout_keeps_the_old_answers() {
+        let ms = Duration::from_millis;
+        let s = Duration::from_secs;
+        let table: &[(&str, Option<Duration>)] = &[
+            ("10s", Some(s(10))),
+            ("1m30s", Some(s(90))),
+            ("1.5s", Some(ms(1500))),
+            ("500ms", Some(ms(500))),
+            (".5s", Some(ms(500))),
+            ("5.s", Some(s(5))),
+            ("0.1s", Some(ms(100))),
+            ("1s500ms", Some(ms(1500))),
+            ("1h1h", Some(s(7200))),
+            ("00010s", Some(s(10))),
+            ("0s", Some(Duration::ZERO)),
+            ("1h2m3s4ms5us6ns", Some(Duration::new(3723, 4_005_006))),
+            ("1.000000001s", Some(Duration::new(1, 1))),
+            ("1µs", Some(Duration::from_micros(1))),
+            ("1us", Some(Duration::from_micros(1))),
+            ("1ns", Some(Duration::from_nanos(1))),
+            ("2562047h", Some(s(2_562_047 * 3600))),
+            // Unreadable: no timeout from the apiserver, `--request-timeout` alone applies.
+            ("", None),
+            ("10", None),
+            ("0", None),
+            ("s", None),
+            ("10x", None),
+            ("10S", None),
+            ("10ss", None),
+            ("10s10", None),
+            (".s", None),
+            ("1.5.5s", None),
+            (" 10s", None),
+            ("10s ", None),
+            ("1e3s", None),
+            ("infs", None),
+            ("9999999999999999h", None),
+            // Signed, negative zero included: refused, never a zero or negative budget.
+            ("-5s", None),
+            ("-1.5s", None),
+            ("-0s", None),
+            ("-0", None),
+            ("+0", None),
+            ("+5s", None),
+            // Go: U+03BC (Greek mu) is a microsecond like U+00B5; the old parser refused it.
+            ("1\u{3bc}s", Some(Duration::from_micros(1))),
+            // Go: fractions below a nanosecond are cut; the old parser rounded 0.5ns to 1ns.
+            ("0.5ns", Some(Duration::ZERO)),
+            // Go: past i64 nanoseconds (about 292 years) is an error; the old parser took it.
+            // Either way the budget is `--request-timeout`.
+            ("2562048h", None),
+        ];
+        for &(input, expected) in table {
+            assert_eq!(
+                super::webhook::parse_go_duration(input),
+                expected,
+                "{input:?}"
+            );
+        }
     }
-    out
 }

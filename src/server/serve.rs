@@ -42,6 +42,7 @@ use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
 use super::AppState;
+use crate::telemetry::error_chain;
 
 /// Pause after a failed `accept` (e.g. out of file descriptors) instead of spinning.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
@@ -351,7 +352,7 @@ where
             result = conn.as_mut() => {
                 if let Err(error) = result {
                     // Header-read timeouts, resets, malformed requests: the client's problem.
-                    tracing::debug!(error = %super::error_chain(&*error), "connection ended with an error");
+                    tracing::debug!(error = %error_chain(&*error), "connection ended with an error");
                 }
                 return closing;
             }

@@ -22,8 +22,9 @@ use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::{self, PemObject};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
-use super::{AppState, ServerError, TlsSource, error_chain};
+use super::{AppState, ServerError, TlsSource};
 use crate::metrics::Metrics;
+use crate::telemetry::error_chain;
 
 /// ALPN ids offered, in preference order.
 const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];

@@ -464,36 +464,15 @@ pub(crate) fn budget(query: Option<&str>, request_timeout: Duration) -> Duration
 }
 
 /// Parses a Go `time.Duration` string as the apiserver writes it (`10s`, `1m30s`, `1.5s`,
-/// `500ms`).
-fn parse_go_duration(s: &str) -> Option<Duration> {
-    let mut rest = s;
-    let mut seconds = 0.0_f64;
-    if rest.is_empty() {
+/// `500ms`), with Go's grammar ([`crate::cloudconf::parse_go_duration`]). A sign or a bare
+/// `0`, which Go accepts but the apiserver never writes, is ignored like any unreadable
+/// value, as it always was: a negative timeout (or `-0s`) must not shrink the budget.
+pub(super) fn parse_go_duration(s: &str) -> Option<Duration> {
+    if s == "0" || s.starts_with(['+', '-']) {
         return None;
     }
-    while !rest.is_empty() {
-        let number_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
-        if number_end == 0 {
-            return None;
-        }
-        let n: f64 = rest[..number_end].parse().ok()?;
-        rest = &rest[number_end..];
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit_end] {
-            "h" => 3600.0,
-            "m" => 60.0,
-            "s" => 1.0,
-            "ms" => 1e-3,
-            "us" | "µs" => 1e-6,
-            "ns" => 1e-9,
-            _ => return None,
-        };
-        seconds += n * scale;
-        rest = &rest[unit_end..];
-    }
-    Duration::try_from_secs_f64(seconds).ok()
+    let nanos = crate::cloudconf::parse_go_duration(s).ok()?;
+    u64::try_from(nanos).ok().map(Duration::from_nanos)
 }
 
 #[derive(Deserialize)]

@@ -1,0 +1,159 @@
+//! `stackgate check` flags and their conversion into [`CheckOptions`].
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::PolicyArgs;
+use crate::check::input::{DEFAULT_MAX_FILE_SIZE, ValuesFor};
+use crate::check::{CheckOptions, FailOn, Format};
+
+/// `stackgate check` flags.
+#[derive(Debug, Clone, Args)]
+pub struct CheckArgs {
+    /// Files and directories to check (directories recursively: *.yaml, *.yml, *.json);
+    /// `-` reads a YAML stream from standard input (e.g. `kustomize build | stackgate check -`).
+    /// Default: the current directory.
+    #[arg(value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+    /// Output format.
+    #[arg(
+        long,
+        env = "STACKGATE_CHECK_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    pub format: Format,
+    /// Which findings make the exit code 1.
+    #[arg(
+        long,
+        env = "STACKGATE_CHECK_FAIL_ON",
+        value_enum,
+        default_value = "error"
+    )]
+    pub fail_on: FailOn,
+    /// Write the edits the mutating webhook would make back into the files (minimal edits;
+    /// standard input is never written). The report then describes the fixed files.
+    #[arg(long, env = "STACKGATE_CHECK_FIX")]
+    pub fix: bool,
+    /// Treat files matching GLOB as plain Helm values files of CHART, e.g.
+    /// `openstack-cloud-controller-manager='clusters/*/values/occm*.yaml'`. Repeatable.
+    #[arg(
+        long = "values-for",
+        env = "STACKGATE_CHECK_VALUES_FOR",
+        value_name = "CHART=GLOB"
+    )]
+    pub values_for: Vec<ValuesFor>,
+    /// Largest file (and standard input) read, in bytes. A larger input is not checked and
+    /// is reported as "skipped: larger than N bytes", an input error (exit code 2).
+    #[arg(
+        long,
+        env = "STACKGATE_CHECK_MAX_FILE_SIZE",
+        value_name = "BYTES",
+        default_value_t = DEFAULT_MAX_FILE_SIZE
+    )]
+    pub max_file_size: u64,
+    /// Do not print fix diffs in text output.
+    #[arg(long, env = "STACKGATE_CHECK_NO_DIFF")]
+    pub no_diff: bool,
+    /// A `ReleaseCatalog` document (the format of `policies/release-catalog.yaml`) that
+    /// replaces the policy set's release catalog for the release-annotation rules.
+    #[arg(long, env = "STACKGATE_RELEASE_CATALOG", value_name = "FILE")]
+    pub release_catalog: Option<PathBuf>,
+    /// Policy source.
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+}
+
+impl From<&CheckArgs> for CheckOptions {
+    /// Every flag but the policy source, which the caller loads into the engine.
+    fn from(args: &CheckArgs) -> Self {
+        // Destructured, so that a new flag cannot be forgotten here silently.
+        let CheckArgs {
+            paths,
+            format,
+            fail_on,
+            fix,
+            values_for,
+            max_file_size,
+            no_diff,
+            release_catalog,
+            policy: _,
+        } = args;
+        CheckOptions {
+            paths: paths.clone(),
+            format: *format,
+            fail_on: *fail_on,
+            fix: *fix,
+            values_for: values_for.clone(),
+            max_file_size: *max_file_size,
+            no_diff: *no_diff,
+            release_catalog: release_catalog.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::Command;
+    use crate::cli::tests::parse;
+
+    fn options(argv: &[&str]) -> CheckOptions {
+        match parse(argv).command {
+            Command::Check(args) => CheckOptions::from(&*args),
+            other => panic!("{argv:?}: not check: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn check_defaults() {
+        let defaults = options(&["stackgate", "check"]);
+        assert_eq!(
+            defaults,
+            CheckOptions {
+                paths: Vec::new(),
+                format: Format::Text,
+                fail_on: FailOn::Error,
+                fix: false,
+                values_for: Vec::new(),
+                max_file_size: DEFAULT_MAX_FILE_SIZE,
+                no_diff: false,
+                release_catalog: None,
+            }
+        );
+    }
+
+    #[test]
+    fn every_check_flag_reaches_the_options() {
+        let given = options(&[
+            "stackgate",
+            "check",
+            "a.yaml",
+            "-",
+            "--format=sarif",
+            "--fail-on=warning",
+            "--fix",
+            "--values-for=occm=v/*.yaml",
+            "--max-file-size=10",
+            "--no-diff",
+            "--release-catalog=c.yaml",
+        ]);
+        assert_eq!(
+            given,
+            CheckOptions {
+                paths: vec!["a.yaml".into(), "-".into()],
+                format: Format::Sarif,
+                fail_on: FailOn::Warning,
+                fix: true,
+                values_for: vec![ValuesFor {
+                    chart: "occm".to_owned(),
+                    glob: "v/*.yaml".to_owned(),
+                }],
+                max_file_size: 10,
+                no_diff: true,
+                release_catalog: Some("c.yaml".into()),
+            }
+        );
+    }
+}
