@@ -75,17 +75,31 @@ impl Reply {
     }
 }
 
-/// Just enough of a review to answer it when the full decode fails.
-#[derive(Deserialize)]
-struct Probe {
+/// Just enough of a review to answer it without decoding it: when the full decode fails,
+/// and when the server answers for the failure policy (overload, deadline).
+#[derive(Debug, Deserialize)]
+pub struct ReviewIdentity {
+    /// The review's `apiVersion`, echoed in the answer.
     #[serde(rename = "apiVersion")]
-    api_version: Option<String>,
-    request: Option<ProbeRequest>,
+    pub api_version: Option<String>,
+    request: Option<IdentityRequest>,
 }
 
-#[derive(Deserialize)]
-struct ProbeRequest {
-    uid: String,
+#[derive(Debug, Deserialize)]
+struct IdentityRequest {
+    uid: Option<String>,
+}
+
+impl ReviewIdentity {
+    /// Reads the identity of a review body, if it has the shape of one.
+    pub fn read(body: &[u8]) -> Option<Self> {
+        serde_json::from_slice(body).ok()
+    }
+
+    /// The request's uid, when it is a string (possibly empty).
+    pub fn uid(&self) -> Option<&str> {
+        self.request.as_ref()?.uid.as_deref()
+    }
 }
 
 /// Decodes a review, evaluates it, encodes the answer, and records the span and metrics.
@@ -424,11 +438,12 @@ fn undecodable(webhook: Webhook, body: &[u8], error: &serde_json::Error) -> Repl
 /// validating webhook refuses, with `status` (code, reason) when given (validation enforces). Without one, HTTP 400 and the
 /// API server applies the webhook's failurePolicy.
 fn unread(webhook: Webhook, body: &[u8], reason: &str, status: Option<(u16, &str)>) -> Reply {
-    match serde_json::from_slice::<Probe>(body) {
-        Ok(Probe {
-            api_version,
-            request: Some(ProbeRequest { uid }),
-        }) => {
+    let identity = ReviewIdentity::read(body);
+    match identity
+        .as_ref()
+        .and_then(|i| Some((i.api_version.clone(), i.uid()?.to_owned())))
+    {
+        Some((api_version, uid)) => {
             let mut response = match webhook {
                 Webhook::Mutate => {
                     let mut response = AdmissionResponse::invalid(reason);
@@ -455,7 +470,7 @@ fn unread(webhook: Webhook, body: &[u8], reason: &str, status: Option<(u16, &str
             }
             encode(response)
         }
-        _ => Reply::error(StatusCode::BAD_REQUEST, reason),
+        None => Reply::error(StatusCode::BAD_REQUEST, reason),
     }
 }
 

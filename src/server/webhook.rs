@@ -44,12 +44,11 @@ use http::{HeaderMap, HeaderValue, StatusCode};
 use http_body_util::BodyExt;
 use kube::core::Status;
 use kube::core::admission::AdmissionResponse;
-use serde::Deserialize;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, timeout_at};
 
 use super::AppState;
-use crate::admission::{Reply, Webhook};
+use crate::admission::{Reply, ReviewIdentity, Webhook};
 use crate::budget::Cancel;
 
 /// Bodies up to this size are evaluated inline on the async worker; larger ones on the
@@ -475,18 +474,6 @@ pub(super) fn parse_go_duration(s: &str) -> Option<Duration> {
     u64::try_from(nanos).ok().map(Duration::from_nanos)
 }
 
-#[derive(Deserialize)]
-struct UidProbe {
-    #[serde(rename = "apiVersion")]
-    api_version: Option<String>,
-    request: Option<UidProbeRequest>,
-}
-
-#[derive(Deserialize)]
-struct UidProbeRequest {
-    uid: Option<String>,
-}
-
 /// The answer to a review that could not get an evaluation slot before its deadline.
 ///
 /// If the body has a readable `request.uid`, the answer is HTTP 200 with an
@@ -538,10 +525,10 @@ struct ShortCut {
 }
 
 fn short_cut(webhook: Webhook, body: &[u8], how: ShortCut) -> Reply {
-    let probe = serde_json::from_slice::<UidProbe>(body).ok();
-    let Some((api_version, uid)) = probe.and_then(|p| {
-        let uid = p.request?.uid.filter(|uid| !uid.is_empty())?;
-        Some((p.api_version, uid))
+    let identity = ReviewIdentity::read(body);
+    let Some((api_version, uid)) = identity.and_then(|i| {
+        let uid = i.uid().filter(|uid| !uid.is_empty())?.to_owned();
+        Some((i.api_version, uid))
     }) else {
         return Reply::error(StatusCode::SERVICE_UNAVAILABLE, how.denial);
     };
