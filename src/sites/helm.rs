@@ -20,7 +20,7 @@ use kube::core::{DynamicObject, GroupVersionKind};
 use serde_json::{Map, Value};
 
 use super::render::{self, Origin};
-use super::{Anchor, SiteError};
+use super::{Anchor, FoundConfig, Holder, SiteError};
 use crate::cloudconf::Document;
 use crate::cloudconf::IniEdit;
 use crate::yaml::edit::{self as yamledit, Change};
@@ -67,7 +67,7 @@ struct Carrier {
 
 /// Where a Helm site's cloud config comes from.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) enum Form {
+enum Form {
     /// Rendered from `cloudConfig`; the origin of each rendered line.
     CloudConfig(Vec<Origin>),
     /// `cloudConfigContents` (raw INI).
@@ -76,7 +76,7 @@ pub(super) enum Form {
 
 /// A Helm-values site.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct HelmSite {
+struct HelmSite {
     /// Path of the values map or the string field.
     path: Vec<Seg>,
     /// How many leading segments of `path` exist as mappings.
@@ -91,7 +91,7 @@ pub(super) struct HelmSite {
     /// The parsed values (null when absent or unreadable).
     values: Value,
     /// Where the cloud config comes from.
-    pub(super) form: Form,
+    form: Form,
 }
 
 /// The chart names a policy set's sites document asks for.
@@ -288,18 +288,27 @@ pub fn object_name(gvk: &GroupVersionKind, object: &DynamicObject) -> String {
 }
 
 /// A Helm site found in an object: the INI text (or why not) and the site.
-pub(super) struct Found {
-    pub(super) location: String,
-    pub(super) text: Result<String, SiteError>,
-    pub(super) site: HelmSite,
+struct Found {
+    location: String,
+    text: Result<String, SiteError>,
+    site: HelmSite,
 }
 
-/// Finds the Helm-values sites of `object`.
+/// Finds the cloud configs in the values of the charts in `charts` that `object` holds.
 pub(super) fn find(
     gvk: &GroupVersionKind,
     object: &DynamicObject,
     charts: &[String],
-) -> Vec<Found> {
+) -> Vec<FoundConfig> {
+    let object_name = object_name(gvk, object);
+    find_values(gvk, object, charts)
+        .into_iter()
+        .map(|f| FoundConfig::new(object_name.clone(), f.location, f.text, f.site))
+        .collect()
+}
+
+/// Finds the Helm-values sites of `object`.
+fn find_values(gvk: &GroupVersionKind, object: &DynamicObject, charts: &[String]) -> Vec<Found> {
     let root = content(object);
     let values_file = gvk.group == "stackgate.dev" && gvk.kind == VALUES_FILE_KIND;
     let mut out = Vec::new();
@@ -511,54 +520,10 @@ impl HelmSite {
             }
         }
     }
+}
 
-    /// See [`super::FoundConfig::describe`].
-    pub(super) fn describe(&self, object: &str, line: Option<usize>) -> String {
-        let path = self.values_path(line);
-        let names: Vec<&str> = path.iter().map(String::as_str).collect();
-        let mut out = format!("{object} {}", self.join(&names));
-        if let (Form::Contents, Some(l)) = (&self.form, line) {
-            out.push_str(&format!(" line {l}"));
-        }
-        if let Some(vl) = self.values_line(line) {
-            out.push_str(&format!(" (line {vl} of the values)"));
-        }
-        out
-    }
-
-    /// See [`super::FoundConfig::pointer`].
-    pub(super) fn pointer(&self) -> String {
-        let mut path = self.path.clone();
-        if self.yaml.is_none() {
-            path.push(Seg::key(match self.form {
-                Form::Contents => "cloudConfigContents",
-                Form::CloudConfig(_) => "cloudConfig",
-            }));
-        }
-        pointer(&path).to_string()
-    }
-
-    /// See [`super::FoundConfig::trace`].
-    pub(super) fn trace(&self, line: Option<usize>) -> Anchor {
-        if self.yaml.is_some() {
-            return match self.values_line(line) {
-                Some(l) => Anchor::TextLine {
-                    path: self.path.clone(),
-                    line: l,
-                },
-                None => Anchor::Node(self.path.clone()),
-            };
-        }
-        let mut path = self.path.clone();
-        path.extend(self.values_path(line).iter().map(|k| Seg::key(k)));
-        match (&self.form, line) {
-            (Form::Contents, Some(l)) => Anchor::TextLine { path, line: l },
-            _ => Anchor::Node(path),
-        }
-    }
-
-    /// See [`super::FoundConfig::patch`].
-    pub(super) fn patch(&self, edited: &Document, edits: &[IniEdit]) -> Vec<PatchOperation> {
+impl super::Carrier for HelmSite {
+    fn patch(&self, edited: &Document, edits: &[IniEdit]) -> Vec<PatchOperation> {
         match (&self.yaml, &self.form) {
             (None, Form::Contents) => {
                 let mut path = self.path.clone();
@@ -584,6 +549,54 @@ impl HelmSite {
         }
     }
 
+    fn trace(&self, line: Option<usize>) -> Anchor {
+        if self.yaml.is_some() {
+            return match self.values_line(line) {
+                Some(l) => Anchor::TextLine {
+                    path: self.path.clone(),
+                    line: l,
+                },
+                None => Anchor::Node(self.path.clone()),
+            };
+        }
+        let mut path = self.path.clone();
+        path.extend(self.values_path(line).iter().map(|k| Seg::key(k)));
+        match (&self.form, line) {
+            (Form::Contents, Some(l)) => Anchor::TextLine { path, line: l },
+            _ => Anchor::Node(path),
+        }
+    }
+
+    fn pointer(&self) -> String {
+        let mut path = self.path.clone();
+        if self.yaml.is_none() {
+            path.push(Seg::key(match self.form {
+                Form::Contents => "cloudConfigContents",
+                Form::CloudConfig(_) => "cloudConfig",
+            }));
+        }
+        pointer(&path).to_string()
+    }
+
+    fn describe(&self, line: Option<usize>) -> String {
+        let path = self.values_path(line);
+        let names: Vec<&str> = path.iter().map(String::as_str).collect();
+        let mut out = self.join(&names);
+        if let (Form::Contents, Some(l)) = (&self.form, line) {
+            out.push_str(&format!(" line {l}"));
+        }
+        if let Some(vl) = self.values_line(line) {
+            out.push_str(&format!(" (line {vl} of the values)"));
+        }
+        out
+    }
+
+    fn holder(&self) -> Holder {
+        Holder::HelmValues
+    }
+}
+
+impl HelmSite {
     /// `add` operations that set each edited key in the structured values, creating the
     /// missing parents (`cloudConfig`, the section, or the values themselves).
     fn structured_ops(&self, edits: &[IniEdit]) -> Vec<PatchOperation> {
@@ -883,6 +896,8 @@ pub fn holds_chart_values(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cloudconf::{Document, IniEdit};
+    use crate::sites::Anchor;
     use serde_json::json;
 
     fn charts() -> Vec<String> {
@@ -935,7 +950,7 @@ mod tests {
         let text = f.text.clone().unwrap();
         assert!(text.starts_with("[Global]\nregion = \"r\"\n\n[Networking]\n\n[LoadBalancer]\n\n"));
         assert_eq!(
-            f.site.describe("HelmRelease kube-system/occm", Some(2)),
+            f.describe(Some(2)),
             "HelmRelease kube-system/occm spec.values.cloudConfig.global.region"
         );
         let mut doc = Document::parse(&text).unwrap();
@@ -946,10 +961,10 @@ mod tests {
         };
         let summary = doc.set(edit.section, edit.key, edit.value);
         assert_eq!(
-            f.site.describe("X", Some(summary.line)),
-            "X spec.values.cloudConfig.loadBalancer"
+            f.describe(Some(summary.line)),
+            "HelmRelease kube-system/occm spec.values.cloudConfig.loadBalancer"
         );
-        let ops = serde_json::to_value(f.site.patch(&doc, &[edit])).unwrap();
+        let ops = serde_json::to_value(f.patch(&doc, &[edit])).unwrap();
         assert_eq!(
             ops,
             json!([{"op":"add","path":"/spec/values/cloudConfig/loadBalancer",
@@ -971,7 +986,7 @@ mod tests {
             key: "provider-requires-serial-api-calls",
             value: "true",
         };
-        let ops = serde_json::to_value(found[0].site.patch(&doc, &[edit])).unwrap();
+        let ops = serde_json::to_value(found[0].patch(&doc, &[edit])).unwrap();
         assert_eq!(
             ops,
             json!([{"op":"add","path":"/spec/values","value":{"cloudConfig":{"loadBalancer":{"provider-requires-serial-api-calls":true}}}}])
@@ -993,7 +1008,7 @@ mod tests {
         let found = find(&gvk, &o, &charts());
         let f = &found[0];
         assert_eq!(
-            f.site.describe("HelmChart kube-system/occm", Some(6)),
+            f.describe(Some(6)),
             "HelmChart kube-system/occm spec.valuesContent, cloudConfig.loadBalancer.subnet-id (line 4 of the values)"
         );
         let mut doc = Document::parse(f.text.as_ref().unwrap()).unwrap();
@@ -1003,7 +1018,7 @@ mod tests {
             value: "true",
         };
         doc.set(edit.section, edit.key, edit.value);
-        let ops = serde_json::to_value(f.site.patch(&doc, &[edit])).unwrap();
+        let ops = serde_json::to_value(f.patch(&doc, &[edit])).unwrap();
         let expected = values.replace(
             "s  # net\n",
             "s  # net\n    provider-requires-serial-api-calls: true\n",
@@ -1043,11 +1058,11 @@ mod tests {
             "spec.sources[1].helm.values, cloudConfigContents"
         );
         assert_eq!(
-            found[1].site.describe("A", Some(2)),
-            "A spec.sources[1].helm.values, cloudConfigContents line 2 (line 3 of the values)"
+            found[1].describe(Some(2)),
+            "Application argocd/occm spec.sources[1].helm.values, cloudConfigContents line 2 (line 3 of the values)"
         );
         assert_eq!(
-            found[1].site.trace(Some(2)),
+            found[1].trace(Some(2)),
             Anchor::TextLine {
                 path: vec![
                     Seg::key("spec"),
