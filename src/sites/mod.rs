@@ -8,7 +8,7 @@
 //! the private `Carrier` trait per way of storing it): ConfigMap `data` and Secret
 //! `stringData` (verbatim) and Secret `data` (base64), in `object_data.rs`; the values of the
 //! `openstack-cloud-controller-manager` Helm chart inside Flux HelmReleases, Argo CD
-//! Applications and RKE2/k3s HelmCharts, found and carried by [`helm`]:
+//! Applications and RKE2/k3s HelmCharts, found by [`helm`] and carried by `values.rs`:
 //! structured `cloudConfig` values are rendered to the INI the chart would produce
 //! ([`render`]) so the rules run unchanged, and edits go back as JSON Patch `add`s on the
 //! values or as a minimal edit of a values string ([`crate::yaml::edit`]).
@@ -16,6 +16,7 @@
 pub mod helm;
 mod object_data;
 pub mod render;
+mod values;
 
 use std::sync::Arc;
 
@@ -195,11 +196,13 @@ fn yaml_message(location: &str, error: &yaml::YamlError) -> String {
 
 /// One way an object stores a cloud config: ConfigMap `data` or Secret `stringData`
 /// ([`object_data::TextField`]), Secret `data` ([`object_data::Base64Field`]), the CCM chart's
-/// values ([`helm`]).
+/// structured values and values strings ([`values`]).
 ///
 /// A carrier is built when its site is found, by the module that discovers it
-/// ([`object_data::find`], [`helm::find`]), which also reads the INI text. The carrier keeps
-/// what it needs to map lines back to the object and to write an edit.
+/// ([`object_data::find`], [`helm::find`]), which also reads the INI text: what the text turns
+/// out to be can decide the carrier (chart values with `cloudConfigContents` hold the INI in a
+/// string field; without it, the INI is rendered from `cloudConfig`). The carrier keeps what it
+/// needs to map lines back to the object and to write an edit.
 trait Carrier: std::fmt::Debug + Send + Sync {
     /// The JSON Patch operations that write `edited` (the parsed text after `edits` were
     /// applied) back into the object.

@@ -1,6 +1,6 @@
 //! ConfigMap and Secret sites, and the two carriers that hold the INI text in one string
-//! field: [`TextField`] (verbatim: ConfigMap `data`, Secret `stringData`) and [`Base64Field`]
-//! (Secret `data`).
+//! field: [`TextField`] (verbatim: ConfigMap `data`, Secret `stringData`, and the CCM chart's
+//! `cloudConfigContents` in structured values) and [`Base64Field`] (Secret `data`).
 
 use base64::Engine as _;
 use json_patch::{PatchOperation, ReplaceOperation};
@@ -68,12 +68,13 @@ pub(super) fn find(
 }
 
 /// The INI text verbatim in a string field: ConfigMap `data[key]`, Secret `stringData[key]`
-/// (only in manifests; the apiserver merges it into `data` before admission).
+/// (only in manifests; the apiserver merges it into `data` before admission), or the CCM
+/// chart's `cloudConfigContents` in structured values.
 #[derive(Debug)]
 pub(super) struct TextField {
     /// Path of the string field from the object root.
     path: Vec<Seg>,
-    /// How messages name the field: `data["config"]`.
+    /// How messages name the field: `data["config"]`, `spec.values.cloudConfigContents`.
     location: String,
     holder: Holder,
 }
