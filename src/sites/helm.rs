@@ -13,18 +13,20 @@
 //! (raw INI) when that is set, else from the structured `cloudConfig` map
 //! ([`super::render`]); with `secret.enabled` or `secret.create` false it renders no Secret,
 //! so the values are not a site (the externally provided Secret is checked on its own).
+//!
+//! This module finds the values and reads the cloud config in them; the carriers that map it
+//! back to the object and write edits are in `values.rs` (and `object_data.rs` for
+//! `cloudConfigContents` in structured values, a plain string field).
 
-use json_patch::{AddOperation, PatchOperation, ReplaceOperation};
 use jsonptr::PointerBuf;
 use kube::core::{DynamicObject, GroupVersionKind};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
+use super::object_data::TextField;
 use super::render::{self, Origin};
-use super::{Anchor, SiteError};
-use crate::cloudconf::Document;
-use crate::cloudconf::IniEdit;
-use crate::yaml::edit::{self as yamledit, Change};
-use crate::yaml::{self, Node, Seg};
+use super::values::{RenderedValues, ValuesAt, ValuesText, ValuesTextContents, ValuesTextRendered};
+use super::{FoundConfig, Holder, SiteError};
+use crate::yaml::{self, Seg};
 
 /// Largest Helm values string (`valuesContent`, Argo `helm.values`) stackgate parses for the
 /// CCM chart, in bytes. The chart's values are a few KiB; parsed YAML costs hundreds of bytes
@@ -45,53 +47,13 @@ pub const VALUES_FILE_API_VERSION: &str = "stackgate.dev/v1alpha1";
 /// Kind of the synthetic values-file object.
 pub const VALUES_FILE_KIND: &str = "HelmValues";
 
-/// How the values are stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Encoding {
-    /// A JSON/YAML map in the object.
-    Structured,
-    /// A YAML text in a string field.
-    YamlString,
-}
-
-/// One place in an object that holds chart values.
+/// A place in an object that holds the chart's values.
 #[derive(Debug, Clone)]
-struct Carrier {
-    /// Path of the values map or of the string field, from the object root.
+struct ValuesPlace {
+    /// Path of the values map or of the values string, from the object root.
     path: Vec<Seg>,
-    /// How many leading segments of `path` exist as mappings in the object (== len when the
-    /// carrier itself exists).
-    existing: usize,
-    encoding: Encoding,
-}
-
-/// Where a Helm site's cloud config comes from.
-#[derive(Debug, Clone, PartialEq)]
-pub(super) enum Form {
-    /// Rendered from `cloudConfig`; the origin of each rendered line.
-    CloudConfig(Vec<Origin>),
-    /// `cloudConfigContents` (raw INI).
-    Contents,
-}
-
-/// A Helm-values site.
-#[derive(Debug, Clone, PartialEq)]
-pub(super) struct HelmSite {
-    /// Path of the values map or the string field.
-    path: Vec<Seg>,
-    /// How many leading segments of `path` exist as mappings.
-    existing: usize,
-    /// How messages name the carrier (`spec.values`; empty for a values file).
-    field: String,
-    /// The values text, when the values are a YAML string.
-    yaml: Option<String>,
-    /// The values text parsed with positions, read once on first use: every finding's
-    /// message and location asks for it, and parsing per finding was quadratic.
-    tree: std::sync::OnceLock<Option<Node>>,
-    /// The parsed values (null when absent or unreadable).
-    values: Value,
-    /// Where the cloud config comes from.
-    pub(super) form: Form,
+    /// The values are a YAML string (HelmChart `valuesContent`, Argo `helm.values`), not a map.
+    yaml_string: bool,
 }
 
 /// The chart names a policy set's sites document asks for.
@@ -169,10 +131,11 @@ fn content(object: &DynamicObject) -> &Value {
     &object.data
 }
 
-fn carrier(root: &Value, path: Vec<Seg>, encoding: Encoding) -> Carrier {
+/// How many leading segments of `path` exist in `root` (not null).
+fn existing_segments(root: &Value, path: &[Seg]) -> usize {
     let mut existing = 0;
     let mut node = root;
-    for seg in &path {
+    for seg in path {
         let next = match seg {
             Seg::Key(k) => node.get(k),
             Seg::Index(i) => node.get(i),
@@ -185,45 +148,48 @@ fn carrier(root: &Value, path: Vec<Seg>, encoding: Encoding) -> Carrier {
             _ => break,
         }
     }
-    Carrier {
-        path,
-        existing,
-        encoding,
-    }
+    existing
 }
 
-/// The values carriers of `object` for the charts in `charts`.
-fn carriers(gvk: &GroupVersionKind, object: &DynamicObject, charts: &[String]) -> Vec<Carrier> {
+/// The places in `object` that hold values of the charts in `charts`.
+fn values_places(
+    gvk: &GroupVersionKind,
+    object: &DynamicObject,
+    charts: &[String],
+) -> Vec<ValuesPlace> {
     let root = content(object);
-    // (chart reference, values path, encoding) for kinds with one carrier.
-    let single: Option<(Option<&str>, &[&str], Encoding)> =
+    // (chart reference, values path, whether a YAML string) for kinds with one place.
+    let single: Option<(Option<&str>, &[&str], bool)> =
         match (gvk.group.as_str(), gvk.version.as_str(), gvk.kind.as_str()) {
             ("helm.toolkit.fluxcd.io", "v2" | "v2beta2" | "v2beta1", "HelmRelease") => Some((
                 str_at(root, &["spec", "chart", "spec", "chart"])
                     .or_else(|| str_at(root, &["spec", "chartRef", "name"])),
                 &["spec", "values"],
-                Encoding::Structured,
+                false,
             )),
             ("helm.cattle.io", "v1", "HelmChart") => Some((
                 str_at(root, &["spec", "chart"]),
                 &["spec", "valuesContent"],
-                Encoding::YamlString,
+                true,
             )),
             // A HelmChartConfig customises the HelmChart of the same name.
             ("helm.cattle.io", "v1", "HelmChartConfig") => Some((
                 object.metadata.name.as_deref(),
                 &["spec", "valuesContent"],
-                Encoding::YamlString,
+                true,
             )),
             ("stackgate.dev", "v1alpha1", VALUES_FILE_KIND) => {
-                Some((str_at(root, &["chart"]), &["values"], Encoding::Structured))
+                Some((str_at(root, &["chart"]), &["values"], false))
             }
-            ("argoproj.io", "v1alpha1", "Application") => return argo_carriers(root, charts),
+            ("argoproj.io", "v1alpha1", "Application") => return argo_places(root, charts),
             _ => None,
         };
     match single {
-        Some((Some(chart), path, encoding)) if chart_matches(chart, charts) => {
-            vec![carrier(root, keys(path), encoding)]
+        Some((Some(chart), path, yaml_string)) if chart_matches(chart, charts) => {
+            vec![ValuesPlace {
+                path: keys(path),
+                yaml_string,
+            }]
         }
         _ => Vec::new(),
     }
@@ -232,7 +198,7 @@ fn carriers(gvk: &GroupVersionKind, object: &DynamicObject, charts: &[String]) -
 /// Argo CD: `spec.source` and each `spec.sources[]` whose chart (or path) names the chart;
 /// `helm.valuesObject` (also when neither is set: that is where values would go) and
 /// `helm.values` (a YAML string).
-fn argo_carriers(root: &Value, charts: &[String]) -> Vec<Carrier> {
+fn argo_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
     let mut out = Vec::new();
     let mut sources: Vec<Vec<Seg>> = Vec::new();
     if root.pointer("/spec/source").is_some_and(Value::is_object) {
@@ -259,16 +225,16 @@ fn argo_carriers(root: &Value, charts: &[String]) -> Vec<Carrier> {
             helm.and_then(|h| h.get(field))
                 .is_some_and(|v| !v.is_null())
         };
-        let with = |field: &str| {
-            let mut p = base.clone();
-            p.extend(keys(&["helm", field]));
-            p
+        let with = |field: &str, yaml_string| {
+            let mut path = base.clone();
+            path.extend(keys(&["helm", field]));
+            ValuesPlace { path, yaml_string }
         };
         if has("valuesObject") || !has("values") {
-            out.push(carrier(root, with("valuesObject"), Encoding::Structured));
+            out.push(with("valuesObject", false));
         }
         if has("values") {
-            out.push(carrier(root, with("values"), Encoding::YamlString));
+            out.push(with("values", true));
         }
     }
     out
@@ -278,7 +244,7 @@ fn argo_carriers(root: &Value, charts: &[String]) -> Vec<Carrier> {
 /// `values file clusters/a/values.yaml` for a plain values file.
 pub fn object_name(gvk: &GroupVersionKind, object: &DynamicObject) -> String {
     let name = object.metadata.name.as_deref().unwrap_or("");
-    if gvk.group == "stackgate.dev" && gvk.kind == VALUES_FILE_KIND {
+    if is_values_file(gvk) {
         return format!("values file {name}");
     }
     match object.metadata.namespace.as_deref() {
@@ -287,146 +253,182 @@ pub fn object_name(gvk: &GroupVersionKind, object: &DynamicObject) -> String {
     }
 }
 
-/// A Helm site found in an object: the INI text (or why not) and the site.
-pub(super) struct Found {
-    pub(super) location: String,
-    pub(super) text: Result<String, SiteError>,
-    pub(super) site: HelmSite,
-}
-
-/// Finds the Helm-values sites of `object`.
+/// Finds the cloud configs in the values of the charts in `charts` that `object` holds.
 pub(super) fn find(
     gvk: &GroupVersionKind,
     object: &DynamicObject,
     charts: &[String],
-) -> Vec<Found> {
-    let root = content(object);
-    let values_file = gvk.group == "stackgate.dev" && gvk.kind == VALUES_FILE_KIND;
-    let mut out = Vec::new();
-    let carriers = carriers(gvk, object, charts);
-    if carriers.len() > MAX_CARRIERS_PER_OBJECT {
+) -> Vec<FoundConfig> {
+    let object_name = object_name(gvk, object);
+    let places = values_places(gvk, object, charts);
+    if places.len() > MAX_CARRIERS_PER_OBJECT {
         // Each values string is parsed with caps of its own; an object with hundreds of them
-        // would multiply those caps. None is read, and the object is reported instead.
+        // would multiply those caps. None is read, and the object is reported instead (named
+        // as a `cloudConfigContents` at the root, as nothing finer is known).
         let location = display(&keys(&["spec", "sources"]));
-        out.push(Found {
+        let text = Err(SiteError::TooManyCarriers {
             location: location.clone(),
-            text: Err(SiteError::TooManyCarriers {
-                location,
-                count: carriers.len(),
-                limit: MAX_CARRIERS_PER_OBJECT,
-            }),
-            site: HelmSite {
-                path: Vec::new(),
-                existing: 0,
-                field: String::new(),
-                yaml: None,
-                tree: std::sync::OnceLock::new(),
-                values: Value::Null,
-                form: Form::Contents,
-            },
+            count: places.len(),
+            limit: MAX_CARRIERS_PER_OBJECT,
         });
-        return out;
+        let contents = "cloudConfigContents";
+        let carrier = TextField::new(keys(&[contents]), contents.to_owned(), Holder::HelmValues);
+        return vec![FoundConfig::new(object_name, location, text, carrier)];
     }
-    for c in carriers {
-        let raw = if c.existing == c.path.len() {
-            get(root, &c.path)
-        } else {
-            None
-        };
-        let mut site = HelmSite {
-            path: c.path.clone(),
-            existing: c.existing,
-            field: if values_file {
-                String::new()
-            } else {
-                display(&c.path)
-            },
-            yaml: None,
-            tree: std::sync::OnceLock::new(),
-            values: Value::Null,
-            form: Form::Contents,
-        };
-        let field = display(&c.path);
-        let values = match c.encoding {
-            Encoding::Structured => raw.cloned().unwrap_or(Value::Null),
-            Encoding::YamlString => {
-                let text = match raw {
-                    None => String::new(),
-                    Some(Value::String(s)) => s.clone(),
-                    Some(_) => {
-                        out.push(Found {
-                            location: field.clone(),
-                            text: Err(SiteError::NotAString { location: field }),
-                            site,
-                        });
-                        continue;
-                    }
-                };
-                if text.len() > MAX_VALUES_TEXT_BYTES {
-                    out.push(Found {
-                        location: field.clone(),
-                        text: Err(SiteError::TooLarge {
-                            location: field,
-                            size: text.len(),
-                            limit: MAX_VALUES_TEXT_BYTES,
-                        }),
-                        site,
-                    });
-                    continue;
-                }
-                site.yaml = Some(text.clone());
-                match yaml::parse_one(&text).and_then(|n| n.to_json()) {
-                    Ok(v) => v,
-                    Err(error) => {
-                        out.push(Found {
-                            location: field.clone(),
-                            text: Err(SiteError::Yaml {
-                                location: field,
-                                error,
-                            }),
-                            site,
-                        });
-                        continue;
-                    }
-                }
-            }
-        };
-        if !renders_secret(&values) {
-            continue;
+    let root = content(object);
+    let values_file = is_values_file(gvk);
+    places
+        .into_iter()
+        .filter_map(|place| read(&object_name, root, place, values_file))
+        .collect()
+}
+
+/// Reads the values at `place` and finds the cloud config in them (none when the chart would
+/// render no Secret).
+fn read(
+    object_name: &str,
+    root: &Value,
+    place: ValuesPlace,
+    values_file: bool,
+) -> Option<FoundConfig> {
+    let existing = existing_segments(root, &place.path);
+    let raw = (existing == place.path.len())
+        .then(|| get(root, &place.path))
+        .flatten();
+    let field = display(&place.path);
+    // How messages name a path inside the values: a values file's values are the file.
+    let prefix = match (values_file, place.yaml_string) {
+        (true, _) => String::new(),
+        (false, true) => format!("{field}, "),
+        (false, false) => format!("{field}."),
+    };
+    let at = ValuesAt {
+        path: place.path,
+        existing,
+        prefix,
+    };
+    let object = object_name.to_owned();
+    if place.yaml_string {
+        return read_values_text(object, at, field, raw);
+    }
+    let values = raw.cloned().unwrap_or(Value::Null);
+    renders_secret(&values).then(|| in_values_map(object, at, values))
+}
+
+/// Reads a YAML values string (`raw`, absent when the field is) named `field` in messages.
+fn read_values_text(
+    object: String,
+    at: ValuesAt,
+    field: String,
+    raw: Option<&Value>,
+) -> Option<FoundConfig> {
+    let yaml = match raw {
+        None => "",
+        Some(Value::String(s)) => s.as_str(),
+        Some(_) => {
+            let location = field.clone();
+            let error = SiteError::NotAString { location };
+            return Some(unread_values_text(object, at, field, error));
         }
-        site.values = values;
-        let contents = site
-            .values
-            .get("cloudConfigContents")
-            .filter(|v| truthy(v))
-            .cloned();
-        let (location, text) = match contents {
-            Some(Value::String(ini)) => (site.join(&["cloudConfigContents"]), Ok(ini)),
-            Some(_) => {
-                let location = site.join(&["cloudConfigContents"]);
-                (location.clone(), Err(SiteError::NotAString { location }))
-            }
-            None => {
-                let location = site.join(&["cloudConfig"]);
-                match render::render(site.values.get("cloudConfig")) {
-                    Ok(r) => {
-                        site.form = Form::CloudConfig(r.lines);
-                        (location, Ok(r.text))
-                    }
-                    Err(error) => {
-                        site.form = Form::CloudConfig(Vec::new());
-                        (location.clone(), Err(SiteError::Render { location, error }))
-                    }
-                }
-            }
+    };
+    if yaml.len() > MAX_VALUES_TEXT_BYTES {
+        let error = SiteError::TooLarge {
+            location: field.clone(),
+            size: yaml.len(),
+            limit: MAX_VALUES_TEXT_BYTES,
         };
-        out.push(Found {
-            location,
-            text,
-            site,
-        });
+        return Some(unread_values_text(object, at, field, error));
     }
-    out
+    let yaml = yaml.to_owned();
+    match yaml::parse_one(&yaml).and_then(|n| n.to_json()) {
+        Ok(values) => renders_secret(&values)
+            .then(|| in_values_text(object, ValuesText::new(at, yaml, values))),
+        Err(error) => {
+            let location = field.clone();
+            let error = SiteError::Yaml { location, error };
+            let text = ValuesText::new(at, yaml, Value::Null);
+            Some(FoundConfig::new(
+                object,
+                field,
+                Err(error),
+                ValuesTextContents { text },
+            ))
+        }
+    }
+}
+
+/// A values string stackgate does not parse (not a string, or too large). Nothing in it is
+/// known, so messages and pointers name it like `cloudConfigContents` in a values map.
+fn unread_values_text(
+    object: String,
+    at: ValuesAt,
+    field: String,
+    error: SiteError,
+) -> FoundConfig {
+    let location = format!("{field}.cloudConfigContents");
+    let mut path = at.path;
+    path.push(Seg::key("cloudConfigContents"));
+    let carrier = TextField::new(path, location, Holder::HelmValues);
+    FoundConfig::new(object, field, Err(error), carrier)
+}
+
+/// The cloud config in structured values: `cloudConfigContents` when set (a string field of
+/// the object), else `cloudConfig` rendered.
+fn in_values_map(object: String, at: ValuesAt, values: Value) -> FoundConfig {
+    if let Some(contents) = contents(&values) {
+        let location = at.name("cloudConfigContents");
+        let mut path = at.path;
+        path.push(Seg::key("cloudConfigContents"));
+        return TextField::found(object, path, location, contents, Holder::HelmValues);
+    }
+    let location = at.name("cloudConfig");
+    let (text, origins) = render_cloud_config(&values, &location);
+    let carrier = RenderedValues {
+        at,
+        values,
+        origins,
+    };
+    FoundConfig::new(object, location, text, carrier)
+}
+
+/// The cloud config in a values string: `cloudConfigContents` when set, else `cloudConfig`
+/// rendered.
+fn in_values_text(object: String, text: ValuesText) -> FoundConfig {
+    if let Some(contents) = contents(&text.values) {
+        let location = text.at.name("cloudConfigContents");
+        let ini = match contents {
+            Value::String(ini) => Ok(ini.clone()),
+            _ => Err(SiteError::NotAString {
+                location: location.clone(),
+            }),
+        };
+        return FoundConfig::new(object, location, ini, ValuesTextContents { text });
+    }
+    let location = text.at.name("cloudConfig");
+    let (ini, origins) = render_cloud_config(&text.values, &location);
+    FoundConfig::new(object, location, ini, ValuesTextRendered { text, origins })
+}
+
+/// `cloudConfigContents`, when the chart uses it (a truthy value).
+fn contents(values: &Value) -> Option<&Value> {
+    values.get("cloudConfigContents").filter(|v| truthy(v))
+}
+
+/// The INI the chart renders from `cloudConfig` and the origin of each line, or why it
+/// cannot render it.
+fn render_cloud_config(values: &Value, location: &str) -> (Result<String, SiteError>, Vec<Origin>) {
+    match render::render(values.get("cloudConfig")) {
+        Ok(rendered) => (Ok(rendered.text), rendered.lines),
+        Err(error) => {
+            let location = location.to_owned();
+            (Err(SiteError::Render { location, error }), Vec::new())
+        }
+    }
+}
+
+/// Whether `gvk` is the synthetic object `stackgate check` builds for a plain values file.
+fn is_values_file(gvk: &GroupVersionKind) -> bool {
+    gvk.group == "stackgate.dev" && gvk.kind == VALUES_FILE_KIND
 }
 
 /// Go template truthiness of a value (`if`): false, 0, "", null, empty collections are false.
@@ -452,321 +454,6 @@ fn renders_secret(values: &Value) -> bool {
         .all(|k| secret.get(k).is_none_or(truthy))
 }
 
-impl HelmSite {
-    /// `spec.values.cloudConfig` / `spec.valuesContent, cloudConfig`.
-    fn join(&self, inner: &[&str]) -> String {
-        let field = &self.field;
-        let inner = inner.join(".");
-        match (&self.yaml, field.is_empty()) {
-            (_, true) => inner,
-            (Some(_), false) => format!("{field}, {inner}"),
-            (None, false) => format!("{field}.{inner}"),
-        }
-    }
-
-    /// The values path (inside the values) a line of the cloud config comes from, and whether
-    /// it names a key (as opposed to a section or the whole config).
-    fn values_path(&self, line: Option<usize>) -> Vec<String> {
-        match (&self.form, line) {
-            (Form::Contents, _) => vec!["cloudConfigContents".to_owned()],
-            (Form::CloudConfig(lines), Some(l)) => {
-                match l.checked_sub(1).and_then(|i| lines.get(i)) {
-                    // A key the CCM does not know may be a value typed in the wrong place:
-                    // named only when known or a plausible typo (invariant 5).
-                    Some(Origin::Key(section, key)) => {
-                        let key = if crate::cloudconf::schema::is_displayable_key(key) {
-                            key.clone()
-                        } else {
-                            "<unknown key, name not shown>".to_owned()
-                        };
-                        vec!["cloudConfig".into(), (*section).into(), key]
-                    }
-                    Some(Origin::Section(section)) => vec!["cloudConfig".into(), (*section).into()],
-                    None => vec!["cloudConfig".to_owned()],
-                }
-            }
-            (Form::CloudConfig(_), None) => vec!["cloudConfig".to_owned()],
-        }
-    }
-
-    /// The parsed values text (YAML-string carriers).
-    fn tree(&self) -> Option<(&str, &Node)> {
-        let text = self.yaml.as_deref()?;
-        let root = self.tree.get_or_init(|| yaml::parse_one(text).ok());
-        root.as_ref().map(|n| (text, n))
-    }
-
-    /// The line of the values text that `line` of the cloud config comes from.
-    fn values_line(&self, line: Option<usize>) -> Option<usize> {
-        let (text, root) = self.tree()?;
-        let path: Vec<Seg> = self.values_path(line).iter().map(|k| Seg::key(k)).collect();
-        match &self.form {
-            Form::Contents => {
-                let node = root.at(&path)?;
-                Some(yaml::line_within_scalar(text, node, line.unwrap_or(1)))
-            }
-            Form::CloudConfig(_) => {
-                let (used, _, key_line) = root.deepest(&path);
-                (used > 0).then_some(key_line)
-            }
-        }
-    }
-
-    /// See [`super::FoundConfig::describe`].
-    pub(super) fn describe(&self, object: &str, line: Option<usize>) -> String {
-        let path = self.values_path(line);
-        let names: Vec<&str> = path.iter().map(String::as_str).collect();
-        let mut out = format!("{object} {}", self.join(&names));
-        if let (Form::Contents, Some(l)) = (&self.form, line) {
-            out.push_str(&format!(" line {l}"));
-        }
-        if let Some(vl) = self.values_line(line) {
-            out.push_str(&format!(" (line {vl} of the values)"));
-        }
-        out
-    }
-
-    /// See [`super::FoundConfig::pointer`].
-    pub(super) fn pointer(&self) -> String {
-        let mut path = self.path.clone();
-        if self.yaml.is_none() {
-            path.push(Seg::key(match self.form {
-                Form::Contents => "cloudConfigContents",
-                Form::CloudConfig(_) => "cloudConfig",
-            }));
-        }
-        pointer(&path).to_string()
-    }
-
-    /// See [`super::FoundConfig::trace`].
-    pub(super) fn trace(&self, line: Option<usize>) -> Anchor {
-        if self.yaml.is_some() {
-            return match self.values_line(line) {
-                Some(l) => Anchor::TextLine {
-                    path: self.path.clone(),
-                    line: l,
-                },
-                None => Anchor::Node(self.path.clone()),
-            };
-        }
-        let mut path = self.path.clone();
-        path.extend(self.values_path(line).iter().map(|k| Seg::key(k)));
-        match (&self.form, line) {
-            (Form::Contents, Some(l)) => Anchor::TextLine { path, line: l },
-            _ => Anchor::Node(path),
-        }
-    }
-
-    /// See [`super::FoundConfig::patch`].
-    pub(super) fn patch(&self, edited: &Document, edits: &[IniEdit]) -> Vec<PatchOperation> {
-        match (&self.yaml, &self.form) {
-            (None, Form::Contents) => {
-                let mut path = self.path.clone();
-                path.push(Seg::key("cloudConfigContents"));
-                vec![PatchOperation::Replace(ReplaceOperation {
-                    path: pointer(&path),
-                    value: Value::String(edited.to_text()),
-                })]
-            }
-            (None, Form::CloudConfig(_)) => self.structured_ops(edits),
-            (Some(text), form) => {
-                let new_text = self.edit_values_text(text, form, edited, edits);
-                let op_path = pointer(&self.path);
-                if self.existing == self.path.len() {
-                    vec![PatchOperation::Replace(ReplaceOperation {
-                        path: op_path,
-                        value: Value::String(new_text),
-                    })]
-                } else {
-                    vec![self.add_missing(&[], Value::String(new_text))]
-                }
-            }
-        }
-    }
-
-    /// `add` operations that set each edited key in the structured values, creating the
-    /// missing parents (`cloudConfig`, the section, or the values themselves).
-    fn structured_ops(&self, edits: &[IniEdit]) -> Vec<PatchOperation> {
-        let mut values = self.values.clone();
-        let mut ops = Vec::new();
-        let mut carrier_exists = self.existing == self.path.len() && values.is_object();
-        for edit in edits {
-            let Some((rel, leaf)) = edit_target(&values, edit) else {
-                continue;
-            };
-            if !carrier_exists {
-                let nested = nest(&rel, leaf);
-                ops.push(self.add_missing(&[], nested.clone()));
-                values = nested;
-                carrier_exists = true;
-                continue;
-            }
-            // The first segment whose value is missing or not a map gets the rest nested.
-            let mut node = &values;
-            let mut split = rel.len() - 1;
-            for (i, k) in rel[..rel.len() - 1].iter().enumerate() {
-                match node.get(k) {
-                    Some(child) if child.is_object() => node = child,
-                    _ => {
-                        split = i;
-                        break;
-                    }
-                }
-            }
-            let value = nest(&rel[split + 1..], leaf);
-            let mut path = self.path.clone();
-            path.extend(rel[..=split].iter().map(|k| Seg::key(k)));
-            ops.push(PatchOperation::Add(AddOperation {
-                path: pointer(&path),
-                value: value.clone(),
-            }));
-            json_put(&mut values, &rel[..=split], value);
-        }
-        ops
-    }
-
-    /// An `add` of `value` at `self.path + rel`, starting at the first missing segment of the
-    /// carrier path.
-    fn add_missing(&self, rel: &[String], value: Value) -> PatchOperation {
-        let existing = self.existing.min(self.path.len());
-        let mut tail: Vec<String> = self.path[existing..]
-            .iter()
-            .filter_map(|s| match s {
-                Seg::Key(k) => Some(k.clone()),
-                Seg::Index(_) => None,
-            })
-            .collect();
-        tail.extend(rel.iter().cloned());
-        let (first, rest) = tail
-            .split_first()
-            .map_or((None, &[][..]), |(f, r)| (Some(f.clone()), r));
-        let mut path = self.path[..existing].to_vec();
-        if let Some(first) = first {
-            path.push(Seg::Key(first));
-        }
-        PatchOperation::Add(AddOperation {
-            path: pointer(&path),
-            value: nest(rest, value),
-        })
-    }
-
-    /// The values text with the edits applied: one line changed or inserted per edit where
-    /// the text allows it, else the whole values written as JSON (valid YAML).
-    fn edit_values_text(
-        &self,
-        text: &str,
-        form: &Form,
-        edited: &Document,
-        edits: &[IniEdit],
-    ) -> String {
-        let mut values = self.values.clone();
-        let mut current = text.to_owned();
-        let mut minimal = true;
-        let mut changes: Vec<Change> = Vec::new();
-        match form {
-            Form::Contents => changes.push(Change::Set {
-                path: vec![Seg::key("cloudConfigContents")],
-                value: Value::String(edited.to_text()),
-            }),
-            Form::CloudConfig(_) => {
-                for edit in edits {
-                    if let Some((rel, leaf)) = edit_target(&values, edit) {
-                        json_put(&mut values, &rel, leaf.clone());
-                        changes.push(Change::Set {
-                            path: rel.iter().map(|k| Seg::key(k)).collect(),
-                            value: leaf,
-                        });
-                    }
-                }
-            }
-        }
-        for change in &changes {
-            match yamledit::apply(&current, 0, change) {
-                Ok(next) => current = next,
-                Err(_) => {
-                    minimal = false;
-                    break;
-                }
-            }
-        }
-        if minimal {
-            return current;
-        }
-        // Fallback: the whole values as JSON, which Helm reads as YAML.
-        let mut values = self.values.clone();
-        for change in &changes {
-            let Change::Set { path, value } = change;
-            let keys: Vec<String> = path
-                .iter()
-                .filter_map(|s| match s {
-                    Seg::Key(k) => Some(k.clone()),
-                    Seg::Index(_) => None,
-                })
-                .collect();
-            json_put(&mut values, &keys, value.clone());
-        }
-        serde_json::to_string_pretty(&values)
-            .map(|s| s + "\n")
-            .unwrap_or(current)
-    }
-}
-
-/// Where an INI edit goes in the values: `cloudConfig.<section>.<key>` (the key spelled as an
-/// existing key that gcfg would match, if any) and the JSON value.
-fn edit_target(values: &Value, edit: &IniEdit) -> Option<(Vec<String>, Value)> {
-    let section = render::values_key(edit.section)?;
-    let existing = values
-        .get("cloudConfig")
-        .and_then(|c| c.get(section))
-        .and_then(Value::as_object)
-        .and_then(|m| {
-            m.keys()
-                .rfind(|k| k.eq_ignore_ascii_case(edit.key))
-                .cloned()
-        });
-    let key = existing.unwrap_or_else(|| edit.key.to_owned());
-    let leaf = match edit.value {
-        "true" => Value::Bool(true),
-        "false" => Value::Bool(false),
-        other => Value::String(other.to_owned()),
-    };
-    Some((
-        vec!["cloudConfig".to_owned(), section.to_owned(), key],
-        leaf,
-    ))
-}
-
-/// `{a: {b: leaf}}` for `keys = [a, b]`.
-fn nest(keys: &[String], leaf: Value) -> Value {
-    keys.iter().rev().fold(leaf, |acc, k| {
-        let mut m = Map::new();
-        m.insert(k.clone(), acc);
-        Value::Object(m)
-    })
-}
-
-/// Sets `keys` to `value` in `root`, replacing non-map parents.
-fn json_put(root: &mut Value, keys: &[String], value: Value) {
-    let Some((last, parents)) = keys.split_last() else {
-        *root = value;
-        return;
-    };
-    let mut node = root;
-    for k in parents {
-        if !node.is_object() {
-            *node = Value::Object(Map::new());
-        }
-        let Value::Object(m) = node else { return };
-        node = m.entry(k.clone()).or_insert(Value::Null);
-    }
-    if !node.is_object() {
-        *node = Value::Object(Map::new());
-    }
-    if let Value::Object(m) = node {
-        m.insert(last.clone(), value);
-    }
-}
-
 /// The chart's `controllerExtraArgs` in `object`, for the `ccm-concurrency` rule: (location
 /// for messages, JSON pointer of the field, the arguments). The first carrier that sets them
 /// wins; see [`helm_controller_extra_args_all`] for every carrier.
@@ -787,7 +474,7 @@ pub fn helm_controller_extra_args_all(
 ) -> Vec<(String, String, Vec<String>)> {
     let charts: Vec<String> = DEFAULT_CHARTS.iter().map(|s| (*s).to_owned()).collect();
     let root = content(object);
-    let values_file = gvk.group == "stackgate.dev" && gvk.kind == VALUES_FILE_KIND;
+    let values_file = is_values_file(gvk);
     // A values file's values are the file itself: name paths without the `values` prefix.
     let shown = |p: &[Seg]| {
         if values_file {
@@ -797,36 +484,33 @@ pub fn helm_controller_extra_args_all(
         }
     };
     let mut out = Vec::new();
-    let carriers = carriers(gvk, object, &charts);
-    if carriers.len() > MAX_CARRIERS_PER_OBJECT {
+    let places = values_places(gvk, object, &charts);
+    if places.len() > MAX_CARRIERS_PER_OBJECT {
         // Reported by the cloud-config site (`find`); reading them here would multiply the
         // per-string YAML caps.
         return out;
     }
-    for c in carriers {
-        let Some(raw) = get(root, &c.path) else {
+    for place in places {
+        let Some(raw) = get(root, &place.path) else {
             continue;
         };
-        let field = shown(&c.path);
-        let (values, location, field_pointer) = match c.encoding {
-            Encoding::Structured => {
-                let mut p = c.path.clone();
-                p.push(Seg::key("controllerExtraArgs"));
-                (raw.clone(), shown(&p), pointer(&p).to_string())
-            }
-            Encoding::YamlString => {
-                let Some(text) = raw.as_str().filter(|t| t.len() <= MAX_VALUES_TEXT_BYTES) else {
-                    continue;
-                };
-                let Ok(values) = yaml::parse_one(text).and_then(|n| n.to_json()) else {
-                    continue;
-                };
-                (
-                    values,
-                    format!("{field}, controllerExtraArgs"),
-                    pointer(&c.path).to_string(),
-                )
-            }
+        let field = shown(&place.path);
+        let (values, location, field_pointer) = if place.yaml_string {
+            let Some(text) = raw.as_str().filter(|t| t.len() <= MAX_VALUES_TEXT_BYTES) else {
+                continue;
+            };
+            let Ok(values) = yaml::parse_one(text).and_then(|n| n.to_json()) else {
+                continue;
+            };
+            (
+                values,
+                format!("{field}, controllerExtraArgs"),
+                pointer(&place.path).to_string(),
+            )
+        } else {
+            let mut p = place.path.clone();
+            p.push(Seg::key("controllerExtraArgs"));
+            (raw.clone(), shown(&p), pointer(&p).to_string())
         };
         let Some(args) = values.get("controllerExtraArgs").and_then(extra_args) else {
             continue;
@@ -877,12 +561,14 @@ pub fn holds_chart_values(
     object: &DynamicObject,
     sites: &super::SitesDocument,
 ) -> bool {
-    !carriers(gvk, object, &chart_names(sites)).is_empty()
+    !values_places(gvk, object, &chart_names(sites)).is_empty()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cloudconf::{Document, IniEdit};
+    use crate::sites::Anchor;
     use serde_json::json;
 
     fn charts() -> Vec<String> {
@@ -935,7 +621,7 @@ mod tests {
         let text = f.text.clone().unwrap();
         assert!(text.starts_with("[Global]\nregion = \"r\"\n\n[Networking]\n\n[LoadBalancer]\n\n"));
         assert_eq!(
-            f.site.describe("HelmRelease kube-system/occm", Some(2)),
+            f.describe(Some(2)),
             "HelmRelease kube-system/occm spec.values.cloudConfig.global.region"
         );
         let mut doc = Document::parse(&text).unwrap();
@@ -946,10 +632,10 @@ mod tests {
         };
         let summary = doc.set(edit.section, edit.key, edit.value);
         assert_eq!(
-            f.site.describe("X", Some(summary.line)),
-            "X spec.values.cloudConfig.loadBalancer"
+            f.describe(Some(summary.line)),
+            "HelmRelease kube-system/occm spec.values.cloudConfig.loadBalancer"
         );
-        let ops = serde_json::to_value(f.site.patch(&doc, &[edit])).unwrap();
+        let ops = serde_json::to_value(f.patch(&doc, &[edit])).unwrap();
         assert_eq!(
             ops,
             json!([{"op":"add","path":"/spec/values/cloudConfig/loadBalancer",
@@ -971,7 +657,7 @@ mod tests {
             key: "provider-requires-serial-api-calls",
             value: "true",
         };
-        let ops = serde_json::to_value(found[0].site.patch(&doc, &[edit])).unwrap();
+        let ops = serde_json::to_value(found[0].patch(&doc, &[edit])).unwrap();
         assert_eq!(
             ops,
             json!([{"op":"add","path":"/spec/values","value":{"cloudConfig":{"loadBalancer":{"provider-requires-serial-api-calls":true}}}}])
@@ -993,7 +679,7 @@ mod tests {
         let found = find(&gvk, &o, &charts());
         let f = &found[0];
         assert_eq!(
-            f.site.describe("HelmChart kube-system/occm", Some(6)),
+            f.describe(Some(6)),
             "HelmChart kube-system/occm spec.valuesContent, cloudConfig.loadBalancer.subnet-id (line 4 of the values)"
         );
         let mut doc = Document::parse(f.text.as_ref().unwrap()).unwrap();
@@ -1003,7 +689,7 @@ mod tests {
             value: "true",
         };
         doc.set(edit.section, edit.key, edit.value);
-        let ops = serde_json::to_value(f.site.patch(&doc, &[edit])).unwrap();
+        let ops = serde_json::to_value(f.patch(&doc, &[edit])).unwrap();
         let expected = values.replace(
             "s  # net\n",
             "s  # net\n    provider-requires-serial-api-calls: true\n",
@@ -1043,11 +729,11 @@ mod tests {
             "spec.sources[1].helm.values, cloudConfigContents"
         );
         assert_eq!(
-            found[1].site.describe("A", Some(2)),
-            "A spec.sources[1].helm.values, cloudConfigContents line 2 (line 3 of the values)"
+            found[1].describe(Some(2)),
+            "Application argocd/occm spec.sources[1].helm.values, cloudConfigContents line 2 (line 3 of the values)"
         );
         assert_eq!(
-            found[1].site.trace(Some(2)),
+            found[1].trace(Some(2)),
             Anchor::TextLine {
                 path: vec![
                     Seg::key("spec"),

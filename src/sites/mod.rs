@@ -4,26 +4,28 @@
 //!
 //! Which objects are sites is policy data ([`SitesDocument`], loaded with the policies), not code.
 //!
-//! Carriers: ConfigMap `data`, Secret `data` (base64) / `stringData`, and the values of the
+//! A [`FoundConfig`] is one cloud config and the carrier that holds it (one implementation of
+//! the private `Carrier` trait per way of storing it): ConfigMap `data` and Secret
+//! `stringData` (verbatim) and Secret `data` (base64), in `object_data.rs`; the values of the
 //! `openstack-cloud-controller-manager` Helm chart inside Flux HelmReleases, Argo CD
-//! Applications and RKE2/k3s HelmCharts ([`helm`]): structured `cloudConfig` values are
-//! rendered to the INI the chart would produce ([`render`]) so the rules run unchanged, and
-//! edits go back as JSON Patch `add`s on the values or as a minimal edit of a values string
-//! ([`yamledit`]).
+//! Applications and RKE2/k3s HelmCharts, found by [`helm`] and carried by `values.rs`:
+//! structured `cloudConfig` values are rendered to the INI the chart would produce
+//! ([`render`]) so the rules run unchanged, and edits go back as JSON Patch `add`s on the
+//! values or as a minimal edit of a values string ([`crate::yaml::edit`]).
 
 pub mod helm;
+mod object_data;
 pub mod render;
+mod values;
 
-use base64::Engine as _;
-use json_patch::{PatchOperation, ReplaceOperation};
-use jsonptr::PointerBuf;
+use std::sync::Arc;
+
+use json_patch::PatchOperation;
 use kube::core::{DynamicObject, GroupVersionKind};
-use serde_json::Value;
-
-use crate::cloudconf::Document;
-use crate::cloudconf::IniEdit;
-use crate::yaml;
 use serde::{Deserialize, Serialize};
+
+use crate::cloudconf::{Document, IniEdit};
+use crate::yaml;
 
 pub use crate::yaml::Seg;
 pub use helm::{helm_controller_extra_args, helm_controller_extra_args_all};
@@ -85,20 +87,6 @@ fn default_true() -> bool {
     true
 }
 
-/// How the INI text is stored in the object.
-#[derive(Debug, Clone, PartialEq)]
-enum Carrier {
-    /// ConfigMap `data[key]`, plain text.
-    ConfigMapData,
-    /// Secret `data[key]`, base64.
-    SecretData,
-    /// Secret `stringData[key]`, plain text (only in manifests; the apiserver merges it into
-    /// `data` before admission).
-    SecretStringData,
-    /// Helm chart values.
-    Helm(Box<helm::HelmSite>),
-}
-
 /// What kind of object holds a site.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Holder {
@@ -108,6 +96,14 @@ pub enum Holder {
     Secret,
     /// Values of the CCM Helm chart (HelmRelease, Application, HelmChart, values file).
     HelmValues,
+}
+
+impl Holder {
+    /// Whether the cloud config is kept in a Secret: a Secret, or Helm values (the chart
+    /// renders them into Secret `cloud-config`).
+    fn keeps_it_secret(self) -> bool {
+        self != Holder::ConfigMap
+    }
 }
 
 /// Where a line of a site's cloud config is written in the object, for tools that map
@@ -198,6 +194,35 @@ fn yaml_message(location: &str, error: &yaml::YamlError) -> String {
     }
 }
 
+/// One way an object stores a cloud config: ConfigMap `data` or Secret `stringData`
+/// ([`object_data::TextField`]), Secret `data` ([`object_data::Base64Field`]), the CCM chart's
+/// structured values and values strings ([`values`]).
+///
+/// A carrier is built when its site is found, by the module that discovers it
+/// ([`object_data::find`], [`helm::find`]), which also reads the INI text: what the text turns
+/// out to be can decide the carrier (chart values with `cloudConfigContents` hold the INI in a
+/// string field; without it, the INI is rendered from `cloudConfig`). The carrier keeps what it
+/// needs to map lines back to the object and to write an edit.
+trait Carrier: std::fmt::Debug + Send + Sync {
+    /// The JSON Patch operations that write `edited` (the parsed text after `edits` were
+    /// applied) back into the object.
+    fn patch(&self, edited: &Document, edits: &[IniEdit]) -> Vec<PatchOperation>;
+
+    /// Where line `line` of the cloud config (or the whole config for `None`) is written in
+    /// the object.
+    fn trace(&self, line: Option<usize>) -> Anchor;
+
+    /// JSON pointer of the field holding the config, e.g. `/data/cloud.conf`.
+    fn pointer(&self) -> String;
+
+    /// Where line `line` (or the whole config) is in the object, for messages, without the
+    /// object's name: `data["config"] line 3`, `spec.values.cloudConfig.global.region`.
+    fn describe(&self, line: Option<usize>) -> String;
+
+    /// What kind of object holds it.
+    fn holder(&self) -> Holder;
+}
+
 /// A cloud config found in an object.
 #[derive(Debug, Clone)]
 pub struct FoundConfig {
@@ -216,18 +241,35 @@ pub struct FoundConfig {
     pub secret: bool,
     /// What kind of object holds the site.
     pub kind: Holder,
-    carrier: Carrier,
-    key: String,
+    /// Shared: cloning a found config does not copy the values its carrier keeps.
+    carrier: Arc<dyn Carrier>,
 }
 
 impl FoundConfig {
+    /// A site stackgate may edit, held by `carrier`.
+    fn new(
+        object: String,
+        location: String,
+        text: Result<String, SiteError>,
+        carrier: impl Carrier + 'static,
+    ) -> Self {
+        let kind = carrier.holder();
+        FoundConfig {
+            object,
+            location,
+            text,
+            mutable: true,
+            note: None,
+            secret: kind.keeps_it_secret(),
+            kind,
+            carrier: Arc::new(carrier),
+        }
+    }
+
     /// The JSON Patch operations that write `edited` (the parsed text after `edits` were
     /// applied) back into the object.
     pub fn patch(&self, edited: &Document, edits: &[IniEdit]) -> Vec<PatchOperation> {
-        match &self.carrier {
-            Carrier::Helm(site) => site.patch(edited, edits),
-            _ => vec![self.replace_text(&edited.to_text())],
-        }
+        self.carrier.patch(edited, edits)
     }
 
     /// Whether the cloud config is held by a ConfigMap (readable more widely than a Secret).
@@ -238,60 +280,20 @@ impl FoundConfig {
     /// Where line `line` of the cloud config (or the whole config for `None`) is written in
     /// the object.
     pub fn trace(&self, line: Option<usize>) -> Anchor {
-        let field = |name: &str| vec![Seg::key(name), Seg::key(&self.key)];
-        match (&self.carrier, line) {
-            (Carrier::Helm(site), _) => site.trace(line),
-            (Carrier::ConfigMapData, Some(line)) => Anchor::TextLine {
-                path: field("data"),
-                line,
-            },
-            (Carrier::SecretStringData, Some(line)) => Anchor::TextLine {
-                path: field("stringData"),
-                line,
-            },
-            (Carrier::SecretStringData, None) => Anchor::Node(field("stringData")),
-            _ => Anchor::Node(field("data")),
-        }
-    }
-
-    /// The JSON Patch operation that replaces the text with `new_text`.
-    fn replace_text(&self, new_text: &str) -> PatchOperation {
-        let (field, value) = match self.carrier {
-            Carrier::ConfigMapData => ("data", new_text.to_owned()),
-            Carrier::SecretData => (
-                "data",
-                base64::engine::general_purpose::STANDARD.encode(new_text),
-            ),
-            Carrier::SecretStringData | Carrier::Helm(_) => ("stringData", new_text.to_owned()),
-        };
-        PatchOperation::Replace(ReplaceOperation {
-            path: PointerBuf::from_tokens([field, self.key.as_str()]),
-            value: Value::String(value),
-        })
+        self.carrier.trace(line)
     }
 
     /// JSON pointer of the field holding the text, e.g. `/data/cloud.conf`.
     pub fn pointer(&self) -> String {
-        let field = match &self.carrier {
-            Carrier::Helm(site) => return site.pointer(),
-            Carrier::SecretStringData => "stringData",
-            _ => "data",
-        };
-        PointerBuf::from_tokens([field, self.key.as_str()]).to_string()
+        self.carrier.pointer()
     }
 
-    /// `ConfigMap openshift-config/cloud-provider-config, data["config"]`, with a line.
+    /// `ConfigMap openshift-config/cloud-provider-config data["config"] line 3`.
     ///
     /// Helm values name the values path instead, e.g.
     /// `HelmRelease kube-system/occm spec.values.cloudConfig.loadBalancer.provider-requires-serial-api-calls`.
     pub fn describe(&self, line: Option<usize>) -> String {
-        if let Carrier::Helm(site) = &self.carrier {
-            return site.describe(&self.object, line);
-        }
-        match line {
-            Some(line) => format!("{} {} line {line}", self.object, self.location),
-            None => format!("{} {}", self.object, self.location),
-        }
+        format!("{} {}", self.object, self.carrier.describe(line))
     }
 }
 
@@ -301,123 +303,10 @@ pub fn find(
     object: &DynamicObject,
     sites: &SitesDocument,
 ) -> Vec<FoundConfig> {
-    let kind = match (gvk.group.as_str(), gvk.version.as_str(), gvk.kind.as_str()) {
-        ("", "v1", "ConfigMap") => SiteKind::ConfigMap,
-        ("", "v1", "Secret") => SiteKind::Secret,
-        _ => return find_helm(gvk, object, sites),
-    };
-    let name = object.metadata.name.as_deref().unwrap_or("");
-    let namespace = object.metadata.namespace.as_deref().unwrap_or("");
-    let mut keys: Vec<(String, bool, Option<String>)> = sites
-        .sites
-        .iter()
-        .filter(|s| s.kind == kind && s.name == name && s.namespace == namespace)
-        .map(|s| (s.key.clone(), s.mutate, s.note.clone()))
-        .collect();
-    if let Some(label) = &sites.label
-        && let Some(key) = object.metadata.labels.as_ref().and_then(|l| l.get(label))
-        && !keys.iter().any(|(k, _, _)| k == key)
-    {
-        keys.push((key.clone(), true, None));
-    }
-    let object_name = format!("{} {namespace}/{name}", kind.as_str());
-    let mut found = Vec::new();
-    for (key, mutable, note) in keys {
-        let string_data = object.data.get("stringData").and_then(|d| d.get(&key));
-        let data = object.data.get("data").and_then(|d| d.get(&key));
-        let (carrier, raw) = match (kind, string_data, data) {
-            (SiteKind::Secret, Some(v), _) => (Carrier::SecretStringData, v),
-            (SiteKind::Secret, None, Some(v)) => (Carrier::SecretData, v),
-            (SiteKind::ConfigMap, _, Some(v)) => (Carrier::ConfigMapData, v),
-            _ => continue,
-        };
-        let location = match carrier {
-            Carrier::SecretStringData => format!("stringData[{key:?}]"),
-            _ => format!("data[{key:?}]"),
-        };
-        let text = decode(&carrier, raw, &location);
-        found.push(FoundConfig {
-            object: object_name.clone(),
-            location,
-            text,
-            mutable,
-            note,
-            secret: kind == SiteKind::Secret,
-            kind: match kind {
-                SiteKind::ConfigMap => Holder::ConfigMap,
-                SiteKind::Secret => Holder::Secret,
-            },
-            carrier,
-            key,
-        });
-    }
-    found
-}
-
-fn find_helm(
-    gvk: &GroupVersionKind,
-    object: &DynamicObject,
-    sites: &SitesDocument,
-) -> Vec<FoundConfig> {
-    let charts = helm::chart_names(sites);
-    let object_name = helm::object_name(gvk, object);
-    helm::find(gvk, object, &charts)
-        .into_iter()
-        .map(|f| FoundConfig {
-            object: object_name.clone(),
-            location: f.location,
-            text: f.text,
-            mutable: true,
-            note: None,
-            secret: true,
-            kind: Holder::HelmValues,
-            carrier: Carrier::Helm(Box::new(f.site)),
-            key: String::new(),
-        })
-        .collect()
-}
-
-/// Go's `base64.StdEncoding`: the standard alphabet, `=` padding required, and (not being
-/// `.Strict()`) non-zero bits after the last full byte ignored.
-const GO_STD_ENCODING: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
-    &base64::alphabet::STANDARD,
-    base64::engine::GeneralPurposeConfig::new()
-        .with_decode_allow_trailing_bits(true)
-        .with_decode_padding_mode(base64::engine::DecodePaddingMode::RequireCanonical),
-);
-
-/// Decodes a Secret's `data` value exactly as the apiserver does. Kubernetes decodes JSON
-/// `[]byte` fields with Go's `encoding/json`, which calls `base64.StdEncoding.Decode`
-/// (encoding/json/decode.go, `literalStore`); its doc says "New line characters (\r and \n)
-/// are ignored" and `decodeQuantum` in encoding/base64/base64.go skips them anywhere, even
-/// between the padding characters. So data wrapped at 76 columns (the `base64` tool's
-/// default) is accepted by kubectl and the apiserver, and must be here. Any other whitespace
-/// is invalid in Go too.
-fn decode_base64_like_go(s: &str) -> Result<Vec<u8>, base64::DecodeError> {
-    if s.contains(['\r', '\n']) {
-        let compact: Vec<u8> = s.bytes().filter(|b| !matches!(b, b'\r' | b'\n')).collect();
-        GO_STD_ENCODING.decode(compact)
-    } else {
-        GO_STD_ENCODING.decode(s)
-    }
-}
-
-fn decode(carrier: &Carrier, raw: &Value, location: &str) -> Result<String, SiteError> {
-    let Some(s) = raw.as_str() else {
-        return Err(SiteError::NotAString {
-            location: location.to_owned(),
-        });
-    };
-    match carrier {
-        Carrier::SecretData => {
-            let bytes = decode_base64_like_go(s).map_err(|_| SiteError::Base64 {
-                location: location.to_owned(),
-            })?;
-            String::from_utf8(bytes).map_err(|_| SiteError::Utf8 {
-                location: location.to_owned(),
-            })
-        }
-        _ => Ok(s.to_owned()),
+    match (gvk.group.as_str(), gvk.version.as_str(), gvk.kind.as_str()) {
+        ("", "v1", "ConfigMap") => object_data::find(SiteKind::ConfigMap, object, sites),
+        ("", "v1", "Secret") => object_data::find(SiteKind::Secret, object, sites),
+        _ => helm::find(gvk, object, &helm::chart_names(sites)),
     }
 }
 
@@ -425,7 +314,8 @@ fn decode(carrier: &Carrier, raw: &Value, location: &str) -> Result<String, Site
 mod tests {
     use super::*;
     use crate::policy::PolicySet;
-    use serde_json::json;
+    use base64::Engine as _;
+    use serde_json::{Value, json};
 
     fn gvk(kind: &str) -> GroupVersionKind {
         GroupVersionKind::gvk("", "v1", kind)
@@ -433,41 +323,6 @@ mod tests {
 
     fn obj(v: Value) -> DynamicObject {
         serde_json::from_value(v).unwrap()
-    }
-
-    #[test]
-    fn base64_is_decoded_as_go_std_encoding_does() {
-        let text = "[Global]\nauth-url = https://keystone.example.test:5000/v3\nregion = RegionOne\n[LoadBalancer]\nprovider-requires-serial-api-calls = true\n";
-        let one_line = base64::engine::general_purpose::STANDARD.encode(text);
-        // `base64` wraps at 76 columns with \n; Windows tools write \r\n.
-        let wrapped: String = one_line
-            .as_bytes()
-            .chunks(76)
-            .map(|c| String::from_utf8_lossy(c).into_owned() + "\n")
-            .collect();
-        assert!(wrapped.lines().count() > 1);
-        let crlf = wrapped.replace('\n', "\r\n");
-        for input in [&one_line, &wrapped, &crlf] {
-            assert_eq!(
-                decode_base64_like_go(input).as_deref(),
-                Ok(text.as_bytes()),
-                "{input:?}"
-            );
-        }
-        // Newlines anywhere, even inside the padding, as Go's decodeQuantum skips them.
-        assert_eq!(
-            decode_base64_like_go("Y\nQ=\r\n=\n").as_deref(),
-            Ok(&b"a"[..])
-        );
-        assert_eq!(decode_base64_like_go("\n").as_deref(), Ok(&b""[..]));
-        // Not strict: bits after the last byte are ignored, as StdEncoding (not .Strict()) does.
-        assert_eq!(decode_base64_like_go("YR==").as_deref(), Ok(&b"a"[..]));
-        // Padding is required and other whitespace is not ignored, as in Go.
-        for bad in [
-            "YQ", "YQ=", "YQ== ", " YQ==", "Y Q==", "YQ\t==", "YQ==YQ==", "====", "YQ==\x0b",
-        ] {
-            assert!(decode_base64_like_go(bad).is_err(), "{bad:?}");
-        }
     }
 
     #[test]
@@ -503,10 +358,11 @@ mod tests {
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].text.as_deref(), Ok("[Global]\n"));
         assert!(found[0].secret);
-        let patch = serde_json::to_value(found[0].replace_text("x")).unwrap();
+        let edited = Document::parse("[LoadBalancer]\n").unwrap();
+        let patch = serde_json::to_value(found[0].patch(&edited, &[])).unwrap();
         assert_eq!(
             patch,
-            json!({"op":"replace","path":"/data/cloud.conf","value":"eA=="})
+            json!([{"op":"replace","path":"/data/cloud.conf","value":"W0xvYWRCYWxhbmNlcl0K"}])
         );
     }
 

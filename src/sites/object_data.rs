@@ -1,0 +1,278 @@
+//! ConfigMap and Secret sites, and the two carriers that hold the INI text in one string
+//! field: [`TextField`] (verbatim: ConfigMap `data`, Secret `stringData`, and the CCM chart's
+//! `cloudConfigContents` in structured values) and [`Base64Field`] (Secret `data`).
+
+use base64::Engine as _;
+use json_patch::{PatchOperation, ReplaceOperation};
+use kube::core::DynamicObject;
+use serde_json::Value;
+
+use super::helm::pointer;
+use super::{Anchor, Carrier, FoundConfig, Holder, SiteError, SiteKind, SitesDocument};
+use crate::cloudconf::{Document, IniEdit};
+use crate::yaml::Seg;
+
+/// Finds the cloud configs of a ConfigMap or Secret: the data keys the sites document names
+/// for this object, and the key its `label` names.
+pub(super) fn find(
+    kind: SiteKind,
+    object: &DynamicObject,
+    sites: &SitesDocument,
+) -> Vec<FoundConfig> {
+    let name = object.metadata.name.as_deref().unwrap_or("");
+    let namespace = object.metadata.namespace.as_deref().unwrap_or("");
+    let mut keys: Vec<(String, bool, Option<String>)> = sites
+        .sites
+        .iter()
+        .filter(|s| s.kind == kind && s.name == name && s.namespace == namespace)
+        .map(|s| (s.key.clone(), s.mutate, s.note.clone()))
+        .collect();
+    if let Some(label) = &sites.label
+        && let Some(key) = object.metadata.labels.as_ref().and_then(|l| l.get(label))
+        && !keys.iter().any(|(k, _, _)| k == key)
+    {
+        keys.push((key.clone(), true, None));
+    }
+    let object_name = format!("{} {namespace}/{name}", kind.as_str());
+    let mut found = Vec::new();
+    for (key, mutable, note) in keys {
+        let field = |name: &str| object.data.get(name).and_then(|d| d.get(&key));
+        let place = |name: &str| {
+            (
+                vec![Seg::key(name), Seg::key(&key)],
+                format!("{name}[{key:?}]"),
+            )
+        };
+        // `stringData` wins over `data`: the apiserver writes it over `data` (only manifests
+        // have it; admission sees it merged).
+        let mut site = match (kind, field("stringData"), field("data")) {
+            (SiteKind::Secret, Some(raw), _) => {
+                let (path, location) = place("stringData");
+                TextField::found(object_name.clone(), path, location, raw, Holder::Secret)
+            }
+            (SiteKind::Secret, None, Some(raw)) => {
+                let (path, location) = place("data");
+                Base64Field::found(object_name.clone(), path, location, raw)
+            }
+            (SiteKind::ConfigMap, _, Some(raw)) => {
+                let (path, location) = place("data");
+                TextField::found(object_name.clone(), path, location, raw, Holder::ConfigMap)
+            }
+            _ => continue,
+        };
+        site.mutable = mutable;
+        site.note = note;
+        found.push(site);
+    }
+    found
+}
+
+/// The INI text verbatim in a string field: ConfigMap `data[key]`, Secret `stringData[key]`
+/// (only in manifests; the apiserver merges it into `data` before admission), or the CCM
+/// chart's `cloudConfigContents` in structured values.
+#[derive(Debug)]
+pub(super) struct TextField {
+    /// Path of the string field from the object root.
+    path: Vec<Seg>,
+    /// How messages name the field: `data["config"]`, `spec.values.cloudConfigContents`.
+    location: String,
+    holder: Holder,
+}
+
+impl TextField {
+    /// The carrier of the text at `path`, named `location` in messages.
+    pub(super) fn new(path: Vec<Seg>, location: String, holder: Holder) -> Self {
+        TextField {
+            path,
+            location,
+            holder,
+        }
+    }
+
+    /// The site whose text is `raw`, the value at `path`.
+    pub(super) fn found(
+        object: String,
+        path: Vec<Seg>,
+        location: String,
+        raw: &Value,
+        holder: Holder,
+    ) -> FoundConfig {
+        let text = read_string(raw, &location).map(str::to_owned);
+        FoundConfig::new(
+            object,
+            location.clone(),
+            text,
+            TextField::new(path, location, holder),
+        )
+    }
+}
+
+impl Carrier for TextField {
+    fn patch(&self, edited: &Document, _edits: &[IniEdit]) -> Vec<PatchOperation> {
+        vec![replace(&self.path, edited.to_text())]
+    }
+
+    fn trace(&self, line: Option<usize>) -> Anchor {
+        match line {
+            Some(line) => Anchor::TextLine {
+                path: self.path.clone(),
+                line,
+            },
+            None => Anchor::Node(self.path.clone()),
+        }
+    }
+
+    fn pointer(&self) -> String {
+        pointer(&self.path).to_string()
+    }
+
+    fn describe(&self, line: Option<usize>) -> String {
+        describe_line(&self.location, line)
+    }
+
+    fn holder(&self) -> Holder {
+        self.holder
+    }
+}
+
+/// The INI text base64-encoded in a Secret's `data[key]`, read as the apiserver reads it.
+#[derive(Debug)]
+pub(super) struct Base64Field {
+    /// Path of the string field from the object root.
+    path: Vec<Seg>,
+    /// How messages name the field: `data["cloud.conf"]`.
+    location: String,
+}
+
+impl Base64Field {
+    /// The site whose encoded text is `raw`, the value at `path`.
+    fn found(object: String, path: Vec<Seg>, location: String, raw: &Value) -> FoundConfig {
+        let text = read_string(raw, &location).and_then(|s| {
+            let bytes = decode_base64_like_go(s).map_err(|_| SiteError::Base64 {
+                location: location.clone(),
+            })?;
+            String::from_utf8(bytes).map_err(|_| SiteError::Utf8 {
+                location: location.clone(),
+            })
+        });
+        FoundConfig::new(
+            object,
+            location.clone(),
+            text,
+            Base64Field { path, location },
+        )
+    }
+}
+
+impl Carrier for Base64Field {
+    fn patch(&self, edited: &Document, _edits: &[IniEdit]) -> Vec<PatchOperation> {
+        let encoded = base64::engine::general_purpose::STANDARD.encode(edited.to_text());
+        vec![replace(&self.path, encoded)]
+    }
+
+    /// The whole field, whatever the line: a line of the decoded text is nowhere in the
+    /// encoded string.
+    fn trace(&self, _line: Option<usize>) -> Anchor {
+        Anchor::Node(self.path.clone())
+    }
+
+    fn pointer(&self) -> String {
+        pointer(&self.path).to_string()
+    }
+
+    fn describe(&self, line: Option<usize>) -> String {
+        describe_line(&self.location, line)
+    }
+
+    fn holder(&self) -> Holder {
+        Holder::Secret
+    }
+}
+
+/// `raw` as a string, or why not.
+fn read_string<'a>(raw: &'a Value, location: &str) -> Result<&'a str, SiteError> {
+    raw.as_str().ok_or_else(|| SiteError::NotAString {
+        location: location.to_owned(),
+    })
+}
+
+/// The `replace` of the string at `path` with `value`.
+fn replace(path: &[Seg], value: String) -> PatchOperation {
+    PatchOperation::Replace(ReplaceOperation {
+        path: pointer(path),
+        value: Value::String(value),
+    })
+}
+
+/// `data["config"] line 3`, or the field alone.
+fn describe_line(location: &str, line: Option<usize>) -> String {
+    match line {
+        Some(line) => format!("{location} line {line}"),
+        None => location.to_owned(),
+    }
+}
+
+/// Go's `base64.StdEncoding`: the standard alphabet, `=` padding required, and (not being
+/// `.Strict()`) non-zero bits after the last full byte ignored.
+const GO_STD_ENCODING: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new()
+        .with_decode_allow_trailing_bits(true)
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::RequireCanonical),
+);
+
+/// Decodes a Secret's `data` value exactly as the apiserver does. Kubernetes decodes JSON
+/// `[]byte` fields with Go's `encoding/json`, which calls `base64.StdEncoding.Decode`
+/// (encoding/json/decode.go, `literalStore`); its doc says "New line characters (\r and \n)
+/// are ignored" and `decodeQuantum` in encoding/base64/base64.go skips them anywhere, even
+/// between the padding characters. So data wrapped at 76 columns (the `base64` tool's
+/// default) is accepted by kubectl and the apiserver, and must be here. Any other whitespace
+/// is invalid in Go too.
+fn decode_base64_like_go(s: &str) -> Result<Vec<u8>, base64::DecodeError> {
+    if s.contains(['\r', '\n']) {
+        let compact: Vec<u8> = s.bytes().filter(|b| !matches!(b, b'\r' | b'\n')).collect();
+        GO_STD_ENCODING.decode(compact)
+    } else {
+        GO_STD_ENCODING.decode(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_is_decoded_as_go_std_encoding_does() {
+        let text = "[Global]\nauth-url = https://keystone.example.test:5000/v3\nregion = RegionOne\n[LoadBalancer]\nprovider-requires-serial-api-calls = true\n";
+        let one_line = base64::engine::general_purpose::STANDARD.encode(text);
+        // `base64` wraps at 76 columns with \n; Windows tools write \r\n.
+        let wrapped: String = one_line
+            .as_bytes()
+            .chunks(76)
+            .map(|c| String::from_utf8_lossy(c).into_owned() + "\n")
+            .collect();
+        assert!(wrapped.lines().count() > 1);
+        let crlf = wrapped.replace('\n', "\r\n");
+        for input in [&one_line, &wrapped, &crlf] {
+            assert_eq!(
+                decode_base64_like_go(input).as_deref(),
+                Ok(text.as_bytes()),
+                "{input:?}"
+            );
+        }
+        // Newlines anywhere, even inside the padding, as Go's decodeQuantum skips them.
+        assert_eq!(
+            decode_base64_like_go("Y\nQ=\r\n=\n").as_deref(),
+            Ok(&b"a"[..])
+        );
+        assert_eq!(decode_base64_like_go("\n").as_deref(), Ok(&b""[..]));
+        // Not strict: bits after the last byte are ignored, as StdEncoding (not .Strict()) does.
+        assert_eq!(decode_base64_like_go("YR==").as_deref(), Ok(&b"a"[..]));
+        // Padding is required and other whitespace is not ignored, as in Go.
+        for bad in [
+            "YQ", "YQ=", "YQ== ", " YQ==", "Y Q==", "YQ\t==", "YQ==YQ==", "====", "YQ==\x0b",
+        ] {
+            assert!(decode_base64_like_go(bad).is_err(), "{bad:?}");
+        }
+    }
+}

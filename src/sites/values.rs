@@ -1,0 +1,437 @@
+//! Carriers inside the `openstack-cloud-controller-manager` chart's values (found by
+//! [`super::helm`]):
+//!
+//! * [`RenderedValues`]: `cloudConfig` in structured values (a map in the object), rendered to
+//!   INI ([`super::render`]); edits become JSON Patch `add`s of the edited keys.
+//! * [`ValuesTextRendered`] and [`ValuesTextContents`]: `cloudConfig` or `cloudConfigContents`
+//!   in a YAML values string (`valuesContent`, Argo `helm.values`); edits change one line of
+//!   the string where they can ([`crate::yaml::edit`], verified), and the field is replaced.
+//!
+//! `cloudConfigContents` in structured values is a plain string field of the object
+//! ([`super::object_data::TextField`]).
+
+use std::sync::OnceLock;
+
+use json_patch::{AddOperation, PatchOperation, ReplaceOperation};
+use serde_json::{Map, Value};
+
+use super::helm::pointer;
+use super::render::{self, Origin};
+use super::{Anchor, Carrier, Holder};
+use crate::cloudconf::{Document, IniEdit};
+use crate::yaml::edit::{self as yamledit, Change};
+use crate::yaml::{self, Node, Seg};
+
+/// Where chart values are in the object.
+#[derive(Debug, Clone)]
+pub(super) struct ValuesAt {
+    /// Path of the values map or of the values string, from the object root.
+    pub(super) path: Vec<Seg>,
+    /// How many leading segments of `path` exist as mappings in the object (== len when the
+    /// values themselves exist): an edit creates the rest.
+    pub(super) existing: usize,
+    /// How messages name a path inside the values, as a prefix: `spec.values.`,
+    /// `spec.valuesContent, `, or empty for a values file (the values are the file).
+    pub(super) prefix: String,
+}
+
+impl ValuesAt {
+    /// Whether the values map or string exists in the object.
+    fn exists(&self) -> bool {
+        self.existing == self.path.len()
+    }
+
+    /// `spec.values.cloudConfig`, `spec.valuesContent, cloudConfigContents`.
+    pub(super) fn name(&self, inner: &str) -> String {
+        format!("{}{inner}", self.prefix)
+    }
+
+    /// An `add` of `value` at the values' path, starting at the first segment missing from
+    /// the object.
+    fn add_missing(&self, value: Value) -> PatchOperation {
+        let existing = self.existing.min(self.path.len());
+        let tail: Vec<String> = self.path[existing..]
+            .iter()
+            .filter_map(|s| match s {
+                Seg::Key(k) => Some(k.clone()),
+                Seg::Index(_) => None,
+            })
+            .collect();
+        let mut path = self.path[..existing].to_vec();
+        let rest = match tail.split_first() {
+            Some((first, rest)) => {
+                path.push(Seg::key(first));
+                rest
+            }
+            None => &[],
+        };
+        PatchOperation::Add(AddOperation {
+            path: pointer(&path),
+            value: nest(rest, value),
+        })
+    }
+}
+
+/// `cloudConfig` in structured values, rendered to INI.
+#[derive(Debug)]
+pub(super) struct RenderedValues {
+    /// The values map.
+    pub(super) at: ValuesAt,
+    /// The values (null when absent).
+    pub(super) values: Value,
+    /// The origin of each rendered line (empty when the chart cannot render it).
+    pub(super) origins: Vec<Origin>,
+}
+
+impl Carrier for RenderedValues {
+    /// `add` operations that set each edited key in the structured values, creating the
+    /// missing parents (`cloudConfig`, the section, or the values themselves).
+    fn patch(&self, _edited: &Document, edits: &[IniEdit]) -> Vec<PatchOperation> {
+        let mut values = self.values.clone();
+        let mut ops = Vec::new();
+        let mut values_exist = self.at.exists() && values.is_object();
+        for edit in edits {
+            let Some((rel, leaf)) = edit_target(&values, edit) else {
+                continue;
+            };
+            if !values_exist {
+                let nested = nest(&rel, leaf);
+                ops.push(self.at.add_missing(nested.clone()));
+                values = nested;
+                values_exist = true;
+                continue;
+            }
+            // The first segment whose value is missing or not a map gets the rest nested.
+            let mut node = &values;
+            let mut split = rel.len() - 1;
+            for (i, k) in rel[..rel.len() - 1].iter().enumerate() {
+                match node.get(k) {
+                    Some(child) if child.is_object() => node = child,
+                    _ => {
+                        split = i;
+                        break;
+                    }
+                }
+            }
+            let value = nest(&rel[split + 1..], leaf);
+            let mut path = self.at.path.clone();
+            path.extend(rel[..=split].iter().map(|k| Seg::key(k)));
+            ops.push(PatchOperation::Add(AddOperation {
+                path: pointer(&path),
+                value: value.clone(),
+            }));
+            json_put(&mut values, &rel[..=split], value);
+        }
+        ops
+    }
+
+    fn trace(&self, line: Option<usize>) -> Anchor {
+        let mut path = self.at.path.clone();
+        path.extend(
+            rendered_path(&self.origins, line)
+                .iter()
+                .map(|k| Seg::key(k)),
+        );
+        Anchor::Node(path)
+    }
+
+    fn pointer(&self) -> String {
+        let mut path = self.at.path.clone();
+        path.push(Seg::key("cloudConfig"));
+        pointer(&path).to_string()
+    }
+
+    fn describe(&self, line: Option<usize>) -> String {
+        self.at.name(&rendered_path(&self.origins, line).join("."))
+    }
+
+    fn holder(&self) -> Holder {
+        Holder::HelmValues
+    }
+}
+
+/// A YAML values string: what the two carriers inside one share.
+#[derive(Debug)]
+pub(super) struct ValuesText {
+    /// The string field.
+    pub(super) at: ValuesAt,
+    /// The values text.
+    pub(super) yaml: String,
+    /// The values (null when unreadable).
+    pub(super) values: Value,
+    /// The text parsed with positions, read once on first use: every finding's message and
+    /// location asks for it, and parsing per finding was quadratic.
+    tree: OnceLock<Option<Node>>,
+}
+
+impl ValuesText {
+    /// The values string `yaml` at `at`, whose values are `values`.
+    pub(super) fn new(at: ValuesAt, yaml: String, values: Value) -> Self {
+        ValuesText {
+            at,
+            yaml,
+            values,
+            tree: OnceLock::new(),
+        }
+    }
+
+    /// The parsed text, or `None` when it is not valid YAML.
+    fn tree(&self) -> Option<&Node> {
+        self.tree
+            .get_or_init(|| yaml::parse_one(&self.yaml).ok())
+            .as_ref()
+    }
+
+    /// `line` of the values text, or the whole string when it is not known.
+    fn trace(&self, values_line: Option<usize>) -> Anchor {
+        match values_line {
+            Some(line) => Anchor::TextLine {
+                path: self.at.path.clone(),
+                line,
+            },
+            None => Anchor::Node(self.at.path.clone()),
+        }
+    }
+
+    /// `message` and, when known, the line of the values text.
+    fn with_values_line(mut message: String, values_line: Option<usize>) -> String {
+        if let Some(line) = values_line {
+            message.push_str(&format!(" (line {line} of the values)"));
+        }
+        message
+    }
+
+    /// The operation that writes the values text with `changes` applied: one line changed or
+    /// inserted per change where the text allows it, else the whole values written as JSON
+    /// (valid YAML).
+    fn write(&self, changes: &[Change]) -> Vec<PatchOperation> {
+        let new_text = self.edit(changes);
+        if self.at.exists() {
+            vec![PatchOperation::Replace(ReplaceOperation {
+                path: pointer(&self.at.path),
+                value: Value::String(new_text),
+            })]
+        } else {
+            vec![self.at.add_missing(Value::String(new_text))]
+        }
+    }
+
+    /// The values text with `changes` applied.
+    fn edit(&self, changes: &[Change]) -> String {
+        let mut current = self.yaml.clone();
+        let mut minimal = true;
+        for change in changes {
+            match yamledit::apply(&current, 0, change) {
+                Ok(next) => current = next,
+                Err(_) => {
+                    minimal = false;
+                    break;
+                }
+            }
+        }
+        if minimal {
+            return current;
+        }
+        // Fallback: the whole values as JSON, which Helm reads as YAML.
+        let mut values = self.values.clone();
+        for change in changes {
+            let Change::Set { path, value } = change;
+            let keys: Vec<String> = path
+                .iter()
+                .filter_map(|s| match s {
+                    Seg::Key(k) => Some(k.clone()),
+                    Seg::Index(_) => None,
+                })
+                .collect();
+            json_put(&mut values, &keys, value.clone());
+        }
+        serde_json::to_string_pretty(&values)
+            .map(|s| s + "\n")
+            .unwrap_or(current)
+    }
+}
+
+/// `cloudConfig` in a YAML values string, rendered to INI.
+#[derive(Debug)]
+pub(super) struct ValuesTextRendered {
+    /// The values string.
+    pub(super) text: ValuesText,
+    /// The origin of each rendered line (empty when the chart cannot render it).
+    pub(super) origins: Vec<Origin>,
+}
+
+impl ValuesTextRendered {
+    /// The line of the values text that `line` of the cloud config comes from: the deepest
+    /// key of its values path that the text has.
+    fn values_line(&self, line: Option<usize>) -> Option<usize> {
+        let root = self.text.tree()?;
+        let path: Vec<Seg> = rendered_path(&self.origins, line)
+            .iter()
+            .map(|k| Seg::key(k))
+            .collect();
+        let (used, _, key_line) = root.deepest(&path);
+        (used > 0).then_some(key_line)
+    }
+}
+
+impl Carrier for ValuesTextRendered {
+    fn patch(&self, _edited: &Document, edits: &[IniEdit]) -> Vec<PatchOperation> {
+        let mut values = self.text.values.clone();
+        let mut changes = Vec::new();
+        for edit in edits {
+            if let Some((rel, leaf)) = edit_target(&values, edit) {
+                json_put(&mut values, &rel, leaf.clone());
+                changes.push(Change::Set {
+                    path: rel.iter().map(|k| Seg::key(k)).collect(),
+                    value: leaf,
+                });
+            }
+        }
+        self.text.write(&changes)
+    }
+
+    fn trace(&self, line: Option<usize>) -> Anchor {
+        self.text.trace(self.values_line(line))
+    }
+
+    fn pointer(&self) -> String {
+        pointer(&self.text.at.path).to_string()
+    }
+
+    fn describe(&self, line: Option<usize>) -> String {
+        let inner = rendered_path(&self.origins, line).join(".");
+        ValuesText::with_values_line(self.text.at.name(&inner), self.values_line(line))
+    }
+
+    fn holder(&self) -> Holder {
+        Holder::HelmValues
+    }
+}
+
+/// `cloudConfigContents` (raw INI) in a YAML values string.
+#[derive(Debug)]
+pub(super) struct ValuesTextContents {
+    /// The values string (its values null when it is not valid YAML).
+    pub(super) text: ValuesText,
+}
+
+impl ValuesTextContents {
+    /// The line of the values text that holds `line` of the cloud config (its first line
+    /// for `None`).
+    fn values_line(&self, line: Option<usize>) -> Option<usize> {
+        let root = self.text.tree()?;
+        let node = root.at(&[Seg::key("cloudConfigContents")])?;
+        Some(yaml::line_within_scalar(
+            &self.text.yaml,
+            node,
+            line.unwrap_or(1),
+        ))
+    }
+}
+
+impl Carrier for ValuesTextContents {
+    fn patch(&self, edited: &Document, _edits: &[IniEdit]) -> Vec<PatchOperation> {
+        self.text.write(&[Change::Set {
+            path: vec![Seg::key("cloudConfigContents")],
+            value: Value::String(edited.to_text()),
+        }])
+    }
+
+    fn trace(&self, line: Option<usize>) -> Anchor {
+        self.text.trace(self.values_line(line))
+    }
+
+    fn pointer(&self) -> String {
+        pointer(&self.text.at.path).to_string()
+    }
+
+    fn describe(&self, line: Option<usize>) -> String {
+        let mut message = self.text.at.name("cloudConfigContents");
+        if let Some(line) = line {
+            message.push_str(&format!(" line {line}"));
+        }
+        ValuesText::with_values_line(message, self.values_line(line))
+    }
+
+    fn holder(&self) -> Holder {
+        Holder::HelmValues
+    }
+}
+
+/// The values path (inside the values) that line `line` of a rendered cloud config comes
+/// from: the key, the section, or `cloudConfig` for the whole config.
+fn rendered_path(origins: &[Origin], line: Option<usize>) -> Vec<String> {
+    let origin = line
+        .and_then(|l| l.checked_sub(1))
+        .and_then(|i| origins.get(i));
+    match origin {
+        // A key the CCM does not know may be a value typed in the wrong place: named only
+        // when known or a plausible typo (invariant 5).
+        Some(Origin::Key(section, key)) => {
+            let key = if crate::cloudconf::schema::is_displayable_key(key) {
+                key.clone()
+            } else {
+                "<unknown key, name not shown>".to_owned()
+            };
+            vec!["cloudConfig".into(), (*section).into(), key]
+        }
+        Some(Origin::Section(section)) => vec!["cloudConfig".into(), (*section).into()],
+        None => vec!["cloudConfig".to_owned()],
+    }
+}
+
+/// Where an INI edit goes in the values: `cloudConfig.<section>.<key>` (the key spelled as an
+/// existing key that gcfg would match, if any) and the JSON value.
+fn edit_target(values: &Value, edit: &IniEdit) -> Option<(Vec<String>, Value)> {
+    let section = render::values_key(edit.section)?;
+    let existing = values
+        .get("cloudConfig")
+        .and_then(|c| c.get(section))
+        .and_then(Value::as_object)
+        .and_then(|m| {
+            m.keys()
+                .rfind(|k| k.eq_ignore_ascii_case(edit.key))
+                .cloned()
+        });
+    let key = existing.unwrap_or_else(|| edit.key.to_owned());
+    let leaf = match edit.value {
+        "true" => Value::Bool(true),
+        "false" => Value::Bool(false),
+        other => Value::String(other.to_owned()),
+    };
+    Some((
+        vec!["cloudConfig".to_owned(), section.to_owned(), key],
+        leaf,
+    ))
+}
+
+/// `{a: {b: leaf}}` for `keys = [a, b]`.
+fn nest(keys: &[String], leaf: Value) -> Value {
+    keys.iter().rev().fold(leaf, |acc, k| {
+        let mut m = Map::new();
+        m.insert(k.clone(), acc);
+        Value::Object(m)
+    })
+}
+
+/// Sets `keys` to `value` in `root`, replacing non-map parents.
+fn json_put(root: &mut Value, keys: &[String], value: Value) {
+    let Some((last, parents)) = keys.split_last() else {
+        *root = value;
+        return;
+    };
+    let mut node = root;
+    for k in parents {
+        if !node.is_object() {
+            *node = Value::Object(Map::new());
+        }
+        let Value::Object(m) = node else { return };
+        node = m.entry(k.clone()).or_insert(Value::Null);
+    }
+    if !node.is_object() {
+        *node = Value::Object(Map::new());
+    }
+    if let Value::Object(m) = node {
+        m.insert(last.clone(), value);
+    }
+}
