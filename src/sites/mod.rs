@@ -313,9 +313,14 @@ pub fn find(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::PolicySet;
     use base64::Engine as _;
     use serde_json::{Value, json};
+
+    /// The default CloudConfigSites document (policies/ is the one source of it).
+    fn default_sites() -> SitesDocument {
+        serde_saphyr::from_str(include_str!("../../policies/cloud-config-sites.yaml"))
+            .expect("the default sites document parses")
+    }
 
     fn gvk(kind: &str) -> GroupVersionKind {
         GroupVersionKind::gvk("", "v1", kind)
@@ -327,7 +332,7 @@ mod tests {
 
     #[test]
     fn wrapped_secret_data_is_found() {
-        let sites = PolicySet::embedded().unwrap().sites;
+        let sites = default_sites();
         let encoded = base64::engine::general_purpose::STANDARD
             .encode("[Global]\nregion = RegionOne\n".repeat(4));
         let wrapped: String = encoded
@@ -349,7 +354,7 @@ mod tests {
 
     #[test]
     fn finds_default_secret_and_decodes_base64() {
-        let sites = PolicySet::embedded().unwrap().sites;
+        let sites = default_sites();
         let o = obj(
             json!({"apiVersion":"v1","kind":"Secret","metadata":{"name":"cloud-config","namespace":"kube-system"},
             "data":{"cloud.conf": base64::engine::general_purpose::STANDARD.encode("[Global]\n")}}),
@@ -368,7 +373,7 @@ mod tests {
 
     #[test]
     fn invalid_base64_is_a_site_error_without_content() {
-        let sites = PolicySet::embedded().unwrap().sites;
+        let sites = default_sites();
         let o = obj(
             json!({"apiVersion":"v1","kind":"Secret","metadata":{"name":"cloud-config","namespace":"kube-system"},
             "data":{"cloud.conf": "not base64 secret-value!"}}),
@@ -380,7 +385,7 @@ mod tests {
 
     #[test]
     fn label_makes_any_configmap_a_site_and_other_kinds_are_not() {
-        let sites = PolicySet::embedded().unwrap().sites;
+        let sites = default_sites();
         let v = json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x","namespace":"a",
             "labels":{"stackgate.dev/cloud-config":"my.conf"}},"data":{"my.conf":"[Global]\n"}});
         assert_eq!(find(&gvk("ConfigMap"), &obj(v.clone()), &sites).len(), 1);
@@ -396,7 +401,7 @@ mod tests {
 
     #[test]
     fn operator_copy_is_validate_only() {
-        let sites = PolicySet::embedded().unwrap().sites;
+        let sites = default_sites();
         let o = obj(
             json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cloud-conf",
             "namespace":"openshift-cloud-controller-manager"},"data":{"cloud.conf":"[Global]\n"}}),
