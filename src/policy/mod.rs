@@ -102,11 +102,7 @@ pub struct Policy {
     pub scope: Match,
     /// Rule parameters as written; the family parses them at load time into
     /// [`Policy::params`] (see [`crate::rules::Family::parse_params`]).
-    #[serde(
-        default,
-        rename = "params",
-        skip_serializing_if = "serde_json::Value::is_null"
-    )]
+    #[serde(default = "no_params", rename = "params")]
     pub raw_params: serde_json::Value,
     /// The parameters as the family parsed them.
     #[serde(skip)]
@@ -126,4 +122,9 @@ impl Policy {
             _ => None,
         }
     }
+}
+
+/// `params` of a policy that sets none: an empty mapping (`stackgate policies` prints it).
+fn no_params() -> serde_json::Value {
+    serde_json::Value::Object(serde_json::Map::new())
 }
