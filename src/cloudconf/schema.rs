@@ -693,6 +693,81 @@ pub fn would_start(text: &str) -> bool {
     Document::parse(text).is_ok_and(|d| check(&d).fatal.is_empty())
 }
 
+/// Sections only the OpenStack CCM's config has (other providers' gcfg configs use
+/// `[Global]` and their own names: vSphere `[VirtualCenter "…"]`, `[Workspace]`, `[Disk]`,
+/// `[Network]`; GCE `[global]`; AWS `[Global]`).
+const OPENSTACK_ONLY_SECTIONS: &[&str] = &[
+    "LoadBalancer",
+    "LoadBalancerClass",
+    "BlockStorage",
+    "Metadata",
+    "Networking",
+    "Route",
+];
+
+/// `[Global]` keys only the OpenStack CCM reads. Keys other providers also use in `[Global]`
+/// (vSphere's `secret-name`, `secret-namespace`, `ca-file`, `password`; GCE's `project-id`),
+/// and generic ones another provider might (`region`), are left out on purpose.
+const OPENSTACK_ONLY_GLOBAL_KEYS: &[&str] = &[
+    "auth-url",
+    "username",
+    "user-id",
+    "tenant-id",
+    "tenant-name",
+    "tenant-domain-id",
+    "tenant-domain-name",
+    "user-domain-id",
+    "user-domain-name",
+    "domain-id",
+    "domain-name",
+    "trust-id",
+    "trustee-id",
+    "trustee-password",
+    "os-endpoint-type",
+    "use-clouds",
+    "clouds-file",
+    "cloud",
+    "application-credential-id",
+    "application-credential-name",
+    "application-credential-secret",
+];
+
+/// Whether a text gcfg cannot parse is still meant as a gcfg file: it has a line shaped like
+/// a section header (`[Name]` or `[Name "sub"]`). vSphere's YAML and Nutanix's JSON have no
+/// such line; a broken INI has, and is reported as the syntax error it is.
+pub fn looks_like_gcfg(text: &str) -> bool {
+    text.lines().any(|line| {
+        let Some(inner) = line
+            .trim()
+            .strip_prefix('[')
+            .and_then(|l| l.strip_suffix(']'))
+        else {
+            return false;
+        };
+        let name = inner.split_whitespace().next().unwrap_or("");
+        let rest = inner.trim_start()[name.len()..].trim();
+        name.starts_with(|c: char| c.is_ascii_alphabetic())
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))
+            && (rest.is_empty()
+                || (rest.starts_with('"') && rest.ends_with('"') && rest.len() >= 2))
+    })
+}
+
+/// Whether a parsed gcfg config is recognisably the OpenStack CCM's: it has a section only
+/// the OpenStack CCM has, or a `[Global]` key only it reads. A site that other platforms
+/// share (OpenShift keeps every platform's cloud config in
+/// `openshift-config/cloud-provider-config`) is checked and edited only when this holds, so
+/// a GCE or AWS config there is never reported on or given OpenStack keys.
+pub fn is_openstack_config(doc: &Document) -> bool {
+    doc.sections()
+        .any(|s| OPENSTACK_ONLY_SECTIONS.iter().any(|n| eq_fold(s.name, n)))
+        || doc.entries().any(|e| {
+            eq_fold(e.section, "Global")
+                && OPENSTACK_ONLY_GLOBAL_KEYS.iter().any(|k| eq_fold(e.key, k))
+        })
+}
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -766,5 +841,27 @@ mod tests {
             find_key("LoadBalancer", "provider-requires-serial-api-calls").and_then(|k| k.since),
             Some("v1.28.0")
         );
+    }
+
+    #[test]
+    fn openstack_configs_are_told_from_other_providers() {
+        let parse = |t: &str| Document::parse(t).expect("parses");
+        assert!(is_openstack_config(&parse(
+            "[LoadBalancer]\nlb-method = ROUND_ROBIN\n"
+        )));
+        assert!(is_openstack_config(&parse(
+            "[global]\nAUTH-URL = https://k\n"
+        )));
+        assert!(!is_openstack_config(&parse(
+            "[global]\nproject-id = p\nmultizone = true\n"
+        )));
+        assert!(!is_openstack_config(&parse(
+            "[Global]\nsecret-name = s\nregion = r\n"
+        )));
+        assert!(!is_openstack_config(&parse("")));
+        assert!(looks_like_gcfg("# c\n[Global]\nauth-url http://x\n"));
+        assert!(looks_like_gcfg("[LoadBalancerClass \"a b\"]\nx\n"));
+        assert!(!looks_like_gcfg("global:\n  user: x\nlist: [a]\n"));
+        assert!(!looks_like_gcfg("{\"a\": [\"b\"]}\n[\"x\"]\n"));
     }
 }

@@ -478,6 +478,10 @@ impl Engine {
             Err(SiteError::Yaml { error, .. }) => (error.limit.map(Limit::Yaml), None),
             _ => (None, None),
         };
+        if site.other_platforms && oversized.is_some() {
+            // Too large to tell whose config it is: not ours to refuse.
+            return;
+        }
         if let Some(limit) = limit {
             verdict.reached(limit);
         }
@@ -486,6 +490,11 @@ impl Engine {
             return;
         }
         let parsed = site.text.as_ref().map(|text| Document::parse(text));
+        if site.other_platforms && !is_openstack_site(site, &parsed) {
+            // Another platform's cloud config (YAML on vSphere, JSON on Nutanix, a GCE or AWS
+            // gcfg): no finding and, above all, no OpenStack key written into it.
+            return;
+        }
         let doc_view: Result<&Document, Unreadable<'_>> = match &parsed {
             Err(e) => Err(Unreadable::Site(e)),
             Ok(Err(e)) => Err(Unreadable::Parse(e)),
@@ -527,6 +536,22 @@ impl Engine {
         if let Some((doc, applied)) = edited {
             verdict.patch.extend(site.patch(&doc, &applied));
         }
+    }
+}
+
+/// Whether a site that other platforms share holds an OpenStack cloud config: a parsed
+/// config with an OpenStack-only section or key, or a text gcfg cannot parse that is still
+/// INI-shaped (its syntax error is reported). Anything else is another platform's.
+fn is_openstack_site(
+    site: &FoundConfig,
+    parsed: &Result<Result<Document, crate::cloudconf::ParseError>, &SiteError>,
+) -> bool {
+    use crate::cloudconf::schema::{is_openstack_config, looks_like_gcfg};
+    match parsed {
+        Ok(Ok(doc)) => is_openstack_config(doc),
+        Ok(Err(_)) => site.text.as_deref().is_ok_and(looks_like_gcfg),
+        // Unreadable (base64, UTF-8): nothing tells whose it is; it is reported as before.
+        Err(_) => true,
     }
 }
 

@@ -81,6 +81,12 @@ pub struct SiteSpec {
     /// Why it is validate-only, shown in messages.
     #[serde(default)]
     pub note: Option<String>,
+    /// The object exists on clusters of other platforms too, holding their cloud configs
+    /// (OpenShift keeps every platform's in `openshift-config/cloud-provider-config`): only a
+    /// config that is recognisably the OpenStack CCM's is checked or edited
+    /// ([`crate::cloudconf::schema::is_openstack_config`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub other_platforms: bool,
 }
 
 fn default_true() -> bool {
@@ -241,6 +247,9 @@ pub struct FoundConfig {
     pub secret: bool,
     /// What kind of object holds the site.
     pub kind: Holder,
+    /// Whether other platforms keep their cloud configs in the same place (see
+    /// [`SiteSpec::other_platforms`]).
+    pub other_platforms: bool,
     /// Shared: cloning a found config does not copy the values its carrier keeps.
     carrier: Arc<dyn Carrier>,
 }
@@ -262,6 +271,7 @@ impl FoundConfig {
             note: None,
             secret: kind.keeps_it_secret(),
             kind,
+            other_platforms: false,
             carrier: Arc::new(carrier),
         }
     }
