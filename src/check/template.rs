@@ -96,14 +96,15 @@ fn path_reason(path: &Path) -> Option<String> {
 }
 
 /// The names of the markers found in `text`: an opening followed, on the same line, by its
-/// closing.
+/// closing. Linear in the text: only the first opening of a line is looked at, because a
+/// closing after any later opening is also after the first one.
 fn markers_in(text: &str) -> Vec<&'static str> {
     MARKERS
         .iter()
         .filter(|m| {
             text.lines().any(|line| {
-                line.match_indices(m.open)
-                    .any(|(i, _)| line[i + m.open.len()..].contains(m.close))
+                line.find(m.open)
+                    .is_some_and(|i| line[i + m.open.len()..].contains(m.close))
             })
         })
         .map(|m| m.name)
@@ -127,6 +128,14 @@ mod tests {
         assert_eq!(markers_in("{% if a %}"), vec!["Jinja `{% %}`"]);
         assert!(markers_in("a: '{{'\nb: }}").is_empty());
         assert!(markers_in("a: {b: 1}").is_empty());
+    }
+
+    #[test]
+    fn a_long_line_of_openings_is_scanned_in_linear_time() {
+        let line = "{{".repeat(4 * 1024 * 1024);
+        let started = std::time::Instant::now();
+        assert!(markers_in(&line).is_empty());
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
     }
 
     #[test]
