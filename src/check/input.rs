@@ -73,7 +73,7 @@ pub enum Content {
     Error(String),
     /// Deliberately not read, which does not fail the run: a symbolic link found while walking
     /// a directory that leads out of the checked tree (or nowhere), or a FIFO, socket or
-    /// device found while walking.
+    /// device found while walking, or a file named on the command line that `--exclude` matches.
     Skipped(String),
 }
 
@@ -109,10 +109,16 @@ pub fn too_large(max: u64) -> String {
 /// Reads every input named by `paths` (`-` is standard input; no paths means `.`), each at
 /// most `max_size` bytes. Only a path on the command line that does not exist (or cannot be
 /// examined) stops the run; everything else becomes an input's [`Content`].
+///
+/// A file or directory found while walking whose path (relative to the directory walked, or
+/// as shown) matches one of the `exclude` globs is not read and not reported. A file named on
+/// the command line that matches is not read either, but is reported as skipped, so that an
+/// explicit path never vanishes from the report silently.
 pub fn collect(
     paths: &[PathBuf],
     stdin: &mut dyn Read,
     max_size: u64,
+    exclude: &[String],
 ) -> Result<Vec<Input>, CheckError> {
     let default = [PathBuf::from(".")];
     let paths = if paths.is_empty() {
@@ -143,7 +149,7 @@ pub fn collect(
             message: e.kind().to_string(),
         })?;
         if meta.is_dir() {
-            let mut found = walk(path);
+            let mut found = walk(path, exclude);
             found.sort_by(|a, b| a.0.cmp(&b.0));
             out.extend(found.into_iter().map(|(path, entry)| match entry {
                 Found::File { open } => read(path, &open, max_size),
@@ -160,11 +166,47 @@ pub fn collect(
                     identity: None,
                 },
             }));
+        } else if let Some(glob) = excluded_by(exclude, &[&display(path)]) {
+            out.push(Input {
+                name: display(path),
+                path: Some(path.clone()),
+                content: Content::Skipped(format!("excluded by --exclude {glob:?}; not read")),
+                identity: None,
+            });
         } else {
             out.push(read(path.clone(), path, max_size));
         }
     }
     Ok(out)
+}
+
+/// The first of the `exclude` globs that matches one of `names` (the forms of one path:
+/// relative to the walked directory, as shown, with a trailing `/` for a directory).
+fn excluded_by<'a>(exclude: &'a [String], names: &[&str]) -> Option<&'a str> {
+    exclude
+        .iter()
+        .map(|g| g.trim())
+        .filter(|g| !g.is_empty())
+        .find(|g| names.iter().any(|n| glob_matches_path(g, n)))
+}
+
+/// Whether the walker leaves `path` (found below `root`) out because of `exclude`. A directory
+/// is also matched with a trailing `/`, so that `vendor/**` prunes `vendor` itself.
+fn walk_excludes(exclude: &[String], root: &Path, path: &Path, is_dir: bool) -> bool {
+    if exclude.is_empty() {
+        return false;
+    }
+    let shown = display(path);
+    let relative = path
+        .strip_prefix(root)
+        .map_or_else(|_| shown.clone(), display);
+    let mut names = vec![relative.clone(), shown.clone()];
+    if is_dir {
+        names.push(format!("{relative}/"));
+        names.push(format!("{shown}/"));
+    }
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    excluded_by(exclude, &names).is_some()
 }
 
 fn read_stdin(stdin: &mut dyn Read, max_size: u64) -> Content {
@@ -320,8 +362,9 @@ fn yaml_extension(path: &Path) -> bool {
 /// following symbolic links to directories, following a symbolic link to a file only when
 /// its target is inside `root`, and skipping FIFOs, sockets and devices. A directory or entry
 /// that cannot be read is reported with its own path and the walk goes on. Iterative, so the
-/// depth of the tree does not touch the stack.
-fn walk(root: &Path) -> Vec<(PathBuf, Found)> {
+/// depth of the tree does not touch the stack. Paths matching an `exclude` glob are left out
+/// (directories are not entered).
+fn walk(root: &Path, exclude: &[String]) -> Vec<(PathBuf, Found)> {
     let mut out = Vec::new();
     // The tree a symbolic link must stay inside. Without it (root not resolvable), no
     // symbolic link is followed.
@@ -353,19 +396,21 @@ fn walk(root: &Path) -> Vec<(PathBuf, Found)> {
             let file_type = match entry.file_type() {
                 Ok(t) => t,
                 Err(e) => {
-                    if yaml_extension(&path) {
+                    if yaml_extension(&path) && !walk_excludes(exclude, root, &path, false) {
                         out.push((path, Found::Error(format!("cannot read: {}", e.kind()))));
                     }
                     continue;
                 }
             };
             if file_type.is_dir() {
-                if !entry.file_name().to_string_lossy().starts_with('.') {
+                if !entry.file_name().to_string_lossy().starts_with('.')
+                    && !walk_excludes(exclude, root, &path, true)
+                {
                     pending.push(path);
                 }
                 continue;
             }
-            if !yaml_extension(&path) {
+            if !yaml_extension(&path) || walk_excludes(exclude, root, &path, false) {
                 continue;
             }
             if file_type.is_file() {

@@ -14,11 +14,14 @@
 //! and the run goes on with the other inputs; the exit code is then 2, because a file in scope
 //! was not checked. Inputs skipped by design while walking a directory (a symbolic link out of
 //! the tree, a FIFO, socket or device) are reported as skipped and do not change the exit
-//! code. `--fix` writes regular files only, atomically (a new file renamed over the old).
+//! code, and neither do template files (Helm, Jinja, Terraform; see [`template`]), which are
+//! reported once each as a note and not checked. `--exclude GLOB` leaves paths out of the
+//! walk. `--fix` writes regular files only, atomically (a new file renamed over the old).
 
 pub mod evaluate;
 pub mod input;
 pub mod report;
+pub mod template;
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -75,6 +78,9 @@ pub struct CheckOptions {
     pub no_diff: bool,
     /// A `ReleaseCatalog` document that replaces the policy set's release catalog.
     pub release_catalog: Option<PathBuf>,
+    /// Globs of paths not read (`--exclude`), matched against the path relative to the
+    /// directory walked and against the path as shown.
+    pub exclude: Vec<String>,
 }
 
 /// Why `stackgate check` could not run at all (exit code 2). Problems inside inputs are part
@@ -174,7 +180,12 @@ pub fn check(
     engine: &Engine,
     stdin: &mut dyn Read,
 ) -> Result<Report, CheckError> {
-    let inputs = input::collect(&options.paths, stdin, options.max_file_size)?;
+    let inputs = input::collect(
+        &options.paths,
+        stdin,
+        options.max_file_size,
+        &options.exclude,
+    )?;
     let mut files = Vec::with_capacity(inputs.len());
     for inp in inputs {
         let text = match &inp.content {
@@ -198,6 +209,13 @@ pub fn check(
                 continue;
             }
         };
+        if let Some(reason) = template::template_reason(inp.path.as_deref(), text) {
+            files.push(FileReport {
+                template: Some(template::template_note(&reason)),
+                ..FileReport::new(&inp.name)
+            });
+            continue;
+        }
         let chart = input::values_chart(&inp.name, &options.values_for);
         let checked = check_text(engine, &inp.name, text, chart);
         let diff = checked.shown.as_ref().map(|shown| {

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use super::FailOn;
 use super::evaluate::{Item, Level, ObjectResult, Problem};
+use super::template::TEMPLATE_RULE;
 use crate::policy::PolicySet;
 
 /// The report for one input.
@@ -27,6 +28,8 @@ pub struct FileReport {
     pub skipped: Option<String>,
     /// Why `--fix` did not write the file (a symbolic link, replaced since it was read).
     pub not_written: Option<String>,
+    /// The note for a template file that was read but not checked (does not fail the run).
+    pub template: Option<String>,
 }
 
 impl FileReport {
@@ -40,6 +43,7 @@ impl FileReport {
             written: false,
             skipped: None,
             not_written: None,
+            template: None,
         }
     }
 }
@@ -74,7 +78,8 @@ pub struct Counts {
     pub fixable: usize,
     /// Inputs written by `--fix`.
     pub fixed: usize,
-    /// Inputs skipped by design (symbolic links out of the tree, FIFOs, sockets, devices).
+    /// Inputs skipped by design (symbolic links out of the tree, FIFOs, sockets, devices,
+    /// templates).
     pub skipped: usize,
     /// Inputs `--fix` would have written but left alone (symbolic links, replaced files).
     pub not_written: usize,
@@ -99,7 +104,7 @@ impl Report {
         for f in &self.files {
             c.objects += f.objects.len();
             c.problems += f.problems.len();
-            c.skipped += usize::from(f.skipped.is_some());
+            c.skipped += usize::from(f.skipped.is_some()) + usize::from(f.template.is_some());
             if f.written {
                 c.fixed += 1;
             } else if f.not_written.is_some() {
@@ -145,6 +150,9 @@ pub fn text(report: &Report, show_diffs: bool) -> String {
     for f in &report.files {
         if let Some(reason) = &f.skipped {
             let _ = writeln!(out, "{}: note [skipped] {reason}", f.name);
+        }
+        if let Some(note) = &f.template {
+            let _ = writeln!(out, "{}: note [{TEMPLATE_RULE}] {note}", f.name);
         }
         for p in &f.problems {
             let _ = writeln!(
@@ -340,13 +348,20 @@ pub fn json(report: &Report) -> String {
             }
         }
     }
+    // Templates carry their rule, so that a consumer can tell them from unread inputs.
     let skipped: Vec<Value> = report
         .files
         .iter()
-        .filter_map(|f| {
-            f.skipped
+        .flat_map(|f| {
+            let unread = f
+                .skipped
                 .as_ref()
-                .map(|r| json!({"file": f.name, "reason": r}))
+                .map(|r| json!({"file": f.name, "reason": r}));
+            let template = f
+                .template
+                .as_ref()
+                .map(|r| json!({"file": f.name, "reason": r, "rule": TEMPLATE_RULE}));
+            unread.into_iter().chain(template)
         })
         .collect();
     let not_written: Vec<Value> = report
@@ -390,6 +405,9 @@ pub fn sarif(report: &Report, policies: &PolicySet) -> String {
     if report.files.iter().any(|f| f.skipped.is_some()) {
         rule_ids.push(SKIPPED_RULE.to_owned());
     }
+    if report.files.iter().any(|f| f.template.is_some()) {
+        rule_ids.push(TEMPLATE_RULE.to_owned());
+    }
     rule_ids.sort();
     rule_ids.dedup();
     let rules: Vec<Value> = rule_ids
@@ -399,7 +417,9 @@ pub fn sarif(report: &Report, policies: &PolicySet) -> String {
             let description = policy.map_or_else(
                 || {
                     if id == SKIPPED_RULE {
-                        "The input was not read: a symbolic link out of the checked tree, or not a regular file.".to_owned()
+                        "The input was not read: a symbolic link out of the checked tree, not a regular file, or a path named on the command line that --exclude matches.".to_owned()
+                    } else if id == TEMPLATE_RULE {
+                        "The input is a template (Helm/Go, Jinja or Terraform), not a manifest, and was not checked. Check the rendered manifests: pipe `helm template` or `kustomize build` into `stackgate check -`.".to_owned()
                     } else {
                         "The input could not be read as YAML or as Kubernetes objects.".to_owned()
                     }
@@ -430,6 +450,15 @@ pub fn sarif(report: &Report, policies: &PolicySet) -> String {
                 "ruleIndex": index_of(SKIPPED_RULE),
                 "level": "note",
                 "message": {"text": reason},
+                "locations": [location(&f.name, 1, None)],
+            }));
+        }
+        if let Some(note) = &f.template {
+            results.push(json!({
+                "ruleId": TEMPLATE_RULE,
+                "ruleIndex": index_of(TEMPLATE_RULE),
+                "level": "note",
+                "message": {"text": note},
                 "locations": [location(&f.name, 1, None)],
             }));
         }
@@ -506,6 +535,16 @@ pub fn junit(report: &Report) -> String {
                 "    <testcase classname=\"{}\" name=\"read input\">\n      <skipped message=\"{}\"/>\n    </testcase>",
                 xml(&f.name),
                 xml(reason)
+            );
+        }
+        if let Some(note) = &f.template {
+            tests += 1;
+            skipped += 1;
+            let _ = writeln!(
+                cases,
+                "    <testcase classname=\"{}\" name=\"template\">\n      <skipped message=\"{}\"/>\n    </testcase>",
+                xml(&f.name),
+                xml(note)
             );
         }
         if !f.problems.is_empty() {

@@ -60,6 +60,19 @@ pub struct CheckArgs {
     /// replaces the policy set's release catalog for the release-annotation rules.
     #[arg(long, env = "STACKGATE_RELEASE_CATALOG", value_name = "FILE")]
     pub release_catalog: Option<PathBuf>,
+    /// Do not read paths matching GLOB: matched against the path relative to the directory
+    /// walked and against the path as given (`*` within a segment, `**` across segments, `?`,
+    /// `[abc]`; a glob not starting with `/` also matches a trailing part of the path), e.g.
+    /// `--exclude 'vendor/**'`. A matching directory is not entered; a matching file named on
+    /// the command line is reported as skipped. Repeatable; the environment variable takes a
+    /// comma-separated list.
+    #[arg(
+        long,
+        env = "STACKGATE_CHECK_EXCLUDE",
+        value_name = "GLOB",
+        value_delimiter = ','
+    )]
+    pub exclude: Vec<String>,
     /// Policy source.
     #[command(flatten)]
     pub policy: PolicyArgs,
@@ -78,6 +91,7 @@ impl From<&CheckArgs> for CheckOptions {
             max_file_size,
             no_diff,
             release_catalog,
+            exclude,
             policy: _,
         } = args;
         CheckOptions {
@@ -89,6 +103,7 @@ impl From<&CheckArgs> for CheckOptions {
             max_file_size: *max_file_size,
             no_diff: *no_diff,
             release_catalog: release_catalog.clone(),
+            exclude: exclude.clone(),
         }
     }
 }
@@ -120,6 +135,7 @@ mod tests {
                 max_file_size: DEFAULT_MAX_FILE_SIZE,
                 no_diff: false,
                 release_catalog: None,
+                exclude: Vec::new(),
             }
         );
     }
@@ -138,6 +154,8 @@ mod tests {
             "--max-file-size=10",
             "--no-diff",
             "--release-catalog=c.yaml",
+            "--exclude=charts/**",
+            "--exclude=a/*.tpl,b/**",
         ]);
         assert_eq!(
             given,
@@ -153,6 +171,11 @@ mod tests {
                 max_file_size: 10,
                 no_diff: true,
                 release_catalog: Some("c.yaml".into()),
+                exclude: vec![
+                    "charts/**".to_owned(),
+                    "a/*.tpl".to_owned(),
+                    "b/**".to_owned()
+                ],
             }
         );
     }

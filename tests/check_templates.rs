@@ -1,0 +1,318 @@
+//! `stackgate check` over a repository with templates (a Helm chart, a Terraform `.tpl`, a
+//! Jinja-like file) and `--exclude`: templates are one note each and exit code 0, a manifest
+//! that parses with `${VAR}` strings is still checked, excluded paths are never read.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+const TEMPLATE_RULE: &str = "template-skipped";
+
+fn stackgate(args: &[&str], env: &[(&str, &str)], stdin: Option<&str>) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_stackgate"));
+    command
+        .arg("check")
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_remove("STACKGATE_POLICIES")
+        .env_remove("STACKGATE_CHECK_EXCLUDE")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let mut child = command.spawn().expect("stackgate runs");
+    if let Some(mut pipe) = child.stdin.take() {
+        pipe.write_all(stdin.unwrap_or_default().as_bytes())
+            .expect("write stdin");
+    }
+    child.wait_with_output().expect("stackgate exits")
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().unwrap_or(-1)
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn write(root: &Path, rel: &str, text: &str) {
+    let path = root.join(rel);
+    std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+    std::fs::write(path, text).expect("write");
+}
+
+/// A Helm chart template that is not YAML until rendered.
+const HELM_NOT_YAML: &str = "\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ include \"x.fullname\" . }}
+  labels:
+    {{- include \"x.labels\" . | nindent 4 }}
+spec:
+  replicas: {{ .Values.replicaCount }}
+{{- if .Values.autoscaling.enabled }}
+  strategy: {}
+{{- end }}
+";
+
+/// A chart template that happens to parse as YAML.
+const HELM_YAML: &str = "\
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: x-config
+data:
+  replicas: \"{{ .Values.replicaCount }}\"
+";
+
+/// Terraform directives around part of a manifest: not YAML until rendered.
+const TERRAFORM_NOT_YAML: &str = "\
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: tf
+%{ if enabled }
+data:
+  a: b
+%{ endif }
+";
+
+/// A repository with a chart, templates, a Flux manifest with `${CLUSTER_NAME}`, a directory
+/// named `templates` that is not in a chart, and a `vendor/` directory with a broken file.
+fn repository(root: &Path) {
+    write(
+        root,
+        "charts/x/Chart.yaml",
+        "apiVersion: v2\nname: x\nversion: 0.1.0\n",
+    );
+    write(root, "charts/x/values.yaml", "replicaCount: 1\n");
+    write(root, "charts/x/templates/deployment.yaml", HELM_NOT_YAML);
+    write(root, "charts/x/templates/configmap.yaml", HELM_YAML);
+    write(root, "infra/ccm.yaml", TERRAFORM_NOT_YAML);
+    write(
+        root,
+        "docs/templates/cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: plain\n",
+    );
+    let flux = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/gitops/repo/flux/occm-helmrelease.yaml"),
+    )
+    .expect("flux fixture");
+    let flux = flux.replacen(
+        "  namespace: kube-system\n",
+        "  namespace: kube-system\n  labels:\n    cluster: \"${CLUSTER_NAME}\"\n",
+        1,
+    );
+    assert!(flux.contains("${CLUSTER_NAME}"));
+    write(root, "flux/cluster.yaml", &flux);
+    write(root, "vendor/broken.yaml", "a: [unclosed\n");
+}
+
+fn json(o: &Output) -> Value {
+    serde_json::from_slice(&o.stdout).expect("JSON report")
+}
+
+fn template_files(report: &Value) -> Vec<String> {
+    let mut files: Vec<String> = report["skipped"]
+        .as_array()
+        .expect("skipped")
+        .iter()
+        .filter(|s| s["rule"] == TEMPLATE_RULE)
+        .map(|s| s["file"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn templates_are_one_note_each_and_do_not_fail_the_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    repository(root);
+    let root_s = root.to_str().expect("UTF-8 temp path");
+    let shown = |rel: &str| format!("{root_s}/{rel}");
+
+    // Without --exclude the broken vendored file is an input error; templates are not.
+    let o = stackgate(&[root_s], &[], None);
+    let text = stdout(&o);
+    assert_eq!(code(&o), 2, "{text}");
+    assert_eq!(text.matches("error [input]").count(), 1, "{text}");
+    assert!(text.contains(&shown("vendor/broken.yaml")), "{text}");
+
+    let o = stackgate(&["--exclude", "vendor/**", root_s], &[], None);
+    let text = stdout(&o);
+    assert_eq!(code(&o), 0, "{text}");
+    assert!(!text.contains("vendor"), "excluded, not read: {text}");
+    assert!(!text.contains("error [input]"), "{text}");
+    for rel in [
+        "charts/x/templates/deployment.yaml",
+        "charts/x/templates/configmap.yaml",
+        "infra/ccm.yaml",
+    ] {
+        let line = format!("{}: note [{TEMPLATE_RULE}] skipped: template (", shown(rel));
+        assert_eq!(text.matches(&line).count(), 1, "{rel} once: {text}");
+    }
+    assert!(
+        text.contains("pipe `helm template …` or `kustomize build` into `stackgate check -`"),
+        "{text}"
+    );
+    assert!(
+        text.contains("in a Helm chart's templates/ directory"),
+        "{text}"
+    );
+    assert!(text.contains("Terraform `%{ }`"), "{text}");
+    assert!(!text.contains(".Values"), "no file content: {text}");
+    assert!(!text.contains("endif"), "no file content: {text}");
+    // `templates/` outside a chart, and the Flux file with `${CLUSTER_NAME}`, are checked.
+    assert!(!text.contains(&format!(
+        "{}: note [{TEMPLATE_RULE}]",
+        shown("docs/templates/cm.yaml")
+    )));
+    assert!(
+        text.contains(&format!("{}:", shown("flux/cluster.yaml")))
+            && !text.contains(&format!(
+                "{}: note [{TEMPLATE_RULE}]",
+                shown("flux/cluster.yaml")
+            )),
+        "the Flux file is checked: {text}"
+    );
+    assert!(text.contains("3 skipped"), "{text}");
+
+    // JSON.
+    let o = stackgate(
+        &["--exclude", "vendor/**", "--format", "json", root_s],
+        &[],
+        None,
+    );
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+    let report = json(&o);
+    assert_eq!(report["summary"]["exitCode"], 0);
+    assert_eq!(report["summary"]["inputErrors"], 0);
+    assert_eq!(report["summary"]["skipped"], 3);
+    assert_eq!(
+        template_files(&report),
+        vec![
+            shown("charts/x/templates/configmap.yaml"),
+            shown("charts/x/templates/deployment.yaml"),
+            shown("infra/ccm.yaml"),
+        ]
+    );
+    let flux_results = report["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .filter(|r| r["file"] == shown("flux/cluster.yaml").as_str())
+        .count();
+    assert!(flux_results > 0, "the Flux file is checked: {report:#}");
+    // --fail-on warning: the Flux file's findings fail the run; templates still do not.
+    let o = stackgate(
+        &["--exclude", "vendor/**", "--fail-on", "warning", root_s],
+        &[],
+        None,
+    );
+    assert_eq!(code(&o), 1, "{}", stdout(&o));
+
+    // SARIF: a note-level result of the template rule per template, and the rule itself.
+    let o = stackgate(
+        &["--exclude", "vendor/**", "--format", "sarif", root_s],
+        &[],
+        None,
+    );
+    assert_eq!(code(&o), 0);
+    let sarif = json(&o);
+    let run = &sarif["runs"][0];
+    let notes: Vec<&Value> = run["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .filter(|r| r["ruleId"] == TEMPLATE_RULE)
+        .collect();
+    assert_eq!(notes.len(), 3, "{sarif:#}");
+    for n in &notes {
+        assert_eq!(n["level"], "note");
+        let message = n["message"]["text"].as_str().unwrap_or_default();
+        assert!(message.starts_with("skipped: template ("), "{message}");
+        let index = n["ruleIndex"].as_u64().expect("ruleIndex") as usize;
+        assert_eq!(run["tool"]["driver"]["rules"][index]["id"], TEMPLATE_RULE);
+    }
+
+    // JUnit: a skipped test case per template.
+    let o = stackgate(
+        &["--exclude", "vendor/**", "--format", "junit", root_s],
+        &[],
+        None,
+    );
+    assert_eq!(code(&o), 0);
+    let xml = stdout(&o);
+    assert_eq!(
+        xml.matches("name=\"template\">\n      <skipped message=\"skipped: template (")
+            .count(),
+        3,
+        "{xml}"
+    );
+
+    // The environment variable takes a comma-separated list; a glob matching nothing is fine.
+    let o = stackgate(
+        &[root_s],
+        &[("STACKGATE_CHECK_EXCLUDE", "nothing/**,vendor/**")],
+        None,
+    );
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+    // A glob over the path as given (absolute) excludes too.
+    let absolute = format!("{root_s}/vendor/*.yaml");
+    let o = stackgate(&["--exclude", &absolute, root_s], &[], None);
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+}
+
+#[test]
+fn a_template_named_on_the_command_line_is_noted_not_checked() {
+    let tpl = "tests/fixtures/gitops/templates/os_ccm.yaml.tpl";
+    let o = stackgate(&[tpl], &[], None);
+    let text = stdout(&o);
+    assert_eq!(code(&o), 0, "{text}");
+    assert!(
+        text.starts_with(&format!(
+            "{tpl}: note [{TEMPLATE_RULE}] skipped: template (a .tpl file"
+        )),
+        "{text}"
+    );
+    assert!(!text.contains("auth_url"), "no file content: {text}");
+
+    // Standard input is never a template by name: the same text is checked.
+    let content = std::fs::read_to_string(tpl).expect("fixture");
+    let o = stackgate(&["-"], &[], Some(&content));
+    assert!(!stdout(&o).contains(TEMPLATE_RULE), "{}", stdout(&o));
+    // ... but a stream that is not YAML and holds template markers is one.
+    let o = stackgate(&["-"], &[], Some(HELM_NOT_YAML));
+    let text = stdout(&o);
+    assert_eq!(code(&o), 0, "{text}");
+    assert!(
+        text.contains(&format!("<stdin>: note [{TEMPLATE_RULE}] skipped: template (does not parse as YAML and holds template markers: Helm/Go or Jinja `{{{{ }}}}`")),
+        "{text}"
+    );
+}
+
+#[test]
+fn an_excluded_file_named_on_the_command_line_is_reported_as_skipped() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(dir.path(), "broken.yaml", "a: [unclosed\n");
+    let path = dir.path().join("broken.yaml");
+    let path = path.to_str().expect("UTF-8 temp path");
+    let o = stackgate(&["--exclude", "*.yaml", path], &[], None);
+    let text = stdout(&o);
+    assert_eq!(code(&o), 0, "{text}");
+    assert!(
+        text.contains(&format!(
+            "{path}: note [skipped] excluded by --exclude \"*.yaml\"; not read"
+        )),
+        "{text}"
+    );
+    assert!(!text.contains("error [input]"), "{text}");
+}
