@@ -33,7 +33,7 @@ use serde_json::{Map, Value};
 use crate::budget::{Cancel, Exhausted};
 use crate::sites::{SiteKind, SitesDocument};
 
-/// Most decoded memory (estimated, see [`Cost`]) the objects of one review may take. Objects
+/// Most decoded memory (estimated, see `Cost`) the objects of one review may take. Objects
 /// the engine reads (cloud-config sites, the CCM chart's values, pod templates, OpenStack
 /// service CRs, Machines) are a few hundred KiB decoded at most; 16 MiB leaves room for the
 /// largest legitimate ones while keeping a hostile review's cost a small fixed amount.

@@ -330,7 +330,7 @@ pub struct Ignored {
     pub reason: IgnoredReason,
     /// The known name this is probably a misspelling of (a key of the same section, or a
     /// section name). Computed for the first [`MAX_SUGGESTIONS`] ignored names only, like
-    /// the "read in section [X]" note.
+    /// the "read in section \[X\]" note.
     pub suggestion: Option<String>,
     /// Extra explanation (removed key, key of another section, section used by other tools).
     pub note: Option<String>,
@@ -356,7 +356,7 @@ impl CcmReport {
 }
 
 /// How many ignored names [`check`] computes a "did you mean" suggestion (and the "read in
-/// section [X]" note for a key of another section) for, per config.
+/// section \[X\]" note for a key of another section) for, per config.
 ///
 /// A suggestion costs one bounded edit-distance pass over the section's keys, the note a
 /// pass over every known key; past this many the report leaves `suggestion` and that note

@@ -119,9 +119,9 @@ fn check_object(input: &ObjectInput<'_>) -> RuleOutput {
     )
 }
 
-/// Every contradiction message contains this phrase ([`classify`] relies on it).
+/// Every contradiction message contains this phrase (the metrics read [`CODE_CONTRADICTION`], not it).
 const CONTRADICTION: &str = "contradicts the release";
-/// Every unparsable-value message contains this phrase ([`classify`] relies on it).
+/// Every unparsable-value message contains this phrase (the metrics read [`CODE_UNPARSABLE`], not it).
 const UNPARSABLE: &str = "cannot be parsed";
 /// Longest annotation value echoed in a message.
 const ECHO_MAX_CHARS: usize = 64;
