@@ -199,11 +199,27 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
-    fn reference(&self) -> Arc<ObjectRef> {
-        Arc::clone(
-            self.reference
-                .get_or_init(|| Arc::new(self.subject.reference())),
-        )
+    /// A finding of `policy` about this run's subject.
+    fn finding(
+        &self,
+        policy: &Policy,
+        code: &'static str,
+        anchor: Anchor,
+        message: String,
+        fixed_by_patch: bool,
+    ) -> Finding {
+        let subject = self
+            .reference
+            .get_or_init(|| Arc::new(self.subject.reference()));
+        Finding {
+            policy: policy.name.clone(),
+            rule: policy.rule,
+            code,
+            anchor,
+            subject: Arc::clone(subject),
+            message,
+            fixed_by_patch,
+        }
     }
 }
 
@@ -361,14 +377,8 @@ impl Engine {
             return;
         }
         let applies = matches!(policy.mode, Mode::Enforce | Mode::Warn);
-        let finding = |code, anchor, message, fixed_by_patch| Finding {
-            policy: policy.name.clone(),
-            rule: policy.rule,
-            code,
-            anchor,
-            subject: run.reference(),
-            message,
-            fixed_by_patch,
+        let finding = |code, anchor, message, fixed_by_patch| {
+            run.finding(policy, code, anchor, message, fixed_by_patch)
         };
         match target {
             Target::Object => {
@@ -664,19 +674,12 @@ impl Engine {
                 site.describe(None)
             ),
         );
-        let finding = Finding {
-            policy: policy.name.clone(),
-            rule: policy.rule,
-            code: CODE_OVERSIZED,
-            anchor: Anchor::CloudConfig {
-                pointer: site.pointer(),
-                line: None,
-                trace: site.trace(None),
-            },
-            subject: run.reference(),
-            message,
-            fixed_by_patch: false,
+        let anchor = Anchor::CloudConfig {
+            pointer: site.pointer(),
+            line: None,
+            trace: site.trace(None),
         };
+        let finding = run.finding(policy, CODE_OVERSIZED, anchor, message, false);
         record(policy, Severity::Deny, finding, verdict);
     }
 }

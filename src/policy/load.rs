@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 use super::{API_VERSION, Policy, RuleId, SitesDocument};
 use crate::releases::{self, ReleaseCatalog};
-use crate::rules::{FAMILIES, ParamsInput};
+use crate::rules::{FAMILIES, ParamsInput, yaml_error_message};
 
 /// The documents of the default set that are not a family's policy, embedded at build time
 /// so the binary runs with no files (each family embeds its own default policy).
@@ -117,7 +117,7 @@ impl PolicySet {
         for (file, text) in &files {
             let parse_err = |e: serde_saphyr::Error| PolicyError::Parse {
                 file: file.clone(),
-                message: first_line(&e.to_string()),
+                message: yaml_error_message(&e),
             };
             let header: Header = serde_saphyr::from_str(text).map_err(parse_err)?;
             if header.api_version.as_deref() != Some(API_VERSION) {
@@ -302,11 +302,6 @@ fn invalid(file: &str, message: String) -> PolicyError {
         file: file.to_owned(),
         message,
     }
-}
-
-fn first_line(s: &str) -> String {
-    let line = s.lines().next().unwrap_or(s);
-    line.strip_prefix("error: ").unwrap_or(line).to_owned()
 }
 
 #[cfg(test)]

@@ -196,12 +196,17 @@ where
         #[serde(default = "Option::default")]
         params: Option<P>,
     }
-    let doc: Document<P> = serde_saphyr::from_str(input.text).map_err(|e| {
-        let text = e.to_string();
-        let line = text.lines().next().unwrap_or(&text);
-        line.strip_prefix("error: ").unwrap_or(line).to_owned()
-    })?;
+    let doc: Document<P> =
+        serde_saphyr::from_str(input.text).map_err(|e| yaml_error_message(&e))?;
     Ok(Params::new(doc.params.unwrap_or_default()))
+}
+
+/// A policy document's YAML error as one line: position and problem (serde-saphyr's first
+/// line, without its `error: ` prefix).
+pub(crate) fn yaml_error_message(error: &serde_saphyr::Error) -> String {
+    let text = error.to_string();
+    let line = text.lines().next().unwrap_or(&text);
+    line.strip_prefix("error: ").unwrap_or(line).to_owned()
 }
 
 /// The parameters of a family that has none: any parameter is an error.
@@ -220,22 +225,12 @@ impl Facts {
         Facts(vec![(rule, Arc::new(facts))])
     }
 
-    /// Adds facts for `rule`.
-    pub fn insert<T: Any + Send + Sync>(&mut self, rule: RuleId, facts: T) {
-        self.0.push((rule, Arc::new(facts)));
-    }
-
     /// The facts gathered for `rule`, when they are of type `T`.
     pub fn get<T: Any>(&self, rule: RuleId) -> Option<&T> {
         self.0
             .iter()
             .find(|(r, _)| *r == rule)
             .and_then(|(_, f)| f.downcast_ref())
-    }
-
-    /// Whether nothing was gathered.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
     }
 }
 

@@ -16,6 +16,7 @@ pub mod release_annotations;
 pub mod serial;
 mod subject;
 
+pub(crate) use family::yaml_error_message;
 pub use family::{
     Check, Context, Example, Facts, Family, NoParams, ObjectInput, Params, ParamsInput, RuleId,
     parse_params,
