@@ -61,12 +61,20 @@ pub fn template_reason(path: Option<&Path>, text: &str) -> Option<String> {
         Some(reason) if markers.is_empty() => Some(reason),
         Some(reason) => Some(format!("{reason}; markers: {}", markers.join(", "))),
         // A file that parses is checked whatever strings it holds; see the module docs.
-        None if !markers.is_empty() && crate::yaml::parse_stream(text).is_err() => Some(format!(
+        None if !markers.is_empty() && !reads_as_yaml_data(text) => Some(format!(
             "does not parse as YAML and holds template markers: {}",
             markers.join(", ")
         )),
         None => None,
     }
+}
+
+/// Whether `text` reads as YAML data, as kubectl would take it: it parses, and every document
+/// converts to JSON. The second half matters for placeholders such as `- {{ url }}`, which parse
+/// as a flow mapping used as a key and only fail when converted (go-yaml rejects them too).
+fn reads_as_yaml_data(text: &str) -> bool {
+    crate::yaml::parse_stream(text)
+        .is_ok_and(|docs| docs.iter().all(|doc| doc.root.to_json().is_ok()))
 }
 
 /// The note for a skipped template. Names markers and paths only, never file content.
@@ -145,6 +153,15 @@ mod tests {
             None
         );
         assert!(template_reason(None, "a: 1\n{{- if .Values.x }}\nb: 2\n{{- end }}\n").is_some());
+        // Parses (a flow mapping as a key) but is not YAML data: a Jinja placeholder in a list,
+        // as in cloud-provider-openstack's examples/webhook/keystone-deployment.yaml.
+        assert!(
+            template_reason(
+                None,
+                "args:\n  - --keystone-url\n  - {{ keystone_server_url }}\n"
+            )
+            .is_some()
+        );
         assert!(template_reason(Some(Path::new("x/os_ccm.yaml.tpl")), "a: 1\n").is_some());
         assert_eq!(template_reason(Some(Path::new("x/a.yaml")), "a: 1\n"), None);
     }
