@@ -7,7 +7,7 @@ use anyhow::Context as _;
 use clap::Parser as _;
 
 use stackgate::check::CheckOptions;
-use stackgate::cli::{CheckArgs, Cli, Command, KubeMode, PolicyArgs, ServeArgs};
+use stackgate::cli::{AuditArgs, CheckArgs, Cli, Command, KubeMode, PolicyArgs, ServeArgs};
 use stackgate::engine::Engine;
 use stackgate::guard::Guard;
 use stackgate::metrics::Metrics;
@@ -32,6 +32,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve(*args),
         Command::Policies(args) => print_policies(&args),
         Command::Check(args) => check(&args),
+        Command::Audit(args) => audit(&args),
         Command::Rules(args) => load_policies(&args).map(|set| {
             print!("{}", stackgate::engine::docs::markdown(&Engine::new(set)));
             ExitCode::SUCCESS
@@ -73,6 +74,54 @@ fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
             eprintln!("stackgate check: {e}");
             2
         });
+    Ok(ExitCode::from(code))
+}
+
+/// `stackgate audit`: exit 0 clean, 1 denials (or warnings with --fail-on warning), 2 usage,
+/// policy, connection or listing errors.
+fn audit(args: &AuditArgs) -> anyhow::Result<ExitCode> {
+    use std::io::IsTerminal as _;
+    let policies = match load_policies(&args.policy) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("stackgate audit: {e:#}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let engine = Engine::new(policies);
+    let options = stackgate::audit::AuditOptions::from(args);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let code = runtime.block_on(async {
+        let client = match kube::Client::try_default().await {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!(
+                    "stackgate audit: no cluster access (kubeconfig or in-cluster service \
+                     account): {e}"
+                );
+                return 2;
+            }
+        };
+        let terminal = std::io::stderr().is_terminal();
+        let mut progress = |kind: &str, objects: usize| {
+            if terminal {
+                eprint!("\r\x1b[Kstackgate audit: listing {kind}; {objects} objects audited");
+            }
+        };
+        let mut output = std::io::stdout().lock();
+        let result =
+            stackgate::audit::run(&client, &engine, &options, &mut output, &mut progress).await;
+        if terminal {
+            eprint!("\r\x1b[K");
+        }
+        result.unwrap_or_else(|e| {
+            eprintln!("stackgate audit: {e}");
+            2
+        })
+    });
     Ok(ExitCode::from(code))
 }
 
