@@ -144,6 +144,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let release_metrics = metrics.releases().clone();
     let (kube, release_resync) = (args.kube, args.release_resync);
     let guard_config = args.guard.config();
+    let background_audit = args.background_audit.config(std::env::var("HOSTNAME").ok());
     let config = ServerConfig::from(&args);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -163,15 +164,48 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 Some(Arc::new(guard))
             }
         };
+        let audit_metrics = stackgate::audit::background::AuditMetrics::default();
+        let audit_client = match &background_audit {
+            None => None,
+            Some(_) => {
+                // Asked for explicitly: no cluster access is a start-up error.
+                let client = kube::Client::try_default().await.context(
+                    "--background-audit needs cluster access (in-cluster service account or kubeconfig)",
+                )?;
+                audit_metrics.register(metrics.registry_mut());
+                Some(client)
+            }
+        };
         let mut state = AppState::new(Engine::new(policies), metrics);
         if let Some(guard) = guard {
             state = state.with_fact_source(Arc::new(stackgate::guard::GuardSource::new(guard)));
         }
         let state = Arc::new(state);
         let watcher = start_release_watcher(kube, release_resync, &state, release_metrics).await;
+        let auditor = match (audit_client, background_audit) {
+            (Some(client), Some(audit_config)) => {
+                tracing::info!(
+                    lease = %format!("{}/{}", audit_config.lease_namespace, audit_config.lease_name),
+                    identity = %audit_config.identity,
+                    period_seconds = audit_config.period.as_secs(),
+                    "background audit on"
+                );
+                let state = state.clone();
+                Some(tokio::spawn(stackgate::audit::background::run(
+                    client,
+                    audit_config,
+                    audit_metrics,
+                    move || state.engine.load_full(),
+                )))
+            }
+            _ => None,
+        };
         let served = server::run(config, state, shutdown_signal()).await;
         if let Some(watcher) = watcher {
             watcher.abort();
+        }
+        if let Some(auditor) = auditor {
+            auditor.abort();
         }
         served.context("serving")
     });

@@ -216,8 +216,63 @@ impl Cluster {
                 *object = patched.clone();
                 ok(&patched)
             }
+            ("POST", None) => {
+                let mut object: Value = serde_json::from_slice(body).unwrap();
+                let name = object["metadata"]["name"].as_str().unwrap_or("").to_owned();
+                if self.objects.iter().any(|(c, o)| {
+                    *c == collection && in_scope(o) && o["metadata"]["name"] == name.as_str()
+                }) {
+                    return status(409, "AlreadyExists");
+                }
+                self.next_resource_version += 1;
+                object["metadata"]["resourceVersion"] =
+                    json!(format!("{}", 100 + self.next_resource_version));
+                self.objects.push((collection, object.clone()));
+                ok(&object)
+            }
+            ("PUT", Some(name)) => {
+                let mut object: Value = serde_json::from_slice(body).unwrap();
+                let Some((_, stored)) = self.objects.iter_mut().find(|(c, o)| {
+                    *c == collection && in_scope(o) && o["metadata"]["name"].as_str() == Some(name)
+                }) else {
+                    return status(404, "NotFound");
+                };
+                // Optimistic concurrency: a replace must carry the stored resourceVersion.
+                if object["metadata"]["resourceVersion"] != stored["metadata"]["resourceVersion"] {
+                    return status(409, "Conflict");
+                }
+                self.next_resource_version += 1;
+                object["metadata"]["resourceVersion"] =
+                    json!(format!("{}", 100 + self.next_resource_version));
+                *stored = object.clone();
+                ok(&object)
+            }
             _ => status(405, "MethodNotAllowed"),
         }
+    }
+
+    /// Server-side apply (`application/apply-patch+yaml`): create or replace the object.
+    fn apply(&mut self, path: &str, body: &[u8]) -> Response<Body> {
+        let object: Value = serde_json::from_slice(body).unwrap();
+        let collection = path.rsplit_once('/').unwrap().0;
+        // /apis/g/v/namespaces/ns/plural → /apis/g/v/plural
+        let segments: Vec<&str> = collection.split('/').collect();
+        let collection = match segments.iter().position(|s| *s == "namespaces") {
+            Some(i) => [&segments[..i], &segments[i + 2..]].concat().join("/"),
+            None => collection.to_owned(),
+        };
+        if !self.served.contains(&collection) {
+            return status(404, "NotFound");
+        }
+        let name = object["metadata"]["name"].clone();
+        let namespace = object["metadata"]["namespace"].clone();
+        self.objects.retain(|(c, o)| {
+            !(*c == collection
+                && o["metadata"]["name"] == name
+                && o["metadata"]["namespace"] == namespace)
+        });
+        self.objects.push((collection, object.clone()));
+        ok(&object)
     }
 }
 
@@ -244,7 +299,13 @@ fn client(cluster: Arc<Mutex<Cluster>>) -> kube::Client {
                     .to_owned(),
                 body: String::from_utf8_lossy(&body).into_owned(),
             });
-            let response = c.answer(&method, &path, &query, &body);
+            let response = if method == "PATCH"
+                && c.requests.last().unwrap().content_type == "application/apply-patch+yaml"
+            {
+                c.apply(&path, &body)
+            } else {
+                c.answer(&method, &path, &query, &body)
+            };
             drop(c);
             send.send_response(response);
         }
@@ -821,5 +882,226 @@ async fn fix_yes_never_overwrites_an_object_changed_since_it_was_read() {
         stored.1["data"],
         cloud_config_secret()["data"],
         "nothing written"
+    );
+}
+
+// Background audit --------------------------------------------------------------------------
+
+const LEASES: &str = "/apis/coordination.k8s.io/v1/leases";
+const POLICYREPORTS: &str = "/apis/wgpolicyk8s.io/v1alpha2/policyreports";
+const CLUSTERPOLICYREPORTS: &str = "/apis/wgpolicyk8s.io/v1alpha2/clusterpolicyreports";
+
+fn background_config(identity: &str) -> audit::background::BackgroundConfig {
+    audit::background::BackgroundConfig {
+        period: Duration::from_secs(600),
+        lease_namespace: "stackgate-system".to_owned(),
+        lease_name: "stackgate-audit".to_owned(),
+        identity: identity.to_owned(),
+        lease_duration: Duration::from_secs(60),
+        max_results: 500,
+        page_size: 250,
+    }
+}
+
+fn background_cluster() -> Cluster {
+    let mut c = standard_cluster();
+    c.forbidden.clear();
+    c.serve(LEASES);
+    c.serve(CLUSTERPOLICYREPORTS);
+    // A report of an earlier run, in a namespace that is clean now.
+    c.add(
+        POLICYREPORTS,
+        json!({"apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "PolicyReport",
+               "metadata": {"name": "stackgate", "namespace": "fixed-ns",
+                            "labels": {"app.kubernetes.io/managed-by": "stackgate"}},
+               "summary": {"fail": 1}, "results": [{"policy": "serial-lb-api-calls", "result": "fail"}]}),
+    );
+    c
+}
+
+fn stored<'a>(c: &'a Cluster, collection: &str, namespace: Option<&str>, name: &str) -> &'a Value {
+    c.objects
+        .iter()
+        .find(|(col, o)| {
+            col == collection
+                && o["metadata"]["name"] == name
+                && o["metadata"]["namespace"].as_str() == namespace
+        })
+        .map(|(_, o)| o)
+        .unwrap_or_else(|| panic!("{collection} {namespace:?}/{name} not stored"))
+}
+
+#[tokio::test]
+async fn background_round_takes_the_lease_and_publishes_policy_reports() {
+    let cluster = Arc::new(Mutex::new(background_cluster()));
+    let client = client(cluster.clone());
+    let metrics = audit::background::AuditMetrics::default();
+    let mut registry = prometheus_client::registry::Registry::with_prefix("stackgate");
+    metrics.register(&mut registry);
+    let config = background_config("stackgate-0");
+    let leader = tokio::time::timeout(
+        TEST_TIMEOUT,
+        audit::background::round(&client, &engine(), &config, &metrics, true),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(leader);
+
+    let c = cluster.lock().unwrap();
+    // The Lease was created (POST) for this replica.
+    let lease = stored(&c, LEASES, Some("stackgate-system"), "stackgate-audit");
+    assert_eq!(lease["spec"]["holderIdentity"], "stackgate-0");
+    assert_eq!(lease["spec"]["leaseDurationSeconds"], 60);
+    assert!(c.requests.iter().any(|r| r.method == "POST"
+        && r.path == "/apis/coordination.k8s.io/v1/namespaces/stackgate-system/leases"));
+
+    // Every report write is a server-side apply with stackgate's field manager.
+    let applies: Vec<&Recorded> = c.requests.iter().filter(|r| r.method == "PATCH").collect();
+    assert!(!applies.is_empty());
+    for a in &applies {
+        assert_eq!(a.content_type, "application/apply-patch+yaml", "{a:?}");
+        assert_eq!(
+            query_param(&a.query, "fieldManager").as_deref(),
+            Some("stackgate")
+        );
+        assert_eq!(query_param(&a.query, "force").as_deref(), Some("true"));
+    }
+    // Nothing else is written: no PUT, and POST only for the Lease.
+    assert!(c.requests.iter().all(|r| r.method != "PUT"));
+    assert_eq!(c.requests.iter().filter(|r| r.method == "POST").count(), 1);
+
+    // kube-system: the Secret's and HelmRelease's warnings, the CCM restart; fail/warn only.
+    let ks = stored(&c, POLICYREPORTS, Some("kube-system"), "stackgate");
+    assert_eq!(ks["apiVersion"], "wgpolicyk8s.io/v1alpha2");
+    assert_eq!(
+        ks["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "stackgate"
+    );
+    let results = ks["results"].as_array().unwrap();
+    assert_eq!(ks["summary"]["warn"], 3, "{ks:#}");
+    assert_eq!(ks["summary"]["fail"], 0);
+    assert!(
+        results
+            .iter()
+            .all(|r| r["result"] == "warn" && r["source"] == "stackgate")
+    );
+    let secret_result = results
+        .iter()
+        .find(|r| r["resources"][0]["kind"] == "Secret")
+        .expect("the Secret's result");
+    assert_eq!(
+        secret_result["resources"][0],
+        json!({"apiVersion": "v1", "kind": "Secret", "namespace": "kube-system", "name": "cloud-config"})
+    );
+    assert_eq!(secret_result["policy"], "serial-lb-api-calls");
+    assert!(
+        results.iter().any(
+            |r| r["policy"] == "ccm-restart-needed" && r["resources"][0]["kind"] == "DaemonSet"
+        )
+    );
+    // tenant-a: the denial is a fail with high severity.
+    let ta = stored(&c, POLICYREPORTS, Some("tenant-a"), "stackgate");
+    assert_eq!(ta["summary"]["fail"], 1);
+    assert_eq!(ta["results"][0]["result"], "fail");
+    assert_eq!(ta["results"][0]["severity"], "high");
+    // The namespace fixed since the last run: its report is emptied (it clears).
+    let fixed = stored(&c, POLICYREPORTS, Some("fixed-ns"), "stackgate");
+    assert_eq!(fixed["results"], json!([]));
+    assert_eq!(fixed["summary"]["fail"], 0);
+    // Cluster-scoped subjects: none, so an empty ClusterPolicyReport.
+    let cluster_report = stored(&c, CLUSTERPOLICYREPORTS, None, "stackgate");
+    assert_eq!(cluster_report["kind"], "ClusterPolicyReport");
+    assert_eq!(cluster_report["results"], json!([]));
+    drop(c);
+
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    assert!(
+        text.contains("stackgate_audit_violations{policy=\"serial-lb-api-calls\"} 3"),
+        "{text}"
+    );
+    assert!(
+        text.contains("stackgate_audit_violations{policy=\"ccm-restart-needed\"} 1"),
+        "{text}"
+    );
+    assert!(text.contains("stackgate_audit_objects 5"), "{text}");
+    assert!(text.contains("stackgate_audit_leader 1"), "{text}");
+    assert!(
+        text.contains("stackgate_audit_last_success_timestamp_seconds"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_lease_held_by_another_replica_is_respected_until_it_expires() {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let mut c = background_cluster();
+    c.add(
+        LEASES,
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+               "metadata": {"name": "stackgate-audit", "namespace": "stackgate-system"},
+               "spec": {"holderIdentity": "stackgate-1", "leaseDurationSeconds": 60,
+                        "renewTime": now.to_string(), "leaseTransitions": 2}}),
+    );
+    let cluster = Arc::new(Mutex::new(c));
+    let client = client(cluster.clone());
+    let metrics = audit::background::AuditMetrics::default();
+    let config = background_config("stackgate-0");
+    let leader = audit::background::round(&client, &engine(), &config, &metrics, true)
+        .await
+        .unwrap();
+    assert!(!leader);
+    {
+        let c = cluster.lock().unwrap();
+        // Only the Lease was read: no audit, no write.
+        assert!(
+            c.requests
+                .iter()
+                .all(|r| r.method == "GET" && r.path.contains("/leases/")),
+            "{:?}",
+            c.requests
+        );
+    }
+    // The holder stopped renewing 61 s ago: the Lease is taken over with a replace.
+    {
+        let mut c = cluster.lock().unwrap();
+        let lease = c.objects.iter_mut().find(|(col, _)| col == LEASES).unwrap();
+        let old = now
+            .checked_sub(k8s_openapi::jiff::SignedDuration::from_secs(61))
+            .unwrap();
+        lease.1["spec"]["renewTime"] = json!(old.to_string());
+    }
+    let leader = audit::background::round(&client, &engine(), &config, &metrics, false)
+        .await
+        .unwrap();
+    assert!(leader);
+    let c = cluster.lock().unwrap();
+    let lease = stored(&c, LEASES, Some("stackgate-system"), "stackgate-audit");
+    assert_eq!(lease["spec"]["holderIdentity"], "stackgate-0");
+    assert_eq!(lease["spec"]["leaseTransitions"], 3);
+    let put = c
+        .requests
+        .iter()
+        .find(|r| r.method == "PUT")
+        .expect("a replace");
+    let body: Value = serde_json::from_str(&put.body).unwrap();
+    // The replace carries the resourceVersion it read (optimistic concurrency).
+    assert!(body["metadata"]["resourceVersion"].is_string(), "{body}");
+}
+
+#[test]
+fn reports_are_capped_with_the_full_summary() {
+    let results: Vec<Value> = (0..10)
+        .map(|i| json!({"result": if i % 2 == 0 { "fail" } else { "warn" }, "message": "m"}))
+        .collect();
+    let r = audit::background::report_object(Some("ns"), results, 4);
+    assert_eq!(r["results"].as_array().unwrap().len(), 4);
+    // The summary counts every result; the annotation says how many are not listed.
+    assert_eq!(r["summary"]["fail"], 5);
+    assert_eq!(r["summary"]["warn"], 5);
+    assert_eq!(
+        r["metadata"]["annotations"]["stackgate.dev/results-left-out"],
+        "6"
     );
 }

@@ -22,9 +22,13 @@
 //! before the cloud config they mount last changed. [`fix`] writes the webhook's edits back
 //! through the API (`--fix`, with `--yes`).
 //!
+//! [`background`] is the same audit inside `stackgate serve`: one replica elected with a
+//! Lease re-audits on a period and publishes PolicyReports.
+//!
 //! The report is `check`'s ([`crate::check::report`]): the same text, JSON, SARIF and JUnit
 //! formats and exit codes, with `kind/namespace/name` in place of a file name.
 
+pub mod background;
 pub mod fix;
 pub mod restart;
 
@@ -303,7 +307,7 @@ pub struct Audit {
 }
 
 /// Progress of a run, for a terminal: the kind being listed and the objects seen so far.
-pub type Progress<'a> = &'a mut dyn FnMut(&str, usize);
+pub type Progress<'a> = &'a mut (dyn FnMut(&str, usize) + Send);
 
 /// Lists and evaluates everything [`targets`] covers, then checks the CCM workloads for
 /// pods running an older cloud config. Never writes.

@@ -2,7 +2,10 @@
 
 use clap::Args;
 
-use super::PolicyArgs;
+use std::time::Duration;
+
+use super::{PolicyArgs, parse_duration};
+use crate::audit::background::{BackgroundConfig, DEFAULT_LEASE_NAME, DEFAULT_MAX_RESULTS};
 use crate::audit::{AuditOptions, DEFAULT_PAGE_SIZE};
 use crate::check::{FailOn, Format};
 
@@ -74,6 +77,75 @@ impl From<&AuditArgs> for AuditOptions {
     }
 }
 
+/// `--background-audit-period` default, as text (`background::DEFAULT_PERIOD`).
+const BACKGROUND_PERIOD: &str = "10m";
+/// `--background-audit-lease-duration` default, as text
+/// (`background::DEFAULT_LEASE_DURATION`).
+const LEASE_DURATION: &str = "60s";
+
+/// `stackgate serve` flags of the background audit (off by default).
+#[derive(Debug, Clone, Args)]
+pub struct BackgroundAuditArgs {
+    /// Audit the cluster in the background and publish wgpolicyk8s.io PolicyReports: one
+    /// replica, elected with a coordination.k8s.io Lease, re-audits every period.
+    #[arg(long = "background-audit", env = "STACKGATE_BACKGROUND_AUDIT")]
+    pub enabled: bool,
+    /// How often the elected replica re-audits.
+    #[arg(long = "background-audit-period", env = "STACKGATE_BACKGROUND_AUDIT_PERIOD", default_value = BACKGROUND_PERIOD, value_parser = parse_duration)]
+    pub period: Duration,
+    /// Namespace of the Lease (the chart sets its release namespace).
+    #[arg(
+        long = "background-audit-lease-namespace",
+        env = "STACKGATE_BACKGROUND_AUDIT_LEASE_NAMESPACE",
+        default_value = "kube-system"
+    )]
+    pub lease_namespace: String,
+    /// Name of the Lease.
+    #[arg(long = "background-audit-lease-name", env = "STACKGATE_BACKGROUND_AUDIT_LEASE_NAME", default_value = DEFAULT_LEASE_NAME)]
+    pub lease_name: String,
+    /// How long the Lease stays held without renewal (renewed every third of it).
+    #[arg(long = "background-audit-lease-duration", env = "STACKGATE_BACKGROUND_AUDIT_LEASE_DURATION", default_value = LEASE_DURATION, value_parser = parse_duration)]
+    pub lease_duration: Duration,
+    /// This replica's identity in the Lease; default: the HOSTNAME environment variable
+    /// (the pod name).
+    #[arg(
+        long = "background-audit-identity",
+        env = "STACKGATE_BACKGROUND_AUDIT_IDENTITY"
+    )]
+    pub identity: Option<String>,
+    /// Results per PolicyReport, at most (the summary still counts all).
+    #[arg(long = "background-audit-max-results", env = "STACKGATE_BACKGROUND_AUDIT_MAX_RESULTS", default_value_t = DEFAULT_MAX_RESULTS, value_parser = super::parse_positive)]
+    pub max_results: usize,
+}
+
+impl BackgroundAuditArgs {
+    /// The background audit's settings, or None when it is off. `hostname` is the fallback
+    /// identity.
+    pub fn config(&self, hostname: Option<String>) -> Option<BackgroundConfig> {
+        let Self {
+            enabled,
+            period,
+            lease_namespace,
+            lease_name,
+            lease_duration,
+            identity,
+            max_results,
+        } = self;
+        enabled.then(|| BackgroundConfig {
+            period: *period,
+            lease_namespace: lease_namespace.clone(),
+            lease_name: lease_name.clone(),
+            identity: identity
+                .clone()
+                .or(hostname)
+                .unwrap_or_else(|| format!("stackgate-{}", std::process::id())),
+            lease_duration: *lease_duration,
+            max_results: *max_results,
+            page_size: DEFAULT_PAGE_SIZE,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,6 +187,28 @@ mod tests {
                 yes: true,
             }
         );
+    }
+
+    #[test]
+    fn background_audit_is_off_by_default_and_its_defaults_are_the_modules() {
+        use crate::audit::background::{DEFAULT_LEASE_DURATION, DEFAULT_PERIOD};
+        let Command::Serve(args) = parse(&["stackgate", "serve"]).command else {
+            panic!("serve");
+        };
+        assert_eq!(args.background_audit.config(None), None);
+        let Command::Serve(args) = parse(&["stackgate", "serve", "--background-audit"]).command
+        else {
+            panic!("serve");
+        };
+        let config = args
+            .background_audit
+            .config(Some("stackgate-0".to_owned()))
+            .expect("on");
+        assert_eq!(config.period, DEFAULT_PERIOD);
+        assert_eq!(config.lease_duration, DEFAULT_LEASE_DURATION);
+        assert_eq!(config.lease_name, DEFAULT_LEASE_NAME);
+        assert_eq!(config.max_results, DEFAULT_MAX_RESULTS);
+        assert_eq!(config.identity, "stackgate-0");
     }
 
     #[test]

@@ -25,7 +25,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::telemetry::LogFormat;
 
-pub use audit::AuditArgs;
+pub use audit::{AuditArgs, BackgroundAuditArgs};
 pub use check::CheckArgs;
 pub use guard::{GuardArgs, Switch};
 pub use serve::{KubeMode, ServeArgs};
