@@ -88,7 +88,14 @@ const LEASE_DURATION: &str = "60s";
 pub struct BackgroundAuditArgs {
     /// Audit the cluster in the background and publish wgpolicyk8s.io PolicyReports: one
     /// replica, elected with a coordination.k8s.io Lease, re-audits every period.
-    #[arg(long = "background-audit", env = "STACKGATE_BACKGROUND_AUDIT")]
+    #[arg(
+        long = "background-audit",
+        env = "STACKGATE_BACKGROUND_AUDIT",
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_value_t = false,
+        default_missing_value = "true"
+    )]
     pub enabled: bool,
     /// How often the elected replica re-audits.
     #[arg(long = "background-audit-period", env = "STACKGATE_BACKGROUND_AUDIT_PERIOD", default_value = BACKGROUND_PERIOD, value_parser = parse_duration)]
