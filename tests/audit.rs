@@ -755,6 +755,7 @@ async fn fix_previews_without_writing() {
         ..AuditOptions::default()
     };
     let (_, text) = run_audit(&cluster, &options).await;
+    golden("audit-fix-preview.txt", &text);
     assert!(text.contains("preview only, nothing written"), "{text}");
     assert!(
         text.contains(
