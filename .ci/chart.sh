@@ -41,6 +41,7 @@ RENDERS=(
     "existing-secret|stackgate|stackgate|existing-secret|"
     "monitoring|stackgate|stackgate|monitoring|--api-versions monitoring.coreos.com/v1"
     "live-release|stackgate|stackgate|live-release|"
+    "audit|stackgate|stackgate|audit|"
     "guard|stackgate|stackgate|guard|"
     "guard-cluster-wide|stackgate|stackgate|guard-cluster-wide|"
     "guard-budget|stackgate|stackgate|guard-budget|"

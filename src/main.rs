@@ -7,7 +7,7 @@ use anyhow::Context as _;
 use clap::Parser as _;
 
 use stackgate::check::CheckOptions;
-use stackgate::cli::{CheckArgs, Cli, Command, KubeMode, PolicyArgs, ServeArgs};
+use stackgate::cli::{AuditArgs, CheckArgs, Cli, Command, KubeMode, PolicyArgs, ServeArgs};
 use stackgate::engine::Engine;
 use stackgate::guard::Guard;
 use stackgate::metrics::Metrics;
@@ -32,6 +32,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve(*args),
         Command::Policies(args) => print_policies(&args),
         Command::Check(args) => check(&args),
+        Command::Audit(args) => audit(&args),
         Command::Rules(args) => load_policies(&args).map(|set| {
             print!("{}", stackgate::engine::docs::markdown(&Engine::new(set)));
             ExitCode::SUCCESS
@@ -76,6 +77,54 @@ fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(code))
 }
 
+/// `stackgate audit`: exit 0 clean, 1 denials (or warnings with --fail-on warning), 2 usage,
+/// policy, connection or listing errors.
+fn audit(args: &AuditArgs) -> anyhow::Result<ExitCode> {
+    use std::io::IsTerminal as _;
+    let policies = match load_policies(&args.policy) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("stackgate audit: {e:#}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let engine = Engine::new(policies);
+    let options = stackgate::audit::AuditOptions::from(args);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let code = runtime.block_on(async {
+        let client = match kube::Client::try_default().await {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!(
+                    "stackgate audit: no cluster access (kubeconfig or in-cluster service \
+                     account): {e}"
+                );
+                return 2;
+            }
+        };
+        let terminal = std::io::stderr().is_terminal();
+        let mut progress = |kind: &str, objects: usize| {
+            if terminal {
+                eprint!("\r\x1b[Kstackgate audit: listing {kind}; {objects} objects audited");
+            }
+        };
+        let mut output = std::io::stdout().lock();
+        let result =
+            stackgate::audit::run(&client, &engine, &options, &mut output, &mut progress).await;
+        if terminal {
+            eprint!("\r\x1b[K");
+        }
+        result.unwrap_or_else(|e| {
+            eprintln!("stackgate audit: {e}");
+            2
+        })
+    });
+    Ok(ExitCode::from(code))
+}
+
 fn print_policies(args: &PolicyArgs) -> anyhow::Result<ExitCode> {
     let set = load_policies(args)?;
     print!("# effective policy set ({})\n{}", set.origin, set.to_yaml());
@@ -95,6 +144,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let release_metrics = metrics.releases().clone();
     let (kube, release_resync) = (args.kube, args.release_resync);
     let guard_config = args.guard.config();
+    let background_audit = args.background_audit.config(std::env::var("HOSTNAME").ok());
     let config = ServerConfig::from(&args);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -114,15 +164,48 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 Some(Arc::new(guard))
             }
         };
+        let audit_metrics = stackgate::audit::background::AuditMetrics::default();
+        let audit_client = match &background_audit {
+            None => None,
+            Some(_) => {
+                // Asked for explicitly: no cluster access is a start-up error.
+                let client = kube::Client::try_default().await.context(
+                    "--background-audit needs cluster access (in-cluster service account or kubeconfig)",
+                )?;
+                audit_metrics.register(metrics.registry_mut());
+                Some(client)
+            }
+        };
         let mut state = AppState::new(Engine::new(policies), metrics);
         if let Some(guard) = guard {
             state = state.with_fact_source(Arc::new(stackgate::guard::GuardSource::new(guard)));
         }
         let state = Arc::new(state);
         let watcher = start_release_watcher(kube, release_resync, &state, release_metrics).await;
+        let auditor = match (audit_client, background_audit) {
+            (Some(client), Some(audit_config)) => {
+                tracing::info!(
+                    lease = %format!("{}/{}", audit_config.lease_namespace, audit_config.lease_name),
+                    identity = %audit_config.identity,
+                    period_seconds = audit_config.period.as_secs(),
+                    "background audit on"
+                );
+                let state = state.clone();
+                Some(tokio::spawn(stackgate::audit::background::run(
+                    client,
+                    audit_config,
+                    audit_metrics,
+                    move || state.engine.load_full(),
+                )))
+            }
+            _ => None,
+        };
         let served = server::run(config, state, shutdown_signal()).await;
         if let Some(watcher) = watcher {
             watcher.abort();
+        }
+        if let Some(auditor) = auditor {
+            auditor.abort();
         }
         served.context("serving")
     });

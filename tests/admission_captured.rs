@@ -111,6 +111,11 @@ fn configmap_create_gets_exactly_one_line_added_and_reevaluation_is_clean() {
     expected["request"]["object"]["data"]["config"] = json!(expected_text);
     assert_eq!(patched, expected);
     assert!(warnings(&response)[0].contains("stackgate set [LoadBalancer]"));
+    // The running CCM reads the config only at start: the warning says so.
+    assert_eq!(
+        warnings(&response).last().map(String::as_str),
+        Some(stackgate::admission::CCM_RESTART_WARNING)
+    );
 
     // Idempotent: the patched object gets no patch and no denial on either webhook.
     let again = review(&e, Webhook::Mutate, &patched);

@@ -638,6 +638,9 @@ fn every_document_parses_into_kubernetes_types() {
                 "Role" => roundtrip::<Role>(&r.name, doc),
                 "RoleBinding" => roundtrip::<RoleBinding>(&r.name, doc),
                 "NetworkPolicy" => roundtrip::<NetworkPolicy>(&r.name, doc),
+                "CustomResourceDefinition" => {
+                    roundtrip::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>(&r.name, doc)
+                }
                 "MutatingWebhookConfiguration" => {
                     roundtrip::<MutatingWebhookConfiguration>(&r.name, doc)
                 }
@@ -655,6 +658,7 @@ fn every_document_parses_into_kubernetes_types() {
                 kind,
                 "ClusterRole"
                     | "ClusterRoleBinding"
+                    | "CustomResourceDefinition"
                     | "MutatingWebhookConfiguration"
                     | "ValidatingWebhookConfiguration"
             );
@@ -1178,7 +1182,7 @@ fn deployment_is_ha_locked_down_and_probed_on_the_admin_port() {
         // Kubernetes API access only where a feature needs it
         let needs_api = matches!(
             n.as_str(),
-            "live-release" | "guard" | "guard-cluster-wide" | "guard-budget"
+            "live-release" | "guard" | "guard-cluster-wide" | "guard-budget" | "audit"
         );
         assert_eq!(
             pod.automount_service_account_token,
@@ -1319,8 +1323,16 @@ fn rbac_is_least_privilege() {
                 "{}: wildcard in RBAC",
                 r.name
             );
+            // Writes: only the background audit's own results and its Lease.
+            let allowed = match (g.as_str(), res.as_str()) {
+                ("wgpolicyk8s.io", "policyreports" | "clusterpolicyreports") => {
+                    set(&["get", "list", "create", "patch"])
+                }
+                ("coordination.k8s.io", "leases") => set(&["get", "create", "update"]),
+                _ => set(&["get", "list", "watch"]),
+            };
             assert!(
-                verbs.is_subset(&set(&["get", "list", "watch"])),
+                verbs.is_subset(&allowed),
                 "{}: {res} verbs {verbs:?}",
                 r.name
             );
@@ -1362,9 +1374,52 @@ fn rbac_is_least_privilege() {
                 pair("", "secrets"),
             ]
             .into(),
+            "audit" => [
+                pair("", "configmaps"),
+                pair("", "pods"),
+                pair("", "secrets"),
+                pair("apps", "daemonsets"),
+                pair("apps", "deployments"),
+                pair("helm.toolkit.fluxcd.io", "helmreleases"),
+                pair("argoproj.io", "applications"),
+                pair("helm.cattle.io", "helmcharts"),
+                pair("helm.cattle.io", "helmchartconfigs"),
+                pair("core.openstack.org", "openstackversions"),
+                pair("glance.openstack.org", "glances"),
+                pair("wgpolicyk8s.io", "policyreports"),
+                pair("wgpolicyk8s.io", "clusterpolicyreports"),
+                pair("coordination.k8s.io", "leases"),
+            ]
+            .into(),
             _ => BTreeSet::new(),
         };
         assert_eq!(got, want, "{}: RBAC resources", r.name);
+        if r.name == "audit" {
+            // Secrets: get only, through Roles in audit.secretNamespaces; the Lease only in
+            // the release namespace.
+            let roles: BTreeSet<(String, String)> = r
+                .typed::<Role>("Role")
+                .into_iter()
+                .flat_map(|role| {
+                    let ns = role.metadata.namespace.clone().unwrap_or_default();
+                    role.rules
+                        .unwrap_or_default()
+                        .into_iter()
+                        .flat_map(|rule| rule.resources.unwrap_or_default())
+                        .map(move |res| (ns.clone(), res))
+                })
+                .collect();
+            assert_eq!(
+                roles,
+                [
+                    ("kube-system".to_owned(), "secrets".to_owned()),
+                    ("capi-prod".to_owned(), "secrets".to_owned()),
+                    (r.namespace.clone(), "leases".to_owned()),
+                ]
+                .into(),
+                "audit: Roles"
+            );
+        }
         if r.name == "live-release" {
             assert_eq!(
                 rules[0].2,
@@ -1711,7 +1766,13 @@ fn every_rendered_env_var_is_a_serve_flag() {
             let arg = flags
                 .get(&e.name)
                 .unwrap_or_else(|| panic!("{}: {} is no `stackgate serve` flag", r.name, e.name));
-            let value = e.value.clone().expect("literal value");
+            // A value from the pod (the background audit's identity is the pod name).
+            let from_pod = e
+                .value_from
+                .as_ref()
+                .and_then(|v| v.field_ref.as_ref())
+                .map(|_| "stackgate-0".to_owned());
+            let value = e.value.clone().or(from_pod).expect("literal value");
             let long = arg.get_long().expect("long flag");
             argv.push(format!("--{long}={value}"));
         }

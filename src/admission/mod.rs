@@ -32,6 +32,15 @@ pub const ADMISSION_V1: &str = "admission.k8s.io/v1";
 /// Kubernetes may truncate warnings longer than this; ours are cut at a character boundary.
 const WARNING_MAX_CHARS: usize = 256;
 
+/// Added to the warnings of a mutated cloud config: the change is stored, but the running
+/// CCM reads its cloud config only at start (cloud-provider-openstack openstack.go l.181-192,
+/// domain-facts §1.6), and the chart's `checksum/config` rolls its pods only for the chart's
+/// own `cloudConfig` values. `stackgate audit` reports CCM pods older than their config.
+pub const CCM_RESTART_WARNING: &str = "stackgate: the CCM reads its cloud config only at start \
+(cloud-provider-openstack ReadConfig); restart it to apply this change, e.g. kubectl -n \
+kube-system rollout restart daemonset/openstack-cloud-controller-manager (stackgate audit finds \
+stale pods)";
+
 /// Largest AdmissionReview answer stackgate sends, in bytes. An answer over it is replaced by
 /// a short one (mutate: admitted without the patch, with a warning; validate: the first
 /// denial and a pointer to `stackgate check`). The apiserver holds every webhook answer in
@@ -304,7 +313,15 @@ fn mutate_response(
     if verdict.patch.is_empty() {
         return (response, "allowed");
     }
-    response.warnings = Some(verdict.mutations.iter().map(short).collect());
+    let mut warnings: Vec<String> = verdict.mutations.iter().map(short).collect();
+    if verdict
+        .mutations
+        .iter()
+        .any(|f| f.rule.family().reads_cloud_configs())
+    {
+        warnings.push(CCM_RESTART_WARNING.to_owned());
+    }
+    response.warnings = Some(warnings);
     match response
         .clone()
         .with_patch(json_patch::Patch(verdict.patch.clone()))

@@ -144,8 +144,50 @@ impl Report {
     }
 }
 
+/// Which command a report belongs to: its name in the summary line, what one report entry
+/// is (a file for `check`, an object or a kind for `audit`) and how its fixes are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Face {
+    /// `stackgate check`.
+    pub command: &'static str,
+    /// What one [`FileReport`] is, singular and plural (`file`, `files`).
+    pub entry: (&'static str, &'static str),
+    /// How the shown fixes are written (`stackgate check --fix writes it`).
+    pub fix_hint: &'static str,
+    /// What an input error is, for SARIF's `input-error` rule.
+    pub input_error: &'static str,
+    /// Rules of findings the face adds itself (not a policy's): `(id, description)`.
+    pub own_rules: &'static [(&'static str, &'static str)],
+    /// Whether entries have line numbers (files do; objects read from a cluster do not).
+    pub lines: bool,
+}
+
+/// `stackgate check`: one entry per input file.
+pub const CHECK: Face = Face {
+    command: "stackgate check",
+    entry: ("file", "files"),
+    fix_hint: "stackgate check --fix writes it",
+    input_error: "The input could not be read as YAML or as Kubernetes objects.",
+    own_rules: &[],
+    lines: true,
+};
+
+/// `name:line`, or `name` alone for a face without lines (objects read from a cluster).
+fn at(face: &Face, name: &str, line: usize) -> String {
+    if face.lines {
+        format!("{name}:{line}")
+    } else {
+        name.to_owned()
+    }
+}
+
 /// Human-readable text.
 pub fn text(report: &Report, show_diffs: bool) -> String {
+    text_as(report, show_diffs, &CHECK)
+}
+
+/// Human-readable text, with the summary and fix hints of `face`.
+pub fn text_as(report: &Report, show_diffs: bool, face: &Face) -> String {
     let mut out = String::new();
     for f in &report.files {
         if let Some(reason) = &f.skipped {
@@ -155,19 +197,22 @@ pub fn text(report: &Report, show_diffs: bool) -> String {
             let _ = writeln!(out, "{}: note [{TEMPLATE_RULE}] {note}", f.name);
         }
         for p in &f.problems {
-            let _ = writeln!(
-                out,
-                "{}:{}:{}: error [input] {}",
-                f.name, p.line, p.column, p.message
-            );
+            if !face.lines {
+                let _ = writeln!(out, "{}: error [input] {}", f.name, p.message);
+            } else {
+                let _ = writeln!(
+                    out,
+                    "{}:{}:{}: error [input] {}",
+                    f.name, p.line, p.column, p.message
+                );
+            }
         }
         for o in &f.objects {
             for i in &o.items {
                 let _ = writeln!(
                     out,
-                    "{}:{}: {} [{}] {}",
-                    f.name,
-                    i.line,
+                    "{}: {} [{}] {}",
+                    at(face, &f.name, i.line),
                     i.level.as_str(),
                     i.rule,
                     i.message
@@ -176,9 +221,8 @@ pub fn text(report: &Report, show_diffs: bool) -> String {
             if !o.verdict.patch.is_empty() && !o.fixable_in_place {
                 let _ = writeln!(
                     out,
-                    "{}:{}: note [fix] {}: the webhook would apply this JSON Patch, which cannot be written into this file as a minimal edit; apply it by hand: {}",
-                    f.name,
-                    o.line,
+                    "{}: note [fix] {}: the webhook would apply this JSON Patch, which cannot be written into this file as a minimal edit; apply it by hand: {}",
+                    at(face, &f.name, o.line),
                     o.object,
                     patch_summary(o)
                 );
@@ -188,8 +232,9 @@ pub fn text(report: &Report, show_diffs: bool) -> String {
                     let verb = if f.written { "fixed" } else { "fix" };
                     let _ = writeln!(
                         out,
-                        "{}:{}: {verb} for {} (Secret data shown decoded, values masked):",
-                        f.name, o.line, o.object
+                        "{}: {verb} for {} (Secret data shown decoded, values masked):",
+                        at(face, &f.name, o.line),
+                        o.object
                     );
                     out.push_str(d);
                 }
@@ -208,8 +253,8 @@ pub fn text(report: &Report, show_diffs: bool) -> String {
             } else {
                 let _ = writeln!(
                     out,
-                    "{}: fix: the edit the mutating webhook would make (stackgate check --fix writes it):",
-                    f.name
+                    "{}: fix: the edit the mutating webhook would make ({}):",
+                    f.name, face.fix_hint
                 );
             }
             out.push_str(diff);
@@ -218,9 +263,10 @@ pub fn text(report: &Report, show_diffs: bool) -> String {
     let c = report.counts();
     let _ = write!(
         out,
-        "stackgate check: {} file{}, {} object{}: {} error{}, {} warning{}, {} note{}",
+        "{}: {} {}, {} object{}: {} error{}, {} warning{}, {} note{}",
+        face.command,
         c.files,
-        plural(c.files),
+        entries(face, c.files),
         c.objects,
         plural(c.objects),
         c.errors,
@@ -237,26 +283,31 @@ pub fn text(report: &Report, show_diffs: bool) -> String {
         let _ = write!(out, ", {} skipped", c.skipped);
     }
     if c.fixed > 0 {
-        let _ = write!(out, "; fixed {} file{}", c.fixed, plural(c.fixed));
+        let _ = write!(out, "; fixed {} {}", c.fixed, entries(face, c.fixed));
     }
     if c.not_written > 0 {
         let _ = write!(
             out,
-            "; {} file{} not written",
+            "; {} {} not written",
             c.not_written,
-            plural(c.not_written)
+            entries(face, c.not_written)
         );
     }
     if c.fixable > 0 {
         let _ = write!(
             out,
-            "; {} file{} fixable with --fix",
+            "; {} {} fixable with --fix",
             c.fixable,
-            plural(c.fixable)
+            entries(face, c.fixable)
         );
     }
     out.push('\n');
     out
+}
+
+/// The singular or plural of `face`'s entry noun.
+fn entries(face: &Face, n: usize) -> &'static str {
+    if n == 1 { face.entry.0 } else { face.entry.1 }
 }
 
 fn plural(n: usize) -> &'static str {
@@ -398,6 +449,11 @@ pub fn json(report: &Report) -> String {
 /// SARIF 2.1.0 for GitHub code scanning: one result per denial, warning and note, input
 /// errors as results of the `input-error` rule.
 pub fn sarif(report: &Report, policies: &PolicySet) -> String {
+    sarif_as(report, policies, &CHECK)
+}
+
+/// SARIF 2.1.0 with the input-error description and own rules of `face`.
+pub fn sarif_as(report: &Report, policies: &PolicySet, face: &Face) -> String {
     let mut rule_ids: Vec<String> = report.items().map(|(_, _, i)| i.rule.clone()).collect();
     if report.files.iter().any(|f| !f.problems.is_empty()) {
         rule_ids.push("input-error".to_owned());
@@ -420,8 +476,10 @@ pub fn sarif(report: &Report, policies: &PolicySet) -> String {
                         "The input was not read: a symbolic link out of the checked tree, not a regular file, or a path named on the command line that --exclude matches.".to_owned()
                     } else if id == TEMPLATE_RULE {
                         "The input is a template (Helm/Go, Jinja or Terraform), not a manifest, and was not checked. Check the rendered manifests: pipe `helm template` or `kustomize build` into `stackgate check -`.".to_owned()
+                    } else if let Some((_, own)) = face.own_rules.iter().find(|(r, _)| r == id) {
+                        (*own).to_owned()
                     } else {
-                        "The input could not be read as YAML or as Kubernetes objects.".to_owned()
+                        face.input_error.to_owned()
                     }
                 },
                 |p| p.description.trim().to_owned(),
@@ -522,6 +580,11 @@ fn first_sentence(s: &str) -> String {
 /// problems); failing findings are failures, input problems are errors, other findings go to
 /// `system-out`.
 pub fn junit(report: &Report) -> String {
+    junit_as(report, &CHECK)
+}
+
+/// JUnit XML with the test-suites name of `face`.
+pub fn junit_as(report: &Report, face: &Face) -> String {
     let mut suites = String::new();
     let (mut total_tests, mut total_failures, mut total_errors) = (0, 0, 0);
     for f in &report.files {
@@ -569,7 +632,11 @@ pub fn junit(report: &Report) -> String {
         }
         for o in &f.objects {
             tests += 1;
-            let name = format!("{} (line {})", o.object, o.line);
+            let name = if !face.lines {
+                o.object.clone()
+            } else {
+                format!("{} (line {})", o.object, o.line)
+            };
             let _ = write!(
                 cases,
                 "    <testcase classname=\"{}\" name=\"{}\"",
@@ -593,9 +660,8 @@ pub fn junit(report: &Report) -> String {
                     .iter()
                     .map(|i| {
                         format!(
-                            "{}:{}: {} [{}] {}",
-                            f.name,
-                            i.line,
+                            "{}: {} [{}] {}",
+                            at(face, &f.name, i.line),
                             i.level.as_str(),
                             i.rule,
                             i.message
@@ -620,9 +686,8 @@ pub fn junit(report: &Report) -> String {
                     .iter()
                     .map(|i| {
                         format!(
-                            "{}:{}: {} [{}] {}",
-                            f.name,
-                            i.line,
+                            "{}: {} [{}] {}",
+                            at(face, &f.name, i.line),
                             i.level.as_str(),
                             i.rule,
                             i.message
@@ -653,7 +718,8 @@ pub fn junit(report: &Report) -> String {
         );
     }
     format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"stackgate check\" tests=\"{total_tests}\" failures=\"{total_failures}\" errors=\"{total_errors}\">\n{suites}</testsuites>\n"
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"{}\" tests=\"{total_tests}\" failures=\"{total_failures}\" errors=\"{total_errors}\">\n{suites}</testsuites>\n",
+        xml(face.command)
     )
 }
 

@@ -3,7 +3,8 @@
 //!
 //! Every clap argument struct lives here, and only here: the feature modules take plain
 //! settings they define themselves ([`crate::server::ServerConfig`],
-//! [`crate::check::CheckOptions`], [`crate::guard::GuardConfig`]) and this module converts
+//! [`crate::check::CheckOptions`], [`crate::audit::AuditOptions`],
+//! [`crate::guard::GuardConfig`]) and this module converts
 //! the parsed arguments into them, so nothing below the command line depends on it.
 //!
 //! A default the owning module also uses is that module's constant (`server::DEFAULT_*`,
@@ -12,6 +13,7 @@
 //! written as text for `--help`, next to their flags; the tests parse a bare command line
 //! and compare every default with its constant.
 
+mod audit;
 mod check;
 mod guard;
 mod serve;
@@ -23,6 +25,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::telemetry::LogFormat;
 
+pub use audit::{AuditArgs, BackgroundAuditArgs};
 pub use check::CheckArgs;
 pub use guard::{GuardArgs, Switch};
 pub use serve::{KubeMode, ServeArgs};
@@ -50,6 +53,9 @@ pub enum Command {
     Rules(PolicyArgs),
     /// Check manifests and Helm values offline with the webhook's engine and policies.
     Check(Box<CheckArgs>),
+    /// Audit the objects already in the cluster with the same engine and policies
+    /// (read-only; `--fix --yes` writes the webhook's edits through the API).
+    Audit(Box<AuditArgs>),
 }
 
 /// Where policies come from.

@@ -126,6 +126,9 @@ pub struct ServeArgs {
     /// `--octavia-cache-ttl`).
     #[command(flatten)]
     pub guard: GuardArgs,
+    /// Background audit with PolicyReports (`--background-audit`, ...).
+    #[command(flatten)]
+    pub background_audit: super::BackgroundAuditArgs,
 }
 
 /// `--kube`.
@@ -166,6 +169,7 @@ impl From<&ServeArgs> for ServerConfig {
             kube: _,
             release_resync: _,
             guard: _,
+            background_audit: _,
         } = args;
         let tls = match (tls_cert, tls_key) {
             (Some(cert), Some(key)) => TlsSource::Files {

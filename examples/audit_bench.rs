@@ -1,0 +1,260 @@
+//! Benchmark of `stackgate audit` against a mocked cluster (issue 15): 10,000 ConfigMaps and
+//! Secrets of which 100 are labelled cloud configs, 1,000 HelmReleases of which 100 carry the
+//! CCM chart's values, the CCM DaemonSet and its pod; `SCALE` multiplies every count.
+//!
+//! The API server is an in-process fake over `tower_test::mock` (as in tests/audit.rs): it
+//! answers lists with `limit`/`continue` and label selectors like the real one (the selector
+//! is applied on the server, so unlabelled ConfigMaps and Secrets never reach the audit) and
+//! counts requests. Its objects live in this process, so the peak RSS of the audit itself is
+//! measured as the growth over the resident set after setup (`/proc/self/clear_refs` resets
+//! the high-water mark before the run).
+//!
+//! ```text
+//! cargo run --release --example audit_bench -- [SCALE]
+//! ```
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use base64::Engine as _;
+use http::{Request, Response, StatusCode};
+use http_body_util::BodyExt as _;
+use kube::client::Body;
+use serde_json::{Value, json};
+use stackgate::audit::{self, AuditOptions};
+use stackgate::engine::Engine;
+use stackgate::policy::PolicySet;
+use tower_test::mock;
+
+const CLOUD_CONFIG: &str = "[Global]\nauth-url=https://keystone.example.test:5000/v3\nregion=RegionOne\n\n[LoadBalancer]\nsubnet-id=9c018814-f2a8-45dd-9679-5400d49b333a\nfloating-network-id=80c9fc78-a2be-45d5-a85b-f17a6c98df92\n";
+
+/// Collections of the fake API server: path → objects (sorted by namespace/name).
+struct Fake {
+    collections: Vec<(String, Vec<Value>)>,
+    requests: AtomicUsize,
+}
+
+fn status(code: u16) -> Response<Body> {
+    let body = json!({"apiVersion": "v1", "kind": "Status", "status": "Failure", "code": code,
+                      "reason": "NotFound", "message": "not found"});
+    let mut r = Response::new(Body::from(serde_json::to_vec(&body).unwrap_or_default()));
+    *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::NOT_FOUND);
+    r
+}
+
+fn param(query: &str, key: &str) -> Option<String> {
+    query
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .find(|(k, _)| *k == key)
+        .map(|(_, v)| v.replace("%2F", "/").replace("%3D", "="))
+}
+
+impl Fake {
+    fn answer(&self, path: &str, query: &str) -> Response<Body> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        // Named get: /api/v1/namespaces/NS/PLURAL/NAME.
+        let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        let base = if segments.first() == Some(&"api") {
+            2
+        } else {
+            3
+        };
+        let (collection, namespace, name) = match &segments[base..] {
+            [plural] => (
+                format!("/{}/{plural}", segments[..base].join("/")),
+                None,
+                None,
+            ),
+            ["namespaces", ns, plural] => (
+                format!("/{}/{plural}", segments[..base].join("/")),
+                Some(*ns),
+                None,
+            ),
+            ["namespaces", ns, plural, name] => (
+                format!("/{}/{plural}", segments[..base].join("/")),
+                Some(*ns),
+                Some(*name),
+            ),
+            _ => return status(404),
+        };
+        let Some((_, objects)) = self.collections.iter().find(|(c, _)| *c == collection) else {
+            return status(404);
+        };
+        let in_ns = |o: &Value| namespace.is_none_or(|ns| o["metadata"]["namespace"] == ns);
+        if let Some(name) = name {
+            return match objects
+                .iter()
+                .find(|o| in_ns(o) && o["metadata"]["name"] == name)
+            {
+                Some(o) => Response::new(Body::from(serde_json::to_vec(o).unwrap_or_default())),
+                None => status(404),
+            };
+        }
+        let selector = param(query, "labelSelector").unwrap_or_default();
+        let selected = |o: &Value| {
+            selector
+                .split(',')
+                .filter(|t| !t.is_empty())
+                .all(|t| match t.split_once('=') {
+                    Some((k, v)) => o["metadata"]["labels"][k] == v,
+                    None => o["metadata"]["labels"].get(t).is_some(),
+                })
+        };
+        let start: usize = param(query, "continue")
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let limit: usize = param(query, "limit")
+            .and_then(|l| l.parse().ok())
+            .unwrap_or(usize::MAX);
+        let matching: Vec<&Value> = objects
+            .iter()
+            .filter(|o| in_ns(o) && selected(o))
+            .skip(start)
+            .take(limit.saturating_add(1))
+            .collect();
+        let more = matching.len() > limit;
+        let page: Vec<&Value> = matching.into_iter().take(limit).collect();
+        let mut metadata = json!({"resourceVersion": "1"});
+        if more {
+            metadata["continue"] = json!((start + limit).to_string());
+        }
+        let body = json!({"apiVersion": "v1", "kind": "List", "metadata": metadata, "items": page});
+        Response::new(Body::from(serde_json::to_vec(&body).unwrap_or_default()))
+    }
+}
+
+fn cluster(scale: usize) -> Fake {
+    let b64 = base64::engine::general_purpose::STANDARD.encode(CLOUD_CONFIG);
+    let (mut configmaps, mut secrets, mut helmreleases) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..5_000 * scale {
+        let ns = format!("ns-{}", i % 100);
+        let cloud = i % 100 == 0; // 50 × scale labelled cloud configs of each kind
+        let mut labels = json!({"app": "x"});
+        if cloud {
+            labels["stackgate.dev/cloud-config"] = json!("cloud.conf");
+        }
+        configmaps.push(
+            json!({"metadata": {"name": format!("cm-{i}"), "namespace": ns, "labels": labels,
+            "resourceVersion": "1"},
+            "data": {"cloud.conf": if cloud { CLOUD_CONFIG.to_owned() } else { "x".repeat(512) }}}),
+        );
+        secrets.push(
+            json!({"metadata": {"name": format!("secret-{i}"), "namespace": ns, "labels": labels,
+            "resourceVersion": "1"},
+            "data": {"cloud.conf": if cloud { b64.clone() } else { "eA==".repeat(128) }}}),
+        );
+    }
+    for i in 0..1_000 * scale {
+        let ccm = i % 10 == 0; // 100 × scale carry the CCM chart
+        let chart = if ccm {
+            "openstack-cloud-controller-manager"
+        } else {
+            "podinfo"
+        };
+        helmreleases.push(
+            json!({"metadata": {"name": format!("hr-{i}"), "namespace": format!("ns-{}", i % 100),
+            "resourceVersion": "1"},
+            "spec": {"chart": {"spec": {"chart": chart}},
+                     "values": {"cloudConfig": {"global": {"region": "RegionOne"},
+                                                "loadBalancer": {"subnet-id": "s"}}}}}),
+        );
+    }
+    let daemonset = json!({"metadata": {"name": "openstack-cloud-controller-manager", "namespace": "kube-system",
+        "resourceVersion": "1"},
+        "spec": {"selector": {"matchLabels": {"k8s-app": "occm"}}, "template": {"spec": {
+            "containers": [{"name": "occm", "image": "registry.k8s.io/provider-os/openstack-cloud-controller-manager:v1.36.0",
+                            "volumeMounts": [{"name": "cfg", "mountPath": "/etc/config"}]}],
+            "volumes": [{"name": "cfg", "secret": {"secretName": "cloud-config"}}]}}}});
+    secrets.push(json!({"metadata": {"name": "cloud-config", "namespace": "kube-system", "resourceVersion": "1",
+        "creationTimestamp": "2026-01-01T00:00:00Z"}, "data": {"cloud.conf": b64}}));
+    let pod = json!({"metadata": {"name": "occm-1", "namespace": "kube-system", "labels": {"k8s-app": "occm"}},
+        "status": {"startTime": "2025-12-01T00:00:00Z"}});
+    Fake {
+        collections: vec![
+            ("/api/v1/configmaps".to_owned(), configmaps),
+            ("/api/v1/secrets".to_owned(), secrets),
+            (
+                "/apis/helm.toolkit.fluxcd.io/v2/helmreleases".to_owned(),
+                helmreleases,
+            ),
+            ("/apis/apps/v1/daemonsets".to_owned(), vec![daemonset]),
+            ("/apis/apps/v1/deployments".to_owned(), Vec::new()),
+            ("/api/v1/pods".to_owned(), vec![pod]),
+        ],
+        requests: AtomicUsize::new(0),
+    }
+}
+
+/// `VmRSS` or `VmHWM` of this process, in KiB.
+fn status_kib(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(field)?
+                .trim()
+                .strip_suffix("kB")?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let scale: usize = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let fake = Arc::new(cluster(scale));
+    let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let server = fake.clone();
+    tokio::spawn(async move {
+        while let Some((request, send)) = handle.next_request().await {
+            let (parts, body) = request.into_parts();
+            let _ = body.collect().await;
+            send.send_response(server.answer(parts.uri.path(), parts.uri.query().unwrap_or("")));
+        }
+    });
+    let client = kube::Client::new(service, "default");
+    let engine = Engine::new(PolicySet::embedded().expect("embedded policies"));
+    // Reset the high-water mark: the peak below is the audit's, over the fake's objects.
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+    let baseline = status_kib("VmRSS:");
+    let started = Instant::now();
+    let audited = audit::audit(
+        &client,
+        &engine,
+        &AuditOptions::default(),
+        &mut |_: &str, _: usize| {},
+    )
+    .await;
+    let took = started.elapsed();
+    let peak = status_kib("VmHWM:");
+    let c = audited.report.counts();
+    println!(
+        "scale {scale}: {} ConfigMaps+Secrets ({} cloud configs), {} HelmReleases",
+        10_000 * scale + 1,
+        100 * scale + 1,
+        1_000 * scale
+    );
+    println!(
+        "audit: {:.3} s wall, {} API requests, {} objects evaluated, {} errors, {} warnings, {} restart findings",
+        took.as_secs_f64(),
+        fake.requests.load(Ordering::Relaxed),
+        c.objects,
+        c.errors,
+        c.warnings,
+        audited.restarts.len()
+    );
+    println!(
+        "memory: RSS after setup {:.1} MiB, peak during audit {:.1} MiB, audit's growth {:.1} MiB",
+        baseline as f64 / 1024.0,
+        peak as f64 / 1024.0,
+        peak.saturating_sub(baseline) as f64 / 1024.0
+    );
+}

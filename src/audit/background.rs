@@ -1,0 +1,408 @@
+//! The background audit of `stackgate serve --background-audit`: one elected replica
+//! re-audits the cluster on a period and publishes the results as PolicyReports.
+//!
+//! Election is a `coordination.k8s.io/v1` Lease ([`hold_lease`]): a replica holds it while it
+//! renews it before `leaseDurationSeconds` run out; another takes it over only after that,
+//! and every take-over is a replace with the Lease's resourceVersion, so two replicas never
+//! both win the same round (the loser gets 409 and waits). Only the holder audits.
+//!
+//! Results are published as `wgpolicyk8s.io/v1alpha2` reports, the format Policy Reporter and
+//! Kyverno read: one `PolicyReport` named [`REPORT_NAME`] per namespace with findings and one
+//! `ClusterPolicyReport` for cluster-scoped subjects, written with server-side apply (field
+//! manager [`FIELD_MANAGER`]). Reports are bounded: only `fail` (denials) and `warn`
+//! (warnings, CCM restarts) results by default, at most `max_results` per report and each
+//! message cut at [`MAX_MESSAGE_CHARS`] (Kyverno's admission reports once filled etcd past its
+//! quota, kyverno#8974), and there are never per-request reports. A namespace whose findings
+//! are fixed gets its report emptied on the next run, so consumers see it clear.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use serde_json::{Value, json};
+
+use super::{AuditOptions, audit};
+use crate::check::{Level, Report};
+use crate::engine::Engine;
+
+/// The name of every report stackgate writes (one per namespace, one cluster report).
+pub const REPORT_NAME: &str = "stackgate";
+/// The field manager of the report writes and the `managed-by` label value.
+pub const FIELD_MANAGER: &str = "stackgate";
+/// The label that marks stackgate's reports (used to find reports to clear).
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// Messages in reports are cut at this many characters.
+pub const MAX_MESSAGE_CHARS: usize = 1024;
+/// Default re-audit period.
+pub const DEFAULT_PERIOD: Duration = Duration::from_secs(600);
+/// Default Lease duration: a holder that does not renew for this long loses the Lease.
+pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(60);
+/// Default Lease name.
+pub const DEFAULT_LEASE_NAME: &str = "stackgate-audit";
+/// Default results per report.
+pub const DEFAULT_MAX_RESULTS: usize = 500;
+
+/// Settings of the background audit; the `serve` flags fill it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackgroundConfig {
+    /// How often the holder re-audits.
+    pub period: Duration,
+    /// Namespace of the Lease (the release namespace in the chart).
+    pub lease_namespace: String,
+    /// Name of the Lease.
+    pub lease_name: String,
+    /// This replica's identity in the Lease (the pod name in the chart).
+    pub identity: String,
+    /// How long a Lease stays held without renewal.
+    pub lease_duration: Duration,
+    /// Results per report, at most.
+    pub max_results: usize,
+    /// Objects per list request.
+    pub page_size: u32,
+}
+
+/// Labels of `stackgate_audit_violations`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyLabels {
+    /// The policy name (from the policy files, or `ccm-restart-needed`).
+    pub policy: String,
+}
+
+/// Metrics of the background audit.
+#[derive(Clone, Debug, Default)]
+pub struct AuditMetrics {
+    violations: Family<PolicyLabels, Gauge<i64, AtomicI64>>,
+    duration: Gauge<f64, AtomicU64>,
+    objects: Gauge<i64, AtomicI64>,
+    last_success: Gauge<f64, AtomicU64>,
+    leader: Gauge<i64, AtomicI64>,
+}
+
+impl AuditMetrics {
+    /// Registers every metric (names get the registry's `stackgate` prefix).
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "audit_violations",
+            "Current fail and warn results of the last background audit, per policy",
+            self.violations.clone(),
+        );
+        registry.register(
+            "audit_duration_seconds",
+            "Wall time of the last background audit",
+            self.duration.clone(),
+        );
+        registry.register(
+            "audit_objects",
+            "Objects evaluated by the last background audit",
+            self.objects.clone(),
+        );
+        registry.register(
+            "audit_last_success_timestamp_seconds",
+            "Unix time the last background audit finished and published its reports",
+            self.last_success.clone(),
+        );
+        registry.register(
+            "audit_leader",
+            "1 while this replica holds the audit Lease",
+            self.leader.clone(),
+        );
+    }
+
+    fn record(&self, report: &Report, took: Duration, now: Timestamp) {
+        let mut per_policy: BTreeMap<String, i64> = BTreeMap::new();
+        for f in &report.files {
+            for o in &f.objects {
+                for i in o.items.iter().filter(|i| i.level != Level::Note) {
+                    *per_policy.entry(i.policy.clone()).or_default() += 1;
+                }
+            }
+        }
+        // Policies that have no violations any more read 0, not their last value.
+        self.violations.clear();
+        for (policy, n) in per_policy {
+            self.violations
+                .get_or_create(&PolicyLabels { policy })
+                .set(n);
+        }
+        self.duration.set(took.as_secs_f64());
+        self.objects
+            .set(i64::try_from(report.counts().objects).unwrap_or(i64::MAX));
+        self.last_success.set(now.as_millisecond() as f64 / 1000.0);
+    }
+}
+
+/// Takes or renews the Lease for `config.identity` at `now`. True when this replica holds it
+/// afterwards; false when another holder's Lease is still current or another replica won
+/// the same round (409).
+pub async fn hold_lease(
+    client: &kube::Client,
+    config: &BackgroundConfig,
+    now: Timestamp,
+) -> Result<bool, kube::Error> {
+    let api: Api<Lease> = Api::namespaced(client.clone(), &config.lease_namespace);
+    let seconds = i32::try_from(config.lease_duration.as_secs()).unwrap_or(i32::MAX);
+    let conflict = |r: Result<Lease, kube::Error>| match r {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        Err(e) => Err(e),
+    };
+    let Some(mut lease) = api.get_opt(&config.lease_name).await? else {
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(config.lease_name.clone()),
+                namespace: Some(config.lease_namespace.clone()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(config.identity.clone()),
+                lease_duration_seconds: Some(seconds),
+                acquire_time: Some(MicroTime(now)),
+                renew_time: Some(MicroTime(now)),
+                lease_transitions: Some(0),
+                ..LeaseSpec::default()
+            }),
+        };
+        return conflict(api.create(&PostParams::default(), &lease).await);
+    };
+    let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+    let mine = spec.holder_identity.as_deref() == Some(config.identity.as_str());
+    let held_for =
+        SignedDuration::from_secs(i64::from(spec.lease_duration_seconds.unwrap_or(seconds)));
+    let expired = spec
+        .renew_time
+        .as_ref()
+        .and_then(|t| t.0.checked_add(held_for).ok())
+        .is_none_or(|until| until < now);
+    if !mine && !expired {
+        return Ok(false);
+    }
+    if !mine {
+        spec.holder_identity = Some(config.identity.clone());
+        spec.acquire_time = Some(MicroTime(now));
+        spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+    }
+    spec.renew_time = Some(MicroTime(now));
+    spec.lease_duration_seconds = Some(seconds);
+    // A replace carries the resourceVersion read: a concurrent take-over answers 409.
+    conflict(
+        api.replace(&config.lease_name, &PostParams::default(), &lease)
+            .await,
+    )
+}
+
+/// The reports of one audit: namespace (None: the cluster report) → the report object.
+pub fn policy_reports(
+    report: &Report,
+    max_results: usize,
+    now: Timestamp,
+) -> BTreeMap<Option<String>, Value> {
+    let mut results: BTreeMap<Option<String>, Vec<Value>> = BTreeMap::new();
+    for f in &report.files {
+        // Entries are `kind/namespace/name` or `kind/name`.
+        let parts: Vec<&str> = f.name.splitn(3, '/').collect();
+        let (namespace, name) = match parts.as_slice() {
+            [_, ns, name] => (Some((*ns).to_owned()), *name),
+            [_, name] => (None, *name),
+            _ => continue,
+        };
+        for o in &f.objects {
+            let api_version = o.json["apiVersion"].as_str().unwrap_or_default();
+            let kind = o.json["kind"].as_str().unwrap_or(parts[0]);
+            for i in &o.items {
+                let (result, severity) = match i.level {
+                    Level::Error => ("fail", "high"),
+                    Level::Warning => ("warn", "medium"),
+                    Level::Note => continue,
+                };
+                let mut resource = json!({"apiVersion": api_version, "kind": kind, "name": name});
+                if let Some(ns) = &namespace {
+                    resource["namespace"] = json!(ns);
+                }
+                results.entry(namespace.clone()).or_default().push(json!({
+                    "source": "stackgate",
+                    "policy": i.policy,
+                    "rule": i.rule,
+                    "result": result,
+                    "severity": severity,
+                    "message": cut(&i.message, MAX_MESSAGE_CHARS),
+                    "timestamp": {"seconds": now.as_second(), "nanos": 0},
+                    "resources": [resource],
+                }));
+            }
+        }
+    }
+    results
+        .into_iter()
+        .map(|(namespace, all)| {
+            let report = report_object(namespace.as_deref(), all, max_results);
+            (namespace, report)
+        })
+        .collect()
+}
+
+fn cut(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &s[..at]),
+        None => s.to_owned(),
+    }
+}
+
+/// One report object with `all` results, of which at most `max_results` are kept (the
+/// summary counts all of them, and an annotation says how many were left out).
+pub fn report_object(namespace: Option<&str>, all: Vec<Value>, max_results: usize) -> Value {
+    let count = |r: &str| all.iter().filter(|v| v["result"] == r).count();
+    let summary =
+        json!({"pass": 0, "fail": count("fail"), "warn": count("warn"), "error": 0, "skip": 0});
+    let left_out = all.len().saturating_sub(max_results);
+    let kept: Vec<Value> = all.into_iter().take(max_results).collect();
+    let mut metadata = json!({
+        "name": REPORT_NAME,
+        "labels": {MANAGED_BY_LABEL: FIELD_MANAGER},
+    });
+    if left_out > 0 {
+        metadata["annotations"] = json!({"stackgate.dev/results-left-out": left_out.to_string()});
+    }
+    let kind = match namespace {
+        Some(ns) => {
+            metadata["namespace"] = json!(ns);
+            "PolicyReport"
+        }
+        None => "ClusterPolicyReport",
+    };
+    json!({
+        "apiVersion": "wgpolicyk8s.io/v1alpha2",
+        "kind": kind,
+        "metadata": metadata,
+        "summary": summary,
+        "results": kept,
+    })
+}
+
+fn report_resource(cluster: bool) -> ApiResource {
+    let kind = if cluster {
+        "ClusterPolicyReport"
+    } else {
+        "PolicyReport"
+    };
+    ApiResource::from_gvk(&GroupVersionKind::gvk("wgpolicyk8s.io", "v1alpha2", kind))
+}
+
+/// Writes `reports` with server-side apply and empties stackgate's reports in namespaces
+/// that have no findings any more. Returns the number of reports written.
+pub async fn publish(
+    client: &kube::Client,
+    reports: &BTreeMap<Option<String>, Value>,
+) -> Result<usize, kube::Error> {
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let mut targets: Vec<(Option<String>, Value)> = reports
+        .iter()
+        .map(|(ns, r)| (ns.clone(), r.clone()))
+        .collect();
+    // Reports of earlier runs whose namespaces are clean now: published again, empty.
+    let selector = format!("{MANAGED_BY_LABEL}={FIELD_MANAGER}");
+    let namespaced: Api<DynamicObject> = Api::all_with(client.clone(), &report_resource(false));
+    let existing = namespaced
+        .list_metadata(&ListParams::default().labels(&selector))
+        .await?;
+    let mut clean: BTreeSet<Option<String>> = existing
+        .items
+        .iter()
+        .filter(|r| r.metadata.name.as_deref() == Some(REPORT_NAME))
+        .map(|r| r.metadata.namespace.clone())
+        .collect();
+    // The cluster report always exists once the audit runs (empty when clean).
+    clean.insert(None);
+    for ns in clean {
+        if !reports.contains_key(&ns) {
+            let empty = report_object(ns.as_deref(), Vec::new(), 0);
+            targets.push((ns, empty));
+        }
+    }
+    for (ns, report) in &targets {
+        let api: Api<DynamicObject> = match ns {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &report_resource(false)),
+            None => Api::all_with(client.clone(), &report_resource(true)),
+        };
+        api.patch(REPORT_NAME, &params, &Patch::Apply(report))
+            .await?;
+    }
+    Ok(targets.len())
+}
+
+/// One round: hold the Lease and, as the holder, audit and publish when `due`. Returns
+/// whether this replica holds the Lease.
+pub async fn round(
+    client: &kube::Client,
+    engine: &Engine,
+    config: &BackgroundConfig,
+    metrics: &AuditMetrics,
+    due: bool,
+) -> Result<bool, kube::Error> {
+    let leader = hold_lease(client, config, Timestamp::now()).await?;
+    metrics.leader.set(i64::from(leader));
+    if !leader || !due {
+        return Ok(leader);
+    }
+    let started = Instant::now();
+    let options = AuditOptions {
+        page_size: config.page_size,
+        ..AuditOptions::default()
+    };
+    let audited = audit(client, engine, &options, &mut |_: &str, _: usize| {}).await;
+    let now = Timestamp::now();
+    let reports = policy_reports(&audited.report, config.max_results, now);
+    let written = publish(client, &reports).await?;
+    metrics.record(&audited.report, started.elapsed(), now);
+    let counts = audited.report.counts();
+    tracing::info!(
+        objects = counts.objects,
+        errors = counts.errors,
+        warnings = counts.warnings,
+        unreadable = counts.problems,
+        reports = written,
+        requests = audited.requests,
+        seconds = started.elapsed().as_secs_f64(),
+        "background audit published"
+    );
+    Ok(true)
+}
+
+/// Runs forever: renews or contests the Lease every third of its duration and, while
+/// holding it, audits every `period` with the current engine.
+pub async fn run(
+    client: kube::Client,
+    config: BackgroundConfig,
+    metrics: AuditMetrics,
+    engine: impl Fn() -> Arc<Engine>,
+) {
+    let tick = (config.lease_duration / 3).max(Duration::from_secs(1));
+    let mut last_audit: Option<Instant> = None;
+    loop {
+        let due = last_audit.is_none_or(|t| t.elapsed() >= config.period);
+        match round(&client, &engine(), &config, &metrics, due).await {
+            Ok(true) if due => last_audit = Some(Instant::now()),
+            Ok(true) => {}
+            // Another replica audits; audit at once when this one takes over.
+            Ok(false) => last_audit = None,
+            Err(error) => {
+                // Retried at the next tick for the Lease, at the next period for the audit:
+                // a persistent error (PolicyReport CRD absent, RBAC) must not hammer the API.
+                if due {
+                    last_audit = Some(Instant::now());
+                }
+                tracing::warn!(%error, "background audit round failed");
+            }
+        }
+        tokio::time::sleep(tick).await;
+    }
+}

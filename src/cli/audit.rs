@@ -1,0 +1,226 @@
+//! `stackgate audit` flags and their conversion into [`AuditOptions`].
+
+use clap::Args;
+
+use std::time::Duration;
+
+use super::{PolicyArgs, parse_duration};
+use crate::audit::background::{BackgroundConfig, DEFAULT_LEASE_NAME, DEFAULT_MAX_RESULTS};
+use crate::audit::{AuditOptions, DEFAULT_PAGE_SIZE};
+use crate::check::{FailOn, Format};
+
+/// `stackgate audit` flags. The cluster is the kubeconfig's current context (`KUBECONFIG`,
+/// `~/.kube/config`) or, inside a pod, its service account.
+#[derive(Debug, Clone, Args)]
+pub struct AuditArgs {
+    /// Output format.
+    #[arg(
+        long,
+        env = "STACKGATE_AUDIT_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    pub format: Format,
+    /// Which findings make the exit code 1.
+    #[arg(
+        long,
+        env = "STACKGATE_AUDIT_FAIL_ON",
+        value_enum,
+        default_value = "error"
+    )]
+    pub fail_on: FailOn,
+    /// Objects asked for per list request (`limit`); the audit holds one page at a time.
+    #[arg(
+        long,
+        env = "STACKGATE_AUDIT_PAGE_SIZE",
+        value_name = "N",
+        default_value_t = DEFAULT_PAGE_SIZE,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub page_size: u32,
+    /// Do not print fix diffs in text output.
+    #[arg(long, env = "STACKGATE_AUDIT_NO_DIFF")]
+    pub no_diff: bool,
+    /// Preview the edits the mutating webhook would make to the stored objects; with
+    /// `--yes`, write them through the API (a JSON Patch with a resourceVersion
+    /// precondition, field manager `stackgate-audit`). Nothing is ever restarted.
+    #[arg(long, env = "STACKGATE_AUDIT_FIX")]
+    pub fix: bool,
+    /// With `--fix`: write the edits (without it, `--fix` only previews).
+    #[arg(long, requires = "fix")]
+    pub yes: bool,
+    /// Policy source.
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+}
+
+impl From<&AuditArgs> for AuditOptions {
+    /// Every flag but the policy source, which the caller loads into the engine.
+    fn from(args: &AuditArgs) -> Self {
+        let AuditArgs {
+            format,
+            fail_on,
+            page_size,
+            no_diff,
+            fix,
+            yes,
+            policy: _,
+        } = args;
+        AuditOptions {
+            format: *format,
+            fail_on: *fail_on,
+            page_size: *page_size,
+            no_diff: *no_diff,
+            fix: *fix,
+            yes: *yes,
+        }
+    }
+}
+
+/// `--background-audit-period` default, as text (`background::DEFAULT_PERIOD`).
+const BACKGROUND_PERIOD: &str = "10m";
+/// `--background-audit-lease-duration` default, as text
+/// (`background::DEFAULT_LEASE_DURATION`).
+const LEASE_DURATION: &str = "60s";
+
+/// `stackgate serve` flags of the background audit (off by default).
+#[derive(Debug, Clone, Args)]
+pub struct BackgroundAuditArgs {
+    /// Audit the cluster in the background and publish wgpolicyk8s.io PolicyReports: one
+    /// replica, elected with a coordination.k8s.io Lease, re-audits every period.
+    #[arg(
+        long = "background-audit",
+        env = "STACKGATE_BACKGROUND_AUDIT",
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_value_t = false,
+        default_missing_value = "true"
+    )]
+    pub enabled: bool,
+    /// How often the elected replica re-audits.
+    #[arg(long = "background-audit-period", env = "STACKGATE_BACKGROUND_AUDIT_PERIOD", default_value = BACKGROUND_PERIOD, value_parser = parse_duration)]
+    pub period: Duration,
+    /// Namespace of the Lease (the chart sets its release namespace).
+    #[arg(
+        long = "background-audit-lease-namespace",
+        env = "STACKGATE_BACKGROUND_AUDIT_LEASE_NAMESPACE",
+        default_value = "kube-system"
+    )]
+    pub lease_namespace: String,
+    /// Name of the Lease.
+    #[arg(long = "background-audit-lease-name", env = "STACKGATE_BACKGROUND_AUDIT_LEASE_NAME", default_value = DEFAULT_LEASE_NAME)]
+    pub lease_name: String,
+    /// How long the Lease stays held without renewal (renewed every third of it).
+    #[arg(long = "background-audit-lease-duration", env = "STACKGATE_BACKGROUND_AUDIT_LEASE_DURATION", default_value = LEASE_DURATION, value_parser = parse_duration)]
+    pub lease_duration: Duration,
+    /// This replica's identity in the Lease; default: the HOSTNAME environment variable
+    /// (the pod name).
+    #[arg(
+        long = "background-audit-identity",
+        env = "STACKGATE_BACKGROUND_AUDIT_IDENTITY"
+    )]
+    pub identity: Option<String>,
+    /// Results per PolicyReport, at most (the summary still counts all).
+    #[arg(long = "background-audit-max-results", env = "STACKGATE_BACKGROUND_AUDIT_MAX_RESULTS", default_value_t = DEFAULT_MAX_RESULTS, value_parser = super::parse_positive)]
+    pub max_results: usize,
+}
+
+impl BackgroundAuditArgs {
+    /// The background audit's settings, or None when it is off. `hostname` is the fallback
+    /// identity.
+    pub fn config(&self, hostname: Option<String>) -> Option<BackgroundConfig> {
+        let Self {
+            enabled,
+            period,
+            lease_namespace,
+            lease_name,
+            lease_duration,
+            identity,
+            max_results,
+        } = self;
+        enabled.then(|| BackgroundConfig {
+            period: *period,
+            lease_namespace: lease_namespace.clone(),
+            lease_name: lease_name.clone(),
+            identity: identity
+                .clone()
+                .or(hostname)
+                .unwrap_or_else(|| format!("stackgate-{}", std::process::id())),
+            lease_duration: *lease_duration,
+            max_results: *max_results,
+            page_size: DEFAULT_PAGE_SIZE,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::Command;
+    use crate::cli::tests::parse;
+
+    fn options(argv: &[&str]) -> AuditOptions {
+        match parse(argv).command {
+            Command::Audit(args) => AuditOptions::from(&*args),
+            other => panic!("{argv:?}: not audit: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn audit_defaults_are_the_modules() {
+        assert_eq!(options(&["stackgate", "audit"]), AuditOptions::default());
+    }
+
+    #[test]
+    fn every_audit_flag_reaches_the_options() {
+        let given = options(&[
+            "stackgate",
+            "audit",
+            "--format=junit",
+            "--fail-on=warning",
+            "--page-size=7",
+            "--no-diff",
+            "--fix",
+            "--yes",
+        ]);
+        assert_eq!(
+            given,
+            AuditOptions {
+                format: Format::Junit,
+                fail_on: FailOn::Warning,
+                page_size: 7,
+                no_diff: true,
+                fix: true,
+                yes: true,
+            }
+        );
+    }
+
+    #[test]
+    fn background_audit_is_off_by_default_and_its_defaults_are_the_modules() {
+        use crate::audit::background::{DEFAULT_LEASE_DURATION, DEFAULT_PERIOD};
+        let Command::Serve(args) = parse(&["stackgate", "serve"]).command else {
+            panic!("serve");
+        };
+        assert_eq!(args.background_audit.config(None), None);
+        let Command::Serve(args) = parse(&["stackgate", "serve", "--background-audit"]).command
+        else {
+            panic!("serve");
+        };
+        let config = args
+            .background_audit
+            .config(Some("stackgate-0".to_owned()))
+            .expect("on");
+        assert_eq!(config.period, DEFAULT_PERIOD);
+        assert_eq!(config.lease_duration, DEFAULT_LEASE_DURATION);
+        assert_eq!(config.lease_name, DEFAULT_LEASE_NAME);
+        assert_eq!(config.max_results, DEFAULT_MAX_RESULTS);
+        assert_eq!(config.identity, "stackgate-0");
+    }
+
+    #[test]
+    fn yes_needs_fix() {
+        use clap::Parser as _;
+        assert!(crate::cli::Cli::try_parse_from(["stackgate", "audit", "--yes"]).is_err());
+    }
+}

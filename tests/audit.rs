@@ -1,0 +1,1108 @@
+//! `stackgate audit` against kube-rs's mock API (`tower_test::mock::pair`, as in
+//! tests/releases_watcher.rs): a small fake API server answers lists (with `limit` and
+//! `continue`, label selectors, 403 and 404 per resource), gets and JSON patches from an
+//! in-memory set of objects, and records every request. The objects are the apiserver-stored
+//! Secret and DaemonSet from tests/fixtures/captured, the GitOps fixtures, and hand-written
+//! ones. Every test runs under a timeout.
+//!
+//! The golden report is rewritten with `UPDATE_GOLDEN=1 cargo test --test audit`.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::{Request, Response, StatusCode};
+use http_body_util::BodyExt as _;
+use kube::client::Body;
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use serde_json::{Value, json};
+use stackgate::audit::{self, AuditOptions};
+use stackgate::check::{FailOn, Format};
+use stackgate::engine::Engine;
+use stackgate::policy::PolicySet;
+use tower_test::mock;
+
+const TEST_TIMEOUT: Duration = Duration::from_secs(20);
+
+const SECRETS: &str = "/api/v1/secrets";
+const CONFIGMAPS: &str = "/api/v1/configmaps";
+const PODS: &str = "/api/v1/pods";
+const DAEMONSETS: &str = "/apis/apps/v1/daemonsets";
+const DEPLOYMENTS: &str = "/apis/apps/v1/deployments";
+const HELMRELEASES_V2: &str = "/apis/helm.toolkit.fluxcd.io/v2/helmreleases";
+const HELMRELEASES_V2BETA2: &str = "/apis/helm.toolkit.fluxcd.io/v2beta2/helmreleases";
+const APPLICATIONS: &str = "/apis/argoproj.io/v1alpha1/applications";
+
+fn fixture_text(rel: &str) -> String {
+    let path = format!("{}/tests/fixtures/{rel}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// `request.object` of a captured review.
+fn captured(rel: &str) -> Value {
+    let review: Value = serde_json::from_str(&fixture_text(&format!("captured/{rel}"))).unwrap();
+    review["request"]["object"].clone()
+}
+
+/// One request the fake API server answered.
+#[derive(Debug, Clone)]
+struct Recorded {
+    method: String,
+    path: String,
+    query: String,
+    content_type: String,
+    body: String,
+}
+
+/// The fake API server: objects per collection (`/api/v1/secrets`), which collections are
+/// served (others answer 404, as for an absent CRD) and which are forbidden (403).
+#[derive(Default)]
+struct Cluster {
+    objects: Vec<(String, Value)>,
+    served: BTreeSet<String>,
+    forbidden: BTreeSet<String>,
+    requests: Vec<Recorded>,
+    next_resource_version: u64,
+}
+
+fn status(code: u16, reason: &str) -> Response<Body> {
+    let body = json!({"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure",
+                      "message": reason, "reason": reason, "code": code});
+    let mut r = Response::new(Body::from(serde_json::to_vec(&body).unwrap()));
+    *r.status_mut() = StatusCode::from_u16(code).unwrap();
+    r
+}
+
+fn ok(body: &Value) -> Response<Body> {
+    Response::new(Body::from(serde_json::to_vec(body).unwrap()))
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16)
+        {
+            out.push(b);
+            i += 3;
+            continue;
+        }
+        out.push(if bytes[i] == b'+' { b' ' } else { bytes[i] });
+        i += 1;
+    }
+    String::from_utf8(out).unwrap()
+}
+
+fn query_param(query: &str, key: &str) -> Option<String> {
+    query
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .find(|(k, _)| *k == key)
+        .map(|(_, v)| percent_decode(v))
+}
+
+/// Whether `labels` match a selector of `key`, `key=value` and `key in (v)` terms.
+fn selected(object: &Value, selector: &str) -> bool {
+    let labels = &object["metadata"]["labels"];
+    selector.split(',').filter(|t| !t.is_empty()).all(|term| {
+        if let Some((k, v)) = term.split_once("=") {
+            labels[k.trim_end_matches('=')].as_str() == Some(v.trim_start_matches('='))
+        } else if let Some((k, vs)) = term.split_once(" in ") {
+            let vs = vs.trim_matches(['(', ')']);
+            vs.split(',').any(|v| labels[k].as_str() == Some(v.trim()))
+        } else {
+            labels.get(term).is_some()
+        }
+    })
+}
+
+impl Cluster {
+    fn add(&mut self, collection: &str, mut object: Value) {
+        self.served.insert(collection.to_owned());
+        if object["metadata"]["resourceVersion"].is_null() {
+            self.next_resource_version += 1;
+            object["metadata"]["resourceVersion"] =
+                json!(format!("{}", 100 + self.next_resource_version));
+        }
+        self.objects.push((collection.to_owned(), object));
+    }
+
+    fn serve(&mut self, collection: &str) {
+        self.served.insert(collection.to_owned());
+    }
+
+    fn answer(&mut self, method: &str, path: &str, query: &str, body: &[u8]) -> Response<Body> {
+        // /api/v1/... or /apis/group/version/...
+        let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        let base_len = if segments.first() == Some(&"api") {
+            2
+        } else {
+            3
+        };
+        let base = format!("/{}", segments[..base_len].join("/"));
+        let rest = &segments[base_len..];
+        let (namespace, plural, name) = match rest {
+            [plural] => (None, *plural, None),
+            ["namespaces", ns, plural] => (Some(*ns), *plural, None),
+            ["namespaces", ns, plural, name] => (Some(*ns), *plural, Some(*name)),
+            _ => return status(404, "NotFound"),
+        };
+        let collection = format!("{base}/{plural}");
+        if self.forbidden.contains(&collection) {
+            return status(403, "Forbidden");
+        }
+        if !self.served.contains(&collection) {
+            return status(404, "NotFound");
+        }
+        let in_scope =
+            |o: &Value| namespace.is_none_or(|ns| o["metadata"]["namespace"].as_str() == Some(ns));
+        match (method, name) {
+            ("GET", None) => {
+                let selector = query_param(query, "labelSelector").unwrap_or_default();
+                let mut items: Vec<Value> = self
+                    .objects
+                    .iter()
+                    .filter(|(c, o)| *c == collection && in_scope(o) && selected(o, &selector))
+                    .map(|(_, o)| {
+                        // Items of a list carry neither apiVersion nor kind on the wire.
+                        let mut o = o.clone();
+                        let m = o.as_object_mut().unwrap();
+                        m.remove("apiVersion");
+                        m.remove("kind");
+                        o
+                    })
+                    .collect();
+                let start: usize = query_param(query, "continue")
+                    .map(|c| c.parse().unwrap())
+                    .unwrap_or(0);
+                let limit: usize = query_param(query, "limit")
+                    .map(|l| l.parse().unwrap())
+                    .unwrap_or(usize::MAX);
+                let end = start.saturating_add(limit).min(items.len());
+                let more = end < items.len();
+                let page: Vec<Value> = items.drain(start..end).collect();
+                let mut metadata = json!({"resourceVersion": "1000"});
+                if more {
+                    metadata["continue"] = json!(end.to_string());
+                }
+                ok(
+                    &json!({"apiVersion": "v1", "kind": "List", "metadata": metadata, "items": page}),
+                )
+            }
+            ("GET", Some(name)) => match self.objects.iter().find(|(c, o)| {
+                *c == collection && in_scope(o) && o["metadata"]["name"].as_str() == Some(name)
+            }) {
+                Some((_, o)) => ok(o),
+                None => status(404, "NotFound"),
+            },
+            ("PATCH", Some(name)) => {
+                let Some((_, object)) = self.objects.iter_mut().find(|(c, o)| {
+                    *c == collection && in_scope(o) && o["metadata"]["name"].as_str() == Some(name)
+                }) else {
+                    return status(404, "NotFound");
+                };
+                let patch: json_patch::Patch = serde_json::from_slice(body).unwrap();
+                let mut patched = object.clone();
+                if json_patch::patch(&mut patched, &patch).is_err() {
+                    // The apiserver answers a failed `test` with 422 Invalid.
+                    return status(422, "Invalid");
+                }
+                self.next_resource_version += 1;
+                patched["metadata"]["resourceVersion"] =
+                    json!(format!("{}", 100 + self.next_resource_version));
+                *object = patched.clone();
+                ok(&patched)
+            }
+            ("POST", None) => {
+                let mut object: Value = serde_json::from_slice(body).unwrap();
+                let name = object["metadata"]["name"].as_str().unwrap_or("").to_owned();
+                if self.objects.iter().any(|(c, o)| {
+                    *c == collection && in_scope(o) && o["metadata"]["name"] == name.as_str()
+                }) {
+                    return status(409, "AlreadyExists");
+                }
+                self.next_resource_version += 1;
+                object["metadata"]["resourceVersion"] =
+                    json!(format!("{}", 100 + self.next_resource_version));
+                self.objects.push((collection, object.clone()));
+                ok(&object)
+            }
+            ("PUT", Some(name)) => {
+                let mut object: Value = serde_json::from_slice(body).unwrap();
+                let Some((_, stored)) = self.objects.iter_mut().find(|(c, o)| {
+                    *c == collection && in_scope(o) && o["metadata"]["name"].as_str() == Some(name)
+                }) else {
+                    return status(404, "NotFound");
+                };
+                // Optimistic concurrency: a replace must carry the stored resourceVersion.
+                if object["metadata"]["resourceVersion"] != stored["metadata"]["resourceVersion"] {
+                    return status(409, "Conflict");
+                }
+                self.next_resource_version += 1;
+                object["metadata"]["resourceVersion"] =
+                    json!(format!("{}", 100 + self.next_resource_version));
+                *stored = object.clone();
+                ok(&object)
+            }
+            _ => status(405, "MethodNotAllowed"),
+        }
+    }
+
+    /// Server-side apply (`application/apply-patch+yaml`): create or replace the object.
+    fn apply(&mut self, path: &str, body: &[u8]) -> Response<Body> {
+        let object: Value = serde_json::from_slice(body).unwrap();
+        let collection = path.rsplit_once('/').unwrap().0;
+        // /apis/g/v/namespaces/ns/plural → /apis/g/v/plural
+        let segments: Vec<&str> = collection.split('/').collect();
+        let collection = match segments.iter().position(|s| *s == "namespaces") {
+            Some(i) => [&segments[..i], &segments[i + 2..]].concat().join("/"),
+            None => collection.to_owned(),
+        };
+        if !self.served.contains(&collection) {
+            return status(404, "NotFound");
+        }
+        let name = object["metadata"]["name"].clone();
+        let namespace = object["metadata"]["namespace"].clone();
+        self.objects.retain(|(c, o)| {
+            !(*c == collection
+                && o["metadata"]["name"] == name
+                && o["metadata"]["namespace"] == namespace)
+        });
+        self.objects.push((collection, object.clone()));
+        ok(&object)
+    }
+}
+
+/// A kube client over the fake API server.
+fn client(cluster: Arc<Mutex<Cluster>>) -> kube::Client {
+    let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
+    tokio::spawn(async move {
+        while let Some((request, send)) = handle.next_request().await {
+            let (parts, body) = request.into_parts();
+            let body = body.collect().await.unwrap().to_bytes();
+            let path = parts.uri.path().to_owned();
+            let query = parts.uri.query().unwrap_or("").to_owned();
+            let method = parts.method.to_string();
+            let mut c = cluster.lock().unwrap();
+            c.requests.push(Recorded {
+                method: method.clone(),
+                path: path.clone(),
+                query: query.clone(),
+                content_type: parts
+                    .headers
+                    .get("content-type")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_owned(),
+                body: String::from_utf8_lossy(&body).into_owned(),
+            });
+            let response = if method == "PATCH"
+                && c.requests.last().unwrap().content_type == "application/apply-patch+yaml"
+            {
+                c.apply(&path, &body)
+            } else {
+                c.answer(&method, &path, &query, &body)
+            };
+            drop(c);
+            send.send_response(response);
+        }
+    });
+    kube::Client::new(service, "default")
+}
+
+fn engine() -> Engine {
+    Engine::new(PolicySet::embedded().expect("embedded policies"))
+}
+
+/// The stored Secret `kube-system/cloud-config` as `kubectl create secret --from-file` made it
+/// (captured): the CPO example config, without serial calls.
+fn cloud_config_secret() -> Value {
+    let mut s = captured("secret/mutate-create-cloud-config-from-file.json");
+    s["metadata"]["creationTimestamp"] = json!("2026-11-22T03:39:21Z");
+    s["metadata"]["resourceVersion"] = json!("219");
+    s
+}
+
+/// The upstream DaemonSet as the apiserver stored it (captured).
+fn ccm_daemonset() -> Value {
+    let mut d = captured("daemonset/mutate-create-openstack-cloud-controller-manager.json");
+    d["metadata"]["creationTimestamp"] = json!("2026-11-22T03:30:00Z");
+    d
+}
+
+fn ccm_pod(name: &str, started: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "kube-system",
+                     "labels": {"k8s-app": "openstack-cloud-controller-manager"}},
+        "spec": {"containers": [{"name": "openstack-cloud-controller-manager", "image": "x"}]},
+        "status": {"startTime": started, "containerStatuses": [{
+            "name": "openstack-cloud-controller-manager", "image": "x", "imageID": "",
+            "ready": true, "restartCount": 0, "state": {"running": {"startedAt": started}}}]}})
+}
+
+/// A labelled ConfigMap with serial calls explicitly off.
+fn labelled_configmap() -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "occm-config", "namespace": "tenant-a",
+                     "labels": {"stackgate.dev/cloud-config": "cloud.conf"},
+                     "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "data": {"cloud.conf": "[Global]\nregion=RegionOne\n\n[LoadBalancer]\nprovider-requires-serial-api-calls = false\n"}})
+}
+
+fn helmrelease() -> Value {
+    let text = fixture_text("gitops/repo/flux/occm-helmrelease.yaml");
+    let docs: Vec<Value> = text
+        .split("\n---")
+        .filter_map(|d| serde_saphyr::from_str::<Value>(d).ok())
+        .collect();
+    docs.into_iter()
+        .find(|d| d["kind"] == "HelmRelease")
+        .expect("the HelmRelease fixture")
+}
+
+fn clean_helmrelease(i: usize) -> Value {
+    json!({"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+        "metadata": {"name": format!("app-{i}"), "namespace": "apps"},
+        "spec": {"chart": {"spec": {"chart": "podinfo"}}, "values": {"replicaCount": 2}}})
+}
+
+/// The cluster of the golden test: one stale CCM, bad configs in three carriers, one kind
+/// forbidden, and CRDs that are not installed.
+fn standard_cluster() -> Cluster {
+    let mut c = Cluster::default();
+    c.add(SECRETS, cloud_config_secret());
+    c.add(CONFIGMAPS, labelled_configmap());
+    // Not a cloud config: a label selector keeps it out of the audit.
+    c.add(
+        CONFIGMAPS,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "unrelated", "namespace": "kube-system"},
+               "data": {"x": "y"}}),
+    );
+    c.add(HELMRELEASES_V2, helmrelease());
+    c.add(HELMRELEASES_V2, clean_helmrelease(1));
+    c.add(DAEMONSETS, ccm_daemonset());
+    c.serve(DEPLOYMENTS);
+    // Started before the Secret was written (03:39:21).
+    c.add(
+        PODS,
+        ccm_pod(
+            "openstack-cloud-controller-manager-abcde",
+            "2026-11-22T03:35:00Z",
+        ),
+    );
+    c.serve(APPLICATIONS);
+    c.forbidden.insert(APPLICATIONS.to_owned());
+    c
+}
+
+async fn run_audit(cluster: &Arc<Mutex<Cluster>>, options: &AuditOptions) -> (u8, String) {
+    let client = client(cluster.clone());
+    let engine = engine();
+    let mut out = Vec::new();
+    let mut progress = |_: &str, _: usize| {};
+    let code = tokio::time::timeout(
+        TEST_TIMEOUT,
+        audit::run(&client, &engine, options, &mut out, &mut progress),
+    )
+    .await
+    .expect("the audit finishes")
+    .expect("the report is written");
+    (code, String::from_utf8(out).unwrap())
+}
+
+fn golden(name: &str, actual: &str) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/audit/golden")
+        .join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}; run with UPDATE_GOLDEN=1", path.display()));
+    assert!(
+        expected == actual,
+        "{name} differs from the golden file (UPDATE_GOLDEN=1 rewrites it):\n--- expected\n{expected}\n--- actual\n{actual}"
+    );
+}
+
+#[tokio::test]
+async fn golden_text_report_of_a_cluster() {
+    let cluster = Arc::new(Mutex::new(standard_cluster()));
+    let (code, text) = run_audit(&cluster, &AuditOptions::default()).await;
+    golden("audit.txt", &text);
+    // A forbidden kind is an input error: exit code 2, like an unreadable file in check.
+    assert_eq!(code, 2, "{text}");
+    // Read-only: nothing but GETs.
+    let c = cluster.lock().unwrap();
+    assert!(
+        c.requests.iter().all(|r| r.method == "GET"),
+        "{:?}",
+        c.requests
+    );
+    // The ConfigMap outside the label selector was never evaluated.
+    assert!(!text.contains("unrelated"), "{text}");
+}
+
+#[tokio::test]
+async fn every_format_names_objects_as_kind_namespace_name() {
+    let cluster = Arc::new(Mutex::new(standard_cluster()));
+    let json_options = AuditOptions {
+        format: Format::Json,
+        ..AuditOptions::default()
+    };
+    let (_, json_text) = run_audit(&cluster, &json_options).await;
+    let doc: Value = serde_json::from_str(&json_text).unwrap();
+    let files: BTreeSet<&str> = doc["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["file"].as_str().unwrap())
+        .collect();
+    assert!(
+        files.contains("Secret/kube-system/cloud-config"),
+        "{files:?}"
+    );
+    assert!(
+        files.contains("ConfigMap/tenant-a/occm-config"),
+        "{files:?}"
+    );
+    assert!(
+        files.contains("HelmRelease/kube-system/openstack-cloud-controller-manager"),
+        "{files:?}"
+    );
+    assert!(
+        files.contains("DaemonSet/kube-system/openstack-cloud-controller-manager"),
+        "{files:?}"
+    );
+    assert_eq!(doc["summary"]["exitCode"], 2);
+    let errors = doc["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("403 Forbidden")
+    );
+
+    let sarif_options = AuditOptions {
+        format: Format::Sarif,
+        ..AuditOptions::default()
+    };
+    let (_, sarif) = run_audit(&cluster, &sarif_options).await;
+    let doc: Value = serde_json::from_str(&sarif).unwrap();
+    let rules = doc["runs"][0]["tool"]["driver"]["rules"]
+        .as_array()
+        .unwrap();
+    let restart = rules
+        .iter()
+        .find(|r| r["id"] == audit::RESTART_RULE)
+        .expect("the restart rule is described");
+    assert!(
+        restart["fullDescription"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("reads its cloud config only at start")
+    );
+
+    let junit_options = AuditOptions {
+        format: Format::Junit,
+        ..AuditOptions::default()
+    };
+    let (_, junit) = run_audit(&cluster, &junit_options).await;
+    assert!(
+        junit.contains("<testsuites name=\"stackgate audit\""),
+        "{junit}"
+    );
+    assert!(
+        junit.contains("<testsuite name=\"Secret/kube-system/cloud-config\""),
+        "{junit}"
+    );
+}
+
+#[tokio::test]
+async fn the_same_messages_as_the_webhook() {
+    // Each object's findings are the engine's verdict on an UPDATE of itself.
+    let cluster = Arc::new(Mutex::new(standard_cluster()));
+    let (_, text) = run_audit(&cluster, &AuditOptions::default()).await;
+    let engine = engine();
+    let object: DynamicObject = serde_json::from_value(labelled_configmap()).unwrap();
+    let gvk = GroupVersionKind::gvk("", "v1", "ConfigMap");
+    let subject = stackgate::engine::Subject {
+        operation: stackgate::rules::Operation::Update,
+        kind: &gvk,
+        namespace: Some("tenant-a"),
+        name: "occm-config",
+        subresource: None,
+        object: Some(&object),
+        old_object: Some(&object),
+        dry_run: true,
+    };
+    let verdict = engine.evaluate(&subject);
+    assert!(!verdict.denials.is_empty());
+    for denial in &verdict.denials {
+        assert!(
+            text.contains(&format!(
+                "ConfigMap/tenant-a/occm-config: error [{}] {}",
+                denial.rule.as_str(),
+                denial.message
+            )),
+            "{text}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn pages_through_large_lists_one_page_at_a_time() {
+    let mut c = Cluster::default();
+    for i in 0..7 {
+        c.add(HELMRELEASES_V2, clean_helmrelease(i));
+    }
+    c.add(HELMRELEASES_V2, helmrelease());
+    let cluster = Arc::new(Mutex::new(c));
+    let options = AuditOptions {
+        page_size: 3,
+        format: Format::Json,
+        ..AuditOptions::default()
+    };
+    let (_, text) = run_audit(&cluster, &options).await;
+    let doc: Value = serde_json::from_str(&text).unwrap();
+    // Eight HelmReleases, each evaluated once.
+    let entries: Vec<&str> = doc["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["file"].as_str().unwrap())
+        .collect();
+    assert!(entries.contains(&"HelmRelease/kube-system/openstack-cloud-controller-manager"));
+    let c = cluster.lock().unwrap();
+    let lists: Vec<&Recorded> = c
+        .requests
+        .iter()
+        .filter(|r| r.path == HELMRELEASES_V2)
+        .collect();
+    // 8 objects at 3 a page: 3 requests, the later ones with the previous continue token.
+    assert_eq!(lists.len(), 3, "{lists:?}");
+    assert!(lists.iter().all(|r| r.query.contains("limit=3")));
+    assert!(!lists[0].query.contains("continue="));
+    assert!(lists[1].query.contains("continue=3"), "{}", lists[1].query);
+    assert!(lists[2].query.contains("continue=6"), "{}", lists[2].query);
+    assert_eq!(doc["summary"]["objects"], 8, "{text}");
+}
+
+#[tokio::test]
+async fn rbac_denial_is_reported_and_the_run_goes_on() {
+    let mut c = standard_cluster();
+    c.forbidden.insert(SECRETS.to_owned());
+    c.forbidden.insert(DAEMONSETS.to_owned());
+    let cluster = Arc::new(Mutex::new(c));
+    let (code, text) = run_audit(&cluster, &AuditOptions::default()).await;
+    assert_eq!(code, 2, "{text}");
+    assert!(
+        text.contains(
+            "Secret/kube-system/cloud-config: error [input] cannot read it: 403 Forbidden"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("DaemonSet (apps/v1): error [input] cannot list daemonsets: 403 Forbidden"),
+        "{text}"
+    );
+    assert!(text.contains("findings on them are ones this run cannot see"));
+    // The other kinds were still audited.
+    assert!(
+        text.contains("ConfigMap/tenant-a/occm-config: error"),
+        "{text}"
+    );
+    assert!(text.contains("HelmRelease/kube-system/openstack-cloud-controller-manager:"));
+}
+
+#[tokio::test]
+async fn absent_crds_are_notes_and_served_older_versions_are_used() {
+    let mut c = Cluster::default();
+    let mut old = helmrelease();
+    old["apiVersion"] = json!("helm.toolkit.fluxcd.io/v2beta2");
+    c.add(HELMRELEASES_V2BETA2, old);
+    c.serve(SECRETS);
+    c.serve(CONFIGMAPS);
+    c.serve(DAEMONSETS);
+    c.serve(DEPLOYMENTS);
+    let cluster = Arc::new(Mutex::new(c));
+    let (code, text) = run_audit(&cluster, &AuditOptions::default()).await;
+    // No CRD of Argo CD, RKE2 or openstack-k8s-operators: notes, not errors.
+    assert!(
+        text.contains(
+            "HelmChart (helm.cattle.io/v1): note [skipped] not served by this cluster (404: the CRD is not installed)"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("Application (argoproj.io/v1alpha1): note [skipped]"));
+    assert!(!text.contains("error [input]"), "{text}");
+    // The HelmRelease came from v2beta2, after v2 answered 404.
+    assert!(
+        text.contains("HelmRelease/kube-system/openstack-cloud-controller-manager: warning"),
+        "{text}"
+    );
+    // Findings are warnings (serial calls missing): exit 0 with --fail-on error.
+    assert_eq!(code, 0, "{text}");
+    let c = cluster.lock().unwrap();
+    assert!(c.requests.iter().any(|r| r.path == HELMRELEASES_V2));
+    assert!(c.requests.iter().any(|r| r.path == HELMRELEASES_V2BETA2));
+}
+
+#[tokio::test]
+async fn a_ccm_pod_older_than_its_config_is_reported_with_the_restart_command() {
+    let cluster = Arc::new(Mutex::new(standard_cluster()));
+    let options = AuditOptions {
+        fail_on: FailOn::Warning,
+        ..AuditOptions::default()
+    };
+    let (_, text) = run_audit(&cluster, &options).await;
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("DaemonSet/kube-system/openstack-cloud-controller-manager: warning [ccm-restart-needed]"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        line.contains("Secret kube-system/cloud-config data[cloud.conf] was last written at 2026-11-22T03:39:21Z by field manager \"kubectl-create\""),
+        "{line}"
+    );
+    assert!(
+        line.contains("openstack-cloud-controller-manager-abcde (started 2026-11-22T03:35:00Z)")
+    );
+    assert!(line.contains(
+        "`kubectl -n kube-system rollout restart daemonset/openstack-cloud-controller-manager`"
+    ));
+    // The pods were found with the DaemonSet's selector.
+    let c = cluster.lock().unwrap();
+    let pods = c
+        .requests
+        .iter()
+        .find(|r| r.path == "/api/v1/namespaces/kube-system/pods")
+        .expect("pods listed");
+    assert_eq!(
+        query_param(&pods.query, "labelSelector").as_deref(),
+        Some("k8s-app=openstack-cloud-controller-manager")
+    );
+}
+
+#[tokio::test]
+async fn a_ccm_restarted_after_the_change_is_not_reported() {
+    let mut c = standard_cluster();
+    c.objects.retain(|(col, _)| col != PODS);
+    // Pod started before, but its CCM container was restarted after the write (03:39:21).
+    let mut pod = ccm_pod(
+        "openstack-cloud-controller-manager-abcde",
+        "2026-11-22T03:35:00Z",
+    );
+    pod["status"]["containerStatuses"][0]["state"]["running"]["startedAt"] =
+        json!("2026-11-22T03:40:00Z");
+    c.add(PODS, pod);
+    // A later write by a manager that does not own the key does not count.
+    let secret = c
+        .objects
+        .iter_mut()
+        .find(|(col, _)| col == SECRETS)
+        .map(|(_, o)| o)
+        .unwrap();
+    secret["metadata"]["managedFields"]
+        .as_array_mut()
+        .unwrap()
+        .push(
+            json!({"manager": "kubectl-label", "operation": "Update", "apiVersion": "v1",
+                     "time": "2026-11-23T00:00:00Z", "fieldsType": "FieldsV1",
+                     "fieldsV1": {"f:metadata": {"f:labels": {"f:team": {}}}}}),
+        );
+    let cluster = Arc::new(Mutex::new(c));
+    let (_, text) = run_audit(&cluster, &AuditOptions::default()).await;
+    assert!(!text.contains("ccm-restart-needed"), "{text}");
+}
+
+#[tokio::test]
+async fn the_replace_time_of_the_key_counts() {
+    // The captured `kubectl replace`: kubectl-create owns only `f:data` now, kubectl-replace
+    // owns `f:data.f:cloud.conf` at 03:39:22.
+    let mut c = standard_cluster();
+    c.objects.retain(|(col, _)| col != SECRETS);
+    let mut secret = captured("secret/mutate-update-cloud-config-replace-serial-true.json");
+    secret["metadata"]["creationTimestamp"] = json!("2026-11-22T03:39:21Z");
+    c.add(SECRETS, secret);
+    c.objects.retain(|(col, _)| col != PODS);
+    c.add(PODS, ccm_pod("occm-a", "2026-11-22T03:39:21Z"));
+    let cluster = Arc::new(Mutex::new(c));
+    let (_, text) = run_audit(&cluster, &AuditOptions::default()).await;
+    assert!(
+        text.contains(
+            "was last written at 2026-11-22T03:39:22Z by field manager \"kubectl-replace\""
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("occm-a (started 2026-11-22T03:39:21Z)"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn fix_previews_without_writing() {
+    let cluster = Arc::new(Mutex::new(standard_cluster()));
+    let options = AuditOptions {
+        fix: true,
+        ..AuditOptions::default()
+    };
+    let (_, text) = run_audit(&cluster, &options).await;
+    golden("audit-fix-preview.txt", &text);
+    assert!(text.contains("preview only, nothing written"), "{text}");
+    assert!(
+        text.contains(
+            "kubectl -n kube-system rollout restart daemonset/openstack-cloud-controller-manager"
+        ),
+        "{text}"
+    );
+    let c = cluster.lock().unwrap();
+    assert!(c.requests.iter().all(|r| r.method == "GET"));
+}
+
+#[tokio::test]
+async fn fix_yes_sends_the_webhooks_patch_behind_a_resource_version_test() {
+    let mut c = Cluster::default();
+    c.add(SECRETS, cloud_config_secret());
+    c.serve(CONFIGMAPS);
+    c.serve(DAEMONSETS);
+    c.serve(DEPLOYMENTS);
+    let cluster = Arc::new(Mutex::new(c));
+    let options = AuditOptions {
+        fix: true,
+        yes: true,
+        ..AuditOptions::default()
+    };
+    let (code, text) = run_audit(&cluster, &options).await;
+    // The engine's patch for the stored object, as the mutating webhook computes it.
+    let engine = engine();
+    let stored: DynamicObject = serde_json::from_value(cloud_config_secret()).unwrap();
+    let gvk = GroupVersionKind::gvk("", "v1", "Secret");
+    let (result, _) = audit::evaluate_update(&engine, &ApiResource::from_gvk(&gvk), &gvk, &stored);
+    assert!(!result.verdict.patch.is_empty());
+    let mut expected =
+        vec![json!({"op": "test", "path": "/metadata/resourceVersion", "value": "219"})];
+    expected.extend(
+        serde_json::to_value(&result.verdict.patch)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .iter()
+            .cloned(),
+    );
+
+    let c = cluster.lock().unwrap();
+    let patches: Vec<&Recorded> = c.requests.iter().filter(|r| r.method == "PATCH").collect();
+    assert_eq!(patches.len(), 1, "{:?}", c.requests);
+    let patch = patches[0];
+    assert_eq!(
+        patch.path,
+        "/api/v1/namespaces/kube-system/secrets/cloud-config"
+    );
+    assert_eq!(patch.content_type, "application/json-patch+json");
+    assert_eq!(
+        query_param(&patch.query, "fieldManager").as_deref(),
+        Some("stackgate-audit")
+    );
+    let sent: Value = serde_json::from_str(&patch.body).unwrap();
+    assert_eq!(sent, Value::Array(expected));
+    // The report describes the object as written: serial calls now set, nothing left.
+    assert!(
+        text.contains("Secret/kube-system/cloud-config: fixed: patched through the API"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("Secret/kube-system/cloud-config: warning"),
+        "{text}"
+    );
+    assert_eq!(code, 0, "{text}");
+    // The stored Secret now has the line, and only that line changed.
+    let stored = c.objects.iter().find(|(col, _)| col == SECRETS).unwrap();
+    let data = stored.1["data"]["cloud.conf"].as_str().unwrap();
+    use base64::Engine as _;
+    let after = String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(
+        after.contains("provider-requires-serial-api-calls"),
+        "{after}"
+    );
+}
+
+#[tokio::test]
+async fn fix_yes_never_overwrites_an_object_changed_since_it_was_read() {
+    let mut c = Cluster::default();
+    c.add(SECRETS, cloud_config_secret());
+    c.serve(CONFIGMAPS);
+    c.serve(DAEMONSETS);
+    c.serve(DEPLOYMENTS);
+    let cluster = Arc::new(Mutex::new(c));
+    // Someone writes the Secret between the audit's read and its patch: the first PATCH
+    // request sees resourceVersion 999.
+    let client = client(cluster.clone());
+    let engine = engine();
+    let audited = audit::audit(
+        &client,
+        &engine,
+        &AuditOptions {
+            fix: true,
+            yes: true,
+            ..AuditOptions::default()
+        },
+        &mut |_: &str, _: usize| {},
+    )
+    .await;
+    assert_eq!(audited.fixes.len(), 1);
+    {
+        let mut c = cluster.lock().unwrap();
+        let secret = c
+            .objects
+            .iter_mut()
+            .find(|(col, _)| col == SECRETS)
+            .unwrap();
+        secret.1["metadata"]["resourceVersion"] = json!("999");
+    }
+    let outcomes = audit::fix::apply(&client, &audited.fixes, true).await;
+    assert!(
+        matches!(&outcomes[0].result, audit::fix::FixResult::Failed(why) if why.contains("changed since the audit read it")),
+        "{outcomes:?}"
+    );
+    let c = cluster.lock().unwrap();
+    let stored = c.objects.iter().find(|(col, _)| col == SECRETS).unwrap();
+    assert_eq!(
+        stored.1["data"],
+        cloud_config_secret()["data"],
+        "nothing written"
+    );
+}
+
+// Background audit --------------------------------------------------------------------------
+
+const LEASES: &str = "/apis/coordination.k8s.io/v1/leases";
+const POLICYREPORTS: &str = "/apis/wgpolicyk8s.io/v1alpha2/policyreports";
+const CLUSTERPOLICYREPORTS: &str = "/apis/wgpolicyk8s.io/v1alpha2/clusterpolicyreports";
+
+fn background_config(identity: &str) -> audit::background::BackgroundConfig {
+    audit::background::BackgroundConfig {
+        period: Duration::from_secs(600),
+        lease_namespace: "stackgate-system".to_owned(),
+        lease_name: "stackgate-audit".to_owned(),
+        identity: identity.to_owned(),
+        lease_duration: Duration::from_secs(60),
+        max_results: 500,
+        page_size: 250,
+    }
+}
+
+fn background_cluster() -> Cluster {
+    let mut c = standard_cluster();
+    c.forbidden.clear();
+    c.serve(LEASES);
+    c.serve(CLUSTERPOLICYREPORTS);
+    // A report of an earlier run, in a namespace that is clean now.
+    c.add(
+        POLICYREPORTS,
+        json!({"apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "PolicyReport",
+               "metadata": {"name": "stackgate", "namespace": "fixed-ns",
+                            "labels": {"app.kubernetes.io/managed-by": "stackgate"}},
+               "summary": {"fail": 1}, "results": [{"policy": "serial-lb-api-calls", "result": "fail"}]}),
+    );
+    c
+}
+
+fn stored<'a>(c: &'a Cluster, collection: &str, namespace: Option<&str>, name: &str) -> &'a Value {
+    c.objects
+        .iter()
+        .find(|(col, o)| {
+            col == collection
+                && o["metadata"]["name"] == name
+                && o["metadata"]["namespace"].as_str() == namespace
+        })
+        .map(|(_, o)| o)
+        .unwrap_or_else(|| panic!("{collection} {namespace:?}/{name} not stored"))
+}
+
+#[tokio::test]
+async fn background_round_takes_the_lease_and_publishes_policy_reports() {
+    let cluster = Arc::new(Mutex::new(background_cluster()));
+    let client = client(cluster.clone());
+    let metrics = audit::background::AuditMetrics::default();
+    let mut registry = prometheus_client::registry::Registry::with_prefix("stackgate");
+    metrics.register(&mut registry);
+    let config = background_config("stackgate-0");
+    let leader = tokio::time::timeout(
+        TEST_TIMEOUT,
+        audit::background::round(&client, &engine(), &config, &metrics, true),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(leader);
+
+    let c = cluster.lock().unwrap();
+    // The Lease was created (POST) for this replica.
+    let lease = stored(&c, LEASES, Some("stackgate-system"), "stackgate-audit");
+    assert_eq!(lease["spec"]["holderIdentity"], "stackgate-0");
+    assert_eq!(lease["spec"]["leaseDurationSeconds"], 60);
+    assert!(c.requests.iter().any(|r| r.method == "POST"
+        && r.path == "/apis/coordination.k8s.io/v1/namespaces/stackgate-system/leases"));
+
+    // Every report write is a server-side apply with stackgate's field manager.
+    let applies: Vec<&Recorded> = c.requests.iter().filter(|r| r.method == "PATCH").collect();
+    assert!(!applies.is_empty());
+    for a in &applies {
+        assert_eq!(a.content_type, "application/apply-patch+yaml", "{a:?}");
+        assert_eq!(
+            query_param(&a.query, "fieldManager").as_deref(),
+            Some("stackgate")
+        );
+        assert_eq!(query_param(&a.query, "force").as_deref(), Some("true"));
+    }
+    // Nothing else is written: no PUT, and POST only for the Lease.
+    assert!(c.requests.iter().all(|r| r.method != "PUT"));
+    assert_eq!(c.requests.iter().filter(|r| r.method == "POST").count(), 1);
+
+    // kube-system: the Secret's and HelmRelease's warnings, the CCM restart; fail/warn only.
+    let ks = stored(&c, POLICYREPORTS, Some("kube-system"), "stackgate");
+    assert_eq!(ks["apiVersion"], "wgpolicyk8s.io/v1alpha2");
+    assert_eq!(
+        ks["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "stackgate"
+    );
+    let results = ks["results"].as_array().unwrap();
+    assert_eq!(ks["summary"]["warn"], 3, "{ks:#}");
+    assert_eq!(ks["summary"]["fail"], 0);
+    assert!(
+        results
+            .iter()
+            .all(|r| r["result"] == "warn" && r["source"] == "stackgate")
+    );
+    let secret_result = results
+        .iter()
+        .find(|r| r["resources"][0]["kind"] == "Secret")
+        .expect("the Secret's result");
+    assert_eq!(
+        secret_result["resources"][0],
+        json!({"apiVersion": "v1", "kind": "Secret", "namespace": "kube-system", "name": "cloud-config"})
+    );
+    assert_eq!(secret_result["policy"], "serial-lb-api-calls");
+    assert!(
+        results.iter().any(
+            |r| r["policy"] == "ccm-restart-needed" && r["resources"][0]["kind"] == "DaemonSet"
+        )
+    );
+    // tenant-a: the denial is a fail with high severity.
+    let ta = stored(&c, POLICYREPORTS, Some("tenant-a"), "stackgate");
+    assert_eq!(ta["summary"]["fail"], 1);
+    assert_eq!(ta["results"][0]["result"], "fail");
+    assert_eq!(ta["results"][0]["severity"], "high");
+    // The namespace fixed since the last run: its report is emptied (it clears).
+    let fixed = stored(&c, POLICYREPORTS, Some("fixed-ns"), "stackgate");
+    assert_eq!(fixed["results"], json!([]));
+    assert_eq!(fixed["summary"]["fail"], 0);
+    // Cluster-scoped subjects: none, so an empty ClusterPolicyReport.
+    let cluster_report = stored(&c, CLUSTERPOLICYREPORTS, None, "stackgate");
+    assert_eq!(cluster_report["kind"], "ClusterPolicyReport");
+    assert_eq!(cluster_report["results"], json!([]));
+    drop(c);
+
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    assert!(
+        text.contains("stackgate_audit_violations{policy=\"serial-lb-api-calls\"} 3"),
+        "{text}"
+    );
+    assert!(
+        text.contains("stackgate_audit_violations{policy=\"ccm-restart-needed\"} 1"),
+        "{text}"
+    );
+    assert!(text.contains("stackgate_audit_objects 5"), "{text}");
+    assert!(text.contains("stackgate_audit_leader 1"), "{text}");
+    assert!(
+        text.contains("stackgate_audit_last_success_timestamp_seconds"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_lease_held_by_another_replica_is_respected_until_it_expires() {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let mut c = background_cluster();
+    c.add(
+        LEASES,
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+               "metadata": {"name": "stackgate-audit", "namespace": "stackgate-system"},
+               "spec": {"holderIdentity": "stackgate-1", "leaseDurationSeconds": 60,
+                        "renewTime": now.to_string(), "leaseTransitions": 2}}),
+    );
+    let cluster = Arc::new(Mutex::new(c));
+    let client = client(cluster.clone());
+    let metrics = audit::background::AuditMetrics::default();
+    let config = background_config("stackgate-0");
+    let leader = audit::background::round(&client, &engine(), &config, &metrics, true)
+        .await
+        .unwrap();
+    assert!(!leader);
+    {
+        let c = cluster.lock().unwrap();
+        // Only the Lease was read: no audit, no write.
+        assert!(
+            c.requests
+                .iter()
+                .all(|r| r.method == "GET" && r.path.contains("/leases/")),
+            "{:?}",
+            c.requests
+        );
+    }
+    // The holder stopped renewing 61 s ago: the Lease is taken over with a replace.
+    {
+        let mut c = cluster.lock().unwrap();
+        let lease = c.objects.iter_mut().find(|(col, _)| col == LEASES).unwrap();
+        let old = now
+            .checked_sub(k8s_openapi::jiff::SignedDuration::from_secs(61))
+            .unwrap();
+        lease.1["spec"]["renewTime"] = json!(old.to_string());
+    }
+    let leader = audit::background::round(&client, &engine(), &config, &metrics, false)
+        .await
+        .unwrap();
+    assert!(leader);
+    let c = cluster.lock().unwrap();
+    let lease = stored(&c, LEASES, Some("stackgate-system"), "stackgate-audit");
+    assert_eq!(lease["spec"]["holderIdentity"], "stackgate-0");
+    assert_eq!(lease["spec"]["leaseTransitions"], 3);
+    let put = c
+        .requests
+        .iter()
+        .find(|r| r.method == "PUT")
+        .expect("a replace");
+    let body: Value = serde_json::from_str(&put.body).unwrap();
+    // The replace carries the resourceVersion it read (optimistic concurrency).
+    assert!(body["metadata"]["resourceVersion"].is_string(), "{body}");
+}
+
+#[test]
+fn reports_are_capped_with_the_full_summary() {
+    let results: Vec<Value> = (0..10)
+        .map(|i| json!({"result": if i % 2 == 0 { "fail" } else { "warn" }, "message": "m"}))
+        .collect();
+    let r = audit::background::report_object(Some("ns"), results, 4);
+    assert_eq!(r["results"].as_array().unwrap().len(), 4);
+    // The summary counts every result; the annotation says how many are not listed.
+    assert_eq!(r["summary"]["fail"], 5);
+    assert_eq!(r["summary"]["warn"], 5);
+    assert_eq!(
+        r["metadata"]["annotations"]["stackgate.dev/results-left-out"],
+        "6"
+    );
+}
