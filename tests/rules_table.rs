@@ -61,9 +61,34 @@ fn operator_copy_review(text: &str) -> Value {
 }
 
 fn evaluate(review: &Value) -> Verdict {
+    evaluate_by(&engine(), review)
+}
+
+fn evaluate_by(engine: &Engine, review: &Value) -> Verdict {
     let review: AdmissionReview<DynamicObject> = serde_json::from_value(review.clone()).unwrap();
     let request: AdmissionRequest<DynamicObject> = review.try_into().unwrap();
-    engine().evaluate(&stackgate::admission::subject_of(&request))
+    engine.evaluate(&stackgate::admission::subject_of(&request))
+}
+
+/// The embedded set with the ccm-concurrency policy switched to `mode: enforce` (its default
+/// is warn), the way an operator who wants the deny would write it.
+fn concurrency_enforced() -> Engine {
+    let mut set = PolicySet::embedded().unwrap();
+    let mut found = false;
+    for p in &mut set.policies {
+        if p.name == "ccm-concurrency" {
+            assert_eq!(p.mode, stackgate::policy::Mode::Warn, "the default is warn");
+            p.mode = stackgate::policy::Mode::Enforce;
+            found = true;
+        }
+    }
+    assert!(found, "the embedded set has a ccm-concurrency policy");
+    Engine::new(set)
+}
+
+/// Verdict of the ccm-concurrency rule in enforce mode.
+fn evaluate_enforced(review: &Value) -> Verdict {
+    evaluate_by(&concurrency_enforced(), review)
 }
 
 const OK_LB: &str = "[LoadBalancer]\nprovider-requires-serial-api-calls = true\n";
@@ -455,7 +480,7 @@ fn captured(rel: &str) -> Value {
 #[test]
 fn ccm_concurrency_on_captured_workloads() {
     let deployment = captured("deployment/validate-create-openstack-cloud-controller-manager.json");
-    let verdict = evaluate(&deployment);
+    let verdict = evaluate_enforced(&deployment);
     assert_eq!(verdict.denials.len(), 1, "{:#?}", verdict.denials);
     let d = &verdict.denials[0];
     assert_eq!(d.policy, "ccm-concurrency");
@@ -469,26 +494,26 @@ fn ccm_concurrency_on_captured_workloads() {
 
     // The upstream DaemonSet does not set the flag.
     let daemonset = captured("daemonset/validate-create-openstack-cloud-controller-manager.json");
-    assert!(evaluate(&daemonset).denials.is_empty());
+    assert!(evaluate_enforced(&daemonset).denials.is_empty());
 
     // Setting it to 1, or the space-separated form with 2, through the same path.
     let mut one = deployment.clone();
     one["request"]["object"]["spec"]["template"]["spec"]["containers"][0]["args"][5] =
         json!("--concurrent-service-syncs=1");
-    assert!(evaluate(&one).denials.is_empty());
+    assert!(evaluate_enforced(&one).denials.is_empty());
     let mut spaced = deployment.clone();
     spaced["request"]["object"]["spec"]["template"]["spec"]["containers"][0]["args"][5] =
         json!("--concurrent-service-syncs");
     spaced["request"]["object"]["spec"]["template"]["spec"]["containers"][0]["args"][6] =
         json!("2");
-    assert_eq!(evaluate(&spaced).denials.len(), 1);
+    assert_eq!(evaluate_enforced(&spaced).denials.len(), 1);
 
     // A container that is not the CCM is not checked.
     let mut other = deployment.clone();
     let c = &mut other["request"]["object"]["spec"]["template"]["spec"]["containers"][0];
     c["image"] = json!("example.com/some-controller:v1");
     c["args"] = json!(["--concurrent-service-syncs=4"]);
-    assert!(evaluate(&other).denials.is_empty());
+    assert!(evaluate_enforced(&other).denials.is_empty());
 }
 
 /// The captured CCM Deployment with its container's args replaced.
@@ -522,7 +547,7 @@ fn ccm_concurrency_judges_only_the_last_setting() {
             "1"
         ]),
     ] {
-        let verdict = evaluate(&deployment_with_args(args.clone()));
+        let verdict = evaluate_enforced(&deployment_with_args(args.clone()));
         assert!(verdict.denials.is_empty(), "{args}: {:#?}", verdict.denials);
         assert!(
             verdict.warnings.is_empty(),
@@ -550,7 +575,7 @@ fn ccm_concurrency_judges_only_the_last_setting() {
             3,
         ),
     ] {
-        let verdict = evaluate(&deployment_with_args(args.clone()));
+        let verdict = evaluate_enforced(&deployment_with_args(args.clone()));
         assert_eq!(verdict.denials.len(), 1, "{args}: {:#?}", verdict.denials);
         assert_eq!(
             verdict.denials[0].pointer(),
@@ -565,7 +590,7 @@ fn ccm_concurrency_judges_only_the_last_setting() {
         "--cloud-provider=openstack",
         "--concurrent-service-syncs=4"
     ]);
-    assert!(evaluate(&review).denials.is_empty());
+    assert!(evaluate_enforced(&review).denials.is_empty());
 }
 
 #[test]
@@ -583,7 +608,7 @@ fn ccm_concurrency_variable_reference_is_warned_not_denied() {
         let mut review = deployment_with_args(args.clone());
         review["request"]["object"]["spec"]["template"]["spec"]["containers"][0]["env"] =
             json!([{"name": "SYNCS", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}]);
-        let verdict = evaluate(&review);
+        let verdict = evaluate_enforced(&review);
         assert!(verdict.denials.is_empty(), "{args}: {:#?}", verdict.denials);
         assert_eq!(verdict.warnings.len(), 1, "{args}: {:#?}", verdict.warnings);
         let w = &verdict.warnings[0];
@@ -597,7 +622,7 @@ fn ccm_concurrency_variable_reference_is_warned_not_denied() {
         assert!(!w.message.contains("fail to"), "{}", w.message);
     }
     // `$$(SYNCS)` is the escaped literal `$(SYNCS)`: the CCM cannot parse it.
-    let verdict = evaluate(&deployment_with_args(json!([
+    let verdict = evaluate_enforced(&deployment_with_args(json!([
         BIN,
         "--concurrent-service-syncs=$$(SYNCS)"
     ])));
@@ -611,6 +636,9 @@ fn ccm_concurrency_warns_only_when_serial_calls_are_not_enforced() {
     for p in &mut set.policies {
         if p.name == "serial-lb-api-calls" {
             p.mode = stackgate::policy::Mode::Warn;
+        }
+        if p.name == "ccm-concurrency" {
+            p.mode = stackgate::policy::Mode::Enforce;
         }
     }
     let review: AdmissionReview<DynamicObject> = serde_json::from_value(captured(
@@ -626,6 +654,46 @@ fn ccm_concurrency_warns_only_when_serial_calls_are_not_enforced() {
             .iter()
             .any(|w| w.policy == "ccm-concurrency")
     );
+}
+
+/// The default mode is warn (domain-facts §1.5, §9.1: weak evidence, Gardener runs 10): the
+/// same captured Deployment that enforce mode denies is admitted with the finding as a
+/// warning, and a value the CCM cannot parse is a warning too.
+#[test]
+fn ccm_concurrency_defaults_to_warn() {
+    let deployment = captured("deployment/validate-create-openstack-cloud-controller-manager.json");
+    let verdict = evaluate(&deployment);
+    assert!(verdict.denials.is_empty(), "{:#?}", verdict.denials);
+    let warnings: Vec<_> = verdict
+        .warnings
+        .iter()
+        .filter(|w| w.policy == "ccm-concurrency")
+        .collect();
+    assert_eq!(warnings.len(), 1, "{:#?}", verdict.warnings);
+    assert!(
+        warnings[0].message.contains("--concurrent-service-syncs=4"),
+        "{}",
+        warnings[0].message
+    );
+    assert_eq!(
+        warnings[0].pointer(),
+        Some("/spec/template/spec/containers/0/args/5")
+    );
+    let invalid = evaluate(&deployment_with_args(json!([
+        "/bin/openstack-cloud-controller-manager",
+        "--concurrent-service-syncs=many"
+    ])));
+    assert!(invalid.denials.is_empty(), "{:#?}", invalid.denials);
+    assert!(
+        invalid
+            .warnings
+            .iter()
+            .any(|w| w.policy == "ccm-concurrency" && w.message.contains("not start")),
+        "{:#?}",
+        invalid.warnings
+    );
+    // And enforce is still available: the same object is denied.
+    assert_eq!(evaluate_enforced(&deployment).denials.len(), 1);
 }
 
 /// A `MakeWriter` that appends every log line to a shared buffer.
