@@ -854,8 +854,9 @@ fn with_code<'v>(verdict: &'v Verdict, code: &str) -> Vec<&'v stackgate::engine:
     verdict.warnings.iter().filter(|w| w.code == code).collect()
 }
 
-/// `amphorav2` is listed from CCM v1.34.0 and `f5` from v1.32.0 (domain-facts §9.1): warned
-/// only where the object pins an older CCM, by chart version or values `image.tag`.
+/// `amphorav2` is listed from CCM v1.34.0 and `f5` from v1.32.0, and keys of the key table
+/// have a first release (domain-facts §9.1): warned only where the object pins an older CCM,
+/// by chart version or values `image.tag`.
 #[test]
 fn provider_newer_than_the_pinned_ccm_is_warned() {
     const CODE: &str = "needs-newer-ccm";
@@ -907,6 +908,18 @@ fn provider_newer_than_the_pinned_ccm_is_warned() {
         ),
         ("f5", "2.32.0", None, None),
         ("amphora", "2.28.0", None, None),
+        // A key newer than the pinned CCM is ignored by it: the captured values set
+        // provider-requires-serial-api-calls, read from v1.28.0.
+        (
+            "amphora",
+            "2.27.0",
+            None,
+            Some(&[
+                "[LoadBalancer] provider-requires-serial-api-calls is read from CCM v1.28.0",
+                "chart version 2.27.0, v1.27",
+                "silently ignores it",
+            ]),
+        ),
     ];
     for (provider, version, tag, expect) in cases {
         let verdict = evaluate(&helmrelease_with(provider, version, *tag));

@@ -301,6 +301,9 @@ fn silent_values(
             }
         }
     }
+    if let Some(version) = ccm_version {
+        newer_keys(doc, version, out);
+    }
     if let Some(e) = doc.effective("LoadBalancer", None, "container-store")
         && let Some(v) = e.value.as_deref()
         && !schema::CONTAINER_STORES.iter().any(|k| k.value == v)
@@ -313,6 +316,59 @@ fn silent_values(
                 known_list(schema::CONTAINER_STORES)
             ),
         ));
+    }
+}
+
+/// Keys of the key table that only CCM releases newer than the pinned one read (their
+/// `since`, domain-facts §9.1): the pinned release does not know them, and gcfg drops an
+/// unknown key as extra data without a word. Only the effective occurrence is reported.
+fn newer_keys(doc: &Document, version: &crate::sites::helm::CcmVersion, out: &mut RuleOutput) {
+    for section in schema::SECTIONS.iter().filter(|s| !s.subsections) {
+        for key in section.keys {
+            let Some(since) = key.since else { continue };
+            let Some(minor) = since_minor(since) else {
+                continue;
+            };
+            if !version.all_before(minor) {
+                continue;
+            }
+            let Some(e) = doc.effective(section.name, None, key.name) else {
+                continue;
+            };
+            out.violations.push(Violation {
+                severity: Severity::Warn,
+                code: CODE_NEEDS_NEWER_CCM,
+                pointer: None,
+                line: Some(e.line),
+                message: format!(
+                    "[{}] {} is read from CCM {since}, but this object deploys an older CCM \
+                     ({}): that release does not know the key and silently ignores it. Fix: \
+                     deploy CCM {since} or later (chart 2.{minor}.0) \
+                     (cloud-provider-openstack release history, domain-facts §9.1)",
+                    section.name,
+                    key.name,
+                    shown_range(version),
+                ),
+                fixed_by_edit: false,
+            });
+        }
+    }
+}
+
+/// `v1.28.0` → 28.
+fn since_minor(since: &str) -> Option<u64> {
+    since.strip_prefix("v1.")?.split('.').next()?.parse().ok()
+}
+
+/// `chart version 2.33.0, v1.33` or `…, v1.32 or v1.33`.
+fn shown_range(version: &crate::sites::helm::CcmVersion) -> String {
+    if version.min_minor == version.max_minor {
+        format!("{}, v1.{}", version.source, version.min_minor)
+    } else {
+        format!(
+            "{}, v1.{} or v1.{}",
+            version.source, version.min_minor, version.max_minor
+        )
     }
 }
 
