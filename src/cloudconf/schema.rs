@@ -264,16 +264,15 @@ pub struct KnownValue {
     pub value: &'static str,
     /// First CCM release that lists it; None: every release covered here.
     pub since: Option<&'static str>,
-    /// The same release's minor number (`34` for v1.34.0), for comparisons.
-    pub since_minor: Option<u64>,
 }
 
 const fn known(value: &'static str) -> KnownValue {
-    KnownValue {
-        value,
-        since: None,
-        since_minor: None,
-    }
+    KnownValue { value, since: None }
+}
+
+/// The minor number of a CCM release name: `v1.28.0` → 28.
+pub fn release_minor(release: &str) -> Option<u64> {
+    release.strip_prefix("v1.")?.split('.').next()?.parse().ok()
 }
 
 /// `[LoadBalancer] lb-provider` values the CCM supports (`supportedLBProvider`, CPO
@@ -287,12 +286,10 @@ pub const LB_PROVIDERS: &[KnownValue] = &[
     KnownValue {
         value: "f5",
         since: Some("v1.32.0"),
-        since_minor: Some(32),
     },
     KnownValue {
         value: "amphorav2",
         since: Some("v1.34.0"),
-        since_minor: Some(34),
     },
 ];
 

@@ -278,23 +278,17 @@ fn silent_values(
                 ),
             )),
             Some(known) => {
-                if let (Some(since), Some(minor), Some(version)) =
-                    (known.since, known.since_minor, ccm_version)
+                if let (Some(since), Some(version)) = (known.since, ccm_version)
+                    && let Some(minor) = schema::release_minor(since)
                     && version.all_before(minor)
                 {
                     out.violations.push(warn(
                         CODE_NEEDS_NEWER_CCM,
                         e.line,
                         format!(
-                            "[LoadBalancer] lb-provider = {} is supported from CCM {since}, but this object deploys an older CCM ({}, v1.{}{}): that release logs \"Unsupported LoadBalancer Provider\" at start and sends the value to Octavia unchanged. Fix: deploy CCM {since} or later (chart 2.{minor}.0), or use a provider that release supports",
+                            "[LoadBalancer] lb-provider = {} is supported from CCM {since}, but this object deploys an older CCM ({}): that release logs \"Unsupported LoadBalancer Provider\" at start and sends the value to Octavia unchanged. Fix: deploy CCM {since} or later (chart 2.{minor}.0), or use a provider that release supports",
                             known.value,
-                            version.source,
-                            version.min_minor,
-                            if version.max_minor == version.min_minor {
-                                String::new()
-                            } else {
-                                format!(" or v1.{}", version.max_minor)
-                            },
+                            shown_range(version),
                         ),
                     ));
                 }
@@ -326,7 +320,7 @@ fn newer_keys(doc: &Document, version: &crate::sites::helm::CcmVersion, out: &mu
     for section in schema::SECTIONS.iter().filter(|s| !s.subsections) {
         for key in section.keys {
             let Some(since) = key.since else { continue };
-            let Some(minor) = since_minor(since) else {
+            let Some(minor) = schema::release_minor(since) else {
                 continue;
             };
             if !version.all_before(minor) {
@@ -353,11 +347,6 @@ fn newer_keys(doc: &Document, version: &crate::sites::helm::CcmVersion, out: &mu
             });
         }
     }
-}
-
-/// `v1.28.0` → 28.
-fn since_minor(since: &str) -> Option<u64> {
-    since.strip_prefix("v1.")?.split('.').next()?.parse().ok()
 }
 
 /// `chart version 2.33.0, v1.33` or `…, v1.32 or v1.33`.
