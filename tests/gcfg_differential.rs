@@ -316,7 +316,13 @@ fn handwritten() -> Vec<String> {
         "[LoadBalancer]\nmonitor-timeout = soon\n",
         "[LoadBalancer]\nmax-shared-lb = 1e3\n",
     ];
-    cases.iter().map(|s| (*s).to_owned()).collect()
+    let mut out: Vec<String> = cases.iter().map(|s| (*s).to_owned()).collect();
+    // Every duration literal once, deterministically (the generator picks them at random):
+    // the overflow edges must each meet the oracle.
+    out.extend(DURATIONS.iter().map(|d| {
+        format!("[LoadBalancer]\nmonitor-delay = {d}\n[Metadata]\nrequest-timeout = {d}\n")
+    }));
+    out
 }
 
 const BOOL_LITERALS: &[&str] = &[
@@ -384,6 +390,15 @@ const DURATIONS: &[&str] = &[
     "1.h",
     "0.0000000001s",
     "1h-1m",
+    // Go sums the parts in a uint64 that wraps: 2^63 + 2^63 is accepted as 0.
+    "9223372036854775808ns9223372036854775808ns",
+    "-9223372036854775808ns9223372036854775808ns",
+    "9223372036854775808ns9223372036854775808ns1ns",
+    "9223372036854775808ns9223372036854775808ns9223372036854775808ns",
+    "-9223372036854775808ns9223372036854775808ns9223372036854775808ns",
+    "9223372036854775808ns9223372036854775807ns",
+    "9223372036854775808ns",
+    "-9223372036854775808ns",
 ];
 
 const INTS: &[&str] = &[

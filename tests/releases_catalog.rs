@@ -52,7 +52,30 @@ fn operator_value(field: Option<&str>) -> &'static str {
 /// The annotations a mutated Glance CREATE (no annotations) ends up with.
 fn glance_annotations(engine: &Engine) -> Value {
     let text = fixture_text("captured/glance/mutate-create-glance.json");
-    let mut review: Value = serde_json::from_str(&text).unwrap();
+    mutated_annotations(engine, serde_json::from_str(&text).unwrap())
+}
+
+/// The annotations a mutated Manila CREATE (manila-operator's sample, no annotations) ends up
+/// with.
+fn manila_annotations(engine: &Engine) -> Value {
+    let object: Value =
+        serde_saphyr::from_str(&fixture_text("openstack-k8s-operators/sample-manila.yaml"))
+            .expect("sample YAML");
+    let gvk = json!({"group": "manila.openstack.org", "version": "v1beta1", "kind": "Manila"});
+    let review = json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "u", "kind": gvk, "requestKind": gvk,
+            "resource": {"group": "manila.openstack.org", "version": "v1beta1", "resource": "manilas"},
+            "name": "manila", "namespace": "openstack", "operation": "CREATE",
+            "userInfo": {"username": "t"}, "object": object, "dryRun": false,
+        }
+    });
+    mutated_annotations(engine, review)
+}
+
+/// The annotations of `review`'s object (annotations removed first) after the engine's patch.
+fn mutated_annotations(engine: &Engine, mut review: Value) -> Value {
     review["request"]["object"]["metadata"]
         .as_object_mut()
         .unwrap()
@@ -98,12 +121,26 @@ fn catalog_covers_exactly_the_crd_service_defaults_fields() {
     let unmapped: BTreeSet<String> = c.unmapped.iter().map(|u| u.field.clone()).collect();
     assert_eq!(
         mapped,
-        BTreeSet::from(["glanceWsgi".to_owned(), "glanceLocationAPI".to_owned()])
+        BTreeSet::from([
+            "glanceWsgi".to_owned(),
+            "glanceLocationAPI".to_owned(),
+            "manilaSharev1".to_owned()
+        ])
     );
-    assert_eq!(
-        unmapped,
-        BTreeSet::from(["rabbitmqVersion".to_owned(), "manilaSharev1".to_owned()])
+    // rabbitmqVersion sets the RabbitMq CR's spec.targetVersion, not an annotation.
+    assert_eq!(unmapped, BTreeSet::from(["rabbitmqVersion".to_owned()]));
+    let manila = c
+        .mappings
+        .iter()
+        .find(|m| m.field == "manilaSharev1")
+        .expect("manilaSharev1 is mapped");
+    assert_eq!(manila.annotation, "manila.openstack.org/sharev1");
+    assert!(
+        manila
+            .target
+            .matches("manila.openstack.org", "v1beta1", "Manila")
     );
+    assert!(manila.when_absent, "manila-operator: missing means enabled");
     assert_eq!(&mapped | &unmapped, crd_fields);
 }
 
@@ -114,8 +151,14 @@ fn every_static_release_yields_the_operator_value_for_every_mapping() {
     for (release, entry) in &c.releases {
         let defaults = &entry.service_defaults;
         let mut want = serde_json::Map::new();
+        let mut want_manila = serde_json::Map::new();
         for m in &c.mappings {
-            want.insert(
+            let into = match m.target.kind.as_str() {
+                "Glance" => &mut want,
+                "Manila" => &mut want_manila,
+                other => panic!("no test object for {other}"),
+            };
+            into.insert(
                 m.annotation.clone(),
                 json!(operator_value(defaults.get(&m.field))),
             );
@@ -128,6 +171,11 @@ fn every_static_release_yields_the_operator_value_for_every_mapping() {
             glance_annotations(&static_engine),
             Value::Object(want.clone()),
             "{release}"
+        );
+        assert_eq!(
+            manila_annotations(&static_engine),
+            Value::Object(want_manila.clone()),
+            "{release} Manila"
         );
 
         // The same release served live by an OpenStackVersion targeting it: same strings.
@@ -156,6 +204,11 @@ fn every_static_release_yields_the_operator_value_for_every_mapping() {
             glance_annotations(&live_engine),
             Value::Object(want),
             "{release} live"
+        );
+        assert_eq!(
+            manila_annotations(&live_engine),
+            Value::Object(want_manila),
+            "{release} live Manila"
         );
     }
 }

@@ -606,3 +606,259 @@ proptest! {
         prop_assert!(v.patch.is_empty());
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Manila: `ServiceDefaults.manilaSharev1` → `manila.openstack.org/sharev1` (domain-facts §9.2).
+
+const SHAREV1: &str = "manila.openstack.org/sharev1";
+
+/// manila-operator's sample Manila (tests/fixtures/openstack-k8s-operators/sample-manila.yaml)
+/// in an AdmissionReview shaped like the captured Glance ones, with `annotations` (None: no
+/// annotations map) and, for an UPDATE, the stored object's annotations.
+fn manila_review(
+    operation: &str,
+    annotations: Option<Value>,
+    old_annotations: Option<Value>,
+) -> Value {
+    let path = format!(
+        "{}/tests/fixtures/openstack-k8s-operators/sample-manila.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let mut object: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(&path).unwrap()).expect("sample YAML");
+    assert_eq!(object["kind"], "Manila");
+    assert_eq!(object["apiVersion"], "manila.openstack.org/v1beta1");
+    if let Some(a) = annotations {
+        object["metadata"]["annotations"] = a;
+    }
+    let mut request = json!({
+        "uid": "3b0f7f0e-5c55-4c8e-8d53-0d8a1f1e7a11",
+        "kind": {"group": "manila.openstack.org", "version": "v1beta1", "kind": "Manila"},
+        "resource": {"group": "manila.openstack.org", "version": "v1beta1", "resource": "manilas"},
+        "requestKind": {"group": "manila.openstack.org", "version": "v1beta1", "kind": "Manila"},
+        "requestResource": {"group": "manila.openstack.org", "version": "v1beta1", "resource": "manilas"},
+        "name": "manila", "namespace": "openstack", "operation": operation,
+        "userInfo": {"username": "kubernetes-admin", "groups": ["system:masters"]},
+        "object": object.clone(),
+        "oldObject": null, "dryRun": false,
+    });
+    if operation == "UPDATE" {
+        let mut old = object;
+        match old_annotations {
+            Some(a) => old["metadata"]["annotations"] = a,
+            None => {
+                old["metadata"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("annotations");
+            }
+        }
+        request["oldObject"] = old;
+    }
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
+}
+
+/// An OpenStackVersion in `openstack` whose target release has `manilaSharev1` = `sharev1`
+/// (None: the field is absent from its ServiceDefaults).
+fn manila_release(sharev1: Option<&str>) -> Snapshot {
+    let mut defaults = json!({"glanceWsgi": "true"});
+    if let Some(v) = sharev1 {
+        defaults["manilaSharev1"] = json!(v);
+    }
+    snapshot_of(&[osv(
+        "openstack",
+        "18.0.9",
+        json!({"availableVersion": "18.0.9", "deployedVersion": "18.0.9",
+               "serviceDefaults": defaults,
+               "availableServiceDefaults": {"18.0.9": defaults}}),
+    )])
+}
+
+/// What the release implies for the annotation, whether it is added, denied or warned about.
+#[derive(Debug)]
+enum ManilaExpect {
+    /// Mutated: the annotation is added with this value; no denial.
+    Adds(&'static str),
+    /// Allowed untouched, no findings.
+    Clean,
+    /// Denied (enforce) with these needles.
+    Deny(&'static [&'static str]),
+    /// Allowed with one warning holding these needles.
+    Warn(&'static [&'static str]),
+}
+
+#[test]
+fn manila_sharev1_table() {
+    let cases: Vec<(&str, Option<&str>, Value, ManilaExpect)> = vec![
+        // The operator's rule: "true" only when the field is exactly "true".
+        (
+            "release true, no annotation",
+            Some("true"),
+            json!(null),
+            ManilaExpect::Adds("true"),
+        ),
+        (
+            "release false, no annotation",
+            Some("false"),
+            json!(null),
+            ManilaExpect::Adds("false"),
+        ),
+        (
+            "release True (not exactly true)",
+            Some("True"),
+            json!(null),
+            ManilaExpect::Adds("false"),
+        ),
+        (
+            "field absent from the release",
+            None,
+            json!(null),
+            ManilaExpect::Adds("false"),
+        ),
+        (
+            "matching value",
+            Some("true"),
+            json!({SHAREV1: "true"}),
+            ManilaExpect::Clean,
+        ),
+        (
+            "matching false",
+            Some("false"),
+            json!({SHAREV1: "false"}),
+            ManilaExpect::Clean,
+        ),
+        (
+            "strconv.ParseBool rejects yes",
+            Some("true"),
+            json!({SHAREV1: "yes"}),
+            ManilaExpect::Deny(&[
+                "Manila openstack/manila",
+                "manila.openstack.org/sharev1=\"yes\" cannot be parsed",
+                "strconv.ParseBool",
+                "IsShareV1Enabled",
+            ]),
+        ),
+        (
+            "contradiction is a warning by default",
+            Some("true"),
+            json!({SHAREV1: "false"}),
+            ManilaExpect::Warn(&["manila.openstack.org/sharev1", "contradicts the release"]),
+        ),
+        (
+            "ParseBool's 1 is read as true: no contradiction",
+            Some("true"),
+            json!({SHAREV1: "1"}),
+            ManilaExpect::Clean,
+        ),
+    ];
+    for (name, sharev1, annotations, expect) in cases {
+        let e = engine(manila_release(sharev1), "enforce", "{}");
+        let annotations = (!annotations.is_null()).then_some(annotations);
+        let review = manila_review("CREATE", annotations, None);
+        let v = eval(&e, &review);
+        match expect {
+            ManilaExpect::Adds(value) => {
+                assert!(v.denials.is_empty(), "{name}: {:?}", v.denials);
+                let out = patched(&review, &v);
+                assert_eq!(annotation(&out, SHAREV1).as_deref(), Some(value), "{name}");
+                // Only the Manila mapping applies to a Manila CR: no Glance annotation.
+                assert_eq!(
+                    out["request"]["object"]["metadata"]["annotations"]
+                        .as_object()
+                        .map(|a| a.len()),
+                    Some(1),
+                    "{name}: {out}"
+                );
+                assert_clean(&eval(&e, &out));
+            }
+            ManilaExpect::Clean => assert_clean(&v),
+            ManilaExpect::Deny(needles) => {
+                assert_eq!(v.denials.len(), 1, "{name}: {:?}", v.denials);
+                assert!(v.patch.is_empty(), "{name}");
+                for n in needles {
+                    assert!(
+                        v.denials[0].message.contains(n),
+                        "{name}: {n:?} in {}",
+                        v.denials[0].message
+                    );
+                }
+            }
+            ManilaExpect::Warn(needles) => {
+                assert!(v.denials.is_empty(), "{name}: {:?}", v.denials);
+                assert_eq!(v.warnings.len(), 1, "{name}: {:?}", v.warnings);
+                for n in needles {
+                    assert!(
+                        v.warnings[0].message.contains(n),
+                        "{name}: {n:?} in {}",
+                        v.warnings[0].message
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn manila_missing_sharev1_means_enabled_to_manila_operator() {
+    // Release turns share v1 off, the CR has no annotation: manila-operator would read the
+    // missing annotation as enabled, which contradicts the release; the patch fixes it.
+    let e = engine(manila_release(Some("false")), "enforce", "{}");
+    let review = manila_review("CREATE", None, None);
+    let v = eval(&e, &review);
+    assert_eq!(v.warnings.len(), 1, "{:?}", v.warnings);
+    assert!(v.warnings[0].fixed_by_patch);
+    assert!(
+        v.warnings[0]
+            .message
+            .contains("is missing, which the service operator reads as \"true\""),
+        "{}",
+        v.warnings[0].message
+    );
+    // With contradictions enforced, an UPDATE that sets the contradicting value is denied,
+    // and a stored contradicting value on an unrelated update is only warned about.
+    let strict = engine(
+        manila_release(Some("false")),
+        "enforce",
+        "{enforceContradictions: true}",
+    );
+    let sets = manila_review(
+        "UPDATE",
+        Some(json!({SHAREV1: "true"})),
+        Some(json!({SHAREV1: "false"})),
+    );
+    assert_eq!(eval(&strict, &sets).denials.len(), 1);
+    let unchanged = manila_review(
+        "UPDATE",
+        Some(json!({SHAREV1: "true"})),
+        Some(json!({SHAREV1: "true"})),
+    );
+    let v = eval(&strict, &unchanged);
+    assert!(v.denials.is_empty(), "{:?}", v.denials);
+    assert_eq!(v.warnings.len(), 1, "{:?}", v.warnings);
+}
+
+#[test]
+fn manila_uses_the_static_table_without_a_live_release() {
+    // `stackgate check` / --kube off: the repository's table, release named per namespace.
+    for (release, want) in [("legacy", "false"), ("openstack-operator-84322c77", "true")] {
+        let e = Engine::new(policies(
+            "enforce",
+            &format!("{{namespaceReleases: {{openstack: {release}}}}}"),
+        ));
+        let review = manila_review("CREATE", None, None);
+        let out = patched(&review, &eval(&e, &review));
+        assert_eq!(
+            annotation(&out, SHAREV1).as_deref(),
+            Some(want),
+            "{release}"
+        );
+    }
+    // No release known for the namespace: nothing is added, a bad value is still denied.
+    let e = Engine::new(policies("enforce", "{}"));
+    assert_clean(&eval(&e, &manila_review("CREATE", None, None)));
+    let v = eval(
+        &e,
+        &manila_review("CREATE", Some(json!({SHAREV1: "on"})), None),
+    );
+    assert_eq!(v.denials.len(), 1, "{:?}", v.denials);
+}

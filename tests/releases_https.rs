@@ -225,5 +225,55 @@ async fn static_table_serves_without_cluster_access() {
     let annotations = mutated_annotations(&body, &review["response"]);
     assert_eq!(annotations[WSGI], "false");
     assert_eq!(annotations[LOCATION], "false");
+
+    // Manila (manila-operator's sample): the legacy release writes sharev1 "false".
+    let body = manila_review(None);
+    let (status, review) = post(&client, "/mutate?timeout=10s", body.clone()).await;
+    assert_eq!(status, StatusCode::OK);
+    let annotations = mutated_annotations(&body, &review["response"]);
+    assert_eq!(annotations, json!({SHAREV1: "false"}));
+    // A value manila-operator's strconv.ParseBool rejects is refused by /validate.
+    let body = manila_review(Some("on"));
+    let (status, review) = post(&client, "/validate?timeout=10s", body).await;
+    assert_eq!(status, StatusCode::OK);
+    let response = &review["response"];
+    assert_eq!(response["allowed"], false, "{response}");
+    assert_eq!(response["status"]["code"], 403);
+    let message = response["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("manila.openstack.org/sharev1=\"on\" cannot be parsed"),
+        "{message}"
+    );
+    assert!(message.contains("IsShareV1Enabled"), "{message}");
     server.stop().await.unwrap();
+}
+
+const SHAREV1: &str = "manila.openstack.org/sharev1";
+
+/// manila-operator's sample Manila CR in a CREATE review (tests/fixtures/SOURCES.md), with
+/// `sharev1` as its only annotation when given.
+fn manila_review(sharev1: Option<&str>) -> Vec<u8> {
+    let path = format!(
+        "{}/tests/fixtures/openstack-k8s-operators/sample-manila.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let mut object: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(&path).unwrap()).expect("sample YAML");
+    if let Some(v) = sharev1 {
+        object["metadata"]["annotations"] = json!({SHAREV1: v});
+    }
+    let gvk = json!({"group": "manila.openstack.org", "version": "v1beta1", "kind": "Manila"});
+    let resource =
+        json!({"group": "manila.openstack.org", "version": "v1beta1", "resource": "manilas"});
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "5d2c3f0a-8f4e-4b0e-9a57-7a3b1c9e0d21",
+            "kind": gvk, "requestKind": gvk, "resource": resource, "requestResource": resource,
+            "name": "manila", "namespace": "openstack", "operation": "CREATE",
+            "userInfo": {"username": "kubernetes-admin"}, "object": object, "dryRun": false,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+        }
+    }))
+    .unwrap()
 }

@@ -65,6 +65,27 @@ fn deployment(rel: &str, arg: &str) -> Value {
     v
 }
 
+const VALIDATE_HELMRELEASE: &str =
+    "helmrelease/validate-create-openstack-cloud-controller-manager.json";
+const MUTATE_HELMRELEASE: &str =
+    "helmrelease/mutate-create-openstack-cloud-controller-manager.json";
+
+/// The captured Flux HelmRelease of the CCM chart (chart version 2.31.1, CCM v1.31) with
+/// `lb-provider` set and its `controllerExtraArgs` removed (so ccm-concurrency stays quiet).
+fn helmrelease_provider(rel: &str, provider: &str) -> Value {
+    let mut v = json_of(rel);
+    let spec = &mut v["request"]["object"]["spec"];
+    assert_eq!(
+        spec["chart"]["spec"]["version"], "2.31.1",
+        "captured as expected"
+    );
+    spec["values"]["cloudConfig"]["loadBalancer"]["lb-provider"] = json!(provider);
+    if let Some(values) = spec["values"].as_object_mut() {
+        values.remove("controllerExtraArgs");
+    }
+    v
+}
+
 /// POSTs `review` to `path` and returns the `response`, checking status 200 and the uid.
 async fn send(client: &Client, path: &str, review: &Value) -> Value {
     let body = serde_json::to_vec(review).expect("encode");
@@ -301,18 +322,17 @@ fn cases() -> Vec<Case> {
         // ccm-concurrency on the captured CCM Deployment (image
         // registry.k8s.io/provider-os/openstack-cloud-controller-manager, args[5]).
         Case {
+            // The default mode is warn (weak evidence: domain-facts §9.1).
             name: "concurrency: --concurrent-service-syncs=4 on the CCM Deployment",
             validate: json_of(VALIDATE_DEPLOYMENT),
             mutate: json_of(MUTATE_DEPLOYMENT),
-            expect: Expect::Deny {
+            expect: Expect::Warn {
                 policy: "ccm-concurrency",
                 needles: &[
                     "Deployment kube-system/openstack-cloud-controller-manager",
                     "args[5]",
                     "--concurrent-service-syncs=4",
                     "409",
-                    "--concurrent-service-syncs=1",
-                    "stackgate.dev/exempt.ccm-concurrency",
                 ],
             },
             mutate_expect: Mutate::NoPatch,
@@ -326,7 +346,7 @@ fn cases() -> Vec<Case> {
                 v
             },
             mutate: json_of(MUTATE_DEPLOYMENT),
-            expect: Expect::Deny {
+            expect: Expect::Warn {
                 policy: "ccm-concurrency",
                 needles: &["--concurrent-service-syncs"],
             },
@@ -336,6 +356,55 @@ fn cases() -> Vec<Case> {
             name: "concurrency: --concurrent-service-syncs=1 is fine",
             validate: deployment(VALIDATE_DEPLOYMENT, "--concurrent-service-syncs=1"),
             mutate: deployment(MUTATE_DEPLOYMENT, "--concurrent-service-syncs=1"),
+            expect: Expect::Clean,
+            mutate_expect: Mutate::NoPatch,
+        },
+        // The CCM's own start-up checks and silent settings (domain-facts §9.1).
+        config_case(
+            "integrity: lb-version other than v2",
+            &format!("{OK_LB}lb-version = v1\n"),
+            Expect::Deny {
+                policy: "cloud-config-integrity",
+                needles: &[
+                    "line 3",
+                    "[LoadBalancer] lb-version",
+                    "only support LBaaS v2",
+                ],
+            },
+            Mutate::NoPatch,
+        ),
+        config_case(
+            "integrity: search-order with an unknown id",
+            &format!("{OK_LB}[Metadata]\nsearch-order = configDrive,metadata\n"),
+            Expect::Deny {
+                policy: "cloud-config-integrity",
+                needles: &["line 4", "[Metadata] search-order", "invalid element"],
+            },
+            Mutate::NoPatch,
+        ),
+        config_case(
+            "integrity: tls-insecure other than true/false",
+            &format!("[Global]\ntls-insecure = TRUE\n{OK_LB}"),
+            Expect::Warn {
+                policy: "cloud-config-integrity",
+                needles: &["line 2", "tls-insecure", "exactly `true`"],
+            },
+            Mutate::NoPatch,
+        ),
+        Case {
+            name: "integrity: amphorav2 on a chart that ships CCM v1.31",
+            validate: helmrelease_provider(VALIDATE_HELMRELEASE, "amphorav2"),
+            mutate: helmrelease_provider(MUTATE_HELMRELEASE, "amphorav2"),
+            expect: Expect::Warn {
+                policy: "cloud-config-integrity",
+                needles: &["lb-provider = amphorav2", "from CCM v1.34.0"],
+            },
+            mutate_expect: Mutate::NoPatch,
+        },
+        Case {
+            name: "integrity: amphora on the same chart is fine",
+            validate: helmrelease_provider(VALIDATE_HELMRELEASE, "amphora"),
+            mutate: helmrelease_provider(MUTATE_HELMRELEASE, "amphora"),
             expect: Expect::Clean,
             mutate_expect: Mutate::NoPatch,
         },
@@ -432,7 +501,6 @@ async fn each_rule_family_is_decided_over_https() {
         "known-bad-lb-settings",
         "credential-placement",
         "serial-lb-api-calls",
-        "ccm-concurrency",
     ] {
         assert!(
             text.lines()
@@ -441,6 +509,20 @@ async fn each_rule_family_is_decided_over_https() {
             "no denial counted for {policy}:\n{text}"
         );
     }
+    // ccm-concurrency warns by default: counted as a warning, never as a denial.
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("stackgate_warnings_total{")
+                && l.contains("policy=\"ccm-concurrency\"")),
+        "no warning counted for ccm-concurrency:\n{text}"
+    );
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.starts_with("stackgate_denials_total{")
+                && l.contains("policy=\"ccm-concurrency\"")),
+        "ccm-concurrency denied in its default mode:\n{text}"
+    );
     assert!(!text.contains(CANARY));
     server.stop().await.unwrap();
 }

@@ -61,9 +61,34 @@ fn operator_copy_review(text: &str) -> Value {
 }
 
 fn evaluate(review: &Value) -> Verdict {
+    evaluate_by(&engine(), review)
+}
+
+fn evaluate_by(engine: &Engine, review: &Value) -> Verdict {
     let review: AdmissionReview<DynamicObject> = serde_json::from_value(review.clone()).unwrap();
     let request: AdmissionRequest<DynamicObject> = review.try_into().unwrap();
-    engine().evaluate(&stackgate::admission::subject_of(&request))
+    engine.evaluate(&stackgate::admission::subject_of(&request))
+}
+
+/// The embedded set with the ccm-concurrency policy switched to `mode: enforce` (its default
+/// is warn), the way an operator who wants the deny would write it.
+fn concurrency_enforced() -> Engine {
+    let mut set = PolicySet::embedded().unwrap();
+    let mut found = false;
+    for p in &mut set.policies {
+        if p.name == "ccm-concurrency" {
+            assert_eq!(p.mode, stackgate::policy::Mode::Warn, "the default is warn");
+            p.mode = stackgate::policy::Mode::Enforce;
+            found = true;
+        }
+    }
+    assert!(found, "the embedded set has a ccm-concurrency policy");
+    Engine::new(set)
+}
+
+/// Verdict of the ccm-concurrency rule in enforce mode.
+fn evaluate_enforced(review: &Value) -> Verdict {
+    evaluate_by(&concurrency_enforced(), review)
 }
 
 const OK_LB: &str = "[LoadBalancer]\nprovider-requires-serial-api-calls = true\n";
@@ -155,6 +180,50 @@ fn deny_cases() -> Vec<Case> {
             Some("cloud-config-integrity"),
             &["line 6"],
         ),
+        // The CCM's own start-up checks, past gcfg (domain-facts §9.1).
+        (
+            "lb-version other than v2",
+            format!("{OK_LB}lb-version = v1\n"),
+            Some("cloud-config-integrity"),
+            &[
+                "line 3",
+                "[LoadBalancer] lb-version",
+                "only support LBaaS v2",
+                "fail to start",
+            ],
+        ),
+        (
+            "lb-version compares exactly: V2 is not v2",
+            format!("{OK_LB}lb-version = V2\n"),
+            Some("cloud-config-integrity"),
+            &["line 3", "lb-version"],
+        ),
+        (
+            "search-order with three elements",
+            format!("{OK_LB}[Metadata]\nsearch-order = configDrive,metadataService,configDrive\n"),
+            Some("cloud-config-integrity"),
+            &["line 4", "[Metadata] search-order", "more than 2 elements"],
+        ),
+        (
+            "search-order with an unknown id",
+            format!("{OK_LB}[Metadata]\nsearch-order = configdrive\n"),
+            Some("cloud-config-integrity"),
+            &["line 4", "invalid element", "exact case"],
+        ),
+        (
+            "search-order with a trailing comma",
+            format!("{OK_LB}[Metadata]\nsearch-order = metadataService,\n"),
+            Some("cloud-config-integrity"),
+            &["line 4", "trailing comma"],
+        ),
+        (
+            "the last search-order counts",
+            format!(
+                "{OK_LB}[Metadata]\nsearch-order = metadataService\n[Metadata]\nsearch-order = x\n"
+            ),
+            Some("cloud-config-integrity"),
+            &["line 6"],
+        ),
         // serial-lb-api-calls
         (
             "serial: false",
@@ -235,6 +304,33 @@ fn deny_cases() -> Vec<Case> {
         (
             "clean: bool spellings",
             format!("{OK_LB}create-monitor = YES\ninternal-lb\n"),
+            None,
+            &[],
+        ),
+        (
+            "clean: lb-version v2 or empty",
+            format!("{OK_LB}lb-version = v2\n[LoadBalancer]\nlb-version =\n"),
+            None,
+            &[],
+        ),
+        (
+            // LoadBalancer() returns before the version check when the LB is disabled.
+            "clean: lb-version ignored with the load balancer disabled",
+            format!("{OK_LB}enabled = false\nlb-version = v1\n"),
+            None,
+            &[],
+        ),
+        (
+            "clean: search-order forms the CCM accepts",
+            format!(
+                "{OK_LB}[Metadata]\nsearch-order = metadataService , configDrive\n[Metadata]\nsearch-order = \"configDrive\"\n"
+            ),
+            None,
+            &[],
+        ),
+        (
+            "clean: empty search-order means the default",
+            format!("{OK_LB}[Metadata]\nsearch-order =\n"),
             None,
             &[],
         ),
@@ -347,6 +443,69 @@ fn warn_cases() -> Vec<WarnCase> {
             ],
             secret_review,
         ),
+        // Settings the CCM accepts without an error but that do not do what they say (§9.1).
+        (
+            "tls-insecure is a string: only exactly true disables verification",
+            format!("[Global]\ntls-insecure = True\n{OK_LB}"),
+            &["line 2", "[Global] tls-insecure", "only for exactly `true`", "pkg/client/client.go"],
+            configmap_review,
+        ),
+        (
+            "tls-insecure = yes",
+            format!("[Global]\ntls-insecure = yes\n{OK_LB}"),
+            &["line 2", "tls-insecure"],
+            configmap_review,
+        ),
+        (
+            "tls-insecure true and false are fine",
+            format!("[Global]\ntls-insecure = false\n[Global]\ntls-insecure = true\n{OK_LB}"),
+            &[],
+            configmap_review,
+        ),
+        (
+            "unknown lb-provider",
+            format!("{OK_LB}lb-provider = octavia-ovn\n"),
+            &[
+                "line 3",
+                "[LoadBalancer] lb-provider",
+                "Unsupported LoadBalancer Provider",
+                "amphorav2 from v1.34.0",
+            ],
+            configmap_review,
+        ),
+        (
+            "lb-provider compares exactly: Amphora is unknown",
+            format!("{OK_LB}lb-provider = Amphora\n"),
+            &["line 3", "exact case"],
+            configmap_review,
+        ),
+        (
+            // No CCM version in a ConfigMap: no finding about amphorav2 (never guessed).
+            "amphorav2 without a known CCM version",
+            format!("{OK_LB}lb-provider = amphorav2\n"),
+            &[],
+            configmap_review,
+        ),
+        (
+            "unknown container-store",
+            format!("{OK_LB}container-store = vault\n"),
+            &["line 3", "[LoadBalancer] container-store", "Unsupported Container Store"],
+            configmap_review,
+        ),
+        (
+            "container-store external is fine",
+            format!("{OK_LB}container-store = external\n"),
+            &[],
+            configmap_review,
+        ),
+        (
+            // The CCM reads clouds.yaml from the pod's file system: no input shows whether it
+            // is there, so nothing is reported (see the integrity module docs).
+            "use-clouds cannot be checked",
+            format!("[Global]\nuse-clouds = true\nclouds-file = /etc/openstack/clouds.yaml\n{OK_LB}"),
+            &[],
+            configmap_review,
+        ),
         (
             "username is not a credential",
             format!("[Global]\nusername = u\n{OK_LB}"),
@@ -455,7 +614,7 @@ fn captured(rel: &str) -> Value {
 #[test]
 fn ccm_concurrency_on_captured_workloads() {
     let deployment = captured("deployment/validate-create-openstack-cloud-controller-manager.json");
-    let verdict = evaluate(&deployment);
+    let verdict = evaluate_enforced(&deployment);
     assert_eq!(verdict.denials.len(), 1, "{:#?}", verdict.denials);
     let d = &verdict.denials[0];
     assert_eq!(d.policy, "ccm-concurrency");
@@ -469,26 +628,26 @@ fn ccm_concurrency_on_captured_workloads() {
 
     // The upstream DaemonSet does not set the flag.
     let daemonset = captured("daemonset/validate-create-openstack-cloud-controller-manager.json");
-    assert!(evaluate(&daemonset).denials.is_empty());
+    assert!(evaluate_enforced(&daemonset).denials.is_empty());
 
     // Setting it to 1, or the space-separated form with 2, through the same path.
     let mut one = deployment.clone();
     one["request"]["object"]["spec"]["template"]["spec"]["containers"][0]["args"][5] =
         json!("--concurrent-service-syncs=1");
-    assert!(evaluate(&one).denials.is_empty());
+    assert!(evaluate_enforced(&one).denials.is_empty());
     let mut spaced = deployment.clone();
     spaced["request"]["object"]["spec"]["template"]["spec"]["containers"][0]["args"][5] =
         json!("--concurrent-service-syncs");
     spaced["request"]["object"]["spec"]["template"]["spec"]["containers"][0]["args"][6] =
         json!("2");
-    assert_eq!(evaluate(&spaced).denials.len(), 1);
+    assert_eq!(evaluate_enforced(&spaced).denials.len(), 1);
 
     // A container that is not the CCM is not checked.
     let mut other = deployment.clone();
     let c = &mut other["request"]["object"]["spec"]["template"]["spec"]["containers"][0];
     c["image"] = json!("example.com/some-controller:v1");
     c["args"] = json!(["--concurrent-service-syncs=4"]);
-    assert!(evaluate(&other).denials.is_empty());
+    assert!(evaluate_enforced(&other).denials.is_empty());
 }
 
 /// The captured CCM Deployment with its container's args replaced.
@@ -522,7 +681,7 @@ fn ccm_concurrency_judges_only_the_last_setting() {
             "1"
         ]),
     ] {
-        let verdict = evaluate(&deployment_with_args(args.clone()));
+        let verdict = evaluate_enforced(&deployment_with_args(args.clone()));
         assert!(verdict.denials.is_empty(), "{args}: {:#?}", verdict.denials);
         assert!(
             verdict.warnings.is_empty(),
@@ -550,7 +709,7 @@ fn ccm_concurrency_judges_only_the_last_setting() {
             3,
         ),
     ] {
-        let verdict = evaluate(&deployment_with_args(args.clone()));
+        let verdict = evaluate_enforced(&deployment_with_args(args.clone()));
         assert_eq!(verdict.denials.len(), 1, "{args}: {:#?}", verdict.denials);
         assert_eq!(
             verdict.denials[0].pointer(),
@@ -565,7 +724,7 @@ fn ccm_concurrency_judges_only_the_last_setting() {
         "--cloud-provider=openstack",
         "--concurrent-service-syncs=4"
     ]);
-    assert!(evaluate(&review).denials.is_empty());
+    assert!(evaluate_enforced(&review).denials.is_empty());
 }
 
 #[test]
@@ -583,7 +742,7 @@ fn ccm_concurrency_variable_reference_is_warned_not_denied() {
         let mut review = deployment_with_args(args.clone());
         review["request"]["object"]["spec"]["template"]["spec"]["containers"][0]["env"] =
             json!([{"name": "SYNCS", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}]);
-        let verdict = evaluate(&review);
+        let verdict = evaluate_enforced(&review);
         assert!(verdict.denials.is_empty(), "{args}: {:#?}", verdict.denials);
         assert_eq!(verdict.warnings.len(), 1, "{args}: {:#?}", verdict.warnings);
         let w = &verdict.warnings[0];
@@ -597,7 +756,7 @@ fn ccm_concurrency_variable_reference_is_warned_not_denied() {
         assert!(!w.message.contains("fail to"), "{}", w.message);
     }
     // `$$(SYNCS)` is the escaped literal `$(SYNCS)`: the CCM cannot parse it.
-    let verdict = evaluate(&deployment_with_args(json!([
+    let verdict = evaluate_enforced(&deployment_with_args(json!([
         BIN,
         "--concurrent-service-syncs=$$(SYNCS)"
     ])));
@@ -611,6 +770,9 @@ fn ccm_concurrency_warns_only_when_serial_calls_are_not_enforced() {
     for p in &mut set.policies {
         if p.name == "serial-lb-api-calls" {
             p.mode = stackgate::policy::Mode::Warn;
+        }
+        if p.name == "ccm-concurrency" {
+            p.mode = stackgate::policy::Mode::Enforce;
         }
     }
     let review: AdmissionReview<DynamicObject> = serde_json::from_value(captured(
@@ -626,6 +788,159 @@ fn ccm_concurrency_warns_only_when_serial_calls_are_not_enforced() {
             .iter()
             .any(|w| w.policy == "ccm-concurrency")
     );
+}
+
+/// The default mode is warn (domain-facts §1.5, §9.1: weak evidence, Gardener runs 10): the
+/// same captured Deployment that enforce mode denies is admitted with the finding as a
+/// warning, and a value the CCM cannot parse is a warning too.
+#[test]
+fn ccm_concurrency_defaults_to_warn() {
+    let deployment = captured("deployment/validate-create-openstack-cloud-controller-manager.json");
+    let verdict = evaluate(&deployment);
+    assert!(verdict.denials.is_empty(), "{:#?}", verdict.denials);
+    let warnings: Vec<_> = verdict
+        .warnings
+        .iter()
+        .filter(|w| w.policy == "ccm-concurrency")
+        .collect();
+    assert_eq!(warnings.len(), 1, "{:#?}", verdict.warnings);
+    assert!(
+        warnings[0].message.contains("--concurrent-service-syncs=4"),
+        "{}",
+        warnings[0].message
+    );
+    assert_eq!(
+        warnings[0].pointer(),
+        Some("/spec/template/spec/containers/0/args/5")
+    );
+    let invalid = evaluate(&deployment_with_args(json!([
+        "/bin/openstack-cloud-controller-manager",
+        "--concurrent-service-syncs=many"
+    ])));
+    assert!(invalid.denials.is_empty(), "{:#?}", invalid.denials);
+    assert!(
+        invalid
+            .warnings
+            .iter()
+            .any(|w| w.policy == "ccm-concurrency" && w.message.contains("not start")),
+        "{:#?}",
+        invalid.warnings
+    );
+    // And enforce is still available: the same object is denied.
+    assert_eq!(evaluate_enforced(&deployment).denials.len(), 1);
+}
+
+/// The captured Flux HelmRelease of the CCM chart (chart version 2.31.1 as captured) with
+/// `lb-provider` set in its structured cloudConfig, the chart version replaced by `version`
+/// and, when given, the values' `image.tag`.
+fn helmrelease_with(provider: &str, version: &str, tag: Option<&str>) -> Value {
+    let mut review =
+        captured("helmrelease/validate-create-openstack-cloud-controller-manager.json");
+    let spec = &mut review["request"]["object"]["spec"];
+    assert_eq!(
+        spec["chart"]["spec"]["version"], "2.31.1",
+        "captured as expected"
+    );
+    spec["chart"]["spec"]["version"] = json!(version);
+    spec["values"]["cloudConfig"]["loadBalancer"]["lb-provider"] = json!(provider);
+    if let Some(tag) = tag {
+        spec["values"]["image"] = json!({"tag": tag});
+    }
+    review
+}
+
+/// Warnings of one code.
+fn with_code<'v>(verdict: &'v Verdict, code: &str) -> Vec<&'v stackgate::engine::Finding> {
+    verdict.warnings.iter().filter(|w| w.code == code).collect()
+}
+
+/// `amphorav2` is listed from CCM v1.34.0 and `f5` from v1.32.0, and keys of the key table
+/// have a first release (domain-facts §9.1): warned only where the object pins an older CCM,
+/// by chart version or values `image.tag`.
+#[test]
+fn provider_newer_than_the_pinned_ccm_is_warned() {
+    const CODE: &str = "needs-newer-ccm";
+    // (provider, chart version, image.tag, expected needles or None)
+    type Row<'a> = (&'a str, &'a str, Option<&'a str>, Option<&'a [&'a str]>);
+    let cases: &[Row<'_>] = &[
+        (
+            "amphorav2",
+            "2.31.1",
+            None,
+            Some(&[
+                "lb-provider = amphorav2",
+                "from CCM v1.34.0",
+                "chart version 2.31.1, v1.31",
+            ]),
+        ),
+        ("amphorav2", "2.34.0", None, None),
+        ("amphorav2", "2.36.0", None, None),
+        // A pre-release chart ships the previous minor or its own: 2.34.0-alpha.x may be v1.33.
+        ("amphorav2", "2.34.0-alpha.1", None, None),
+        (
+            "amphorav2",
+            "2.33.0-alpha.0",
+            None,
+            Some(&["chart version 2.33.0-alpha.0, v1.32 or v1.33"]),
+        ),
+        // Ranges are not a version: no finding.
+        ("amphorav2", ">=2.30.0", None, None),
+        ("amphorav2", "2.x", None, None),
+        // image.tag wins over the chart's appVersion.
+        ("amphorav2", "2.31.1", Some("v1.35.0"), None),
+        (
+            "amphorav2",
+            "2.36.0",
+            Some("v1.33.2"),
+            Some(&["values image.tag v1.33.2, v1.33"]),
+        ),
+        (
+            "amphorav2",
+            "2.31.1",
+            Some("latest"),
+            Some(&["chart version 2.31.1"]),
+        ),
+        (
+            "f5",
+            "2.31.1",
+            None,
+            Some(&["lb-provider = f5", "from CCM v1.32.0"]),
+        ),
+        ("f5", "2.32.0", None, None),
+        ("amphora", "2.28.0", None, None),
+        // A key newer than the pinned CCM is ignored by it: the captured values set
+        // provider-requires-serial-api-calls, read from v1.28.0.
+        (
+            "amphora",
+            "2.27.0",
+            None,
+            Some(&[
+                "[LoadBalancer] provider-requires-serial-api-calls is read from CCM v1.28.0",
+                "chart version 2.27.0, v1.27",
+                "silently ignores it",
+            ]),
+        ),
+    ];
+    for (provider, version, tag, expect) in cases {
+        let verdict = evaluate(&helmrelease_with(provider, version, *tag));
+        let name = format!("{provider} on {version} tag {tag:?}");
+        assert!(verdict.denials.is_empty(), "{name}: {:#?}", verdict.denials);
+        let found = with_code(&verdict, CODE);
+        match expect {
+            None => assert!(found.is_empty(), "{name}: {found:#?}"),
+            Some(needles) => {
+                assert_eq!(found.len(), 1, "{name}: {:#?}", verdict.warnings);
+                assert_eq!(found[0].policy, "cloud-config-integrity");
+                for n in *needles {
+                    assert!(
+                        found[0].message.contains(n),
+                        "{name}: {n:?} in {}",
+                        found[0].message
+                    );
+                }
+            }
+        }
+    }
 }
 
 /// A `MakeWriter` that appends every log line to a shared buffer.

@@ -101,6 +101,13 @@ fn accumulate(digits: &str, base: u32) -> Result<u128, IntError> {
 }
 
 /// Go's `time.ParseDuration` (Go 1.19), returning nanoseconds.
+///
+/// Overflow is checked the way Go checks it, which is not "the total fits in an i64": each
+/// part's integer, fraction and `value * unit` are checked against 2^63, but the parts are
+/// summed into a `uint64` with plain `+`, which wraps, and only then compared with 2^63. So
+/// `9223372036854775808ns9223372036854775808ns` (2^63 + 2^63 = 2^64) wraps to 0 and Go
+/// accepts it as 0 (domain-facts §9.4). A positive total must be at most 2^63 - 1 at the end;
+/// a negative one may be 2^63 (`-Duration(1<<63)` is the smallest i64).
 pub fn parse_go_duration(value: &str) -> Result<i64, DurationError> {
     const LIMIT: u64 = 1 << 63;
     let mut s = value.as_bytes();
@@ -189,21 +196,26 @@ pub fn parse_go_duration(value: &str) -> Result<i64, DurationError> {
         v *= unit;
         if f > 0 {
             // Go: v += uint64(float64(f) * (float64(unit) / scale)), truncating.
+            // v <= 2^63 and the fraction adds at most one hour, so this cannot wrap; Go's
+            // `+=` is kept as a wrapping add all the same.
             let extra = (f as f64 * (unit as f64 / scale)) as u64;
-            v = v.saturating_add(extra);
+            v = v.wrapping_add(extra);
             if v > LIMIT {
                 return Err(DurationError::Invalid);
             }
         }
-        d = d.saturating_add(v);
+        // Go: `d += v` on uint64, then `if d > 1<<63`. Both are at most 2^63 here, so the sum
+        // wraps only when both are exactly 2^63, to 0, and Go goes on without an error.
+        d = d.wrapping_add(v);
         if d > LIMIT {
             return Err(DurationError::Invalid);
         }
     }
     if neg {
-        // d <= 2^63, so the negation fits (-2^63 included).
+        // Go: `-Duration(d)`; d <= 2^63, so the negation fits (-2^63 included).
         return Ok(0i64.wrapping_sub_unsigned(d));
     }
+    // Go: `if d > 1<<63-1` for a positive duration.
     i64::try_from(d).map_err(|_| DurationError::Invalid)
 }
 
@@ -269,5 +281,36 @@ mod tests {
             parse_go_duration("9999999999999999h"),
             Err(DurationError::Invalid)
         );
+    }
+
+    /// Results of Go 1.19's `time.ParseDuration` on the overflow edges (run with `go run`,
+    /// printing `int64(d), err`): the sum of the parts wraps in a uint64 without an error.
+    #[test]
+    fn durations_wrap_like_go() {
+        const TWO_63: &str = "9223372036854775808ns";
+        let cases: &[(String, Result<i64, DurationError>)] = &[
+            (format!("{TWO_63}{TWO_63}"), Ok(0)),
+            (format!("-{TWO_63}{TWO_63}"), Ok(0)),
+            (format!("{TWO_63}0s{TWO_63}"), Ok(0)),
+            (format!("{TWO_63}{TWO_63}1ns"), Ok(1)),
+            (
+                format!("{TWO_63}{TWO_63}{TWO_63}"),
+                Err(DurationError::Invalid),
+            ),
+            (format!("-{TWO_63}{TWO_63}{TWO_63}"), Ok(i64::MIN)),
+            (
+                format!("{TWO_63}9223372036854775807ns"),
+                Err(DurationError::Invalid),
+            ),
+            (TWO_63.to_owned(), Err(DurationError::Invalid)),
+            (format!("-{TWO_63}"), Ok(i64::MIN)),
+            (
+                "2562047h47m16.854775808s2562047h47m16.854775808s".to_owned(),
+                Err(DurationError::Invalid),
+            ),
+        ];
+        for (text, want) in cases {
+            assert_eq!(parse_go_duration(text), *want, "{text}");
+        }
     }
 }

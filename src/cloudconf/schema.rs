@@ -137,8 +137,9 @@ const GLOBAL: &[KeySpec] = &[
     key("os-endpoint-type", Str),
     key("ca-file", Str),
     // A string for gcfg: its `matches:"^true|false$"` tag only applies to the flag path.
-    key("tls-insecure", Str),
-    secret(key("token", Str)),
+    since(key("tls-insecure", Str), "v1.20.0"),
+    // domain-facts §9.1: new in v1.35.0 (PR #2964).
+    since(secret(key("token", Str)), "v1.35.0"),
     key("cert-file", Str),
     key("key-file", Str),
     key("use-clouds", Bool),
@@ -174,10 +175,13 @@ const LOAD_BALANCER: &[KeySpec] = &[
     default(key("cascade-delete", Bool), "true"),
     key("flavor-id", Str),
     key("availability-zone", Str),
-    default(key("enable-ingress-hostname", Bool), "false"),
+    since(
+        default(key("enable-ingress-hostname", Bool), "false"),
+        "v1.21.0",
+    ),
     default(key("ingress-hostname-suffix", Str), "nip.io"),
-    default(key("max-shared-lb", Int), "2"),
-    default(key("container-store", Str), "barbican"),
+    since(default(key("max-shared-lb", Int), "2"), "v1.23.0"),
+    since(default(key("container-store", Str), "barbican"), "v1.25.0"),
     since(
         default(key("provider-requires-serial-api-calls", Bool), "false"),
         "v1.28.0",
@@ -253,6 +257,109 @@ pub const REMOVED_KEYS: &[RemovedKey] = &[RemovedKey {
            Octavia is always used and the key is ignored",
 }];
 
+/// A value the CCM knows for a string key, and the first release that knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KnownValue {
+    /// The value, compared exactly (the CCM uses `slices.Contains`).
+    pub value: &'static str,
+    /// First CCM release that lists it; None: every release covered here.
+    pub since: Option<&'static str>,
+}
+
+const fn known(value: &'static str) -> KnownValue {
+    KnownValue { value, since: None }
+}
+
+/// The minor number of a CCM release name: `v1.28.0` → 28.
+pub fn release_minor(release: &str) -> Option<u64> {
+    release.strip_prefix("v1.")?.split('.').next()?.parse().ok()
+}
+
+/// `[LoadBalancer] lb-provider` values the CCM supports (`supportedLBProvider`, CPO
+/// `pkg/openstack/openstack.go` l.63; domain-facts §9.1: `f5` from v1.32.0, `amphorav2` from
+/// v1.34.0, PR #2980). Any other value only makes the CCM log "Unsupported LoadBalancer
+/// Provider" at start and is passed to Octavia unchanged.
+pub const LB_PROVIDERS: &[KnownValue] = &[
+    known("amphora"),
+    known("octavia"),
+    known("ovn"),
+    KnownValue {
+        value: "f5",
+        since: Some("v1.32.0"),
+    },
+    KnownValue {
+        value: "amphorav2",
+        since: Some("v1.34.0"),
+    },
+];
+
+/// `[LoadBalancer] container-store` values the CCM supports (`supportedContainerStore`, CPO
+/// `pkg/openstack/openstack.go` l.66). Another value only logs "Unsupported Container Store".
+pub const CONTAINER_STORES: &[KnownValue] = &[known("barbican"), known("external")];
+
+/// `[Metadata] search-order` ids (CPO `pkg/util/metadata/metadata.go`
+/// `CheckMetadataSearchOrder`: `ConfigDriveID`, `MetadataID`).
+pub const METADATA_SEARCH_IDS: &[&str] = &["configDrive", "metadataService"];
+
+/// Values gcfg stores but the CCM's own start-up code refuses (domain-facts §9.1), in file
+/// order. gcfg has no say in these, so they are not part of [`check`]'s `fatal` (which must
+/// equal gcfg's verdict, see the differential test):
+///
+/// * `[LoadBalancer] lb-version` not empty and not exactly `v2`, while the load balancer is
+///   enabled: `klog.Fatalf("Config error: currently only support LBaaS v2 …")` in
+///   `OpenStack.LoadBalancer()` (CPO `pkg/openstack/openstack.go`), which returns early when
+///   `enabled = false`.
+/// * `[Metadata] search-order` not empty (empty means the default
+///   `configDrive,metadataService`) and, split on `,`, more than two elements or an element
+///   that is not exactly `configDrive` or `metadataService` after `strings.TrimSpace`
+///   (`CheckMetadataSearchOrder`, called by `NewOpenStack`).
+///
+/// Values are the effective (last) ones, as gcfg decodes them; a blank variable is gcfg's
+/// own fatal error and is skipped here.
+pub fn start_problems(doc: &Document) -> Vec<Problem> {
+    let mut out = Vec::new();
+    let lb_enabled = doc
+        .effective("LoadBalancer", None, "enabled")
+        .is_none_or(|e| parse_bool(e.value.as_deref()) != Some(false));
+    if lb_enabled
+        && let Some(e) = doc.effective("LoadBalancer", None, "lb-version")
+        && let Some(v) = e.value.as_deref()
+        && !v.is_empty()
+        && v != "v2"
+    {
+        out.push(problem(
+            &e,
+            ProblemKind::LbVersion,
+            "the CCM supports only LBaaS v2: any value other than `v2` (an empty value is fine) makes it exit at start with \"Config error: currently only support LBaaS v2, unrecognised lb-version\"; remove the line or write `lb-version = v2`",
+        ));
+    }
+    if let Some(e) = doc.effective("Metadata", None, "search-order")
+        && let Some(v) = e.value.as_deref()
+        && !v.is_empty()
+    {
+        let elements: Vec<&str> = v.split(',').collect();
+        let message = if elements.len() > 2 {
+            Some(
+                "more than two comma-separated elements: the CCM exits at start (\"Value cannot contain more than 2 elements\"); write `configDrive`, `metadataService` or both",
+            )
+        } else if elements
+            .iter()
+            .any(|id| !METADATA_SEARCH_IDS.contains(&super::unicode::go_trim_space(id)))
+        {
+            Some(
+                "an element other than `configDrive` or `metadataService` (exact case; an empty element such as a trailing comma counts): the CCM exits at start (\"invalid element found in section [Metadata] with key `search-order`\"); write `configDrive`, `metadataService` or both, comma-separated",
+            )
+        } else {
+            None
+        };
+        if let Some(message) = message {
+            out.push(problem(&e, ProblemKind::SearchOrder, message));
+        }
+    }
+    out.sort_by_key(|p| p.line);
+    out
+}
+
 /// The section gcfg binds `name` to, if any.
 pub fn find_section(name: &str) -> Option<&'static SectionSpec> {
     SECTIONS.iter().find(|s| eq_fold(name, s.name))
@@ -299,6 +406,10 @@ pub enum ProblemKind {
     DurationMissingUnit,
     /// Any other invalid duration.
     InvalidDuration,
+    /// `[LoadBalancer] lb-version` other than `v2` (the CCM's start-up check, not gcfg's).
+    LbVersion,
+    /// An invalid `[Metadata] search-order` (the CCM's start-up check, not gcfg's).
+    SearchOrder,
 }
 
 /// Why something is ignored.

@@ -1127,3 +1127,50 @@ proptest! {
         }
     }
 }
+
+/// The CCM's own start-up checks (domain-facts §9.1), past gcfg: exact comparisons, the
+/// effective (last) value, `enabled = false` skipping the lb-version check.
+#[test]
+fn ccm_start_problems() {
+    use super::schema::{ProblemKind, start_problems};
+    let kinds = |text: &str| -> Vec<(usize, ProblemKind)> {
+        let doc = Document::parse(text).expect("parses");
+        start_problems(&doc)
+            .iter()
+            .map(|p| (p.line, p.kind))
+            .collect()
+    };
+    let lb = ProblemKind::LbVersion;
+    let so = ProblemKind::SearchOrder;
+    let cases: &[(&str, &[(usize, ProblemKind)])] = &[
+        ("[LoadBalancer]\nlb-version = v2\n", &[]),
+        ("[LoadBalancer]\nlb-version =\n", &[]),
+        ("[LoadBalancer]\nlb-version = \"v2\"\n", &[]),
+        ("[LoadBalancer]\nlb-version = v1\n", &[(2, lb)]),
+        ("[LoadBalancer]\nlb-version = \" v2\"\n", &[(2, lb)]),
+        ("[LoadBalancer]\nlb-version = v1\nlb-version = v2\n", &[]),
+        ("[LoadBalancer]\nenabled = false\nlb-version = v1\n", &[]),
+        (
+            "[LoadBalancer]\nenabled = true\nlb-version = v1\n",
+            &[(3, lb)],
+        ),
+        ("[Metadata]\nsearch-order = configDrive\n", &[]),
+        (
+            "[Metadata]\nsearch-order = metadataService, configDrive\n",
+            &[],
+        ),
+        ("[Metadata]\nsearch-order = configDrive,configDrive\n", &[]),
+        ("[Metadata]\nsearch-order =\n", &[]),
+        ("[Metadata]\nsearch-order = a,b,c\n", &[(2, so)]),
+        ("[Metadata]\nsearch-order = ConfigDrive\n", &[(2, so)]),
+        ("[Metadata]\nsearch-order = configDrive,\n", &[(2, so)]),
+        ("[Metadata]\nsearch-order = \" \"\n", &[(2, so)]),
+        (
+            "[Metadata]\nsearch-order = x\n[LoadBalancer]\nlb-version = v3\n",
+            &[(2, so), (4, lb)],
+        ),
+    ];
+    for (text, want) in cases {
+        assert_eq!(kinds(text), *want, "{text:?}");
+    }
+}

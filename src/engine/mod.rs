@@ -315,9 +315,27 @@ impl Engine {
             return Ok(verdict);
         };
         let namespace = subject.namespace_of(object);
-        for site in sites::find(subject.kind, object, &self.policies.sites) {
+        let found = sites::find(subject.kind, object, &self.policies.sites);
+        // Read only for objects that hold a cloud config; one read per object.
+        let ccm_version = (!found.is_empty())
+            .then(|| {
+                sites::helm::ccm_version(
+                    subject.kind,
+                    object,
+                    &sites::helm::chart_names(&self.policies.sites),
+                )
+            })
+            .flatten();
+        for site in found {
             cancel.check()?;
-            self.evaluate_site(&run, &site, object, namespace, &mut verdict);
+            self.evaluate_site(
+                &run,
+                &site,
+                object,
+                namespace,
+                ccm_version.as_ref(),
+                &mut verdict,
+            );
         }
         self.evaluate_objects(&run, &context, object, false, cancel, &mut verdict)?;
         cancel.check()?;
@@ -467,6 +485,7 @@ impl Engine {
         site: &FoundConfig,
         object: &DynamicObject,
         namespace: Option<&str>,
+        ccm_version: Option<&sites::helm::CcmVersion>,
         verdict: &mut Verdict,
     ) {
         // Which input cap this site reached, and whether it is too large to read at all.
@@ -514,6 +533,7 @@ impl Engine {
             doc: doc_view,
             secret: site.secret,
             configmap: site.is_configmap(),
+            ccm_version,
         };
         let mut edited: Option<(Document, Vec<IniEdit>)> = None;
         let mut reported_unreadable = false;

@@ -8,6 +8,9 @@
 //! `glance.openstack.org/location-api` likewise from `glanceLocationAPI`. glance-operator
 //! (`internal/controller/glance_controller.go` l.849-868) reads them with Go
 //! `strconv.ParseBool`; a missing `wsgi` means WSGI, a missing `location-api` means off.
+//! Likewise `manila.openstack.org/sharev1` from `manilaSharev1` (§9.2; manila-operator
+//! `IsShareV1Enabled`: missing means on). `rabbitmqVersion` stays unmapped: it sets the
+//! RabbitMq CR's `spec.targetVersion`, not an annotation.
 
 use std::collections::{BTreeMap, BTreeSet};
 

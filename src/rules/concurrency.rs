@@ -5,8 +5,14 @@
 //! syncs. Octavia answers 409 "immutable" to every mutating call on a load balancer while any
 //! of its children is PENDING_*, and with shared load balancers (`max-shared-lb` > 1) two
 //! Services can hit the same load balancer at once. Serial API calls only help if the calls
-//! are serial end to end, so this rule denies when the serial-calls policy enforces and warns
-//! otherwise.
+//! are serial end to end, so in `enforce` mode this rule denies when the serial-calls policy
+//! enforces and warns otherwise.
+//!
+//! The default policy runs it in `warn` mode (domain-facts §9.1): the evidence that more than
+//! one sync at a time causes the race is weak. The only upstream advice to use 1 is a
+//! debugging tip (cloud-provider-openstack `docs/developers-guide.md`), and Gardener and
+//! kubernikus run 10 (sapcc/kubernikus#471). `enforce` stays available for clusters that want
+//! the deny; in `warn` mode a value the CCM cannot parse is a warning too.
 
 use jsonptr::PointerBuf;
 use kube::core::{DynamicObject, GroupVersionKind};

@@ -5,6 +5,20 @@
 //! durations without a unit and non-integers on int keys are fatal: the CCM exits at start.
 //! Unknown sections and keys are "extra data" that `FatalOnly` drops without a word.
 //! An unquoted `;` or `#` starts a comment, so the value is silently cut there (CPO PR #1960).
+//!
+//! Past gcfg, the CCM's own start-up code (domain-facts §9.1, CPO v1.36.0) exits on
+//! `lb-version` other than `v2` and on an invalid `[Metadata] search-order`
+//! ([`schema::start_problems`]), and only logs a warning for an `lb-provider` or
+//! `container-store` it does not list; `tls-insecure` is a string of which only the exact
+//! `true` disables certificate verification. `amphorav2` is listed from v1.34.0 (`f5` from
+//! v1.32.0): reported where the holding object pins an older CCM (chart version or values
+//! `image.tag`), and never guessed otherwise.
+//!
+//! Not checked, because no input stackgate sees can show it: `use-clouds = true` makes the
+//! CCM read clouds.yaml (`clouds-file`, or gophercloud's search path) at start and exit when
+//! it cannot, but whether that file is mounted in the CCM's pod is not in the cloud config,
+//! nor in the object that holds it. Likewise an unreadable `ca-file` or bad
+//! `cert-file`/`key-file`.
 
 use std::collections::HashMap;
 
@@ -26,7 +40,15 @@ pub static FAMILY: Family = Family {
     check: Check::CloudConfig(|view, _| check(view)),
     params: &[],
     parse_params: parse_params::<NoParams>,
-    codes: &[CODE_UNREADABLE, CODE_FATAL, CODE_IGNORED, CODE_TRUNCATED],
+    codes: &[
+        CODE_UNREADABLE,
+        CODE_FATAL,
+        CODE_IGNORED,
+        CODE_TRUNCATED,
+        CODE_TLS_INSECURE,
+        CODE_UNSUPPORTED,
+        CODE_NEEDS_NEWER_CCM,
+    ],
     example: || {
         Some(Example::cloud_config(
             "[LoadBalancer]\nprovider-requires-serial-api-calls = true\nmonitor-delay = 5\n",
@@ -46,6 +68,15 @@ pub const CODE_FATAL: &str = "fatal";
 pub const CODE_IGNORED: &str = "ignored";
 /// A value gcfg cuts at a comment character.
 pub const CODE_TRUNCATED: &str = "truncated";
+/// `tls-insecure` other than exactly `true` or `false`.
+pub const CODE_TLS_INSECURE: &str = "tls-insecure-not-bool";
+/// An `lb-provider` or `container-store` the CCM does not list.
+pub const CODE_UNSUPPORTED: &str = "unsupported-value";
+/// An `lb-provider` that only newer CCM releases list than the one the object deploys.
+pub const CODE_NEEDS_NEWER_CCM: &str = "needs-newer-ccm";
+
+/// Source quoted by the post-gcfg checks.
+const SOURCE_CCM_START: &str = "cloud-provider-openstack v1.36.0 pkg/openstack/openstack.go                                 (ReadConfig, LoadBalancer()), pkg/util/metadata/metadata.go                                 (CheckMetadataSearchOrder), pkg/client/client.go (tls-insecure)";
 
 /// Runs the rule on one cloud config.
 pub fn check(view: &ConfigView<'_>) -> RuleOutput {
@@ -81,7 +112,8 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
     };
     let report = schema::check(doc);
     let mut fatal = KindCollector::new(CODE_FATAL);
-    for p in &report.fatal {
+    let start = schema::start_problems(doc);
+    for p in report.fatal.iter().chain(&start) {
         if !fatal.wants_detail() {
             fatal.fold(Severity::Deny, Some(p.line));
             continue;
@@ -200,7 +232,144 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
         });
     }
     truncated.finish(&mut out.violations, "values cut at an unquoted ';' or '#'");
+    silent_values(doc, view.ccm_version, &mut out);
     out
+}
+
+/// Values gcfg and the CCM accept without an error that do not do what they say: a
+/// `tls-insecure` other than `true`/`false`, an `lb-provider` or `container-store` the CCM
+/// does not list, a provider listed only by newer CCM releases than the one deployed.
+fn silent_values(
+    doc: &Document,
+    ccm_version: Option<&crate::sites::helm::CcmVersion>,
+    out: &mut RuleOutput,
+) {
+    let warn = |code, line, message: String| Violation {
+        severity: Severity::Warn,
+        code,
+        pointer: None,
+        line: Some(line),
+        message: format!("{message} ({SOURCE_CCM_START})"),
+        fixed_by_edit: false,
+    };
+    if let Some(e) = doc.effective("Global", None, "tls-insecure")
+        && let Some(v) = e.value.as_deref()
+        && !v.is_empty()
+        && v != "true"
+        && v != "false"
+    {
+        out.violations.push(warn(
+            CODE_TLS_INSECURE,
+            e.line,
+            "[Global] tls-insecure is neither `true` nor `false`: the CCM reads it as a string and turns certificate verification off only for exactly `true` (so `True`, `yes` or `1` keep it on). Fix: write true or false"
+                .to_owned(),
+        ));
+    }
+    if let Some(e) = doc.effective("LoadBalancer", None, "lb-provider")
+        && let Some(v) = e.value.as_deref()
+    {
+        match schema::LB_PROVIDERS.iter().find(|k| k.value == v) {
+            None => out.violations.push(warn(
+                CODE_UNSUPPORTED,
+                e.line,
+                format!(
+                    "[LoadBalancer] lb-provider is not a provider the CCM supports ({}; exact case): it only logs \"Unsupported LoadBalancer Provider\" at start and sends the value to Octavia unchanged, and its provider-specific handling (e.g. for `ovn`) does not apply. Fix: use one of those names",
+                    known_list(schema::LB_PROVIDERS)
+                ),
+            )),
+            Some(known) => {
+                if let (Some(since), Some(version)) = (known.since, ccm_version)
+                    && let Some(minor) = schema::release_minor(since)
+                    && version.all_before(minor)
+                {
+                    out.violations.push(warn(
+                        CODE_NEEDS_NEWER_CCM,
+                        e.line,
+                        format!(
+                            "[LoadBalancer] lb-provider = {} is supported from CCM {since}, but this object deploys an older CCM ({}): that release logs \"Unsupported LoadBalancer Provider\" at start and sends the value to Octavia unchanged. Fix: deploy CCM {since} or later (chart 2.{minor}.0), or use a provider that release supports",
+                            known.value,
+                            shown_range(version),
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    if let Some(version) = ccm_version {
+        newer_keys(doc, version, out);
+    }
+    if let Some(e) = doc.effective("LoadBalancer", None, "container-store")
+        && let Some(v) = e.value.as_deref()
+        && !schema::CONTAINER_STORES.iter().any(|k| k.value == v)
+    {
+        out.violations.push(warn(
+            CODE_UNSUPPORTED,
+            e.line,
+            format!(
+                "[LoadBalancer] container-store is not a store the CCM supports ({}; exact case): it only logs \"Unsupported Container Store\" at start. Fix: use one of those names",
+                known_list(schema::CONTAINER_STORES)
+            ),
+        ));
+    }
+}
+
+/// Keys of the key table that only CCM releases newer than the pinned one read (their
+/// `since`, domain-facts §9.1): the pinned release does not know them, and gcfg drops an
+/// unknown key as extra data without a word. Only the effective occurrence is reported.
+fn newer_keys(doc: &Document, version: &crate::sites::helm::CcmVersion, out: &mut RuleOutput) {
+    for section in schema::SECTIONS.iter().filter(|s| !s.subsections) {
+        for key in section.keys {
+            let Some(since) = key.since else { continue };
+            let Some(minor) = schema::release_minor(since) else {
+                continue;
+            };
+            if !version.all_before(minor) {
+                continue;
+            }
+            let Some(e) = doc.effective(section.name, None, key.name) else {
+                continue;
+            };
+            out.violations.push(Violation {
+                severity: Severity::Warn,
+                code: CODE_NEEDS_NEWER_CCM,
+                pointer: None,
+                line: Some(e.line),
+                message: format!(
+                    "[{}] {} is read from CCM {since}, but this object deploys an older CCM \
+                     ({}): that release does not know the key and silently ignores it. Fix: \
+                     deploy CCM {since} or later (chart 2.{minor}.0) \
+                     (cloud-provider-openstack release history, domain-facts §9.1)",
+                    section.name,
+                    key.name,
+                    shown_range(version),
+                ),
+                fixed_by_edit: false,
+            });
+        }
+    }
+}
+
+/// `chart version 2.33.0, v1.33` or `…, v1.32 or v1.33`.
+fn shown_range(version: &crate::sites::helm::CcmVersion) -> String {
+    if version.min_minor == version.max_minor {
+        format!("{}, v1.{}", version.source, version.min_minor)
+    } else {
+        format!(
+            "{}, v1.{} or v1.{}",
+            version.source, version.min_minor, version.max_minor
+        )
+    }
+}
+
+fn known_list(values: &[schema::KnownValue]) -> String {
+    values
+        .iter()
+        .map(|k| match k.since {
+            Some(since) => format!("{} from {since}", k.value),
+            None => k.value.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn name(section: &str, key: Option<&str>) -> String {

@@ -50,6 +50,9 @@ pub struct ConfigView<'a> {
     pub secret: bool,
     /// Whether the carrier is a ConfigMap.
     pub configmap: bool,
+    /// The CCM release the holding object deploys, when it pins one (a CCM chart's version
+    /// or its values' `image.tag`); None for ConfigMaps, Secrets and unpinned charts.
+    pub ccm_version: Option<&'a crate::sites::helm::CcmVersion>,
 }
 
 /// Why a cloud config could not be read.
@@ -255,5 +258,6 @@ pub(crate) fn run_on_text(
         doc: Ok(&doc),
         secret: !configmap,
         configmap,
+        ccm_version: None,
     })
 }

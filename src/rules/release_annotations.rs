@@ -1,12 +1,16 @@
 //! `release-annotations`: openstack-k8s-operators service CRs carry the annotations their
 //! release's `ServiceDefaults` imply (Glance: `glance.openstack.org/wsgi`,
-//! `glance.openstack.org/location-api`).
+//! `glance.openstack.org/location-api`; Manila: `manila.openstack.org/sharev1`). Which field
+//! drives which annotation is catalog data (`policies/release-catalog.yaml`), not code.
 //!
 //! Facts (domain-facts §4): openstack-operator `internal/openstack/glance.go` l.254-280 sets
 //! each annotation to `"true"` only when the `ServiceDefaults` field is `"true"`, else
 //! `"false"`, on every reconcile (CreateOrPatch). glance-operator
 //! `internal/controller/glance_controller.go` l.849-868 parses them with Go
 //! `strconv.ParseBool`: an unparsable value fails its reconcile; a missing `wsgi` means WSGI.
+//! Manila (domain-facts §9.2): openstack-operator `internal/openstack/manila.go` writes
+//! `manila.openstack.org/sharev1` by the same rule; manila-operator reads it with the same
+//! parser (`IsShareV1Enabled`), and a missing value means share v1 on.
 //!
 //! What the rule does, for each catalog mapping of the request's kind:
 //! * value present and not a Go bool → deny (with the accepted list);

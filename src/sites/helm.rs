@@ -552,6 +552,145 @@ fn extra_args(value: &Value) -> Option<Vec<String>> {
     )
 }
 
+/// The OpenStack CCM release a GitOps object deploys, as far as the object says so exactly.
+///
+/// Only the CCM's minor version matters to the rules (what a release reads is decided per
+/// minor), and some sources pin it only to two neighbouring minors, so this is a range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CcmVersion {
+    /// Lowest CCM minor (`34` for v1.34.x) the object can deploy.
+    pub min_minor: u64,
+    /// Highest CCM minor it can deploy.
+    pub max_minor: u64,
+    /// Where the version was read, for messages: `chart version 2.33.0` or
+    /// `values image.tag v1.33.1`.
+    pub source: String,
+}
+
+impl CcmVersion {
+    /// True when every CCM the object can deploy is older than v1.`minor`.
+    pub fn all_before(&self, minor: u64) -> bool {
+        self.max_minor < minor
+    }
+}
+
+/// The CCM version `object` deploys, when it pins one exactly (domain-facts §1.7, §9.1):
+/// the chart values' `image.tag` (the chart's DaemonSet uses it in place of its appVersion),
+/// else the chart version of a Flux `HelmRelease` (`spec.chart.spec.version`), an RKE2/k3s
+/// `HelmChart` (`spec.version`) or an Argo CD `Application` source (`targetRevision`).
+///
+/// Chart versions map to CCM releases as the chart's history shows (cloud-provider-openstack
+/// `charts/openstack-cloud-controller-manager/Chart.yaml`): a release `2.Y.Z` (Y ≥ 29) ships
+/// appVersion v1.Y; a pre-release `2.Y.Z-…` shipped v1.(Y-1) or v1.Y. Ranges (`>=2.30`,
+/// `2.x`), chart 1.x (appVersion `latest`), tags such as `latest` or digests, and values
+/// given as a YAML string are not read: None, and rules that need the version stay silent.
+pub fn ccm_version(
+    gvk: &GroupVersionKind,
+    object: &DynamicObject,
+    charts: &[String],
+) -> Option<CcmVersion> {
+    let places = values_places(gvk, object, charts);
+    let root = content(object);
+    // image.tag in a values map wins: the chart renders `default .Chart.AppVersion .Values.image.tag`.
+    for place in places.iter().filter(|p| !p.yaml_string) {
+        if let Some(tag) = get(root, &place.path)
+            .and_then(|v| v.get("image"))
+            .and_then(|v| v.get("tag"))
+            .and_then(Value::as_str)
+            && let Some(minor) = image_tag_minor(tag)
+        {
+            return Some(CcmVersion {
+                min_minor: minor,
+                max_minor: minor,
+                source: format!("values image.tag {}", shown_version(tag)),
+            });
+        }
+    }
+    if places.is_empty() {
+        return None;
+    }
+    let chart_version = match (gvk.group.as_str(), gvk.kind.as_str()) {
+        ("helm.toolkit.fluxcd.io", "HelmRelease") => {
+            str_at(root, &["spec", "chart", "spec", "version"])
+        }
+        ("helm.cattle.io", "HelmChart") => str_at(root, &["spec", "version"]),
+        ("argoproj.io", "Application") => {
+            let mut sources: Vec<&Value> = root.pointer("/spec/source").into_iter().collect();
+            if let Some(list) = root.pointer("/spec/sources").and_then(Value::as_array) {
+                sources.extend(list);
+            }
+            sources
+                .into_iter()
+                .find(|s| {
+                    s.get("chart")
+                        .and_then(Value::as_str)
+                        .is_some_and(|c| chart_matches(c, charts))
+                })
+                .and_then(|s| s.get("targetRevision"))
+                .and_then(Value::as_str)
+        }
+        _ => None,
+    }?;
+    let (minor, prerelease) = chart_version_minor(chart_version)?;
+    let (min_minor, max_minor) = if prerelease {
+        (minor.saturating_sub(1), minor)
+    } else {
+        (minor, minor)
+    };
+    Some(CcmVersion {
+        min_minor,
+        max_minor,
+        source: format!("chart version {}", shown_version(chart_version)),
+    })
+}
+
+/// `2.Y.Z` or `2.Y.Z-pre` (an optional leading `v`) → (Y, whether a pre-release); only chart
+/// major 2 from 2.27 on, whose appVersion follows the chart's minor.
+fn chart_version_minor(version: &str) -> Option<(u64, bool)> {
+    let v = version.trim();
+    let v = v.strip_prefix('v').unwrap_or(v);
+    let (core, pre) = match v.split_once('-') {
+        Some((core, pre)) => (core, !pre.is_empty()),
+        None => (v, false),
+    };
+    let core = core.split_once('+').map_or(core, |(c, _)| c);
+    let mut parts = core.split('.');
+    let (major, minor, patch) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() || ![major, minor, patch].iter().all(|p| is_number(p)) {
+        return None;
+    }
+    let minor: u64 = minor.parse().ok()?;
+    (major == "2" && minor >= 27).then_some((minor, pre))
+}
+
+/// `v1.Y.Z` (with anything after the patch number, e.g. `-rc.1`) → Y.
+fn image_tag_minor(tag: &str) -> Option<u64> {
+    let rest = tag.trim().strip_prefix("v1.")?;
+    let (minor, after) = rest.split_once('.')?;
+    let patch: String = after.chars().take_while(char::is_ascii_digit).collect();
+    if !is_number(minor) || patch.is_empty() {
+        return None;
+    }
+    minor.parse().ok()
+}
+
+fn is_number(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 6 && s.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// A version string as shown in messages: short, printable, or not at all.
+fn shown_version(v: &str) -> String {
+    let v = v.trim();
+    if v.len() <= 40
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-+".contains(c))
+    {
+        v.to_owned()
+    } else {
+        "(not shown)".to_owned()
+    }
+}
+
 /// Whether `object` carries Helm values for one of the charts the sites document asks for
 /// (a GitOps object or values file whose chart reference matches). The admission decoder
 /// reads `spec.values`-like subtrees only for these: every other chart's values are skipped
@@ -583,6 +722,68 @@ mod tests {
             GroupVersionKind::gvk(g, ver, &kind),
             serde_json::from_value(v).unwrap(),
         )
+    }
+
+    #[test]
+    fn ccm_versions_from_chart_versions_and_image_tags() {
+        let c = charts();
+        let flux = |version: &str, values: Value| {
+            obj(
+                json!({"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+                "metadata": {"name": "occm", "namespace": "kube-system"},
+                "spec": {"chart": {"spec": {"chart": "openstack-cloud-controller-manager",
+                    "version": version}}, "values": values}}),
+            )
+        };
+        let range = |v: Option<CcmVersion>| v.map(|v| (v.min_minor, v.max_minor));
+        for (version, want) in [
+            ("2.33.0", Some((33, 33))),
+            ("v2.36.1", Some((36, 36))),
+            ("2.34.0-alpha.1", Some((33, 34))),
+            ("2.31.1+build.5", Some((31, 31))),
+            (">=2.30.0", None),
+            ("2.x", None),
+            ("1.5.1", None),
+            ("2.26.0", None),
+            ("2.33", None),
+            ("", None),
+        ] {
+            let (gvk, o) = flux(version, json!({}));
+            assert_eq!(range(ccm_version(&gvk, &o, &c)), want, "{version}");
+        }
+        // image.tag wins; an unreadable tag falls back to the chart version.
+        let (gvk, o) = flux("2.31.1", json!({"image": {"tag": "v1.35.0"}}));
+        let v = ccm_version(&gvk, &o, &c).unwrap();
+        assert_eq!(
+            (v.min_minor, v.source.as_str()),
+            (35, "values image.tag v1.35.0")
+        );
+        let (gvk, o) = flux("2.31.1", json!({"image": {"tag": "latest"}}));
+        assert_eq!(range(ccm_version(&gvk, &o, &c)), Some((31, 31)));
+        // Another chart: nothing.
+        let (gvk, o) = obj(
+            json!({"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+            "metadata": {"name": "x"},
+            "spec": {"chart": {"spec": {"chart": "ingress-nginx", "version": "2.33.0"}}}}),
+        );
+        assert_eq!(range(ccm_version(&gvk, &o, &c)), None);
+        // HelmChart and Argo CD.
+        let (gvk, o) = obj(
+            json!({"apiVersion": "helm.cattle.io/v1", "kind": "HelmChart",
+            "metadata": {"name": "occm"},
+            "spec": {"chart": "openstack-cloud-controller-manager", "version": "2.32.0"}}),
+        );
+        assert_eq!(range(ccm_version(&gvk, &o, &c)), Some((32, 32)));
+        let (gvk, o) = obj(
+            json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+            "metadata": {"name": "occm"},
+            "spec": {"sources": [{"repoURL": "https://example/values", "targetRevision": "main"},
+                {"chart": "openstack-cloud-controller-manager", "targetRevision": "2.35.0"}]}}),
+        );
+        assert_eq!(range(ccm_version(&gvk, &o, &c)), Some((35, 35)));
+        // A version string that is not a plain version is never shown.
+        assert_eq!(shown_version("2.33.0"), "2.33.0");
+        assert_eq!(shown_version("2.33.0 secret"), "(not shown)");
     }
 
     #[test]
