@@ -6,6 +6,8 @@
 //!
 //! Adding a family: `ARCHITECTURE.md`, "How to add a rule family".
 
+pub mod ccm_workload;
+pub mod cluster_name;
 pub mod concurrency;
 pub mod credentials;
 mod family;
@@ -31,6 +33,7 @@ pub static FAMILIES: &[&Family] = &[
     &known_bad::FAMILY,
     &credentials::FAMILY,
     &concurrency::FAMILY,
+    &cluster_name::FAMILY,
     &release_annotations::FAMILY,
     &lb_guard::FAMILY,
 ];
