@@ -368,6 +368,28 @@ fn cases() -> Vec<Case> {
             mutate_expect: Mutate::NoPatch,
         },
         Case {
+            // No cloud-config fact source in this server: the rule says it cannot see the
+            // cluster's config and only warns.
+            name: "ovn-source-ranges: source ranges without a known cloud config warn",
+            validate: json_of("service/validate-create-loadbalancer-source-ranges.json"),
+            mutate: json_of("service/validate-create-loadbalancer-source-ranges.json"),
+            expect: Expect::Warn {
+                policy: "ovn-source-ranges",
+                needles: &[
+                    "Service web/ingress spec.loadBalancerSourceRanges",
+                    "cannot see",
+                ],
+            },
+            mutate_expect: Mutate::NoPatch,
+        },
+        Case {
+            name: "ovn-source-ranges: a LoadBalancer Service without ranges is clean",
+            validate: json_of("service/validate-create-loadbalancer.json"),
+            mutate: json_of("service/validate-create-loadbalancer.json"),
+            expect: Expect::Clean,
+            mutate_expect: Mutate::NoPatch,
+        },
+        Case {
             name: "cluster-name: a renamed CCM Deployment is denied",
             validate: renamed_deployment(),
             mutate: renamed_deployment(),

@@ -14,6 +14,7 @@ mod family;
 pub mod integrity;
 pub mod known_bad;
 pub mod lb_guard;
+pub mod ovn_source_ranges;
 pub mod release_annotations;
 pub mod serial;
 mod subject;
@@ -34,6 +35,7 @@ pub static FAMILIES: &[&Family] = &[
     &credentials::FAMILY,
     &concurrency::FAMILY,
     &cluster_name::FAMILY,
+    &ovn_source_ranges::FAMILY,
     &release_annotations::FAMILY,
     &lb_guard::FAMILY,
 ];
