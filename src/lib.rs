@@ -17,6 +17,7 @@ pub mod budget;
 pub mod check;
 pub mod cli;
 pub mod cloudconf;
+pub mod cluster_config;
 pub mod engine;
 pub mod guard;
 pub mod metrics;

@@ -8,6 +8,8 @@ use clap::Parser as _;
 
 use stackgate::check::CheckOptions;
 use stackgate::cli::{AuditArgs, CheckArgs, Cli, Command, KubeMode, PolicyArgs, ServeArgs};
+use stackgate::cluster_config::watcher::CloudConfigMetrics;
+use stackgate::cluster_config::{CloudConfigSource, ConfigFactCell};
 use stackgate::engine::Engine;
 use stackgate::guard::Guard;
 use stackgate::metrics::Metrics;
@@ -145,6 +147,13 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let (kube, release_resync) = (args.kube, args.release_resync);
     let guard_config = args.guard.config();
     let background_audit = args.background_audit.config(std::env::var("HOSTNAME").ok());
+    let cloud_config = args
+        .cloud_config()
+        .context("--cloud-config-object / STACKGATE_CLOUD_CONFIG_OBJECT")?;
+    let cloud_config_metrics = CloudConfigMetrics::default();
+    if cloud_config.is_some() {
+        cloud_config_metrics.register(metrics.registry_mut());
+    }
     let config = ServerConfig::from(&args);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -176,11 +185,42 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 Some(client)
             }
         };
+        let cloud_config = match cloud_config {
+            None => None,
+            Some(object) => {
+                // Asked for explicitly: no cluster access is a start-up error.
+                let client = kube::Client::try_default().await.context(
+                    "--cloud-config-object needs cluster access (in-cluster service account or \
+                     kubeconfig)",
+                )?;
+                tracing::info!(object = %object.describe(), "cloud config: watching");
+                Some((client, object))
+            }
+        };
         let mut state = AppState::new(Engine::new(policies), metrics);
         if let Some(guard) = guard {
             state = state.with_fact_source(Arc::new(stackgate::guard::GuardSource::new(guard)));
         }
+        let cell = cloud_config
+            .as_ref()
+            .map(|(_, object)| ConfigFactCell::new(object));
+        if let Some(cell) = &cell {
+            state = state.with_fact_source(Arc::new(CloudConfigSource::new(cell.clone())));
+        }
         let state = Arc::new(state);
+        let config_watcher = match (cloud_config, cell) {
+            (Some((client, object)), Some(cell)) => {
+                let gate = state.add_readiness_gate("cloud-config");
+                Some(tokio::spawn(stackgate::cluster_config::watcher::run(
+                    client,
+                    object,
+                    cell,
+                    cloud_config_metrics,
+                    move || gate.set(true),
+                )))
+            }
+            _ => None,
+        };
         let watcher = start_release_watcher(kube, release_resync, &state, release_metrics).await;
         let auditor = match (audit_client, background_audit) {
             (Some(client), Some(audit_config)) => {
@@ -201,8 +241,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             _ => None,
         };
         let served = server::run(config, state, shutdown_signal()).await;
-        if let Some(watcher) = watcher {
-            watcher.abort();
+        for task in [watcher, config_watcher].into_iter().flatten() {
+            task.abort();
         }
         if let Some(auditor) = auditor {
             auditor.abort();

@@ -378,7 +378,9 @@ fn expected_validating_policy(r: &Render, hook: &str) -> &'static str {
     }
     // Fail-open families: a blocked Machine deletion stalls control-plane rollouts; a blocked
     // CCM Pod can deadlock a cluster restart (nodes wait for the CCM to be initialised).
-    if family == "control-plane-guard" || family == "ccm-workloads" {
+    // Service writes are everyday application operations (ovn-source-ranges).
+    if family == "control-plane-guard" || family == "ccm-workloads" || family == "ovn-source-ranges"
+    {
         return "Ignore";
     }
     let wide = matches!(
@@ -865,6 +867,16 @@ fn webhooks_are_narrow_short_and_fail_as_documented() {
                     "{}: CCM workloads are never mutated",
                     r.name
                 );
+                // Services only where the family is on, and only with matchConditions (the
+                // apiserver then sends only LoadBalancer Services with ranges or lb-method).
+                let ovn = has("ovn-source-ranges.validate.stackgate.dev");
+                let want_ovn = r.name == "ovn-source-ranges";
+                assert_eq!(ovn, want_ovn, "{}: ovn-source-ranges webhook", r.name);
+                assert!(
+                    !has("ovn-source-ranges.mutate.stackgate.dev"),
+                    "{}: Services are never mutated",
+                    r.name
+                );
                 let ccm = has("ccm-workloads.validate.stackgate.dev");
                 let want_ccm = r.has_match_conditions() || r.name == "legacy-ccm";
                 assert_eq!(ccm, want_ccm, "{}: ccm-workloads webhook", r.name);
@@ -1182,7 +1194,13 @@ fn deployment_is_ha_locked_down_and_probed_on_the_admin_port() {
         // Kubernetes API access only where a feature needs it
         let needs_api = matches!(
             n.as_str(),
-            "live-release" | "guard" | "guard-cluster-wide" | "guard-budget" | "audit"
+            "live-release"
+                | "guard"
+                | "guard-cluster-wide"
+                | "guard-budget"
+                | "audit"
+                | "ovn-source-ranges"
+                | "ovn-source-ranges-kube-1.27"
         );
         assert_eq!(
             pod.automount_service_account_token,
@@ -1196,6 +1214,22 @@ fn deployment_is_ha_locked_down_and_probed_on_the_admin_port() {
             if n == "live-release" { "auto" } else { "off" },
             "{n}: STACKGATE_KUBE"
         );
+        // The cloud-config object only where its Role is granted.
+        let cloud_config = env_value(c, "STACKGATE_CLOUD_CONFIG_OBJECT");
+        if n.starts_with("ovn-source-ranges") {
+            assert_eq!(
+                cloud_config.as_deref(),
+                Some("Secret/kube-system/cloud-config"),
+                "{n}"
+            );
+            assert_eq!(
+                env_value(c, "STACKGATE_CLOUD_CONFIG_KEY").as_deref(),
+                Some("cloud.conf"),
+                "{n}"
+            );
+        } else {
+            assert_eq!(cloud_config, None, "{n}: STACKGATE_CLOUD_CONFIG_OBJECT");
+        }
 
         // schedulable before the OpenStack CCM has initialised the nodes
         let tolerates = pod.tolerations.iter().flatten().any(|t| {
@@ -1287,11 +1321,12 @@ fn rbac_is_least_privilege() {
         let mut out = Vec::new();
         let mut push = |rules: Option<Vec<PolicyRule>>| {
             for rule in rules.into_iter().flatten() {
-                assert!(
-                    rule.non_resource_urls.is_none() && rule.resource_names.is_none(),
-                    "{}",
-                    r.name
-                );
+                assert!(rule.non_resource_urls.is_none(), "{}", r.name);
+                // resourceNames only for the one cloud-config object (ovn-source-ranges).
+                if let Some(names) = &rule.resource_names {
+                    assert_eq!(names, &vec!["cloud-config".to_owned()], "{}", r.name);
+                    assert!(r.name.starts_with("ovn-source-ranges"), "{}", r.name);
+                }
                 let verbs: BTreeSet<String> = rule.verbs.iter().cloned().collect();
                 for g in rule.api_groups.iter().flatten() {
                     for res in rule.resources.iter().flatten() {
@@ -1336,7 +1371,7 @@ fn rbac_is_least_privilege() {
                 "{}: {res} verbs {verbs:?}",
                 r.name
             );
-            if res == "secrets" {
+            if res == "secrets" && !r.name.starts_with("ovn-source-ranges") {
                 assert_eq!(verbs, &set(&["get"]), "{}: secrets are get only", r.name);
             }
         }
@@ -1391,6 +1426,7 @@ fn rbac_is_least_privilege() {
                 pair("coordination.k8s.io", "leases"),
             ]
             .into(),
+            "ovn-source-ranges" | "ovn-source-ranges-kube-1.27" => [pair("", "secrets")].into(),
             _ => BTreeSet::new(),
         };
         assert_eq!(got, want, "{}: RBAC resources", r.name);
@@ -1418,6 +1454,28 @@ fn rbac_is_least_privilege() {
                 ]
                 .into(),
                 "audit: Roles"
+            );
+        }
+        if r.name.starts_with("ovn-source-ranges") {
+            // The one Secret, by name, in its namespace: no ClusterRole at all.
+            assert!(
+                r.typed::<ClusterRole>("ClusterRole").is_empty(),
+                "{}",
+                r.name
+            );
+            let roles = r.typed::<Role>("Role");
+            assert_eq!(roles.len(), 1, "{}", r.name);
+            assert_eq!(
+                roles[0].metadata.namespace.as_deref(),
+                Some("kube-system"),
+                "{}",
+                r.name
+            );
+            assert_eq!(
+                rules[0].2,
+                set(&["get", "list", "watch"]),
+                "{}: cloud-config verbs",
+                r.name
             );
         }
         if r.name == "live-release" {

@@ -49,6 +49,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         &[
             "admission",
             "check",
+            "cluster_config",
             "guard",
             "audit",
             "releases::watcher",

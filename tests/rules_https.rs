@@ -62,6 +62,22 @@ fn deployment(rel: &str, arg: &str) -> Value {
         "captured as expected"
     );
     args[5] = json!(arg);
+    // A cluster name of its own, so only the concurrency flag is judged here.
+    assert_eq!(args[4], "--cluster-name=kubernetes", "captured as expected");
+    args[4] = json!("--cluster-name=cluster-a");
+    v
+}
+
+/// The captured CCM Deployment as an UPDATE from `--cluster-name=cluster-a` to `cluster-b`.
+fn renamed_deployment() -> Value {
+    let mut v = deployment(VALIDATE_DEPLOYMENT, "--v=2");
+    let request = &mut v["request"];
+    request["operation"] = json!("UPDATE");
+    let mut old = request["object"].clone();
+    old["spec"]["template"]["spec"]["containers"][0]["args"][4] = json!("--cluster-name=cluster-a");
+    request["oldObject"] = old;
+    request["object"]["spec"]["template"]["spec"]["containers"][0]["args"][4] =
+        json!("--cluster-name=cluster-b");
     v
 }
 
@@ -409,10 +425,51 @@ fn cases() -> Vec<Case> {
             mutate_expect: Mutate::NoPatch,
         },
         Case {
-            name: "concurrency: the upstream DaemonSet does not set the flag",
+            // Its only finding is the cluster name: `--cluster-name=$(CLUSTER_NAME)` with the
+            // literal env value "kubernetes", the default shared across clusters.
+            name: "concurrency: the upstream DaemonSet does not set the flag; cluster-name warns",
             validate: json_of(VALIDATE_DAEMONSET),
             mutate: json_of("daemonset/mutate-create-openstack-cloud-controller-manager.json"),
+            expect: Expect::Warn {
+                policy: "cluster-name",
+                needles: &["args[2]", "default cluster name \"kubernetes\""],
+            },
+            mutate_expect: Mutate::NoPatch,
+        },
+        Case {
+            // No cloud-config fact source in this server: the rule says it cannot see the
+            // cluster's config and only warns.
+            name: "ovn-source-ranges: source ranges without a known cloud config warn",
+            validate: json_of("service/validate-create-loadbalancer-source-ranges.json"),
+            mutate: json_of("service/validate-create-loadbalancer-source-ranges.json"),
+            expect: Expect::Warn {
+                policy: "ovn-source-ranges",
+                needles: &[
+                    "Service web/ingress spec.loadBalancerSourceRanges",
+                    "cannot see",
+                ],
+            },
+            mutate_expect: Mutate::NoPatch,
+        },
+        Case {
+            name: "ovn-source-ranges: a LoadBalancer Service without ranges is clean",
+            validate: json_of("service/validate-create-loadbalancer.json"),
+            mutate: json_of("service/validate-create-loadbalancer.json"),
             expect: Expect::Clean,
+            mutate_expect: Mutate::NoPatch,
+        },
+        Case {
+            name: "cluster-name: a renamed CCM Deployment is denied",
+            validate: renamed_deployment(),
+            mutate: renamed_deployment(),
+            expect: Expect::Deny {
+                policy: "cluster-name",
+                needles: &[
+                    "from \"cluster-a\" to \"cluster-b\"",
+                    "recreates every Service load balancer",
+                    "kubermatic #5322",
+                ],
+            },
             mutate_expect: Mutate::NoPatch,
         },
     ]

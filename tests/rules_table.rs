@@ -650,10 +650,14 @@ fn ccm_concurrency_on_captured_workloads() {
     assert!(evaluate_enforced(&other).denials.is_empty());
 }
 
-/// The captured CCM Deployment with its container's args replaced.
+/// The captured CCM Deployment with its container's args replaced, exempt from the
+/// cluster-name policy (these args set no name), so only the concurrency flag is judged.
 fn deployment_with_args(args: Value) -> Value {
     let mut review = captured("deployment/validate-create-openstack-cloud-controller-manager.json");
-    review["request"]["object"]["spec"]["template"]["spec"]["containers"][0]["args"] = args;
+    let object = &mut review["request"]["object"];
+    object["spec"]["template"]["spec"]["containers"][0]["args"] = args;
+    object["metadata"]["annotations"]["stackgate.dev/exempt.cluster-name"] =
+        json!("cluster-name cases are in tests/cluster_name.rs");
     review
 }
 

@@ -5,7 +5,7 @@ use json_patch::PatchOperation;
 use kube::core::{DynamicObject, GroupVersionKind};
 use serde_json::{Value, json};
 
-use crate::engine::{self, Engine, Finding, Subject, Verdict};
+use crate::engine::{self, Engine, Facts, Finding, Subject, Verdict};
 use crate::sites::helm::{VALUES_FILE_API_VERSION, VALUES_FILE_KIND};
 use crate::sites::{self, Anchor, FoundConfig};
 use crate::yaml::edit::{self as yamledit, Change};
@@ -128,18 +128,30 @@ pub struct Checked {
 }
 
 /// An object found in a document, before evaluation.
-struct Candidate {
+pub(super) struct Candidate {
     doc: usize,
     /// Path of the object inside the document (`items[3]` of a List), empty for the root.
     prefix: Vec<Seg>,
     /// For values files: the site paths start with `values`, which is the document root.
     values_file: bool,
-    json: Value,
+    pub(super) json: Value,
     line: usize,
 }
 
 /// Checks one input text. `values_chart` is set when the input is a plain values file.
 pub fn check_text(engine: &Engine, name: &str, text: &str, values_chart: Option<&str>) -> Checked {
+    check_text_with(engine, name, text, values_chart, &Facts::default())
+}
+
+/// [`check_text`] with facts about the cluster derived from the whole input
+/// ([`super::facts::from_inputs`]).
+pub fn check_text_with(
+    engine: &Engine,
+    name: &str,
+    text: &str,
+    values_chart: Option<&str>,
+    facts: &Facts,
+) -> Checked {
     let mut checked = Checked {
         problems: Vec::new(),
         objects: Vec::new(),
@@ -183,7 +195,7 @@ pub fn check_text(engine: &Engine, name: &str, text: &str, values_chart: Option<
             });
             continue;
         };
-        let verdict = engine.evaluate(&Subject::create(&kind, &object));
+        let verdict = engine.evaluate_with(&Subject::create(&kind, &object), facts);
         let root = docs.get(c.doc).map(|d| &d.root);
         let locate = |f: &Finding| root.map_or(c.line, |r| locate(text, r, &c, f));
         let mut items = Vec::new();
@@ -265,7 +277,7 @@ pub fn check_text(engine: &Engine, name: &str, text: &str, values_chart: Option<
 
 /// The kind and the object of a document, as `stackgate check` evaluates it (a CREATE), or
 /// None when it is not a Kubernetes object (metadata that is not an ObjectMeta, ...).
-fn object_of(json: &Value) -> Option<(GroupVersionKind, DynamicObject)> {
+pub(super) fn object_of(json: &Value) -> Option<(GroupVersionKind, DynamicObject)> {
     let text = |field: &str| json.get(field).and_then(Value::as_str).unwrap_or_default();
     let api_version = text("apiVersion");
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
@@ -276,7 +288,7 @@ fn object_of(json: &Value) -> Option<(GroupVersionKind, DynamicObject)> {
 
 /// The objects of one document: the document itself, the items of a `List`, or the values of
 /// a values file wrapped in a synthetic `HelmValues` object.
-fn candidates_of(
+pub(super) fn candidates_of(
     doc: &yaml::YamlDoc,
     name: &str,
     values_chart: Option<&str>,

@@ -19,6 +19,7 @@
 //! walk. `--fix` writes regular files only, atomically (a new file renamed over the old).
 
 pub mod evaluate;
+pub mod facts;
 pub mod input;
 pub mod report;
 pub mod template;
@@ -186,6 +187,24 @@ pub fn check(
         options.max_file_size,
         &options.exclude,
     )?;
+    // Facts about the cluster (its cloud config), from the whole input.
+    let texts: Vec<facts::Input<'_>> = inputs
+        .iter()
+        .filter_map(|inp| match &inp.content {
+            input::Content::Text(t)
+                if template::template_reason(inp.path.as_deref(), t).is_none() =>
+            {
+                Some((
+                    inp.name.as_str(),
+                    t.as_str(),
+                    input::values_chart(&inp.name, &options.values_for),
+                ))
+            }
+            _ => None,
+        })
+        .collect();
+    let cluster_facts = facts::from_inputs(&texts, engine);
+    drop(texts);
     let mut files = Vec::with_capacity(inputs.len());
     for inp in inputs {
         let text = match &inp.content {
@@ -217,7 +236,7 @@ pub fn check(
             continue;
         }
         let chart = input::values_chart(&inp.name, &options.values_for);
-        let checked = check_text(engine, &inp.name, text, chart);
+        let checked = evaluate::check_text_with(engine, &inp.name, text, chart, &cluster_facts);
         let diff = checked.shown.as_ref().map(|shown| {
             report::masked_diff(
                 text,
@@ -246,7 +265,8 @@ pub fn check(
         };
         match written {
             Some(fixed) => {
-                let after = check_text(engine, &inp.name, fixed, chart);
+                let after =
+                    evaluate::check_text_with(engine, &inp.name, fixed, chart, &cluster_facts);
                 let mut objects = after.objects;
                 // Keep the Secret diffs of what was written.
                 for (o, before) in objects.iter_mut().zip(&checked.objects) {

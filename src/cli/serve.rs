@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::{GuardArgs, PolicyArgs, parse_duration, parse_positive};
+use crate::cluster_config::{self, ConfigObject, ConfigObjectError};
 use crate::server::{self, ServerConfig, TlsSource};
 
 // Duration defaults as `--help` shows them. clap needs the text (a `Duration` has no
@@ -122,6 +123,19 @@ pub struct ServeArgs {
     /// How often the OpenStackVersion watcher relists (confirms the snapshot in quiet clusters).
     #[arg(long, env = "STACKGATE_RELEASE_RESYNC", default_value = RELEASE_RESYNC, value_parser = parse_duration)]
     pub release_resync: Duration,
+    /// The Secret or ConfigMap holding the cluster's CCM cloud config, as
+    /// `Secret/<namespace>/<name>` or `ConfigMap/<namespace>/<name>`: watched by name (needs
+    /// get, list and watch on that one object) for rules that judge other objects by it
+    /// (ovn-source-ranges). Unset: those rules warn that they cannot see it.
+    #[arg(
+        long,
+        env = "STACKGATE_CLOUD_CONFIG_OBJECT",
+        value_name = "KIND/NAMESPACE/NAME"
+    )]
+    pub cloud_config_object: Option<String>,
+    /// The data key of --cloud-config-object that holds the INI text.
+    #[arg(long, env = "STACKGATE_CLOUD_CONFIG_KEY", default_value = cluster_config::DEFAULT_KEY)]
+    pub cloud_config_key: String,
     /// Control-plane load-balancer guard (`--lb-guard`, `--openstack-timeout`,
     /// `--octavia-cache-ttl`).
     #[command(flatten)]
@@ -129,6 +143,16 @@ pub struct ServeArgs {
     /// Background audit with PolicyReports (`--background-audit`, ...).
     #[command(flatten)]
     pub background_audit: super::BackgroundAuditArgs,
+}
+
+impl ServeArgs {
+    /// The cloud-config object to watch, when `--cloud-config-object` is set.
+    pub fn cloud_config(&self) -> Result<Option<ConfigObject>, ConfigObjectError> {
+        self.cloud_config_object
+            .as_deref()
+            .map(|o| ConfigObject::parse(o, &self.cloud_config_key))
+            .transpose()
+    }
 }
 
 /// `--kube`.
@@ -168,6 +192,8 @@ impl From<&ServeArgs> for ServerConfig {
             policy: _,
             kube: _,
             release_resync: _,
+            cloud_config_object: _,
+            cloud_config_key: _,
             guard: _,
             background_audit: _,
         } = args;
@@ -253,6 +279,8 @@ mod tests {
             server::DEFAULT_MAX_LARGE_EVALUATIONS
         );
         assert_eq!(args.release_resync, WatchConfig::default().resync);
+        assert_eq!(args.cloud_config_key, crate::cluster_config::DEFAULT_KEY);
+        assert_eq!(args.cloud_config(), Ok(None));
         assert_eq!(args.kube, KubeMode::Auto);
         assert_eq!(args.policy.policies, None);
         // The whole conversion: no flag given is the server's own default.

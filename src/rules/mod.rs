@@ -6,12 +6,15 @@
 //!
 //! Adding a family: `ARCHITECTURE.md`, "How to add a rule family".
 
+pub mod ccm_workload;
+pub mod cluster_name;
 pub mod concurrency;
 pub mod credentials;
 mod family;
 pub mod integrity;
 pub mod known_bad;
 pub mod lb_guard;
+pub mod ovn_source_ranges;
 pub mod release_annotations;
 pub mod serial;
 mod subject;
@@ -31,6 +34,8 @@ pub static FAMILIES: &[&Family] = &[
     &known_bad::FAMILY,
     &credentials::FAMILY,
     &concurrency::FAMILY,
+    &cluster_name::FAMILY,
+    &ovn_source_ranges::FAMILY,
     &release_annotations::FAMILY,
     &lb_guard::FAMILY,
 ];

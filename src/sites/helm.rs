@@ -520,6 +520,151 @@ pub fn helm_controller_extra_args_all(
     out
 }
 
+/// The CCM chart's values in one carrier of an object, parsed (for object families that read
+/// settings other than the cloud config, e.g. `cluster.name`).
+#[derive(Debug, Clone)]
+pub struct ChartValues {
+    /// How messages name the carrier: `spec.values`, `spec.valuesContent`, or empty for a
+    /// plain values file (its values are the file).
+    pub field: String,
+    /// The path of the carrier from the object root (the values map or the values string).
+    pub path: Vec<Seg>,
+    /// The values are a YAML string (`valuesContent`, Argo `helm.values`), so a finding can
+    /// only point at the string field.
+    pub yaml_string: bool,
+    /// The values (Null when the carrier is absent: the chart's defaults apply).
+    pub values: Value,
+    /// Values merged in from outside the object, under these inline values (Flux
+    /// `spec.valuesFrom`, Argo CD `helm.valueFiles`): the field that lists them, e.g.
+    /// `spec.valuesFrom`. A setting these values do not make may come from there.
+    pub merged_from: Option<String>,
+    /// Argo CD `helm.parameters` (`[{name, value}]`), which override the values.
+    pub parameters: Vec<(String, String)>,
+    /// A RKE2/k3s HelmChartConfig: an overlay on the HelmChart of the same name, so what it
+    /// does not set comes from that HelmChart, not from the chart's defaults.
+    pub overlay: bool,
+    /// A RKE2/k3s HelmChart: a HelmChartConfig of the same name may override its values.
+    pub overridable: bool,
+}
+
+impl ChartValues {
+    /// How messages name `key` (a dotted values path) in this carrier:
+    /// `spec.values.cluster.name`, `spec.valuesContent, cluster.name`, `cluster.name`.
+    pub fn describe(&self, key: &str) -> String {
+        match (self.field.is_empty(), self.yaml_string) {
+            (true, _) => key.to_owned(),
+            (false, true) => format!("{}, {key}", self.field),
+            (false, false) => format!("{}.{key}", self.field),
+        }
+    }
+
+    /// JSON pointer of `key` (values path segments) in the object: inside a values map, or
+    /// the values string field itself.
+    pub fn pointer(&self, key: &[&str]) -> String {
+        let mut path = self.path.clone();
+        if !self.yaml_string {
+            path.extend(keys(key));
+        }
+        pointer(&path).to_string()
+    }
+}
+
+/// Every carrier of the CCM chart's values in `object`, parsed. A values string that cannot
+/// be read (not YAML, over [`MAX_VALUES_TEXT_BYTES`]) is left out: the cloud-config site
+/// reports it. None at all past [`MAX_CARRIERS_PER_OBJECT`] (reported the same way).
+pub fn chart_values_all(gvk: &GroupVersionKind, object: &DynamicObject) -> Vec<ChartValues> {
+    let charts: Vec<String> = DEFAULT_CHARTS.iter().map(|s| (*s).to_owned()).collect();
+    let root = content(object);
+    let values_file = is_values_file(gvk);
+    let places = values_places(gvk, object, &charts);
+    if places.len() > MAX_CARRIERS_PER_OBJECT {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for place in places {
+        let raw = get(root, &place.path);
+        let field = if values_file {
+            display(place.path.get(1..).unwrap_or_default())
+        } else {
+            display(&place.path)
+        };
+        let values = if place.yaml_string {
+            match raw {
+                None | Some(Value::Null) => Value::Null,
+                Some(Value::String(text)) if text.len() <= MAX_VALUES_TEXT_BYTES => {
+                    match yaml::parse_one(text).and_then(|n| n.to_json()) {
+                        Ok(values) => values,
+                        Err(_) => continue,
+                    }
+                }
+                Some(_) => continue,
+            }
+        } else {
+            raw.cloned().unwrap_or(Value::Null)
+        };
+        let (merged_from, parameters) = outside_values(root, &place.path);
+        let overlay = gvk.group == "helm.cattle.io" && gvk.kind == "HelmChartConfig";
+        let overridable = gvk.group == "helm.cattle.io" && gvk.kind == "HelmChart";
+        out.push(ChartValues {
+            field,
+            path: place.path,
+            yaml_string: place.yaml_string,
+            values,
+            merged_from,
+            parameters,
+            overlay,
+            overridable,
+        });
+    }
+    out
+}
+
+/// For the values at `path`: the field listing values merged in from outside the object
+/// (Flux `spec.valuesFrom`, Argo CD `helm.valueFiles`), when not empty, and Argo CD's
+/// `helm.parameters`.
+fn outside_values(root: &Value, path: &[Seg]) -> (Option<String>, Vec<(String, String)>) {
+    let non_empty = |v: Option<&Value>| v.and_then(Value::as_array).is_some_and(|a| !a.is_empty());
+    match path {
+        [Seg::Key(spec), Seg::Key(values)] if spec == "spec" && values == "values" => {
+            let from = root.pointer("/spec/valuesFrom");
+            (
+                non_empty(from).then(|| "spec.valuesFrom".to_owned()),
+                Vec::new(),
+            )
+        }
+        [base @ .., Seg::Key(helm), _] if helm == "helm" => {
+            let mut helm_path = base.to_vec();
+            helm_path.push(Seg::key("helm"));
+            let Some(helm) = get(root, &helm_path) else {
+                return (None, Vec::new());
+            };
+            let mut files_path = helm_path.clone();
+            files_path.push(Seg::key("valueFiles"));
+            let merged = non_empty(helm.get("valueFiles")).then(|| display(&files_path));
+            let parameters = helm
+                .get("parameters")
+                .and_then(Value::as_array)
+                .map(|list| {
+                    list.iter()
+                        .filter_map(|p| {
+                            let name = p.get("name").and_then(Value::as_str)?;
+                            let value = p.get("value").map(render::go_value).unwrap_or_default();
+                            Some((name.to_owned(), value))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            (merged, parameters)
+        }
+        _ => (None, Vec::new()),
+    }
+}
+
+/// The arguments of the chart's `controllerExtraArgs` in `values`, when set.
+pub fn controller_extra_args(values: &Value) -> Option<Vec<String>> {
+    values.get("controllerExtraArgs").and_then(extra_args)
+}
+
 /// The arguments of a `controllerExtraArgs` value: a YAML list written as a string (what the
 /// chart expects, e.g. `"- --concurrent-service-syncs=2\n"`) or an actual list.
 fn extra_args(value: &Value) -> Option<Vec<String>> {

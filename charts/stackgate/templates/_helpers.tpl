@@ -144,7 +144,7 @@ Rendered as JSON {"sites": [...], "label": "..."}.
 
 {{/*
 How a container running the OpenStack CCM is recognised, as JSON {"images": [...], "args": [...]}:
-params.ccmImages / params.ccmArgs of the ccm-concurrency policies of the set, plus
+params.ccmImages / params.ccmArgs of the ccm-concurrency and cluster-name policies of the set, plus
 ccmWorkloads.match (matched against the image and against command/args).
 */}}
 {{- define "stackgate.ccmMatch" -}}
@@ -152,7 +152,7 @@ ccmWorkloads.match (matched against the image and against command/args).
 {{- $args := list }}
 {{- range $name, $content := (include "stackgate.effectivePolicyFiles" . | fromJson) }}
 {{- $doc := fromYaml $content }}
-{{- if eq (toString (index $doc "rule")) "ccm-concurrency" }}
+{{- if has (toString (index $doc "rule")) (list "ccm-concurrency" "cluster-name") }}
 {{- $params := default dict (index $doc "params") }}
 {{- $images = concat $images (default list (index $params "ccmImages")) }}
 {{- $args = concat $args (default list (index $params "ccmArgs")) }}
