@@ -5,6 +5,7 @@ use json_patch::PatchOperation;
 use kube::core::{DynamicObject, GroupVersionKind};
 use serde_json::{Value, json};
 
+use super::index::ValuesIndex;
 use crate::engine::{self, Engine, Finding, Subject, Verdict};
 use crate::sites::helm::{VALUES_FILE_API_VERSION, VALUES_FILE_KIND};
 use crate::sites::{self, Anchor, FoundConfig};
@@ -140,6 +141,18 @@ struct Candidate {
 
 /// Checks one input text. `values_chart` is set when the input is a plain values file.
 pub fn check_text(engine: &Engine, name: &str, text: &str, values_chart: Option<&str>) -> Checked {
+    check_text_in(engine, name, text, values_chart, &ValuesIndex::default())
+}
+
+/// [`check_text`] in a run whose objects `index` holds: a Flux HelmRelease's `valuesFrom` is
+/// resolved from them before evaluation.
+pub fn check_text_in(
+    engine: &Engine,
+    name: &str,
+    text: &str,
+    values_chart: Option<&str>,
+    index: &ValuesIndex,
+) -> Checked {
     let mut checked = Checked {
         problems: Vec::new(),
         objects: Vec::new(),
@@ -183,19 +196,33 @@ pub fn check_text(engine: &Engine, name: &str, text: &str, values_chart: Option<
             });
             continue;
         };
+        // With `valuesFrom` resolved, the engine evaluates the merged values; findings and the
+        // patch are about them, not about this file's text, so no edit is written here.
+        let resolved = index.resolve(&c.json);
+        let (kind, object) = match resolved.as_ref().and_then(|r| object_of(&r.object)) {
+            Some(merged) => merged,
+            None => (kind, object),
+        };
+        let merged_from = resolved.and_then(|r| r.sources);
         let verdict = engine.evaluate(&Subject::create(&kind, &object));
         let root = docs.get(c.doc).map(|d| &d.root);
         let locate = |f: &Finding| root.map_or(c.line, |r| locate(text, r, &c, f));
         let mut items = Vec::new();
         let mut push = |level, kind, f: &Finding| {
+            let message = match (&merged_from, &f.anchor) {
+                (Some(sources), engine::Anchor::CloudConfig { .. }) => {
+                    merged_message(&f.message, sources)
+                }
+                _ => f.message.clone(),
+            };
             items.push(Item {
                 level,
                 kind,
                 policy: f.policy.clone(),
                 rule: f.rule.as_str().to_owned(),
                 line: locate(f),
-                message: f.message.clone(),
-                fixed_by_patch: f.fixed_by_patch,
+                message,
+                fixed_by_patch: f.fixed_by_patch && merged_from.is_none(),
             })
         };
         for f in &verdict.denials {
@@ -228,7 +255,7 @@ pub fn check_text(engine: &Engine, name: &str, text: &str, values_chart: Option<
         let is_secret = kind.group.is_empty() && kind.kind == "Secret";
         let mut secret_diffs = Vec::new();
         let mut fixable_in_place = false;
-        if !verdict.patch.is_empty() {
+        if !verdict.patch.is_empty() && merged_from.is_none() {
             match apply_to_text(&fixed, &c, &verdict.patch) {
                 Ok(next) => {
                     fixable_in_place = true;
@@ -261,6 +288,18 @@ pub fn check_text(engine: &Engine, name: &str, text: &str, values_chart: Option<
         checked.shown = Some(shown);
     }
     checked
+}
+
+/// A finding's message about values merged from `valuesFrom`: where they came from, and
+/// where a fix goes (the file the value is read from, or `spec.values`, which Flux merges
+/// last).
+fn merged_message(message: &str, sources: &[String]) -> String {
+    format!(
+        "{message} [spec.values here are the HelmRelease's values merged as Flux merges them: \
+         {}, then spec.values; set the value where it is read from, or in spec.values, which \
+         wins; stackgate check does not edit merged values]",
+        sources.join("; ")
+    )
 }
 
 /// The kind and the object of a document, as `stackgate check` evaluates it (a CREATE), or

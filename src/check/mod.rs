@@ -19,6 +19,7 @@
 //! walk. `--fix` writes regular files only, atomically (a new file renamed over the old).
 
 pub mod evaluate;
+pub mod index;
 pub mod input;
 pub mod report;
 pub mod template;
@@ -32,7 +33,7 @@ use clap::ValueEnum;
 use crate::engine::Engine;
 use crate::releases::catalog::{self, ReleaseCatalog};
 
-pub use evaluate::{Checked, Item, ItemKind, Level, check_text};
+pub use evaluate::{Checked, Item, ItemKind, Level, check_text, check_text_in};
 pub use input::ValuesFor;
 pub use report::{FileReport, Report};
 
@@ -186,6 +187,8 @@ pub fn check(
         options.max_file_size,
         &options.exclude,
     )?;
+    // Objects that HelmReleases take values from (`valuesFrom`), from every input of the run.
+    let index = index::ValuesIndex::build(&inputs);
     let mut files = Vec::with_capacity(inputs.len());
     for inp in inputs {
         let text = match &inp.content {
@@ -217,7 +220,7 @@ pub fn check(
             continue;
         }
         let chart = input::values_chart(&inp.name, &options.values_for);
-        let checked = check_text(engine, &inp.name, text, chart);
+        let checked = check_text_in(engine, &inp.name, text, chart, &index);
         let diff = checked.shown.as_ref().map(|shown| {
             report::masked_diff(
                 text,
@@ -246,7 +249,7 @@ pub fn check(
         };
         match written {
             Some(fixed) => {
-                let after = check_text(engine, &inp.name, fixed, chart);
+                let after = check_text_in(engine, &inp.name, fixed, chart, &index);
                 let mut objects = after.objects;
                 // Keep the Secret diffs of what was written.
                 for (o, before) in objects.iter_mut().zip(&checked.objects) {

@@ -24,7 +24,9 @@ use serde_json::Value;
 
 use super::object_data::TextField;
 use super::render::{self, Origin};
-use super::values::{RenderedValues, ValuesAt, ValuesText, ValuesTextContents, ValuesTextRendered};
+use super::values::{
+    RenderedValues, ValuesAt, ValuesFromRefs, ValuesText, ValuesTextContents, ValuesTextRendered,
+};
 use super::{FoundConfig, Holder, SiteError};
 use crate::yaml::{self, Seg};
 
@@ -54,6 +56,8 @@ struct ValuesPlace {
     path: Vec<Seg>,
     /// The values are a YAML string (HelmChart `valuesContent`, Argo `helm.values`), not a map.
     yaml_string: bool,
+    /// A Flux HelmRelease: `spec.valuesFrom` may supply values beneath these.
+    values_from: bool,
 }
 
 /// The chart names a policy set's sites document asks for.
@@ -189,6 +193,7 @@ fn values_places(
             vec![ValuesPlace {
                 path: keys(path),
                 yaml_string,
+                values_from: gvk.group == "helm.toolkit.fluxcd.io",
             }]
         }
         _ => Vec::new(),
@@ -228,7 +233,11 @@ fn argo_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
         let with = |field: &str, yaml_string| {
             let mut path = base.clone();
             path.extend(keys(&["helm", field]));
-            ValuesPlace { path, yaml_string }
+            ValuesPlace {
+                path,
+                yaml_string,
+                values_from: false,
+            }
         };
         if has("valuesObject") || !has("values") {
             out.push(with("valuesObject", false));
@@ -312,8 +321,122 @@ fn read(
         return read_values_text(object, at, field, raw);
     }
     let values = raw.cloned().unwrap_or(Value::Null);
-    renders_secret(&values).then(|| in_values_map(object, at, values))
+    if !renders_secret(&values) {
+        // `spec.values` is merged last (Flux), so its explicit off is final.
+        return None;
+    }
+    if place.values_from && contents(&values).is_none() {
+        // `cloudConfigContents` in `spec.values` would be final too; anything else may come
+        // from the referenced objects, which the HelmRelease does not contain.
+        if let Some(sources) = values_from_sources(root) {
+            let path = keys(&["spec", "valuesFrom"]);
+            let location = display(&path);
+            let error = SiteError::Unseen {
+                location: location.clone(),
+                sources,
+            };
+            return Some(FoundConfig::new(
+                object,
+                location,
+                Err(error),
+                ValuesFromRefs { path },
+            ));
+        }
+    }
+    Some(in_values_map(object, at, values))
 }
+
+/// The references of a HelmRelease's `spec.valuesFrom`, for messages (None when it has none).
+fn values_from_sources(root: &Value) -> Option<String> {
+    let list = root.pointer("/spec/valuesFrom")?.as_array()?;
+    if list.is_empty() {
+        return None;
+    }
+    Some(
+        list.iter()
+            .map(describe_values_reference)
+            .collect::<Vec<_>>()
+            .join(", "),
+    )
+}
+
+/// One Flux `valuesFrom` reference as messages name it: `Secret occm-values key values.yaml`,
+/// with ` at <targetPath>` and ` (optional)` when set. Names only, never content.
+pub fn describe_values_reference(reference: &Value) -> String {
+    let field = |k: &str| reference.get(k).and_then(Value::as_str);
+    let mut out = format!(
+        "{} {} key {}",
+        field("kind").unwrap_or("object"),
+        field("name").unwrap_or("<unnamed>"),
+        field("valuesKey").unwrap_or(FLUX_DEFAULT_VALUES_KEY)
+    );
+    if let Some(target) = field("targetPath").filter(|t| !t.is_empty()) {
+        out.push_str(&format!(" at {target}"));
+    }
+    if reference.get("optional").and_then(Value::as_bool) == Some(true) {
+        out.push_str(" (optional)");
+    }
+    out
+}
+
+/// The keys of a Helm `--set` path (`cloudConfig.loadBalancer.subnet-id`; a backslash makes
+/// the next character part of the key, so `a\.b` is the one key `a.b`), or None for a path
+/// with a list index (`a[0]`), an empty key or `=`/`,`, which stackgate does not follow.
+pub fn set_path_keys(path: &str) -> Option<Vec<String>> {
+    let mut keys = Vec::new();
+    let mut key = String::new();
+    let mut chars = path.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => key.push(chars.next()?),
+            '.' => keys.push(std::mem::take(&mut key)),
+            '[' | ']' | '=' | ',' => return None,
+            other => key.push(other),
+        }
+    }
+    keys.push(key);
+    (!keys.iter().any(String::is_empty)).then_some(keys)
+}
+
+/// A `--set` value typed as Helm's `strvals` types it: `true`/`false` (any case) booleans,
+/// `null` null, a decimal integer without a leading zero (or `0`) a number, else the string.
+pub fn set_typed(value: &str) -> Value {
+    if value.eq_ignore_ascii_case("true") {
+        return Value::Bool(true);
+    }
+    if value.eq_ignore_ascii_case("false") {
+        return Value::Bool(false);
+    }
+    if value.eq_ignore_ascii_case("null") {
+        return Value::Null;
+    }
+    if value == "0" {
+        return Value::from(0);
+    }
+    if !value.starts_with('0')
+        && let Ok(n) = value.parse::<i64>()
+    {
+        return Value::from(n);
+    }
+    Value::String(value.to_owned())
+}
+
+/// Sets `keys` to `leaf` in `root`, making maps of missing or non-map parents (as `--set`
+/// does).
+pub fn put_path(root: &mut Value, keys: &[String], leaf: Value) {
+    let mut node = root;
+    for key in keys {
+        if !node.is_object() {
+            *node = Value::Object(serde_json::Map::new());
+        }
+        let Value::Object(map) = node else { return };
+        node = map.entry(key.clone()).or_insert(Value::Null);
+    }
+    *node = leaf;
+}
+
+/// The data key Flux reads when a `valuesFrom` reference names none.
+pub const FLUX_DEFAULT_VALUES_KEY: &str = "values.yaml";
 
 /// Reads a YAML values string (`raw`, absent when the field is) named `field` in messages.
 fn read_values_text(
@@ -745,6 +868,57 @@ mod tests {
                 line: 3
             }
         );
+    }
+
+    #[test]
+    fn values_from_is_unseen_unless_spec_values_decide() {
+        let release = |values: Value| {
+            obj(
+                json!({"apiVersion":"helm.toolkit.fluxcd.io/v2","kind":"HelmRelease",
+            "metadata":{"name":"occm","namespace":"kube-system"},
+            "spec":{"chart":{"spec":{"chart":"openstack-cloud-controller-manager"}},
+                "valuesFrom":[{"kind":"Secret","name":"v","valuesKey":"x.yaml"},
+                    {"kind":"ConfigMap","name":"o","targetPath":"a.b","optional":true}],
+                "values": values}}),
+            )
+        };
+        let (gvk, o) = release(json!({"cloudConfig":{"global":{"region":"r"}}}));
+        let found = find(&gvk, &o, &charts());
+        assert_eq!(found.len(), 1);
+        assert_eq!(
+            found[0].text.clone().unwrap_err().to_string(),
+            "spec.valuesFrom: values come from Secret v key x.yaml, ConfigMap o key values.yaml \
+             at a.b (optional), which this run cannot see"
+        );
+        assert_eq!(found[0].pointer(), "/spec/valuesFrom");
+        let doc = Document::parse("[LoadBalancer]\n").unwrap();
+        assert!(found[0].patch(&doc, &[]).is_empty());
+        // `spec.values` is merged last: its cloudConfigContents and secret switch are final.
+        let (gvk, o) = release(json!({"cloudConfigContents":"[Global]\n"}));
+        assert_eq!(
+            find(&gvk, &o, &charts())[0].text.as_deref(),
+            Ok("[Global]\n")
+        );
+        let (gvk, o) = release(json!({"secret":{"enabled":false}}));
+        assert!(find(&gvk, &o, &charts()).is_empty());
+    }
+
+    #[test]
+    fn set_paths_and_typed_values() {
+        assert_eq!(
+            set_path_keys("cloudConfig.loadBalancer.a\\.b"),
+            Some(vec![
+                "cloudConfig".into(),
+                "loadBalancer".into(),
+                "a.b".into()
+            ])
+        );
+        assert_eq!(set_path_keys("a[0].b"), None);
+        assert_eq!(set_path_keys("a..b"), None);
+        assert_eq!(set_typed("False"), json!(false));
+        assert_eq!(set_typed("12"), json!(12));
+        assert_eq!(set_typed("012"), json!("012"));
+        assert_eq!(set_typed("x"), json!("x"));
     }
 
     #[test]

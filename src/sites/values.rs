@@ -435,3 +435,34 @@ fn json_put(root: &mut Value, keys: &[String], value: Value) {
         m.insert(last.clone(), value);
     }
 }
+
+/// The `spec.valuesFrom` references of a Flux HelmRelease whose objects stackgate cannot see:
+/// nothing is rendered or edited; findings point at the references.
+#[derive(Debug)]
+pub(super) struct ValuesFromRefs {
+    /// Path of `spec.valuesFrom`.
+    pub(super) path: Vec<Seg>,
+}
+
+impl Carrier for ValuesFromRefs {
+    /// Nothing: what the chart renders is not known, so nothing can be edited.
+    fn patch(&self, _edited: &Document, _edits: &[IniEdit]) -> Vec<PatchOperation> {
+        Vec::new()
+    }
+
+    fn trace(&self, _line: Option<usize>) -> Anchor {
+        Anchor::Node(self.path.clone())
+    }
+
+    fn pointer(&self) -> String {
+        pointer(&self.path).to_string()
+    }
+
+    fn describe(&self, _line: Option<usize>) -> String {
+        super::helm::display(&self.path)
+    }
+
+    fn holder(&self) -> Holder {
+        Holder::HelmValues
+    }
+}
