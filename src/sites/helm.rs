@@ -3,9 +3,9 @@
 //!
 //! | object | chart named in | values |
 //! |---|---|---|
-//! | Flux `HelmRelease` (`helm.toolkit.fluxcd.io` v2, v2beta2, v2beta1) | `spec.chart.spec.chart`, else `spec.chartRef.name` | `spec.values` (structured) |
-//! | Argo CD `Application` (`argoproj.io/v1alpha1`) | `spec.source.chart` (or the last segment of `spec.source.path`), same for each `spec.sources[]` | `helm.valuesObject` (structured), `helm.values` (YAML string) |
-//! | RKE2/k3s `HelmChart` (`helm.cattle.io/v1`) | `spec.chart` (name, `repo/name`, URL or OCI reference) | `spec.valuesContent` (YAML string) |
+//! | Flux `HelmRelease` (`helm.toolkit.fluxcd.io` v2, v2beta2, v2beta1) | `spec.chart.spec.chart`, else `spec.chartRef.name` | `spec.values` (structured); with `spec.valuesFrom`, values this object does not hold (`SiteError::Unseen`) unless `spec.values` decides alone |
+//! | Argo CD `Application` (`argoproj.io/v1alpha1`) | `spec.source.chart` (or the last segment of `spec.source.path`), same for each `spec.sources[]` | `helm.valuesObject` (structured), `helm.values` (YAML string), each with `helm.parameters` on top (`--set`, or `--set-string` with `forceString`) |
+//! | RKE2/k3s `HelmChart` (`helm.cattle.io/v1`) | `spec.chart` (name, `repo/name`, URL or OCI reference) | `spec.valuesContent` (YAML string) with `spec.set` on top (helm-controller: `"true"`/`"false"` and integers typed, other strings `--set-string`) |
 //! | RKE2/k3s `HelmChartConfig` (`helm.cattle.io/v1`) | `metadata.name` (it customises the HelmChart of that name) | `spec.valuesContent` (YAML string) |
 //! | a plain values file (`stackgate check --values-for`) | the flag | the whole file |
 //!
@@ -13,6 +13,10 @@
 //! (raw INI) when that is set, else from the structured `cloudConfig` map
 //! ([`super::render`]); with `secret.enabled` or `secret.create` false it renders no Secret,
 //! so the values are not a site (the externally provided Secret is checked on its own).
+//!
+//! Values set on top (`spec.set`, `helm.parameters`) are merged as Helm merges `--set` over
+//! values files; a rendered line that comes from one is located at it and an edit of its key
+//! is written there (`values::Overridden`). Paths with list indexes are not followed.
 //!
 //! This module finds the values and reads the cloud config in them; the carriers that map it
 //! back to the object and write edits are in `values.rs` (and `object_data.rs` for
@@ -25,7 +29,8 @@ use serde_json::Value;
 use super::object_data::TextField;
 use super::render::{self, Origin};
 use super::values::{
-    RenderedValues, ValuesAt, ValuesFromRefs, ValuesText, ValuesTextContents, ValuesTextRendered,
+    Overridden, Override, RenderedValues, ValuesAt, ValuesFromRefs, ValuesText, ValuesTextContents,
+    ValuesTextRendered,
 };
 use super::{FoundConfig, Holder, SiteError};
 use crate::yaml::{self, Seg};
@@ -58,6 +63,17 @@ struct ValuesPlace {
     yaml_string: bool,
     /// A Flux HelmRelease: `spec.valuesFrom` may supply values beneath these.
     values_from: bool,
+    /// Where values set on top of these are (HelmChart `spec.set`, Argo CD `helm.parameters`).
+    overrides: Option<OverrideSource>,
+}
+
+/// A field of `--set`-like entries that Helm applies on top of the values files.
+#[derive(Debug, Clone)]
+enum OverrideSource {
+    /// RKE2/k3s HelmChart `spec.set`: a map of `--set` path → string or integer.
+    HelmChartSet(Vec<Seg>),
+    /// Argo CD `helm.parameters`: a list of `{name, value, forceString}`.
+    ArgoParameters(Vec<Seg>),
 }
 
 /// The chart names a policy set's sites document asks for.
@@ -194,6 +210,8 @@ fn values_places(
                 path: keys(path),
                 yaml_string,
                 values_from: gvk.group == "helm.toolkit.fluxcd.io",
+                overrides: (gvk.kind == "HelmChart" && gvk.group == "helm.cattle.io")
+                    .then(|| OverrideSource::HelmChartSet(keys(&["spec", "set"]))),
             }]
         }
         _ => Vec::new(),
@@ -233,10 +251,13 @@ fn argo_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
         let with = |field: &str, yaml_string| {
             let mut path = base.clone();
             path.extend(keys(&["helm", field]));
+            let mut parameters = base.clone();
+            parameters.extend(keys(&["helm", "parameters"]));
             ValuesPlace {
                 path,
                 yaml_string,
                 values_from: false,
+                overrides: Some(OverrideSource::ArgoParameters(parameters)),
             }
         };
         if has("valuesObject") || !has("values") {
@@ -317,10 +338,20 @@ fn read(
         prefix,
     };
     let object = object_name.to_owned();
+    let overrides = place
+        .overrides
+        .as_ref()
+        .map(|source| overrides_of(root, source))
+        .unwrap_or_default();
     if place.yaml_string {
-        return read_values_text(object, at, field, raw);
+        return read_values_text(object, at, field, raw, overrides);
     }
     let values = raw.cloned().unwrap_or(Value::Null);
+    if !overrides.is_empty() {
+        let merged = merged_with(&values, &overrides);
+        return renders_secret(&merged)
+            .then(|| in_values_over(object, Beneath::Map(at, values), merged, overrides));
+    }
     if !renders_secret(&values) {
         // `spec.values` is merged last (Flux), so its explicit off is final.
         return None;
@@ -444,6 +475,7 @@ fn read_values_text(
     at: ValuesAt,
     field: String,
     raw: Option<&Value>,
+    overrides: Vec<(Override, Value)>,
 ) -> Option<FoundConfig> {
     let yaml = match raw {
         None => "",
@@ -464,6 +496,13 @@ fn read_values_text(
     }
     let yaml = yaml.to_owned();
     match yaml::parse_one(&yaml).and_then(|n| n.to_json()) {
+        Ok(values) if !overrides.is_empty() => {
+            let merged = merged_with(&values, &overrides);
+            renders_secret(&merged).then(|| {
+                let beneath = Beneath::Text(ValuesText::new(at, yaml, values));
+                in_values_over(object, beneath, merged, overrides)
+            })
+        }
         Ok(values) => renders_secret(&values)
             .then(|| in_values_text(object, ValuesText::new(at, yaml, values))),
         Err(error) => {
@@ -530,6 +569,153 @@ fn in_values_text(object: String, text: ValuesText) -> FoundConfig {
     let location = text.at.name("cloudConfig");
     let (ini, origins) = render_cloud_config(&text.values, &location);
     FoundConfig::new(object, location, ini, ValuesTextRendered { text, origins })
+}
+
+/// The values that `--set`-like overrides apply on top of.
+enum Beneath {
+    /// Structured values in the object.
+    Map(ValuesAt, Value),
+    /// A YAML values string.
+    Text(ValuesText),
+}
+
+/// The `--set`-like overrides in `source` (those stackgate can follow: paths without list
+/// indexes, string or integer values), each with the value Helm would set.
+fn overrides_of(root: &Value, source: &OverrideSource) -> Vec<(Override, Value)> {
+    let mut out = Vec::new();
+    match source {
+        OverrideSource::HelmChartSet(path) => {
+            let Some(map) = get(root, path).and_then(Value::as_object) else {
+                return out;
+            };
+            // helm-controller sorts the keys; "true"/"false" go to `--set` (typed), other
+            // strings to `--set-string`, integers to `--set`.
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            for (key, value) in entries {
+                let value = match value {
+                    Value::String(s) if s == "true" || s == "false" => set_typed(s),
+                    Value::String(_) | Value::Number(_) | Value::Bool(_) => value.clone(),
+                    _ => continue,
+                };
+                let Some(keys) = set_path_keys(key) else {
+                    continue;
+                };
+                let mut value_path = path.clone();
+                value_path.push(Seg::key(key));
+                let name = format!("{}[\"{key}\"]", display(path));
+                out.push((
+                    Override {
+                        keys,
+                        value_path,
+                        name,
+                    },
+                    value,
+                ));
+            }
+        }
+        OverrideSource::ArgoParameters(path) => {
+            let Some(list) = get(root, path).and_then(Value::as_array) else {
+                return out;
+            };
+            for (i, parameter) in list.iter().enumerate() {
+                let (Some(name), Some(value)) = (
+                    parameter.get("name").and_then(Value::as_str),
+                    parameter.get("value").and_then(Value::as_str),
+                ) else {
+                    continue;
+                };
+                let Some(keys) = set_path_keys(name) else {
+                    continue;
+                };
+                // `forceString: true` is `--set-string`; otherwise `--set` types the value.
+                let force = parameter.get("forceString").and_then(Value::as_bool) == Some(true);
+                let typed = if force {
+                    Value::String(value.to_owned())
+                } else {
+                    set_typed(value)
+                };
+                let mut at = path.clone();
+                at.push(Seg::Index(i));
+                let shown = format!("{} ({name})", display(&at));
+                at.push(Seg::key("value"));
+                out.push((
+                    Override {
+                        keys,
+                        value_path: at,
+                        name: shown,
+                    },
+                    typed,
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// `values` with the overrides applied in order.
+fn merged_with(values: &Value, overrides: &[(Override, Value)]) -> Value {
+    let mut merged = values.clone();
+    for (o, value) in overrides {
+        put_path(&mut merged, &o.keys, value.clone());
+    }
+    merged
+}
+
+/// The cloud config in values with overrides on top (`merged`): an override's
+/// `cloudConfigContents`, else the values' own `cloudConfigContents`, else `cloudConfig`
+/// rendered from the merged values, carried by [`Overridden`].
+fn in_values_over(
+    object: String,
+    beneath: Beneath,
+    merged: Value,
+    overrides: Vec<(Override, Value)>,
+) -> FoundConfig {
+    if let Some((o, _)) = overrides
+        .iter()
+        .rev()
+        .find(|(o, v)| o.keys == ["cloudConfigContents"] && truthy(v))
+    {
+        let path = o.value_path.clone();
+        let raw = get_owned_string(&merged);
+        return TextField::found(object, path, o.name.clone(), &raw, Holder::HelmValues);
+    }
+    if contents(&merged).is_some() {
+        return match beneath {
+            Beneath::Map(at, values) => in_values_map(object, at, values),
+            Beneath::Text(text) => in_values_text(object, text),
+        };
+    }
+    let location = match &beneath {
+        Beneath::Map(at, _) => at.name("cloudConfig"),
+        Beneath::Text(text) => text.at.name("cloudConfig"),
+    };
+    let (ini, origins) = render_cloud_config(&merged, &location);
+    let inner: Box<dyn super::Carrier> = match beneath {
+        Beneath::Map(at, values) => Box::new(RenderedValues {
+            at,
+            values,
+            origins: origins.clone(),
+        }),
+        Beneath::Text(text) => Box::new(ValuesTextRendered {
+            text,
+            origins: origins.clone(),
+        }),
+    };
+    let carrier = Overridden {
+        inner,
+        origins,
+        overrides: overrides.into_iter().map(|(o, _)| o).collect(),
+    };
+    FoundConfig::new(object, location, ini, carrier)
+}
+
+/// The merged `cloudConfigContents` (an override's value).
+fn get_owned_string(merged: &Value) -> Value {
+    merged
+        .get("cloudConfigContents")
+        .cloned()
+        .unwrap_or(Value::Null)
 }
 
 /// `cloudConfigContents`, when the chart uses it (a truthy value).
@@ -900,6 +1086,67 @@ mod tests {
             Ok("[Global]\n")
         );
         let (gvk, o) = release(json!({"secret":{"enabled":false}}));
+        assert!(find(&gvk, &o, &charts()).is_empty());
+    }
+
+    #[test]
+    fn helmchart_set_overrides_values_content_and_takes_edits_of_its_keys() {
+        let (gvk, o) = obj(json!({"apiVersion":"helm.cattle.io/v1","kind":"HelmChart",
+            "metadata":{"name":"occm","namespace":"kube-system"},
+            "spec":{"chart":"openstack-cloud-controller-manager",
+                "valuesContent":"cloudConfig:\n  global:\n    region: r\n",
+                "set":{"cloudConfig.loadBalancer.lb-method":"ROUND_ROBIN",
+                    "cloudConfig.global.region":"s", "replicas": 2}}}));
+        let found = find(&gvk, &o, &charts());
+        assert_eq!(found.len(), 1);
+        let f = &found[0];
+        let text = f.text.clone().unwrap();
+        assert!(text.contains("region = \"s\""), "{text}");
+        assert!(text.contains("lb-method = \"ROUND_ROBIN\""), "{text}");
+        let line = text
+            .lines()
+            .position(|l| l.starts_with("lb-method"))
+            .unwrap()
+            + 1;
+        assert_eq!(
+            f.describe(Some(line)),
+            "HelmChart kube-system/occm spec.set[\"cloudConfig.loadBalancer.lb-method\"]"
+        );
+        assert_eq!(
+            f.trace(Some(line)),
+            Anchor::Node(vec![
+                Seg::key("spec"),
+                Seg::key("set"),
+                Seg::key("cloudConfig.loadBalancer.lb-method")
+            ])
+        );
+        // An edit of a key `spec.set` sets is written there; any other into valuesContent.
+        let doc = Document::parse(&text).unwrap();
+        let edits = [
+            IniEdit {
+                section: "LoadBalancer",
+                key: "LB-Method",
+                value: "SOURCE_IP_PORT",
+            },
+            IniEdit {
+                section: "LoadBalancer",
+                key: "provider-requires-serial-api-calls",
+                value: "true",
+            },
+        ];
+        let ops = serde_json::to_value(f.patch(&doc, &edits)).unwrap();
+        assert_eq!(
+            ops,
+            json!([
+                {"op":"replace","path":"/spec/set/cloudConfig.loadBalancer.lb-method","value":"SOURCE_IP_PORT"},
+                {"op":"replace","path":"/spec/valuesContent","value":
+                    "cloudConfig:\n  global:\n    region: r\n  loadBalancer:\n    provider-requires-serial-api-calls: true\n"}
+            ])
+        );
+        // `secret.enabled` switched off by `--set`: no Secret, no site.
+        let (gvk, o) = obj(json!({"apiVersion":"helm.cattle.io/v1","kind":"HelmChart",
+            "metadata":{"name":"occm"},
+            "spec":{"chart":"openstack-cloud-controller-manager","set":{"secret.enabled":"false"}}}));
         assert!(find(&gvk, &o, &charts()).is_empty());
     }
 
