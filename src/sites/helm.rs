@@ -219,7 +219,7 @@ fn values_places(
 }
 
 /// Argo CD: `spec.source` and each `spec.sources[]` whose chart (or path) names the chart;
-/// `helm.valuesObject` (also when neither is set: that is where values would go) and
+/// `helm.valuesObject` (also when neither is set: that is where values would go), else
 /// `helm.values` (a YAML string).
 fn argo_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
     let mut out = Vec::new();
@@ -260,10 +260,12 @@ fn argo_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
                 overrides: Some(OverrideSource::ArgoParameters(parameters)),
             }
         };
+        // Argo CD passes one of the two to Helm: `valuesObject` when it is set, else the
+        // `values` string (`ApplicationSourceHelm.ValuesYAML`), so `values` beside a
+        // `valuesObject` is ignored and is not read.
         if has("valuesObject") || !has("values") {
             out.push(with("valuesObject", false));
-        }
-        if has("values") {
+        } else {
             out.push(with("values", true));
         }
     }
@@ -1020,13 +1022,16 @@ mod tests {
 
     #[test]
     fn argo_sources_values_object_and_string() {
+        let contents = "cloudConfigContents: |\n  [Global]\n  region = r\n";
         let (gvk, o) = obj(
             json!({"apiVersion":"argoproj.io/v1alpha1","kind":"Application",
             "metadata":{"name":"occm","namespace":"argocd"},
             "spec":{"sources":[{"repoURL":"https://x","path":"other"},
-                {"chart":"openstack-cloud-controller-manager","helm":{"values":"cloudConfigContents: |\n  [Global]\n  region = r\n",
-                 "valuesObject":{"cloudConfig":{"loadBalancer":{"provider-requires-serial-api-calls":false}}}}}]}}),
+                {"chart":"openstack-cloud-controller-manager","helm":{"values": contents,
+                 "valuesObject":{"cloudConfig":{"loadBalancer":{"provider-requires-serial-api-calls":false}}}}},
+                {"chart":"openstack-cloud-controller-manager","helm":{"values": contents}}]}}),
         );
+        // Beside a valuesObject, Argo CD ignores the values string: it is not read.
         let found = find(&gvk, &o, &charts());
         assert_eq!(found.len(), 2);
         assert_eq!(
@@ -1035,11 +1040,11 @@ mod tests {
         );
         assert_eq!(
             found[1].location,
-            "spec.sources[1].helm.values, cloudConfigContents"
+            "spec.sources[2].helm.values, cloudConfigContents"
         );
         assert_eq!(
             found[1].describe(Some(2)),
-            "Application argocd/occm spec.sources[1].helm.values, cloudConfigContents line 2 (line 3 of the values)"
+            "Application argocd/occm spec.sources[2].helm.values, cloudConfigContents line 2 (line 3 of the values)"
         );
         assert_eq!(
             found[1].trace(Some(2)),
@@ -1047,7 +1052,7 @@ mod tests {
                 path: vec![
                     Seg::key("spec"),
                     Seg::key("sources"),
-                    Seg::Index(1),
+                    Seg::Index(2),
                     Seg::key("helm"),
                     Seg::key("values")
                 ],
