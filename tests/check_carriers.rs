@@ -171,3 +171,70 @@ fn serial_off_in_the_generated_values_is_found_and_fix_writes_nothing() {
     assert_eq!(before, after, "no file is edited from merged values");
     assert_eq!(report.exit_code(), 1);
 }
+
+const UMBRELLA: &str = "tests/fixtures/gitops/carriers/umbrella";
+
+/// An umbrella chart's values hold the CCM's values under the subchart's key: read there,
+/// fixed there (never a top-level `cloudConfig:` the umbrella ignores), and the rerun is
+/// clean. The suffix glob `values.yaml` also matches Tempo's values file, which is left alone.
+#[test]
+fn umbrella_values_are_read_and_fixed_under_the_subchart_key() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    copy_dir(&root().join(UMBRELLA), tmp.path());
+    let dir = tmp.path().to_str().expect("UTF-8");
+    let flags = [
+        dir,
+        "--values-for",
+        "openstack-cloud-controller-manager=values.yaml",
+    ];
+    let report = run(&flags, "");
+    let found = messages(&report);
+    assert!(
+        found.iter().any(|(l, m)| *l == Level::Warning
+            && m.contains(
+                "openstack-cloud-controller-manager.cloudConfig: [LoadBalancer] \
+                 provider-requires-serial-api-calls is not set"
+            )),
+        "{found:?}"
+    );
+    let tempo = report
+        .files
+        .iter()
+        .find(|f| f.name.ends_with("charts/tempo/values.yaml"))
+        .expect("tempo's values file is reported");
+    assert!(
+        tempo
+            .skipped
+            .as_deref()
+            .is_some_and(|s| s.contains("directory of chart tempo")),
+        "{:?}",
+        tempo.skipped
+    );
+    let tempo_before =
+        std::fs::read_to_string(tmp.path().join("charts/tempo/values.yaml")).expect("read");
+
+    let mut fix = flags.to_vec();
+    fix.push("--fix");
+    let fixed = run(&fix, "");
+    assert!(fixed.files.iter().any(|f| f.written));
+    let values =
+        std::fs::read_to_string(tmp.path().join("cluster-addon/values.yaml")).expect("read");
+    let json = stackgate::yaml::parse_one(&values)
+        .and_then(|n| n.to_json())
+        .expect("the fixed file reads back");
+    assert_eq!(
+        json["openstack-cloud-controller-manager"]["cloudConfig"]["loadBalancer"]["provider-requires-serial-api-calls"],
+        serde_json::json!(true)
+    );
+    assert!(
+        json.get("cloudConfig").is_none(),
+        "no top-level cloudConfig"
+    );
+    assert_eq!(
+        std::fs::read_to_string(tmp.path().join("charts/tempo/values.yaml")).expect("read"),
+        tempo_before
+    );
+    let again = run(&flags, "");
+    assert_eq!(messages(&again), Vec::new());
+    assert_eq!(again.exit_code(), 0);
+}

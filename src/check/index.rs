@@ -360,6 +360,84 @@ impl ValuesIndex {
     }
 }
 
+/// The Helm charts of a run: the directories that hold a `Chart.yaml` among the inputs, with
+/// the chart's name and the names and aliases of its dependencies. `--values-for` globs match
+/// path suffixes, so `values.yaml` matches every chart's values file; a values file inside
+/// another chart's directory is not that chart's values unless the chart depends on it.
+#[derive(Debug, Default)]
+pub struct ChartDirs {
+    charts: HashMap<PathBuf, ChartInfo>,
+}
+
+/// What a `Chart.yaml` says.
+#[derive(Debug)]
+struct ChartInfo {
+    /// The input name of the `Chart.yaml`.
+    file: String,
+    /// `name`.
+    name: String,
+    /// Each dependency's `name` and `alias`.
+    uses: Vec<String>,
+}
+
+impl ChartDirs {
+    /// Reads every input named `Chart.yaml`.
+    pub fn build(inputs: &[Input]) -> Self {
+        let mut charts = HashMap::new();
+        for input in inputs {
+            let (Some(path), Content::Text(text)) = (input.path.as_deref(), &input.content) else {
+                continue;
+            };
+            if path.file_name().is_none_or(|n| n != "Chart.yaml") {
+                continue;
+            }
+            let Ok(json) = yaml::parse_one(text).and_then(|n| n.to_json()) else {
+                continue;
+            };
+            let Some(name) = json.get("name").and_then(Value::as_str) else {
+                continue;
+            };
+            let uses = json
+                .get("dependencies")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .flat_map(|d| ["name", "alias"].map(|k| d.get(k).and_then(Value::as_str)))
+                .flatten()
+                .map(str::to_owned)
+                .collect();
+            let dir = normalize(path.parent().unwrap_or(Path::new("")));
+            charts.insert(
+                dir,
+                ChartInfo {
+                    file: input.name.clone(),
+                    name: name.to_owned(),
+                    uses,
+                },
+            );
+        }
+        ChartDirs { charts }
+    }
+
+    /// Why the values file at `path` is not a values file of `chart` (it is inside the
+    /// directory of another chart that does not depend on `chart`), or None.
+    pub fn foreign(&self, path: Option<&Path>, chart: &str) -> Option<String> {
+        let path = normalize(path?);
+        let info = path
+            .ancestors()
+            .skip(1)
+            .find_map(|dir| self.charts.get(dir))?;
+        if info.name == chart || info.uses.iter().any(|u| u == chart) {
+            return None;
+        }
+        Some(format!(
+            "--values-for names chart {chart}, but this file is in the directory of chart {} \
+             ({}), which does not depend on it: not read as {chart} values",
+            info.name, info.file
+        ))
+    }
+}
+
 /// Why a reference did not resolve.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Lookup {
@@ -540,6 +618,24 @@ mod tests {
                 .map(Vec::len),
             Some(2)
         );
+    }
+
+    #[test]
+    fn values_files_of_other_charts_are_foreign() {
+        let charts = ChartDirs::build(&[
+            input("charts/tempo/Chart.yaml", "apiVersion: v2\nname: tempo\n"),
+            input(
+                "addons/Chart.yaml",
+                "apiVersion: v2\nname: addons\ndependencies:\n- name: openstack-cloud-controller-manager\n  alias: occm\n",
+            ),
+        ]);
+        let ccm = "openstack-cloud-controller-manager";
+        let foreign = |p: &str, c: &str| charts.foreign(Some(Path::new(p)), c);
+        assert!(foreign("charts/tempo/values.yaml", ccm).is_some());
+        assert!(foreign("./charts/tempo/ci/values-ci.yaml", ccm).is_some());
+        assert_eq!(foreign("charts/tempo/values.yaml", "tempo"), None);
+        assert_eq!(foreign("addons/values.yaml", ccm), None);
+        assert_eq!(foreign("clusters/a/occm-values.yaml", ccm), None);
     }
 
     #[test]

@@ -189,6 +189,9 @@ pub fn check(
     )?;
     // Objects that HelmReleases take values from (`valuesFrom`), from every input of the run.
     let index = index::ValuesIndex::build(&inputs);
+    // Helm chart directories, so that a `--values-for` glob does not take another chart's
+    // values file for the one it names.
+    let charts = index::ChartDirs::build(&inputs);
     let mut files = Vec::with_capacity(inputs.len());
     for inp in inputs {
         let text = match &inp.content {
@@ -220,6 +223,13 @@ pub fn check(
             continue;
         }
         let chart = input::values_chart(&inp.name, &options.values_for);
+        if let Some(reason) = chart.and_then(|c| charts.foreign(inp.path.as_deref(), c)) {
+            files.push(FileReport {
+                skipped: Some(reason),
+                ..FileReport::new(&inp.name)
+            });
+            continue;
+        }
         let checked = check_text_in(engine, &inp.name, text, chart, &index);
         let diff = checked.shown.as_ref().map(|shown| {
             report::masked_diff(

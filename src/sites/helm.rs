@@ -65,6 +65,9 @@ struct ValuesPlace {
     values_from: bool,
     /// Where values set on top of these are (HelmChart `spec.set`, Argo CD `helm.parameters`).
     overrides: Option<OverrideSource>,
+    /// The CCM chart is a subchart of the chart these values are for, under this key: `path`
+    /// ends with it, and overrides are read below it.
+    alias: Option<String>,
 }
 
 /// A field of `--set`-like entries that Helm applies on top of the values files.
@@ -204,18 +207,43 @@ fn values_places(
             ("argoproj.io", "v1alpha1", "Application") => return argo_places(root, charts),
             _ => None,
         };
-    match single {
-        Some((Some(chart), path, yaml_string)) if chart_matches(chart, charts) => {
-            vec![ValuesPlace {
-                path: keys(path),
-                yaml_string,
-                values_from: gvk.group == "helm.toolkit.fluxcd.io",
-                overrides: (gvk.kind == "HelmChart" && gvk.group == "helm.cattle.io")
-                    .then(|| OverrideSource::HelmChartSet(keys(&["spec", "set"]))),
-            }]
-        }
-        _ => Vec::new(),
+    let Some((chart, path, yaml_string)) = single else {
+        return Vec::new();
+    };
+    let ours = chart.is_some_and(|c| chart_matches(c, charts));
+    let mut place = ValuesPlace {
+        path: keys(path),
+        yaml_string,
+        values_from: gvk.group == "helm.toolkit.fluxcd.io",
+        overrides: (gvk.kind == "HelmChart" && gvk.group == "helm.cattle.io")
+            .then(|| OverrideSource::HelmChartSet(keys(&["spec", "set"]))),
+        alias: None,
+    };
+    if !yaml_string && let Some(alias) = subchart_alias(get(root, &place.path), charts, ours) {
+        place.path.push(Seg::key(&alias));
+        place.alias = Some(alias);
+        return vec![place];
     }
+    if ours { vec![place] } else { Vec::new() }
+}
+
+/// The key under which structured `values` hold the CCM chart's values as a subchart of an
+/// umbrella chart: a key named after the chart (Helm's default alias) whose value is a map
+/// not switched off with `enabled: false`. Values of the CCM chart itself (`ours`) are read
+/// at their root when they hold `cloudConfig` or `cloudConfigContents`.
+fn subchart_alias(values: Option<&Value>, charts: &[String], ours: bool) -> Option<String> {
+    let map = values?.as_object()?;
+    if ours && (map.contains_key("cloudConfig") || map.contains_key("cloudConfigContents")) {
+        return None;
+    }
+    charts
+        .iter()
+        .find(|chart| {
+            map.get(chart.as_str()).is_some_and(|v| {
+                v.is_object() && v.get("enabled").is_none_or(|e| e != &Value::Bool(false))
+            })
+        })
+        .cloned()
 }
 
 /// Argo CD: `spec.source` and each `spec.sources[]` whose chart (or path) names the chart;
@@ -240,10 +268,26 @@ fn argo_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
             .get("chart")
             .and_then(Value::as_str)
             .or_else(|| source.get("path").and_then(Value::as_str));
-        if !chart.is_some_and(|c| chart_matches(c, charts)) {
+        let ours = chart.is_some_and(|c| chart_matches(c, charts));
+        let helm = source.get("helm");
+        let mut parameters = base.clone();
+        parameters.extend(keys(&["helm", "parameters"]));
+        let values_object = helm.and_then(|h| h.get("valuesObject"));
+        if let Some(alias) = subchart_alias(values_object, charts, ours) {
+            let mut path = base.clone();
+            path.extend(keys(&["helm", "valuesObject", &alias]));
+            out.push(ValuesPlace {
+                path,
+                yaml_string: false,
+                values_from: false,
+                overrides: Some(OverrideSource::ArgoParameters(parameters)),
+                alias: Some(alias),
+            });
             continue;
         }
-        let helm = source.get("helm");
+        if !ours {
+            continue;
+        }
         let has = |field: &str| {
             helm.and_then(|h| h.get(field))
                 .is_some_and(|v| !v.is_null())
@@ -251,13 +295,12 @@ fn argo_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
         let with = |field: &str, yaml_string| {
             let mut path = base.clone();
             path.extend(keys(&["helm", field]));
-            let mut parameters = base.clone();
-            parameters.extend(keys(&["helm", "parameters"]));
             ValuesPlace {
                 path,
                 yaml_string,
                 values_from: false,
-                overrides: Some(OverrideSource::ArgoParameters(parameters)),
+                overrides: Some(OverrideSource::ArgoParameters(parameters.clone())),
+                alias: None,
             }
         };
         // Argo CD passes one of the two to Helm: `valuesObject` when it is set, else the
@@ -330,6 +373,7 @@ fn read(
     let field = display(&place.path);
     // How messages name a path inside the values: a values file's values are the file.
     let prefix = match (values_file, place.yaml_string) {
+        (true, _) if place.path.len() > 1 => format!("{}.", display(&place.path[1..])),
         (true, _) => String::new(),
         (false, true) => format!("{field}, "),
         (false, false) => format!("{field}."),
@@ -340,11 +384,21 @@ fn read(
         prefix,
     };
     let object = object_name.to_owned();
-    let overrides = place
+    let mut overrides = place
         .overrides
         .as_ref()
         .map(|source| overrides_of(root, source))
         .unwrap_or_default();
+    if let Some(alias) = &place.alias {
+        // Under an umbrella chart, `--set` paths start with the subchart's key.
+        overrides.retain_mut(|(o, _)| {
+            let under = o.keys.len() > 1 && &o.keys[0] == alias;
+            if under {
+                o.keys.remove(0);
+            }
+            under
+        });
+    }
     if place.yaml_string {
         return read_values_text(object, at, field, raw, overrides);
     }
@@ -866,13 +920,18 @@ fn extra_args(value: &Value) -> Option<Vec<String>> {
 /// Whether `object` carries Helm values for one of the charts the sites document asks for
 /// (a GitOps object or values file whose chart reference matches). The admission decoder
 /// reads `spec.values`-like subtrees only for these: every other chart's values are skipped
-/// unread, which keeps the memory a review costs independent of foreign charts' values.
+/// unread (but for the CCM subchart's key in an umbrella chart's values), which keeps the
+/// memory a review costs independent of foreign charts' values.
 pub fn holds_chart_values(
     gvk: &GroupVersionKind,
     object: &DynamicObject,
     sites: &super::SitesDocument,
 ) -> bool {
-    !values_places(gvk, object, &chart_names(sites)).is_empty()
+    // An umbrella chart's values are another chart's: the decoder's first reading keeps the
+    // CCM subchart's key in them, which is all that is read.
+    values_places(gvk, object, &chart_names(sites))
+        .iter()
+        .any(|place| place.alias.is_none())
 }
 
 #[cfg(test)]
@@ -1152,6 +1211,48 @@ mod tests {
         let (gvk, o) = obj(json!({"apiVersion":"helm.cattle.io/v1","kind":"HelmChart",
             "metadata":{"name":"occm"},
             "spec":{"chart":"openstack-cloud-controller-manager","set":{"secret.enabled":"false"}}}));
+        assert!(find(&gvk, &o, &charts()).is_empty());
+    }
+
+    #[test]
+    fn umbrella_chart_values_are_read_under_the_subchart_key() {
+        let release = |chart: &str, values: Value| {
+            obj(
+                json!({"apiVersion":"helm.toolkit.fluxcd.io/v2","kind":"HelmRelease",
+                "metadata":{"name":"addons","namespace":"kube-system"},
+                "spec":{"chart":{"spec":{"chart": chart}}, "values": values}}),
+            )
+        };
+        let (gvk, o) = release(
+            "cluster-addons",
+            json!({"openstack-cloud-controller-manager":{"cloudConfig":{"global":{"region":"r"}}},
+                "cloudConfig": {"ignored": true}}),
+        );
+        let found = find(&gvk, &o, &charts());
+        assert_eq!(found.len(), 1);
+        assert_eq!(
+            found[0].location,
+            "spec.values.openstack-cloud-controller-manager.cloudConfig"
+        );
+        let doc = Document::parse(found[0].text.as_ref().unwrap()).unwrap();
+        let edit = IniEdit {
+            section: "LoadBalancer",
+            key: "provider-requires-serial-api-calls",
+            value: "true",
+        };
+        let ops = serde_json::to_value(found[0].patch(&doc, &[edit])).unwrap();
+        assert_eq!(
+            ops,
+            json!([{"op":"add","path":"/spec/values/openstack-cloud-controller-manager/cloudConfig/loadBalancer",
+                "value":{"provider-requires-serial-api-calls":true}}])
+        );
+        // A subchart switched off, or another chart without the key: nothing.
+        let (gvk, o) = release(
+            "cluster-addons",
+            json!({"openstack-cloud-controller-manager":{"enabled":false,"cloudConfig":{}}}),
+        );
+        assert!(find(&gvk, &o, &charts()).is_empty());
+        let (gvk, o) = release("podinfo", json!({"cloudConfig":{"global":{"region":"r"}}}));
         assert!(find(&gvk, &o, &charts()).is_empty());
     }
 
