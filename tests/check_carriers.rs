@@ -238,3 +238,51 @@ fn umbrella_values_are_read_and_fixed_under_the_subchart_key() {
     assert_eq!(messages(&again), Vec::new());
     assert_eq!(again.exit_code(), 0);
 }
+
+const ARGO: &str = "tests/fixtures/gitops/carriers/argo-valuefiles";
+
+/// Argo CD `helm.valueFiles` inside the repository: resolved when the file is an input
+/// (valueFiles, then valuesObject, then parameters), said to be unseen when it is not.
+#[test]
+fn argo_value_files_are_resolved_from_the_run_or_said_to_be_unseen() {
+    let dir = root().join(ARGO);
+    let report = run(&[dir.to_str().expect("UTF-8")], "");
+    assert_eq!(messages(&report), Vec::new());
+
+    let app = dir.join("apps");
+    let report = run(&[app.to_str().expect("UTF-8")], "");
+    let found = messages(&report);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].0, Level::Warning);
+    assert!(
+        found[0].1.contains(
+            "spec.source.helm.valueFiles: values come from value files values-prod.yaml of \
+             spec.source, which this run cannot see"
+        ),
+        "{}",
+        found[0].1
+    );
+
+    let tmp = tempfile::tempdir().expect("tempdir");
+    copy_dir(&dir, tmp.path());
+    let values = tmp
+        .path()
+        .join("charts/openstack-cloud-controller-manager/values-prod.yaml");
+    let text = std::fs::read_to_string(&values).expect("read");
+    std::fs::write(&values, text.replace("calls: true", "calls: false")).expect("write");
+    let report = run(&[tmp.path().to_str().expect("UTF-8"), "--fix"], "");
+    let found = messages(&report);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].0, Level::Error);
+    assert!(
+        found[0]
+            .1
+            .contains("value file values-prod.yaml of spec.source, from ")
+            && found[0]
+                .1
+                .contains("charts/openstack-cloud-controller-manager/values-prod.yaml, then"),
+        "{}",
+        found[0].1
+    );
+    assert!(report.files.iter().all(|f| !f.written));
+}

@@ -290,14 +290,14 @@ pub fn check_text_in(
     checked
 }
 
-/// A finding's message about values merged from `valuesFrom`: where they came from, and
-/// where a fix goes (the file the value is read from, or `spec.values`, which Flux merges
-/// last).
+/// A finding's message about values merged from `valuesFrom` or `valueFiles`: where they
+/// came from, and where a fix goes (the file the value is read from, or the object's own
+/// values, which are merged last).
 fn merged_message(message: &str, sources: &[String]) -> String {
     format!(
-        "{message} [spec.values here are the HelmRelease's values merged as Flux merges them: \
-         {}, then spec.values; set the value where it is read from, or in spec.values, which \
-         wins; stackgate check does not edit merged values]",
+        "{message} [the values here are merged as Flux or Argo CD merges them: {}, then the \
+         object's own values on top; set the value where it is read from, or in the object's \
+         own values, which win; stackgate check does not edit merged values]",
         sources.join("; ")
     )
 }

@@ -690,8 +690,8 @@ impl Engine {
         record(policy, Severity::Deny, finding, verdict);
     }
 
-    /// A site whose values come from objects this evaluation cannot see (`unseen` says
-    /// which): what the chart renders is unknown, so no rule runs and nothing is claimed about
+    /// A site whose values come from objects or files this evaluation cannot see (`unseen`
+    /// says which): what the chart renders is unknown, so no rule runs and nothing is claimed about
     /// the CCM; the first cloud-config policy that covers the namespace warns (never denies)
     /// and names what to check. No edit is made.
     fn evaluate_unseen_site(
@@ -720,9 +720,9 @@ impl Engine {
                 "{} {unseen}, so stackgate cannot check the cloud config the chart renders and \
                  makes no claim about it. Check that those values set \
                  cloudConfig.loadBalancer.provider-requires-serial-api-calls: true and a config \
-                 the CCM accepts: run `stackgate check` over the directory that generates them \
-                 (kustomize secretGenerator/configMapGenerator) or pipe the built stream in \
-                 (`kustomize build DIR | stackgate check -`)",
+                 the CCM accepts: run `stackgate check` over a tree that holds them (the \
+                 values files, or the objects and the kustomization that generates them), or \
+                 pipe the built stream in (`kustomize build DIR | stackgate check -`)",
                 site.object
             ),
         );

@@ -29,7 +29,7 @@ use serde_json::Value;
 use super::object_data::TextField;
 use super::render::{self, Origin};
 use super::values::{
-    Overridden, Override, RenderedValues, ValuesAt, ValuesFromRefs, ValuesText, ValuesTextContents,
+    Overridden, Override, RenderedValues, UnseenValues, ValuesAt, ValuesText, ValuesTextContents,
     ValuesTextRendered,
 };
 use super::{FoundConfig, Holder, SiteError};
@@ -61,8 +61,9 @@ struct ValuesPlace {
     path: Vec<Seg>,
     /// The values are a YAML string (HelmChart `valuesContent`, Argo `helm.values`), not a map.
     yaml_string: bool,
-    /// A Flux HelmRelease: `spec.valuesFrom` may supply values beneath these.
-    values_from: bool,
+    /// Where values beneath these are named but not held (Flux `spec.valuesFrom`, Argo CD
+    /// `helm.valueFiles`).
+    unseen: Option<Vec<Seg>>,
     /// Where values set on top of these are (HelmChart `spec.set`, Argo CD `helm.parameters`).
     overrides: Option<OverrideSource>,
     /// The CCM chart is a subchart of the chart these values are for, under this key: `path`
@@ -214,7 +215,7 @@ fn values_places(
     let mut place = ValuesPlace {
         path: keys(path),
         yaml_string,
-        values_from: gvk.group == "helm.toolkit.fluxcd.io",
+        unseen: (gvk.group == "helm.toolkit.fluxcd.io").then(|| keys(&["spec", "valuesFrom"])),
         overrides: (gvk.kind == "HelmChart" && gvk.group == "helm.cattle.io")
             .then(|| OverrideSource::HelmChartSet(keys(&["spec", "set"]))),
         alias: None,
@@ -272,6 +273,8 @@ fn argo_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
         let helm = source.get("helm");
         let mut parameters = base.clone();
         parameters.extend(keys(&["helm", "parameters"]));
+        let mut value_files = base.clone();
+        value_files.extend(keys(&["helm", "valueFiles"]));
         let values_object = helm.and_then(|h| h.get("valuesObject"));
         if let Some(alias) = subchart_alias(values_object, charts, ours) {
             let mut path = base.clone();
@@ -279,7 +282,7 @@ fn argo_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
             out.push(ValuesPlace {
                 path,
                 yaml_string: false,
-                values_from: false,
+                unseen: Some(value_files),
                 overrides: Some(OverrideSource::ArgoParameters(parameters)),
                 alias: Some(alias),
             });
@@ -298,7 +301,7 @@ fn argo_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
             ValuesPlace {
                 path,
                 yaml_string,
-                values_from: false,
+                unseen: Some(value_files.clone()),
                 overrides: Some(OverrideSource::ArgoParameters(parameters.clone())),
                 alias: None,
             }
@@ -399,6 +402,36 @@ fn read(
             under
         });
     }
+    if let Some(references) = &place.unseen
+        && let Some(sources) = unseen_sources(root, references)
+    {
+        // The values here are merged over the unseen ones: they decide alone only with
+        // `cloudConfigContents` or the Secret switched off.
+        let top = if place.yaml_string {
+            raw.and_then(Value::as_str)
+                .filter(|t| t.len() <= MAX_VALUES_TEXT_BYTES)
+                .and_then(|t| yaml::parse_one(t).and_then(|n| n.to_json()).ok())
+        } else {
+            Some(raw.cloned().unwrap_or(Value::Null))
+        };
+        if let Some(top) = top {
+            let merged = merged_with(&top, &overrides);
+            if !renders_secret(&merged) {
+                return None;
+            }
+            if contents(&merged).is_none() {
+                let location = display(references);
+                let error = SiteError::Unseen {
+                    location: location.clone(),
+                    sources,
+                };
+                let carrier = UnseenValues {
+                    path: references.clone(),
+                };
+                return Some(FoundConfig::new(object, location, Err(error), carrier));
+            }
+        }
+    }
     if place.yaml_string {
         return read_values_text(object, at, field, raw, overrides);
     }
@@ -408,29 +441,22 @@ fn read(
         return renders_secret(&merged)
             .then(|| in_values_over(object, Beneath::Map(at, values), merged, overrides));
     }
-    if !renders_secret(&values) {
-        // `spec.values` is merged last (Flux), so its explicit off is final.
+    renders_secret(&values).then(|| in_values_map(object, at, values))
+}
+
+/// What messages say values come from, when `references` (a Flux `spec.valuesFrom` list or
+/// an Argo CD `helm.valueFiles` list) names any.
+fn unseen_sources(root: &Value, references: &[Seg]) -> Option<String> {
+    let list = get(root, references)?.as_array()?;
+    if list.is_empty() {
         return None;
     }
-    if place.values_from && contents(&values).is_none() {
-        // `cloudConfigContents` in `spec.values` would be final too; anything else may come
-        // from the referenced objects, which the HelmRelease does not contain.
-        if let Some(sources) = values_from_sources(root) {
-            let path = keys(&["spec", "valuesFrom"]);
-            let location = display(&path);
-            let error = SiteError::Unseen {
-                location: location.clone(),
-                sources,
-            };
-            return Some(FoundConfig::new(
-                object,
-                location,
-                Err(error),
-                ValuesFromRefs { path },
-            ));
-        }
+    if matches!(references.last(), Some(Seg::Key(k)) if k == "valueFiles") {
+        let files: Vec<&str> = list.iter().filter_map(Value::as_str).collect();
+        let source = display(&references[..references.len().saturating_sub(2)]);
+        return Some(format!("value files {} of {source}", files.join(", ")));
     }
-    Some(in_values_map(object, at, values))
+    values_from_sources(root)
 }
 
 /// The references of a HelmRelease's `spec.valuesFrom`, for messages (None when it has none).

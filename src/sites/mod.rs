@@ -182,9 +182,9 @@ pub enum SiteError {
         /// The limit.
         limit: usize,
     },
-    /// The values come (in part) from objects stackgate cannot read here: a Flux HelmRelease's
-    /// `spec.valuesFrom` Secrets and ConfigMaps, which the admission review of the HelmRelease
-    /// does not contain, and which `stackgate check` did not find in its inputs.
+    /// The values come (in part) from places stackgate cannot read here: a Flux HelmRelease's
+    /// `spec.valuesFrom` Secrets and ConfigMaps, an Argo CD source's `helm.valueFiles`, which
+    /// the admission review does not contain and `stackgate check` did not find in its inputs.
     #[error("{location}: values come from {sources}, which this run cannot see")]
     Unseen {
         /// Where the references are (`spec.valuesFrom`).

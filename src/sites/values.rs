@@ -436,15 +436,16 @@ fn json_put(root: &mut Value, keys: &[String], value: Value) {
     }
 }
 
-/// The `spec.valuesFrom` references of a Flux HelmRelease whose objects stackgate cannot see:
-/// nothing is rendered or edited; findings point at the references.
+/// Values that come from places the object only names (a Flux HelmRelease's
+/// `spec.valuesFrom`, an Argo CD source's `helm.valueFiles`) and stackgate cannot see: nothing
+/// is rendered or edited; findings point at the references.
 #[derive(Debug)]
-pub(super) struct ValuesFromRefs {
-    /// Path of `spec.valuesFrom`.
+pub(super) struct UnseenValues {
+    /// Path of the references (`spec.valuesFrom`, `spec.source.helm.valueFiles`).
     pub(super) path: Vec<Seg>,
 }
 
-impl Carrier for ValuesFromRefs {
+impl Carrier for UnseenValues {
     /// Nothing: what the chart renders is not known, so nothing can be edited.
     fn patch(&self, _edited: &Document, _edits: &[IniEdit]) -> Vec<PatchOperation> {
         Vec::new()
