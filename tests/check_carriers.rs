@@ -286,3 +286,38 @@ fn argo_value_files_are_resolved_from_the_run_or_said_to_be_unseen() {
     );
     assert!(report.files.iter().all(|f| !f.written));
 }
+
+/// The serial setting missing from every merged source: `--fix` adds it to the HelmRelease's
+/// own `spec.values` (which Flux merges last), the generated values file is left alone, and
+/// the rerun is clean.
+#[test]
+fn missing_serial_setting_is_fixed_in_the_helmrelease_own_values() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    copy_dir(&root().join(OPENCENTER), tmp.path());
+    let values = tmp.path().join("helm-values/hardened-values-2.33.1.yaml");
+    let text = std::fs::read_to_string(&values).expect("values");
+    let without = text.replace("    provider-requires-serial-api-calls: true\n", "");
+    assert_ne!(text, without);
+    std::fs::write(&values, &without).expect("write");
+    let dir = tmp.path().to_str().expect("UTF-8");
+    let found = messages(&run(&[dir], ""));
+    assert!(
+        found.iter().any(|(l, m)| *l == Level::Warning
+            && m.contains("is not set")
+            && m.contains("--fix adds a missing setting to the object's own values")),
+        "{found:?}"
+    );
+    let report = run(&[dir, "--fix"], "");
+    assert!(report.files.iter().any(|f| f.written));
+    assert_eq!(std::fs::read_to_string(&values).expect("read"), without);
+    let release = std::fs::read_to_string(tmp.path().join("helmrelease.yaml")).expect("read");
+    let json = stackgate::yaml::parse_one(&release)
+        .and_then(|n| n.to_json())
+        .expect("the fixed HelmRelease reads back");
+    assert_eq!(
+        json["spec"]["values"],
+        serde_json::json!({"cloudConfig": {"loadBalancer": {"provider-requires-serial-api-calls": true}}})
+    );
+    assert_eq!(json["spec"]["valuesFrom"].as_array().map(Vec::len), Some(2));
+    assert_eq!(messages(&run(&[dir], "")), Vec::new());
+}
