@@ -6,6 +6,7 @@
 //! | Flux `HelmRelease` (`helm.toolkit.fluxcd.io` v2, v2beta2, v2beta1) | `spec.chart.spec.chart`, else `spec.chartRef.name` | `spec.values` (structured); with `spec.valuesFrom`, values this object does not hold (`SiteError::Unseen`) unless `spec.values` decides alone |
 //! | Argo CD `Application` (`argoproj.io/v1alpha1`) | `spec.source.chart` (or the last segment of `spec.source.path`), same for each `spec.sources[]` | `helm.valuesObject` (structured), `helm.values` (YAML string), each with `helm.parameters` on top (`--set`, or `--set-string` with `forceString`) |
 //! | RKE2/k3s `HelmChart` (`helm.cattle.io/v1`) | `spec.chart` (name, `repo/name`, URL or OCI reference) | `spec.valuesContent` (YAML string) with `spec.set` on top (helm-controller: `"true"`/`"false"` and integers typed, other strings `--set-string`) |
+//! | k0s `ClusterConfig` (`k0s.k0sproject.io`) | `spec.extensions.helm.charts[].chartname` | that entry's `values` (YAML string) |
 //! | RKE2/k3s `HelmChartConfig` (`helm.cattle.io/v1`) | `metadata.name` (it customises the HelmChart of that name) | `spec.valuesContent` (YAML string) |
 //! | a plain values file (`stackgate check --values-for`) | the flag | the whole file |
 //!
@@ -206,6 +207,7 @@ fn values_places(
                 Some((str_at(root, &["chart"]), &["values"], false))
             }
             ("argoproj.io", "v1alpha1", "Application") => return argo_places(root, charts),
+            ("k0s.k0sproject.io", _, "ClusterConfig") => return k0s_places(root, charts),
             _ => None,
         };
     let Some((chart, path, yaml_string)) = single else {
@@ -245,6 +247,38 @@ fn subchart_alias(values: Option<&Value>, charts: &[String], ours: bool) -> Opti
             })
         })
         .cloned()
+}
+
+/// k0s `ClusterConfig`: each `spec.extensions.helm.charts[]` whose `chartname` names the
+/// chart; its `values` is a YAML string.
+fn k0s_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
+    let Some(list) = root
+        .pointer("/spec/extensions/helm/charts")
+        .and_then(Value::as_array)
+    else {
+        return Vec::new();
+    };
+    list.iter()
+        .enumerate()
+        .filter(|(_, chart)| {
+            chart
+                .get("chartname")
+                .and_then(Value::as_str)
+                .is_some_and(|c| chart_matches(c, charts))
+        })
+        .map(|(i, _)| {
+            let mut path = keys(&["spec", "extensions", "helm", "charts"]);
+            path.push(Seg::Index(i));
+            path.push(Seg::key("values"));
+            ValuesPlace {
+                path,
+                yaml_string: true,
+                unseen: None,
+                overrides: None,
+                alias: None,
+            }
+        })
+        .collect()
 }
 
 /// Argo CD: `spec.source` and each `spec.sources[]` whose chart (or path) names the chart;
@@ -1280,6 +1314,34 @@ mod tests {
         assert!(find(&gvk, &o, &charts()).is_empty());
         let (gvk, o) = release("podinfo", json!({"cloudConfig":{"global":{"region":"r"}}}));
         assert!(find(&gvk, &o, &charts()).is_empty());
+    }
+
+    #[test]
+    fn k0s_cluster_config_chart_values() {
+        let (gvk, o) = obj(
+            json!({"apiVersion":"k0s.k0sproject.io/v1beta1","kind":"ClusterConfig",
+            "metadata":{"name":"k0s","namespace":"kube-system"},
+            "spec":{"extensions":{"helm":{"charts":[
+                {"name":"tempo","chartname":"grafana/tempo","values":"cloudConfig: {}\n"},
+                {"name":"occm","chartname":"openstack/openstack-cloud-controller-manager",
+                 "values":"cloudConfig:\n  loadBalancer:\n    provider-requires-serial-api-calls: false\n"}]}}}}),
+        );
+        let found = find(&gvk, &o, &charts());
+        assert_eq!(found.len(), 1);
+        assert_eq!(
+            found[0].describe(Some(
+                found[0]
+                    .text
+                    .as_ref()
+                    .unwrap()
+                    .lines()
+                    .position(|l| l.starts_with("provider"))
+                    .unwrap()
+                    + 1
+            )),
+            "ClusterConfig kube-system/k0s spec.extensions.helm.charts[1].values, \
+             cloudConfig.loadBalancer.provider-requires-serial-api-calls (line 3 of the values)"
+        );
     }
 
     #[test]
