@@ -4,7 +4,10 @@
 //! as a CREATE admission request through the same [`Engine`] and policies the webhook uses,
 //! so the verdicts, messages and patches are the webhook's. Plain Helm values files are
 //! wrapped in a synthetic `stackgate.dev/v1alpha1 HelmValues` object when `--values-for`
-//! names their chart. Findings are located with the YAML parser's spans (`file:line`), and
+//! names their chart (a match inside another chart's directory is skipped), and a Flux
+//! HelmRelease's `valuesFrom` and an Argo CD Application's `helm.valueFiles` are resolved from
+//! the run's own objects and files first ([`index`]). Findings are located with the YAML
+//! parser's spans (`file:line`), and
 //! the webhook's JSON Patch is shown, and with `--fix` written, as a minimal edit of the file
 //! (one changed or inserted line per edit; comments and formatting kept).
 //!
