@@ -1847,7 +1847,8 @@ fn every_rendered_env_var_is_a_serve_flag() {
 
 /// One object per GitOps carrier kind the engine reads (`src/sites/helm.rs`), from the
 /// fixture repository of `stackgate check`; the RKE2 HelmChartConfig is the HelmChart's
-/// `valuesContent` in the object that customises a HelmChart of the same name.
+/// `valuesContent` in the object that customises a HelmChart of the same name; the k0s
+/// ClusterConfig is the carriers fixture's.
 fn gitops_objects() -> Vec<Value> {
     let read = |rel: &str| -> Vec<Value> {
         let path = repo().join("tests/fixtures/gitops/repo").join(rel);
@@ -1873,6 +1874,9 @@ fn gitops_objects() -> Vec<Value> {
     });
     objects.push(chart);
     objects.push(config);
+    let k0s = repo().join("tests/fixtures/gitops/carriers/parity/k0s-clusterconfig.yaml");
+    let text = fs::read_to_string(&k0s).unwrap_or_else(|e| panic!("{}: {e}", k0s.display()));
+    objects.push(serde_saphyr::from_str::<Value>(&text).expect("k0s ClusterConfig"));
     objects
 }
 

@@ -234,3 +234,113 @@ async fn helmchart_reviews() {
     );
     server.stop().await.unwrap();
 }
+
+/// Issue 14: an RKE2 HelmChart with `spec.set` turning serial calls off is denied, naming the
+/// `spec.set` entry; `spec.set` on top of a `valuesContent` that sets it true wins.
+#[tokio::test]
+async fn helmchart_spec_set_is_read_over_values_content() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    let set_false = |o: &mut Value| {
+        o["spec"]["set"] = json!({format!("cloudConfig.loadBalancer.{SERIAL}"): "false"});
+    };
+    let body = edit(
+        "helmchart/validate-create-openstack-cloud-controller-manager.json",
+        set_false,
+    );
+    let v = review(&client, "/validate?timeout=10s", body).await;
+    assert_eq!(v["allowed"], false, "{v}");
+    let message = v["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&format!(
+            "HelmChart kube-system/openstack-cloud-controller-manager spec.set[\"cloudConfig.loadBalancer.{SERIAL}\"]: "
+        )),
+        "{message}"
+    );
+    assert!(!v.to_string().contains("fake-app-cred-secret"));
+    // The mutating webhook leaves an explicit false alone, and does not edit valuesContent
+    // (which `spec.set` would override).
+    let body = edit(
+        "helmchart/mutate-create-openstack-cloud-controller-manager.json",
+        set_false,
+    );
+    let m = review(&client, "/mutate?timeout=10s", body).await;
+    assert_eq!(m["allowed"], true);
+    assert!(!patch_of(&m).to_string().contains(SERIAL), "{m}");
+    // `spec.set` turning it on over a valuesContent without it: nothing to add or deny.
+    let body = edit(
+        "helmchart/mutate-create-openstack-cloud-controller-manager.json",
+        |o| {
+            let values = o["spec"]["valuesContent"].as_str().unwrap_or_default();
+            let without: String = values
+                .lines()
+                .filter(|l| !l.contains(SERIAL))
+                .map(|l| format!("{l}\n"))
+                .collect();
+            o["spec"]["valuesContent"] = json!(without);
+            o["spec"]["set"] = json!({format!("cloudConfig.loadBalancer.{SERIAL}"): "true"});
+        },
+    );
+    let m = review(&client, "/mutate?timeout=10s", body).await;
+    assert_eq!(patch_of(&m), json!([]), "{m}");
+    server.stop().await.unwrap();
+}
+
+/// Issue 14: Argo CD `helm.parameters` win over `helm.valuesObject`, as `--set` wins in Helm.
+#[tokio::test]
+async fn argo_parameters_override_values_object() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    let body = edit("application/validate-create-occm-valuesobject.json", |o| {
+        o["spec"]["source"]["helm"]["parameters"] = json!([
+            {"name": "image.tag", "value": "v1.31.1"},
+            {"name": format!("cloudConfig.loadBalancer.{SERIAL}"), "value": "false"}
+        ]);
+    });
+    let v = review(&client, "/validate?timeout=10s", body).await;
+    assert_eq!(v["allowed"], false, "{v}");
+    let message = v["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&format!(
+            "Application argocd/occm-valuesobject spec.source.helm.parameters[1] (cloudConfig.loadBalancer.{SERIAL}): "
+        )),
+        "{message}"
+    );
+    // `forceString: true` makes it the string "false", which the chart renders the same way.
+    let body = edit("application/validate-create-occm-valuesobject.json", |o| {
+        o["spec"]["source"]["helm"]["parameters"] = json!([
+            {"name": format!("cloudConfig.loadBalancer.{SERIAL}"), "value": "false", "forceString": true}
+        ]);
+    });
+    let v = review(&client, "/validate?timeout=10s", body).await;
+    assert_eq!(v["allowed"], false, "{v}");
+    server.stop().await.unwrap();
+}
+
+/// Issue 14: a HelmRelease whose values come from `valuesFrom` is admitted with a warning
+/// that names what the webhook cannot see, and no claim about the chart's defaults.
+#[tokio::test]
+async fn helmrelease_values_from_is_a_warning_about_what_cannot_be_seen() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    let body = edit(
+        "helmrelease/validate-create-openstack-cloud-controller-manager.json",
+        |o| {
+            o["spec"]["values"] =
+                json!({"nodeSelector": {"node-role.kubernetes.io/control-plane": ""}});
+            o["spec"]["valuesFrom"] =
+                json!([{"kind": "Secret", "name": "occm-values", "valuesKey": "values.yaml"}]);
+        },
+    );
+    let v = review(&client, "/validate?timeout=10s", body.clone()).await;
+    assert_eq!(v["allowed"], true, "{v}");
+    let warnings = v["warnings"].to_string();
+    assert!(
+        warnings.contains("spec.valuesFrom: values come from Secret occm-values key values.yaml, which this run cannot see"),
+        "{warnings}"
+    );
+    assert!(!warnings.contains("default"), "{warnings}");
+    let m = review(&client, "/mutate?timeout=10s", body).await;
+    assert_eq!(patch_of(&m), json!([]), "{m}");
+    server.stop().await.unwrap();
+}

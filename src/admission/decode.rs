@@ -415,17 +415,37 @@ fn object_fields(path: &[Seg], status: bool, values: bool) -> Decision {
         _ if values => Keep,
         1 if key(0, "values") => Skip,
         1 if key(0, "spec") => Descend,
-        2 if key(0, "spec") && key(1, "values") => Skip,
+        // Another chart's values: only the CCM chart's subchart values inside them (an
+        // umbrella chart's `openstack-cloud-controller-manager:` key) are read.
+        2 if key(0, "spec") && key(1, "values") => Descend,
+        3 if key(0, "spec") && key(1, "values") => subchart_values(&path[2]),
         2 if key(0, "spec") && (key(1, "source") || key(1, "sources")) => Descend,
         3 if key(0, "spec") && key(1, "source") && key(2, "helm") => Descend,
-        4 if key(0, "spec") && key(1, "source") && key(2, "helm") && key(3, "valuesObject") => Skip,
+        4 if key(0, "spec") && key(1, "source") && key(2, "helm") && key(3, "valuesObject") => {
+            Descend
+        }
+        5 if key(0, "spec") && key(1, "source") && key(2, "helm") && key(3, "valuesObject") => {
+            subchart_values(&path[4])
+        }
         3 if key(0, "spec") && key(1, "sources") => Descend,
         4 if key(0, "spec") && key(1, "sources") && key(3, "helm") => Descend,
         5 if key(0, "spec") && key(1, "sources") && key(3, "helm") && key(4, "valuesObject") => {
-            Skip
+            Descend
+        }
+        6 if key(0, "spec") && key(1, "sources") && key(3, "helm") && key(4, "valuesObject") => {
+            subchart_values(&path[5])
         }
         _ => Keep,
     }
+}
+
+/// Inside another chart's values: the CCM chart's values as a subchart (the key is the chart
+/// name, Helm's default alias) are kept, everything else skipped.
+fn subchart_values(seg: &Seg) -> Decision {
+    let ccm = crate::sites::helm::DEFAULT_CHARTS
+        .iter()
+        .any(|chart| is(seg, chart));
+    if ccm { Decision::Keep } else { Decision::Skip }
 }
 
 /// Why pruning stopped early.
@@ -689,7 +709,7 @@ mod tests {
             .expect("o");
         assert_eq!(
             o.data,
-            json!({"spec": {"chart": {"spec": {"chart": "podinfo"}}}})
+            json!({"spec": {"values": {}, "chart": {"spec": {"chart": "podinfo"}}}})
         );
         let o = decode(&hr("openstack-cloud-controller-manager"))
             .expect("d")
@@ -698,6 +718,21 @@ mod tests {
             .expect("o");
         assert_eq!(o.data["spec"]["values"], json!({"x": [{"a": 0}]}));
         assert!(o.data.get("status").is_none());
+    }
+
+    #[test]
+    fn umbrella_chart_values_keep_only_the_ccm_subchart() {
+        let body = review(
+            ("helm.toolkit.fluxcd.io", "v2", "HelmRelease"),
+            json!({"metadata": {"name": "r"}, "spec": {"chart": {"spec": {"chart": "addons"}},
+                "values": {"big": [1, 2, 3],
+                    "openstack-cloud-controller-manager": {"cloudConfig": {"global": {"region": "r"}}}}}}),
+        );
+        let o = decode(&body).expect("d").request.object.expect("o");
+        assert_eq!(
+            o.data["spec"]["values"],
+            json!({"openstack-cloud-controller-manager": {"cloudConfig": {"global": {"region": "r"}}}})
+        );
     }
 
     #[test]
@@ -711,7 +746,7 @@ mod tests {
         let o = decode(&body).expect("d").request.object.expect("o");
         assert_eq!(
             o.data,
-            json!({"spec": {"sources": [{"chart": "podinfo", "helm": {"values": "a: 1"}}]}})
+            json!({"spec": {"sources": [{"chart": "podinfo", "helm": {"valuesObject": {}, "values": "a: 1"}}]}})
         );
     }
 

@@ -5,6 +5,7 @@ use json_patch::PatchOperation;
 use kube::core::{DynamicObject, GroupVersionKind};
 use serde_json::{Value, json};
 
+use super::index::ValuesIndex;
 use crate::engine::{self, Engine, Facts, Finding, Subject, Verdict};
 use crate::sites::helm::{VALUES_FILE_API_VERSION, VALUES_FILE_KIND};
 use crate::sites::{self, Anchor, FoundConfig};
@@ -140,16 +141,25 @@ pub(super) struct Candidate {
 
 /// Checks one input text. `values_chart` is set when the input is a plain values file.
 pub fn check_text(engine: &Engine, name: &str, text: &str, values_chart: Option<&str>) -> Checked {
-    check_text_with(engine, name, text, values_chart, &Facts::default())
+    check_text_in(
+        engine,
+        name,
+        text,
+        values_chart,
+        &ValuesIndex::default(),
+        &Facts::default(),
+    )
 }
 
-/// [`check_text`] with facts about the cluster derived from the whole input
-/// ([`super::facts::from_inputs`]).
-pub fn check_text_with(
+/// [`check_text`] in a run: `index` holds the run's objects, from which a Flux HelmRelease's
+/// `valuesFrom` is resolved before evaluation, and `facts` the facts about the cluster derived
+/// from the whole input ([`super::facts::from_inputs`]).
+pub fn check_text_in(
     engine: &Engine,
     name: &str,
     text: &str,
     values_chart: Option<&str>,
+    index: &ValuesIndex,
     facts: &Facts,
 ) -> Checked {
     let mut checked = Checked {
@@ -195,19 +205,44 @@ pub fn check_text_with(
             });
             continue;
         };
-        let verdict = engine.evaluate_with(&Subject::create(&kind, &object), facts);
+        // With `valuesFrom` resolved, the engine evaluates the merged values; findings and the
+        // patch are about them, not about this file's text, so no edit is written here.
+        let resolved = index.resolve(&c.json);
+        let (kind, object) = match resolved.as_ref().and_then(|r| object_of(&r.object)) {
+            Some(merged) => merged,
+            None => (kind, object),
+        };
+        let merged_from = resolved.and_then(|r| r.sources);
+        let mut verdict = engine.evaluate_with(&Subject::create(&kind, &object), facts);
+        // A fix of merged values goes into the object's own values (merged last), when that
+        // is verified to fix the merged values too; the merged patch itself names paths this
+        // file does not have.
+        let own_fix = match (&merged_from, verdict.patch.is_empty()) {
+            (Some(_), false) => own_values_patch(engine, index, &c.json),
+            _ => None,
+        };
+        let fixable = merged_from.is_none() || own_fix.is_some();
+        if let Some(patch) = own_fix {
+            verdict.patch = patch;
+        }
         let root = docs.get(c.doc).map(|d| &d.root);
         let locate = |f: &Finding| root.map_or(c.line, |r| locate(text, r, &c, f));
         let mut items = Vec::new();
         let mut push = |level, kind, f: &Finding| {
+            let message = match (&merged_from, &f.anchor) {
+                (Some(sources), engine::Anchor::CloudConfig { .. }) => {
+                    merged_message(&f.message, sources, fixable)
+                }
+                _ => f.message.clone(),
+            };
             items.push(Item {
                 level,
                 kind,
                 policy: f.policy.clone(),
                 rule: f.rule.as_str().to_owned(),
                 line: locate(f),
-                message: f.message.clone(),
-                fixed_by_patch: f.fixed_by_patch,
+                message,
+                fixed_by_patch: f.fixed_by_patch && fixable,
             })
         };
         for f in &verdict.denials {
@@ -240,7 +275,7 @@ pub fn check_text_with(
         let is_secret = kind.group.is_empty() && kind.kind == "Secret";
         let mut secret_diffs = Vec::new();
         let mut fixable_in_place = false;
-        if !verdict.patch.is_empty() {
+        if !verdict.patch.is_empty() && fixable {
             match apply_to_text(&fixed, &c, &verdict.patch) {
                 Ok(next) => {
                     fixable_in_place = true;
@@ -273,6 +308,71 @@ pub fn check_text_with(
         checked.shown = Some(shown);
     }
     checked
+}
+
+/// A finding's message about values merged from `valuesFrom` or `valueFiles`: where they
+/// came from, and where a fix goes (the file the value is read from, or the object's own
+/// values, which are merged last).
+fn merged_message(message: &str, sources: &[String], fixable: bool) -> String {
+    let fix = if fixable {
+        "stackgate check --fix adds a missing setting to the object's own values"
+    } else {
+        "stackgate check does not edit these merged values"
+    };
+    format!(
+        "{message} [the values here are merged as Flux or Argo CD merges them: {}, then the \
+         object's own values on top; set the value where it is read from, or in the object's \
+         own values, which win; {fix}]",
+        sources.join("; ")
+    )
+}
+
+/// The patch that fixes a resolved object through its own values (Flux `spec.values`, Argo
+/// CD `valuesObject`/`values`/`parameters`, all merged last): the engine's patch for the
+/// object without its references, kept only when the object with it applied, resolved again,
+/// needs no further patch (so a `cloudConfigContents` from a referenced Secret, which the
+/// chart would use instead, is never "fixed" beside it).
+fn own_values_patch(
+    engine: &Engine,
+    index: &ValuesIndex,
+    original: &Value,
+) -> Option<Vec<PatchOperation>> {
+    let mut own = original.clone();
+    if let Some(spec) = own.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.remove("valuesFrom");
+        if let Some(helm) = spec
+            .get_mut("source")
+            .and_then(|s| s.get_mut("helm"))
+            .and_then(Value::as_object_mut)
+        {
+            helm.remove("valueFiles");
+        }
+        for source in spec
+            .get_mut("sources")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(helm) = source.get_mut("helm").and_then(Value::as_object_mut) {
+                helm.remove("valueFiles");
+            }
+        }
+    }
+    let (kind, object) = object_of(&own)?;
+    let patch = engine.evaluate(&Subject::create(&kind, &object)).patch;
+    if patch.is_empty() {
+        return None;
+    }
+    let mut patched = original.clone();
+    json_patch::patch(&mut patched, &patch).ok()?;
+    let again = index.resolve(&patched)?;
+    again.sources.as_ref()?;
+    let (kind, object) = object_of(&again.object)?;
+    engine
+        .evaluate(&Subject::create(&kind, &object))
+        .patch
+        .is_empty()
+        .then_some(patch)
 }
 
 /// The kind and the object of a document, as `stackgate check` evaluates it (a CREATE), or

@@ -4,7 +4,10 @@
 //! as a CREATE admission request through the same [`Engine`] and policies the webhook uses,
 //! so the verdicts, messages and patches are the webhook's. Plain Helm values files are
 //! wrapped in a synthetic `stackgate.dev/v1alpha1 HelmValues` object when `--values-for`
-//! names their chart. Findings are located with the YAML parser's spans (`file:line`), and
+//! names their chart (a match inside another chart's directory is skipped), and a Flux
+//! HelmRelease's `valuesFrom` and an Argo CD Application's `helm.valueFiles` are resolved from
+//! the run's own objects and files first ([`index`]). Findings are located with the YAML
+//! parser's spans (`file:line`), and
 //! the webhook's JSON Patch is shown, and with `--fix` written, as a minimal edit of the file
 //! (one changed or inserted line per edit; comments and formatting kept).
 //!
@@ -20,6 +23,7 @@
 
 pub mod evaluate;
 pub mod facts;
+pub mod index;
 pub mod input;
 pub mod report;
 pub mod template;
@@ -33,7 +37,7 @@ use clap::ValueEnum;
 use crate::engine::Engine;
 use crate::releases::catalog::{self, ReleaseCatalog};
 
-pub use evaluate::{Checked, Item, ItemKind, Level, check_text};
+pub use evaluate::{Checked, Item, ItemKind, Level, check_text, check_text_in};
 pub use input::ValuesFor;
 pub use report::{FileReport, Report};
 
@@ -205,6 +209,11 @@ pub fn check(
         .collect();
     let cluster_facts = facts::from_inputs(&texts, engine);
     drop(texts);
+    // Objects that HelmReleases take values from (`valuesFrom`), from every input of the run.
+    let index = index::ValuesIndex::build(&inputs);
+    // Helm chart directories, so that a `--values-for` glob does not take another chart's
+    // values file for the one it names.
+    let charts = index::ChartDirs::build(&inputs);
     let mut files = Vec::with_capacity(inputs.len());
     for inp in inputs {
         let text = match &inp.content {
@@ -236,7 +245,14 @@ pub fn check(
             continue;
         }
         let chart = input::values_chart(&inp.name, &options.values_for);
-        let checked = evaluate::check_text_with(engine, &inp.name, text, chart, &cluster_facts);
+        if let Some(reason) = chart.and_then(|c| charts.foreign(inp.path.as_deref(), c)) {
+            files.push(FileReport {
+                skipped: Some(reason),
+                ..FileReport::new(&inp.name)
+            });
+            continue;
+        }
+        let checked = check_text_in(engine, &inp.name, text, chart, &index, &cluster_facts);
         let diff = checked.shown.as_ref().map(|shown| {
             report::masked_diff(
                 text,
@@ -266,7 +282,7 @@ pub fn check(
         match written {
             Some(fixed) => {
                 let after =
-                    evaluate::check_text_with(engine, &inp.name, fixed, chart, &cluster_facts);
+                    check_text_in(engine, &inp.name, fixed, chart, &index, &cluster_facts);
                 let mut objects = after.objects;
                 // Keep the Secret diffs of what was written.
                 for (o, before) in objects.iter_mut().zip(&checked.objects) {

@@ -30,6 +30,9 @@ pub use crate::rules::{Facts, ObjectRef, Operation, RuleId, Subject};
 pub const CODE_MUTATION: &str = "mutation";
 /// The code of a cloud config too large for stackgate to read.
 pub const CODE_OVERSIZED: &str = "oversized";
+/// The code of a site whose values come from objects the evaluation cannot see (a Flux
+/// HelmRelease's `spec.valuesFrom`).
+pub const CODE_UNSEEN: &str = "values-unseen";
 /// The code of the finding that summarizes findings past [`MAX_FINDINGS_PER_LIST`].
 pub const CODE_MORE: &str = "more-findings";
 
@@ -41,7 +44,7 @@ pub struct Finding {
     /// Rule family.
     pub rule: RuleId,
     /// What kind of finding: one of the family's codes, or an engine code
-    /// ([`CODE_MUTATION`], [`CODE_OVERSIZED`], [`CODE_MORE`]).
+    /// ([`CODE_MUTATION`], [`CODE_OVERSIZED`], [`CODE_UNSEEN`], [`CODE_MORE`]).
     pub code: &'static str,
     /// Where in the object it is.
     pub anchor: Anchor,
@@ -488,6 +491,10 @@ impl Engine {
         ccm_version: Option<&sites::helm::CcmVersion>,
         verdict: &mut Verdict,
     ) {
+        if let Err(unseen @ SiteError::Unseen { .. }) = &site.text {
+            self.evaluate_unseen_site(run, site, unseen, object, namespace, verdict);
+            return;
+        }
         // Which input cap this site reached, and whether it is too large to read at all.
         let (limit, oversized) = match &site.text {
             Ok(text) if text.len() > MAX_CLOUD_CONFIG_BYTES => (
@@ -701,6 +708,51 @@ impl Engine {
         };
         let finding = run.finding(policy, CODE_OVERSIZED, anchor, message, false);
         record(policy, Severity::Deny, finding, verdict);
+    }
+
+    /// A site whose values come from objects or files this evaluation cannot see (`unseen`
+    /// says which): what the chart renders is unknown, so no rule runs and nothing is claimed about
+    /// the CCM; the first cloud-config policy that covers the namespace warns (never denies)
+    /// and names what to check. No edit is made.
+    fn evaluate_unseen_site(
+        &self,
+        run: &Run<'_>,
+        site: &FoundConfig,
+        unseen: &SiteError,
+        object: &DynamicObject,
+        namespace: Option<&str>,
+        verdict: &mut Verdict,
+    ) {
+        let Some(policy) = FAMILIES
+            .iter()
+            .filter(|f| f.reads_cloud_configs())
+            .flat_map(|f| self.policies.for_rule(f.id))
+            .find(|p| p.scope.covers(namespace))
+        else {
+            return;
+        };
+        if exempted(policy, object, verdict) {
+            return;
+        }
+        let message = compose(
+            policy,
+            &format!(
+                "{} {unseen}, so stackgate cannot check the cloud config the chart renders and \
+                 makes no claim about it. Check that those values set \
+                 cloudConfig.loadBalancer.provider-requires-serial-api-calls: true and a config \
+                 the CCM accepts: run `stackgate check` over a tree that holds them (the \
+                 values files, or the objects and the kustomization that generates them), or \
+                 pipe the built stream in (`kustomize build DIR | stackgate check -`)",
+                site.object
+            ),
+        );
+        let anchor = Anchor::CloudConfig {
+            pointer: site.pointer(),
+            line: None,
+            trace: site.trace(None),
+        };
+        let finding = run.finding(policy, CODE_UNSEEN, anchor, message, false);
+        record(policy, Severity::Warn, finding, verdict);
     }
 }
 

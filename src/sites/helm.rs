@@ -3,9 +3,10 @@
 //!
 //! | object | chart named in | values |
 //! |---|---|---|
-//! | Flux `HelmRelease` (`helm.toolkit.fluxcd.io` v2, v2beta2, v2beta1) | `spec.chart.spec.chart`, else `spec.chartRef.name` | `spec.values` (structured) |
-//! | Argo CD `Application` (`argoproj.io/v1alpha1`) | `spec.source.chart` (or the last segment of `spec.source.path`), same for each `spec.sources[]` | `helm.valuesObject` (structured), `helm.values` (YAML string) |
-//! | RKE2/k3s `HelmChart` (`helm.cattle.io/v1`) | `spec.chart` (name, `repo/name`, URL or OCI reference) | `spec.valuesContent` (YAML string) |
+//! | Flux `HelmRelease` (`helm.toolkit.fluxcd.io` v2, v2beta2, v2beta1) | `spec.chart.spec.chart`, else `spec.chartRef.name` | `spec.values` (structured); with `spec.valuesFrom`, values this object does not hold (`SiteError::Unseen`) unless `spec.values` decides alone |
+//! | Argo CD `Application` (`argoproj.io/v1alpha1`) | `spec.source.chart` (or the last segment of `spec.source.path`), same for each `spec.sources[]` | `helm.valuesObject` (structured), `helm.values` (YAML string), each with `helm.parameters` on top (`--set`, or `--set-string` with `forceString`) |
+//! | RKE2/k3s `HelmChart` (`helm.cattle.io/v1`) | `spec.chart` (name, `repo/name`, URL or OCI reference) | `spec.valuesContent` (YAML string) with `spec.set` on top (helm-controller: `"true"`/`"false"` and integers typed, other strings `--set-string`) |
+//! | k0s `ClusterConfig` (`k0s.k0sproject.io`) | `spec.extensions.helm.charts[].chartname` | that entry's `values` (YAML string) |
 //! | RKE2/k3s `HelmChartConfig` (`helm.cattle.io/v1`) | `metadata.name` (it customises the HelmChart of that name) | `spec.valuesContent` (YAML string) |
 //! | a plain values file (`stackgate check --values-for`) | the flag | the whole file |
 //!
@@ -13,6 +14,10 @@
 //! (raw INI) when that is set, else from the structured `cloudConfig` map
 //! ([`super::render`]); with `secret.enabled` or `secret.create` false it renders no Secret,
 //! so the values are not a site (the externally provided Secret is checked on its own).
+//!
+//! Values set on top (`spec.set`, `helm.parameters`) are merged as Helm merges `--set` over
+//! values files; a rendered line that comes from one is located at it and an edit of its key
+//! is written there (`values::Overridden`). Paths with list indexes are not followed.
 //!
 //! This module finds the values and reads the cloud config in them; the carriers that map it
 //! back to the object and write edits are in `values.rs` (and `object_data.rs` for
@@ -24,7 +29,10 @@ use serde_json::Value;
 
 use super::object_data::TextField;
 use super::render::{self, Origin};
-use super::values::{RenderedValues, ValuesAt, ValuesText, ValuesTextContents, ValuesTextRendered};
+use super::values::{
+    Overridden, Override, RenderedValues, UnseenValues, ValuesAt, ValuesText, ValuesTextContents,
+    ValuesTextRendered,
+};
 use super::{FoundConfig, Holder, SiteError};
 use crate::yaml::{self, Seg};
 
@@ -54,6 +62,23 @@ struct ValuesPlace {
     path: Vec<Seg>,
     /// The values are a YAML string (HelmChart `valuesContent`, Argo `helm.values`), not a map.
     yaml_string: bool,
+    /// Where values beneath these are named but not held (Flux `spec.valuesFrom`, Argo CD
+    /// `helm.valueFiles`).
+    unseen: Option<Vec<Seg>>,
+    /// Where values set on top of these are (HelmChart `spec.set`, Argo CD `helm.parameters`).
+    overrides: Option<OverrideSource>,
+    /// The CCM chart is a subchart of the chart these values are for, under this key: `path`
+    /// ends with it, and overrides are read below it.
+    alias: Option<String>,
+}
+
+/// A field of `--set`-like entries that Helm applies on top of the values files.
+#[derive(Debug, Clone)]
+enum OverrideSource {
+    /// RKE2/k3s HelmChart `spec.set`: a map of `--set` path → string or integer.
+    HelmChartSet(Vec<Seg>),
+    /// Argo CD `helm.parameters`: a list of `{name, value, forceString}`.
+    ArgoParameters(Vec<Seg>),
 }
 
 /// The chart names a policy set's sites document asks for.
@@ -182,21 +207,82 @@ fn values_places(
                 Some((str_at(root, &["chart"]), &["values"], false))
             }
             ("argoproj.io", "v1alpha1", "Application") => return argo_places(root, charts),
+            ("k0s.k0sproject.io", _, "ClusterConfig") => return k0s_places(root, charts),
             _ => None,
         };
-    match single {
-        Some((Some(chart), path, yaml_string)) if chart_matches(chart, charts) => {
-            vec![ValuesPlace {
-                path: keys(path),
-                yaml_string,
-            }]
-        }
-        _ => Vec::new(),
+    let Some((chart, path, yaml_string)) = single else {
+        return Vec::new();
+    };
+    let ours = chart.is_some_and(|c| chart_matches(c, charts));
+    let mut place = ValuesPlace {
+        path: keys(path),
+        yaml_string,
+        unseen: (gvk.group == "helm.toolkit.fluxcd.io").then(|| keys(&["spec", "valuesFrom"])),
+        overrides: (gvk.kind == "HelmChart" && gvk.group == "helm.cattle.io")
+            .then(|| OverrideSource::HelmChartSet(keys(&["spec", "set"]))),
+        alias: None,
+    };
+    if !yaml_string && let Some(alias) = subchart_alias(get(root, &place.path), charts, ours) {
+        place.path.push(Seg::key(&alias));
+        place.alias = Some(alias);
+        return vec![place];
     }
+    if ours { vec![place] } else { Vec::new() }
+}
+
+/// The key under which structured `values` hold the CCM chart's values as a subchart of an
+/// umbrella chart: a key named after the chart (Helm's default alias) whose value is a map
+/// not switched off with `enabled: false`. Values of the CCM chart itself (`ours`) are read
+/// at their root when they hold `cloudConfig` or `cloudConfigContents`.
+fn subchart_alias(values: Option<&Value>, charts: &[String], ours: bool) -> Option<String> {
+    let map = values?.as_object()?;
+    if ours && (map.contains_key("cloudConfig") || map.contains_key("cloudConfigContents")) {
+        return None;
+    }
+    charts
+        .iter()
+        .find(|chart| {
+            map.get(chart.as_str()).is_some_and(|v| {
+                v.is_object() && v.get("enabled").is_none_or(|e| e != &Value::Bool(false))
+            })
+        })
+        .cloned()
+}
+
+/// k0s `ClusterConfig`: each `spec.extensions.helm.charts[]` whose `chartname` names the
+/// chart; its `values` is a YAML string.
+fn k0s_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
+    let Some(list) = root
+        .pointer("/spec/extensions/helm/charts")
+        .and_then(Value::as_array)
+    else {
+        return Vec::new();
+    };
+    list.iter()
+        .enumerate()
+        .filter(|(_, chart)| {
+            chart
+                .get("chartname")
+                .and_then(Value::as_str)
+                .is_some_and(|c| chart_matches(c, charts))
+        })
+        .map(|(i, _)| {
+            let mut path = keys(&["spec", "extensions", "helm", "charts"]);
+            path.push(Seg::Index(i));
+            path.push(Seg::key("values"));
+            ValuesPlace {
+                path,
+                yaml_string: true,
+                unseen: None,
+                overrides: None,
+                alias: None,
+            }
+        })
+        .collect()
 }
 
 /// Argo CD: `spec.source` and each `spec.sources[]` whose chart (or path) names the chart;
-/// `helm.valuesObject` (also when neither is set: that is where values would go) and
+/// `helm.valuesObject` (also when neither is set: that is where values would go), else
 /// `helm.values` (a YAML string).
 fn argo_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
     let mut out = Vec::new();
@@ -217,10 +303,28 @@ fn argo_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
             .get("chart")
             .and_then(Value::as_str)
             .or_else(|| source.get("path").and_then(Value::as_str));
-        if !chart.is_some_and(|c| chart_matches(c, charts)) {
+        let ours = chart.is_some_and(|c| chart_matches(c, charts));
+        let helm = source.get("helm");
+        let mut parameters = base.clone();
+        parameters.extend(keys(&["helm", "parameters"]));
+        let mut value_files = base.clone();
+        value_files.extend(keys(&["helm", "valueFiles"]));
+        let values_object = helm.and_then(|h| h.get("valuesObject"));
+        if let Some(alias) = subchart_alias(values_object, charts, ours) {
+            let mut path = base.clone();
+            path.extend(keys(&["helm", "valuesObject", &alias]));
+            out.push(ValuesPlace {
+                path,
+                yaml_string: false,
+                unseen: Some(value_files),
+                overrides: Some(OverrideSource::ArgoParameters(parameters)),
+                alias: Some(alias),
+            });
             continue;
         }
-        let helm = source.get("helm");
+        if !ours {
+            continue;
+        }
         let has = |field: &str| {
             helm.and_then(|h| h.get(field))
                 .is_some_and(|v| !v.is_null())
@@ -228,12 +332,20 @@ fn argo_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
         let with = |field: &str, yaml_string| {
             let mut path = base.clone();
             path.extend(keys(&["helm", field]));
-            ValuesPlace { path, yaml_string }
+            ValuesPlace {
+                path,
+                yaml_string,
+                unseen: Some(value_files.clone()),
+                overrides: Some(OverrideSource::ArgoParameters(parameters.clone())),
+                alias: None,
+            }
         };
+        // Argo CD passes one of the two to Helm: `valuesObject` when it is set, else the
+        // `values` string (`ApplicationSourceHelm.ValuesYAML`), so `values` beside a
+        // `valuesObject` is ignored and is not read.
         if has("valuesObject") || !has("values") {
             out.push(with("valuesObject", false));
-        }
-        if has("values") {
+        } else {
             out.push(with("values", true));
         }
     }
@@ -298,6 +410,7 @@ fn read(
     let field = display(&place.path);
     // How messages name a path inside the values: a values file's values are the file.
     let prefix = match (values_file, place.yaml_string) {
+        (true, _) if place.path.len() > 1 => format!("{}.", display(&place.path[1..])),
         (true, _) => String::new(),
         (false, true) => format!("{field}, "),
         (false, false) => format!("{field}."),
@@ -308,12 +421,169 @@ fn read(
         prefix,
     };
     let object = object_name.to_owned();
+    let mut overrides = place
+        .overrides
+        .as_ref()
+        .map(|source| overrides_of(root, source))
+        .unwrap_or_default();
+    if let Some(alias) = &place.alias {
+        // Under an umbrella chart, `--set` paths start with the subchart's key.
+        overrides.retain_mut(|(o, _)| {
+            let under = o.keys.len() > 1 && &o.keys[0] == alias;
+            if under {
+                o.keys.remove(0);
+            }
+            under
+        });
+    }
+    if let Some(references) = &place.unseen
+        && let Some(sources) = unseen_sources(root, references)
+    {
+        // The values here are merged over the unseen ones: they decide alone only with
+        // `cloudConfigContents` or the Secret switched off.
+        let top = if place.yaml_string {
+            raw.and_then(Value::as_str)
+                .filter(|t| t.len() <= MAX_VALUES_TEXT_BYTES)
+                .and_then(|t| yaml::parse_one(t).and_then(|n| n.to_json()).ok())
+        } else {
+            Some(raw.cloned().unwrap_or(Value::Null))
+        };
+        if let Some(top) = top {
+            let merged = merged_with(&top, &overrides);
+            if !renders_secret(&merged) {
+                return None;
+            }
+            if contents(&merged).is_none() {
+                let location = display(references);
+                let error = SiteError::Unseen {
+                    location: location.clone(),
+                    sources,
+                };
+                let carrier = UnseenValues {
+                    path: references.clone(),
+                };
+                return Some(FoundConfig::new(object, location, Err(error), carrier));
+            }
+        }
+    }
     if place.yaml_string {
-        return read_values_text(object, at, field, raw);
+        return read_values_text(object, at, field, raw, overrides);
     }
     let values = raw.cloned().unwrap_or(Value::Null);
+    if !overrides.is_empty() {
+        let merged = merged_with(&values, &overrides);
+        return renders_secret(&merged)
+            .then(|| in_values_over(object, Beneath::Map(at, values), merged, overrides));
+    }
     renders_secret(&values).then(|| in_values_map(object, at, values))
 }
+
+/// What messages say values come from, when `references` (a Flux `spec.valuesFrom` list or
+/// an Argo CD `helm.valueFiles` list) names any.
+fn unseen_sources(root: &Value, references: &[Seg]) -> Option<String> {
+    let list = get(root, references)?.as_array()?;
+    if list.is_empty() {
+        return None;
+    }
+    if matches!(references.last(), Some(Seg::Key(k)) if k == "valueFiles") {
+        let files: Vec<&str> = list.iter().filter_map(Value::as_str).collect();
+        let source = display(&references[..references.len().saturating_sub(2)]);
+        return Some(format!("value files {} of {source}", files.join(", ")));
+    }
+    values_from_sources(root)
+}
+
+/// The references of a HelmRelease's `spec.valuesFrom`, for messages (None when it has none).
+fn values_from_sources(root: &Value) -> Option<String> {
+    let list = root.pointer("/spec/valuesFrom")?.as_array()?;
+    if list.is_empty() {
+        return None;
+    }
+    Some(
+        list.iter()
+            .map(describe_values_reference)
+            .collect::<Vec<_>>()
+            .join(", "),
+    )
+}
+
+/// One Flux `valuesFrom` reference as messages name it: `Secret occm-values key values.yaml`,
+/// with ` at <targetPath>` and ` (optional)` when set. Names only, never content.
+pub fn describe_values_reference(reference: &Value) -> String {
+    let field = |k: &str| reference.get(k).and_then(Value::as_str);
+    let mut out = format!(
+        "{} {} key {}",
+        field("kind").unwrap_or("object"),
+        field("name").unwrap_or("<unnamed>"),
+        field("valuesKey").unwrap_or(FLUX_DEFAULT_VALUES_KEY)
+    );
+    if let Some(target) = field("targetPath").filter(|t| !t.is_empty()) {
+        out.push_str(&format!(" at {target}"));
+    }
+    if reference.get("optional").and_then(Value::as_bool) == Some(true) {
+        out.push_str(" (optional)");
+    }
+    out
+}
+
+/// The keys of a Helm `--set` path (`cloudConfig.loadBalancer.subnet-id`; a backslash makes
+/// the next character part of the key, so `a\.b` is the one key `a.b`), or None for a path
+/// with a list index (`a[0]`), an empty key or `=`/`,`, which stackgate does not follow.
+pub fn set_path_keys(path: &str) -> Option<Vec<String>> {
+    let mut keys = Vec::new();
+    let mut key = String::new();
+    let mut chars = path.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => key.push(chars.next()?),
+            '.' => keys.push(std::mem::take(&mut key)),
+            '[' | ']' | '=' | ',' => return None,
+            other => key.push(other),
+        }
+    }
+    keys.push(key);
+    (!keys.iter().any(String::is_empty)).then_some(keys)
+}
+
+/// A `--set` value typed as Helm's `strvals` types it: `true`/`false` (any case) booleans,
+/// `null` null, a decimal integer without a leading zero (or `0`) a number, else the string.
+pub fn set_typed(value: &str) -> Value {
+    if value.eq_ignore_ascii_case("true") {
+        return Value::Bool(true);
+    }
+    if value.eq_ignore_ascii_case("false") {
+        return Value::Bool(false);
+    }
+    if value.eq_ignore_ascii_case("null") {
+        return Value::Null;
+    }
+    if value == "0" {
+        return Value::from(0);
+    }
+    if !value.starts_with('0')
+        && let Ok(n) = value.parse::<i64>()
+    {
+        return Value::from(n);
+    }
+    Value::String(value.to_owned())
+}
+
+/// Sets `keys` to `leaf` in `root`, making maps of missing or non-map parents (as `--set`
+/// does).
+pub fn put_path(root: &mut Value, keys: &[String], leaf: Value) {
+    let mut node = root;
+    for key in keys {
+        if !node.is_object() {
+            *node = Value::Object(serde_json::Map::new());
+        }
+        let Value::Object(map) = node else { return };
+        node = map.entry(key.clone()).or_insert(Value::Null);
+    }
+    *node = leaf;
+}
+
+/// The data key Flux reads when a `valuesFrom` reference names none.
+pub const FLUX_DEFAULT_VALUES_KEY: &str = "values.yaml";
 
 /// Reads a YAML values string (`raw`, absent when the field is) named `field` in messages.
 fn read_values_text(
@@ -321,6 +591,7 @@ fn read_values_text(
     at: ValuesAt,
     field: String,
     raw: Option<&Value>,
+    overrides: Vec<(Override, Value)>,
 ) -> Option<FoundConfig> {
     let yaml = match raw {
         None => "",
@@ -341,6 +612,13 @@ fn read_values_text(
     }
     let yaml = yaml.to_owned();
     match yaml::parse_one(&yaml).and_then(|n| n.to_json()) {
+        Ok(values) if !overrides.is_empty() => {
+            let merged = merged_with(&values, &overrides);
+            renders_secret(&merged).then(|| {
+                let beneath = Beneath::Text(ValuesText::new(at, yaml, values));
+                in_values_over(object, beneath, merged, overrides)
+            })
+        }
         Ok(values) => renders_secret(&values)
             .then(|| in_values_text(object, ValuesText::new(at, yaml, values))),
         Err(error) => {
@@ -407,6 +685,153 @@ fn in_values_text(object: String, text: ValuesText) -> FoundConfig {
     let location = text.at.name("cloudConfig");
     let (ini, origins) = render_cloud_config(&text.values, &location);
     FoundConfig::new(object, location, ini, ValuesTextRendered { text, origins })
+}
+
+/// The values that `--set`-like overrides apply on top of.
+enum Beneath {
+    /// Structured values in the object.
+    Map(ValuesAt, Value),
+    /// A YAML values string.
+    Text(ValuesText),
+}
+
+/// The `--set`-like overrides in `source` (those stackgate can follow: paths without list
+/// indexes, string or integer values), each with the value Helm would set.
+fn overrides_of(root: &Value, source: &OverrideSource) -> Vec<(Override, Value)> {
+    let mut out = Vec::new();
+    match source {
+        OverrideSource::HelmChartSet(path) => {
+            let Some(map) = get(root, path).and_then(Value::as_object) else {
+                return out;
+            };
+            // helm-controller sorts the keys; "true"/"false" go to `--set` (typed), other
+            // strings to `--set-string`, integers to `--set`.
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            for (key, value) in entries {
+                let value = match value {
+                    Value::String(s) if s == "true" || s == "false" => set_typed(s),
+                    Value::String(_) | Value::Number(_) | Value::Bool(_) => value.clone(),
+                    _ => continue,
+                };
+                let Some(keys) = set_path_keys(key) else {
+                    continue;
+                };
+                let mut value_path = path.clone();
+                value_path.push(Seg::key(key));
+                let name = format!("{}[\"{key}\"]", display(path));
+                out.push((
+                    Override {
+                        keys,
+                        value_path,
+                        name,
+                    },
+                    value,
+                ));
+            }
+        }
+        OverrideSource::ArgoParameters(path) => {
+            let Some(list) = get(root, path).and_then(Value::as_array) else {
+                return out;
+            };
+            for (i, parameter) in list.iter().enumerate() {
+                let (Some(name), Some(value)) = (
+                    parameter.get("name").and_then(Value::as_str),
+                    parameter.get("value").and_then(Value::as_str),
+                ) else {
+                    continue;
+                };
+                let Some(keys) = set_path_keys(name) else {
+                    continue;
+                };
+                // `forceString: true` is `--set-string`; otherwise `--set` types the value.
+                let force = parameter.get("forceString").and_then(Value::as_bool) == Some(true);
+                let typed = if force {
+                    Value::String(value.to_owned())
+                } else {
+                    set_typed(value)
+                };
+                let mut at = path.clone();
+                at.push(Seg::Index(i));
+                let shown = format!("{} ({name})", display(&at));
+                at.push(Seg::key("value"));
+                out.push((
+                    Override {
+                        keys,
+                        value_path: at,
+                        name: shown,
+                    },
+                    typed,
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// `values` with the overrides applied in order.
+fn merged_with(values: &Value, overrides: &[(Override, Value)]) -> Value {
+    let mut merged = values.clone();
+    for (o, value) in overrides {
+        put_path(&mut merged, &o.keys, value.clone());
+    }
+    merged
+}
+
+/// The cloud config in values with overrides on top (`merged`): an override's
+/// `cloudConfigContents`, else the values' own `cloudConfigContents`, else `cloudConfig`
+/// rendered from the merged values, carried by [`Overridden`].
+fn in_values_over(
+    object: String,
+    beneath: Beneath,
+    merged: Value,
+    overrides: Vec<(Override, Value)>,
+) -> FoundConfig {
+    if let Some((o, _)) = overrides
+        .iter()
+        .rev()
+        .find(|(o, v)| o.keys == ["cloudConfigContents"] && truthy(v))
+    {
+        let path = o.value_path.clone();
+        let raw = get_owned_string(&merged);
+        return TextField::found(object, path, o.name.clone(), &raw, Holder::HelmValues);
+    }
+    if contents(&merged).is_some() {
+        return match beneath {
+            Beneath::Map(at, values) => in_values_map(object, at, values),
+            Beneath::Text(text) => in_values_text(object, text),
+        };
+    }
+    let location = match &beneath {
+        Beneath::Map(at, _) => at.name("cloudConfig"),
+        Beneath::Text(text) => text.at.name("cloudConfig"),
+    };
+    let (ini, origins) = render_cloud_config(&merged, &location);
+    let inner: Box<dyn super::Carrier> = match beneath {
+        Beneath::Map(at, values) => Box::new(RenderedValues {
+            at,
+            values,
+            origins: origins.clone(),
+        }),
+        Beneath::Text(text) => Box::new(ValuesTextRendered {
+            text,
+            origins: origins.clone(),
+        }),
+    };
+    let carrier = Overridden {
+        inner,
+        origins,
+        overrides: overrides.into_iter().map(|(o, _)| o).collect(),
+    };
+    FoundConfig::new(object, location, ini, carrier)
+}
+
+/// The merged `cloudConfigContents` (an override's value).
+fn get_owned_string(merged: &Value) -> Value {
+    merged
+        .get("cloudConfigContents")
+        .cloned()
+        .unwrap_or(Value::Null)
 }
 
 /// `cloudConfigContents`, when the chart uses it (a truthy value).
@@ -839,13 +1264,18 @@ fn shown_version(v: &str) -> String {
 /// Whether `object` carries Helm values for one of the charts the sites document asks for
 /// (a GitOps object or values file whose chart reference matches). The admission decoder
 /// reads `spec.values`-like subtrees only for these: every other chart's values are skipped
-/// unread, which keeps the memory a review costs independent of foreign charts' values.
+/// unread (but for the CCM subchart's key in an umbrella chart's values), which keeps the
+/// memory a review costs independent of foreign charts' values.
 pub fn holds_chart_values(
     gvk: &GroupVersionKind,
     object: &DynamicObject,
     sites: &super::SitesDocument,
 ) -> bool {
-    !values_places(gvk, object, &chart_names(sites)).is_empty()
+    // An umbrella chart's values are another chart's: the decoder's first reading keeps the
+    // CCM subchart's key in them, which is all that is read.
+    values_places(gvk, object, &chart_names(sites))
+        .iter()
+        .any(|place| place.alias.is_none())
 }
 
 #[cfg(test)]
@@ -1057,13 +1487,16 @@ mod tests {
 
     #[test]
     fn argo_sources_values_object_and_string() {
+        let contents = "cloudConfigContents: |\n  [Global]\n  region = r\n";
         let (gvk, o) = obj(
             json!({"apiVersion":"argoproj.io/v1alpha1","kind":"Application",
             "metadata":{"name":"occm","namespace":"argocd"},
             "spec":{"sources":[{"repoURL":"https://x","path":"other"},
-                {"chart":"openstack-cloud-controller-manager","helm":{"values":"cloudConfigContents: |\n  [Global]\n  region = r\n",
-                 "valuesObject":{"cloudConfig":{"loadBalancer":{"provider-requires-serial-api-calls":false}}}}}]}}),
+                {"chart":"openstack-cloud-controller-manager","helm":{"values": contents,
+                 "valuesObject":{"cloudConfig":{"loadBalancer":{"provider-requires-serial-api-calls":false}}}}},
+                {"chart":"openstack-cloud-controller-manager","helm":{"values": contents}}]}}),
         );
+        // Beside a valuesObject, Argo CD ignores the values string: it is not read.
         let found = find(&gvk, &o, &charts());
         assert_eq!(found.len(), 2);
         assert_eq!(
@@ -1072,11 +1505,11 @@ mod tests {
         );
         assert_eq!(
             found[1].location,
-            "spec.sources[1].helm.values, cloudConfigContents"
+            "spec.sources[2].helm.values, cloudConfigContents"
         );
         assert_eq!(
             found[1].describe(Some(2)),
-            "Application argocd/occm spec.sources[1].helm.values, cloudConfigContents line 2 (line 3 of the values)"
+            "Application argocd/occm spec.sources[2].helm.values, cloudConfigContents line 2 (line 3 of the values)"
         );
         assert_eq!(
             found[1].trace(Some(2)),
@@ -1084,13 +1517,195 @@ mod tests {
                 path: vec![
                     Seg::key("spec"),
                     Seg::key("sources"),
-                    Seg::Index(1),
+                    Seg::Index(2),
                     Seg::key("helm"),
                     Seg::key("values")
                 ],
                 line: 3
             }
         );
+    }
+
+    #[test]
+    fn values_from_is_unseen_unless_spec_values_decide() {
+        let release = |values: Value| {
+            obj(
+                json!({"apiVersion":"helm.toolkit.fluxcd.io/v2","kind":"HelmRelease",
+            "metadata":{"name":"occm","namespace":"kube-system"},
+            "spec":{"chart":{"spec":{"chart":"openstack-cloud-controller-manager"}},
+                "valuesFrom":[{"kind":"Secret","name":"v","valuesKey":"x.yaml"},
+                    {"kind":"ConfigMap","name":"o","targetPath":"a.b","optional":true}],
+                "values": values}}),
+            )
+        };
+        let (gvk, o) = release(json!({"cloudConfig":{"global":{"region":"r"}}}));
+        let found = find(&gvk, &o, &charts());
+        assert_eq!(found.len(), 1);
+        assert_eq!(
+            found[0].text.clone().unwrap_err().to_string(),
+            "spec.valuesFrom: values come from Secret v key x.yaml, ConfigMap o key values.yaml \
+             at a.b (optional), which this run cannot see"
+        );
+        assert_eq!(found[0].pointer(), "/spec/valuesFrom");
+        let doc = Document::parse("[LoadBalancer]\n").unwrap();
+        assert!(found[0].patch(&doc, &[]).is_empty());
+        // `spec.values` is merged last: its cloudConfigContents and secret switch are final.
+        let (gvk, o) = release(json!({"cloudConfigContents":"[Global]\n"}));
+        assert_eq!(
+            find(&gvk, &o, &charts())[0].text.as_deref(),
+            Ok("[Global]\n")
+        );
+        let (gvk, o) = release(json!({"secret":{"enabled":false}}));
+        assert!(find(&gvk, &o, &charts()).is_empty());
+    }
+
+    #[test]
+    fn helmchart_set_overrides_values_content_and_takes_edits_of_its_keys() {
+        let (gvk, o) = obj(json!({"apiVersion":"helm.cattle.io/v1","kind":"HelmChart",
+            "metadata":{"name":"occm","namespace":"kube-system"},
+            "spec":{"chart":"openstack-cloud-controller-manager",
+                "valuesContent":"cloudConfig:\n  global:\n    region: r\n",
+                "set":{"cloudConfig.loadBalancer.lb-method":"ROUND_ROBIN",
+                    "cloudConfig.global.region":"s", "replicas": 2}}}));
+        let found = find(&gvk, &o, &charts());
+        assert_eq!(found.len(), 1);
+        let f = &found[0];
+        let text = f.text.clone().unwrap();
+        assert!(text.contains("region = \"s\""), "{text}");
+        assert!(text.contains("lb-method = \"ROUND_ROBIN\""), "{text}");
+        let line = text
+            .lines()
+            .position(|l| l.starts_with("lb-method"))
+            .unwrap()
+            + 1;
+        assert_eq!(
+            f.describe(Some(line)),
+            "HelmChart kube-system/occm spec.set[\"cloudConfig.loadBalancer.lb-method\"]"
+        );
+        assert_eq!(
+            f.trace(Some(line)),
+            Anchor::Node(vec![
+                Seg::key("spec"),
+                Seg::key("set"),
+                Seg::key("cloudConfig.loadBalancer.lb-method")
+            ])
+        );
+        // An edit of a key `spec.set` sets is written there; any other into valuesContent.
+        let doc = Document::parse(&text).unwrap();
+        let edits = [
+            IniEdit {
+                section: "LoadBalancer",
+                key: "LB-Method",
+                value: "SOURCE_IP_PORT",
+            },
+            IniEdit {
+                section: "LoadBalancer",
+                key: "provider-requires-serial-api-calls",
+                value: "true",
+            },
+        ];
+        let ops = serde_json::to_value(f.patch(&doc, &edits)).unwrap();
+        assert_eq!(
+            ops,
+            json!([
+                {"op":"replace","path":"/spec/set/cloudConfig.loadBalancer.lb-method","value":"SOURCE_IP_PORT"},
+                {"op":"replace","path":"/spec/valuesContent","value":
+                    "cloudConfig:\n  global:\n    region: r\n  loadBalancer:\n    provider-requires-serial-api-calls: true\n"}
+            ])
+        );
+        // `secret.enabled` switched off by `--set`: no Secret, no site.
+        let (gvk, o) = obj(json!({"apiVersion":"helm.cattle.io/v1","kind":"HelmChart",
+            "metadata":{"name":"occm"},
+            "spec":{"chart":"openstack-cloud-controller-manager","set":{"secret.enabled":"false"}}}));
+        assert!(find(&gvk, &o, &charts()).is_empty());
+    }
+
+    #[test]
+    fn umbrella_chart_values_are_read_under_the_subchart_key() {
+        let release = |chart: &str, values: Value| {
+            obj(
+                json!({"apiVersion":"helm.toolkit.fluxcd.io/v2","kind":"HelmRelease",
+                "metadata":{"name":"addons","namespace":"kube-system"},
+                "spec":{"chart":{"spec":{"chart": chart}}, "values": values}}),
+            )
+        };
+        let (gvk, o) = release(
+            "cluster-addons",
+            json!({"openstack-cloud-controller-manager":{"cloudConfig":{"global":{"region":"r"}}},
+                "cloudConfig": {"ignored": true}}),
+        );
+        let found = find(&gvk, &o, &charts());
+        assert_eq!(found.len(), 1);
+        assert_eq!(
+            found[0].location,
+            "spec.values.openstack-cloud-controller-manager.cloudConfig"
+        );
+        let doc = Document::parse(found[0].text.as_ref().unwrap()).unwrap();
+        let edit = IniEdit {
+            section: "LoadBalancer",
+            key: "provider-requires-serial-api-calls",
+            value: "true",
+        };
+        let ops = serde_json::to_value(found[0].patch(&doc, &[edit])).unwrap();
+        assert_eq!(
+            ops,
+            json!([{"op":"add","path":"/spec/values/openstack-cloud-controller-manager/cloudConfig/loadBalancer",
+                "value":{"provider-requires-serial-api-calls":true}}])
+        );
+        // A subchart switched off, or another chart without the key: nothing.
+        let (gvk, o) = release(
+            "cluster-addons",
+            json!({"openstack-cloud-controller-manager":{"enabled":false,"cloudConfig":{}}}),
+        );
+        assert!(find(&gvk, &o, &charts()).is_empty());
+        let (gvk, o) = release("podinfo", json!({"cloudConfig":{"global":{"region":"r"}}}));
+        assert!(find(&gvk, &o, &charts()).is_empty());
+    }
+
+    #[test]
+    fn k0s_cluster_config_chart_values() {
+        let (gvk, o) = obj(
+            json!({"apiVersion":"k0s.k0sproject.io/v1beta1","kind":"ClusterConfig",
+            "metadata":{"name":"k0s","namespace":"kube-system"},
+            "spec":{"extensions":{"helm":{"charts":[
+                {"name":"tempo","chartname":"grafana/tempo","values":"cloudConfig: {}\n"},
+                {"name":"occm","chartname":"openstack/openstack-cloud-controller-manager",
+                 "values":"cloudConfig:\n  loadBalancer:\n    provider-requires-serial-api-calls: false\n"}]}}}}),
+        );
+        let found = find(&gvk, &o, &charts());
+        assert_eq!(found.len(), 1);
+        assert_eq!(
+            found[0].describe(Some(
+                found[0]
+                    .text
+                    .as_ref()
+                    .unwrap()
+                    .lines()
+                    .position(|l| l.starts_with("provider"))
+                    .unwrap()
+                    + 1
+            )),
+            "ClusterConfig kube-system/k0s spec.extensions.helm.charts[1].values, \
+             cloudConfig.loadBalancer.provider-requires-serial-api-calls (line 3 of the values)"
+        );
+    }
+
+    #[test]
+    fn set_paths_and_typed_values() {
+        assert_eq!(
+            set_path_keys("cloudConfig.loadBalancer.a\\.b"),
+            Some(vec![
+                "cloudConfig".into(),
+                "loadBalancer".into(),
+                "a.b".into()
+            ])
+        );
+        assert_eq!(set_path_keys("a[0].b"), None);
+        assert_eq!(set_path_keys("a..b"), None);
+        assert_eq!(set_typed("False"), json!(false));
+        assert_eq!(set_typed("12"), json!(12));
+        assert_eq!(set_typed("012"), json!("012"));
+        assert_eq!(set_typed("x"), json!("x"));
     }
 
     #[test]

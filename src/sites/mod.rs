@@ -29,6 +29,7 @@ use crate::yaml;
 
 pub use crate::yaml::Seg;
 pub use helm::{helm_controller_extra_args, helm_controller_extra_args_all};
+pub use object_data::decode_base64_like_go;
 
 /// Where cloud configs live: a document of kind `CloudConfigSites`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
@@ -180,6 +181,16 @@ pub enum SiteError {
         count: usize,
         /// The limit.
         limit: usize,
+    },
+    /// The values come (in part) from places stackgate cannot read here: a Flux HelmRelease's
+    /// `spec.valuesFrom` Secrets and ConfigMaps, an Argo CD source's `helm.valueFiles`, which
+    /// the admission review does not contain and `stackgate check` did not find in its inputs.
+    #[error("{location}: values come from {sources}, which this run cannot see")]
+    Unseen {
+        /// Where the references are (`spec.valuesFrom`).
+        location: String,
+        /// The references, e.g. `Secret occm-values key values.yaml` (names, never content).
+        sources: String,
     },
     /// The chart cannot render the structured cloud config.
     #[error("{location}: {error}")]

@@ -230,7 +230,7 @@ const GO_STD_ENCODING: base64::engine::GeneralPurpose = base64::engine::GeneralP
 /// between the padding characters. So data wrapped at 76 columns (the `base64` tool's
 /// default) is accepted by kubectl and the apiserver, and must be here. Any other whitespace
 /// is invalid in Go too.
-fn decode_base64_like_go(s: &str) -> Result<Vec<u8>, base64::DecodeError> {
+pub fn decode_base64_like_go(s: &str) -> Result<Vec<u8>, base64::DecodeError> {
     if s.contains(['\r', '\n']) {
         let compact: Vec<u8> = s.bytes().filter(|b| !matches!(b, b'\r' | b'\n')).collect();
         GO_STD_ENCODING.decode(compact)

@@ -435,3 +435,134 @@ fn json_put(root: &mut Value, keys: &[String], value: Value) {
         m.insert(last.clone(), value);
     }
 }
+
+/// Values that come from places the object only names (a Flux HelmRelease's
+/// `spec.valuesFrom`, an Argo CD source's `helm.valueFiles`) and stackgate cannot see: nothing
+/// is rendered or edited; findings point at the references.
+#[derive(Debug)]
+pub(super) struct UnseenValues {
+    /// Path of the references (`spec.valuesFrom`, `spec.source.helm.valueFiles`).
+    pub(super) path: Vec<Seg>,
+}
+
+impl Carrier for UnseenValues {
+    /// Nothing: what the chart renders is not known, so nothing can be edited.
+    fn patch(&self, _edited: &Document, _edits: &[IniEdit]) -> Vec<PatchOperation> {
+        Vec::new()
+    }
+
+    fn trace(&self, _line: Option<usize>) -> Anchor {
+        Anchor::Node(self.path.clone())
+    }
+
+    fn pointer(&self) -> String {
+        pointer(&self.path).to_string()
+    }
+
+    fn describe(&self, _line: Option<usize>) -> String {
+        super::helm::display(&self.path)
+    }
+
+    fn holder(&self) -> Holder {
+        Holder::HelmValues
+    }
+}
+
+/// One value set on top of the chart's values by a Helm `--set`-like field: RKE2/k3s
+/// HelmChart `spec.set` entries, Argo CD `helm.parameters`.
+#[derive(Debug, Clone)]
+pub(super) struct Override {
+    /// The values path it sets (`[cloudConfig, loadBalancer, subnet-id]`).
+    pub(super) keys: Vec<String>,
+    /// Path of the string that holds the value in the object (`spec.set.<key>`,
+    /// `spec.source.helm.parameters[0].value`).
+    pub(super) value_path: Vec<Seg>,
+    /// How messages name it: `spec.set["cloudConfig.loadBalancer.subnet-id"]`.
+    pub(super) name: String,
+}
+
+/// A rendered `cloudConfig` whose values are overridden by `--set`-like entries: a line that
+/// comes from an override is located at it, and an edit of an overridden key is written
+/// there (an edit of the values beneath would be overridden again); everything else goes to
+/// the carrier of the values.
+#[derive(Debug)]
+pub(super) struct Overridden {
+    /// The carrier of the values beneath (its origins are those of the merged values).
+    pub(super) inner: Box<dyn Carrier>,
+    /// The origin of each line rendered from the merged values.
+    pub(super) origins: Vec<Origin>,
+    /// The overrides, in the order they apply.
+    pub(super) overrides: Vec<Override>,
+}
+
+impl Overridden {
+    /// The last override that sets the values path of `line` (gcfg matches key names
+    /// without regard to case).
+    fn override_of(&self, line: Option<usize>) -> Option<&Override> {
+        let path = rendered_path(&self.origins, line);
+        self.find(&path)
+    }
+
+    fn find(&self, path: &[String]) -> Option<&Override> {
+        self.overrides.iter().rev().find(|o| {
+            o.keys.len() == path.len()
+                && o.keys.iter().zip(path).enumerate().all(|(i, (a, b))| {
+                    if i + 1 == path.len() {
+                        a.eq_ignore_ascii_case(b)
+                    } else {
+                        a == b
+                    }
+                })
+        })
+    }
+}
+
+impl Carrier for Overridden {
+    fn patch(&self, edited: &Document, edits: &[IniEdit]) -> Vec<PatchOperation> {
+        let mut ops = Vec::new();
+        let mut beneath = Vec::new();
+        for edit in edits {
+            let target = render::values_key(edit.section).map(|section| {
+                vec![
+                    "cloudConfig".to_owned(),
+                    section.to_owned(),
+                    edit.key.to_owned(),
+                ]
+            });
+            match target.as_deref().and_then(|t| self.find(t)) {
+                // Helm types a `--set` "true"/"false" as a boolean; the field holds a string.
+                Some(o) => ops.push(PatchOperation::Replace(ReplaceOperation {
+                    path: pointer(&o.value_path),
+                    value: Value::String(edit.value.to_owned()),
+                })),
+                None => beneath.push(edit.clone()),
+            }
+        }
+        if !beneath.is_empty() {
+            ops.extend(self.inner.patch(edited, &beneath));
+        }
+        ops
+    }
+
+    fn trace(&self, line: Option<usize>) -> Anchor {
+        match self.override_of(line) {
+            Some(o) => Anchor::Node(o.value_path.clone()),
+            None => self.inner.trace(line),
+        }
+    }
+
+    fn pointer(&self) -> String {
+        self.inner.pointer()
+    }
+
+    fn describe(&self, line: Option<usize>) -> String {
+        match self.override_of(line) {
+            Some(o) => o.name.clone(),
+            None => self.inner.describe(line),
+        }
+    }
+
+    fn holder(&self) -> Holder {
+        Holder::HelmValues
+    }
+}
