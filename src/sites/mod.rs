@@ -15,6 +15,7 @@
 
 pub mod helm;
 mod object_data;
+pub mod payload;
 pub mod render;
 mod values;
 
@@ -227,6 +228,12 @@ trait Carrier: std::fmt::Debug + Send + Sync {
 
     /// What kind of object holds it.
     fn holder(&self) -> Holder;
+
+    /// Path of the one string field holding the whole text, for carriers that have one
+    /// (ConfigMap `data`, Secret `data` / `stringData`); None for values carriers.
+    fn path(&self) -> Option<Vec<Seg>> {
+        None
+    }
 }
 
 /// A cloud config found in an object.
@@ -314,8 +321,16 @@ pub fn find(
     sites: &SitesDocument,
 ) -> Vec<FoundConfig> {
     match (gvk.group.as_str(), gvk.version.as_str(), gvk.kind.as_str()) {
-        ("", "v1", "ConfigMap") => object_data::find(SiteKind::ConfigMap, object, sites),
-        ("", "v1", "Secret") => object_data::find(SiteKind::Secret, object, sites),
+        ("", "v1", "ConfigMap") => {
+            let mut found = object_data::find(SiteKind::ConfigMap, object, sites);
+            found.extend(payload::find(SiteKind::ConfigMap, object, sites));
+            found
+        }
+        ("", "v1", "Secret") => {
+            let mut found = object_data::find(SiteKind::Secret, object, sites);
+            found.extend(payload::find(SiteKind::Secret, object, sites));
+            found
+        }
         _ => helm::find(gvk, object, &helm::chart_names(sites)),
     }
 }

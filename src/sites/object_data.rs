@@ -135,6 +135,10 @@ impl Carrier for TextField {
     fn holder(&self) -> Holder {
         self.holder
     }
+
+    fn path(&self) -> Option<Vec<Seg>> {
+        Some(self.path.clone())
+    }
 }
 
 /// The INI text base64-encoded in a Secret's `data[key]`, read as the apiserver reads it.
@@ -189,6 +193,10 @@ impl Carrier for Base64Field {
     fn holder(&self) -> Holder {
         Holder::Secret
     }
+
+    fn path(&self) -> Option<Vec<Seg>> {
+        Some(self.path.clone())
+    }
 }
 
 /// `raw` as a string, or why not.
@@ -230,7 +238,7 @@ const GO_STD_ENCODING: base64::engine::GeneralPurpose = base64::engine::GeneralP
 /// between the padding characters. So data wrapped at 76 columns (the `base64` tool's
 /// default) is accepted by kubectl and the apiserver, and must be here. Any other whitespace
 /// is invalid in Go too.
-fn decode_base64_like_go(s: &str) -> Result<Vec<u8>, base64::DecodeError> {
+pub(super) fn decode_base64_like_go(s: &str) -> Result<Vec<u8>, base64::DecodeError> {
     if s.contains(['\r', '\n']) {
         let compact: Vec<u8> = s.bytes().filter(|b| !matches!(b, b'\r' | b'\n')).collect();
         GO_STD_ENCODING.decode(compact)
