@@ -9,6 +9,10 @@ use super::CheckError;
 /// File extensions read when walking a directory.
 pub const EXTENSIONS: &[&str] = &["yaml", "yml", "json"];
 
+/// File extensions of plain INI cloud configs (`cloud.conf`) checked when named on the
+/// command line; while walking, only files matching an `--ini` glob are read as INI.
+pub const INI_EXTENSIONS: &[&str] = &["conf", "ini"];
+
 /// Name shown for standard input.
 pub const STDIN_NAME: &str = "<stdin>";
 
@@ -119,6 +123,7 @@ pub fn collect(
     stdin: &mut dyn Read,
     max_size: u64,
     exclude: &[String],
+    ini: &[String],
 ) -> Result<Vec<Input>, CheckError> {
     let default = [PathBuf::from(".")];
     let paths = if paths.is_empty() {
@@ -149,7 +154,7 @@ pub fn collect(
             message: e.kind().to_string(),
         })?;
         if meta.is_dir() {
-            let mut found = walk(path, exclude);
+            let mut found = walk(path, exclude, ini);
             found.sort_by(|a, b| a.0.cmp(&b.0));
             out.extend(found.into_iter().map(|(path, entry)| match entry {
                 Found::File { open } => read(path, &open, max_size),
@@ -188,6 +193,32 @@ fn excluded_by<'a>(exclude: &'a [String], names: &[&str]) -> Option<&'a str> {
         .map(|g| g.trim())
         .filter(|g| !g.is_empty())
         .find(|g| names.iter().any(|n| glob_matches_path(g, n)))
+}
+
+/// Whether a file `path` found below `root` matches one of `globs` (relative to `root`, or
+/// as shown).
+fn walk_matches(globs: &[String], root: &Path, path: &Path) -> bool {
+    if globs.is_empty() {
+        return false;
+    }
+    let shown = display(path);
+    let relative = path
+        .strip_prefix(root)
+        .map_or_else(|_| shown.clone(), display);
+    excluded_by(globs, &[&relative, &shown]).is_some()
+}
+
+/// Whether input `name` (at `path`) is a plain INI cloud config: it matches an `--ini` glob,
+/// or it is a file with an [`INI_EXTENSIONS`] extension (only named files have one: the walk
+/// reads other extensions only through `--ini`).
+pub fn is_ini(name: &str, path: Option<&Path>, ini: &[String]) -> bool {
+    ini.iter()
+        .map(|g| g.trim())
+        .any(|g| !g.is_empty() && glob_matches_path(g, name))
+        || path
+            .and_then(|p| p.extension())
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| INI_EXTENSIONS.iter().any(|x| x.eq_ignore_ascii_case(e)))
 }
 
 /// Whether the walker leaves `path` (found below `root`) out because of `exclude`. A directory
@@ -364,7 +395,8 @@ fn yaml_extension(path: &Path) -> bool {
 /// that cannot be read is reported with its own path and the walk goes on. Iterative, so the
 /// depth of the tree does not touch the stack. Paths matching an `exclude` glob are left out
 /// (directories are not entered).
-fn walk(root: &Path, exclude: &[String]) -> Vec<(PathBuf, Found)> {
+fn walk(root: &Path, exclude: &[String], ini: &[String]) -> Vec<(PathBuf, Found)> {
+    let wanted = |path: &Path| yaml_extension(path) || walk_matches(ini, root, path);
     let mut out = Vec::new();
     // The tree a symbolic link must stay inside. Without it (root not resolvable), no
     // symbolic link is followed.
@@ -396,7 +428,7 @@ fn walk(root: &Path, exclude: &[String]) -> Vec<(PathBuf, Found)> {
             let file_type = match entry.file_type() {
                 Ok(t) => t,
                 Err(e) => {
-                    if yaml_extension(&path) && !walk_excludes(exclude, root, &path, false) {
+                    if wanted(&path) && !walk_excludes(exclude, root, &path, false) {
                         out.push((path, Found::Error(format!("cannot read: {}", e.kind()))));
                     }
                     continue;
@@ -410,7 +442,7 @@ fn walk(root: &Path, exclude: &[String]) -> Vec<(PathBuf, Found)> {
                 }
                 continue;
             }
-            if !yaml_extension(&path) || walk_excludes(exclude, root, &path, false) {
+            if !wanted(&path) || walk_excludes(exclude, root, &path, false) {
                 continue;
             }
             if file_type.is_file() {

@@ -16,9 +16,11 @@
 //! the tree, a FIFO, socket or device) are reported as skipped and do not change the exit
 //! code, and neither do template files (Helm, Jinja, Terraform; see [`template`]), which are
 //! reported once each as a note and not checked. `--exclude GLOB` leaves paths out of the
-//! walk. `--fix` writes regular files only, atomically (a new file renamed over the old).
+//! walk. Plain INI cloud configs (`.conf`/`.ini` named on the command line, or `--ini GLOB`)
+//! are checked as bare cloud configs ([`ini`]). `--fix` writes regular files only, atomically (a new file renamed over the old).
 
 pub mod evaluate;
+pub mod ini;
 pub mod input;
 pub mod report;
 pub mod template;
@@ -78,6 +80,9 @@ pub struct CheckOptions {
     pub no_diff: bool,
     /// A `ReleaseCatalog` document that replaces the policy set's release catalog.
     pub release_catalog: Option<PathBuf>,
+    /// Globs of files read as plain INI cloud configs (`--ini`); files named on the command
+    /// line ending in `.conf` or `.ini` are read so too.
+    pub ini: Vec<String>,
     /// Globs of paths not read (`--exclude`), matched against the path relative to the
     /// directory walked and against the path as shown.
     pub exclude: Vec<String>,
@@ -185,6 +190,7 @@ pub fn check(
         stdin,
         options.max_file_size,
         &options.exclude,
+        &options.ini,
     )?;
     let mut files = Vec::with_capacity(inputs.len());
     for inp in inputs {
@@ -217,7 +223,15 @@ pub fn check(
             continue;
         }
         let chart = input::values_chart(&inp.name, &options.values_for);
-        let checked = check_text(engine, &inp.name, text, chart);
+        let ini = input::is_ini(&inp.name, inp.path.as_deref(), &options.ini);
+        let check_one = |text: &str| {
+            if ini {
+                ini::check_ini(engine, &inp.name, text)
+            } else {
+                check_text(engine, &inp.name, text, chart)
+            }
+        };
+        let checked = check_one(text);
         let diff = checked.shown.as_ref().map(|shown| {
             report::masked_diff(
                 text,
@@ -246,7 +260,7 @@ pub fn check(
         };
         match written {
             Some(fixed) => {
-                let after = check_text(engine, &inp.name, fixed, chart);
+                let after = check_one(fixed);
                 let mut objects = after.objects;
                 // Keep the Secret diffs of what was written.
                 for (o, before) in objects.iter_mut().zip(&checked.objects) {

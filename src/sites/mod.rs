@@ -314,6 +314,13 @@ impl FoundConfig {
     }
 }
 
+/// Group and version of the synthetic object `stackgate check` builds for a plain INI cloud
+/// config file: `{apiVersion: stackgate.dev/v1alpha1, kind: CloudConfigFile, metadata:
+/// {name: <file>}, text: <the INI>}`.
+pub const CONFIG_FILE_API_VERSION: &str = "stackgate.dev/v1alpha1";
+/// Kind of the synthetic plain-INI object.
+pub const CONFIG_FILE_KIND: &str = "CloudConfigFile";
+
 /// Finds every cloud config `object` holds according to `sites`.
 pub fn find(
     gvk: &GroupVersionKind,
@@ -331,6 +338,7 @@ pub fn find(
             found.extend(payload::find(SiteKind::Secret, object, sites));
             found
         }
+        ("stackgate.dev", "v1alpha1", CONFIG_FILE_KIND) => object_data::config_file(object),
         _ => helm::find(gvk, object, &helm::chart_names(sites)),
     }
 }
