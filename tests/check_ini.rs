@@ -115,3 +115,68 @@ fn fix_inserts_one_line_and_the_rerun_has_no_fix_left() {
         check::check(&options(&[&s(&file)]), &engine(), &mut std::io::empty()).expect("runs");
     assert!(report.files[0].objects[0].verdict.patch.is_empty());
 }
+
+#[test]
+fn a_glob_that_matches_nothing_is_a_usage_error() {
+    let dir = repo();
+    let root = s(dir.path());
+    for (flag, glob) in [
+        ("--ini", "**/nothing.conf"),
+        ("--exclude", "vendor/**"),
+        ("--values-for", "occm=clusters/*/occm-values.yaml"),
+    ] {
+        let result = check::check(
+            &options(&[&root, flag, glob]),
+            &engine(),
+            &mut std::io::empty(),
+        );
+        let err = result.expect_err("a usage error").to_string();
+        let shown = glob.split_once('=').map_or(glob, |(_, g)| g);
+        assert_eq!(
+            err,
+            format!(
+                "{flag} {shown:?} matches no file among the paths checked; fix the glob or drop \
+                 the flag"
+            )
+        );
+    }
+    // A glob that matches is fine.
+    assert!(
+        check::check(
+            &options(&[&root, "--exclude", "clusters/**"]),
+            &engine(),
+            &mut std::io::empty()
+        )
+        .is_ok()
+    );
+}
+
+#[test]
+fn sarif_names_each_source_once_in_its_rule_and_results_stay_short() {
+    let dir = repo();
+    let file = s(&dir.path().join("clusters/a/cloud.conf"));
+    let (_, out) = run(&[&file, "--format", "sarif"]);
+    let sarif: serde_json::Value = serde_json::from_str(&out).expect("SARIF JSON");
+    let sarif_run = &sarif["runs"][0];
+    let rules = sarif_run["tool"]["driver"]["rules"]
+        .as_array()
+        .expect("rules");
+    assert_eq!(rules.len(), 3);
+    for rule in rules {
+        let help = rule["help"]["text"].as_str().expect("help");
+        assert!(help.starts_with("Source: "), "{help}");
+        let source = &help["Source: ".len()..];
+        assert_eq!(out.matches(source).count(), 1, "{source}");
+    }
+    for result in sarif_run["results"].as_array().expect("results") {
+        let message = result["message"]["text"].as_str().expect("text");
+        assert!(!message.contains("source:"), "{message}");
+    }
+    // Text: each source once, after the findings.
+    let (_, text) = run(&[&file]);
+    assert_eq!(
+        text.matches("source of [known-bad-lb-settings]: ").count(),
+        1
+    );
+    assert!(!text.contains("; source: "), "{text}");
+}

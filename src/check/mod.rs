@@ -116,6 +116,16 @@ pub enum CheckError {
         /// What is wrong (position and field, never file content beyond names).
         message: String,
     },
+    /// A glob given with `--values-for`, `--exclude` or `--ini` matched no input path.
+    #[error(
+        "{flag} {glob:?} matches no file among the paths checked; fix the glob or drop the flag"
+    )]
+    Unmatched {
+        /// The flag.
+        flag: &'static str,
+        /// The glob as given.
+        glob: String,
+    },
     /// The report could not be written to the output.
     #[error("cannot write the report: {0}")]
     Output(#[source] std::io::Error),
@@ -192,6 +202,16 @@ pub fn check(
         &options.exclude,
         &options.ini,
     )?;
+    if let Some(v) = options.values_for.iter().find(|v| {
+        !inputs
+            .iter()
+            .any(|i| input::glob_matches_path(&v.glob, &i.name))
+    }) {
+        return Err(CheckError::Unmatched {
+            flag: "--values-for",
+            glob: v.glob.clone(),
+        });
+    }
     let mut files = Vec::with_capacity(inputs.len());
     for inp in inputs {
         let text = match &inp.content {
