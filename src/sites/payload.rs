@@ -5,8 +5,8 @@
 //! `kube-system/cloud-config` Secret embedded this way (cluster-api-provider-openstack's
 //! `cluster-resource-sets` kustomize component).
 //!
-//! Each embedded document that is a ConfigMap or Secret site ([`super::object_data::find`])
-//! becomes a site of the outer object, carried by [`PayloadSite`]: its messages name the
+//! Each embedded document that is a ConfigMap or Secret site (`object_data::find`)
+//! becomes a site of the outer object, carried by `PayloadSite`: its messages name the
 //! outer field, the document and the inner object; its lines map to lines of the outer
 //! string; its edit is the inner carrier's JSON Patch written into the embedded YAML with
 //! the verified minimal editor ([`crate::yaml::edit`]) and then into the outer field
