@@ -657,6 +657,9 @@ struct GoYamlBreaks<'t> {
     /// key's indentation). Folding drops a continuation line's leading blanks, so the value
     /// read is the same; positions are mapped back to the original text.
     pads: std::collections::BTreeMap<usize, usize>,
+    /// For each padded line, in order: the reading byte where its spaces start, and the
+    /// spaces inserted before and including it (for [`Self::original_byte`]).
+    padded: Vec<(usize, usize, usize)>,
 }
 
 /// Most quoted scalars one text may have re-indented for the parser (each costs one more
@@ -725,6 +728,7 @@ impl<'t> GoYamlBreaks<'t> {
                 original: text,
                 nels: Vec::new(),
                 pads: Default::default(),
+                padded: Vec::new(),
             });
         }
         let mut out = String::with_capacity(text.len());
@@ -769,6 +773,7 @@ impl<'t> GoYamlBreaks<'t> {
             original: text,
             nels,
             pads: Default::default(),
+            padded: Vec::new(),
         })
     }
 
@@ -874,9 +879,13 @@ impl<'t> GoYamlBreaks<'t> {
     fn rebuild(&mut self) {
         let mut out = String::with_capacity(self.original.len() + self.pads.len());
         let mut from = 0;
+        let mut inserted = 0;
+        self.padded.clear();
         for (&start, &n) in &self.pads {
             out.push_str(&self.original[from..start]);
             out.extend(std::iter::repeat_n(' ', n));
+            self.padded.push((start + inserted, start, inserted + n));
+            inserted += n;
             from = start;
         }
         out.push_str(&self.original[from..]);
@@ -888,19 +897,19 @@ impl<'t> GoYamlBreaks<'t> {
 
     /// The original byte offset of reading byte `at` (inside inserted spaces: the line start).
     fn original_byte(&self, at: usize) -> usize {
-        let mut inserted = 0;
-        for (&start, &n) in &self.pads {
-            // This line's spaces start at reading byte `start + inserted`.
-            let reading = start + inserted;
-            if at < reading {
-                break;
-            }
-            if at < reading + n {
-                return start;
-            }
-            inserted += n;
+        let i = self
+            .padded
+            .partition_point(|(reading, _, _)| *reading <= at);
+        let Some(&(reading, start, through)) = i.checked_sub(1).and_then(|i| self.padded.get(i))
+        else {
+            return at;
+        };
+        let n = through - (reading - start);
+        if at < reading + n {
+            start
+        } else {
+            at - through
         }
-        at - inserted
     }
 
     /// A parser position in the original text: lines counted without the NELs.
