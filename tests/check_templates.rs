@@ -258,10 +258,22 @@ fn templates_are_one_note_each_and_do_not_fail_the_run() {
         "{xml}"
     );
 
-    // The environment variable takes a comma-separated list; a glob matching nothing is fine.
+    // The environment variable takes a comma-separated list; a glob matching nothing is a
+    // usage error (a typo must not silently change what is checked).
     let o = stackgate(
         &[root_s],
         &[("STACKGATE_CHECK_EXCLUDE", "nothing/**,vendor/**")],
+        None,
+    );
+    assert_eq!(code(&o), 2, "{}", stdout(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("--exclude \"nothing/**\" matches no file"),
+        "{err}"
+    );
+    let o = stackgate(
+        &[root_s],
+        &[("STACKGATE_CHECK_EXCLUDE", "vendor/**,infra/**")],
         None,
     );
     assert_eq!(code(&o), 0, "{}", stdout(&o));

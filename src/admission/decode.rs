@@ -31,7 +31,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::budget::{Cancel, Exhausted};
-use crate::sites::{SiteKind, SitesDocument};
+use crate::sites::{SiteKind, SitesDocument, payload};
 
 /// Most decoded memory (estimated, see `Cost`) the objects of one review may take. Objects
 /// the engine reads (cloud-config sites, the CCM chart's values, pod templates, OpenStack
@@ -213,10 +213,22 @@ fn decode_object(
             budget.spent = total;
             let meta = metadata_of(&root)?;
             let keys = site_keys(kind, &meta, sites);
-            if !keys.is_empty() {
-                let wanted = |path: &[Seg]| site_data(path, &keys);
-                let (data, total) = prune(raw.get(), &wanted, budget)?;
+            // A ClusterResourceSet payload keeps every value: which one embeds a site is
+            // known only once it is parsed (`sites::payload`).
+            let payload = match kind {
+                SiteKind::Secret => payload::is_payload_secret_type(
+                    root.get("type").and_then(serde_json::Value::as_str),
+                ),
+                SiteKind::ConfigMap => payload::may_hold_site(raw.get(), sites),
+            };
+            if !keys.is_empty() || payload {
+                let wanted = |path: &[Seg]| site_data(path, &keys, payload);
+                let (mut data, total) = prune(raw.get(), &wanted, budget)?;
                 budget.spent = total;
+                if payload && kind == SiteKind::ConfigMap {
+                    // Only the values that may embed a site are kept past this reading.
+                    keep_payload_values(&mut data, &keys, sites);
+                }
                 merge(&mut root, data);
             }
             into_object(root, meta)
@@ -355,6 +367,19 @@ fn site_keys(kind: SiteKind, meta: &ObjectMeta, sites: &SitesDocument) -> Vec<St
     keys
 }
 
+/// Drops the `data` values of a ConfigMap read as a possible ClusterResourceSet payload that
+/// are neither site keys nor text that may embed a site.
+fn keep_payload_values(data: &mut serde_json::Value, keys: &[String], sites: &SitesDocument) {
+    if let Some(map) = data
+        .get_mut("data")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        map.retain(|k, v| {
+            keys.contains(k) || v.as_str().is_some_and(|t| payload::may_hold_site(t, sites))
+        });
+    }
+}
+
 /// One step of a path inside an object. Array indices are not told apart: no reading
 /// depends on the position of an element.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -391,11 +416,12 @@ fn site_shell(path: &[Seg]) -> Decision {
     }
 }
 
-/// Second reading of a ConfigMap or Secret: only the data keys in `keys`.
-fn site_data(path: &[Seg], keys: &[String]) -> Decision {
+/// Second reading of a ConfigMap or Secret: only the data keys in `keys` (every key of a
+/// ClusterResourceSet payload, `all`).
+fn site_data(path: &[Seg], keys: &[String], all: bool) -> Decision {
     match path {
         [f] if is(f, "data") || is(f, "stringData") => Decision::Descend,
-        [f, Seg::Key(k)] if (is(f, "data") || is(f, "stringData")) && keys.contains(k) => {
+        [f, Seg::Key(k)] if (is(f, "data") || is(f, "stringData")) && (all || keys.contains(k)) => {
             Decision::Keep
         }
         _ => Decision::Skip,
@@ -676,6 +702,26 @@ mod tests {
         assert_eq!(o.types.expect("types").kind, "ConfigMap");
         assert_eq!(d.request.uid, "u-1");
         assert_eq!(d.request.types.api_version, "admission.k8s.io/v1");
+    }
+
+    #[test]
+    fn crs_payloads_keep_the_values_that_may_embed_a_site() {
+        let manifest = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: cloud-config\n";
+        let body = review(
+            ("", "v1", "ConfigMap"),
+            json!({"metadata": {"name": "crs", "namespace": "ns"},
+                "data": {"p.yaml": manifest, "cni.yaml": "kind: DaemonSet\n"}}),
+        );
+        let o = decode(&body).expect("decodes").request.object.expect("o");
+        assert_eq!(o.data, json!({"data": {"p.yaml": manifest}}));
+        let body = review(
+            ("", "v1", "Secret"),
+            json!({"metadata": {"name": "crs", "namespace": "ns"},
+                "type": "addons.cluster.x-k8s.io/resource-set",
+                "data": {"a": "eA==", "b": "eQ=="}}),
+        );
+        let o = decode(&body).expect("decodes").request.object.expect("o");
+        assert_eq!(o.data["data"], json!({"a": "eA==", "b": "eQ=="}));
     }
 
     #[test]

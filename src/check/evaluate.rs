@@ -190,14 +190,18 @@ pub fn check_text_in(
     let mut fixed = text.to_owned();
     let mut shown = text.to_owned();
     for c in candidates {
-        if is_core_secret(&c.json)
-            && let Some(node) = docs.get(c.doc).and_then(|d| d.root.at(&c.prefix))
-        {
+        let parsed = object_of(&c.json);
+        // A ConfigMap ClusterResourceSet payload embedding a Secret is shown like a Secret.
+        let keeps_secrets = is_core_secret(&c.json)
+            || parsed.as_ref().is_some_and(|(kind, object)| {
+                sites::payload::embeds_secret(kind, object, &engine.policies().sites)
+            });
+        if keeps_secrets && let Some(node) = docs.get(c.doc).and_then(|d| d.root.at(&c.prefix)) {
             checked
                 .secret_lines
                 .push((node.start.line, node.end.line.max(node.start.line)));
         }
-        let Some((kind, object)) = object_of(&c.json) else {
+        let Some((kind, object)) = parsed else {
             checked.problems.push(Problem {
                 line: c.line,
                 column: 1,
@@ -272,7 +276,7 @@ pub fn check_text_in(
             });
         }
         items.sort_by_key(|i| (i.line, std::cmp::Reverse(i.level)));
-        let is_secret = kind.group.is_empty() && kind.kind == "Secret";
+        let is_secret = keeps_secrets;
         let mut secret_diffs = Vec::new();
         let mut fixable_in_place = false;
         if !verdict.patch.is_empty() && fixable {
@@ -288,7 +292,8 @@ pub fn check_text_in(
             }
             if is_secret {
                 let found = sites::find(&kind, &object, &engine.policies().sites);
-                secret_diffs = secret_ini_diffs(name, &c.json, &found, &verdict.patch, engine);
+                secret_diffs =
+                    secret_ini_diffs(name, &kind, &c.json, &found, &verdict.patch, engine);
             }
         }
         checked.objects.push(ObjectResult {
@@ -572,6 +577,7 @@ fn apply_to_text(text: &str, c: &Candidate, patch: &[PatchOperation]) -> Result<
 /// Masked diffs of each cloud config a Secret's patch changes.
 fn secret_ini_diffs(
     name: &str,
+    gvk: &GroupVersionKind,
     object: &Value,
     found: &[FoundConfig],
     patch: &[PatchOperation],
@@ -584,8 +590,7 @@ fn secret_ini_diffs(
     let Ok(after_obj) = serde_json::from_value::<DynamicObject>(patched) else {
         return Vec::new();
     };
-    let gvk = kube::core::GroupVersionKind::gvk("", "v1", "Secret");
-    let after = sites::find(&gvk, &after_obj, &engine.policies().sites);
+    let after = sites::find(gvk, &after_obj, &engine.policies().sites);
     let mut out = Vec::new();
     for site in found {
         let Some(new) = after.iter().find(|s| s.pointer() == site.pointer()) else {

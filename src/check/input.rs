@@ -1,6 +1,7 @@
 //! What `stackgate check` reads: files, directories (recursively), standard input, and which
 //! files are plain Helm values files (`--values-for CHART=GLOB`).
 
+use std::cell::Cell;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -8,6 +9,10 @@ use super::CheckError;
 
 /// File extensions read when walking a directory.
 pub const EXTENSIONS: &[&str] = &["yaml", "yml", "json"];
+
+/// File extensions of plain INI cloud configs (`cloud.conf`) checked when named on the
+/// command line; while walking, only files matching an `--ini` glob are read as INI.
+pub const INI_EXTENSIONS: &[&str] = &["conf", "ini"];
 
 /// Name shown for standard input.
 pub const STDIN_NAME: &str = "<stdin>";
@@ -119,12 +124,17 @@ pub fn collect(
     stdin: &mut dyn Read,
     max_size: u64,
     exclude: &[String],
+    ini: &[String],
 ) -> Result<Vec<Input>, CheckError> {
     let default = [PathBuf::from(".")];
     let paths = if paths.is_empty() {
         &default[..]
     } else {
         paths
+    };
+    let hits = Hits {
+        exclude: exclude.iter().map(|_| Cell::new(false)).collect(),
+        ini: ini.iter().map(|_| Cell::new(false)).collect(),
     };
     let mut out = Vec::new();
     let mut stdin_read = false;
@@ -149,7 +159,7 @@ pub fn collect(
             message: e.kind().to_string(),
         })?;
         if meta.is_dir() {
-            let mut found = walk(path, exclude);
+            let mut found = walk(path, exclude, ini, &hits);
             found.sort_by(|a, b| a.0.cmp(&b.0));
             out.extend(found.into_iter().map(|(path, entry)| match entry {
                 Found::File { open } => read(path, &open, max_size),
@@ -166,7 +176,7 @@ pub fn collect(
                     identity: None,
                 },
             }));
-        } else if let Some(glob) = excluded_by(exclude, &[&display(path)]) {
+        } else if let Some(glob) = excluded_by(exclude, &[&display(path)], &hits.exclude) {
             out.push(Input {
                 name: display(path),
                 path: Some(path.clone()),
@@ -174,25 +184,85 @@ pub fn collect(
                 identity: None,
             });
         } else {
+            // A file named on the command line counts as matched by an `--ini` glob it fits.
+            let _ = excluded_by(ini, &[&display(path)], &hits.ini);
             out.push(read(path.clone(), path, max_size));
         }
     }
+    unmatched("--exclude", exclude, &hits.exclude)?;
+    unmatched("--ini", ini, &hits.ini)?;
     Ok(out)
+}
+
+/// Which globs of `--exclude` and `--ini` matched a path while collecting.
+struct Hits {
+    exclude: Vec<Cell<bool>>,
+    ini: Vec<Cell<bool>>,
+}
+
+/// A usage error for the first of `globs` (given with `flag`) that matched nothing: a typo
+/// in a glob must not make a check silently cover less (or more) than asked.
+fn unmatched(flag: &'static str, globs: &[String], hits: &[Cell<bool>]) -> Result<(), CheckError> {
+    match globs.iter().zip(hits).find(|(_, hit)| !hit.get()) {
+        Some((glob, _)) => Err(CheckError::Unmatched {
+            flag,
+            glob: glob.clone(),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// The first of the `exclude` globs that matches one of `names` (the forms of one path:
 /// relative to the walked directory, as shown, with a trailing `/` for a directory).
-fn excluded_by<'a>(exclude: &'a [String], names: &[&str]) -> Option<&'a str> {
-    exclude
+fn excluded_by<'a>(exclude: &'a [String], names: &[&str], hits: &[Cell<bool>]) -> Option<&'a str> {
+    let found = exclude
         .iter()
+        .enumerate()
+        .map(|(i, g)| (i, g.trim()))
+        .filter(|(_, g)| !g.is_empty())
+        .find(|(_, g)| names.iter().any(|n| glob_matches_path(g, n)));
+    let (i, glob) = found?;
+    if let Some(hit) = hits.get(i) {
+        hit.set(true);
+    }
+    Some(glob)
+}
+
+/// Whether a file `path` found below `root` matches one of `globs` (relative to `root`, or
+/// as shown).
+fn walk_matches(globs: &[String], root: &Path, path: &Path, hits: &[Cell<bool>]) -> bool {
+    if globs.is_empty() {
+        return false;
+    }
+    let shown = display(path);
+    let relative = path
+        .strip_prefix(root)
+        .map_or_else(|_| shown.clone(), display);
+    excluded_by(globs, &[&relative, &shown], hits).is_some()
+}
+
+/// Whether input `name` (at `path`) is a plain INI cloud config: it matches an `--ini` glob,
+/// or it is a file with an [`INI_EXTENSIONS`] extension (only named files have one: the walk
+/// reads other extensions only through `--ini`).
+pub fn is_ini(name: &str, path: Option<&Path>, ini: &[String]) -> bool {
+    ini.iter()
         .map(|g| g.trim())
-        .filter(|g| !g.is_empty())
-        .find(|g| names.iter().any(|n| glob_matches_path(g, n)))
+        .any(|g| !g.is_empty() && glob_matches_path(g, name))
+        || path
+            .and_then(|p| p.extension())
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| INI_EXTENSIONS.iter().any(|x| x.eq_ignore_ascii_case(e)))
 }
 
 /// Whether the walker leaves `path` (found below `root`) out because of `exclude`. A directory
 /// is also matched with a trailing `/`, so that `vendor/**` prunes `vendor` itself.
-fn walk_excludes(exclude: &[String], root: &Path, path: &Path, is_dir: bool) -> bool {
+fn walk_excludes(
+    exclude: &[String],
+    root: &Path,
+    path: &Path,
+    is_dir: bool,
+    hits: &[Cell<bool>],
+) -> bool {
     if exclude.is_empty() {
         return false;
     }
@@ -206,7 +276,7 @@ fn walk_excludes(exclude: &[String], root: &Path, path: &Path, is_dir: bool) -> 
         names.push(format!("{shown}/"));
     }
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
-    excluded_by(exclude, &names).is_some()
+    excluded_by(exclude, &names, hits).is_some()
 }
 
 fn read_stdin(stdin: &mut dyn Read, max_size: u64) -> Content {
@@ -364,7 +434,8 @@ fn yaml_extension(path: &Path) -> bool {
 /// that cannot be read is reported with its own path and the walk goes on. Iterative, so the
 /// depth of the tree does not touch the stack. Paths matching an `exclude` glob are left out
 /// (directories are not entered).
-fn walk(root: &Path, exclude: &[String]) -> Vec<(PathBuf, Found)> {
+fn walk(root: &Path, exclude: &[String], ini: &[String], hits: &Hits) -> Vec<(PathBuf, Found)> {
+    let wanted = |path: &Path| yaml_extension(path) || walk_matches(ini, root, path, &hits.ini);
     let mut out = Vec::new();
     // The tree a symbolic link must stay inside. Without it (root not resolvable), no
     // symbolic link is followed.
@@ -396,7 +467,7 @@ fn walk(root: &Path, exclude: &[String]) -> Vec<(PathBuf, Found)> {
             let file_type = match entry.file_type() {
                 Ok(t) => t,
                 Err(e) => {
-                    if yaml_extension(&path) && !walk_excludes(exclude, root, &path, false) {
+                    if wanted(&path) && !walk_excludes(exclude, root, &path, false, &hits.exclude) {
                         out.push((path, Found::Error(format!("cannot read: {}", e.kind()))));
                     }
                     continue;
@@ -404,13 +475,13 @@ fn walk(root: &Path, exclude: &[String]) -> Vec<(PathBuf, Found)> {
             };
             if file_type.is_dir() {
                 if !entry.file_name().to_string_lossy().starts_with('.')
-                    && !walk_excludes(exclude, root, &path, true)
+                    && !walk_excludes(exclude, root, &path, true, &hits.exclude)
                 {
                     pending.push(path);
                 }
                 continue;
             }
-            if !yaml_extension(&path) || walk_excludes(exclude, root, &path, false) {
+            if !wanted(&path) || walk_excludes(exclude, root, &path, false, &hits.exclude) {
                 continue;
             }
             if file_type.is_file() {

@@ -19,11 +19,13 @@
 //! the tree, a FIFO, socket or device) are reported as skipped and do not change the exit
 //! code, and neither do template files (Helm, Jinja, Terraform; see [`template`]), which are
 //! reported once each as a note and not checked. `--exclude GLOB` leaves paths out of the
-//! walk. `--fix` writes regular files only, atomically (a new file renamed over the old).
+//! walk. Plain INI cloud configs (`.conf`/`.ini` named on the command line, or `--ini GLOB`)
+//! are checked as bare cloud configs ([`ini`]). `--fix` writes regular files only, atomically (a new file renamed over the old).
 
 pub mod evaluate;
 pub mod facts;
 pub mod index;
+pub mod ini;
 pub mod input;
 pub mod report;
 pub mod template;
@@ -83,6 +85,9 @@ pub struct CheckOptions {
     pub no_diff: bool,
     /// A `ReleaseCatalog` document that replaces the policy set's release catalog.
     pub release_catalog: Option<PathBuf>,
+    /// Globs of files read as plain INI cloud configs (`--ini`); files named on the command
+    /// line ending in `.conf` or `.ini` are read so too.
+    pub ini: Vec<String>,
     /// Globs of paths not read (`--exclude`), matched against the path relative to the
     /// directory walked and against the path as shown.
     pub exclude: Vec<String>,
@@ -115,6 +120,16 @@ pub enum CheckError {
         path: PathBuf,
         /// What is wrong (position and field, never file content beyond names).
         message: String,
+    },
+    /// A glob given with `--values-for`, `--exclude` or `--ini` matched no input path.
+    #[error(
+        "{flag} {glob:?} matches no file among the paths checked; fix the glob or drop the flag"
+    )]
+    Unmatched {
+        /// The flag.
+        flag: &'static str,
+        /// The glob as given.
+        glob: String,
     },
     /// The report could not be written to the output.
     #[error("cannot write the report: {0}")]
@@ -190,7 +205,18 @@ pub fn check(
         stdin,
         options.max_file_size,
         &options.exclude,
+        &options.ini,
     )?;
+    if let Some(v) = options.values_for.iter().find(|v| {
+        !inputs
+            .iter()
+            .any(|i| input::glob_matches_path(&v.glob, &i.name))
+    }) {
+        return Err(CheckError::Unmatched {
+            flag: "--values-for",
+            glob: v.glob.clone(),
+        });
+    }
     // Facts about the cluster (its cloud config), from the whole input.
     let texts: Vec<facts::Input<'_>> = inputs
         .iter()
@@ -252,7 +278,15 @@ pub fn check(
             });
             continue;
         }
-        let checked = check_text_in(engine, &inp.name, text, chart, &index, &cluster_facts);
+        let ini = input::is_ini(&inp.name, inp.path.as_deref(), &options.ini);
+        let check_one = |text: &str| {
+            if ini {
+                ini::check_ini(engine, &inp.name, text)
+            } else {
+                check_text_in(engine, &inp.name, text, chart, &index, &cluster_facts)
+            }
+        };
+        let checked = check_one(text);
         let diff = checked.shown.as_ref().map(|shown| {
             report::masked_diff(
                 text,
@@ -281,8 +315,7 @@ pub fn check(
         };
         match written {
             Some(fixed) => {
-                let after =
-                    check_text_in(engine, &inp.name, fixed, chart, &index, &cluster_facts);
+                let after = check_one(fixed);
                 let mut objects = after.objects;
                 // Keep the Secret diffs of what was written.
                 for (o, before) in objects.iter_mut().zip(&checked.objects) {

@@ -189,6 +189,9 @@ pub fn text(report: &Report, show_diffs: bool) -> String {
 /// Human-readable text, with the summary and fix hints of `face`.
 pub fn text_as(report: &Report, show_diffs: bool, face: &Face) -> String {
     let mut out = String::new();
+    // The upstream source of each rule that has a finding, printed once after the findings
+    // (each message is cut before its attribution).
+    let mut sources: Vec<(&str, &str)> = Vec::new();
     for f in &report.files {
         if let Some(reason) = &f.skipped {
             let _ = writeln!(out, "{}: note [skipped] {reason}", f.name);
@@ -209,13 +212,20 @@ pub fn text_as(report: &Report, show_diffs: bool, face: &Face) -> String {
         }
         for o in &f.objects {
             for i in &o.items {
+                let (message, source) = split_attribution(i);
+                if let Some(source) = source
+                    && !sources.iter().any(|(r, _)| *r == i.rule)
+                {
+                    sources.push((i.rule.as_str(), source));
+                }
                 let _ = writeln!(
                     out,
-                    "{}: {} [{}] {}",
+                    "{}: {} [{}] {}{}",
                     at(face, &f.name, i.line),
                     i.level.as_str(),
                     i.rule,
-                    i.message
+                    message,
+                    policy_suffix(i)
                 );
             }
             if !o.verdict.patch.is_empty() && !o.fixable_in_place {
@@ -259,6 +269,9 @@ pub fn text_as(report: &Report, show_diffs: bool, face: &Face) -> String {
             }
             out.push_str(diff);
         }
+    }
+    for (rule, source) in &sources {
+        let _ = writeln!(out, "source of [{rule}]: {source}");
     }
     let c = report.counts();
     let _ = write!(
@@ -535,7 +548,7 @@ pub fn sarif_as(report: &Report, policies: &PolicySet, face: &Face) -> String {
                     "ruleId": i.rule,
                     "ruleIndex": index_of(&i.rule),
                     "level": i.level.as_str(),
-                    "message": {"text": i.message},
+                    "message": {"text": format!("{}{}", split_attribution(i).0, policy_suffix(i))},
                     "locations": [location(&f.name, i.line.max(1), None)],
                     "properties": {"policy": i.policy, "object": o.object, "kind": i.kind.as_str(), "fixedByPatch": i.fixed_by_patch},
                 }));
@@ -555,6 +568,33 @@ pub fn sarif_as(report: &Report, policies: &PolicySet, face: &Face) -> String {
         }],
     });
     serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n"
+}
+
+/// A finding's message without the attribution the engine appends (` (policy P, rule R;
+/// source: S)`), and the source S. Short renderings (text, SARIF results) show the source
+/// once per rule instead. A message without the attribution is returned whole.
+fn split_attribution(i: &Item) -> (&str, Option<&str>) {
+    let Some(rule) = crate::rules::RuleId::parse(&i.rule) else {
+        return (&i.message, None);
+    };
+    let start = crate::engine::attribution_start(&i.policy, rule);
+    match i.message.rfind(&start) {
+        Some(at) => {
+            let source = i.message[at + start.len()..].strip_suffix(')');
+            (&i.message[..at], source)
+        }
+        None => (&i.message, None),
+    }
+}
+
+/// ` (policy NAME)` when the policy's name differs from its rule's (a custom policy), which
+/// the short message would otherwise lose.
+fn policy_suffix(i: &Item) -> String {
+    if i.policy == i.rule || i.message.starts_with("exempted from policy") {
+        String::new()
+    } else {
+        format!(" (policy {})", i.policy)
+    }
 }
 
 /// The SARIF rule of inputs skipped by design.

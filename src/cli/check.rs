@@ -73,6 +73,18 @@ pub struct CheckArgs {
         value_delimiter = ','
     )]
     pub exclude: Vec<String>,
+    /// Read files matching GLOB as plain INI cloud configs (`cloud.conf`): every
+    /// cloud-config rule runs on them and `--fix` edits them. Also matched while walking a
+    /// directory (which otherwise reads only YAML and JSON). A file named on the command line
+    /// ending in `.conf` or `.ini` is read as INI without it. Repeatable; the environment
+    /// variable takes a comma-separated list.
+    #[arg(
+        long,
+        env = "STACKGATE_CHECK_INI",
+        value_name = "GLOB",
+        value_delimiter = ','
+    )]
+    pub ini: Vec<String>,
     /// Policy source.
     #[command(flatten)]
     pub policy: PolicyArgs,
@@ -92,6 +104,7 @@ impl From<&CheckArgs> for CheckOptions {
             no_diff,
             release_catalog,
             exclude,
+            ini,
             policy: _,
         } = args;
         CheckOptions {
@@ -104,6 +117,7 @@ impl From<&CheckArgs> for CheckOptions {
             no_diff: *no_diff,
             release_catalog: release_catalog.clone(),
             exclude: exclude.clone(),
+            ini: ini.clone(),
         }
     }
 }
@@ -136,6 +150,7 @@ mod tests {
                 no_diff: false,
                 release_catalog: None,
                 exclude: Vec::new(),
+                ini: Vec::new(),
             }
         );
     }
@@ -156,6 +171,7 @@ mod tests {
             "--release-catalog=c.yaml",
             "--exclude=charts/**",
             "--exclude=a/*.tpl,b/**",
+            "--ini=**/cloud.conf,x.ini",
         ]);
         assert_eq!(
             given,
@@ -176,6 +192,7 @@ mod tests {
                     "a/*.tpl".to_owned(),
                     "b/**".to_owned()
                 ],
+                ini: vec!["**/cloud.conf".to_owned(), "x.ini".to_owned()],
             }
         );
     }

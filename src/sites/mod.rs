@@ -15,6 +15,7 @@
 
 pub mod helm;
 mod object_data;
+pub mod payload;
 pub mod render;
 mod values;
 
@@ -238,6 +239,12 @@ trait Carrier: std::fmt::Debug + Send + Sync {
 
     /// What kind of object holds it.
     fn holder(&self) -> Holder;
+
+    /// Path of the one string field holding the whole text, for carriers that have one
+    /// (ConfigMap `data`, Secret `data` / `stringData`); None for values carriers.
+    fn path(&self) -> Option<Vec<Seg>> {
+        None
+    }
 }
 
 /// A cloud config found in an object.
@@ -318,6 +325,13 @@ impl FoundConfig {
     }
 }
 
+/// Group and version of the synthetic object `stackgate check` builds for a plain INI cloud
+/// config file: `{apiVersion: stackgate.dev/v1alpha1, kind: CloudConfigFile, metadata:
+/// {name: <file>}, text: <the INI>}`.
+pub const CONFIG_FILE_API_VERSION: &str = "stackgate.dev/v1alpha1";
+/// Kind of the synthetic plain-INI object.
+pub const CONFIG_FILE_KIND: &str = "CloudConfigFile";
+
 /// Finds every cloud config `object` holds according to `sites`.
 pub fn find(
     gvk: &GroupVersionKind,
@@ -325,8 +339,17 @@ pub fn find(
     sites: &SitesDocument,
 ) -> Vec<FoundConfig> {
     match (gvk.group.as_str(), gvk.version.as_str(), gvk.kind.as_str()) {
-        ("", "v1", "ConfigMap") => object_data::find(SiteKind::ConfigMap, object, sites),
-        ("", "v1", "Secret") => object_data::find(SiteKind::Secret, object, sites),
+        ("", "v1", "ConfigMap") => {
+            let mut found = object_data::find(SiteKind::ConfigMap, object, sites);
+            found.extend(payload::find(SiteKind::ConfigMap, object, sites));
+            found
+        }
+        ("", "v1", "Secret") => {
+            let mut found = object_data::find(SiteKind::Secret, object, sites);
+            found.extend(payload::find(SiteKind::Secret, object, sites));
+            found
+        }
+        ("stackgate.dev", "v1alpha1", CONFIG_FILE_KIND) => object_data::config_file(object),
         _ => helm::find(gvk, object, &helm::chart_names(sites)),
     }
 }

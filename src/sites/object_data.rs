@@ -69,6 +69,23 @@ pub(super) fn find(
     found
 }
 
+/// The cloud config of a plain INI file (`stackgate check`'s synthetic
+/// [`super::CONFIG_FILE_KIND`] object): the whole `text`, treated as secret (a cloud.conf
+/// holds credentials).
+pub(super) fn config_file(object: &DynamicObject) -> Vec<FoundConfig> {
+    let Some(raw) = object.data.get("text") else {
+        return Vec::new();
+    };
+    let name = object.metadata.name.clone().unwrap_or_default();
+    vec![TextField::found(
+        "cloud config file".to_owned(),
+        vec![Seg::key("text")],
+        name,
+        raw,
+        Holder::Secret,
+    )]
+}
+
 /// The INI text verbatim in a string field: ConfigMap `data[key]`, Secret `stringData[key]`
 /// (only in manifests; the apiserver merges it into `data` before admission), or the CCM
 /// chart's `cloudConfigContents` in structured values.
@@ -135,6 +152,10 @@ impl Carrier for TextField {
     fn holder(&self) -> Holder {
         self.holder
     }
+
+    fn path(&self) -> Option<Vec<Seg>> {
+        Some(self.path.clone())
+    }
 }
 
 /// The INI text base64-encoded in a Secret's `data[key]`, read as the apiserver reads it.
@@ -188,6 +209,10 @@ impl Carrier for Base64Field {
 
     fn holder(&self) -> Holder {
         Holder::Secret
+    }
+
+    fn path(&self) -> Option<Vec<Seg>> {
+        Some(self.path.clone())
     }
 }
 

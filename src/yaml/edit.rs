@@ -426,6 +426,14 @@ fn replace_literal_lines(text: &str, node: &Node, old: &str, new_value: &str) ->
             Step::Keep(i) => content.push_str(file_lines.get(i)?),
             Step::Insert(j) => {
                 let l = new_lines.get(j)?;
+                // Raw, such a character would not read back (see `needs_yaml_escape`), and a
+                // line of only blanks would be read as an empty line (or, with a tab, refused
+                // by go-yaml as indentation): the caller writes a quoted string instead.
+                if l.chars().any(|c| needs_yaml_escape(c) || c == '\r')
+                    || (!l.is_empty() && l.chars().all(|c| c == ' ' || c == '\t'))
+                {
+                    return None;
+                }
                 if !l.is_empty() {
                     content.push_str(&pad);
                     content.push_str(l);
@@ -680,7 +688,35 @@ fn render_flow(value: &Value, flavor: Flavor) -> String {
 }
 
 fn json_string(s: &str) -> String {
-    Value::String(s.to_owned()).to_string()
+    let json = Value::String(s.to_owned()).to_string();
+    if !json.chars().any(needs_yaml_escape) {
+        return json;
+    }
+    // JSON leaves these raw; in a YAML double-quoted string go-yaml (kubectl) reads NEL, LS
+    // and PS as line breaks (folded to a space or kept as a break) and refuses the other
+    // non-printable characters, so each is written as an escape both read back exactly.
+    let mut out = String::with_capacity(json.len() + 8);
+    for c in json.chars() {
+        match c {
+            '\u{85}' => out.push_str("\\N"),
+            '\u{2028}' => out.push_str("\\L"),
+            '\u{2029}' => out.push_str("\\P"),
+            c if needs_yaml_escape(c) => out.push_str(&format!("\\u{:04X}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Characters a YAML double-quoted string (or a literal block) must not hold raw for go-yaml
+/// to read them back as themselves: the line breaks NEL, LS and PS, and what is outside
+/// YAML's printable set (`c-printable`: DEL, C1 controls, U+FEFF, U+FFFE, U+FFFF). C0
+/// controls other than tab and line breaks are escaped by JSON already.
+fn needs_yaml_escape(c: char) -> bool {
+    matches!(
+        c,
+        '\u{7F}'..='\u{9F}' | '\u{2028}' | '\u{2029}' | '\u{FEFF}' | '\u{FFFE}' | '\u{FFFF}'
+    )
 }
 
 /// Whether `s` can be written as a plain scalar that reads back as the same string.
@@ -906,5 +942,37 @@ mod tests {
         assert!(set_path(text, &["c", "s"], json!("new")).is_err());
         // The anchor itself changes the alias too, which verification refuses.
         assert!(set_path(text, &["a", "b"], json!(2)).is_err());
+    }
+
+    #[test]
+    fn line_breaks_and_non_printables_are_escaped_and_read_back() {
+        for value in [
+            "a\u{85}b",
+            "a\u{2028}b\u{2029}c",
+            "del\u{7F} c1\u{9B} bom\u{FEFF}",
+            "tab\tnl\n",
+        ] {
+            let text = "k: \"old\"\n";
+            let out = set_path(text, &["k"], json!(value)).expect("edit verified");
+            assert!(
+                !out.contains(['\u{85}', '\u{2028}', '\u{2029}', '\u{7F}', '\u{FEFF}']),
+                "{out:?}"
+            );
+            let back = yaml::parse_one(&out).unwrap().to_json().unwrap();
+            assert_eq!(back["k"], json!(value), "{out:?}");
+        }
+        // A literal block gets no raw NEL: the value is written as a quoted string instead.
+        let text = "k: |\n  one\n";
+        let out = set_path(text, &["k"], json!("one\ntwo\u{85}three\n")).expect("verified");
+        assert!(!out.contains('\u{85}'), "{out:?}");
+        let back = yaml::parse_one(&out).unwrap().to_json().unwrap();
+        assert_eq!(back["k"], json!("one\ntwo\u{85}three\n"));
+    }
+
+    #[test]
+    fn documents_with_low_quoted_continuations_are_edited_in_place() {
+        let text = "a:\n  description: 'Foo\n  bar'\n  count: 1\n";
+        let out = set_path(text, &["a", "count"], json!(2)).expect("verified");
+        assert_eq!(out, "a:\n  description: 'Foo\n  bar'\n  count: 2\n");
     }
 }

@@ -630,6 +630,308 @@ enum Body {
     },
 }
 
+/// The text as the parser reads it, with go-yaml's line breaks.
+///
+/// kubectl reads YAML with go-yaml (sigs.k8s.io/yaml), whose scanner, like libyaml's, counts
+/// NEL (U+0085), LS (U+2028) and PS (U+2029) as line breaks (`is_break` in yamlh.go), also
+/// inside scalars and comments; `read_line` turns a NEL into `\n` and keeps LS and PS. The
+/// parser here follows YAML 1.2, where they are ordinary characters, so a NEL hidden in a
+/// string would read as one line here and as two for kubectl (a commented-out
+/// `provider-requires-serial-api-calls = false` that kubectl stores uncommented). So:
+/// - a raw NEL is given to the parser as CR LF: the same byte length (spans stay valid) and a
+///   line break the parser folds, keeps and counts exactly as go-yaml does a NEL;
+/// - a raw LS or PS is refused with its position: go-yaml breaks the line there but keeps
+///   the character, which no YAML 1.2 reading reproduces.
+///
+/// Lines are reported as lines of the text (a NEL does not start one in an editor).
+struct GoYamlBreaks<'t> {
+    /// The text the parser reads.
+    text: Cow<'t, str>,
+    /// The original text.
+    original: &'t str,
+    /// Byte offsets of the NELs of the original text.
+    nels: Vec<usize>,
+    /// Spaces put in front of lines (original byte of the line start → count) so that the
+    /// parser accepts a quoted scalar's continuation line indented no deeper than its block,
+    /// as go-yaml does (controller-gen writes `description: 'a\n  b'` continuing at the
+    /// key's indentation). Folding drops a continuation line's leading blanks, so the value
+    /// read is the same; positions are mapped back to the original text.
+    pads: std::collections::BTreeMap<usize, usize>,
+    /// For each padded line, in order: the reading byte where its spaces start, and the
+    /// spaces inserted before and including it (for [`Self::original_byte`]).
+    padded: Vec<(usize, usize, usize)>,
+}
+
+/// Most quoted scalars one text may have re-indented for the parser (each costs one more
+/// parse of the text; the lines of one scalar are re-indented together).
+const MAX_QUOTED_CONTINUATIONS: usize = 64;
+
+/// The quote and the rest of the line when `line` (without its indentation) opens a quoted
+/// value: `key: '…` or `- "…` (a key without quotes or comment before the `: `).
+fn opens_quoted(line: &str) -> Option<(char, &str)> {
+    let mut t = line;
+    while let Some(rest) = t.strip_prefix("- ") {
+        t = rest.trim_start_matches(' ');
+    }
+    let after = match t.chars().next() {
+        Some('\'' | '"') => t,
+        _ => {
+            let i = t.find(": ")?;
+            if t[..i].contains(['\'', '"', '#']) {
+                return None;
+            }
+            t[i + 2..].trim_start_matches(' ')
+        }
+    };
+    let quote = after.chars().next().filter(|c| matches!(c, '\'' | '"'))?;
+    Some((quote, &after[1..]))
+}
+
+/// Whether `text` (inside a scalar quoted with `quote`) holds its closing quote.
+fn closes(text: &str, quote: char) -> bool {
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            ('\'', '\'') => {
+                if chars.clone().next() == Some('\'') {
+                    chars.next();
+                } else {
+                    return true;
+                }
+            }
+            ('"', '\\') => {
+                chars.next();
+            }
+            ('"', '"') => return true,
+            _ => {}
+        }
+    }
+    false
+}
+
+/// The first line of `text`, with its line ending.
+fn line_of(text: &str) -> &str {
+    text.find('\n').map_or(text, |i| &text[..=i])
+}
+
+/// The number of leading spaces of `line`.
+fn line_indent(line: &str) -> usize {
+    line.len() - line.trim_start_matches(' ').len()
+}
+
+impl<'t> GoYamlBreaks<'t> {
+    fn of(text: &'t str) -> Result<Self, YamlError> {
+        // The three characters all start with byte 0xC2 (NEL) or 0xE2 (LS, PS).
+        if !text.contains(['\u{85}', '\u{2028}', '\u{2029}']) {
+            return Ok(Self {
+                text: Cow::Borrowed(text),
+                original: text,
+                nels: Vec::new(),
+                pads: Default::default(),
+                padded: Vec::new(),
+            });
+        }
+        let mut out = String::with_capacity(text.len());
+        let mut nels = Vec::new();
+        let mut line = 1;
+        let mut line_start = 0;
+        for (i, c) in text.char_indices() {
+            match c {
+                '\u{85}' => {
+                    nels.push(i);
+                    out.push_str("\r\n");
+                }
+                '\u{2028}' | '\u{2029}' => {
+                    let name = if c == '\u{2028}' {
+                        "U+2028 LINE SEPARATOR"
+                    } else {
+                        "U+2029 PARAGRAPH SEPARATOR"
+                    };
+                    return Err(YamlError::at(
+                        Pos {
+                            byte: i,
+                            line,
+                            col: text[line_start..i].chars().count(),
+                        },
+                        format!(
+                            "a raw {name}: kubectl's YAML reader (go-yaml) breaks the line there \
+                             and keeps the character, which stackgate cannot reproduce; write it \
+                             as an escape in a double-quoted string"
+                        ),
+                    ));
+                }
+                '\n' => {
+                    line += 1;
+                    line_start = i + 1;
+                    out.push(c);
+                }
+                _ => out.push(c),
+            }
+        }
+        Ok(Self {
+            text: Cow::Owned(out),
+            original: text,
+            nels,
+            pads: Default::default(),
+            padded: Vec::new(),
+        })
+    }
+
+    /// Puts one more space in front of the original line holding reading byte `at`; false
+    /// when the line already has as many as a continuation could need.
+    fn pad_line_at(&mut self, at: usize) -> bool {
+        let byte = self.original_byte(at).min(self.original.len());
+        let line_start = self.original[..byte].rfind('\n').map_or(0, |i| i + 1);
+        let count = self.pads.entry(line_start).or_insert(0);
+        if *count >= MAX_QUOTED_CONTINUATIONS {
+            return false;
+        }
+        *count += 1;
+        let (added, indent) = (*count, line_indent(&self.original[line_start..]));
+        // The lines after it up to the first one holding a quote are inside the same scalar
+        // (the closing quote is on that line at the latest): one parse for all of them.
+        if !self.original[line_start..byte.max(line_start)].contains(['\'', '"'])
+            && !line_of(&self.original[line_start..]).contains(['\'', '"'])
+        {
+            let mut start = line_start + line_of(&self.original[line_start..]).len();
+            while start < self.original.len() {
+                let line = line_of(&self.original[start..]);
+                if line_indent(line) > indent {
+                    break;
+                }
+                let pad = self.pads.entry(start).or_insert(0);
+                *pad = (*pad).max(added);
+                if line.contains(['\'', '"']) {
+                    break;
+                }
+                start += line.len();
+            }
+        }
+        self.rebuild();
+        true
+    }
+
+    /// Re-indents (one column deeper than the line that opens it) the continuation lines of
+    /// every single- or double-quoted value that a line opens after `key: ` or `- ` and does
+    /// not close, up to the line that closes it. A heuristic over lines; what it gets wrong is
+    /// caught by [`Self::pads_inside_quoted`].
+    fn pad_quoted_continuations(&mut self) {
+        let text = self.original;
+        let mut start = 0;
+        let mut open: Option<(char, usize)> = None;
+        while start < text.len() {
+            let line = line_of(&text[start..]);
+            let body = line.trim_end_matches(['\n', '\r']);
+            let indent = line_indent(body);
+            match open {
+                Some((quote, opener)) => {
+                    if indent <= opener && !body.trim().is_empty() {
+                        let pad = self.pads.entry(start).or_insert(0);
+                        *pad = (*pad).max(opener + 1 - indent);
+                    }
+                    if closes(body, quote) {
+                        open = None;
+                    }
+                }
+                None => {
+                    if let Some((quote, rest)) = opens_quoted(&body[indent..])
+                        && !closes(rest, quote)
+                    {
+                        open = Some((quote, indent));
+                    }
+                }
+            }
+            start += line.len();
+        }
+        self.rebuild();
+    }
+
+    /// Whether every line given spaces starts inside a quoted scalar of `docs` (so the spaces
+    /// are folded away and the values are go-yaml's).
+    fn pads_inside_quoted(&self, docs: &[YamlDoc]) -> bool {
+        if self.pads.is_empty() {
+            return true;
+        }
+        let mut spans: Vec<(usize, usize)> = Vec::new();
+        let mut stack: Vec<&Node> = docs.iter().map(|d| &d.root).collect();
+        while let Some(node) = stack.pop() {
+            match &node.kind {
+                Kind::Scalar {
+                    style: Style::SingleQuoted | Style::DoubleQuoted,
+                    ..
+                } => spans.push((node.start.byte, node.end.byte)),
+                Kind::Scalar { .. } => {}
+                Kind::Seq(items) if !node.aliased => stack.extend(items.iter()),
+                Kind::Map(entries) if !node.aliased => {
+                    stack.extend(entries.iter().flat_map(|(k, v)| [k, v]));
+                }
+                _ => {}
+            }
+        }
+        spans.sort_unstable();
+        self.pads.iter().filter(|(_, n)| **n > 0).all(|(&line, _)| {
+            let i = spans.partition_point(|(s, _)| *s < line);
+            i > 0 && spans[i - 1].1 > line
+        })
+    }
+
+    /// The reading text from the original, the pads and the NELs.
+    fn rebuild(&mut self) {
+        let mut out = String::with_capacity(self.original.len() + self.pads.len());
+        let mut from = 0;
+        let mut inserted = 0;
+        self.padded.clear();
+        for (&start, &n) in &self.pads {
+            out.push_str(&self.original[from..start]);
+            out.extend(std::iter::repeat_n(' ', n));
+            self.padded.push((start + inserted, start, inserted + n));
+            inserted += n;
+            from = start;
+        }
+        out.push_str(&self.original[from..]);
+        if !self.nels.is_empty() {
+            out = out.replace('\u{85}', "\r\n");
+        }
+        self.text = Cow::Owned(out);
+    }
+
+    /// The original byte offset of reading byte `at` (inside inserted spaces: the line start).
+    fn original_byte(&self, at: usize) -> usize {
+        let i = self
+            .padded
+            .partition_point(|(reading, _, _)| *reading <= at);
+        let Some(&(reading, start, through)) = i.checked_sub(1).and_then(|i| self.padded.get(i))
+        else {
+            return at;
+        };
+        let n = through - (reading - start);
+        if at < reading + n {
+            start
+        } else {
+            at - through
+        }
+    }
+
+    /// A parser position in the original text: lines counted without the NELs.
+    fn pos(&self, m: &serde_saphyr::granit_parser::Marker) -> Pos {
+        let mut p = pos(m);
+        if !self.pads.is_empty() {
+            p.byte = self.original_byte(p.byte);
+            let line_start = self.original[..p.byte.min(self.original.len())]
+                .rfind('\n')
+                .map_or(0, |i| i + 1);
+            if let Some(n) = self.pads.get(&line_start) {
+                p.col = p.col.saturating_sub(*n);
+            }
+        }
+        if !self.nels.is_empty() {
+            let before = self.nels.partition_point(|&n| n < p.byte);
+            p.line = p.line.saturating_sub(before).max(1);
+        }
+        p
+    }
+}
+
 /// Parses every document of a YAML stream.
 ///
 /// Bounded: at most [`MAX_NODES`] nodes as written, aliases standing for at most
@@ -643,7 +945,53 @@ pub fn parse_stream(text: &str) -> Result<Vec<YamlDoc>, YamlError> {
 
 /// [`parse_stream`] with `max_nodes` as the node cap; `one`: refuse a second document.
 fn parse_capped(text: &str, max_nodes: usize, one: bool) -> Result<Vec<YamlDoc>, YamlError> {
-    let mut parser = Parser::new_from_str(text);
+    let mut breaks = GoYamlBreaks::of(text)?;
+    let first = match parse_reading(&breaks, max_nodes, one) {
+        Ok(docs) => return Ok(docs),
+        Err((error, None)) => return Err(error),
+        Err((error, Some(_))) => error,
+    };
+    // go-yaml accepts what the parser refused: re-indent every quoted scalar's continuation
+    // lines found by a scan of the text, then those the parser still finds, one per parse.
+    breaks.pad_quoted_continuations();
+    let mut retries = 0;
+    loop {
+        match parse_reading(&breaks, max_nodes, one) {
+            // Only spaces inside quoted scalars were added, or the reading is not trusted.
+            Ok(docs) if breaks.pads_inside_quoted(&docs) => return Ok(docs),
+            Ok(_) => return Err(first),
+            Err((_, Some(at))) if retries < MAX_QUOTED_CONTINUATIONS => {
+                retries += 1;
+                if !breaks.pad_line_at(at) {
+                    return Err(first);
+                }
+            }
+            Err((error, _)) => return Err(error),
+        }
+    }
+}
+
+/// One parse of `breaks.text`. An error comes with the reading byte of a quoted scalar's
+/// continuation line the parser found under-indented (which go-yaml accepts).
+fn parse_reading(
+    breaks: &GoYamlBreaks<'_>,
+    max_nodes: usize,
+    one: bool,
+) -> Result<Vec<YamlDoc>, (YamlError, Option<usize>)> {
+    let quoted_at = std::cell::Cell::new(None);
+    parse_events(breaks, max_nodes, one, &quoted_at).map_err(|e| (e, quoted_at.get()))
+}
+
+/// The events of `breaks.text` into documents; `quoted_at` is set to the reading byte of an
+/// under-indented quoted-scalar continuation when that is the error.
+fn parse_events(
+    breaks: &GoYamlBreaks<'_>,
+    max_nodes: usize,
+    one: bool,
+    quoted_at: &std::cell::Cell<Option<usize>>,
+) -> Result<Vec<YamlDoc>, YamlError> {
+    let mut parser = Parser::new_from_str(&breaks.text);
+    let pos = |m: &serde_saphyr::granit_parser::Marker| breaks.pos(m);
     let mut docs = Vec::new();
     let mut stack: Vec<Frame> = Vec::new();
     let mut anchors: HashMap<usize, (Node, Cost)> = HashMap::new();
@@ -654,6 +1002,13 @@ fn parse_capped(text: &str, max_nodes: usize, one: bool) -> Result<Vec<YamlDoc>,
         let (event, span): (Event<'_>, Span) = match next {
             Ok(e) => e,
             Err(e) => {
+                if matches!(
+                    e.kind(),
+                    serde_saphyr::granit_parser::ErrorKind::InvalidQuotedScalarIndent
+                ) {
+                    let m = e.marker();
+                    quoted_at.set(Some(m.byte_offset().unwrap_or(m.index())));
+                }
                 let p = pos(e.marker());
                 return Err(YamlError::at(p, e.kind().to_string()));
             }
@@ -916,7 +1271,27 @@ pub fn parse_one(text: &str) -> Result<Node, YamlError> {
 pub fn line_within_scalar(source: &str, node: &Node, inner: usize) -> usize {
     match node.style() {
         Some(Style::Literal) if !node.aliased => match literal_block_lines(source, node) {
-            Some(first) => first + inner.saturating_sub(1),
+            Some(first) => match source.get(node.start.byte..node.end.byte) {
+                // A NEL starts a line of the value (go-yaml) but not of the text.
+                Some(body) if body.contains('\u{85}') => {
+                    let (mut line, mut file) = (1, first);
+                    for c in body.chars() {
+                        if line >= inner {
+                            break;
+                        }
+                        match c {
+                            '\n' => {
+                                line += 1;
+                                file += 1;
+                            }
+                            '\u{85}' => line += 1,
+                            _ => {}
+                        }
+                    }
+                    file
+                }
+                _ => first + inner.saturating_sub(1),
+            },
             None => node.start.line,
         },
         Some(Style::Plain | Style::SingleQuoted | Style::DoubleQuoted) if inner <= 1 => {
@@ -1134,5 +1509,71 @@ off: 2
             text.push_str(&format!("a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n", p = i - 1));
         }
         assert!(parse_stream(&text).is_err());
+    }
+
+    #[test]
+    fn nel_is_a_line_break_as_in_go_yaml() {
+        // In a literal block, go-yaml's read_line turns a NEL into "\n": the INI gets a line
+        // that a YAML 1.2 reading keeps inside a comment.
+        let text = "c: |\n  # note\u{85}  serial = false\n  x = 1\nd: 1\n";
+        let docs = parse_stream(text).expect("parses");
+        let v = docs[0].root.to_json().unwrap();
+        assert_eq!(v["c"], json!("# note\nserial = false\nx = 1\n"));
+        // Lines are lines of the text: `d` is on line 4 (the NEL starts no line in an editor).
+        let (d_key, _) = docs[0].root.entry("d").unwrap();
+        assert_eq!(d_key.start.line, 4);
+        // Inside a double-quoted string a single break folds to a space, as go-yaml does.
+        assert_eq!(one("a: \"x\u{85} y\"\n"), json!({"a": "x y"}));
+        // A NEL ends a comment: what follows it on the line is read.
+        assert_eq!(one("# c\u{85}a: 1\n"), json!({"a": 1}));
+    }
+
+    #[test]
+    fn raw_line_and_paragraph_separators_are_refused_with_their_position() {
+        for c in ['\u{2028}', '\u{2029}'] {
+            let text = format!("a: 1\nb: \"x{c}y\"\n");
+            let err = parse_stream(&text).expect_err("refused");
+            assert_eq!((err.line, err.column), (2, 6), "{err}");
+            assert!(err.message.contains("go-yaml"), "{err}");
+        }
+        // Escaped, they are ordinary characters.
+        assert_eq!(one("b: \"x\\Ly\"\n"), json!({"b": "x\u{2028}y"}));
+    }
+
+    #[test]
+    fn quoted_continuations_at_the_key_indentation_read_as_go_yaml_does() {
+        // controller-gen CRDs: a single-quoted description continuing at the key's column.
+        let text =
+            "spec:\n  description: 'Foo bar\n  baz\n    qux'\n  other: \"a\n  b\"\n  count: 1\n";
+        let docs = parse_stream(text).expect("go-yaml accepts it");
+        let long = format!(
+            "a:\n{}",
+            (0..200)
+                .map(|i| format!("  d{i}: 'x\n  y\n  z'\n"))
+                .collect::<String>()
+        );
+        let parsed = parse_stream(&long).expect("many such scalars").remove(0);
+        assert_eq!(parsed.root.to_json().unwrap()["a"]["d199"], json!("x y z"));
+        let root = &docs[0].root;
+        assert_eq!(
+            root.to_json().unwrap(),
+            json!({"spec": {"description": "Foo bar baz qux", "other": "a b", "count": 1}})
+        );
+        // Positions are those of the original text.
+        let (key, value) = root
+            .at(&[Seg::key("spec")])
+            .unwrap()
+            .entry("count")
+            .unwrap();
+        assert_eq!((key.start.line, key.start.col), (7, 2));
+        assert_eq!(&text[value.start.byte..value.end.byte], "1");
+        let (_, other) = root
+            .at(&[Seg::key("spec")])
+            .unwrap()
+            .entry("other")
+            .unwrap();
+        assert_eq!(&text[other.start.byte..other.end.byte], "\"a\n  b\"");
+        // Still an error where go-yaml refuses too (an unclosed quote).
+        assert!(parse_stream("a: 'x\nb: 1\n").is_err());
     }
 }

@@ -1,0 +1,569 @@
+//! Cluster API `ClusterResourceSet` payloads: a Secret of type
+//! `addons.cluster.x-k8s.io/resource-set` (or a ConfigMap) whose `data` / `stringData`
+//! values are YAML manifests that the ClusterResourceSet controller applies to workload
+//! clusters. The standard way CAPI clusters get their CCM config is a
+//! `kube-system/cloud-config` Secret embedded this way (cluster-api-provider-openstack's
+//! `cluster-resource-sets` kustomize component).
+//!
+//! Each embedded document that is a ConfigMap or Secret site (`object_data::find`)
+//! becomes a site of the outer object, carried by `PayloadSite`: its messages name the
+//! outer field, the document and the inner object; its lines map to lines of the outer
+//! string; its edit is the inner carrier's JSON Patch written into the embedded YAML with
+//! the verified minimal editor ([`crate::yaml::edit`]) and then into the outer field
+//! (base64-encoded again for a Secret's `data`).
+//!
+//! Which objects are payloads:
+//! - a Secret of type `addons.cluster.x-k8s.io/resource-set`: CAPI requires that type for a
+//!   Secret a ClusterResourceSet names, so every data key is a payload;
+//! - a ConfigMap, by shape: CAPI gives ConfigMap payloads no marker, and the webhook sees
+//!   one object at a time (not the ClusterResourceSet naming it). A ConfigMap value that
+//!   parses as Kubernetes manifests of which one is a cloud-config site is treated as a
+//!   payload; anything else in a ConfigMap is not looked at (no finding, even on YAML
+//!   errors: it need not be a manifest at all).
+//!
+//! A value is parsed only when its text mentions a site's name or the site label
+//! ([`may_hold_site`]): CNI payloads of hundreds of KiB that hold no cloud config cost one
+//! substring scan, not a YAML parse.
+//!
+//! Why edits are safe: the outer value is rewritten only when the embedded text, edited
+//! with one verified minimal change per JSON Patch operation, reads back as the inner object
+//! with the patch applied ([`crate::yaml::edit::apply`] refuses anything else); the rest of
+//! the payload (other documents, comments, key order) is byte for byte what it was. Sites
+//! that cannot be edited that way are validate-only, with a note saying where to fix: an
+//! inner value reached through a YAML alias, a value that is not a plain string, or two
+//! cloud configs in one payload value (one review's patch replaces the whole value once).
+
+use base64::Engine as _;
+use json_patch::{PatchOperation, ReplaceOperation};
+use kube::core::{DynamicObject, GroupVersionKind};
+use serde_json::Value;
+
+use super::helm::pointer;
+use super::object_data::decode_base64_like_go;
+use super::{Anchor, Carrier, FoundConfig, Holder, SiteError, SiteKind, SitesDocument};
+use crate::cloudconf::{Document, IniEdit};
+use crate::yaml::edit::{self as yamledit, Change};
+use crate::yaml::{self, Node, Seg};
+
+/// The Secret type Cluster API requires of a Secret a ClusterResourceSet names.
+pub const RESOURCE_SET_SECRET_TYPE: &str = "addons.cluster.x-k8s.io/resource-set";
+
+/// Largest payload value stackgate parses, in bytes. The apiserver stores objects of at most
+/// about 1.5 MiB; a CCM payload (its Secret, RBAC and DaemonSet) is a few KiB.
+pub const MAX_PAYLOAD_TEXT_BYTES: usize = 1024 * 1024;
+
+/// Why a payload site is validate-only when the inner object's place is not editable.
+const NOT_EDITABLE_NOTE: &str = "it is embedded in a ClusterResourceSet payload where \
+     stackgate cannot write a minimal verified edit (a YAML alias, a value that is not a \
+     string, or more than one cloud config in the same payload value), so edit the embedded \
+     manifest itself";
+
+/// Whether `secret_type` is the ClusterResourceSet payload type.
+pub fn is_payload_secret_type(secret_type: Option<&str>) -> bool {
+    secret_type == Some(RESOURCE_SET_SECRET_TYPE)
+}
+
+/// Whether `text` (a payload value, or the raw JSON of a whole object) may embed a site: it
+/// names a `kind` and mentions the name of a site in `sites` or the site label. Cheap (a few
+/// substring scans); a true answer only means "worth parsing".
+pub fn may_hold_site(text: &str, sites: &SitesDocument) -> bool {
+    text.contains("kind")
+        && (sites.sites.iter().any(|s| text.contains(s.name.as_str()))
+            || sites.label.as_deref().is_some_and(|l| text.contains(l)))
+}
+
+/// Whether `object` is a ConfigMap whose payload embeds a Secret's cloud config (tools that
+/// show diffs must mask it as they mask a Secret).
+pub fn embeds_secret(
+    gvk: &GroupVersionKind,
+    object: &DynamicObject,
+    sites: &SitesDocument,
+) -> bool {
+    (gvk.group.as_str(), gvk.version.as_str(), gvk.kind.as_str()) == ("", "v1", "ConfigMap")
+        && find(SiteKind::ConfigMap, object, sites)
+            .iter()
+            .any(|s| s.secret)
+}
+
+/// How the payload value is stored in the outer object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Encoding {
+    /// Verbatim: ConfigMap `data`, Secret `stringData`.
+    Text,
+    /// Base64: Secret `data`.
+    Base64,
+}
+
+/// The sites embedded in the payload values of `object` (a ConfigMap or Secret).
+pub(super) fn find(
+    kind: SiteKind,
+    object: &DynamicObject,
+    sites: &SitesDocument,
+) -> Vec<FoundConfig> {
+    let secret_payload = kind == SiteKind::Secret
+        && is_payload_secret_type(object.data.get("type").and_then(Value::as_str));
+    if kind == SiteKind::Secret && !secret_payload {
+        return Vec::new();
+    }
+    let name = object.metadata.name.as_deref().unwrap_or("");
+    let namespace = object.metadata.namespace.as_deref().unwrap_or("");
+    let outer = format!("{} {namespace}/{name}", kind.as_str());
+    let mut found = Vec::new();
+    // `stringData` first: it wins over `data` for the same key (the apiserver writes it over).
+    let fields: &[(&str, Encoding)] = match kind {
+        SiteKind::Secret => &[("stringData", Encoding::Text), ("data", Encoding::Base64)],
+        SiteKind::ConfigMap => &[("data", Encoding::Text)],
+    };
+    let mut seen: Vec<&str> = Vec::new();
+    for (field, encoding) in fields {
+        let Some(map) = object.data.get(*field).and_then(Value::as_object) else {
+            continue;
+        };
+        for (key, raw) in map {
+            if seen.contains(&key.as_str()) {
+                continue;
+            }
+            seen.push(key);
+            let path = vec![Seg::key(field), Seg::key(key)];
+            let location = format!("{field}[{key:?}]");
+            let Some(raw) = raw.as_str() else {
+                continue;
+            };
+            let text = match encoding {
+                Encoding::Text => raw.to_owned(),
+                Encoding::Base64 => match decode_base64_like_go(raw)
+                    .ok()
+                    .and_then(|b| String::from_utf8(b).ok())
+                {
+                    Some(t) => t,
+                    // Not a manifest CAPI can apply either; nothing says a cloud config is in
+                    // it, so nothing is claimed about one.
+                    None => continue,
+                },
+            };
+            if !may_hold_site(&text, sites) {
+                continue;
+            }
+            let value = PayloadValue {
+                outer: outer.clone(),
+                path,
+                location,
+                encoding: *encoding,
+                text,
+            };
+            found.extend(value.sites(sites, secret_payload));
+        }
+    }
+    found
+}
+
+/// One payload value of the outer object.
+struct PayloadValue {
+    /// `Secret ns/name`.
+    outer: String,
+    /// Path of the value in the outer object.
+    path: Vec<Seg>,
+    /// `stringData["cloud-config-secret.yaml"]`.
+    location: String,
+    encoding: Encoding,
+    /// The embedded manifests (decoded).
+    text: String,
+}
+
+impl PayloadValue {
+    /// The sites in this value. `reported`: problems reading the value are findings (a
+    /// Secret of the payload type); otherwise (a ConfigMap) a value that is not manifests is
+    /// simply not a payload.
+    fn sites(self, sites: &SitesDocument, reported: bool) -> Vec<FoundConfig> {
+        let unreadable = |error: SiteError| {
+            let carrier = PayloadSite {
+                value_path: self.path.clone(),
+                value_location: self.location.clone(),
+                encoding: self.encoding,
+                payload: String::new(),
+                doc: 0,
+                inner_describe: String::new(),
+                inner: None,
+                inner_node: None,
+                holder: if self.encoding == Encoding::Base64 || reported {
+                    Holder::Secret
+                } else {
+                    Holder::ConfigMap
+                },
+            };
+            let mut site = FoundConfig::new(
+                self.outer.clone(),
+                self.location.clone(),
+                Err(error),
+                carrier,
+            );
+            site.mutable = false;
+            vec![site]
+        };
+        if self.text.len() > MAX_PAYLOAD_TEXT_BYTES {
+            return if reported {
+                unreadable(SiteError::TooLarge {
+                    location: format!("ClusterResourceSet payload {}", self.location),
+                    size: self.text.len(),
+                    limit: MAX_PAYLOAD_TEXT_BYTES,
+                })
+            } else {
+                Vec::new()
+            };
+        }
+        let docs = match yaml::parse_stream(&self.text) {
+            Ok(docs) => docs,
+            Err(error) if reported => {
+                return unreadable(SiteError::Yaml {
+                    location: format!("ClusterResourceSet payload {}", self.location),
+                    error,
+                });
+            }
+            Err(_) => return Vec::new(),
+        };
+        let mut found: Vec<FoundConfig> = Vec::new();
+        for doc in &docs {
+            let Ok(json) = doc.root.to_json() else {
+                continue;
+            };
+            let api_version = json.get("apiVersion").and_then(Value::as_str);
+            let kind = match (api_version, json.get("kind").and_then(Value::as_str)) {
+                (Some("v1"), Some("ConfigMap")) => SiteKind::ConfigMap,
+                (Some("v1"), Some("Secret")) => SiteKind::Secret,
+                _ => continue,
+            };
+            let Ok(inner) = serde_json::from_value::<DynamicObject>(json) else {
+                continue;
+            };
+            for site in super::object_data::find(kind, &inner, sites) {
+                let inner_path = site.carrier.path();
+                if site.text.is_err()
+                    && inner_path
+                        .as_deref()
+                        .and_then(|p| string_at(&inner.data, p))
+                        .is_some_and(is_substitution_variable)
+                {
+                    // `${OPENSTACK_CLOUD_PROVIDER_CONF_B64}`: clusterctl (or Flux) substitutes
+                    // it before anything is applied, so there is no config here to check; an
+                    // apiserver never sees the placeholder.
+                    continue;
+                }
+                let inner_node = inner_path
+                    .as_deref()
+                    .and_then(|p| doc.root.at(p))
+                    .filter(|_| !doc.root.alias_on_path(inner_path.as_deref().unwrap_or(&[])))
+                    .filter(|n| n.scalar().is_some() && !n.is_null())
+                    .cloned();
+                let inner_describe = format!(
+                    "document {} ({})",
+                    doc.index + 1,
+                    site.describe(None).trim_end()
+                );
+                let editable = inner_node.is_some();
+                let secret = site.secret;
+                let mutable = site.mutable && editable;
+                let note = if site.mutable && !editable {
+                    Some(NOT_EDITABLE_NOTE.to_owned())
+                } else {
+                    site.note.clone()
+                };
+                let other_platforms = site.other_platforms;
+                let carrier = PayloadSite {
+                    value_path: self.path.clone(),
+                    value_location: self.location.clone(),
+                    encoding: self.encoding,
+                    payload: self.text.clone(),
+                    doc: doc.index,
+                    inner_describe,
+                    holder: if self.encoding == Encoding::Text && !reported {
+                        // A ConfigMap holds it in the management cluster, whatever the inner
+                        // kind: readable as widely as any ConfigMap there.
+                        Holder::ConfigMap
+                    } else {
+                        site.kind
+                    },
+                    inner: Some(site.carrier.clone()),
+                    inner_node,
+                };
+                let location = carrier.describe(None);
+                let mut outer = FoundConfig::new(self.outer.clone(), location, site.text, carrier);
+                // Secret either way when the outer object or the inner one is a Secret.
+                outer.secret = secret || self.encoding == Encoding::Base64 || reported;
+                outer.mutable = mutable;
+                outer.note = note;
+                outer.other_platforms = other_platforms;
+                found.push(outer);
+            }
+        }
+        if found.iter().filter(|s| s.mutable).count() > 1 {
+            // One patch replaces the whole value: two edits of it would overwrite each other.
+            for site in &mut found {
+                site.mutable = false;
+                site.note = Some(NOT_EDITABLE_NOTE.to_owned());
+            }
+        }
+        found
+    }
+}
+
+/// The string at `path` of an object's fields.
+fn string_at<'a>(fields: &'a Value, path: &[Seg]) -> Option<&'a str> {
+    path.iter()
+        .try_fold(fields, |v, seg| match seg {
+            Seg::Key(k) => v.get(k),
+            Seg::Index(i) => v.get(i),
+        })
+        .and_then(Value::as_str)
+}
+
+/// Whether a value is one clusterctl / envsubst variable and nothing else: `${NAME}`.
+fn is_substitution_variable(raw: &str) -> bool {
+    let raw = raw.trim();
+    raw.strip_prefix("${")
+        .and_then(|r| r.strip_suffix('}'))
+        .is_some_and(|name| {
+            !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | ':' | '=' | '-'))
+        })
+}
+
+/// A cloud config in a ConfigMap or Secret embedded in a payload value of the outer object.
+#[derive(Debug)]
+pub(super) struct PayloadSite {
+    /// Path of the payload value in the outer object.
+    value_path: Vec<Seg>,
+    /// `stringData["cloud-config-secret.yaml"]`.
+    value_location: String,
+    encoding: Encoding,
+    /// The embedded manifests (decoded).
+    payload: String,
+    /// 0-based index of the inner object's document in the payload.
+    doc: usize,
+    /// `document 1 (Secret kube-system/cloud-config data["cloud.conf"])`.
+    inner_describe: String,
+    /// The inner object's carrier (None when the value could not be read).
+    inner: Option<std::sync::Arc<dyn Carrier>>,
+    /// The node of the inner field holding the config (None when it cannot be edited).
+    inner_node: Option<Node>,
+    holder: Holder,
+}
+
+impl PayloadSite {
+    /// The payload with the inner carrier's patch written in, verified; None when that
+    /// cannot be done as minimal verified edits.
+    fn edited_payload(&self, ops: &[PatchOperation]) -> Option<String> {
+        let mut text = self.payload.clone();
+        for op in ops {
+            let (path, value) = match op {
+                PatchOperation::Replace(r) => (&r.path, &r.value),
+                PatchOperation::Add(a) => (&a.path, &a.value),
+                _ => return None,
+            };
+            let segs: Vec<Seg> = path
+                .tokens()
+                .map(|t| Seg::Key(t.decoded().into_owned()))
+                .collect();
+            text = yamledit::apply(
+                &text,
+                self.doc,
+                &Change::Set {
+                    path: segs,
+                    value: value.clone(),
+                },
+            )
+            .ok()?;
+        }
+        Some(text)
+    }
+}
+
+impl Carrier for PayloadSite {
+    /// The inner edit written into the embedded manifest, and the manifest into the outer
+    /// value. Empty when the edit cannot be written as a verified minimal edit (such sites
+    /// are made validate-only when found, so this is not expected to happen).
+    fn patch(&self, edited: &Document, edits: &[IniEdit]) -> Vec<PatchOperation> {
+        let Some(inner) = &self.inner else {
+            return Vec::new();
+        };
+        let Some(text) = self.edited_payload(&inner.patch(edited, edits)) else {
+            return Vec::new();
+        };
+        let value = match self.encoding {
+            Encoding::Text => text,
+            Encoding::Base64 => base64::engine::general_purpose::STANDARD.encode(text),
+        };
+        vec![PatchOperation::Replace(ReplaceOperation {
+            path: pointer(&self.value_path),
+            value: Value::String(value),
+        })]
+    }
+
+    /// A line of the embedded manifest: the line of the inner field (or of the config's line
+    /// inside it, for a literal block) in the payload text. Base64 payloads have no lines.
+    fn trace(&self, line: Option<usize>) -> Anchor {
+        if self.encoding == Encoding::Base64 {
+            return Anchor::Node(self.value_path.clone());
+        }
+        let Some(node) = &self.inner_node else {
+            return Anchor::Node(self.value_path.clone());
+        };
+        let in_payload = match (self.inner.as_ref().map(|c| c.trace(line)), line) {
+            (Some(Anchor::TextLine { .. }), Some(line)) => {
+                yaml::line_within_scalar(&self.payload, node, line)
+            }
+            _ => yaml::line_within_scalar(&self.payload, node, 1),
+        };
+        Anchor::TextLine {
+            path: self.value_path.clone(),
+            line: in_payload,
+        }
+    }
+
+    fn pointer(&self) -> String {
+        pointer(&self.value_path).to_string()
+    }
+
+    fn describe(&self, line: Option<usize>) -> String {
+        let mut out = format!("ClusterResourceSet payload {}", self.value_location);
+        if self.inner.is_some() {
+            out.push(' ');
+            out.push_str(&self.inner_describe);
+        }
+        if let Some(line) = line {
+            out.push_str(&format!(" line {line}"));
+        }
+        out
+    }
+
+    fn holder(&self) -> Holder {
+        self.holder
+    }
+
+    fn path(&self) -> Option<Vec<Seg>> {
+        Some(self.value_path.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn sites() -> SitesDocument {
+        serde_saphyr::from_str(include_str!("../../policies/cloud-config-sites.yaml"))
+            .expect("the default sites document parses")
+    }
+
+    fn crs_secret(payload: &str) -> DynamicObject {
+        serde_json::from_value(json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "crs", "namespace": "default"},
+            "type": RESOURCE_SET_SECRET_TYPE,
+            "stringData": {"p.yaml": payload}}))
+        .unwrap()
+    }
+
+    const INNER: &str = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: cloud-config\n  \
+                         namespace: kube-system\nstringData:\n  cloud.conf: |\n    [Global]\n    \
+                         region = RegionOne\n";
+
+    #[test]
+    fn embedded_site_is_found_and_described() {
+        let found = find(SiteKind::Secret, &crs_secret(INNER), &sites());
+        assert_eq!(found.len(), 1);
+        let site = &found[0];
+        assert_eq!(site.text.as_deref(), Ok("[Global]\nregion = RegionOne\n"));
+        assert!(site.mutable && site.secret);
+        assert_eq!(
+            site.describe(Some(2)),
+            "Secret default/crs ClusterResourceSet payload stringData[\"p.yaml\"] document 1 \
+             (Secret kube-system/cloud-config stringData[\"cloud.conf\"]) line 2"
+        );
+        assert_eq!(site.pointer(), "/stringData/p.yaml");
+        // Line 2 of the config is line 9 of the payload text.
+        assert_eq!(
+            site.trace(Some(2)),
+            Anchor::TextLine {
+                path: vec![Seg::key("stringData"), Seg::key("p.yaml")],
+                line: 9
+            }
+        );
+    }
+
+    #[test]
+    fn other_secret_types_and_unrelated_configmaps_are_not_payloads() {
+        let mut secret = crs_secret(INNER);
+        secret.data["type"] = json!("Opaque");
+        assert!(find(SiteKind::Secret, &secret, &sites()).is_empty());
+        // A ConfigMap whose value is not manifests, even one mentioning a site's name, is
+        // not a payload and gets no finding.
+        let cm: DynamicObject = serde_json::from_value(json!({"apiVersion": "v1",
+            "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "a"},
+            "data": {"notes": "kind: [cloud-config", "ini": "[Global]\n"}}))
+        .unwrap();
+        assert!(find(SiteKind::ConfigMap, &cm, &sites()).is_empty());
+    }
+
+    #[test]
+    fn a_payload_that_is_not_yaml_is_reported_for_a_crs_secret() {
+        let found = find(
+            SiteKind::Secret,
+            &crs_secret("kind: Secret\nname: cloud-config\n  bad: [\n"),
+            &sites(),
+        );
+        assert_eq!(found.len(), 1);
+        assert!(!found[0].mutable);
+        let error = found[0].text.clone().unwrap_err().to_string();
+        assert!(error.contains("is not valid YAML"), "{error}");
+        assert!(!error.contains("bad"), "{error}");
+    }
+
+    #[test]
+    fn two_configs_in_one_value_or_an_alias_are_validate_only() {
+        let two = format!("{INNER}---\n{INNER}");
+        let found = find(SiteKind::Secret, &crs_secret(&two), &sites());
+        assert_eq!(found.len(), 2);
+        assert!(found.iter().all(|s| !s.mutable && s.note.is_some()));
+        let aliased = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: cloud-config\n  \
+                       namespace: kube-system\n  annotations: {a: &conf \"[Global]\\n\"}\n\
+                       stringData:\n  cloud.conf: *conf\n";
+        let found = find(SiteKind::Secret, &crs_secret(aliased), &sites());
+        assert_eq!(found.len(), 1);
+        assert!(!found[0].mutable);
+        assert!(found[0].note.as_deref().unwrap_or("").contains("alias"));
+    }
+
+    #[test]
+    fn the_patch_edits_one_line_of_the_payload_and_reencodes_data() {
+        let encoded = base64::engine::general_purpose::STANDARD.encode(INNER);
+        let secret: DynamicObject = serde_json::from_value(json!({"apiVersion": "v1",
+            "kind": "Secret", "metadata": {"name": "crs", "namespace": "default"},
+            "type": RESOURCE_SET_SECRET_TYPE, "data": {"p.yaml": encoded}}))
+        .unwrap();
+        let found = find(SiteKind::Secret, &secret, &sites());
+        let mut doc = Document::parse(found[0].text.as_deref().unwrap()).unwrap();
+        doc.set("LoadBalancer", "provider-requires-serial-api-calls", "true");
+        let patch = serde_json::to_value(found[0].patch(&doc, &[])).unwrap();
+        assert_eq!(patch[0]["path"], "/data/p.yaml");
+        let text = String::from_utf8(
+            base64::engine::general_purpose::STANDARD
+                .decode(patch[0]["value"].as_str().unwrap())
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            text,
+            format!("{INNER}\n    [LoadBalancer]\n    provider-requires-serial-api-calls = true\n")
+        );
+    }
+
+    #[test]
+    fn substitution_variables_are_recognised() {
+        assert!(is_substitution_variable(
+            "${OPENSTACK_CLOUD_PROVIDER_CONF_B64}"
+        ));
+        assert!(!is_substitution_variable("${A} ${B}"));
+        assert!(!is_substitution_variable("not base64"));
+    }
+}
