@@ -546,11 +546,18 @@ async fn the_same_messages_as_the_webhook() {
     let verdict = engine.evaluate(&subject);
     assert!(!verdict.denials.is_empty());
     for denial in &verdict.denials {
+        // The text report shows the message up to its attribution; the source is printed
+        // once per rule at the end.
+        let start = stackgate::engine::attribution_start(&denial.policy, denial.rule);
+        let shown = denial
+            .message
+            .rsplit_once(start.as_str())
+            .map_or(denial.message.as_str(), |(m, _)| m);
+        assert!(shown.len() < denial.message.len(), "{}", denial.message);
         assert!(
             text.contains(&format!(
-                "ConfigMap/tenant-a/occm-config: error [{}] {}",
+                "ConfigMap/tenant-a/occm-config: error [{}] {shown}\n",
                 denial.rule.as_str(),
-                denial.message
             )),
             "{text}"
         );

@@ -818,6 +818,6 @@ fn compose(policy: &Policy, located: &str) -> String {
 /// How the attribution [`compose`] appends to a policy's message begins:
 /// ` (policy NAME, rule RULE; source: ` (the source and `)` follow). Shorter renderings of a
 /// message (kubectl warnings) find it with this.
-pub(crate) fn attribution_start(policy: &str, rule: RuleId) -> String {
+pub fn attribution_start(policy: &str, rule: RuleId) -> String {
     format!(" (policy {policy}, rule {}; source: ", rule.as_str())
 }
