@@ -815,7 +815,7 @@ fn compose(policy: &Policy, located: &str) -> String {
     out
 }
 
-/// How the attribution [`compose`] appends to a policy's message begins:
+/// How the attribution the engine appends to a policy's message begins:
 /// ` (policy NAME, rule RULE; source: ` (the source and `)` follow). Shorter renderings of a
 /// message (kubectl warnings) find it with this.
 pub fn attribution_start(policy: &str, rule: RuleId) -> String {
