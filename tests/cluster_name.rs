@@ -119,7 +119,7 @@ fn create_and_update_table() {
             None,
             daemonset(json!(["--v=2"]), json!([])),
             Outcome::Warn("default-name"),
-            &["nothing sets --cluster-name"],
+            &["nothing here sets --cluster-name"],
         ),
         (
             "empty name",
@@ -356,4 +356,36 @@ fn check_reports_the_default_name_at_its_line() {
         .unwrap_or_else(|| panic!("no cluster-name finding: {v}"));
     assert_eq!(finding["level"], "warning", "{finding}");
     assert_eq!(finding["line"], 15, "{finding}");
+}
+
+#[test]
+fn a_values_file_says_other_values_may_set_the_name() {
+    // Cluster Stacks' layout (SovereignCloudStack/cluster-stacks, cluster-addon/ccm): the
+    // umbrella chart's values.yaml leaves the name out, and overwrite.yaml (a template the
+    // operator renders per cluster) sets it. A values file alone cannot tell.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("values.yaml");
+    std::fs::write(
+        &file,
+        "openstack-cloud-controller-manager:\n  cloudConfig:\n    loadBalancer:\n      provider-requires-serial-api-calls: true\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_stackgate"))
+        .args(["check", "--format", "json", "--values-for"])
+        .arg("openstack-cloud-controller-manager=**/values.yaml")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    let results = v["results"].as_array().expect("results");
+    assert_eq!(results.len(), 1, "{v}");
+    let finding = &results[0];
+    assert_eq!(finding["policy"], "cluster-name", "{finding}");
+    assert_eq!(finding["level"], "warning", "{finding}");
+    let message = finding["message"].as_str().unwrap();
+    assert!(
+        message.contains("nothing here sets --cluster-name")
+            && message.contains("unless another values file or --set of the same release sets"),
+        "{message}"
+    );
 }

@@ -182,9 +182,22 @@ pub fn name_sources(
     params: &ClusterNameParams,
 ) -> Vec<NameSource> {
     let holder = helm::object_name(gvk, object);
+    // A plain values file (`check --values-for`) is one of the release's values files: others,
+    // `--set`, or a tool that renders more values over it (Cluster Stacks' overwrite.yaml) may
+    // set the name where this file does not show it.
+    let values_file = gvk.kind == helm::VALUES_FILE_KIND;
     let mut out: Vec<NameSource> = helm::chart_values_all(gvk, object)
         .iter()
         .filter_map(|values| values_source(&holder, values))
+        .map(|mut source| {
+            if values_file && source.caveat.is_none() {
+                source.caveat = Some(
+                    "unless another values file or --set of the same release sets cluster.name, \
+                     which this file does not show",
+                );
+            }
+            source
+        })
         .collect();
     let images: Vec<&str> = if params.ccm_images.is_empty() {
         vec![DEFAULT_IMAGE]
@@ -352,7 +365,7 @@ fn default_name(source: &NameSource, name: &str, explicit: bool, severity: Sever
         (true, _) => "an empty cluster name".to_owned(),
         (false, true) => format!("the default cluster name {}", shown(name)),
         (false, false) => format!(
-            "the default cluster name {} (nothing sets {FLAG} or the chart's cluster.name)",
+            "the default cluster name {} (nothing here sets {FLAG} or the chart's cluster.name)",
             shown(name)
         ),
     };
