@@ -41,10 +41,10 @@ use kube::api::{Api, ListParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::{Value, json};
 
-use crate::check::evaluate::{ObjectResult, Problem};
+use crate::check::evaluate::{ObjectResult, Problem, verdict_items};
 use crate::check::report::{self, Face, MaskMode};
 use crate::check::{FailOn, FileReport, Format, Item, ItemKind, Level, Report};
-use crate::engine::{Engine, Finding, Subject, Verdict};
+use crate::engine::{Engine, Subject, Verdict};
 use crate::releases::{Snapshot, VersionState};
 use crate::rules::Operation;
 use crate::sites::{self, SiteKind};
@@ -720,44 +720,7 @@ fn object_result(
     object: &DynamicObject,
     verdict: Verdict,
 ) -> (ObjectResult, Option<String>) {
-    let mut items = Vec::new();
-    let mut push = |level, kind, f: &Finding| {
-        items.push(Item {
-            level,
-            kind,
-            policy: f.policy.clone(),
-            rule: f.rule.as_str().to_owned(),
-            line: 0,
-            message: f.message.clone(),
-            fixed_by_patch: f.fixed_by_patch,
-        });
-    };
-    for f in &verdict.denials {
-        push(Level::Error, ItemKind::Denial, f);
-    }
-    for f in &verdict.warnings {
-        push(Level::Warning, ItemKind::Warning, f);
-    }
-    for f in &verdict.audits {
-        push(Level::Note, ItemKind::Audit, f);
-    }
-    for f in &verdict.mutations {
-        push(Level::Note, ItemKind::Mutation, f);
-    }
-    for e in &verdict.exemptions {
-        items.push(Item {
-            level: Level::Note,
-            kind: ItemKind::Exemption,
-            policy: e.policy.clone(),
-            rule: e.rule.as_str().to_owned(),
-            line: 0,
-            message: format!(
-                "exempted from policy {} by annotation: {}",
-                e.policy, e.reason
-            ),
-            fixed_by_patch: false,
-        });
-    }
+    let mut items = verdict_items(&verdict, |_| 0, 0, |_, _| {});
     items.sort_by_key(|i| std::cmp::Reverse(i.level));
     let diff = if verdict.patch.is_empty() {
         None

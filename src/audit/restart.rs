@@ -30,6 +30,7 @@ use kube::core::{ApiResource, DynamicObject, GroupVersionKind, Selector};
 use serde_json::Value;
 
 use crate::engine::Engine;
+use crate::rules::ccm_workload::CcmMarkers;
 use crate::rules::concurrency::{self, ConcurrencyParams};
 
 /// Pods read per workload (one page): a CCM runs one pod per control-plane node.
@@ -76,37 +77,22 @@ impl Workload {
             .for_rule(concurrency::FAMILY.id)
             .find_map(|p| p.params.get::<ConcurrencyParams>().cloned())
             .unwrap_or_default();
-        let images: Vec<&str> = if params.ccm_images.is_empty() {
-            vec![concurrency::DEFAULT_IMAGE]
-        } else {
-            params.ccm_images.iter().map(String::as_str).collect()
-        };
-        let markers: Vec<&str> = if params.ccm_args.is_empty() {
-            vec![concurrency::DEFAULT_ARG]
-        } else {
-            params.ccm_args.iter().map(String::as_str).collect()
-        };
+        let markers = CcmMarkers::new(&params.ccm_images, &params.ccm_args);
         let spec = &object.data["spec"]["template"]["spec"];
         let mut containers = Vec::new();
         let mut volume_names = BTreeSet::new();
-        for container in spec["containers"].as_array().into_iter().flatten() {
-            let strings = |field: &str| -> Vec<&str> {
-                container[field]
-                    .as_array()
-                    .map(|a| a.iter().filter_map(Value::as_str).collect())
-                    .unwrap_or_default()
-            };
-            let image = container["image"].as_str().unwrap_or("");
-            let is_ccm = images.iter().any(|m| image.contains(m))
-                || strings("command")
-                    .iter()
-                    .chain(strings("args").iter())
-                    .any(|a| markers.iter().any(|m| a.contains(m)));
-            if !is_ccm {
-                continue;
-            }
-            containers.push(container["name"].as_str().unwrap_or("").to_owned());
-            for mount in container["volumeMounts"].as_array().into_iter().flatten() {
+        // `containers` only: an init container has exited before the running CCM starts.
+        for ccm in markers
+            .containers(gvk, object)
+            .into_iter()
+            .filter(|c| c.list == "containers")
+        {
+            containers.push(ccm.name.to_owned());
+            for mount in ccm.container["volumeMounts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
                 if let Some(name) = mount["name"].as_str() {
                     volume_names.insert(name.to_owned());
                 }

@@ -231,50 +231,12 @@ pub fn check_text_in(
         }
         let root = docs.get(c.doc).map(|d| &d.root);
         let locate = |f: &Finding| root.map_or(c.line, |r| locate(text, r, &c, f));
-        let mut items = Vec::new();
-        let mut push = |level, kind, f: &Finding| {
-            let message = match (&merged_from, &f.anchor) {
-                (Some(sources), engine::Anchor::CloudConfig { .. }) => {
-                    merged_message(&f.message, sources, fixable)
-                }
-                _ => f.message.clone(),
-            };
-            items.push(Item {
-                level,
-                kind,
-                policy: f.policy.clone(),
-                rule: f.rule.as_str().to_owned(),
-                line: locate(f),
-                message,
-                fixed_by_patch: f.fixed_by_patch && fixable,
-            })
-        };
-        for f in &verdict.denials {
-            push(Level::Error, ItemKind::Denial, f);
-        }
-        for f in &verdict.warnings {
-            push(Level::Warning, ItemKind::Warning, f);
-        }
-        for f in &verdict.audits {
-            push(Level::Note, ItemKind::Audit, f);
-        }
-        for f in &verdict.mutations {
-            push(Level::Note, ItemKind::Mutation, f);
-        }
-        for e in &verdict.exemptions {
-            items.push(Item {
-                level: Level::Note,
-                kind: ItemKind::Exemption,
-                policy: e.policy.clone(),
-                rule: e.rule.as_str().to_owned(),
-                line: c.line,
-                message: format!(
-                    "exempted from policy {} by annotation: {}",
-                    e.policy, e.reason
-                ),
-                fixed_by_patch: false,
-            });
-        }
+        let mut items = verdict_items(&verdict, locate, c.line, |f, item| {
+            if let (Some(sources), engine::Anchor::CloudConfig { .. }) = (&merged_from, &f.anchor) {
+                item.message = merged_message(&f.message, sources, fixable);
+            }
+            item.fixed_by_patch &= fixable;
+        });
         items.sort_by_key(|i| (i.line, std::cmp::Reverse(i.level)));
         let is_secret = keeps_secrets;
         let mut secret_diffs = Vec::new();
@@ -313,6 +275,54 @@ pub fn check_text_in(
         checked.shown = Some(shown);
     }
     checked
+}
+
+/// The report items of `verdict`, one per finding, in the order denials (errors), warnings,
+/// audits and mutations (notes), then exemptions (notes). A finding's item is at `line(f)` and
+/// holds its message and fix flag, which `adjust` may change for the carrier (merged values
+/// name their sources; a fix that cannot be written is not one); an exemption is at
+/// `exemption_line`.
+pub fn verdict_items(
+    verdict: &Verdict,
+    line: impl Fn(&Finding) -> usize,
+    exemption_line: usize,
+    mut adjust: impl FnMut(&Finding, &mut Item),
+) -> Vec<Item> {
+    let findings = [
+        (Level::Error, ItemKind::Denial, &verdict.denials),
+        (Level::Warning, ItemKind::Warning, &verdict.warnings),
+        (Level::Note, ItemKind::Audit, &verdict.audits),
+        (Level::Note, ItemKind::Mutation, &verdict.mutations),
+    ];
+    let mut items = Vec::new();
+    for (level, kind, list) in findings {
+        for f in list {
+            let mut item = Item {
+                level,
+                kind,
+                policy: f.policy.clone(),
+                rule: f.rule.as_str().to_owned(),
+                line: line(f),
+                message: f.message.clone(),
+                fixed_by_patch: f.fixed_by_patch,
+            };
+            adjust(f, &mut item);
+            items.push(item);
+        }
+    }
+    items.extend(verdict.exemptions.iter().map(|e| Item {
+        level: Level::Note,
+        kind: ItemKind::Exemption,
+        policy: e.policy.clone(),
+        rule: e.rule.as_str().to_owned(),
+        line: exemption_line,
+        message: format!(
+            "exempted from policy {} by annotation: {}",
+            e.policy, e.reason
+        ),
+        fixed_by_patch: false,
+    }));
+    items
 }
 
 /// A finding's message about values merged from `valuesFrom` or `valueFiles`: where they

@@ -9,9 +9,9 @@
 
 use serde_json::json;
 
-use super::evaluate::{Checked, Item, ItemKind, Level, ObjectResult};
+use super::evaluate::{Checked, ObjectResult, verdict_items};
 use super::report::{self, MaskMode};
-use crate::engine::{Engine, Finding, Subject};
+use crate::engine::{Engine, Subject};
 use crate::sites::{CONFIG_FILE_API_VERSION, CONFIG_FILE_KIND};
 
 /// Checks `text`, the content of the INI file `name`.
@@ -35,30 +35,8 @@ pub fn check_ini(engine: &Engine, name: &str, text: &str) -> Checked {
         data: json!({ "text": text }),
     };
     let verdict = engine.evaluate(&Subject::create(&gvk, &object));
-    let mut items = Vec::new();
-    let mut push = |level, kind, f: &Finding| {
-        items.push(Item {
-            level,
-            kind,
-            policy: f.policy.clone(),
-            rule: f.rule.as_str().to_owned(),
-            line: f.line().unwrap_or(1),
-            message: f.message.clone(),
-            fixed_by_patch: f.fixed_by_patch,
-        });
-    };
-    for f in &verdict.denials {
-        push(Level::Error, ItemKind::Denial, f);
-    }
-    for f in &verdict.warnings {
-        push(Level::Warning, ItemKind::Warning, f);
-    }
-    for f in &verdict.audits {
-        push(Level::Note, ItemKind::Audit, f);
-    }
-    for f in &verdict.mutations {
-        push(Level::Note, ItemKind::Mutation, f);
-    }
+    // A file has no annotations, so no exemptions: their line would be the first.
+    let mut items = verdict_items(&verdict, |f| f.line().unwrap_or(1), 1, |_, _| {});
     items.sort_by_key(|i| (i.line, std::cmp::Reverse(i.level)));
     // The patch replaces `/text` with the edited config (one line changed or inserted).
     let fixed = verdict.patch.iter().find_map(|op| match op {

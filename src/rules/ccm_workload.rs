@@ -114,6 +114,48 @@ impl CcmContainer<'_> {
     }
 }
 
+/// Image substring that marks the OpenStack CCM when a policy does not say otherwise.
+pub const DEFAULT_IMAGE: &str = "openstack-cloud-controller-manager";
+/// Argument that marks the OpenStack CCM when a policy does not say otherwise.
+pub const DEFAULT_ARG: &str = "--cloud-provider=openstack";
+
+/// Which containers run the OpenStack CCM, as the `ccmImages` and `ccmArgs` params of the
+/// policies that read CCM workloads (`ccm-concurrency`, `cluster-name`) say: an empty list
+/// stands for its default ([`DEFAULT_IMAGE`], [`DEFAULT_ARG`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CcmMarkers<'p> {
+    /// Image substrings.
+    pub images: Vec<&'p str>,
+    /// Command/args substrings.
+    pub args: Vec<&'p str>,
+}
+
+impl<'p> CcmMarkers<'p> {
+    /// The markers from a policy's `ccmImages` and `ccmArgs`, defaults filled in.
+    pub fn new(ccm_images: &'p [String], ccm_args: &'p [String]) -> Self {
+        let or_default = |list: &'p [String], default: &'static str| -> Vec<&'p str> {
+            if list.is_empty() {
+                vec![default]
+            } else {
+                list.iter().map(String::as_str).collect()
+            }
+        };
+        Self {
+            images: or_default(ccm_images, DEFAULT_IMAGE),
+            args: or_default(ccm_args, DEFAULT_ARG),
+        }
+    }
+
+    /// The containers of `object` these markers recognise ([`ccm_containers`]).
+    pub fn containers<'a>(
+        &self,
+        gvk: &GroupVersionKind,
+        object: &'a DynamicObject,
+    ) -> Vec<CcmContainer<'a>> {
+        ccm_containers(gvk, object, &self.images, &self.args)
+    }
+}
+
 /// The containers of `object` that run the OpenStack CCM: image containing one of `images`,
 /// or command/args containing one of `markers`.
 pub fn ccm_containers<'a>(

@@ -27,8 +27,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::ccm_workload::{self, CcmContainer, has_reference, string_flag_uses};
-use super::concurrency::{DEFAULT_ARG, DEFAULT_IMAGE};
+use super::ccm_workload::{CcmContainer, CcmMarkers, has_reference, string_flag_uses};
 use super::{
     Check, Example, Family, ObjectInput, Operation, RuleId, RuleOutput, Severity, Violation,
     parse_params,
@@ -199,17 +198,8 @@ pub fn name_sources(
             source
         })
         .collect();
-    let images: Vec<&str> = if params.ccm_images.is_empty() {
-        vec![DEFAULT_IMAGE]
-    } else {
-        params.ccm_images.iter().map(String::as_str).collect()
-    };
-    let markers: Vec<&str> = if params.ccm_args.is_empty() {
-        vec![DEFAULT_ARG]
-    } else {
-        params.ccm_args.iter().map(String::as_str).collect()
-    };
-    for container in ccm_workload::ccm_containers(gvk, object, &images, &markers) {
+    let markers = CcmMarkers::new(&params.ccm_images, &params.ccm_args);
+    for container in markers.containers(gvk, object) {
         out.push(container_source(&container));
     }
     out

@@ -14,12 +14,11 @@
 //! kubernikus run 10 (sapcc/kubernikus#471). `enforce` stays available for clusters that want
 //! the deny; in `warn` mode a value the CCM cannot parse is a warning too.
 
-use jsonptr::PointerBuf;
 use kube::core::{DynamicObject, GroupVersionKind};
-use serde_json::Value;
 
 use serde::{Deserialize, Serialize};
 
+use super::ccm_workload::{CcmMarkers, has_reference};
 use super::{
     Check, Example, Family, ObjectInput, RuleId, RuleOutput, Severity, Violation, parse_params,
 };
@@ -74,11 +73,6 @@ fn check_object(input: &ObjectInput<'_>) -> RuleOutput {
 
 /// The flag this rule reads.
 pub const FLAG: &str = "--concurrent-service-syncs";
-
-/// Image substring that marks the OpenStack CCM when a policy does not say otherwise.
-pub const DEFAULT_IMAGE: &str = "openstack-cloud-controller-manager";
-/// Argument that marks the OpenStack CCM when a policy does not say otherwise.
-pub const DEFAULT_ARG: &str = "--cloud-provider=openstack";
 
 /// The value of one `--concurrent-service-syncs` setting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,20 +130,6 @@ pub fn effective_use(args: &[&str]) -> Option<FlagUse> {
     flag_uses(args).pop()
 }
 
-/// True when `s` holds a Kubernetes `$(VAR)` reference (`$$(VAR)` is an escaped literal).
-fn has_reference(s: &str) -> bool {
-    let mut rest = s;
-    while let Some(at) = rest.find('$') {
-        let after = &rest[at + 1..];
-        if after.starts_with('(') {
-            return true;
-        }
-        // `$$` is one literal `$`: skip both.
-        rest = after.strip_prefix('$').unwrap_or(after);
-    }
-    false
-}
-
 /// Go's `strconv.ParseInt(s, 0, 64)` for the forms people write: decimal, `0x`, `0o`, `0b`,
 /// optional sign and `_` separators.
 fn parse_go_int(s: &str) -> Option<i64> {
@@ -172,19 +152,6 @@ fn parse_go_int(s: &str) -> Option<i64> {
     };
     let n = i64::from_str_radix(body, radix).ok()?;
     Some(if negative { -n } else { n })
-}
-
-/// The pod spec pointer for workload kinds, or None for kinds without one.
-fn pod_spec_pointer(gvk: &GroupVersionKind) -> Option<&'static [&'static str]> {
-    match (gvk.group.as_str(), gvk.kind.as_str()) {
-        ("", "Pod") => Some(&["spec"]),
-        ("", "PodTemplate") => Some(&["template", "spec"]),
-        ("apps", "Deployment" | "DaemonSet" | "StatefulSet" | "ReplicaSet") | ("batch", "Job") => {
-            Some(&["spec", "template", "spec"])
-        }
-        ("batch", "CronJob") => Some(&["spec", "jobTemplate", "spec", "template", "spec"]),
-        _ => None,
-    }
 }
 
 /// Severity of a finding: deny only while the serial-calls policy enforces.
@@ -214,77 +181,16 @@ pub fn check(
             }
         }
     }
-    let Some(path) = pod_spec_pointer(gvk) else {
-        return out;
-    };
-    let mut spec = &object.data;
-    for token in path {
-        match spec.get(token) {
-            Some(v) => spec = v,
-            None => return out,
-        }
-    }
-    let images: Vec<&str> = if params.ccm_images.is_empty() {
-        vec![DEFAULT_IMAGE]
-    } else {
-        params.ccm_images.iter().map(String::as_str).collect()
-    };
-    let markers: Vec<&str> = if params.ccm_args.is_empty() {
-        vec![DEFAULT_ARG]
-    } else {
-        params.ccm_args.iter().map(String::as_str).collect()
-    };
-    let object_name = format!(
-        "{} {}/{}",
-        gvk.kind,
-        object.metadata.namespace.as_deref().unwrap_or(""),
-        object.metadata.name.as_deref().unwrap_or("")
-    );
-    for list in ["initContainers", "containers"] {
-        let Some(containers) = spec.get(list).and_then(Value::as_array) else {
+    let markers = CcmMarkers::new(&params.ccm_images, &params.ccm_args);
+    for container in markers.containers(gvk, object) {
+        // The container's argv is command followed by args; the last setting wins.
+        let Some(found) = effective_use(&container.argv()) else {
             continue;
         };
-        for (ci, container) in containers.iter().enumerate() {
-            let strings = |field: &str| -> Vec<&str> {
-                container
-                    .get(field)
-                    .and_then(Value::as_array)
-                    .map(|a| a.iter().filter_map(Value::as_str).collect())
-                    .unwrap_or_default()
-            };
-            let command = strings("command");
-            let args = strings("args");
-            let image = container.get("image").and_then(Value::as_str).unwrap_or("");
-            let is_ccm = images.iter().any(|m| image.contains(m))
-                || command
-                    .iter()
-                    .chain(args.iter())
-                    .any(|a| markers.iter().any(|m| a.contains(m)));
-            if !is_ccm {
-                continue;
-            }
-            let name = container.get("name").and_then(Value::as_str).unwrap_or("");
-            // The container's argv is command followed by args; the last setting wins.
-            let argv: Vec<&str> = command.iter().chain(args.iter()).copied().collect();
-            let Some(found) = effective_use(&argv) else {
-                continue;
-            };
-            let (field, index) = match found.index.checked_sub(command.len()) {
-                Some(i) => ("args", i),
-                None => ("command", found.index),
-            };
-            let mut tokens: Vec<String> = path.iter().map(|t| (*t).to_owned()).collect();
-            tokens.extend([
-                list.to_owned(),
-                ci.to_string(),
-                field.to_owned(),
-                index.to_string(),
-            ]);
-            let pointer = PointerBuf::from_tokens(tokens).to_string();
-            let location = format!("{object_name} container {name:?} {field}[{index}]");
-            if let Some(v) = violation(&location, pointer, found.value, severity) {
-                out.violations.push(v);
-            }
+        let (field, index, pointer) = container.locate(found.index);
+        let location = format!("{} {field}[{index}]", container.described);
+        if let Some(v) = violation(&location, pointer, found.value, severity) {
+            out.violations.push(v);
         }
     }
     out

@@ -1289,6 +1289,19 @@ mod tests {
         DEFAULT_CHARTS.iter().map(|s| (*s).to_owned()).collect()
     }
 
+    /// The edit most of these tests make: serial Octavia API calls on.
+    const SERIAL_CALLS: IniEdit = IniEdit {
+        section: "LoadBalancer",
+        key: "provider-requires-serial-api-calls",
+        value: "true",
+    };
+
+    /// The patch `found` writes for [`SERIAL_CALLS`], given its text as parsed (not edited).
+    fn serial_calls_patch(found: &FoundConfig) -> Value {
+        let doc = Document::parse(found.text.as_ref().unwrap()).unwrap();
+        serde_json::to_value(found.patch(&doc, &[SERIAL_CALLS])).unwrap()
+    }
+
     fn obj(v: Value) -> (GroupVersionKind, DynamicObject) {
         let api = v["apiVersion"].as_str().unwrap_or_default().to_owned();
         let kind = v["kind"].as_str().unwrap_or_default().to_owned();
@@ -1401,11 +1414,7 @@ mod tests {
             "HelmRelease kube-system/occm spec.values.cloudConfig.global.region"
         );
         let mut doc = Document::parse(&text).unwrap();
-        let edit = IniEdit {
-            section: "LoadBalancer",
-            key: "provider-requires-serial-api-calls",
-            value: "true",
-        };
+        let edit = SERIAL_CALLS;
         let summary = doc.set(edit.section, edit.key, edit.value);
         assert_eq!(
             f.describe(Some(summary.line)),
@@ -1427,13 +1436,7 @@ mod tests {
             "spec":{"chart":{"spec":{"chart":"openstack-cloud-controller-manager"}}}}),
         );
         let found = find(&gvk, &o, &charts());
-        let doc = Document::parse(found[0].text.as_ref().unwrap()).unwrap();
-        let edit = IniEdit {
-            section: "LoadBalancer",
-            key: "provider-requires-serial-api-calls",
-            value: "true",
-        };
-        let ops = serde_json::to_value(found[0].patch(&doc, &[edit])).unwrap();
+        let ops = serial_calls_patch(&found[0]);
         assert_eq!(
             ops,
             json!([{"op":"add","path":"/spec/values","value":{"cloudConfig":{"loadBalancer":{"provider-requires-serial-api-calls":true}}}}])
@@ -1459,11 +1462,7 @@ mod tests {
             "HelmChart kube-system/occm spec.valuesContent, cloudConfig.loadBalancer.subnet-id (line 4 of the values)"
         );
         let mut doc = Document::parse(f.text.as_ref().unwrap()).unwrap();
-        let edit = IniEdit {
-            section: "LoadBalancer",
-            key: "provider-requires-serial-api-calls",
-            value: "true",
-        };
+        let edit = SERIAL_CALLS;
         doc.set(edit.section, edit.key, edit.value);
         let ops = serde_json::to_value(f.patch(&doc, &[edit])).unwrap();
         let expected = values.replace(
@@ -1598,11 +1597,7 @@ mod tests {
                 key: "LB-Method",
                 value: "SOURCE_IP_PORT",
             },
-            IniEdit {
-                section: "LoadBalancer",
-                key: "provider-requires-serial-api-calls",
-                value: "true",
-            },
+            SERIAL_CALLS,
         ];
         let ops = serde_json::to_value(f.patch(&doc, &edits)).unwrap();
         assert_eq!(
@@ -1640,13 +1635,7 @@ mod tests {
             found[0].location,
             "spec.values.openstack-cloud-controller-manager.cloudConfig"
         );
-        let doc = Document::parse(found[0].text.as_ref().unwrap()).unwrap();
-        let edit = IniEdit {
-            section: "LoadBalancer",
-            key: "provider-requires-serial-api-calls",
-            value: "true",
-        };
-        let ops = serde_json::to_value(found[0].patch(&doc, &[edit])).unwrap();
+        let ops = serial_calls_patch(&found[0]);
         assert_eq!(
             ops,
             json!([{"op":"add","path":"/spec/values/openstack-cloud-controller-manager/cloudConfig/loadBalancer",
