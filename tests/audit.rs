@@ -908,6 +908,7 @@ fn background_config(identity: &str) -> audit::background::BackgroundConfig {
         lease_duration: Duration::from_secs(60),
         max_results: 500,
         page_size: 250,
+        debounce: Duration::from_secs(5),
     }
 }
 
