@@ -1204,9 +1204,9 @@ fn audits(c: &Cluster) -> usize {
 }
 
 fn watching(c: &Cluster, path: &str) -> bool {
-    c.requests.iter().any(|r| {
-        r.path == path && query_param(&r.query, "watch").as_deref() == Some("true")
-    })
+    c.requests
+        .iter()
+        .any(|r| r.path == path && query_param(&r.query, "watch").as_deref() == Some("true"))
 }
 
 /// Waits (in the test's paused time) until `ready` holds.

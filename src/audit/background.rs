@@ -28,9 +28,9 @@
 //! reports.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64};
-use std::pin::pin;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -503,7 +503,10 @@ async fn watchable(
         match api.list(&probe).await {
             Ok(_) => return Some((api, settings)),
             Err(kube::Error::Api(s)) if s.code == 404 => {
-                why = format!("{} is not served (404: the CRD is not installed)", resource_label(ar));
+                why = format!(
+                    "{} is not served (404: the CRD is not installed)",
+                    resource_label(ar)
+                );
             }
             Err(error) => {
                 why = format!("cannot list {}: {error}", resource_label(ar));
@@ -534,8 +537,7 @@ async fn watch_target(
 ) {
     let mut quiet = false;
     loop {
-        let Some((api, settings)) = watchable(&client, &target, page_size, &mut quiet).await
-        else {
+        let Some((api, settings)) = watchable(&client, &target, page_size, &mut quiet).await else {
             tokio::time::sleep(retry).await;
             continue;
         };
@@ -660,8 +662,9 @@ pub async fn run(
         let next_tick = Instant::now() + tick;
         loop {
             let wake = match (pending, last_audit) {
-                (Some(first), Some(last)) => next_tick
-                    .min((first + config.debounce).max(last + config.debounce)),
+                (Some(first), Some(last)) => {
+                    next_tick.min((first + config.debounce).max(last + config.debounce))
+                }
                 (Some(first), None) => next_tick.min(first + config.debounce),
                 (None, _) => next_tick,
             };
