@@ -622,6 +622,7 @@ pub async fn run(
     let tick = renew_every(&config);
     let changed = Arc::new(Notify::new());
     let mut watches: Vec<JoinHandle<()>> = Vec::new();
+    let mut watched: Vec<Target> = Vec::new();
     let mut last_audit: Option<Instant> = None;
     // When the first change not yet audited was seen.
     let mut pending: Option<Instant> = None;
@@ -634,8 +635,13 @@ pub async fn run(
         let engine = engine();
         match round(&client, &engine, &config, &metrics, due).await {
             Ok(true) => {
-                if watches.is_empty() {
+                // (Re)start the watches on taking the Lease and when reloaded policies cover
+                // other objects.
+                let targets = super::targets(&engine);
+                if watches.is_empty() || targets != watched {
+                    stop(&mut watches);
                     watches = spawn_watches(&client, &engine, &config, &changed);
+                    watched = targets;
                 }
                 if due {
                     last_audit = Some(Instant::now());
