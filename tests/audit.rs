@@ -32,6 +32,7 @@ const DEPLOYMENTS: &str = "/apis/apps/v1/deployments";
 const HELMRELEASES_V2: &str = "/apis/helm.toolkit.fluxcd.io/v2/helmreleases";
 const HELMRELEASES_V2BETA2: &str = "/apis/helm.toolkit.fluxcd.io/v2beta2/helmreleases";
 const APPLICATIONS: &str = "/apis/argoproj.io/v1alpha1/applications";
+const HELMCHARTS: &str = "/apis/helm.cattle.io/v1/helmcharts";
 
 fn fixture_text(rel: &str) -> String {
     let path = format!("{}/tests/fixtures/{rel}", env!("CARGO_MANIFEST_DIR"));
@@ -51,6 +52,7 @@ struct Recorded {
     path: String,
     query: String,
     content_type: String,
+    accept: String,
     body: String,
 }
 
@@ -63,6 +65,11 @@ struct Cluster {
     forbidden: BTreeSet<String>,
     requests: Vec<Recorded>,
     next_resource_version: u64,
+    /// Watch events (`collection`, event): a watch answers those whose object's
+    /// resourceVersion is newer than the one it asks from.
+    events: Vec<(String, Value)>,
+    /// Reads of a collection (path prefix) answered only after this long: a slow audit.
+    slow: Option<(String, Duration)>,
 }
 
 fn status(code: u16, reason: &str) -> Response<Body> {
@@ -276,6 +283,55 @@ impl Cluster {
     }
 }
 
+/// `/api/v1/namespaces/ns/secrets` → `/api/v1/secrets`.
+fn collection_of(path: &str) -> String {
+    let segments: Vec<&str> = path.split('/').collect();
+    match segments.iter().position(|s| *s == "namespaces") {
+        Some(i) => [&segments[..i], &segments[i + 2..]].concat().join("/"),
+        None => path.to_owned(),
+    }
+}
+
+/// Answers a watch once the cluster has events newer than the resourceVersion it asks from
+/// (newline-delimited, as the API server streams them); the stream then ends and the
+/// watcher watches again from the last event, as it does after a server-side timeout.
+async fn answer_watch(
+    cluster: Arc<Mutex<Cluster>>,
+    path: String,
+    query: String,
+    send: tower_test::mock::SendResponse<Response<Body>>,
+) {
+    let collection = collection_of(&path);
+    let from: u64 = query_param(&query, "resourceVersion")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    loop {
+        let lines: Vec<u8> = {
+            let c = cluster.lock().unwrap();
+            c.events
+                .iter()
+                .filter(|(col, e)| {
+                    *col == collection
+                        && e["object"]["metadata"]["resourceVersion"]
+                            .as_str()
+                            .and_then(|v| v.parse::<u64>().ok())
+                            .is_some_and(|v| v > from)
+                })
+                .flat_map(|(_, e)| {
+                    let mut line = serde_json::to_vec(e).unwrap();
+                    line.push(b'\n');
+                    line
+                })
+                .collect()
+        };
+        if !lines.is_empty() {
+            send.send_response(Response::new(Body::from(lines)));
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 /// A kube client over the fake API server.
 fn client(cluster: Arc<Mutex<Cluster>>) -> kube::Client {
     let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
@@ -297,8 +353,19 @@ fn client(cluster: Arc<Mutex<Cluster>>) -> kube::Client {
                     .and_then(|v| v.to_str().ok())
                     .unwrap_or("")
                     .to_owned(),
+                accept: parts
+                    .headers
+                    .get("accept")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_owned(),
                 body: String::from_utf8_lossy(&body).into_owned(),
             });
+            if query_param(&query, "watch").as_deref() == Some("true") {
+                drop(c);
+                tokio::spawn(answer_watch(cluster.clone(), path, query, send));
+                continue;
+            }
             let response = if method == "PATCH"
                 && c.requests.last().unwrap().content_type == "application/apply-patch+yaml"
             {
@@ -306,8 +373,21 @@ fn client(cluster: Arc<Mutex<Cluster>>) -> kube::Client {
             } else {
                 c.answer(&method, &path, &query, &body)
             };
+            let delay = c
+                .slow
+                .as_ref()
+                .filter(|(prefix, _)| method == "GET" && path.starts_with(prefix.as_str()))
+                .map(|(_, d)| *d);
             drop(c);
-            send.send_response(response);
+            match delay {
+                Some(delay) => {
+                    tokio::spawn(async move {
+                        tokio::time::sleep(delay).await;
+                        send.send_response(response);
+                    });
+                }
+                None => send.send_response(response),
+            }
         }
     });
     kube::Client::new(service, "default")
@@ -908,6 +988,7 @@ fn background_config(identity: &str) -> audit::background::BackgroundConfig {
         lease_duration: Duration::from_secs(60),
         max_results: 500,
         page_size: 250,
+        debounce: Duration::from_secs(5),
     }
 }
 
@@ -1112,4 +1193,160 @@ fn reports_are_capped_with_the_full_summary() {
         r["metadata"]["annotations"]["stackgate.dev/results-left-out"],
         "6"
     );
+}
+
+/// Audits the background audit published so far: each audit applies the cluster report once.
+fn audits(c: &Cluster) -> usize {
+    c.requests
+        .iter()
+        .filter(|r| r.method == "PATCH" && r.path.ends_with("/clusterpolicyreports/stackgate"))
+        .count()
+}
+
+fn watching(c: &Cluster, path: &str) -> bool {
+    c.requests
+        .iter()
+        .any(|r| r.path == path && query_param(&r.query, "watch").as_deref() == Some("true"))
+}
+
+/// Waits (in the test's paused time) until `ready` holds.
+async fn wait_for(cluster: &Arc<Mutex<Cluster>>, ready: impl Fn(&Cluster) -> bool) {
+    for _ in 0..600 {
+        if ready(&cluster.lock().unwrap()) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("never ready: {:?}", cluster.lock().unwrap().requests);
+}
+
+fn helmrelease_event(resource_version: u64) -> Value {
+    let mut object = helmrelease();
+    object["metadata"]["resourceVersion"] = json!(resource_version.to_string());
+    json!({"type": "MODIFIED", "object": object})
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_change_re_audits_before_the_period_and_changes_are_coalesced() {
+    let mut c = background_cluster();
+    // Forbidden (403) and absent (404) kinds: probed once, never retried in a loop.
+    c.forbidden.insert(APPLICATIONS.to_owned());
+    let cluster = Arc::new(Mutex::new(c));
+    let client = client(cluster.clone());
+    let config = background_config("stackgate-0");
+    let task = tokio::spawn(audit::background::run(
+        client,
+        config,
+        audit::background::AuditMetrics::default(),
+        || Arc::new(engine()),
+    ));
+    // The first audit, then the holder's watches: HelmReleases, the labelled ConfigMaps, the
+    // named Secret in its namespace (by field selector).
+    wait_for(&cluster, |c| {
+        audits(c) == 1
+            && watching(c, HELMRELEASES_V2)
+            && watching(c, CONFIGMAPS)
+            && watching(c, "/api/v1/namespaces/kube-system/secrets")
+    })
+    .await;
+    {
+        let c = cluster.lock().unwrap();
+        let secret_watch = c
+            .requests
+            .iter()
+            .find(|r| r.path == "/api/v1/namespaces/kube-system/secrets")
+            .unwrap();
+        assert_eq!(
+            query_param(&secret_watch.query, "fieldSelector").as_deref(),
+            Some("metadata.name=cloud-config")
+        );
+        // Metadata only: the watches ask for PartialObjectMetadata, not whole objects.
+        for r in c.requests.iter().filter(|r| {
+            r.path == HELMRELEASES_V2 && query_param(&r.query, "watch").as_deref() == Some("true")
+        }) {
+            assert!(r.accept.contains("as=PartialObjectMetadata"), "{r:?}");
+        }
+    }
+    let started = tokio::time::Instant::now();
+    // Three changes within two seconds.
+    for rv in [2001, 2002, 2003] {
+        cluster
+            .lock()
+            .unwrap()
+            .events
+            .push((HELMRELEASES_V2.to_owned(), helmrelease_event(rv)));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    // Still inside the debounce: no audit yet.
+    assert_eq!(audits(&cluster.lock().unwrap()), 1);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    // One audit for the three changes, long before the 600 s period.
+    assert_eq!(audits(&cluster.lock().unwrap()), 2);
+    assert!(started.elapsed() < Duration::from_secs(60));
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let c = cluster.lock().unwrap();
+    assert_eq!(audits(&c), 2, "no change, no audit");
+    // Each audit lists them once, and the watch probed them once.
+    for absent in [APPLICATIONS, HELMCHARTS] {
+        let reads = c.requests.iter().filter(|r| r.path == absent).count();
+        assert_eq!(reads, 3, "{absent}: {:?}", c.requests);
+    }
+    drop(c);
+    task.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_lease_is_renewed_during_a_slow_audit() {
+    let mut c = background_cluster();
+    // Listing DaemonSets takes 70 s: longer than the 60 s Lease.
+    c.slow = Some((DAEMONSETS.to_owned(), Duration::from_secs(70)));
+    let cluster = Arc::new(Mutex::new(c));
+    let client = client(cluster.clone());
+    let metrics = audit::background::AuditMetrics::default();
+    let config = background_config("stackgate-0");
+    let leader = audit::background::round(&client, &engine(), &config, &metrics, true)
+        .await
+        .unwrap();
+    assert!(leader);
+    let c = cluster.lock().unwrap();
+    let renewals = c
+        .requests
+        .iter()
+        .filter(|r| r.method == "PUT" && r.path.ends_with("/leases/stackgate-audit"))
+        .count();
+    // Every 20 s during the 70 s list.
+    assert_eq!(renewals, 3, "{:?}", c.requests);
+    assert_eq!(audits(&c), 1);
+    let lease = stored(&c, LEASES, Some("stackgate-system"), "stackgate-audit");
+    assert_eq!(lease["spec"]["holderIdentity"], "stackgate-0");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_lost_during_the_audit_publishes_nothing() {
+    let mut c = background_cluster();
+    c.slow = Some((DAEMONSETS.to_owned(), Duration::from_secs(70)));
+    let cluster = Arc::new(Mutex::new(c));
+    let client = client(cluster.clone());
+    let metrics = audit::background::AuditMetrics::default();
+    let config = background_config("stackgate-0");
+    let taker = cluster.clone();
+    tokio::spawn(async move {
+        // After 10 s another replica holds the Lease (as after a partition).
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let mut c = taker.lock().unwrap();
+        let lease = c.objects.iter_mut().find(|(col, _)| col == LEASES).unwrap();
+        lease.1["spec"]["holderIdentity"] = json!("stackgate-1");
+        lease.1["spec"]["renewTime"] = json!(k8s_openapi::jiff::Timestamp::now().to_string());
+    });
+    let leader = audit::background::round(&client, &engine(), &config, &metrics, true)
+        .await
+        .unwrap();
+    assert!(!leader);
+    let c = cluster.lock().unwrap();
+    assert!(
+        c.requests.iter().all(|r| r.method != "PATCH"),
+        "a replica that lost the Lease wrote reports: {:?}",
+        c.requests
+    );
+    assert!(c.objects.iter().all(|(col, _)| col != CLUSTERPOLICYREPORTS));
 }

@@ -1431,6 +1431,26 @@ fn rbac_is_least_privilege() {
         };
         assert_eq!(got, want, "{}: RBAC resources", r.name);
         if r.name == "audit" {
+            // watch on exactly the kinds the background audit re-audits on change (its
+            // metadata-only watches); never on Secrets, pods or OpenStackVersions.
+            for (g, res, verbs) in &rules {
+                let watched = matches!(
+                    res.as_str(),
+                    "configmaps"
+                        | "daemonsets"
+                        | "deployments"
+                        | "helmreleases"
+                        | "applications"
+                        | "helmcharts"
+                        | "helmchartconfigs"
+                        | "glances"
+                );
+                assert_eq!(
+                    verbs.contains("watch"),
+                    watched,
+                    "audit: {g}/{res} verbs {verbs:?}"
+                );
+            }
             // Secrets: get only, through Roles in audit.secretNamespaces; the Lease only in
             // the release namespace.
             let roles: BTreeSet<(String, String)> = r

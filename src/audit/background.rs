@@ -14,24 +14,44 @@
 //! message cut at [`MAX_MESSAGE_CHARS`] (Kyverno's admission reports once filled etcd past its
 //! quota, kyverno#8974), and there are never per-request reports. A namespace whose findings
 //! are fixed gets its report emptied on the next run, so consumers see it clear.
+//!
+//! Besides the period, the holder re-audits soon after a change: it runs one metadata-only
+//! watch per covered kind ([`spawn_watches`], the selections of [`super::targets`]) that only
+//! signals "something changed" and keeps no objects. Changes are coalesced: the re-audit
+//! starts [`BackgroundConfig::debounce`] after the first change, at most one audit runs at a
+//! time, and audits start at most once per `debounce`. A kind the cluster does not serve (404)
+//! or this replica may not watch (403) is logged once and probed again after a period.
+//!
+//! While an audit runs, the Lease is renewed alongside it every third of its duration; when a
+//! renewal finds another holder (or fails for a whole Lease duration), the round stops and
+//! publishes nothing, so a replica that lost the Lease never overwrites the new holder's
+//! reports.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64};
 use std::time::{Duration, Instant};
+
+use futures::StreamExt;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind, PartialObjectMeta};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 
-use super::{AuditOptions, audit};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use super::{AuditOptions, Selection, Target, audit};
 use crate::check::{Level, Report};
 use crate::engine::Engine;
 
@@ -51,6 +71,9 @@ pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(60);
 pub const DEFAULT_LEASE_NAME: &str = "stackgate-audit";
 /// Default results per report.
 pub const DEFAULT_MAX_RESULTS: usize = 500;
+/// Default quiet time between a change of a covered object and the re-audit it triggers
+/// (also the least time between two audits started by changes).
+pub const DEFAULT_DEBOUNCE: Duration = Duration::from_secs(5);
 
 /// Settings of the background audit; the `serve` flags fill it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,6 +92,9 @@ pub struct BackgroundConfig {
     pub max_results: usize,
     /// Objects per list request.
     pub page_size: u32,
+    /// How long after a change of a covered object the re-audit starts; changes within it
+    /// are coalesced into one audit, and change-triggered audits start at most this often.
+    pub debounce: Duration,
 }
 
 /// Labels of `stackgate_audit_violations`.
@@ -340,7 +366,8 @@ pub async fn publish(
 }
 
 /// One round: hold the Lease and, as the holder, audit and publish when `due`. Returns
-/// whether this replica holds the Lease.
+/// whether this replica holds the Lease afterwards. While the audit runs the Lease is renewed
+/// alongside it; if it is lost meanwhile, the round publishes nothing and returns false.
 pub async fn round(
     client: &kube::Client,
     engine: &Engine,
@@ -353,6 +380,25 @@ pub async fn round(
     if !leader || !due {
         return Ok(leader);
     }
+    tokio::select! {
+        published = audit_and_publish(client, engine, config, metrics) => published.map(|()| true),
+        () = keep_lease(client, config) => {
+            metrics.leader.set(0);
+            tracing::warn!(
+                lease = %config.lease_name,
+                "the audit Lease was lost during the audit: this round publishes nothing"
+            );
+            Ok(false)
+        }
+    }
+}
+
+async fn audit_and_publish(
+    client: &kube::Client,
+    engine: &Engine,
+    config: &BackgroundConfig,
+    metrics: &AuditMetrics,
+) -> Result<(), kube::Error> {
     let started = Instant::now();
     let options = AuditOptions {
         page_size: config.page_size,
@@ -374,35 +420,266 @@ pub async fn round(
         seconds = started.elapsed().as_secs_f64(),
         "background audit published"
     );
-    Ok(true)
+    Ok(())
+}
+
+/// How often the holder renews the Lease: a third of its duration, so two renewals can fail
+/// before it runs out.
+fn renew_every(config: &BackgroundConfig) -> Duration {
+    (config.lease_duration / 3).max(Duration::from_secs(1))
+}
+
+/// Renews the Lease every [`renew_every`] and returns once it is lost: another replica holds
+/// it, or no renewal succeeded for a whole Lease duration (it may have expired).
+async fn keep_lease(client: &kube::Client, config: &BackgroundConfig) {
+    let mut renewed = tokio::time::Instant::now();
+    loop {
+        tokio::time::sleep(renew_every(config)).await;
+        match hold_lease(client, config, Timestamp::now()).await {
+            Ok(true) => renewed = tokio::time::Instant::now(),
+            Ok(false) => return,
+            Err(error) => {
+                tracing::warn!(%error, "cannot renew the audit Lease during the audit");
+                if renewed.elapsed() >= config.lease_duration {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The HTTP status of a list or watch error, when the API server answered with one.
+fn status_code(error: &watcher::Error) -> Option<u16> {
+    let api = |e: &kube::Error| match e {
+        kube::Error::Api(s) => Some(s.code),
+        _ => None,
+    };
+    match error {
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e) => api(e),
+        watcher::Error::WatchError(s) => Some(s.code),
+        _ => None,
+    }
+}
+
+/// `plural.group` of a resource, as `kubectl` names it.
+fn resource_label(ar: &ApiResource) -> String {
+    if ar.group.is_empty() {
+        ar.plural.clone()
+    } else {
+        format!("{}.{}", ar.plural, ar.group)
+    }
+}
+
+/// The metadata-only API and watch settings of `target`, on the first of its versions the
+/// cluster serves; None (logged once per outage via `quiet`) when none is served or this
+/// replica may not read it.
+async fn watchable(
+    client: &kube::Client,
+    target: &Target,
+    page_size: u32,
+    quiet: &mut bool,
+) -> Option<(Api<PartialObjectMeta<DynamicObject>>, watcher::Config)> {
+    let mut settings = watcher::Config::default().page_size(page_size);
+    match &target.selection {
+        Selection::All => {}
+        Selection::Labelled(label) => settings = settings.labels(label),
+        Selection::Named { name, .. } => {
+            settings = settings.fields(&format!("metadata.name={name}"));
+        }
+    }
+    let mut why = String::new();
+    for ar in std::iter::once(&target.resource).chain(&target.fallbacks) {
+        let api: Api<PartialObjectMeta<DynamicObject>> = match &target.selection {
+            Selection::Named { namespace, .. } => {
+                Api::namespaced_with(client.clone(), namespace, ar)
+            }
+            _ => Api::all_with(client.clone(), ar),
+        };
+        let mut probe = ListParams::default().limit(1);
+        probe.label_selector.clone_from(&settings.label_selector);
+        probe.field_selector.clone_from(&settings.field_selector);
+        match api.list(&probe).await {
+            Ok(_) => return Some((api, settings)),
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                why = format!(
+                    "{} is not served (404: the CRD is not installed)",
+                    resource_label(ar)
+                );
+            }
+            Err(error) => {
+                why = format!("cannot list {}: {error}", resource_label(ar));
+                break;
+            }
+        }
+    }
+    if !*quiet {
+        tracing::warn!(
+            kind = %target.resource.kind,
+            covered_by = target.covered_by,
+            "no change watch for this kind ({why}); it is re-audited on the period only, and \
+             the watch is tried again after a period"
+        );
+        *quiet = true;
+    }
+    None
+}
+
+/// Watches one covered kind for as long as the task lives and signals `changed` on every
+/// change. Keeps no objects: each event is dropped once it has signalled.
+async fn watch_target(
+    client: kube::Client,
+    target: Target,
+    page_size: u32,
+    retry: Duration,
+    changed: Arc<Notify>,
+) {
+    let mut quiet = false;
+    loop {
+        let Some((api, settings)) = watchable(&client, &target, page_size, &mut quiet).await else {
+            tokio::time::sleep(retry).await;
+            continue;
+        };
+        quiet = false;
+        let mut listed = false;
+        let mut failing = false;
+        let mut events = pin!(watcher(api, settings).default_backoff());
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => {
+                    failing = false;
+                    changed.notify_one();
+                }
+                // The first list is what the audit reads anyway; a later re-list (the watch
+                // fell too far behind, 410 Gone) may hide changes, so it counts as one.
+                Ok(watcher::Event::InitDone) => {
+                    if listed {
+                        changed.notify_one();
+                    }
+                    listed = true;
+                    failing = false;
+                }
+                Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
+                Err(error) => {
+                    let code = status_code(&error);
+                    if !failing {
+                        tracing::warn!(kind = %target.resource.kind, %error, "change watch failed; retrying with backoff");
+                        failing = true;
+                    }
+                    // The CRD was removed or the permission revoked: probe again later
+                    // instead of retrying the watch.
+                    if matches!(code, Some(403 | 404)) {
+                        break;
+                    }
+                }
+            }
+        }
+        tokio::time::sleep(retry).await;
+    }
+}
+
+/// Starts one change watch per kind [`super::targets`] lists for `engine`, with the same
+/// selections the audit uses. Each task signals `changed` when an object changes; abort the
+/// handles to stop them.
+pub fn spawn_watches(
+    client: &kube::Client,
+    engine: &Engine,
+    config: &BackgroundConfig,
+    changed: &Arc<Notify>,
+) -> Vec<JoinHandle<()>> {
+    super::targets(engine)
+        .into_iter()
+        .map(|target| {
+            tokio::spawn(watch_target(
+                client.clone(),
+                target,
+                config.page_size,
+                config.period,
+                changed.clone(),
+            ))
+        })
+        .collect()
+}
+
+fn stop(watches: &mut Vec<JoinHandle<()>>) {
+    for w in watches.drain(..) {
+        w.abort();
+    }
 }
 
 /// Runs forever: renews or contests the Lease every third of its duration and, while
-/// holding it, audits every `period` with the current engine.
+/// holding it, audits every `period` and [`BackgroundConfig::debounce`] after a change of a
+/// covered object, with the current engine. The change watches run only while this replica
+/// holds the Lease.
 pub async fn run(
     client: kube::Client,
     config: BackgroundConfig,
     metrics: AuditMetrics,
     engine: impl Fn() -> Arc<Engine>,
 ) {
-    let tick = (config.lease_duration / 3).max(Duration::from_secs(1));
+    use tokio::time::Instant;
+    let tick = renew_every(&config);
+    let changed = Arc::new(Notify::new());
+    let mut watches: Vec<JoinHandle<()>> = Vec::new();
+    let mut watched: Vec<Target> = Vec::new();
     let mut last_audit: Option<Instant> = None;
+    // When the first change not yet audited was seen.
+    let mut pending: Option<Instant> = None;
     loop {
-        let due = last_audit.is_none_or(|t| t.elapsed() >= config.period);
-        match round(&client, &engine(), &config, &metrics, due).await {
-            Ok(true) if due => last_audit = Some(Instant::now()),
-            Ok(true) => {}
+        let now = Instant::now();
+        let since_audit = |d: Duration| last_audit.is_none_or(|t| now.duration_since(t) >= d);
+        let change_due = pending.is_some_and(|t| now.duration_since(t) >= config.debounce)
+            && since_audit(config.debounce);
+        let due = since_audit(config.period) || change_due;
+        let engine = engine();
+        match round(&client, &engine, &config, &metrics, due).await {
+            Ok(true) => {
+                // (Re)start the watches on taking the Lease and when reloaded policies cover
+                // other objects.
+                let targets = super::targets(&engine);
+                if watches.is_empty() || targets != watched {
+                    stop(&mut watches);
+                    watches = spawn_watches(&client, &engine, &config, &changed);
+                    watched = targets;
+                }
+                if due {
+                    last_audit = Some(Instant::now());
+                    pending = None;
+                }
+            }
             // Another replica audits; audit at once when this one takes over.
-            Ok(false) => last_audit = None,
+            Ok(false) => {
+                stop(&mut watches);
+                last_audit = None;
+                pending = None;
+            }
             Err(error) => {
                 // Retried at the next tick for the Lease, at the next period for the audit:
                 // a persistent error (PolicyReport CRD absent, RBAC) must not hammer the API.
                 if due {
                     last_audit = Some(Instant::now());
+                    pending = None;
                 }
                 tracing::warn!(%error, "background audit round failed");
             }
         }
-        tokio::time::sleep(tick).await;
+        // Sleep until the next Lease tick, or until a change's re-audit is due.
+        let next_tick = Instant::now() + tick;
+        loop {
+            let wake = match (pending, last_audit) {
+                (Some(first), Some(last)) => {
+                    next_tick.min((first + config.debounce).max(last + config.debounce))
+                }
+                (Some(first), None) => next_tick.min(first + config.debounce),
+                (None, _) => next_tick,
+            };
+            tokio::select! {
+                () = tokio::time::sleep_until(wake) => break,
+                () = changed.notified(), if !watches.is_empty() => {
+                    pending.get_or_insert_with(Instant::now);
+                }
+            }
+        }
     }
 }

@@ -5,7 +5,9 @@ use clap::Args;
 use std::time::Duration;
 
 use super::{PolicyArgs, parse_duration};
-use crate::audit::background::{BackgroundConfig, DEFAULT_LEASE_NAME, DEFAULT_MAX_RESULTS};
+use crate::audit::background::{
+    BackgroundConfig, DEFAULT_DEBOUNCE, DEFAULT_LEASE_NAME, DEFAULT_MAX_RESULTS,
+};
 use crate::audit::{AuditOptions, DEFAULT_PAGE_SIZE};
 use crate::check::{FailOn, Format};
 
@@ -149,6 +151,7 @@ impl BackgroundAuditArgs {
             lease_duration: *lease_duration,
             max_results: *max_results,
             page_size: DEFAULT_PAGE_SIZE,
+            debounce: DEFAULT_DEBOUNCE,
         })
     }
 }
