@@ -43,6 +43,7 @@ RENDERS=(
     "live-release|stackgate|stackgate|live-release|"
     "audit|stackgate|stackgate|audit|"
     "ovn-source-ranges|stackgate|stackgate|ovn-source-ranges|"
+    "openshift-platform|stackgate|stackgate|openshift-platform|"
     "ovn-source-ranges-kube-1.27|stackgate|stackgate|ovn-source-ranges|--kube-version 1.27.0"
     "guard|stackgate|stackgate|guard|"
     "guard-cluster-wide|stackgate|stackgate|guard-cluster-wide|"

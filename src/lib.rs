@@ -21,6 +21,7 @@ pub mod cluster_config;
 pub mod engine;
 pub mod guard;
 pub mod metrics;
+pub mod platform;
 pub mod policy;
 pub mod releases;
 pub mod rules;

@@ -7,7 +7,9 @@ use anyhow::Context as _;
 use clap::Parser as _;
 
 use stackgate::check::CheckOptions;
-use stackgate::cli::{AuditArgs, CheckArgs, Cli, Command, KubeMode, PolicyArgs, ServeArgs};
+use stackgate::cli::{
+    AuditArgs, CheckArgs, Cli, Command, KubeMode, OpenShiftPlatformMode, PolicyArgs, ServeArgs,
+};
 use stackgate::cluster_config::watcher::CloudConfigMetrics;
 use stackgate::cluster_config::{CloudConfigSource, ConfigFactCell};
 use stackgate::engine::Engine;
@@ -154,6 +156,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if cloud_config.is_some() {
         cloud_config_metrics.register(metrics.registry_mut());
     }
+    let openshift_platform = args.openshift_platform;
+    let platform_metrics = stackgate::platform::watcher::PlatformMetrics::default();
+    if openshift_platform == OpenShiftPlatformMode::Auto {
+        platform_metrics.register(metrics.registry_mut());
+    }
     let config = ServerConfig::from(&args);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -207,7 +214,44 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         if let Some(cell) = &cell {
             state = state.with_fact_source(Arc::new(CloudConfigSource::new(cell.clone())));
         }
+        let platform = match openshift_platform {
+            OpenShiftPlatformMode::Off => None,
+            OpenShiftPlatformMode::Auto => match kube::Client::try_default().await {
+                Ok(client) => Some(client),
+                Err(error) => {
+                    tracing::warn!(
+                        %error,
+                        "--openshift-platform auto without cluster access (in-cluster config or \
+                         kubeconfig): cloud configs are judged by their content alone"
+                    );
+                    None
+                }
+            },
+        };
+        let platform_cell = platform
+            .as_ref()
+            .map(|_| stackgate::platform::PlatformCell::default());
+        if let Some(cell) = &platform_cell {
+            // Last: the server asks the first source that wants a review, and the others
+            // never want the ConfigMaps this one is for.
+            state = state.with_fact_source(Arc::new(stackgate::platform::PlatformSource::new(
+                cell.clone(),
+            )));
+        }
         let state = Arc::new(state);
+        let platform_watcher = match (platform, platform_cell) {
+            (Some(client), Some(cell)) => {
+                let gate = state.add_readiness_gate("openshift-platform");
+                tracing::info!("openshift platform: watching Infrastructure cluster");
+                Some(tokio::spawn(stackgate::platform::watcher::run(
+                    client,
+                    cell,
+                    platform_metrics,
+                    move || gate.set(true),
+                )))
+            }
+            _ => None,
+        };
         let config_watcher = match (cloud_config, cell) {
             (Some((client, object)), Some(cell)) => {
                 let gate = state.add_readiness_gate("cloud-config");
@@ -241,7 +285,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             _ => None,
         };
         let served = server::run(config, state, shutdown_signal()).await;
-        for task in [watcher, config_watcher].into_iter().flatten() {
+        for task in [watcher, config_watcher, platform_watcher]
+            .into_iter()
+            .flatten()
+        {
             task.abort();
         }
         if let Some(auditor) = auditor {

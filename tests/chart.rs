@@ -151,6 +151,7 @@ fn load_renders() -> Vec<Render> {
         "live-release",
         "guard",
         "guard-budget",
+        "openshift-platform",
         "policies-embedded",
         "policies-overrides",
     ] {
@@ -1201,6 +1202,7 @@ fn deployment_is_ha_locked_down_and_probed_on_the_admin_port() {
                 | "audit"
                 | "ovn-source-ranges"
                 | "ovn-source-ranges-kube-1.27"
+                | "openshift-platform"
         );
         assert_eq!(
             pod.automount_service_account_token,
@@ -1213,6 +1215,12 @@ fn deployment_is_ha_locked_down_and_probed_on_the_admin_port() {
             env("STACKGATE_KUBE"),
             if n == "live-release" { "auto" } else { "off" },
             "{n}: STACKGATE_KUBE"
+        );
+        // The Infrastructure watcher only where its ClusterRole is granted.
+        assert_eq!(
+            env_value(c, "STACKGATE_OPENSHIFT_PLATFORM").as_deref(),
+            (n == "openshift-platform").then_some("auto"),
+            "{n}: STACKGATE_OPENSHIFT_PLATFORM"
         );
         // The cloud-config object only where its Role is granted.
         let cloud_config = env_value(c, "STACKGATE_CLOUD_CONFIG_OBJECT");
@@ -1322,10 +1330,15 @@ fn rbac_is_least_privilege() {
         let mut push = |rules: Option<Vec<PolicyRule>>| {
             for rule in rules.into_iter().flatten() {
                 assert!(rule.non_resource_urls.is_none(), "{}", r.name);
-                // resourceNames only for the one cloud-config object (ovn-source-ranges).
+                // resourceNames only for the one cloud-config object (ovn-source-ranges) and
+                // the one Infrastructure object (openshift-platform).
                 if let Some(names) = &rule.resource_names {
-                    assert_eq!(names, &vec!["cloud-config".to_owned()], "{}", r.name);
-                    assert!(r.name.starts_with("ovn-source-ranges"), "{}", r.name);
+                    if r.name == "openshift-platform" {
+                        assert_eq!(names, &vec!["cluster".to_owned()], "{}", r.name);
+                    } else {
+                        assert_eq!(names, &vec!["cloud-config".to_owned()], "{}", r.name);
+                        assert!(r.name.starts_with("ovn-source-ranges"), "{}", r.name);
+                    }
                 }
                 let verbs: BTreeSet<String> = rule.verbs.iter().cloned().collect();
                 for g in rule.api_groups.iter().flatten() {
@@ -1427,6 +1440,7 @@ fn rbac_is_least_privilege() {
             ]
             .into(),
             "ovn-source-ranges" | "ovn-source-ranges-kube-1.27" => [pair("", "secrets")].into(),
+            "openshift-platform" => [pair("config.openshift.io", "infrastructures")].into(),
             _ => BTreeSet::new(),
         };
         assert_eq!(got, want, "{}: RBAC resources", r.name);

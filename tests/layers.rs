@@ -50,6 +50,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "admission",
             "check",
             "cluster_config",
+            "platform",
             "guard",
             "audit",
             "releases::watcher",

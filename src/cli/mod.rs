@@ -28,7 +28,7 @@ use crate::telemetry::LogFormat;
 pub use audit::{AuditArgs, BackgroundAuditArgs};
 pub use check::CheckArgs;
 pub use guard::{GuardArgs, Switch};
-pub use serve::{KubeMode, ServeArgs};
+pub use serve::{KubeMode, OpenShiftPlatformMode, ServeArgs};
 
 /// stackgate: admission webhook and GitOps checker for OpenStack on Kubernetes.
 #[derive(Debug, Parser)]

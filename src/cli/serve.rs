@@ -136,6 +136,18 @@ pub struct ServeArgs {
     /// The data key of --cloud-config-object that holds the INI text.
     #[arg(long, env = "STACKGATE_CLOUD_CONFIG_KEY", default_value = cluster_config::DEFAULT_KEY)]
     pub cloud_config_key: String,
+    /// OpenShift platform awareness: `auto` watches the `Infrastructure` object `cluster`
+    /// (needs get, list and watch on infrastructures.config.openshift.io named `cluster`) and,
+    /// on a platform other than OpenStack, leaves openshift-config/cloud-provider-config and
+    /// its copies alone whatever they hold. Off a cluster without that API it costs one request.
+    /// `off`: those ConfigMaps are judged by their content alone.
+    #[arg(
+        long,
+        env = "STACKGATE_OPENSHIFT_PLATFORM",
+        value_enum,
+        default_value = "off"
+    )]
+    pub openshift_platform: OpenShiftPlatformMode,
     /// Control-plane load-balancer guard (`--lb-guard`, `--openstack-timeout`,
     /// `--octavia-cache-ttl`).
     #[command(flatten)]
@@ -153,6 +165,15 @@ impl ServeArgs {
             .map(|o| ConfigObject::parse(o, &self.cloud_config_key))
             .transpose()
     }
+}
+
+/// `--openshift-platform`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OpenShiftPlatformMode {
+    /// Watch the OpenShift `Infrastructure` object when cluster access is configured.
+    Auto,
+    /// Decide from the cloud config's content alone.
+    Off,
 }
 
 /// `--kube`.
@@ -194,6 +215,7 @@ impl From<&ServeArgs> for ServerConfig {
             release_resync: _,
             cloud_config_object: _,
             cloud_config_key: _,
+            openshift_platform: _,
             guard: _,
             background_audit: _,
         } = args;
@@ -281,6 +303,7 @@ mod tests {
         assert_eq!(args.release_resync, WatchConfig::default().resync);
         assert_eq!(args.cloud_config_key, crate::cluster_config::DEFAULT_KEY);
         assert_eq!(args.cloud_config(), Ok(None));
+        assert_eq!(args.openshift_platform, OpenShiftPlatformMode::Off);
         assert_eq!(args.kube, KubeMode::Auto);
         assert_eq!(args.policy.policies, None);
         // The whole conversion: no flag given is the server's own default.

@@ -24,7 +24,7 @@ use crate::rules::{
 };
 use crate::sites::{self, FoundConfig, SiteError};
 
-pub use crate::rules::{Facts, ObjectRef, Operation, RuleId, Subject};
+pub use crate::rules::{Facts, ObjectRef, Operation, Platform, RuleId, Subject};
 
 /// The code of a mutation finding (what the patch changes).
 pub const CODE_MUTATION: &str = "mutation";
@@ -199,6 +199,8 @@ enum Target<'s> {
 struct Run<'a> {
     subject: &'a Subject<'a>,
     reference: OnceCell<Arc<ObjectRef>>,
+    /// The cluster's platform, when an adapter knows it ([`Facts::platform`]).
+    platform: Option<&'a Platform>,
 }
 
 impl Run<'_> {
@@ -300,6 +302,7 @@ impl Engine {
         let run = Run {
             subject,
             reference: OnceCell::new(),
+            platform: facts.platform(),
         };
         if subject.operation == Operation::Delete {
             if let Some(old) = subject.old_object {
@@ -491,6 +494,11 @@ impl Engine {
         ccm_version: Option<&sites::helm::CcmVersion>,
         verdict: &mut Verdict,
     ) {
+        if site.other_platforms && on_another_platform(run.platform) {
+            // The cluster itself says it is not on OpenStack: whatever this shared site holds,
+            // it is not an OpenStack CCM config. The fact only ever removes a site.
+            return;
+        }
         if let Err(unseen @ SiteError::Unseen { .. }) = &site.text {
             self.evaluate_unseen_site(run, site, unseen, object, namespace, verdict);
             return;
@@ -574,6 +582,12 @@ impl Engine {
             verdict.patch.extend(site.patch(&doc, &applied));
         }
     }
+}
+
+/// Whether the cluster is known to run on a platform other than OpenStack (the OpenShift
+/// `Infrastructure` fact). Unknown is not another platform: the content decides then.
+fn on_another_platform(platform: Option<&Platform>) -> bool {
+    matches!(platform, Some(Platform::Other(_)))
 }
 
 /// Whether a site that other platforms share holds an OpenStack cloud config: a parsed

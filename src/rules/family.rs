@@ -217,28 +217,73 @@ pub struct NoParams {}
 /// Facts an IO adapter gathered for one write before evaluation, by family. The engine only
 /// reads them, so evaluation stays pure: the same write and facts give the same verdict.
 #[derive(Clone, Default)]
-pub struct Facts(Vec<(RuleId, Arc<dyn Any + Send + Sync>)>);
+pub struct Facts {
+    by_family: Vec<(RuleId, Arc<dyn Any + Send + Sync>)>,
+    platform: Option<Platform>,
+}
 
 impl Facts {
     /// Facts for one family.
     pub fn of<T: Any + Send + Sync>(rule: RuleId, facts: T) -> Self {
-        Facts(vec![(rule, Arc::new(facts))])
+        Facts {
+            by_family: vec![(rule, Arc::new(facts))],
+            platform: None,
+        }
+    }
+
+    /// Facts that say only which platform the cluster runs on.
+    pub fn of_platform(platform: Platform) -> Self {
+        Facts {
+            by_family: Vec::new(),
+            platform: Some(platform),
+        }
     }
 
     /// The facts gathered for `rule`, when they are of type `T`.
     pub fn get<T: Any>(&self, rule: RuleId) -> Option<&T> {
-        self.0
+        self.by_family
             .iter()
             .find(|(r, _)| *r == rule)
             .and_then(|(_, f)| f.downcast_ref())
+    }
+
+    /// The cluster's platform, when an adapter knows it (None: unknown).
+    pub fn platform(&self) -> Option<&Platform> {
+        self.platform.as_ref()
     }
 }
 
 impl std::fmt::Debug for Facts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list()
-            .entries(self.0.iter().map(|(rule, _)| rule.as_str()))
-            .finish()
+        let mut list = f.debug_list();
+        list.entries(self.by_family.iter().map(|(rule, _)| rule.as_str()));
+        if let Some(platform) = &self.platform {
+            list.entry(platform);
+        }
+        list.finish()
+    }
+}
+
+/// The infrastructure platform the cluster runs on, as the OpenShift `Infrastructure`
+/// object `cluster` reports it (`status.platformStatus.type`, e.g. `OpenStack`, `VSphere`,
+/// `GCP`, `None`). Only a known platform is a fact; unknown is the absence of one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Platform {
+    /// `OpenStack`.
+    OpenStack,
+    /// Any other platform type, as reported (`VSphere`, `GCP`, `AWS`, `None`, ...).
+    Other(String),
+}
+
+impl Platform {
+    /// The platform of a reported type (`OpenStack` is matched exactly, as OpenShift's
+    /// `PlatformType` constants are spelled).
+    pub fn from_type(platform_type: &str) -> Self {
+        if platform_type == "OpenStack" {
+            Platform::OpenStack
+        } else {
+            Platform::Other(platform_type.to_owned())
+        }
     }
 }
 

@@ -21,8 +21,8 @@ mod subject;
 
 pub(crate) use family::yaml_error_message;
 pub use family::{
-    Check, Context, Example, Facts, Family, NoParams, ObjectInput, Params, ParamsInput, RuleId,
-    parse_params,
+    Check, Context, Example, Facts, Family, NoParams, ObjectInput, Params, ParamsInput, Platform,
+    RuleId, parse_params,
 };
 
 /// Every rule family, in evaluation order: the cloud-config families run per site in this
