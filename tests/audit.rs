@@ -126,6 +126,16 @@ fn selected(object: &Value, selector: &str) -> bool {
     })
 }
 
+/// Whether `object` matches a field selector of `field=value` terms, as the API server
+/// answers for Secrets (`type`) and any kind (`metadata.name`, `metadata.namespace`).
+fn field_selected(object: &Value, selector: &str) -> bool {
+    selector.split(',').filter(|t| !t.is_empty()).all(|term| {
+        let (field, value) = term.split_once('=').expect("field=value");
+        let pointer = format!("/{}", field.trim_end_matches('=').replace('.', "/"));
+        object.pointer(&pointer).and_then(Value::as_str) == Some(value.trim_start_matches('='))
+    })
+}
+
 impl Cluster {
     fn add(&mut self, collection: &str, mut object: Value) {
         self.served.insert(collection.to_owned());
@@ -169,10 +179,16 @@ impl Cluster {
         match (method, name) {
             ("GET", None) => {
                 let selector = query_param(query, "labelSelector").unwrap_or_default();
+                let fields = query_param(query, "fieldSelector").unwrap_or_default();
                 let mut items: Vec<Value> = self
                     .objects
                     .iter()
-                    .filter(|(c, o)| *c == collection && in_scope(o) && selected(o, &selector))
+                    .filter(|(c, o)| {
+                        *c == collection
+                            && in_scope(o)
+                            && selected(o, &selector)
+                            && field_selected(o, &fields)
+                    })
                     .map(|(_, o)| {
                         // Items of a list carry neither apiVersion nor kind on the wire.
                         let mut o = o.clone();
@@ -1349,4 +1365,85 @@ async fn a_lease_lost_during_the_audit_publishes_nothing() {
         c.requests
     );
     assert!(c.objects.iter().all(|(col, _)| col != CLUSTERPOLICYREPORTS));
+}
+
+/// The ClusterResourceSet payload Secret of the capo-crs fixture as the API server stores it:
+/// `stringData` merged into base64 `data`.
+fn crs_payload_secret() -> Value {
+    use base64::Engine as _;
+    let text = fixture_text("capo-crs/repo/ccm-crs.yaml");
+    let mut secret = text
+        .split("\n---")
+        .filter_map(|d| serde_saphyr::from_str::<Value>(d).ok())
+        .find(|d| d["kind"] == "Secret")
+        .expect("the CRS Secret fixture");
+    let payload = secret["stringData"]["cloud-config-secret.yaml"]
+        .as_str()
+        .expect("payload")
+        .to_owned();
+    secret.as_object_mut().unwrap().remove("stringData");
+    secret["data"] = json!({
+        "cloud-config-secret.yaml": base64::engine::general_purpose::STANDARD.encode(payload)
+    });
+    secret["metadata"]["creationTimestamp"] = json!("2026-11-22T03:00:00Z");
+    secret
+}
+
+#[tokio::test]
+async fn clusterresourceset_payload_secrets_are_listed_by_their_type() {
+    let mut c = standard_cluster();
+    c.add(SECRETS, crs_payload_secret());
+    // An ordinary Secret elsewhere: the field selector keeps it out of the audit.
+    c.add(
+        SECRETS,
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+               "metadata": {"name": "app-token", "namespace": "default"},
+               "data": {"token": "c2VjcmV0"}}),
+    );
+    let cluster = Arc::new(Mutex::new(c));
+    let (code, text) = run_audit(&cluster, &AuditOptions::default()).await;
+    assert_eq!(code, 2, "{text}");
+    // The embedded kube-system/cloud-config lacks the serial setting: the engine's message,
+    // located in the payload.
+    assert!(
+        text.contains(
+            "Secret/default/ccm-demo-crs-1: warning [serial-lb-api-calls] Secret \
+             default/ccm-demo-crs-1 ClusterResourceSet payload \
+             data[\"cloud-config-secret.yaml\"] document 1 (Secret kube-system/cloud-config \
+             stringData[\"cloud.conf\"]): [LoadBalancer] provider-requires-serial-api-calls \
+             is not set"
+        ),
+        "{text}"
+    );
+    // Its diff is masked like any Secret's: no value of the payload appears.
+    assert!(!text.contains("keystone.example.test"), "{text}");
+    assert!(!text.contains("RegionOne"), "{text}");
+    assert!(!text.contains("app-token"), "{text}");
+    {
+        let c = cluster.lock().unwrap();
+        let list = c
+            .requests
+            .iter()
+            .find(|r| r.path == SECRETS && query_param(&r.query, "fieldSelector").is_some())
+            .expect("a Secret list by field selector");
+        assert_eq!(
+            query_param(&list.query, "fieldSelector").as_deref(),
+            Some("type=addons.cluster.x-k8s.io/resource-set")
+        );
+        assert!(query_param(&list.query, "limit").is_some(), "{list:?}");
+    }
+
+    // Without Secret list rights: an input error naming what was not seen; the run goes on.
+    cluster.lock().unwrap().forbidden.insert(SECRETS.to_owned());
+    let (code, text) = run_audit(&cluster, &AuditOptions::default()).await;
+    assert_eq!(code, 2, "{text}");
+    assert!(
+        text.lines().any(|line| line
+            .starts_with("Secret (v1): error [input] cannot list secrets: 403 Forbidden")
+            && line.contains("findings on them are ones this run cannot see")
+            && line.ends_with("(listed for ClusterResourceSet payload Secrets (sites))")),
+        "{text}"
+    );
+    assert!(!text.contains("ccm-demo-crs-1"), "{text}");
+    assert!(text.contains("HelmRelease/kube-system/openstack-cloud-controller-manager:"));
 }

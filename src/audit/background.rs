@@ -485,6 +485,7 @@ async fn watchable(
     match &target.selection {
         Selection::All => {}
         Selection::Labelled(label) => settings = settings.labels(label),
+        Selection::Field(field) => settings = settings.fields(field),
         Selection::Named { name, .. } => {
             settings = settings.fields(&format!("metadata.name={name}"));
         }

@@ -122,6 +122,8 @@ pub enum Selection {
     All,
     /// Objects with this label selector, in every namespace.
     Labelled(String),
+    /// Objects with this field selector, in every namespace.
+    Field(String),
     /// One object by name.
     Named {
         /// Namespace.
@@ -194,6 +196,17 @@ pub fn targets(engine: &Engine) -> Vec<Target> {
             });
         }
     }
+    // Cluster API ClusterResourceSet payloads: CAPI requires this Secret type for a payload
+    // Secret, so a field selector finds them all without reading other Secrets.
+    out.push(Target {
+        selection: Selection::Field(format!("type={}", sites::payload::RESOURCE_SET_SECRET_TYPE)),
+        ..target(
+            "",
+            "v1",
+            "Secret",
+            "ClusterResourceSet payload Secrets (sites)",
+        )
+    });
     out.push(Target {
         fallbacks: vec![
             resource("helm.toolkit.fluxcd.io", "v2beta2", "HelmRelease"),
@@ -531,8 +544,10 @@ impl Run<'_> {
             progress(&ar.kind, self.objects);
             let api: Api<DynamicObject> = Api::all_with(self.client.clone(), ar);
             let mut params = ListParams::default().limit(self.options.page_size);
-            if let Selection::Labelled(label) = &target.selection {
-                params = params.labels(label);
+            match &target.selection {
+                Selection::Labelled(label) => params = params.labels(label),
+                Selection::Field(field) => params = params.fields(field),
+                Selection::All | Selection::Named { .. } => {}
             }
             if let Some(t) = &token {
                 params = params.continue_token(t);
