@@ -1263,6 +1263,13 @@ async fn a_change_re_audits_before_the_period_and_changes_are_coalesced() {
             && watching(c, HELMRELEASES_V2)
             && watching(c, CONFIGMAPS)
             && watching(c, "/api/v1/namespaces/kube-system/secrets")
+            // ClusterResourceSet payload Secrets, by the audit's own field selector.
+            && c.requests.iter().any(|r| {
+                r.path == SECRETS
+                    && query_param(&r.query, "watch").as_deref() == Some("true")
+                    && query_param(&r.query, "fieldSelector").as_deref()
+                        == Some("type=addons.cluster.x-k8s.io/resource-set")
+            })
     })
     .await;
     {
