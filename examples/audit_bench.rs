@@ -102,6 +102,19 @@ impl Fake {
                     None => o["metadata"]["labels"].get(t).is_some(),
                 })
         };
+        // Field selectors as the API server applies them to these objects: `type` (Secrets) and
+        // `metadata.name`; the audit lists ClusterResourceSet payload Secrets by `type`.
+        let fields = param(query, "fieldSelector").unwrap_or_default();
+        let field_selected = |o: &Value| {
+            fields
+                .split(',')
+                .filter(|t| !t.is_empty())
+                .all(|t| match t.split_once('=') {
+                    Some(("type", v)) => o["type"] == v,
+                    Some(("metadata.name", v)) => o["metadata"]["name"] == v,
+                    _ => false,
+                })
+        };
         let start: usize = param(query, "continue")
             .and_then(|c| c.parse().ok())
             .unwrap_or(0);
@@ -110,7 +123,7 @@ impl Fake {
             .unwrap_or(usize::MAX);
         let matching: Vec<&Value> = objects
             .iter()
-            .filter(|o| in_ns(o) && selected(o))
+            .filter(|o| in_ns(o) && selected(o) && field_selected(o))
             .skip(start)
             .take(limit.saturating_add(1))
             .collect();
