@@ -27,6 +27,7 @@ const TEST_TIMEOUT: Duration = Duration::from_secs(20);
 const SECRETS: &str = "/api/v1/secrets";
 const CONFIGMAPS: &str = "/api/v1/configmaps";
 const PODS: &str = "/api/v1/pods";
+const SERVICES: &str = "/api/v1/services";
 const DAEMONSETS: &str = "/apis/apps/v1/daemonsets";
 const DEPLOYMENTS: &str = "/apis/apps/v1/deployments";
 const HELMRELEASES_V2: &str = "/apis/helm.toolkit.fluxcd.io/v2/helmreleases";
@@ -482,6 +483,7 @@ fn standard_cluster() -> Cluster {
     c.add(HELMRELEASES_V2, clean_helmrelease(1));
     c.add(DAEMONSETS, ccm_daemonset());
     c.serve(DEPLOYMENTS);
+    c.serve(SERVICES);
     // Started before the Secret was written (03:39:21).
     c.add(
         PODS,
@@ -1453,4 +1455,118 @@ async fn clusterresourceset_payload_secrets_are_listed_by_their_type() {
     );
     assert!(!text.contains("ccm-demo-crs-1"), "{text}");
     assert!(text.contains("HelmRelease/kube-system/openstack-cloud-controller-manager:"));
+}
+
+/// The Secret `kube-system/cloud-config` (a named site) holding `cloud.conf`, as stored.
+fn cloud_config_secret_with(ini: &str) -> Value {
+    use base64::Engine as _;
+    json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+        "metadata": {"name": "cloud-config", "namespace": "kube-system",
+                     "creationTimestamp": "2026-11-22T03:00:00Z"},
+        "data": {"cloud.conf": base64::engine::general_purpose::STANDARD.encode(ini)}})
+}
+
+fn load_balancer_service() -> Value {
+    json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "web", "namespace": "shop"},
+        "spec": {"type": "LoadBalancer", "loadBalancerSourceRanges": ["192.0.2.0/24"],
+                 "ports": [{"port": 443}]}})
+}
+
+#[tokio::test]
+async fn a_load_balancer_service_is_judged_against_the_clusters_cloud_config() {
+    let ovn = "[Global]\nregion = RegionOne\n\n[LoadBalancer]\nlb-provider = ovn\n";
+    let mut c = Cluster::default();
+    c.add(SECRETS, cloud_config_secret_with(ovn));
+    c.add(SERVICES, load_balancer_service());
+    // Not a load balancer: no finding.
+    c.add(
+        SERVICES,
+        json!({"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "internal", "namespace": "shop"},
+               "spec": {"type": "ClusterIP", "loadBalancerSourceRanges": ["192.0.2.0/24"]}}),
+    );
+    let cluster = Arc::new(Mutex::new(c));
+    let (code, text) = run_audit(&cluster, &AuditOptions::default()).await;
+    assert_eq!(code, 1, "{text}");
+
+    // The engine's verdict with the Secret's settings as the fact, as the webhook has it.
+    let engine = engine();
+    let secret: DynamicObject =
+        serde_json::from_value(cloud_config_secret_with(ovn)).unwrap();
+    let secret_gvk = GroupVersionKind::gvk("", "v1", "Secret");
+    let settings = stackgate::check::facts::settings_of(&secret_gvk, &secret, None, &engine);
+    assert_eq!(settings.len(), 1, "{settings:?}");
+    let facts = stackgate::engine::Facts::of(
+        stackgate::rules::ovn_source_ranges::FAMILY.id,
+        stackgate::rules::ovn_source_ranges::CloudConfigFact::Known(settings[0].clone()),
+    );
+    let object: DynamicObject = serde_json::from_value(load_balancer_service()).unwrap();
+    let gvk = GroupVersionKind::gvk("", "v1", "Service");
+    let subject = stackgate::engine::Subject {
+        operation: stackgate::rules::Operation::Update,
+        kind: &gvk,
+        namespace: Some("shop"),
+        name: "web",
+        subresource: None,
+        object: Some(&object),
+        old_object: Some(&object),
+        dry_run: true,
+    };
+    let verdict = engine.evaluate_with(&subject, &facts);
+    assert_eq!(verdict.denials.len(), 1, "{verdict:?}");
+    let denial = &verdict.denials[0];
+    assert!(
+        denial.message.contains("lb-provider = ovn without manage-security-groups"),
+        "{}",
+        denial.message
+    );
+    let start = stackgate::engine::attribution_start(&denial.policy, denial.rule);
+    let shown = denial
+        .message
+        .rsplit_once(start.as_str())
+        .map_or(denial.message.as_str(), |(m, _)| m);
+    assert!(
+        text.contains(&format!(
+            "Service/shop/web: error [ovn-source-ranges] {shown}\n"
+        )),
+        "{text}"
+    );
+    assert!(!text.contains("Service/shop/internal: error"), "{text}");
+    assert!(!text.contains("RegionOne"), "{text}");
+    {
+        let c = cluster.lock().unwrap();
+        let list = c
+            .requests
+            .iter()
+            .find(|r| r.path == SERVICES)
+            .expect("a Service list");
+        assert!(query_param(&list.query, "limit").is_some(), "{list:?}");
+    }
+
+    // Security groups managed: the ranges are honoured, no finding on the Service.
+    let managed = format!("{ovn}manage-security-groups = true\n");
+    {
+        let mut c = cluster.lock().unwrap();
+        c.objects.retain(|(col, _)| col != SECRETS);
+        c.add(SECRETS, cloud_config_secret_with(&managed));
+    }
+    let (code, text) = run_audit(&cluster, &AuditOptions::default()).await;
+    assert!(!text.contains("[ovn-source-ranges]"), "{text}");
+    assert!(!text.contains("Service/shop/web: error"), "{text}");
+    assert_ne!(code, 2, "{text}");
+
+    // No cloud config in the cluster: the rule says it cannot see one, and does not deny.
+    cluster
+        .lock()
+        .unwrap()
+        .objects
+        .retain(|(col, _)| col != SECRETS);
+    let (_, text) = run_audit(&cluster, &AuditOptions::default()).await;
+    assert!(
+        text.lines().any(|l| l.starts_with("Service/shop/web: warning [ovn-source-ranges]")
+            && l.contains("no cloud config is configured or found for this run")),
+        "{text}"
+    );
+    assert!(!text.contains("Service/shop/web: error"), "{text}");
 }

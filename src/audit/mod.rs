@@ -7,7 +7,10 @@
 //! `HelmRelease`, Argo CD `Application`, RKE2/k3s `HelmChart` and `HelmChartConfig`), the
 //! workloads that run the CCM (`DaemonSet`, `Deployment`) and the openstack-k8s-operators
 //! service kinds the release catalog governs (with the `OpenStackVersion` objects listed
-//! first, so the release rules see the same facts as the webhook's watcher). Each object is
+//! first, so the release rules see the same facts as the webhook's watcher), and, when the
+//! `ovn-source-ranges` policy is on, the Services, last: they are evaluated with the
+//! load-balancer settings of the cloud-config sites listed before them as the fact the
+//! webhook reads from its cloud-config source (reduced as `check` does). Each object is
 //! evaluated as an UPDATE of itself (`old_object` = `object`): the verdict is the one the
 //! webhook would give if the object were written again unchanged, so ratcheting rules
 //! (release annotations) treat stored values as stored.
@@ -44,9 +47,10 @@ use serde_json::{Value, json};
 use crate::check::evaluate::{ObjectResult, Problem, verdict_items};
 use crate::check::report::{self, Face, MaskMode};
 use crate::check::{FailOn, FileReport, Format, Item, ItemKind, Level, Report};
-use crate::engine::{Engine, Subject, Verdict};
+use crate::engine::{Engine, Facts, Subject, Verdict};
 use crate::releases::{Snapshot, VersionState};
 use crate::rules::Operation;
+use crate::rules::ovn_source_ranges::{self, LbSettings};
 use crate::sites::{self, SiteKind};
 
 /// Objects asked for per list request (`limit`): the most the audit holds at once.
@@ -261,7 +265,39 @@ pub fn targets(engine: &Engine) -> Vec<Target> {
             ));
         }
     }
+    // Listed after the cloud-config sites: their settings are the fact the rule reads.
+    if policies
+        .for_rule(ovn_source_ranges::FAMILY.id)
+        .next()
+        .is_some()
+    {
+        out.push(target(
+            "",
+            "v1",
+            "Service",
+            "LoadBalancer Services (ovn-source-ranges)",
+        ));
+    }
     out
+}
+
+impl Target {
+    /// Whether this target lists the cluster's own cloud configs (the named and labelled
+    /// ConfigMaps and Secrets of the `CloudConfigSites` policy), whose settings are the
+    /// fact the `ovn-source-ranges` family reads. ClusterResourceSet payloads and chart
+    /// values may configure other clusters, so they are not.
+    fn lists_cloud_config_sites(&self) -> bool {
+        self.resource.group.is_empty()
+            && matches!(self.resource.kind.as_str(), "ConfigMap" | "Secret")
+            && matches!(
+                self.selection,
+                Selection::Named { .. } | Selection::Labelled(_)
+            )
+    }
+
+    fn lists_services(&self) -> bool {
+        self.resource.group.is_empty() && self.resource.kind == "Service"
+    }
 }
 
 /// `kind/namespace/name` (`kind/name` for cluster-scoped objects): the audit's file name.
@@ -339,9 +375,16 @@ pub async fn audit(
         seen: BTreeSet::new(),
         requests: 0,
         objects: 0,
+        cloud_configs: Vec::new(),
+        collect_cloud_configs: false,
+        facts: Facts::default(),
     };
     let engine = run.with_release_facts(engine, progress).await;
     for target in targets(&engine) {
+        run.collect_cloud_configs = target.lists_cloud_config_sites();
+        if target.lists_services() {
+            run.facts = cloud_config_facts(std::mem::take(&mut run.cloud_configs));
+        }
         run.list_target(&engine, &target, progress).await;
     }
     progress("CCM pods", run.objects);
@@ -457,6 +500,26 @@ struct Run<'a> {
     seen: BTreeSet<String>,
     requests: usize,
     objects: usize,
+    /// The load-balancer settings of the cloud configs listed so far.
+    cloud_configs: Vec<LbSettings>,
+    /// Whether the target being listed is one of the cluster's cloud-config sites.
+    collect_cloud_configs: bool,
+    /// The facts objects are evaluated with (the cloud config, once the sites are listed).
+    facts: Facts,
+}
+
+/// The cloud-config fact of the cluster, reduced as `check` reduces its input: none found
+/// leaves it unknown (the rule says it cannot see the config), disagreeing ones make it
+/// unavailable, since the audit cannot tell which one the CCM reads.
+fn cloud_config_facts(found: Vec<LbSettings>) -> Facts {
+    match crate::check::facts::fact_of(
+        found,
+        "this cluster holds",
+        "the audit cannot tell which one the CCM reads",
+    ) {
+        Some(fact) => Facts::of(ovn_source_ranges::FAMILY.id, fact),
+        None => Facts::default(),
+    }
 }
 
 /// Why a list or get failed, for the report; `None` for 404 (not served or not there).
@@ -650,7 +713,11 @@ impl Run<'_> {
         {
             self.workloads.push(workload);
         }
-        let (result, diff) = evaluate_update(engine, ar, gvk, &object);
+        if self.collect_cloud_configs {
+            self.cloud_configs
+                .extend(crate::check::facts::settings_of(gvk, &object, None, engine));
+        }
+        let (result, diff) = evaluate_update_with(engine, ar, gvk, &object, &self.facts);
         if self.options.fix && !result.verdict.patch.is_empty() {
             self.fixes.push(PendingFix {
                 resource: ar.clone(),
@@ -713,6 +780,18 @@ pub fn evaluate_update(
     gvk: &GroupVersionKind,
     object: &DynamicObject,
 ) -> (ObjectResult, Option<String>) {
+    evaluate_update_with(engine, ar, gvk, object, &Facts::default())
+}
+
+/// [`evaluate_update`] with the facts of the cluster (the cloud config of the
+/// `ovn-source-ranges` family).
+pub fn evaluate_update_with(
+    engine: &Engine,
+    ar: &ApiResource,
+    gvk: &GroupVersionKind,
+    object: &DynamicObject,
+    facts: &Facts,
+) -> (ObjectResult, Option<String>) {
     let subject = Subject {
         operation: Operation::Update,
         kind: gvk,
@@ -723,7 +802,7 @@ pub fn evaluate_update(
         old_object: Some(object),
         dry_run: true,
     };
-    let verdict = engine.evaluate(&subject);
+    let verdict = engine.evaluate_with(&subject, facts);
     object_result(engine, ar, gvk, object, verdict)
 }
 

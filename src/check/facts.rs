@@ -1,7 +1,10 @@
 //! Facts about the cluster for `check`, derived from the whole input: what the webhook learns
 //! from the live cluster (the cloud config the `ovn-source-ranges` family reads) is taken here
 //! from the cloud configs found in the checked files (a Secret or ConfigMap site, or the CCM
-//! chart's values). Pure: the texts in, [`Facts`] out.
+//! chart's values). Pure: the texts in, [`Facts`] out. `audit` reduces the cloud-config
+//! objects it lists the same way ([`settings_of`], [`fact_of`]).
+
+use kube::core::{DynamicObject, GroupVersionKind};
 
 use crate::cloudconf::{Document, schema};
 use crate::engine::{Engine, Facts};
@@ -23,7 +26,11 @@ pub fn from_inputs(inputs: &[Input<'_>], engine: &Engine) -> Facts {
         return Facts::default();
     }
     let found = cloud_configs(inputs, engine);
-    match fact_of(found) {
+    match fact_of(
+        found,
+        "this input holds",
+        "check cannot tell which cluster the Service belongs to",
+    ) {
         Some(fact) => Facts::of(ovn_source_ranges::FAMILY.id, fact),
         None => Facts::default(),
     }
@@ -45,22 +52,39 @@ fn cloud_configs(inputs: &[Input<'_>], engine: &Engine) -> Vec<LbSettings> {
                 let Some((kind, object)) = object_of(&c.json) else {
                     continue;
                 };
-                for site in sites::find(&kind, &object, &engine.policies().sites) {
-                    let Ok(ini) = &site.text else {
-                        continue;
-                    };
-                    let source = format!("{} in {name}", site.describe(None));
-                    match Document::parse(ini) {
-                        Ok(doc) => {
-                            if site.other_platforms && !schema::is_openstack_config(&doc) {
-                                continue;
-                            }
-                            out.push(LbSettings::from_document(source, &doc));
-                        }
-                        Err(_) => out.push(LbSettings::from_ini(source, ini)),
-                    }
-                }
+                out.extend(settings_of(&kind, &object, Some(name), engine));
             }
+        }
+    }
+    out
+}
+
+/// The load-balancer settings of every OpenStack cloud config one object carries (its
+/// sites under the `CloudConfigSites` policy), each named by its site and, when given, the
+/// place the object was read from (`in a.yaml`). Shared by `check` and `audit`.
+pub fn settings_of(
+    kind: &GroupVersionKind,
+    object: &DynamicObject,
+    place: Option<&str>,
+    engine: &Engine,
+) -> Vec<LbSettings> {
+    let mut out = Vec::new();
+    for site in sites::find(kind, object, &engine.policies().sites) {
+        let Ok(ini) = &site.text else {
+            continue;
+        };
+        let source = match place {
+            Some(place) => format!("{} in {place}", site.describe(None)),
+            None => site.describe(None),
+        };
+        match Document::parse(ini) {
+            Ok(doc) => {
+                if site.other_platforms && !schema::is_openstack_config(&doc) {
+                    continue;
+                }
+                out.push(LbSettings::from_document(source, &doc));
+            }
+            Err(_) => out.push(LbSettings::from_ini(source, ini)),
         }
     }
     out
@@ -68,13 +92,18 @@ fn cloud_configs(inputs: &[Input<'_>], engine: &Engine) -> Vec<LbSettings> {
 
 /// One fact from the cloud configs found: none when there is none (the family then says it
 /// sees no config); the settings when they all agree; unavailable when they disagree, since
-/// `check` cannot tell which cluster a Service belongs to.
-fn fact_of(found: Vec<LbSettings>) -> Option<CloudConfigFact> {
+/// then the face cannot tell which one applies. `holder` names where they were found ("this
+/// input holds"), `undecidable` says why the face cannot choose.
+pub fn fact_of(
+    found: Vec<LbSettings>,
+    holder: &str,
+    undecidable: &str,
+) -> Option<CloudConfigFact> {
     let first = found.first()?;
     if let Some(other) = found.iter().find(|s| !s.agrees_with(first)) {
         return Some(CloudConfigFact::Unavailable(format!(
-            "this input holds {} cloud configs whose load-balancer settings differ, e.g. {} and \
-             {}, and check cannot tell which cluster the Service belongs to",
+            "{holder} {} cloud configs whose load-balancer settings differ, e.g. {} and {}, \
+             and {undecidable}",
             found.len(),
             first.source,
             other.source
