@@ -1492,8 +1492,7 @@ async fn a_load_balancer_service_is_judged_against_the_clusters_cloud_config() {
 
     // The engine's verdict with the Secret's settings as the fact, as the webhook has it.
     let engine = engine();
-    let secret: DynamicObject =
-        serde_json::from_value(cloud_config_secret_with(ovn)).unwrap();
+    let secret: DynamicObject = serde_json::from_value(cloud_config_secret_with(ovn)).unwrap();
     let secret_gvk = GroupVersionKind::gvk("", "v1", "Secret");
     let settings = stackgate::check::facts::settings_of(&secret_gvk, &secret, None, &engine);
     assert_eq!(settings.len(), 1, "{settings:?}");
@@ -1517,7 +1516,9 @@ async fn a_load_balancer_service_is_judged_against_the_clusters_cloud_config() {
     assert_eq!(verdict.denials.len(), 1, "{verdict:?}");
     let denial = &verdict.denials[0];
     assert!(
-        denial.message.contains("lb-provider = ovn without manage-security-groups"),
+        denial
+            .message
+            .contains("lb-provider = ovn without manage-security-groups"),
         "{}",
         denial.message
     );
@@ -1564,8 +1565,32 @@ async fn a_load_balancer_service_is_judged_against_the_clusters_cloud_config() {
         .retain(|(col, _)| col != SECRETS);
     let (_, text) = run_audit(&cluster, &AuditOptions::default()).await;
     assert!(
-        text.lines().any(|l| l.starts_with("Service/shop/web: warning [ovn-source-ranges]")
-            && l.contains("no cloud config is configured or found for this run")),
+        text.lines().any(
+            |l| l.starts_with("Service/shop/web: warning [ovn-source-ranges]")
+                && l.contains("no cloud config is configured or found for this run")
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("Service/shop/web: error"), "{text}");
+
+    // Two cloud configs that disagree (the named Secret says OVN, a labelled ConfigMap
+    // amphora): the audit cannot tell which one the CCM reads, so it warns and never denies.
+    {
+        let mut c = cluster.lock().unwrap();
+        c.add(SECRETS, cloud_config_secret_with(ovn));
+        let mut amphora = labelled_configmap();
+        amphora["data"]["cloud.conf"] = json!("[LoadBalancer]\nlb-provider = amphora\n");
+        c.add(CONFIGMAPS, amphora);
+    }
+    let (_, text) = run_audit(&cluster, &AuditOptions::default()).await;
+    assert!(
+        text.lines().any(
+            |l| l.starts_with("Service/shop/web: warning [ovn-source-ranges]")
+                && l.contains(
+                    "this cluster holds 2 cloud configs whose load-balancer settings differ"
+                )
+                && l.contains("the audit cannot tell which one the CCM reads")
+        ),
         "{text}"
     );
     assert!(!text.contains("Service/shop/web: error"), "{text}");

@@ -1426,6 +1426,7 @@ fn rbac_is_least_privilege() {
                 pair("", "configmaps"),
                 pair("", "pods"),
                 pair("", "secrets"),
+                pair("", "services"),
                 pair("apps", "daemonsets"),
                 pair("apps", "deployments"),
                 pair("helm.toolkit.fluxcd.io", "helmreleases"),
@@ -1451,6 +1452,7 @@ fn rbac_is_least_privilege() {
                 let watched = matches!(
                     res.as_str(),
                     "configmaps"
+                        | "services"
                         | "daemonsets"
                         | "deployments"
                         | "helmreleases"

@@ -94,11 +94,7 @@ pub fn settings_of(
 /// sees no config); the settings when they all agree; unavailable when they disagree, since
 /// then the face cannot tell which one applies. `holder` names where they were found ("this
 /// input holds"), `undecidable` says why the face cannot choose.
-pub fn fact_of(
-    found: Vec<LbSettings>,
-    holder: &str,
-    undecidable: &str,
-) -> Option<CloudConfigFact> {
+pub fn fact_of(found: Vec<LbSettings>, holder: &str, undecidable: &str) -> Option<CloudConfigFact> {
     let first = found.first()?;
     if let Some(other) = found.iter().find(|s| !s.agrees_with(first)) {
         return Some(CloudConfigFact::Unavailable(format!(
