@@ -1435,6 +1435,7 @@ fn rbac_is_least_privilege() {
                 pair("helm.cattle.io", "helmchartconfigs"),
                 pair("core.openstack.org", "openstackversions"),
                 pair("glance.openstack.org", "glances"),
+                pair("manila.openstack.org", "manilas"),
                 pair("wgpolicyk8s.io", "policyreports"),
                 pair("wgpolicyk8s.io", "clusterpolicyreports"),
                 pair("coordination.k8s.io", "leases"),
@@ -1452,7 +1453,6 @@ fn rbac_is_least_privilege() {
                 let watched = matches!(
                     res.as_str(),
                     "configmaps"
-                        | "services"
                         | "daemonsets"
                         | "deployments"
                         | "helmreleases"
@@ -1460,6 +1460,7 @@ fn rbac_is_least_privilege() {
                         | "helmcharts"
                         | "helmchartconfigs"
                         | "glances"
+                        | "manilas"
                 );
                 assert_eq!(
                     verbs.contains("watch"),

@@ -591,6 +591,12 @@ pub fn spawn_watches(
 ) -> Vec<JoinHandle<()>> {
     super::targets(engine)
         .into_iter()
+        // Services are application objects that change all the time in a busy cluster; a
+        // change-triggered audit of the whole cluster for each would re-audit it every debounce
+        // interval. They are audited on the period only.
+        .filter(|target| {
+            !(target.resource.group.is_empty() && target.resource.plural == "services")
+        })
         .map(|target| {
             tokio::spawn(watch_target(
                 client.clone(),
