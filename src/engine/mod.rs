@@ -500,7 +500,17 @@ impl Engine {
             return;
         }
         if let Err(unseen @ SiteError::Unseen { .. }) = &site.text {
-            self.evaluate_unseen_site(run, site, unseen, object, namespace, verdict);
+            let text = format!(
+                "{} {unseen}, so stackgate cannot check the cloud config the chart renders and \
+                 makes no claim about it. Check that those values set \
+                 cloudConfig.loadBalancer.provider-requires-serial-api-calls: true and a config \
+                 the CCM accepts: run `stackgate check` over a tree that holds them (the \
+                 values files, or the objects and the kustomization that generates them), or \
+                 pipe the built stream in (`kustomize build DIR | stackgate check -`)",
+                site.object
+            );
+            let kind = (Severity::Warn, CODE_UNSEEN);
+            self.evaluate_unreadable_site(run, site, object, namespace, kind, text, verdict);
             return;
         }
         // Which input cap this site reached, and whether it is too large to read at all.
@@ -530,7 +540,13 @@ impl Engine {
             verdict.reached(limit);
         }
         if let Some(what) = oversized {
-            self.evaluate_oversized_site(run, site, &what, object, namespace, verdict);
+            let text = format!(
+                "{}: {what}, so stackgate cannot check it. A CCM cloud config and the CCM \
+                 chart's values are a few KiB: remove what does not belong there",
+                site.describe(None)
+            );
+            let kind = (Severity::Deny, CODE_OVERSIZED);
+            self.evaluate_unreadable_site(run, site, object, namespace, kind, text, verdict);
             return;
         }
         let parsed = site.text.as_ref().map(|text| Document::parse(text));
@@ -683,17 +699,23 @@ fn cut_message(message: &mut String) {
 }
 
 impl Engine {
-    /// A cloud config over [`MAX_CLOUD_CONFIG_BYTES`], or Helm values over
-    /// [`crate::sites::helm::MAX_VALUES_TEXT_BYTES`]: not parsed; the first cloud-config
-    /// policy that covers the namespace reports it (deny in enforce mode, like an unreadable
-    /// config), and no edit is made.
-    fn evaluate_oversized_site(
+    /// A site stackgate cannot read, reported once by the first cloud-config policy that
+    /// covers the namespace; no rule runs and no edit is made. Two cases:
+    /// - oversized: a cloud config over [`MAX_CLOUD_CONFIG_BYTES`], or Helm values over
+    ///   [`crate::sites::helm::MAX_VALUES_TEXT_BYTES`] — `Severity::Deny` (denied in enforce
+    ///   mode, like an unreadable config), code [`CODE_OVERSIZED`];
+    /// - unseen: values that come from objects or files this evaluation cannot see — what the
+    ///   chart renders is unknown, so nothing is claimed about the CCM: `Severity::Warn`, code
+    ///   [`CODE_UNSEEN`].
+    #[allow(clippy::too_many_arguments)]
+    fn evaluate_unreadable_site(
         &self,
         run: &Run<'_>,
         site: &FoundConfig,
-        what: &str,
         object: &DynamicObject,
         namespace: Option<&str>,
+        (severity, code): (Severity, &'static str),
+        text: String,
         verdict: &mut Verdict,
     ) {
         let Some(policy) = FAMILIES
@@ -707,66 +729,13 @@ impl Engine {
         if exempted(policy, object, verdict) {
             return;
         }
-        let message = compose(
-            policy,
-            &format!(
-                "{}: {what}, so stackgate cannot check it. A CCM cloud config and the CCM \
-                 chart's values are a few KiB: remove what does not belong there",
-                site.describe(None)
-            ),
-        );
         let anchor = Anchor::CloudConfig {
             pointer: site.pointer(),
             line: None,
             trace: site.trace(None),
         };
-        let finding = run.finding(policy, CODE_OVERSIZED, anchor, message, false);
-        record(policy, Severity::Deny, finding, verdict);
-    }
-
-    /// A site whose values come from objects or files this evaluation cannot see (`unseen`
-    /// says which): what the chart renders is unknown, so no rule runs and nothing is claimed about
-    /// the CCM; the first cloud-config policy that covers the namespace warns (never denies)
-    /// and names what to check. No edit is made.
-    fn evaluate_unseen_site(
-        &self,
-        run: &Run<'_>,
-        site: &FoundConfig,
-        unseen: &SiteError,
-        object: &DynamicObject,
-        namespace: Option<&str>,
-        verdict: &mut Verdict,
-    ) {
-        let Some(policy) = FAMILIES
-            .iter()
-            .filter(|f| f.reads_cloud_configs())
-            .flat_map(|f| self.policies.for_rule(f.id))
-            .find(|p| p.scope.covers(namespace))
-        else {
-            return;
-        };
-        if exempted(policy, object, verdict) {
-            return;
-        }
-        let message = compose(
-            policy,
-            &format!(
-                "{} {unseen}, so stackgate cannot check the cloud config the chart renders and \
-                 makes no claim about it. Check that those values set \
-                 cloudConfig.loadBalancer.provider-requires-serial-api-calls: true and a config \
-                 the CCM accepts: run `stackgate check` over a tree that holds them (the \
-                 values files, or the objects and the kustomization that generates them), or \
-                 pipe the built stream in (`kustomize build DIR | stackgate check -`)",
-                site.object
-            ),
-        );
-        let anchor = Anchor::CloudConfig {
-            pointer: site.pointer(),
-            line: None,
-            trace: site.trace(None),
-        };
-        let finding = run.finding(policy, CODE_UNSEEN, anchor, message, false);
-        record(policy, Severity::Warn, finding, verdict);
+        let finding = run.finding(policy, code, anchor, compose(policy, &text), false);
+        record(policy, severity, finding, verdict);
     }
 }
 
