@@ -30,6 +30,38 @@ pub trait Gather: Send + Sync {
     fn failed(&self) -> Gathered;
 }
 
+/// Facts already known when the review arrives (a watcher's current snapshot): gathering
+/// does no IO and cannot fail, and there is nothing of the source's own to record.
+pub struct KnownFacts(pub Facts);
+
+impl KnownFacts {
+    fn gathered(&self) -> Gathered {
+        Gathered {
+            facts: self.0.clone(),
+            observe: Box::new(|_| {}),
+        }
+    }
+}
+
+impl Gather for KnownFacts {
+    fn gather(
+        self: Arc<Self>,
+        _deadline: Instant,
+    ) -> Pin<Box<dyn Future<Output = Gathered> + Send>> {
+        Box::pin(async move { self.gathered() })
+    }
+
+    fn failed(&self) -> Gathered {
+        self.gathered()
+    }
+}
+
+/// Whether a review body holds `needle`: the byte test a [`FactSource::wants`] uses to pass
+/// over reviews it cannot be about without decoding them.
+pub fn body_mentions(body: &[u8], needle: &[u8]) -> bool {
+    body.windows(needle.len()).any(|w| w == needle)
+}
+
 /// What a gathering found, and what to record once the verdict is known.
 pub struct Gathered {
     /// The facts for the evaluation.

@@ -16,9 +16,8 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use base64::Engine as _;
 use kube::core::DynamicObject;
-use tokio::time::Instant;
 
-use crate::admission::{FactSource, Gather, Gathered, Webhook};
+use crate::admission::{FactSource, Gather, KnownFacts, Webhook, body_mentions};
 use crate::engine::{Engine, Facts};
 use crate::rules::ovn_source_ranges::{CloudConfigFact, FAMILY, LbSettings};
 use crate::sites::SiteKind;
@@ -147,41 +146,13 @@ impl CloudConfigSource {
 impl FactSource for CloudConfigSource {
     fn wants(&self, _webhook: Webhook, body: &[u8], engine: &Engine) -> Option<Arc<dyn Gather>> {
         // Cheap: a Service review of type LoadBalancer names both words.
-        if !contains(body, b"\"Service\"") || !contains(body, b"LoadBalancer") {
+        if !body_mentions(body, b"\"Service\"") || !body_mentions(body, b"LoadBalancer") {
             return None;
         }
         engine.policies().for_rule(FAMILY.id).next()?;
-        Some(Arc::new(Snapshot(self.cell.get())))
+        let fact = (*self.cell.get()).clone();
+        Some(Arc::new(KnownFacts(Facts::of(FAMILY.id, fact))))
     }
-}
-
-/// The fact as it was when the review arrived.
-struct Snapshot(Arc<CloudConfigFact>);
-
-impl Snapshot {
-    fn gathered(&self) -> Gathered {
-        Gathered {
-            facts: Facts::of(FAMILY.id, (*self.0).clone()),
-            observe: Box::new(|_| {}),
-        }
-    }
-}
-
-impl Gather for Snapshot {
-    fn gather(
-        self: Arc<Self>,
-        _deadline: Instant,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Gathered> + Send>> {
-        Box::pin(async move { self.gathered() })
-    }
-
-    fn failed(&self) -> Gathered {
-        self.gathered()
-    }
-}
-
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 #[cfg(test)]

@@ -19,9 +19,8 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use kube::core::DynamicObject;
-use tokio::time::Instant;
 
-use crate::admission::{FactSource, Gather, Gathered, Webhook};
+use crate::admission::{FactSource, Gather, KnownFacts, Webhook, body_mentions};
 use crate::engine::{Engine, Facts, Platform};
 
 /// The name of the one `Infrastructure` object OpenShift keeps.
@@ -113,40 +112,11 @@ impl FactSource for PlatformSource {
         let fact = self.cell.get();
         let platform = fact.platform()?.clone();
         // Cheap: a ConfigMap review names its kind.
-        if !contains(body, b"\"ConfigMap\"") {
+        if !body_mentions(body, b"\"ConfigMap\"") {
             return None;
         }
-        Some(Arc::new(Snapshot(platform)))
+        Some(Arc::new(KnownFacts(Facts::of_platform(platform))))
     }
-}
-
-/// The platform as it was when the review arrived.
-struct Snapshot(Platform);
-
-impl Snapshot {
-    fn gathered(&self) -> Gathered {
-        Gathered {
-            facts: Facts::of_platform(self.0.clone()),
-            observe: Box::new(|_| {}),
-        }
-    }
-}
-
-impl Gather for Snapshot {
-    fn gather(
-        self: Arc<Self>,
-        _deadline: Instant,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Gathered> + Send>> {
-        Box::pin(async move { self.gathered() })
-    }
-
-    fn failed(&self) -> Gathered {
-        self.gathered()
-    }
-}
-
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 #[cfg(test)]
