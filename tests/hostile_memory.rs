@@ -11,7 +11,7 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    ChildServer, Client, ClientOptions, DEADLINE, has_proc_status, post, proc_status_bytes,
+    ChildServer, Client, ClientOptions, has_proc_status, json_or_text, proc_status_bytes,
 };
 use serde_json::{Value, json};
 
@@ -23,8 +23,37 @@ fn memory(pid: u32) -> (u64, u64) {
     (field("VmHWM:"), field("VmRSS:"))
 }
 
+/// These tests measure memory, not speed (speed is in BENCHMARKS.md), and run a debug build
+/// that may share two cores with other test binaries: the server gets the apiserver's largest
+/// timeout, 30 s, so a slow machine still sees the answer the test is about rather than a
+/// deadline answer.
 async fn start() -> ChildServer {
-    ChildServer::start(&["--request-timeout", "10s"]).await
+    ChildServer::start(&["--request-timeout", "30s"]).await
+}
+
+/// How long a test waits for one answer: the server's deadline plus a margin for a loaded
+/// machine.
+const ANSWER_WITHIN: Duration = Duration::from_secs(90);
+
+/// POSTs `body` and waits up to [`ANSWER_WITHIN`]; status and JSON answer.
+async fn post_slow(client: &Client, path: &str, body: Vec<u8>) -> (http::StatusCode, Value) {
+    let (status, bytes) = tokio::time::timeout(
+        ANSWER_WITHIN,
+        client.request(http::Method::POST, path, body),
+    )
+    .await
+    .expect("answered in time")
+    .expect("HTTP exchange");
+    (status, json_or_text(&bytes))
+}
+
+/// Connects after the caller has built its bodies: the server cuts a connection that sends
+/// no request within its header-read timeout (5 s), and building a 3 MiB review in a debug
+/// build on a loaded machine can take longer than that.
+async fn connect(server: &ChildServer) -> Client {
+    Client::connect(server.addr, &ClientOptions::trusting(&server.ca))
+        .await
+        .expect("connect")
 }
 
 fn linux() -> bool {
@@ -76,22 +105,20 @@ async fn amplifying_values_stay_within_memory_bounds() {
     let server = start().await;
     let pid = server.child.id();
     let (base, _) = memory(pid);
-    let client = Client::connect(server.addr, &ClientOptions::trusting(&server.ca))
-        .await
-        .expect("connect");
-
     // Any chart: its values are never built, the review passes.
     let body = amplifying_helmrelease("podinfo", 3 * MIB as usize);
     assert!(body.len() < 4 * MIB as usize);
-    for path in ["/mutate?timeout=10s", "/validate?timeout=10s"] {
-        let (status, answer) = post(&client, path, body.clone()).await;
+    let ccm_body = amplifying_helmrelease("openstack-cloud-controller-manager", 3 * MIB as usize);
+    let client = connect(&server).await;
+    for path in ["/mutate?timeout=30s", "/validate?timeout=30s"] {
+        let (status, answer) = post_slow(&client, path, body.clone()).await;
         assert_eq!(status, 200, "{answer}");
         assert_eq!(answer["response"]["allowed"], true, "{answer}");
     }
     // The CCM chart: values are read, within the decoded-memory budget, so this one is too
     // complex: mutate admits unchanged with a warning, validate denies with a clear reason.
-    let body = amplifying_helmrelease("openstack-cloud-controller-manager", 3 * MIB as usize);
-    let (status, answer) = post(&client, "/mutate?timeout=10s", body.clone()).await;
+    let body = ccm_body;
+    let (status, answer) = post_slow(&client, "/mutate?timeout=30s", body.clone()).await;
     assert_eq!(status, 200);
     assert_eq!(answer["response"]["allowed"], true, "{answer}");
     assert!(answer["response"].get("patch").is_none(), "{answer}");
@@ -102,7 +129,7 @@ async fn amplifying_values_stay_within_memory_bounds() {
         warning.contains("too large or too deeply structured"),
         "{warning}"
     );
-    let (status, answer) = post(&client, "/validate?timeout=10s", body).await;
+    let (status, answer) = post_slow(&client, "/validate?timeout=30s", body).await;
     assert_eq!(status, 200);
     assert_eq!(answer["response"]["allowed"], false, "{answer}");
     assert_eq!(answer["response"]["status"]["code"], 413, "{answer}");
@@ -142,17 +169,35 @@ async fn sixteen_amplifying_reviews_at_once_stay_bounded() {
         let (addr, options, body) = (server.addr, options.clone(), body.clone());
         tasks.push(tokio::spawn(async move {
             let client = Client::connect(addr, &options).await.expect("connect");
-            post(&client, "/validate?timeout=10s", body).await
+            post_slow(&client, "/validate?timeout=30s", body).await
         }));
     }
+    // Each answer is the denial or one of the server's clear refusals under pressure: 408
+    // when sixteen 3 MiB uploads from this one test process take longer than the deadline (a
+    // loaded machine), 503 when the in-flight body budget is spent; never a dropped
+    // connection. At least one body must have been read and refused, so the memory bound
+    // below is about decoding, not only about buffering.
+    let mut denied = 0;
     for task in tasks {
-        let (status, answer) = tokio::time::timeout(DEADLINE * 3, task)
-            .await
-            .expect("answered in time")
-            .expect("task");
-        assert_eq!(status, 200, "{answer}");
-        assert_eq!(answer["response"]["allowed"], false, "{answer}");
+        let (status, answer) = task.await.expect("task");
+        match status.as_u16() {
+            408 => assert_eq!(
+                answer["error"], "the request body did not arrive before the request deadline",
+                "{answer}"
+            ),
+            503 => assert_eq!(
+                answer["error"],
+                "stackgate is overloaded (too many large reviews in flight); retry",
+                "{answer}"
+            ),
+            _ => {
+                assert_eq!(status, 200, "{answer}");
+                assert_eq!(answer["response"]["allowed"], false, "{answer}");
+                denied += 1;
+            }
+        }
     }
+    assert!(denied > 0, "no review was read before its deadline");
     let (peak, _) = memory(pid);
     assert!(peak < 256 * MIB, "peak {} MiB", peak / MIB);
 }
@@ -161,9 +206,6 @@ async fn sixteen_amplifying_reviews_at_once_stay_bounded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finding_flood_gives_a_small_answer() {
     let server = start().await;
-    let client = Client::connect(server.addr, &ClientOptions::trusting(&server.ca))
-        .await
-        .expect("connect");
     let mut config = String::from("[Global]\n");
     for i in 0..40_000 {
         config.push_str(&format!("unknown-key-{i} = 1\n[Section{i}]\n"));
@@ -179,9 +221,10 @@ async fn a_finding_flood_gives_a_small_answer() {
         }),
         false,
     );
-    for path in ["/mutate?timeout=10s", "/validate?timeout=10s"] {
+    let client = connect(&server).await;
+    for path in ["/mutate?timeout=30s", "/validate?timeout=30s"] {
         let (status, bytes) = tokio::time::timeout(
-            DEADLINE * 3,
+            ANSWER_WITHIN,
             client.request(http::Method::POST, path, body.clone()),
         )
         .await
@@ -208,9 +251,6 @@ async fn an_oversized_cloud_config_is_refused_cheaply() {
     let server = start().await;
     let pid = server.child.id();
     let (base, _) = memory(pid);
-    let client = Client::connect(server.addr, &ClientOptions::trusting(&server.ca))
-        .await
-        .expect("connect");
     let config = format!("[Global]\n{}", "password=S3cr3t-P4ss\n".repeat(150_000));
     let body = review(
         ("", "v1", "ConfigMap"),
@@ -223,7 +263,8 @@ async fn an_oversized_cloud_config_is_refused_cheaply() {
         }),
         false,
     );
-    let (status, answer) = post(&client, "/validate?timeout=10s", body.clone()).await;
+    let client = connect(&server).await;
+    let (status, answer) = post_slow(&client, "/validate?timeout=30s", body.clone()).await;
     assert_eq!(status, 200);
     assert_eq!(answer["response"]["allowed"], false, "{answer}");
     let message = answer["response"]["status"]["message"]
@@ -234,7 +275,7 @@ async fn an_oversized_cloud_config_is_refused_cheaply() {
         "{message}"
     );
     assert!(!answer.to_string().contains("S3cr3t"), "{answer}");
-    let (status, answer) = post(&client, "/mutate?timeout=10s", body).await;
+    let (status, answer) = post_slow(&client, "/mutate?timeout=30s", body).await;
     assert_eq!(status, 200);
     assert_eq!(answer["response"]["allowed"], true, "{answer}");
     assert!(answer["response"].get("patch").is_none(), "{answer}");
@@ -257,9 +298,6 @@ async fn many_values_carriers_in_one_object_are_not_read() {
     let server = start().await;
     let pid = server.child.id();
     let (base, _) = memory(pid);
-    let client = Client::connect(server.addr, &ClientOptions::trusting(&server.ca))
-        .await
-        .expect("connect");
     let values = format!(
         "a: &a {}\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\n\
          d: [*c,*c,*c,*c,*c]\n",
@@ -278,14 +316,15 @@ async fn many_values_carriers_in_one_object_are_not_read() {
         }),
         false,
     );
-    let (status, answer) = post(&client, "/validate?timeout=10s", body.clone()).await;
+    let client = connect(&server).await;
+    let (status, answer) = post_slow(&client, "/validate?timeout=30s", body.clone()).await;
     assert_eq!(status, 200);
     assert_eq!(answer["response"]["allowed"], false, "{answer}");
     let message = answer["response"]["status"]["message"]
         .as_str()
         .unwrap_or_default();
     assert!(message.contains("over stackgate's limit of 8"), "{message}");
-    let (status, answer) = post(&client, "/mutate?timeout=10s", body).await;
+    let (status, answer) = post_slow(&client, "/mutate?timeout=30s", body).await;
     assert_eq!(status, 200);
     assert_eq!(answer["response"]["allowed"], true, "{answer}");
     let (peak, _) = memory(pid);
