@@ -328,3 +328,43 @@ fn an_excluded_file_named_on_the_command_line_is_reported_as_skipped() {
     );
     assert!(!text.contains("error [input]"), "{text}");
 }
+
+/// openstack-helm's values overrides hold `%%%REPLACE_…%%%` placeholders that its scripts
+/// replace before use (lines as in vexxhost/atmosphere's
+/// `charts/memcached/values_overrides/netpol.yaml`, see tests/fixtures/SOURCES.md): a note,
+/// not an input error. Without a marker the same broken YAML stays an input error.
+#[test]
+fn openstack_helm_placeholders_are_template_markers() {
+    const OVERRIDE: &str = "\
+manifests:
+  network_policy: true
+network_policy:
+  memcached:
+    egress:
+      - to:
+        - ipBlock:
+            cidr: %%%REPLACE_API_ADDR%%%/32
+        ports:
+          - protocol: TCP
+            port: %%%REPLACE_API_PORT%%%
+";
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(dir.path(), "values_overrides/netpol.yaml", OVERRIDE);
+    let o = stackgate(&[dir.path().to_str().expect("UTF-8")], &[], None);
+    let text = stdout(&o);
+    assert_eq!(code(&o), 0, "{text}");
+    assert!(
+        text.contains(&format!(
+            "netpol.yaml: note [{TEMPLATE_RULE}] skipped: template (does not parse as YAML and holds template markers: `%%%NAME%%%` placeholder)"
+        )),
+        "{text}"
+    );
+    assert!(!text.contains("error [input]"), "{text}");
+
+    let broken = OVERRIDE.replace("%%%", "%");
+    write(dir.path(), "values_overrides/netpol.yaml", &broken);
+    let o = stackgate(&[dir.path().to_str().expect("UTF-8")], &[], None);
+    let text = stdout(&o);
+    assert_eq!(code(&o), 2, "{text}");
+    assert!(text.contains("netpol.yaml:8:19: error [input]"), "{text}");
+}

@@ -10,9 +10,10 @@
 //!   extension (`.tpl`, `.j2`, `.jinja`, `.gotmpl`), or a file below a Helm chart's
 //!   `templates/` directory (a directory named `templates` whose parent holds `Chart.yaml`);
 //! - by content, only when the text does not parse as YAML: template markers (`{{ }}`,
-//!   `{% %}`, `%{ }`, `${ }`). A manifest that parses keeps being checked even when a string
-//!   in it holds `${VAR}` (Flux `postBuild` substitution, clusterctl variables): those files
-//!   are applied as they are, apart from the substituted strings.
+//!   `{% %}`, `%{ }`, `${ }`, openstack-helm's `%%%NAME%%%`). A manifest that parses keeps
+//!   being checked even when a string in it holds `${VAR}` (Flux `postBuild` substitution,
+//!   clusterctl variables): those files are applied as they are, apart from the substituted
+//!   strings.
 
 use std::path::Path;
 
@@ -50,6 +51,14 @@ const MARKERS: &[Marker] = &[
         name: "`${ }` interpolation",
         open: "${",
         close: "}",
+    },
+    // openstack-helm's values overrides (`values_overrides/*.yaml`) hold placeholders such as
+    // `%%%REPLACE_API_ADDR%%%` that its deployment scripts replace with `sed` before use; a
+    // `%` cannot start a plain YAML scalar, so such a file does not parse until then.
+    Marker {
+        name: "`%%%NAME%%%` placeholder",
+        open: "%%%",
+        close: "%%%",
     },
 ];
 
@@ -134,6 +143,11 @@ mod tests {
             vec!["Terraform `%{ }`"]
         );
         assert_eq!(markers_in("{% if a %}"), vec!["Jinja `{% %}`"]);
+        assert_eq!(
+            markers_in("cidr: %%%REPLACE_API_ADDR%%%/32"),
+            vec!["`%%%NAME%%%` placeholder"]
+        );
+        assert!(markers_in("a: '100%%%'").is_empty());
         assert!(markers_in("a: '{{'\nb: }}").is_empty());
         assert!(markers_in("a: {b: 1}").is_empty());
     }
