@@ -22,8 +22,16 @@
 //!   errors: it need not be a manifest at all).
 //!
 //! A value is parsed only when its text mentions a site's name or the site label
-//! ([`may_hold_site`]): CNI payloads of hundreds of KiB that hold no cloud config cost one
-//! substring scan, not a YAML parse.
+//! ([`may_hold_site`]), or an OpenStack CCM marker ([`may_hold_ccm`]): CNI payloads of
+//! hundreds of KiB that hold neither cost a few substring scans, not a YAML parse. A value is
+//! parsed once for both uses.
+//!
+//! Embedded objects ([`EmbeddedObject`]): every document of a payload value whose own text
+//! holds a CCM marker (a CCM DaemonSet or Deployment, a HelmChart of the CCM chart) is handed
+//! to the engine, which runs the object families on it as a CREATE of that object: a payload
+//! is what the ClusterResourceSet controller creates in a workload cluster. Findings name the
+//! outer field, the document and the line of the field in the payload text (in `check`, the
+//! line of the file).
 //!
 //! Why edits are safe: the outer value is rewritten only when the embedded text, edited
 //! with one verified minimal change per JSON Patch operation, reads back as the inner object
@@ -72,6 +80,117 @@ pub fn may_hold_site(text: &str, sites: &SitesDocument) -> bool {
             || sites.label.as_deref().is_some_and(|l| text.contains(l)))
 }
 
+/// Substrings of which a payload document must hold one for the object families to read it:
+/// the CCM's image and chart name, and the default `ccmArgs` marker. A CCM recognised only by
+/// a policy's custom `ccmImages` / `ccmArgs` that mention neither is not read inside a
+/// payload (the markers are policy parameters of the families; this layer cannot see them).
+pub const CCM_MARKERS: &[&str] = &[
+    "openstack-cloud-controller-manager",
+    "--cloud-provider=openstack",
+];
+
+/// Whether `text` (a payload value, a document of one, or the raw JSON of a whole object) may
+/// embed an object the object families read: it names a `kind` and holds a CCM marker
+/// ([`CCM_MARKERS`]). Cheap; a true answer only means "worth parsing".
+pub fn may_hold_ccm(text: &str) -> bool {
+    text.contains("kind") && CCM_MARKERS.iter().any(|m| text.contains(m))
+}
+
+/// Whether a payload value is worth parsing at all: it may embed a site or a CCM object.
+pub fn worth_parsing(text: &str, sites: &SitesDocument) -> bool {
+    may_hold_site(text, sites) || may_hold_ccm(text)
+}
+
+/// An object embedded in a payload value, for the object families. Object families only
+/// validate it: nothing they find is ever written back into the payload.
+#[derive(Debug, Clone)]
+pub struct EmbeddedObject {
+    /// Group, version and kind of the inner object.
+    pub gvk: GroupVersionKind,
+    /// The inner object.
+    pub object: DynamicObject,
+    /// Path of the payload value in the outer object.
+    pub value_path: Vec<Seg>,
+    /// `stringData["ccm.yaml"]`.
+    pub location: String,
+    /// 0-based index of the document in the payload value.
+    pub doc: usize,
+    /// The document's tree, to locate the inner object's fields in the payload text.
+    root: Node,
+    encoding: Encoding,
+}
+
+impl EmbeddedObject {
+    /// JSON pointer of the payload value in the outer object (`/data/ccm.yaml`).
+    pub fn pointer(&self) -> String {
+        pointer(&self.value_path).to_string()
+    }
+
+    /// The 1-based line, in the (decoded) payload text, of the inner object's field at the
+    /// JSON pointer `inner` (the line of its key, or of the item in a list); the document's
+    /// first line when there is no pointer or it does not resolve.
+    pub fn line(&self, inner: Option<&str>) -> usize {
+        let Some(ptr) = inner.and_then(|p| jsonptr::Pointer::parse(p).ok()) else {
+            return self.root.start.line;
+        };
+        let mut node = Some(&self.root);
+        let mut path = Vec::new();
+        for token in ptr.tokens() {
+            let t = token.decoded().into_owned();
+            let seg = match (node.map(|n| &n.kind), t.parse::<usize>()) {
+                (Some(yaml::Kind::Seq(_)), Ok(i)) => Seg::Index(i),
+                _ => Seg::Key(t),
+            };
+            node = node.and_then(|n| n.child(&seg));
+            path.push(seg);
+        }
+        let (used, _, line) = self.root.deepest(&path);
+        if used == 0 {
+            self.root.start.line
+        } else {
+            line
+        }
+    }
+
+    /// Where line `line` of the payload text is written in the outer object: that line of the
+    /// string (a base64 value has no lines: the field).
+    pub fn trace(&self, line: usize) -> Anchor {
+        match self.encoding {
+            Encoding::Text => Anchor::TextLine {
+                path: self.value_path.clone(),
+                line,
+            },
+            Encoding::Base64 => Anchor::Node(self.value_path.clone()),
+        }
+    }
+
+    /// The inner object: `DaemonSet kube-system/openstack-cloud-controller-manager`.
+    pub fn reference(&self) -> String {
+        let name = self.object.metadata.name.as_deref().unwrap_or("");
+        match self.object.metadata.namespace.as_deref() {
+            Some(ns) => format!("{} {ns}/{name}", self.gvk.kind),
+            None => format!("{} {name}", self.gvk.kind),
+        }
+    }
+
+    /// `ClusterResourceSet payload stringData["ccm.yaml"] document 2 (DaemonSet
+    /// kube-system/openstack-cloud-controller-manager) line 57`: the outer object is not named;
+    /// the line is a line of the decoded payload text; the inner object is named unless
+    /// `named_after` (the message that follows names it first).
+    pub fn describe(&self, line: usize, named_after: bool) -> String {
+        let inner = if named_after {
+            String::new()
+        } else {
+            format!(" ({})", self.reference())
+        };
+        format!(
+            "ClusterResourceSet payload {} document {}{inner} line {line}",
+            self.location,
+            self.doc + 1
+        )
+    }
+}
+
 /// Whether `object` is a ConfigMap whose payload embeds a Secret's cloud config (tools that
 /// show diffs must mask it as they mask a Secret).
 pub fn embeds_secret(
@@ -100,15 +219,27 @@ pub(super) fn find(
     object: &DynamicObject,
     sites: &SitesDocument,
 ) -> Vec<FoundConfig> {
+    scan(kind, object, sites, false).0
+}
+
+/// The sites and the CCM objects (`objects`: when asked for) embedded in the payload values
+/// of `object` (a ConfigMap or Secret), each value parsed at most once.
+pub(super) fn scan(
+    kind: SiteKind,
+    object: &DynamicObject,
+    sites: &SitesDocument,
+    objects: bool,
+) -> (Vec<FoundConfig>, Vec<EmbeddedObject>) {
     let secret_payload = kind == SiteKind::Secret
         && is_payload_secret_type(object.data.get("type").and_then(Value::as_str));
     if kind == SiteKind::Secret && !secret_payload {
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     }
     let name = object.metadata.name.as_deref().unwrap_or("");
     let namespace = object.metadata.namespace.as_deref().unwrap_or("");
     let outer = format!("{} {namespace}/{name}", kind.as_str());
     let mut found = Vec::new();
+    let mut embedded = Vec::new();
     // `stringData` first: it wins over `data` for the same key (the apiserver writes it over).
     let fields: &[(&str, Encoding)] = match kind {
         SiteKind::Secret => &[("stringData", Encoding::Text), ("data", Encoding::Base64)],
@@ -141,7 +272,9 @@ pub(super) fn find(
                     None => continue,
                 },
             };
-            if !may_hold_site(&text, sites) {
+            let site_here = may_hold_site(&text, sites);
+            let ccm_here = objects && may_hold_ccm(&text);
+            if !site_here && !ccm_here {
                 continue;
             }
             let value = PayloadValue {
@@ -151,10 +284,22 @@ pub(super) fn find(
                 encoding: *encoding,
                 text,
             };
-            found.extend(value.sites(sites, secret_payload));
+            let docs = match value.parse(site_here && secret_payload) {
+                Ok(docs) => docs,
+                Err(unreadable) => {
+                    found.extend(unreadable);
+                    continue;
+                }
+            };
+            if site_here {
+                found.extend(value.sites(&docs, sites, secret_payload));
+            }
+            if ccm_here {
+                embedded.extend(value.objects(&docs));
+            }
         }
     }
-    found
+    (found, embedded)
 }
 
 /// One payload value of the outer object.
@@ -171,10 +316,11 @@ struct PayloadValue {
 }
 
 impl PayloadValue {
-    /// The sites in this value. `reported`: problems reading the value are findings (a
-    /// Secret of the payload type); otherwise (a ConfigMap) a value that is not manifests is
-    /// simply not a payload.
-    fn sites(self, sites: &SitesDocument, reported: bool) -> Vec<FoundConfig> {
+    /// The documents of this value, or what to report instead: `reported`, problems reading
+    /// the value are an unreadable site (a Secret of the payload type that may hold a site);
+    /// otherwise (a ConfigMap, or a value read only for CCM objects) a value that is not
+    /// manifests is simply not looked at (`Err` of nothing).
+    fn parse(&self, reported: bool) -> Result<Vec<yaml::YamlDoc>, Vec<FoundConfig>> {
         let unreadable = |error: SiteError| {
             let carrier = PayloadSite {
                 value_path: self.path.clone(),
@@ -201,7 +347,7 @@ impl PayloadValue {
             vec![site]
         };
         if self.text.len() > MAX_PAYLOAD_TEXT_BYTES {
-            return if reported {
+            return Err(if reported {
                 unreadable(SiteError::TooLarge {
                     location: format!("ClusterResourceSet payload {}", self.location),
                     size: self.text.len(),
@@ -209,20 +355,67 @@ impl PayloadValue {
                 })
             } else {
                 Vec::new()
-            };
+            });
         }
-        let docs = match yaml::parse_stream(&self.text) {
-            Ok(docs) => docs,
-            Err(error) if reported => {
-                return unreadable(SiteError::Yaml {
-                    location: format!("ClusterResourceSet payload {}", self.location),
-                    error,
-                });
+        match yaml::parse_stream(&self.text) {
+            Ok(docs) => Ok(docs),
+            Err(error) if reported => Err(unreadable(SiteError::Yaml {
+                location: format!("ClusterResourceSet payload {}", self.location),
+                error,
+            })),
+            Err(_) => Err(Vec::new()),
+        }
+    }
+
+    /// The documents of this value that hold a CCM marker, as objects (documents that are not
+    /// Kubernetes objects are skipped).
+    fn objects(&self, docs: &[yaml::YamlDoc]) -> Vec<EmbeddedObject> {
+        let mut out = Vec::new();
+        for doc in docs {
+            let text = self
+                .text
+                .get(doc.root.start.byte..doc.root.end.byte)
+                .unwrap_or("");
+            if !may_hold_ccm(text) {
+                continue;
             }
-            Err(_) => return Vec::new(),
-        };
+            let Ok(json) = doc.root.to_json() else {
+                continue;
+            };
+            let (Some(api_version), Some(kind)) = (
+                json.get("apiVersion").and_then(Value::as_str),
+                json.get("kind").and_then(Value::as_str),
+            ) else {
+                continue;
+            };
+            let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+            let gvk = GroupVersionKind::gvk(group, version, kind);
+            let Ok(object) = serde_json::from_value::<DynamicObject>(json) else {
+                continue;
+            };
+            out.push(EmbeddedObject {
+                gvk,
+                object,
+                value_path: self.path.clone(),
+                location: self.location.clone(),
+                doc: doc.index,
+                root: doc.root.clone(),
+                encoding: self.encoding,
+            });
+        }
+        out
+    }
+
+    /// The sites in this value's documents. `reported`: the outer object is a Secret of the
+    /// payload type (its configs are Secrets).
+    fn sites(
+        &self,
+        docs: &[yaml::YamlDoc],
+        sites: &SitesDocument,
+        reported: bool,
+    ) -> Vec<FoundConfig> {
         let mut found: Vec<FoundConfig> = Vec::new();
-        for doc in &docs {
+        for doc in docs {
             let Ok(json) = doc.root.to_json() else {
                 continue;
             };
