@@ -714,6 +714,15 @@ mod tests {
         );
         let o = decode(&body).expect("decodes").request.object.expect("o");
         assert_eq!(o.data, json!({"data": {"p.yaml": manifest}}));
+        // A value that may embed a CCM object (for the object families) is kept too.
+        let ccm = "kind: DaemonSet\nimage: openstack-cloud-controller-manager:v1\n";
+        let body = review(
+            ("", "v1", "ConfigMap"),
+            json!({"metadata": {"name": "crs", "namespace": "ns"},
+                "data": {"ccm.yaml": ccm, "cni.yaml": "kind: DaemonSet\n"}}),
+        );
+        let o = decode(&body).expect("decodes").request.object.expect("o");
+        assert_eq!(o.data, json!({"data": {"ccm.yaml": ccm}}));
         let body = review(
             ("", "v1", "Secret"),
             json!({"metadata": {"name": "crs", "namespace": "ns"},

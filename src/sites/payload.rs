@@ -751,6 +751,100 @@ mod tests {
         );
     }
 
+    const CCM_DS: &str = "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: ccm\n---\n\
+                          apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  \
+                          name: openstack-cloud-controller-manager\n  namespace: kube-system\n\
+                          spec:\n  template:\n    spec:\n      containers:\n      - name: occm\n        \
+                          args:\n        - --v=1\n        - --cloud-provider=openstack\n";
+
+    #[test]
+    fn embedded_ccm_objects_are_found_once_per_document_with_their_lines() {
+        let (found, objects) = scan(SiteKind::Secret, &crs_secret(CCM_DS), &sites(), true);
+        assert!(found.is_empty());
+        // The ServiceAccount document holds no CCM marker: only the DaemonSet is handed on.
+        assert_eq!(objects.len(), 1);
+        let ds = &objects[0];
+        assert_eq!(ds.gvk, GroupVersionKind::gvk("apps", "v1", "DaemonSet"));
+        assert_eq!(ds.doc, 1);
+        assert_eq!(ds.pointer(), "/stringData/p.yaml");
+        assert_eq!(
+            ds.reference(),
+            "DaemonSet kube-system/openstack-cloud-controller-manager"
+        );
+        // Lines of the payload text: the document, a container, an argument.
+        assert_eq!(ds.line(None), 6);
+        assert_eq!(ds.line(Some("/spec/template/spec/containers/0")), 15);
+        assert_eq!(ds.line(Some("/spec/template/spec/containers/0/args/1")), 18);
+        assert_eq!(ds.line(Some("/spec/nothing/here")), 11);
+        assert_eq!(
+            ds.trace(17),
+            Anchor::TextLine {
+                path: vec![Seg::key("stringData"), Seg::key("p.yaml")],
+                line: 17
+            }
+        );
+        assert_eq!(
+            ds.describe(17, false),
+            "ClusterResourceSet payload stringData[\"p.yaml\"] document 2 (DaemonSet \
+             kube-system/openstack-cloud-controller-manager) line 17"
+        );
+        // Not asked for: not built.
+        assert!(
+            scan(SiteKind::Secret, &crs_secret(CCM_DS), &sites(), false)
+                .1
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn embedded_objects_in_base64_and_configmaps_and_what_is_not_read() {
+        let encoded = base64::engine::general_purpose::STANDARD.encode(CCM_DS);
+        let secret: DynamicObject = serde_json::from_value(json!({"apiVersion": "v1",
+            "kind": "Secret", "metadata": {"name": "crs", "namespace": "default"},
+            "type": RESOURCE_SET_SECRET_TYPE, "data": {"p.yaml": encoded}}))
+        .unwrap();
+        let objects = scan(SiteKind::Secret, &secret, &sites(), true).1;
+        assert_eq!(objects.len(), 1);
+        // A base64 value has no lines in the object: the field.
+        assert_eq!(
+            objects[0].trace(17),
+            Anchor::Node(vec![Seg::key("data"), Seg::key("p.yaml")])
+        );
+        let configmap = |value: &str| -> DynamicObject {
+            serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "crs", "namespace": "default"},
+                "data": {"p.yaml": value}}))
+            .unwrap()
+        };
+        assert_eq!(
+            scan(SiteKind::ConfigMap, &configmap(CCM_DS), &sites(), true)
+                .1
+                .len(),
+            1
+        );
+        // Not YAML, or no marker: nothing (and no finding about it).
+        let (found, objects) = scan(
+            SiteKind::ConfigMap,
+            &configmap("kind: [openstack-cloud-controller-manager"),
+            &sites(),
+            true,
+        );
+        assert!(found.is_empty() && objects.is_empty());
+        let calico = "apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: calico-node\n";
+        assert!(!worth_parsing(calico, &sites()));
+        // A Secret of another type is not a payload.
+        let mut opaque = crs_secret(CCM_DS);
+        opaque.data["type"] = json!("Opaque");
+        assert!(scan(SiteKind::Secret, &opaque, &sites(), true).1.is_empty());
+        // Over the size cap: not parsed.
+        let big = format!("{CCM_DS}#{}\n", "x".repeat(MAX_PAYLOAD_TEXT_BYTES));
+        assert!(
+            scan(SiteKind::Secret, &crs_secret(&big), &sites(), true)
+                .1
+                .is_empty()
+        );
+    }
+
     #[test]
     fn substitution_variables_are_recognised() {
         assert!(is_substitution_variable(
