@@ -41,6 +41,8 @@
 //! inner value reached through a YAML alias, a value that is not a plain string, or two
 //! cloud configs in one payload value (one review's patch replaces the whole value once).
 
+use std::sync::Arc;
+
 use base64::Engine as _;
 use json_patch::{PatchOperation, ReplaceOperation};
 use kube::core::{DynamicObject, GroupVersionKind};
@@ -326,7 +328,7 @@ impl PayloadValue {
                 value_path: self.path.clone(),
                 value_location: self.location.clone(),
                 encoding: self.encoding,
-                payload: String::new(),
+                payload: Arc::from(""),
                 doc: 0,
                 inner_describe: String::new(),
                 inner: None,
@@ -415,6 +417,7 @@ impl PayloadValue {
         reported: bool,
     ) -> Vec<FoundConfig> {
         let mut found: Vec<FoundConfig> = Vec::new();
+        let shared: Arc<str> = Arc::from(self.text.as_str());
         for doc in docs {
             let Ok(json) = doc.root.to_json() else {
                 continue;
@@ -465,7 +468,7 @@ impl PayloadValue {
                     value_path: self.path.clone(),
                     value_location: self.location.clone(),
                     encoding: self.encoding,
-                    payload: self.text.clone(),
+                    payload: Arc::clone(&shared),
                     doc: doc.index,
                     inner_describe,
                     holder: if self.encoding == Encoding::Text && !reported {
@@ -530,14 +533,15 @@ pub(super) struct PayloadSite {
     /// `stringData["cloud-config-secret.yaml"]`.
     value_location: String,
     encoding: Encoding,
-    /// The embedded manifests (decoded).
-    payload: String,
+    /// The embedded manifests (decoded), shared by every site of the value: a payload of
+    /// 1 MiB may hold thousands of sites, and a copy each would cost gigabytes.
+    payload: Arc<str>,
     /// 0-based index of the inner object's document in the payload.
     doc: usize,
     /// `document 1 (Secret kube-system/cloud-config data["cloud.conf"])`.
     inner_describe: String,
     /// The inner object's carrier (None when the value could not be read).
-    inner: Option<std::sync::Arc<dyn Carrier>>,
+    inner: Option<Arc<dyn Carrier>>,
     /// The node of the inner field holding the config (None when it cannot be edited).
     inner_node: Option<Node>,
     holder: Holder,
@@ -547,7 +551,7 @@ impl PayloadSite {
     /// The payload with the inner carrier's patch written in, verified; None when that
     /// cannot be done as minimal verified edits.
     fn edited_payload(&self, ops: &[PatchOperation]) -> Option<String> {
-        let mut text = self.payload.clone();
+        let mut text = self.payload.to_string();
         for op in ops {
             let (path, value) = match op {
                 PatchOperation::Replace(r) => (&r.path, &r.value),
