@@ -1457,6 +1457,41 @@ async fn clusterresourceset_payload_secrets_are_listed_by_their_type() {
     assert!(text.contains("HelmRelease/kube-system/openstack-cloud-controller-manager:"));
 }
 
+#[tokio::test]
+async fn object_rules_run_on_the_ccm_daemonset_a_payload_secret_embeds() {
+    use base64::Engine as _;
+    let text = fixture_text("capo-crs/objects/ccm-objects.yaml");
+    let mut secret = text
+        .split("\n---")
+        .filter_map(|d| serde_saphyr::from_str::<Value>(d).ok())
+        .find(|d| d["metadata"]["name"] == "ccm-concurrency-crs")
+        .expect("the fixture's payload Secret");
+    let payload = secret["stringData"]["ccm.yaml"]
+        .as_str()
+        .expect("payload")
+        .to_owned();
+    secret.as_object_mut().unwrap().remove("stringData");
+    secret["data"] = json!({"ccm.yaml": base64::engine::general_purpose::STANDARD.encode(payload)});
+    secret["metadata"]["creationTimestamp"] = json!("2026-11-22T03:00:00Z");
+    let mut c = standard_cluster();
+    c.add(SECRETS, secret);
+    let cluster = Arc::new(Mutex::new(c));
+    let (_, text) = run_audit(&cluster, &AuditOptions::default()).await;
+    // The embedded DaemonSet's --concurrent-service-syncs=4, located in the payload (the
+    // line of the decoded payload text), judged as the object the payload creates.
+    assert!(
+        text.contains(
+            "Secret/default/ccm-concurrency-crs: warning [ccm-concurrency] Secret \
+             default/ccm-concurrency-crs ClusterResourceSet payload data[\"ccm.yaml\"] \
+             document 2 line 31: DaemonSet kube-system/openstack-cloud-controller-manager \
+             container \"openstack-cloud-controller-manager\" args[5]: \
+             --concurrent-service-syncs=4"
+        ),
+        "{text}"
+    );
+    assert_eq!(text.matches("ccm-concurrency-crs: ").count(), 1, "{text}");
+}
+
 /// The Secret `kube-system/cloud-config` (a named site) holding `cloud.conf`, as stored.
 fn cloud_config_secret_with(ini: &str) -> Value {
     use base64::Engine as _;

@@ -317,3 +317,345 @@ async fn a_crs_secret_over_https_is_denied_and_patched_in_its_payload() {
     let (_, again) = post(&client, "/mutate?timeout=10s", body).await;
     assert!(again["response"]["patch"].is_null(), "{again}");
 }
+
+// --- Object rules on the objects a payload embeds (a CCM DaemonSet, a CCM HelmChart) ---
+
+const OBJECTS: &str = "tests/fixtures/capo-crs/objects";
+const RENDERED: &str = "tests/fixtures/capo-crs/rendered";
+
+/// The report's entry for `object` in its first file.
+macro_rules! items {
+    ($report:expr, $object:expr) => {
+        $report.files[0]
+            .objects
+            .iter()
+            .find(|o| o.object == $object)
+            .unwrap_or_else(|| panic!("{} in the report", $object))
+    };
+}
+
+fn line_of_file(dir: &str, file: &str, line: usize) -> String {
+    std::fs::read_to_string(root().join(dir).join(file))
+        .expect("fixture")
+        .lines()
+        .nth(line - 1)
+        .expect("line")
+        .to_owned()
+}
+
+/// A payload Secret of the fixture as the apiserver hands it to admission: `stringData`
+/// merged into base64 `data`.
+fn admitted(object: &Value) -> Value {
+    let mut secret = object.clone();
+    let Some(string_data) = secret.as_object_mut().expect("object").remove("stringData") else {
+        return secret;
+    };
+    let data: serde_json::Map<String, Value> = string_data
+        .as_object()
+        .expect("stringData")
+        .iter()
+        .map(|(k, v)| {
+            let text = v.as_str().expect("string");
+            (
+                k.clone(),
+                json!(base64::engine::general_purpose::STANDARD.encode(text)),
+            )
+        })
+        .collect();
+    secret["data"] = Value::Object(data);
+    secret
+}
+
+#[test]
+fn check_runs_object_rules_on_ccm_objects_inside_payloads_at_file_lines() {
+    let engine = engine();
+    let report = check::check(
+        &args(&root().join(OBJECTS), &[]),
+        &engine,
+        &mut std::io::empty(),
+    )
+    .expect("check runs");
+    assert!(report.files[0].problems.is_empty());
+    let seen = |object: &str| -> Vec<(usize, String, ItemKind)> {
+        items!(&report, object)
+            .items
+            .iter()
+            .map(|i| (i.line, i.rule.clone(), i.kind))
+            .collect()
+    };
+
+    // --concurrent-service-syncs=4 on the embedded CCM DaemonSet: the concurrency warning (its
+    // default mode is warn) at the line of that argument in the file.
+    let concurrency = items!(&report, "Secret default/ccm-concurrency-crs");
+    assert_eq!(
+        seen("Secret default/ccm-concurrency-crs"),
+        vec![(42, "ccm-concurrency".to_owned(), ItemKind::Warning)]
+    );
+    assert_eq!(
+        line_of_file(OBJECTS, "ccm-objects.yaml", 42).trim(),
+        "- --concurrent-service-syncs=4"
+    );
+    assert!(
+        concurrency.items[0].message.starts_with(
+            "Secret default/ccm-concurrency-crs ClusterResourceSet payload \
+             stringData[\"ccm.yaml\"] document 2 line 31: DaemonSet \
+             kube-system/openstack-cloud-controller-manager container \
+             \"openstack-cloud-controller-manager\" args[5]: --concurrent-service-syncs=4 lets"
+        ),
+        "{}",
+        concurrency.items[0].message
+    );
+
+    // The upstream `--cluster-name=$(CLUSTER_NAME)` with CLUSTER_NAME=kubernetes: the
+    // cluster-name warning at the line of the argument.
+    let default_name = items!(&report, "Secret default/ccm-default-name-crs");
+    assert_eq!(
+        seen("Secret default/ccm-default-name-crs"),
+        vec![(73, "cluster-name".to_owned(), ItemKind::Warning)]
+    );
+    assert_eq!(
+        line_of_file(OBJECTS, "ccm-objects.yaml", 73).trim(),
+        "- --cluster-name=$(CLUSTER_NAME)"
+    );
+    assert!(
+        default_name.items[0].message.contains(
+            "document 1 line 20: DaemonSet kube-system/openstack-cloud-controller-manager"
+        ) && default_name.items[0]
+            .message
+            .contains("the default cluster name \"kubernetes\""),
+        "{}",
+        default_name.items[0].message
+    );
+
+    // A DaemonSet that is not the CCM, in a payload that is read: nothing.
+    assert_eq!(seen("ConfigMap default/csi-crs"), vec![]);
+
+    // Exemptions: on the payload Secret, and on the embedded object itself.
+    for exempt in [
+        "Secret default/ccm-exempt-crs",
+        "Secret default/ccm-inner-exempt-crs",
+    ] {
+        let o = items!(&report, exempt);
+        assert_eq!(
+            o.items.iter().map(|i| i.kind).collect::<Vec<_>>(),
+            vec![ItemKind::Exemption],
+            "{exempt}: {:?}",
+            o.items
+        );
+        assert_eq!(o.verdict.exemptions[0].policy, "ccm-concurrency");
+    }
+
+    // The CCM chart in an embedded RKE2 HelmChart: its controllerExtraArgs and its default
+    // cluster.name, named with the inner object.
+    let chart = items!(&report, "Secret default/ccm-helmchart-crs");
+    let mut rules: Vec<&str> = chart.items.iter().map(|i| i.rule.as_str()).collect();
+    rules.sort_unstable();
+    assert_eq!(rules, ["ccm-concurrency", "cluster-name"]);
+    assert!(chart.items.iter().all(|i| {
+        i.kind == ItemKind::Warning
+            && i.message
+                .contains("HelmChart kube-system/openstack-cloud-controller-manager")
+    }));
+
+    // Object rules never patch a payload.
+    for o in &report.files[0].objects {
+        assert!(o.verdict.patch.is_empty(), "{}", o.object);
+        assert!(o.verdict.mutations.is_empty(), "{}", o.object);
+    }
+}
+
+#[test]
+fn the_real_capo_ccm_payload_as_clusterctl_renders_it_warns_about_the_default_cluster_name() {
+    // `ccm.yaml` of the CAPO component with `data: ${CCM_RESOURCES}` replaced as Cluster API's
+    // e2e framework does, with cloud-provider-openstack's own CCM DaemonSet manifest: its
+    // `--cluster-name=$(CLUSTER_NAME)` expands to the shared default "kubernetes".
+    let engine = engine();
+    let report = check::check(
+        &args(&root().join(RENDERED), &[]),
+        &engine,
+        &mut std::io::empty(),
+    )
+    .expect("check runs");
+    assert!(report.files[0].problems.is_empty());
+    let mut all: Vec<(String, usize, String, ItemKind)> = Vec::new();
+    for o in &report.files[0].objects {
+        for i in &o.items {
+            all.push((o.object.clone(), i.line, i.rule.clone(), i.kind));
+        }
+    }
+    assert_eq!(
+        all,
+        vec![(
+            "ConfigMap ccm-demo-crs-1".to_owned(),
+            60,
+            "cluster-name".to_owned(),
+            ItemKind::Warning
+        )]
+    );
+    assert_eq!(
+        line_of_file(RENDERED, "ccm.yaml", 60).trim(),
+        "- --cluster-name=$(CLUSTER_NAME)"
+    );
+    let message = &items!(&report, "ConfigMap ccm-demo-crs-1").items[0].message;
+    assert!(
+        message.starts_with(
+            "ConfigMap ccm-demo-crs-1 ClusterResourceSet payload data[\"resources\"] document 2 \
+             line 54: DaemonSet kube-system/openstack-cloud-controller-manager"
+        ),
+        "{message}"
+    );
+}
+
+#[test]
+fn webhook_and_check_agree_on_object_findings_in_payloads() {
+    let engine = engine();
+    let mut compared = 0;
+    for dir in [OBJECTS, RENDERED] {
+        let report = check::check(
+            &args(&root().join(dir), &[]),
+            &engine,
+            &mut std::io::empty(),
+        )
+        .expect("check runs");
+        for o in &report.files[0].objects {
+            let what = &o.object;
+            let cli: Vec<&str> = o
+                .items
+                .iter()
+                .filter(|i| i.kind == ItemKind::Warning)
+                .map(|i| i.message.as_str())
+                .collect();
+            // As written (`stringData`), and as the apiserver admits it (base64 `data`): the
+            // payload text, and so every line, is the same; only the field's name differs.
+            for (json, field) in [
+                (o.json.clone(), "stringData["),
+                (admitted(&o.json), "data["),
+            ] {
+                let mut expected: Vec<String> = cli
+                    .iter()
+                    .map(|m| {
+                        m.replace(
+                            "ClusterResourceSet payload stringData[",
+                            &format!("ClusterResourceSet payload {field}"),
+                        )
+                    })
+                    .collect();
+                expected.sort();
+                let v = webhook(&engine, Webhook::Validate, &json);
+                assert_eq!(v["allowed"], true, "{what}");
+                let mut shown: Vec<&str> = v["warnings"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                shown.sort_unstable();
+                assert_eq!(shown.len(), expected.len(), "{what}: {shown:?}");
+                // kubectl's rendering: `stackgate <policy>: ` and the message, cut.
+                for w in &shown {
+                    let body = w
+                        .split_once(": ")
+                        .map(|(_, b)| b.trim_end_matches('…'))
+                        .expect("policy prefix");
+                    assert!(
+                        expected.iter().any(|m| m.starts_with(body)),
+                        "{what}: {w} not among {expected:?}"
+                    );
+                }
+                // No patch from an object rule, on either webhook.
+                let m = webhook(&engine, Webhook::Mutate, &json);
+                assert_eq!(m["allowed"], true);
+                assert!(m["patch"].is_null(), "{what}: {m}");
+                compared += 1;
+            }
+            assert!(o.verdict.patch.is_empty(), "{what}");
+        }
+    }
+    assert_eq!(compared, 2 * 9);
+}
+
+/// The fixture's object named `name` (a payload Secret), as JSON.
+fn fixture_object(dir: &str, file: &str, name: &str) -> Value {
+    let text = std::fs::read_to_string(root().join(dir).join(file)).expect("fixture");
+    yaml::parse_stream(&text)
+        .expect("parses")
+        .iter()
+        .map(|d| d.root.to_json().expect("json"))
+        .find(|o| o["metadata"]["name"] == name)
+        .expect("object in the fixture")
+}
+
+#[tokio::test]
+async fn an_embedded_ccm_daemonset_over_https_gets_the_concurrency_warning_and_no_patch() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    let secret = admitted(&fixture_object(
+        OBJECTS,
+        "ccm-objects.yaml",
+        "ccm-concurrency-crs",
+    ));
+    let body = serde_json::to_vec(&review::review_for(&secret, "crs-objects")).expect("encode");
+
+    let (status, v) = post(&client, "/validate?timeout=10s", body.clone()).await;
+    assert_eq!(status, StatusCode::OK);
+    let v = &v["response"];
+    assert_eq!(v["allowed"], true, "{v}");
+    let warnings = v["warnings"].as_array().expect("warnings");
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    let warning = warnings[0].as_str().expect("text");
+    assert!(
+        warning.starts_with(
+            "stackgate ccm-concurrency: Secret default/ccm-concurrency-crs ClusterResourceSet \
+             payload data[\"ccm.yaml\"] document 2 line 31: DaemonSet \
+             kube-system/openstack-cloud-controller-manager container"
+        ),
+        "{warning}"
+    );
+
+    let (status, m) = post(&client, "/mutate?timeout=10s", body).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(m["response"]["allowed"], true);
+    assert!(decoded_patch(&m["response"]).is_none(), "{m}");
+}
+
+#[test]
+fn an_update_of_a_payload_is_judged_as_the_creation_of_its_objects() {
+    // The ClusterResourceSet's strategy (ApplyOnce by default) decides whether existing
+    // clusters ever see a changed payload, and it is not in the payload: a changed cluster
+    // name in the payload is not called a rename; the objects are judged as new ones.
+    let engine = engine();
+    let with_name = |name: &str| {
+        let mut secret = fixture_object(OBJECTS, "ccm-objects.yaml", "ccm-concurrency-crs");
+        let payload = secret["stringData"]["ccm.yaml"]
+            .as_str()
+            .expect("payload")
+            .replace("--cluster-name=prod-a", &format!("--cluster-name={name}"))
+            .replace(
+                "--concurrent-service-syncs=4",
+                "--concurrent-service-syncs=1",
+            );
+        secret["stringData"]["ccm.yaml"] = json!(payload);
+        serde_json::from_value::<kube::core::DynamicObject>(secret).expect("object")
+    };
+    let gvk = kube::core::GroupVersionKind::gvk("", "v1", "Secret");
+    let (old, renamed, default) = (
+        with_name("prod-a"),
+        with_name("prod-b"),
+        with_name("kubernetes"),
+    );
+    let update = |new: &kube::core::DynamicObject| {
+        let mut subject = stackgate::engine::Subject::create(&gvk, new);
+        subject.operation = stackgate::engine::Operation::Update;
+        subject.old_object = Some(&old);
+        subject.dry_run = false;
+        engine.evaluate(&subject)
+    };
+    let verdict = update(&renamed);
+    assert!(
+        verdict.denials.is_empty() && verdict.warnings.is_empty(),
+        "{verdict:?}"
+    );
+    let verdict = update(&default);
+    assert!(verdict.denials.is_empty(), "{verdict:?}");
+    assert_eq!(verdict.warnings.len(), 1, "{verdict:?}");
+    assert_eq!(verdict.warnings[0].code, "default-name");
+    assert!(verdict.patch.is_empty());
+}

@@ -334,3 +334,50 @@ async fn many_values_carriers_in_one_object_are_not_read() {
         (peak - base) / MIB
     );
 }
+
+/// A ClusterResourceSet payload Secret whose ~950 KiB payload repeats the
+/// `kube-system/cloud-config` Secret thousands of times, plus CCM DaemonSets: every embedded
+/// site and object shares the one payload text. Before: each site kept its own copy of the
+/// payload (7,660 sites × 950 KiB: 7.3 GB in `stackgate check`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payload_repeating_a_site_thousands_of_times_stays_bounded() {
+    use base64::Engine as _;
+    if !linux() {
+        return;
+    }
+    let server = start().await;
+    let pid = server.child.id();
+    let (base, _) = memory(pid);
+    let client = Client::connect(server.addr, &ClientOptions::trusting(&server.ca))
+        .await
+        .expect("connect");
+    let site = "---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: cloud-config\n  \
+                namespace: kube-system\nstringData:\n  cloud.conf: \"[Global]\\n\"\n";
+    let ccm = "---\napiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: occm\nspec:\n  \
+               template:\n    spec:\n      containers:\n      - image: \
+               openstack-cloud-controller-manager\n        args: [--concurrent-service-syncs=4]\n";
+    let mut payload = String::new();
+    while payload.len() < 950 * 1024 {
+        payload.push_str(site);
+        payload.push_str(ccm);
+    }
+    let body = review(
+        ("", "v1", "Secret"),
+        "secrets",
+        json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "type": "addons.cluster.x-k8s.io/resource-set",
+            "metadata": {"name": "crs", "namespace": "default"},
+            "data": {"p.yaml": base64::engine::general_purpose::STANDARD.encode(&payload)},
+        }),
+        false,
+    );
+    let (status, answer) = post(&client, "/validate?timeout=10s", body).await;
+    assert_eq!(status, 200, "{answer}");
+    let (peak, _) = memory(pid);
+    assert!(
+        peak.saturating_sub(base) < 256 * MIB,
+        "peak grew by {} MiB",
+        (peak - base) / MIB
+    );
+}

@@ -219,14 +219,14 @@ fn decode_object(
                 SiteKind::Secret => payload::is_payload_secret_type(
                     root.get("type").and_then(serde_json::Value::as_str),
                 ),
-                SiteKind::ConfigMap => payload::may_hold_site(raw.get(), sites),
+                SiteKind::ConfigMap => payload::worth_parsing(raw.get(), sites),
             };
             if !keys.is_empty() || payload {
                 let wanted = |path: &[Seg]| site_data(path, &keys, payload);
                 let (mut data, total) = prune(raw.get(), &wanted, budget)?;
                 budget.spent = total;
                 if payload && kind == SiteKind::ConfigMap {
-                    // Only the values that may embed a site are kept past this reading.
+                    // Only the values that may embed a site or a CCM object are kept.
                     keep_payload_values(&mut data, &keys, sites);
                 }
                 merge(&mut root, data);
@@ -368,14 +368,14 @@ fn site_keys(kind: SiteKind, meta: &ObjectMeta, sites: &SitesDocument) -> Vec<St
 }
 
 /// Drops the `data` values of a ConfigMap read as a possible ClusterResourceSet payload that
-/// are neither site keys nor text that may embed a site.
+/// are neither site keys nor text that may embed a site or a CCM object.
 fn keep_payload_values(data: &mut serde_json::Value, keys: &[String], sites: &SitesDocument) {
     if let Some(map) = data
         .get_mut("data")
         .and_then(serde_json::Value::as_object_mut)
     {
         map.retain(|k, v| {
-            keys.contains(k) || v.as_str().is_some_and(|t| payload::may_hold_site(t, sites))
+            keys.contains(k) || v.as_str().is_some_and(|t| payload::worth_parsing(t, sites))
         });
     }
 }
@@ -714,6 +714,15 @@ mod tests {
         );
         let o = decode(&body).expect("decodes").request.object.expect("o");
         assert_eq!(o.data, json!({"data": {"p.yaml": manifest}}));
+        // A value that may embed a CCM object (for the object families) is kept too.
+        let ccm = "kind: DaemonSet\nimage: openstack-cloud-controller-manager:v1\n";
+        let body = review(
+            ("", "v1", "ConfigMap"),
+            json!({"metadata": {"name": "crs", "namespace": "ns"},
+                "data": {"ccm.yaml": ccm, "cni.yaml": "kind: DaemonSet\n"}}),
+        );
+        let o = decode(&body).expect("decodes").request.object.expect("o");
+        assert_eq!(o.data, json!({"data": {"ccm.yaml": ccm}}));
         let body = review(
             ("", "v1", "Secret"),
             json!({"metadata": {"name": "crs", "namespace": "ns"},

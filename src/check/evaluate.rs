@@ -499,7 +499,9 @@ fn doc_path(c: &Candidate, path: &[Seg]) -> Option<Vec<Seg>> {
 fn locate(text: &str, root: &Node, c: &Candidate, f: &Finding) -> usize {
     let object_line = c.line;
     let anchor = match &f.anchor {
-        engine::Anchor::CloudConfig { trace, .. } => trace.clone(),
+        engine::Anchor::CloudConfig { trace, .. } | engine::Anchor::Embedded { trace, .. } => {
+            trace.clone()
+        }
         engine::Anchor::Field { pointer } => Anchor::Node(pointer_segs(
             root.at(&c.prefix).unwrap_or(root),
             pointer,

@@ -70,7 +70,9 @@ impl Finding {
     pub fn pointer(&self) -> Option<&str> {
         match &self.anchor {
             Anchor::Object => None,
-            Anchor::Field { pointer } | Anchor::CloudConfig { pointer, .. } => Some(pointer),
+            Anchor::Field { pointer }
+            | Anchor::CloudConfig { pointer, .. }
+            | Anchor::Embedded { pointer, .. } => Some(pointer),
         }
     }
 }
@@ -93,6 +95,21 @@ pub enum Anchor {
         /// 1-based line in the INI text (for Helm values, in the INI the chart renders).
         line: Option<usize>,
         /// Where that line is written in the object (a values path, or a line of a string).
+        trace: sites::Anchor,
+    },
+    /// A field of an object embedded in a ClusterResourceSet payload value of the object
+    /// (an object family's finding on, e.g., a CCM DaemonSet inside the payload).
+    Embedded {
+        /// JSON pointer of the payload value in the object (`/stringData/ccm.yaml`).
+        pointer: String,
+        /// 0-based index of the document in the payload value.
+        doc: usize,
+        /// JSON pointer of the field in the embedded object, when the finding names one.
+        inner: Option<String>,
+        /// 1-based line of that field in the (decoded) payload text.
+        line: usize,
+        /// Where that line is written in the object (a line of the payload string; the field
+        /// itself for a base64 value).
         trace: sites::Anchor,
     },
 }
@@ -193,6 +210,9 @@ enum Target<'s> {
         doc: Option<&'s Document>,
         edited: &'s mut Option<(Document, Vec<IniEdit>)>,
     },
+    /// An object family on an object embedded in a ClusterResourceSet payload: violations are
+    /// located in the payload; edits and patches are dropped (validation only).
+    Embedded(&'s sites::payload::EmbeddedObject),
 }
 
 /// One evaluation: the subject, and its reference built once, when the first finding needs it.
@@ -204,6 +224,12 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
+    /// The subject's reference (`Secret default/crs`), built once.
+    fn outer(&self) -> &ObjectRef {
+        self.reference
+            .get_or_init(|| Arc::new(self.subject.reference()))
+    }
+
     /// A finding of `policy` about this run's subject.
     fn finding(
         &self,
@@ -321,7 +347,8 @@ impl Engine {
             return Ok(verdict);
         };
         let namespace = subject.namespace_of(object);
-        let found = sites::find(subject.kind, object, &self.policies.sites);
+        let (found, embedded) =
+            sites::find_with_embedded(subject.kind, object, &self.policies.sites);
         // Read only for objects that hold a cloud config; one read per object.
         let ccm_version = (!found.is_empty())
             .then(|| {
@@ -344,6 +371,9 @@ impl Engine {
             );
         }
         self.evaluate_objects(&run, &context, object, false, cancel, &mut verdict)?;
+        for inner in &embedded {
+            self.evaluate_embedded(&run, &context, object, inner, cancel, &mut verdict)?;
+        }
         cancel.check()?;
         limit_findings(&mut verdict);
         Ok(verdict)
@@ -379,6 +409,61 @@ impl Engine {
                 context,
             });
             self.apply(run, policy, object, output, Target::Object, verdict);
+        }
+        Ok(())
+    }
+
+    /// Runs the object families that read objects embedded in payloads ([`Family::embedded`])
+    /// on `inner`, an object of a ClusterResourceSet payload value of `outer`.
+    ///
+    /// Semantics: the inner object is evaluated as a CREATE of itself, on every write of the
+    /// payload (CREATE or UPDATE). The ClusterResourceSet controller creates the payload's
+    /// objects in each workload cluster it matches, so a CREATE is what the payload is for
+    /// every cluster it will reach. On an UPDATE of the payload the webhook cannot tell whether
+    /// existing clusters see the change: with the default strategy `ApplyOnce` they never do
+    /// (only clusters matched later get the new objects, as new objects), with `Reconcile`
+    /// they do — and the strategy is in the ClusterResourceSet, not in the payload. So an
+    /// UPDATE-only finding (a cluster-name rename) is not claimed: under `ApplyOnce` it would
+    /// be wrong.
+    ///
+    /// Scope and exemptions: the policy's namespace scope is the outer object's namespace
+    /// (the write being judged, as for payload cloud-config sites); an exemption annotation
+    /// on the outer object, or on the inner object itself (the same manifest applied on its
+    /// own would be exempt by it), exempts the finding.
+    ///
+    /// [`Family::embedded`]: crate::rules::Family::embedded
+    fn evaluate_embedded(
+        &self,
+        run: &Run<'_>,
+        context: &Context<'_>,
+        outer: &DynamicObject,
+        inner: &sites::payload::EmbeddedObject,
+        cancel: &Cancel,
+        verdict: &mut Verdict,
+    ) -> Result<(), Exhausted> {
+        let namespace = run.subject.namespace_of(outer);
+        let subject = Subject::create(&inner.gvk, &inner.object);
+        for policy in self.policies.policies.iter() {
+            let family = policy.rule.family();
+            let Check::Object(check) = family.check else {
+                continue;
+            };
+            if !family.embedded || policy.mode == Mode::Off || !policy.scope.covers(namespace) {
+                continue;
+            }
+            cancel.check()?;
+            let output = check(&ObjectInput {
+                subject: &subject,
+                object: &inner.object,
+                namespace: subject.namespace_of(&inner.object),
+                params: &policy.params,
+                context,
+            });
+            if output.violations.is_empty() || exempted(policy, &inner.object, verdict) {
+                continue;
+            }
+            let target = Target::Embedded(inner);
+            self.apply(run, policy, outer, output, target, verdict);
         }
         Ok(())
     }
@@ -437,6 +522,31 @@ impl Engine {
                     if !verdict.patch.contains(&op) {
                         verdict.patch.push(op);
                     }
+                }
+            }
+            Target::Embedded(inner) => {
+                // Validation only: an object family's edits are for the object it reads, and
+                // the payload is not that object (`output.patch`, `output.mutations` dropped).
+                for v in &output.violations {
+                    let line = inner.line(v.pointer.as_deref());
+                    let anchor = Anchor::Embedded {
+                        pointer: inner.pointer(),
+                        doc: inner.doc,
+                        inner: v.pointer.clone(),
+                        line,
+                        trace: inner.trace(line),
+                    };
+                    // Workload messages begin with the inner object's name; others (chart
+                    // values) do not, and get it in the location.
+                    let named = v.message.starts_with(&format!("{} ", inner.reference()));
+                    let located = format!(
+                        "{} {}: {}",
+                        run.outer(),
+                        inner.describe(line, named),
+                        v.message
+                    );
+                    let f = finding(v.code, anchor, compose(policy, &located), false);
+                    record(policy, v.severity, f, verdict);
                 }
             }
             Target::Site { site, doc, edited } => {

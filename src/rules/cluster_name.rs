@@ -49,6 +49,7 @@ pub static FAMILY: Family = Family {
                 "values": {"cloudConfig": {"global": {"auth-url": "https://keystone.example:5000/v3"}}}}}),
         ))
     },
+    embedded: true,
     default_policy: (
         "cluster-name.yaml",
         include_str!("../../policies/cluster-name.yaml"),

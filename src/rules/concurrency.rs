@@ -40,6 +40,7 @@ pub static FAMILY: Family = Family {
                 "args": ["--cloud-provider=openstack", "--concurrent-service-syncs=4"]}]}}}}),
         ))
     },
+    embedded: true,
     default_policy: (
         "ccm-concurrency.yaml",
         include_str!("../../policies/ccm-concurrency.yaml"),

@@ -22,6 +22,7 @@ pub static FAMILY: Family = Family {
             "[Global]\napplication-credential-id = 0123\napplication-credential-secret = <not shown>\n\n[LoadBalancer]\nprovider-requires-serial-api-calls = true\n",
         ))
     },
+    embedded: false,
     default_policy: (
         "credential-placement.yaml",
         include_str!("../../policies/credential-placement.yaml"),

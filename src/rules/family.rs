@@ -92,6 +92,13 @@ pub struct Family {
     /// The family's default policy: its file name under `policies/` and its text, embedded in
     /// the binary (`include_str!`).
     pub default_policy: (&'static str, &'static str),
+    /// Whether an object family also runs on the objects embedded in a Cluster API
+    /// ClusterResourceSet payload ([`crate::sites::payload`]). True only for families whose
+    /// check reads the object alone: a payload is applied to another (workload) cluster, so
+    /// a family that compares the object with facts of the cluster stackgate serves (its
+    /// cloud config, its OpenStackVersions) would judge it against the wrong cluster.
+    /// Always false for cloud-config and DELETE families.
+    pub embedded: bool,
 }
 
 impl Family {

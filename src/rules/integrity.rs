@@ -54,6 +54,7 @@ pub static FAMILY: Family = Family {
             "[LoadBalancer]\nprovider-requires-serial-api-calls = true\nmonitor-delay = 5\n",
         ))
     },
+    embedded: false,
     default_policy: (
         "cloud-config-integrity.yaml",
         include_str!("../../policies/cloud-config-integrity.yaml"),

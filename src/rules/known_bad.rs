@@ -24,6 +24,7 @@ pub static FAMILY: Family = Family {
             "[LoadBalancer]\nprovider-requires-serial-api-calls = true\nlb-provider = ovn\n",
         ))
     },
+    embedded: false,
     default_policy: (
         "known-bad-lb-settings.yaml",
         include_str!("../../policies/known-bad-lb-settings.yaml"),

@@ -44,6 +44,7 @@ pub static FAMILY: Family = Family {
     parse_params: parse_params::<GuardParams>,
     codes: &[CODE_NOT_READY, CODE_UNAVAILABLE],
     example: || Some(example()),
+    embedded: false,
     default_policy: (
         "control-plane-lb-guard.yaml",
         include_str!("../../policies/control-plane-lb-guard.yaml"),

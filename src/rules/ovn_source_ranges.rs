@@ -46,6 +46,7 @@ pub static FAMILY: Family = Family {
         );
         Some(example)
     },
+    embedded: false,
     default_policy: (
         "ovn-source-ranges.yaml",
         include_str!("../../policies/ovn-source-ranges.yaml"),

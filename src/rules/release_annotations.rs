@@ -58,6 +58,7 @@ pub static FAMILY: Family = Family {
             "spec": {}}),
         ))
     },
+    embedded: false,
     default_policy: (
         "release-annotations.yaml",
         include_str!("../../policies/release-annotations.yaml"),

@@ -23,6 +23,7 @@ pub static FAMILY: Family = Family {
             "[Global]\nregion = RegionOne\n\n[LoadBalancer]\nprovider-requires-serial-api-calls = false\n",
         ))
     },
+    embedded: false,
     default_policy: (
         "serial-lb-api-calls.yaml",
         include_str!("../../policies/serial-lb-api-calls.yaml"),

@@ -354,6 +354,24 @@ pub fn find(
     }
 }
 
+/// [`find`], plus the objects a ClusterResourceSet payload in `object` embeds that the object
+/// families read ([`payload::EmbeddedObject`]); each payload value is parsed once for both.
+pub fn find_with_embedded(
+    gvk: &GroupVersionKind,
+    object: &DynamicObject,
+    sites: &SitesDocument,
+) -> (Vec<FoundConfig>, Vec<payload::EmbeddedObject>) {
+    let kind = match (gvk.group.as_str(), gvk.version.as_str(), gvk.kind.as_str()) {
+        ("", "v1", "ConfigMap") => SiteKind::ConfigMap,
+        ("", "v1", "Secret") => SiteKind::Secret,
+        _ => return (find(gvk, object, sites), Vec::new()),
+    };
+    let mut found = object_data::find(kind, object, sites);
+    let (embedded_sites, objects) = payload::scan(kind, object, sites, true);
+    found.extend(embedded_sites);
+    (found, objects)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

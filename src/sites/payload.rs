@@ -22,8 +22,16 @@
 //!   errors: it need not be a manifest at all).
 //!
 //! A value is parsed only when its text mentions a site's name or the site label
-//! ([`may_hold_site`]): CNI payloads of hundreds of KiB that hold no cloud config cost one
-//! substring scan, not a YAML parse.
+//! ([`may_hold_site`]), or an OpenStack CCM marker ([`may_hold_ccm`]): CNI payloads of
+//! hundreds of KiB that hold neither cost a few substring scans, not a YAML parse. A value is
+//! parsed once for both uses.
+//!
+//! Embedded objects ([`EmbeddedObject`]): every document of a payload value whose own text
+//! holds a CCM marker (a CCM DaemonSet or Deployment, a HelmChart of the CCM chart) is handed
+//! to the engine, which runs the object families on it as a CREATE of that object: a payload
+//! is what the ClusterResourceSet controller creates in a workload cluster. Findings name the
+//! outer field, the document and the line of the field in the payload text (in `check`, the
+//! line of the file).
 //!
 //! Why edits are safe: the outer value is rewritten only when the embedded text, edited
 //! with one verified minimal change per JSON Patch operation, reads back as the inner object
@@ -32,6 +40,8 @@
 //! that cannot be edited that way are validate-only, with a note saying where to fix: an
 //! inner value reached through a YAML alias, a value that is not a plain string, or two
 //! cloud configs in one payload value (one review's patch replaces the whole value once).
+
+use std::sync::Arc;
 
 use base64::Engine as _;
 use json_patch::{PatchOperation, ReplaceOperation};
@@ -72,6 +82,117 @@ pub fn may_hold_site(text: &str, sites: &SitesDocument) -> bool {
             || sites.label.as_deref().is_some_and(|l| text.contains(l)))
 }
 
+/// Substrings of which a payload document must hold one for the object families to read it:
+/// the CCM's image and chart name, and the default `ccmArgs` marker. A CCM recognised only by
+/// a policy's custom `ccmImages` / `ccmArgs` that mention neither is not read inside a
+/// payload (the markers are policy parameters of the families; this layer cannot see them).
+pub const CCM_MARKERS: &[&str] = &[
+    "openstack-cloud-controller-manager",
+    "--cloud-provider=openstack",
+];
+
+/// Whether `text` (a payload value, a document of one, or the raw JSON of a whole object) may
+/// embed an object the object families read: it names a `kind` and holds a CCM marker
+/// ([`CCM_MARKERS`]). Cheap; a true answer only means "worth parsing".
+pub fn may_hold_ccm(text: &str) -> bool {
+    text.contains("kind") && CCM_MARKERS.iter().any(|m| text.contains(m))
+}
+
+/// Whether a payload value is worth parsing at all: it may embed a site or a CCM object.
+pub fn worth_parsing(text: &str, sites: &SitesDocument) -> bool {
+    may_hold_site(text, sites) || may_hold_ccm(text)
+}
+
+/// An object embedded in a payload value, for the object families. Object families only
+/// validate it: nothing they find is ever written back into the payload.
+#[derive(Debug, Clone)]
+pub struct EmbeddedObject {
+    /// Group, version and kind of the inner object.
+    pub gvk: GroupVersionKind,
+    /// The inner object.
+    pub object: DynamicObject,
+    /// Path of the payload value in the outer object.
+    pub value_path: Vec<Seg>,
+    /// `stringData["ccm.yaml"]`.
+    pub location: String,
+    /// 0-based index of the document in the payload value.
+    pub doc: usize,
+    /// The document's tree, to locate the inner object's fields in the payload text.
+    root: Node,
+    encoding: Encoding,
+}
+
+impl EmbeddedObject {
+    /// JSON pointer of the payload value in the outer object (`/data/ccm.yaml`).
+    pub fn pointer(&self) -> String {
+        pointer(&self.value_path).to_string()
+    }
+
+    /// The 1-based line, in the (decoded) payload text, of the inner object's field at the
+    /// JSON pointer `inner` (the line of its key, or of the item in a list); the document's
+    /// first line when there is no pointer or it does not resolve.
+    pub fn line(&self, inner: Option<&str>) -> usize {
+        let Some(ptr) = inner.and_then(|p| jsonptr::Pointer::parse(p).ok()) else {
+            return self.root.start.line;
+        };
+        let mut node = Some(&self.root);
+        let mut path = Vec::new();
+        for token in ptr.tokens() {
+            let t = token.decoded().into_owned();
+            let seg = match (node.map(|n| &n.kind), t.parse::<usize>()) {
+                (Some(yaml::Kind::Seq(_)), Ok(i)) => Seg::Index(i),
+                _ => Seg::Key(t),
+            };
+            node = node.and_then(|n| n.child(&seg));
+            path.push(seg);
+        }
+        let (used, _, line) = self.root.deepest(&path);
+        if used == 0 {
+            self.root.start.line
+        } else {
+            line
+        }
+    }
+
+    /// Where line `line` of the payload text is written in the outer object: that line of the
+    /// string (a base64 value has no lines: the field).
+    pub fn trace(&self, line: usize) -> Anchor {
+        match self.encoding {
+            Encoding::Text => Anchor::TextLine {
+                path: self.value_path.clone(),
+                line,
+            },
+            Encoding::Base64 => Anchor::Node(self.value_path.clone()),
+        }
+    }
+
+    /// The inner object: `DaemonSet kube-system/openstack-cloud-controller-manager`.
+    pub fn reference(&self) -> String {
+        let name = self.object.metadata.name.as_deref().unwrap_or("");
+        match self.object.metadata.namespace.as_deref() {
+            Some(ns) => format!("{} {ns}/{name}", self.gvk.kind),
+            None => format!("{} {name}", self.gvk.kind),
+        }
+    }
+
+    /// `ClusterResourceSet payload stringData["ccm.yaml"] document 2 (DaemonSet
+    /// kube-system/openstack-cloud-controller-manager) line 57`: the outer object is not named;
+    /// the line is a line of the decoded payload text; the inner object is named unless
+    /// `named_after` (the message that follows names it first).
+    pub fn describe(&self, line: usize, named_after: bool) -> String {
+        let inner = if named_after {
+            String::new()
+        } else {
+            format!(" ({})", self.reference())
+        };
+        format!(
+            "ClusterResourceSet payload {} document {}{inner} line {line}",
+            self.location,
+            self.doc + 1
+        )
+    }
+}
+
 /// Whether `object` is a ConfigMap whose payload embeds a Secret's cloud config (tools that
 /// show diffs must mask it as they mask a Secret).
 pub fn embeds_secret(
@@ -100,15 +221,27 @@ pub(super) fn find(
     object: &DynamicObject,
     sites: &SitesDocument,
 ) -> Vec<FoundConfig> {
+    scan(kind, object, sites, false).0
+}
+
+/// The sites and the CCM objects (`objects`: when asked for) embedded in the payload values
+/// of `object` (a ConfigMap or Secret), each value parsed at most once.
+pub(super) fn scan(
+    kind: SiteKind,
+    object: &DynamicObject,
+    sites: &SitesDocument,
+    objects: bool,
+) -> (Vec<FoundConfig>, Vec<EmbeddedObject>) {
     let secret_payload = kind == SiteKind::Secret
         && is_payload_secret_type(object.data.get("type").and_then(Value::as_str));
     if kind == SiteKind::Secret && !secret_payload {
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     }
     let name = object.metadata.name.as_deref().unwrap_or("");
     let namespace = object.metadata.namespace.as_deref().unwrap_or("");
     let outer = format!("{} {namespace}/{name}", kind.as_str());
     let mut found = Vec::new();
+    let mut embedded = Vec::new();
     // `stringData` first: it wins over `data` for the same key (the apiserver writes it over).
     let fields: &[(&str, Encoding)] = match kind {
         SiteKind::Secret => &[("stringData", Encoding::Text), ("data", Encoding::Base64)],
@@ -141,7 +274,9 @@ pub(super) fn find(
                     None => continue,
                 },
             };
-            if !may_hold_site(&text, sites) {
+            let site_here = may_hold_site(&text, sites);
+            let ccm_here = objects && may_hold_ccm(&text);
+            if !site_here && !ccm_here {
                 continue;
             }
             let value = PayloadValue {
@@ -151,10 +286,22 @@ pub(super) fn find(
                 encoding: *encoding,
                 text,
             };
-            found.extend(value.sites(sites, secret_payload));
+            let docs = match value.parse(site_here && secret_payload) {
+                Ok(docs) => docs,
+                Err(unreadable) => {
+                    found.extend(unreadable);
+                    continue;
+                }
+            };
+            if site_here {
+                found.extend(value.sites(&docs, sites, secret_payload));
+            }
+            if ccm_here {
+                embedded.extend(value.objects(&docs));
+            }
         }
     }
-    found
+    (found, embedded)
 }
 
 /// One payload value of the outer object.
@@ -171,16 +318,17 @@ struct PayloadValue {
 }
 
 impl PayloadValue {
-    /// The sites in this value. `reported`: problems reading the value are findings (a
-    /// Secret of the payload type); otherwise (a ConfigMap) a value that is not manifests is
-    /// simply not a payload.
-    fn sites(self, sites: &SitesDocument, reported: bool) -> Vec<FoundConfig> {
+    /// The documents of this value, or what to report instead: `reported`, problems reading
+    /// the value are an unreadable site (a Secret of the payload type that may hold a site);
+    /// otherwise (a ConfigMap, or a value read only for CCM objects) a value that is not
+    /// manifests is simply not looked at (`Err` of nothing).
+    fn parse(&self, reported: bool) -> Result<Vec<yaml::YamlDoc>, Vec<FoundConfig>> {
         let unreadable = |error: SiteError| {
             let carrier = PayloadSite {
                 value_path: self.path.clone(),
                 value_location: self.location.clone(),
                 encoding: self.encoding,
-                payload: String::new(),
+                payload: Arc::from(""),
                 doc: 0,
                 inner_describe: String::new(),
                 inner: None,
@@ -201,7 +349,7 @@ impl PayloadValue {
             vec![site]
         };
         if self.text.len() > MAX_PAYLOAD_TEXT_BYTES {
-            return if reported {
+            return Err(if reported {
                 unreadable(SiteError::TooLarge {
                     location: format!("ClusterResourceSet payload {}", self.location),
                     size: self.text.len(),
@@ -209,20 +357,68 @@ impl PayloadValue {
                 })
             } else {
                 Vec::new()
-            };
+            });
         }
-        let docs = match yaml::parse_stream(&self.text) {
-            Ok(docs) => docs,
-            Err(error) if reported => {
-                return unreadable(SiteError::Yaml {
-                    location: format!("ClusterResourceSet payload {}", self.location),
-                    error,
-                });
+        match yaml::parse_stream(&self.text) {
+            Ok(docs) => Ok(docs),
+            Err(error) if reported => Err(unreadable(SiteError::Yaml {
+                location: format!("ClusterResourceSet payload {}", self.location),
+                error,
+            })),
+            Err(_) => Err(Vec::new()),
+        }
+    }
+
+    /// The documents of this value that hold a CCM marker, as objects (documents that are not
+    /// Kubernetes objects are skipped).
+    fn objects(&self, docs: &[yaml::YamlDoc]) -> Vec<EmbeddedObject> {
+        let mut out = Vec::new();
+        for doc in docs {
+            let text = self
+                .text
+                .get(doc.root.start.byte..doc.root.end.byte)
+                .unwrap_or("");
+            if !may_hold_ccm(text) {
+                continue;
             }
-            Err(_) => return Vec::new(),
-        };
+            let Ok(json) = doc.root.to_json() else {
+                continue;
+            };
+            let (Some(api_version), Some(kind)) = (
+                json.get("apiVersion").and_then(Value::as_str),
+                json.get("kind").and_then(Value::as_str),
+            ) else {
+                continue;
+            };
+            let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+            let gvk = GroupVersionKind::gvk(group, version, kind);
+            let Ok(object) = serde_json::from_value::<DynamicObject>(json) else {
+                continue;
+            };
+            out.push(EmbeddedObject {
+                gvk,
+                object,
+                value_path: self.path.clone(),
+                location: self.location.clone(),
+                doc: doc.index,
+                root: doc.root.clone(),
+                encoding: self.encoding,
+            });
+        }
+        out
+    }
+
+    /// The sites in this value's documents. `reported`: the outer object is a Secret of the
+    /// payload type (its configs are Secrets).
+    fn sites(
+        &self,
+        docs: &[yaml::YamlDoc],
+        sites: &SitesDocument,
+        reported: bool,
+    ) -> Vec<FoundConfig> {
         let mut found: Vec<FoundConfig> = Vec::new();
-        for doc in &docs {
+        let shared: Arc<str> = Arc::from(self.text.as_str());
+        for doc in docs {
             let Ok(json) = doc.root.to_json() else {
                 continue;
             };
@@ -272,7 +468,7 @@ impl PayloadValue {
                     value_path: self.path.clone(),
                     value_location: self.location.clone(),
                     encoding: self.encoding,
-                    payload: self.text.clone(),
+                    payload: Arc::clone(&shared),
                     doc: doc.index,
                     inner_describe,
                     holder: if self.encoding == Encoding::Text && !reported {
@@ -337,14 +533,15 @@ pub(super) struct PayloadSite {
     /// `stringData["cloud-config-secret.yaml"]`.
     value_location: String,
     encoding: Encoding,
-    /// The embedded manifests (decoded).
-    payload: String,
+    /// The embedded manifests (decoded), shared by every site of the value: a payload of
+    /// 1 MiB may hold thousands of sites, and a copy each would cost gigabytes.
+    payload: Arc<str>,
     /// 0-based index of the inner object's document in the payload.
     doc: usize,
     /// `document 1 (Secret kube-system/cloud-config data["cloud.conf"])`.
     inner_describe: String,
     /// The inner object's carrier (None when the value could not be read).
-    inner: Option<std::sync::Arc<dyn Carrier>>,
+    inner: Option<Arc<dyn Carrier>>,
     /// The node of the inner field holding the config (None when it cannot be edited).
     inner_node: Option<Node>,
     holder: Holder,
@@ -354,7 +551,7 @@ impl PayloadSite {
     /// The payload with the inner carrier's patch written in, verified; None when that
     /// cannot be done as minimal verified edits.
     fn edited_payload(&self, ops: &[PatchOperation]) -> Option<String> {
-        let mut text = self.payload.clone();
+        let mut text = self.payload.to_string();
         for op in ops {
             let (path, value) = match op {
                 PatchOperation::Replace(r) => (&r.path, &r.value),
@@ -555,6 +752,100 @@ mod tests {
         assert_eq!(
             text,
             format!("{INNER}\n    [LoadBalancer]\n    provider-requires-serial-api-calls = true\n")
+        );
+    }
+
+    const CCM_DS: &str = "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: ccm\n---\n\
+                          apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  \
+                          name: openstack-cloud-controller-manager\n  namespace: kube-system\n\
+                          spec:\n  template:\n    spec:\n      containers:\n      - name: occm\n        \
+                          args:\n        - --v=1\n        - --cloud-provider=openstack\n";
+
+    #[test]
+    fn embedded_ccm_objects_are_found_once_per_document_with_their_lines() {
+        let (found, objects) = scan(SiteKind::Secret, &crs_secret(CCM_DS), &sites(), true);
+        assert!(found.is_empty());
+        // The ServiceAccount document holds no CCM marker: only the DaemonSet is handed on.
+        assert_eq!(objects.len(), 1);
+        let ds = &objects[0];
+        assert_eq!(ds.gvk, GroupVersionKind::gvk("apps", "v1", "DaemonSet"));
+        assert_eq!(ds.doc, 1);
+        assert_eq!(ds.pointer(), "/stringData/p.yaml");
+        assert_eq!(
+            ds.reference(),
+            "DaemonSet kube-system/openstack-cloud-controller-manager"
+        );
+        // Lines of the payload text: the document, a container, an argument.
+        assert_eq!(ds.line(None), 6);
+        assert_eq!(ds.line(Some("/spec/template/spec/containers/0")), 15);
+        assert_eq!(ds.line(Some("/spec/template/spec/containers/0/args/1")), 18);
+        assert_eq!(ds.line(Some("/spec/nothing/here")), 11);
+        assert_eq!(
+            ds.trace(17),
+            Anchor::TextLine {
+                path: vec![Seg::key("stringData"), Seg::key("p.yaml")],
+                line: 17
+            }
+        );
+        assert_eq!(
+            ds.describe(17, false),
+            "ClusterResourceSet payload stringData[\"p.yaml\"] document 2 (DaemonSet \
+             kube-system/openstack-cloud-controller-manager) line 17"
+        );
+        // Not asked for: not built.
+        assert!(
+            scan(SiteKind::Secret, &crs_secret(CCM_DS), &sites(), false)
+                .1
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn embedded_objects_in_base64_and_configmaps_and_what_is_not_read() {
+        let encoded = base64::engine::general_purpose::STANDARD.encode(CCM_DS);
+        let secret: DynamicObject = serde_json::from_value(json!({"apiVersion": "v1",
+            "kind": "Secret", "metadata": {"name": "crs", "namespace": "default"},
+            "type": RESOURCE_SET_SECRET_TYPE, "data": {"p.yaml": encoded}}))
+        .unwrap();
+        let objects = scan(SiteKind::Secret, &secret, &sites(), true).1;
+        assert_eq!(objects.len(), 1);
+        // A base64 value has no lines in the object: the field.
+        assert_eq!(
+            objects[0].trace(17),
+            Anchor::Node(vec![Seg::key("data"), Seg::key("p.yaml")])
+        );
+        let configmap = |value: &str| -> DynamicObject {
+            serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "crs", "namespace": "default"},
+                "data": {"p.yaml": value}}))
+            .unwrap()
+        };
+        assert_eq!(
+            scan(SiteKind::ConfigMap, &configmap(CCM_DS), &sites(), true)
+                .1
+                .len(),
+            1
+        );
+        // Not YAML, or no marker: nothing (and no finding about it).
+        let (found, objects) = scan(
+            SiteKind::ConfigMap,
+            &configmap("kind: [openstack-cloud-controller-manager"),
+            &sites(),
+            true,
+        );
+        assert!(found.is_empty() && objects.is_empty());
+        let calico = "apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: calico-node\n";
+        assert!(!worth_parsing(calico, &sites()));
+        // A Secret of another type is not a payload.
+        let mut opaque = crs_secret(CCM_DS);
+        opaque.data["type"] = json!("Opaque");
+        assert!(scan(SiteKind::Secret, &opaque, &sites(), true).1.is_empty());
+        // Over the size cap: not parsed.
+        let big = format!("{CCM_DS}#{}\n", "x".repeat(MAX_PAYLOAD_TEXT_BYTES));
+        assert!(
+            scan(SiteKind::Secret, &crs_secret(&big), &sites(), true)
+                .1
+                .is_empty()
         );
     }
 
