@@ -17,7 +17,7 @@
 pub mod edit;
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::{Map, Number, Value};
@@ -349,22 +349,24 @@ impl Node {
                         }
                     }
                 }
-                // A set, not a list: a mapping with many keys must stay linear.
-                let mut explicit: HashSet<String> = HashSet::new();
+                // A map, not a list: a mapping with many keys must stay linear.
+                let mut explicit: HashMap<String, usize> = HashMap::new();
                 for (k, v) in entries.iter() {
                     if is_merge_key(k) {
                         continue;
                     }
                     let key = key_string(k)
                         .ok_or_else(|| YamlError::at(k.start, "a mapping key must be a scalar"))?;
-                    if explicit.contains(&key) {
+                    if let Some(first) = explicit.get(&key) {
+                        // kubectl refuses the file too. The key is not named: the text may be
+                        // a Secret's, and messages never echo content; the two lines find it.
                         return Err(YamlError::at(
                             k.start,
-                            "a mapping key is already set in this map",
+                            format!("a mapping key is already set in this map (at line {first})"),
                         ));
                     }
                     out.insert(key.clone(), v.to_json()?);
-                    explicit.insert(key);
+                    explicit.insert(key, k.start.line.max(1));
                 }
                 Ok(Value::Object(out))
             }
@@ -1338,6 +1340,18 @@ mod tests {
         assert_eq!(
             one("a: !!str 10\nb: !!int \"7\"\n"),
             json!({"a": "10", "b": 7})
+        );
+    }
+
+    #[test]
+    fn a_duplicate_key_names_the_line_of_the_first() {
+        let error = parse_one("items:\n- a\nother: 1\nitems:\n- b\n")
+            .and_then(|n| n.to_json())
+            .expect_err("kubectl refuses duplicate keys too");
+        assert_eq!((error.line, error.column), (4, 1));
+        assert_eq!(
+            error.message,
+            "a mapping key is already set in this map (at line 1)"
         );
     }
 
