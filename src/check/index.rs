@@ -1276,6 +1276,96 @@ mod tests {
         assert_eq!(resolved.sources, None);
     }
 
+    fn helm_chart(values_content: &str, set: Value) -> Value {
+        json!({"apiVersion": "helm.cattle.io/v1", "kind": "HelmChart",
+            "metadata": {"name": "occm", "namespace": "kube-system"},
+            "spec": {"chart": "openstack-cloud-controller-manager",
+                "valuesContent": values_content, "set": set}})
+    }
+
+    const CONFIG: &str = "apiVersion: helm.cattle.io/v1\nkind: HelmChartConfig\nmetadata:\n  \
+        name: occm\n  namespace: kube-system\nspec:\n  valuesContent: |-\n    a: config\n    \
+        b: config\n  values:\n    b: values\n";
+
+    #[test]
+    fn helm_chart_config_merges_over_the_chart_in_helm_controller_order() {
+        let index = ValuesIndex::build(&[input("rke2/config.yaml", CONFIG)]);
+        let chart = helm_chart("a: chart\nc: chart\n", json!({"a": "set"}));
+        let resolved = index.resolve(&chart).expect("resolved");
+        let text = resolved.object["spec"]["valuesContent"]
+            .as_str()
+            .expect("text");
+        let merged = yaml::parse_one(text)
+            .and_then(|n| n.to_json())
+            .expect("YAML");
+        // Chart valuesContent < config valuesContent < config values; spec.set stays (the
+        // carrier applies it on top).
+        assert_eq!(merged, json!({"a": "config", "b": "values", "c": "chart"}));
+        assert_eq!(resolved.object["spec"]["set"], json!({"a": "set"}));
+        assert_eq!(resolved.merge, Merge::HelmChartConfig);
+        let key = |k: &str| vec![k.to_owned()];
+        assert_eq!(
+            resolved.place_of(&key("b")),
+            Some(Place::Input {
+                input: "rke2/config.yaml".to_owned(),
+                line: 11,
+                what: "HelmChartConfig kube-system/occm spec.values".to_owned(),
+            })
+        );
+        assert_eq!(
+            resolved.place_of(&key("a")),
+            Some(Place::Input {
+                input: "rke2/config.yaml".to_owned(),
+                line: 8,
+                what: "HelmChartConfig kube-system/occm spec.valuesContent".to_owned(),
+            })
+        );
+        assert!(matches!(
+            resolved.place_of(&key("c")),
+            Some(Place::Own(Some(_)))
+        ));
+        assert_eq!(resolved.place_of(&key("d")), None);
+        assert_eq!(
+            index.config_merged_into(
+                &yaml::parse_one(CONFIG)
+                    .and_then(|n| n.to_json())
+                    .expect("json")
+            ),
+            None,
+            "the HelmChart is not among the inputs"
+        );
+    }
+
+    #[test]
+    fn helm_chart_config_is_not_merged_when_it_cannot_be_told() {
+        let chart = helm_chart("a: chart\n", Value::Null);
+        // Two HelmChartConfigs of the name, one that reads values from Secrets, another name.
+        let twice = format!("{CONFIG}---\n{CONFIG}");
+        let secrets = CONFIG.replace(
+            "spec:\n",
+            "spec:\n  valuesSecrets: [{name: s, keys: [v]}]\n",
+        );
+        let other = CONFIG.replace("name: occm", "name: other");
+        for text in [twice.as_str(), secrets.as_str(), other.as_str()] {
+            let index = ValuesIndex::build(&[input("config.yaml", text)]);
+            assert_eq!(index.resolve(&chart), None, "{text}");
+        }
+        // With the HelmChart among the inputs, the HelmChartConfig is reported through it.
+        let chart_text = "apiVersion: helm.cattle.io/v1\nkind: HelmChart\nmetadata:\n  \
+            name: occm\n  namespace: kube-system\nspec:\n  chart: openstack-cloud-controller-manager\n";
+        let index = ValuesIndex::build(&[
+            input("config.yaml", CONFIG),
+            input("chart.yaml", chart_text),
+        ]);
+        let config = yaml::parse_one(CONFIG)
+            .and_then(|n| n.to_json())
+            .expect("json");
+        assert_eq!(
+            index.config_merged_into(&config).as_deref(),
+            Some("kube-system/occm")
+        );
+    }
+
     #[test]
     fn nothing_is_indexed_without_values_from() {
         let index = ValuesIndex::build(&[input(
