@@ -278,15 +278,21 @@ pub fn check_text_in(
                         item.line = line;
                     }
                 }
-                (_, Some(root)) if merge == Merge::HelmChartConfig => {
-                    // Lines of the merged text are not lines of this file: the field's line
-                    // (or, for `spec.set`, where the engine located it).
-                    if !matches!(&f.anchor, engine::Anchor::CloudConfig { trace: Anchor::Node(p), .. } if p.starts_with(&[Seg::key("spec"), Seg::key("set")]))
-                    {
-                        let field = [Seg::key("spec"), Seg::key("valuesContent")];
-                        item.line =
-                            doc_path(&c, &field).map_or(c.line, |p| root.deepest(&p).2.max(c.line));
-                    }
+                (_, Some(root))
+                    if merge == Merge::HelmChartConfig
+                        && matches!(
+                            &f.anchor,
+                            engine::Anchor::CloudConfig {
+                                trace: Anchor::TextLine { .. },
+                                ..
+                            }
+                        ) =>
+                {
+                    // Lines of the merged values text are not lines of this file: the line
+                    // of the HelmChart's valuesContent field.
+                    let field = [Seg::key("spec"), Seg::key("valuesContent")];
+                    item.line =
+                        doc_path(&c, &field).map_or(c.line, |p| root.deepest(&p).2.max(c.line));
                 }
                 _ => {}
             }

@@ -64,6 +64,10 @@ struct DataObject {
     places: HashMap<String, DataPlace>,
 }
 
+/// A data value found for a reference: its text, where it was read from (for messages) and
+/// where its lines are.
+type Found<'a> = (&'a str, &'a str, Option<&'a DataPlace>);
+
 /// Where a data value of the index is written.
 #[derive(Debug, Clone)]
 struct DataPlace {
@@ -690,7 +694,7 @@ impl ValuesIndex {
         namespace: Option<&str>,
         name: &str,
         key: &str,
-    ) -> Result<Option<(&str, &str, Option<&DataPlace>)>, Lookup> {
+    ) -> Result<Option<Found<'_>>, Lookup> {
         let named = || {
             self.objects
                 .iter()
