@@ -535,3 +535,28 @@ fn opencenter_cluster_name_is_placed_in_the_values_file() {
         "{found:?}"
     );
 }
+
+/// A HelmChart in a template is not checked, so its HelmChartConfig is checked on its own (not
+/// silently folded into an object nobody evaluates).
+#[test]
+fn helmchartconfig_beside_a_templated_helmchart_is_checked_alone() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    copy_dir(&root().join(RKE2), tmp.path());
+    std::fs::rename(
+        tmp.path().join("helmchart.yaml"),
+        tmp.path().join("helmchart.yaml.tpl"),
+    )
+    .expect("rename");
+    let report = run(&[tmp.path().to_str().expect("UTF-8")], "");
+    let found = placed(&report);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].0.ends_with("helmchartconfig.yaml"), "{found:?}");
+    assert!(
+        found[0]
+            .4
+            .contains("HelmChartConfig kube-system/openstack-cloud-controller-manager")
+            && !found[0].4.contains("merged as RKE2"),
+        "{found:?}"
+    );
+    assert_eq!(found[0].3, Level::Error);
+}

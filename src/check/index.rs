@@ -15,6 +15,14 @@
 //! `spec.values` merged on top. A missing optional reference is skipped, as Flux does. A
 //! reference this run cannot resolve stays in the object, so the engine reports it as values it
 //! cannot see (the webhook's message) instead of assuming the chart's defaults.
+//!
+//! A RKE2/k3s HelmChart is merged with the one HelmChartConfig of its name and namespace in the
+//! run, in helm-controller's order ([`ValuesIndex::resolve`] cites the source); the
+//! HelmChartConfig is then reported through the HelmChart ([`ValuesIndex::config_merged_into`]).
+//!
+//! Each merged source is a [`Layer`] that knows its input and where its lines are, so
+//! [`Resolved::place_of`] tells which file and line set a merged value (the last source that
+//! holds it).
 
 use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
@@ -326,7 +334,10 @@ impl ValuesIndex {
                     }
                     continue;
                 };
-                self.helm_charts.push((namespace, name));
+                // A HelmChart in a template is not checked, so its HelmChartConfig must be.
+                if super::template::template_reason(input.path.as_deref(), text).is_none() {
+                    self.helm_charts.push((namespace, name));
+                }
             }
         }
     }
@@ -738,7 +749,9 @@ impl ValuesIndex {
 
     /// `object` with its `spec.valuesFrom` resolved, when it is a Flux HelmRelease with
     /// references, or with its sources' `helm.valueFiles` merged in, when it is an Argo CD
-    /// Application with value files; None otherwise.
+    /// Application with value files, or with its HelmChartConfig merged in, when it is a
+    /// RKE2/k3s HelmChart whose HelmChartConfig is in the run (helm-controller's order, cited at
+    /// `resolve_chart_config`); None otherwise.
     pub fn resolve(&self, object: &Value) -> Option<Resolved> {
         let api = object.get("apiVersion").and_then(Value::as_str)?;
         if api == "helm.cattle.io/v1" {
