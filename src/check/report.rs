@@ -713,9 +713,14 @@ pub fn junit_as(report: &Report, face: &Face) -> String {
                     "      <failure type=\"{}\" message=\"{}\">{}</failure>",
                     xml(&first.rule),
                     xml(&format!(
-                        "{} finding(s); first: [{}] line {}",
+                        "{} finding(s); first: [{}] {}line {}",
                         failing.len(),
                         first.rule,
+                        first
+                            .file
+                            .as_deref()
+                            .map(|f| format!("{f} "))
+                            .unwrap_or_default(),
                         first.line
                     )),
                     xml(&body.join("\n"))
