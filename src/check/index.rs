@@ -43,8 +43,9 @@ pub struct ValuesIndex {
     files: Vec<(PathBuf, String, String)>,
     /// The RKE2/k3s HelmChartConfigs of the run.
     chart_configs: Vec<ChartConfig>,
-    /// The (namespace, name) of each RKE2/k3s HelmChart of the run.
-    helm_charts: Vec<(Option<String>, String)>,
+    /// The RKE2/k3s HelmCharts of the run (not in templates), for
+    /// [`ValuesIndex::config_merged_into`].
+    helm_charts: Vec<Value>,
 }
 
 /// A RKE2/k3s HelmChartConfig: it customises the HelmChart of its name and namespace.
@@ -314,7 +315,7 @@ impl ValuesIndex {
                 let Ok(json) = doc.root.to_json() else {
                     continue;
                 };
-                let Some((namespace, name)) = helm_cattle_key(&json, "HelmChart") else {
+                let Some(_) = helm_cattle_key(&json, "HelmChart") else {
                     if let Some((namespace, name)) = helm_cattle_key(&json, "HelmChartConfig") {
                         let line = doc.root.start.line;
                         let what = |field: &str| {
@@ -336,7 +337,7 @@ impl ValuesIndex {
                 };
                 // A HelmChart in a template is not checked, so its HelmChartConfig must be.
                 if super::template::template_reason(input.path.as_deref(), text).is_none() {
-                    self.helm_charts.push((namespace, name));
+                    self.helm_charts.push(json);
                 }
             }
         }
@@ -362,18 +363,18 @@ impl ValuesIndex {
     /// HelmChart (at this object's lines), so the HelmChartConfig is not evaluated alone.
     pub fn config_merged_into(&self, object: &Value) -> Option<String> {
         let (namespace, name) = helm_cattle_key(object, "HelmChartConfig")?;
-        let configs = self.configs_for(namespace.as_deref(), &name);
-        let [config] = configs.as_slice() else {
-            return None;
-        };
-        config.layers.as_ref()?;
-        self.helm_charts
-            .iter()
-            .find(|(ns, n)| *n == name && (ns.is_none() || namespace.is_none() || *ns == namespace))
-            .map(|(ns, n)| match ns.as_deref().or(namespace.as_deref()) {
-                Some(ns) => format!("{ns}/{n}"),
-                None => n.clone(),
+        self.helm_charts.iter().find_map(|chart| {
+            let (ns, n) = helm_cattle_key(chart, "HelmChart")?;
+            let configs = self.configs_for(ns.as_deref(), &n);
+            let same = n == name && matches!(configs.as_slice(), [c] if c.namespace == namespace);
+            // Resolved only with exactly one HelmChartConfig of the name: this one.
+            self.resolve_chart_config(chart).filter(|_| same).map(|_| {
+                match ns.as_deref().or(namespace.as_deref()) {
+                    Some(ns) => format!("{ns}/{n}"),
+                    None => n.clone(),
+                }
             })
+        })
     }
 
     /// A RKE2/k3s HelmChart with the values of the one HelmChartConfig of its name merged in
@@ -429,8 +430,17 @@ impl ValuesIndex {
         }
         let mut out = object.clone();
         let spec = out.get_mut("spec")?.as_object_mut()?;
-        // The carrier reads `spec.valuesContent`; JSON is YAML, one key per line.
-        let text = serde_json::to_string_pretty(&merged).ok()?;
+        // The carrier reads `spec.valuesContent`; JSON is YAML, one key per line. Characters
+        // the YAML reader takes as line breaks (as go-yaml does) stay escaped. Merged values
+        // too large for the carrier are not evaluated merged (each object is, alone).
+        let text = serde_json::to_string_pretty(&merged)
+            .ok()?
+            .replace('\u{85}', "\\u0085")
+            .replace('\u{2028}', "\\u2028")
+            .replace('\u{2029}', "\\u2029");
+        if text.len() > crate::sites::helm::MAX_VALUES_TEXT_BYTES {
+            return None;
+        }
         spec.insert("valuesContent".to_owned(), Value::String(text));
         spec.remove("values");
         let sources = layers
@@ -1381,6 +1391,20 @@ mod tests {
             index.config_merged_into(&config).as_deref(),
             Some("kube-system/occm")
         );
+        // A second HelmChartConfig without a namespace: the HelmChart takes the one of its
+        // namespace, so the other is not folded into it (it is checked alone).
+        let loose = CONFIG.replace("  namespace: kube-system\n", "");
+        let both = format!("{CONFIG}---\n{loose}");
+        let index =
+            ValuesIndex::build(&[input("config.yaml", &both), input("chart.yaml", chart_text)]);
+        let loose = yaml::parse_one(&loose)
+            .and_then(|n| n.to_json())
+            .expect("json");
+        assert_eq!(
+            index.config_merged_into(&config).as_deref(),
+            Some("kube-system/occm")
+        );
+        assert_eq!(index.config_merged_into(&loose), None);
     }
 
     #[test]
