@@ -340,3 +340,223 @@ fn missing_serial_setting_is_fixed_in_the_helmrelease_own_values() {
     assert_eq!(json["spec"]["valuesFrom"].as_array().map(Vec::len), Some(2));
     assert_eq!(messages(&run(&[dir], "")), Vec::new());
 }
+
+const RKE2: &str = "tests/fixtures/gitops/carriers/rke2-helmchartconfig";
+
+/// Every item of a run with the file it is reported in (the item's own, or its object's).
+fn placed(report: &Report) -> Vec<(String, usize, String, Level, String)> {
+    report
+        .files
+        .iter()
+        .flat_map(|f| {
+            f.objects.iter().flat_map(move |o| {
+                o.items.iter().map(move |i| {
+                    (
+                        i.file.clone().unwrap_or_else(|| f.name.clone()),
+                        i.line,
+                        i.rule.clone(),
+                        i.level,
+                        i.message.clone(),
+                    )
+                })
+            })
+        })
+        .collect()
+}
+
+/// The line of `needle` (1-based) in a fixture file.
+fn line_of(path: &Path, needle: &str) -> usize {
+    let text = std::fs::read_to_string(path).expect("read");
+    text.lines()
+        .position(|l| l.contains(needle))
+        .expect("needle")
+        + 1
+}
+
+/// A RKE2 HelmChart and its HelmChartConfig in one directory: evaluated merged (the
+/// HelmChartConfig's values over the HelmChart's), the finding placed at the HelmChartConfig's
+/// line, the HelmChartConfig not reported a second time, and `--fix` writes nothing (a fix in
+/// the HelmChart would lose to the HelmChartConfig).
+#[test]
+fn helmchartconfig_serial_off_is_found_at_its_line() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    copy_dir(&root().join(RKE2), tmp.path());
+    let config = tmp.path().join("helmchartconfig.yaml");
+    let dir = tmp.path().to_str().expect("UTF-8");
+    let before = std::fs::read_to_string(tmp.path().join("helmchart.yaml")).expect("read");
+    let report = run(&[dir, "--fix"], "");
+    let found = placed(&report);
+    assert_eq!(found.len(), 1, "{found:?}");
+    let (file, line, rule, level, message) = &found[0];
+    assert_eq!(rule, "serial-lb-api-calls");
+    assert_eq!(*level, Level::Error);
+    assert_eq!(file, config.to_str().expect("UTF-8"));
+    assert_eq!(
+        *line,
+        line_of(&config, "provider-requires-serial-api-calls: false")
+    );
+    assert!(message.contains("is set to a false value"), "{message}");
+    assert!(
+        message.contains(
+            "[this value is set by HelmChartConfig kube-system/openstack-cloud-controller-manager \
+             spec.valuesContent at "
+        ) && message.contains("merged as RKE2/k3s helm-controller merges them")
+            && message.contains("stackgate check does not edit these merged values"),
+        "{message}"
+    );
+    // The name the HelmChartConfig sets is unique: no cluster-name finding, no caveat.
+    assert!(report.files.iter().all(|f| !f.written));
+    assert_eq!(
+        std::fs::read_to_string(tmp.path().join("helmchart.yaml")).expect("read"),
+        before
+    );
+    assert_eq!(report.exit_code(), 1);
+}
+
+/// The HelmChartConfig turning serial calls on over a HelmChart without the setting: clean.
+#[test]
+fn helmchartconfig_serial_on_over_a_chart_without_it_is_clean() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    copy_dir(&root().join(RKE2), tmp.path());
+    let config = tmp.path().join("helmchartconfig.yaml");
+    let text = std::fs::read_to_string(&config).expect("read");
+    std::fs::write(&config, text.replace("calls: false", "calls: true")).expect("write");
+    let report = run(&[tmp.path().to_str().expect("UTF-8")], "");
+    assert_eq!(placed(&report), Vec::new());
+    assert_eq!(report.exit_code(), 0);
+}
+
+/// The HelmChart alone: what a HelmChartConfig may set is not claimed (today's caveat on the
+/// cluster name), and the serial setting is reported missing in the HelmChart.
+#[test]
+fn helmchart_alone_keeps_the_caveat() {
+    let file = root().join(RKE2).join("helmchart.yaml");
+    let report = run(&[file.to_str().expect("UTF-8")], "");
+    let names = rule_messages(&report, |rule| rule == "cluster-name");
+    assert_eq!(names.len(), 1, "{names:?}");
+    assert!(
+        names[0].1.contains(
+            "unless a HelmChartConfig of the same name sets cluster.name, which this write does \
+             not show"
+        ),
+        "{names:?}"
+    );
+    let found = messages(&report);
+    assert!(
+        found
+            .iter()
+            .any(|(l, m)| *l == Level::Warning && m.contains("is not set")),
+        "{found:?}"
+    );
+    assert!(
+        found.iter().all(|(_, m)| !m.contains("merged")),
+        "{found:?}"
+    );
+}
+
+/// Both objects on standard input (`kubectl kustomize | stackgate check -`): merged the same
+/// way, the finding placed at the HelmChartConfig's line of the stream.
+#[test]
+fn helmchart_and_config_on_stdin_are_merged() {
+    let chart = std::fs::read_to_string(root().join(RKE2).join("helmchart.yaml")).expect("read");
+    let config =
+        std::fs::read_to_string(root().join(RKE2).join("helmchartconfig.yaml")).expect("read");
+    let stream = format!("{chart}\n---\n{config}");
+    let report = run(&["-"], &stream);
+    let found = placed(&report);
+    assert_eq!(found.len(), 1, "{found:?}");
+    let line = stream
+        .lines()
+        .position(|l| l.contains("provider-requires-serial-api-calls: false"))
+        .expect("line")
+        + 1;
+    assert_eq!((found[0].0.as_str(), found[0].1), ("<stdin>", line));
+    assert_eq!(found[0].3, Level::Error);
+}
+
+/// A HelmChartConfig that sets neither the serial setting nor the name: the missing setting is
+/// fixed in the HelmChart's valuesContent (re-resolving shows the merged values fixed), the
+/// HelmChartConfig is left alone, and the rerun reports only the chart-default cluster name,
+/// without the caveat (the HelmChartConfig is seen and does not set it).
+#[test]
+fn missing_serial_setting_is_fixed_in_the_helmchart() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    copy_dir(&root().join(RKE2), tmp.path());
+    let config = tmp.path().join("helmchartconfig.yaml");
+    let text = std::fs::read_to_string(&config).expect("read");
+    let plain = text
+        .replace("    cluster:\n      name: rke2-prod\n", "")
+        .replace(
+            "      loadBalancer:\n        provider-requires-serial-api-calls: false\n",
+            "      global:\n        region: RegionOne\n",
+        );
+    assert_ne!(plain, text);
+    std::fs::write(&config, &plain).expect("write");
+    let dir = tmp.path().to_str().expect("UTF-8");
+    let report = run(&[dir, "--fix"], "");
+    assert!(
+        report
+            .files
+            .iter()
+            .any(|f| f.written && f.name.ends_with("helmchart.yaml")),
+        "{:?}",
+        placed(&report)
+    );
+    assert_eq!(std::fs::read_to_string(&config).expect("read"), plain);
+    let found = placed(&run(&[dir], ""));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].2, "cluster-name");
+    assert!(
+        found[0].4.contains("default cluster name \"kubernetes\"")
+            && !found[0].4.contains("unless a HelmChartConfig"),
+        "{found:?}"
+    );
+}
+
+/// openCenter: the chart's default name is written in the generated values file, so the
+/// cluster-name warning is placed there (the line of `name: kubernetes`), naming the Secret.
+#[test]
+fn opencenter_cluster_name_is_placed_in_the_values_file() {
+    let dir = root().join(OPENCENTER);
+    let report = run(&[dir.to_str().expect("UTF-8")], "");
+    let found: Vec<_> = placed(&report)
+        .into_iter()
+        .filter(|p| p.2 == "cluster-name")
+        .collect();
+    assert_eq!(found.len(), 1, "{found:?}");
+    let values = dir.join("helm-values/hardened-values-2.33.1.yaml");
+    assert_eq!(found[0].0, values.to_str().expect("UTF-8"));
+    assert_eq!(found[0].1, line_of(&values, "name: kubernetes"));
+    assert_eq!(found[0].1, 154);
+    assert!(
+        found[0].4.contains(
+            "[this value is set by Secret openstack-ccm-values-base key hardened.yaml at "
+        ),
+        "{found:?}"
+    );
+}
+
+/// A HelmChart in a template is not checked, so its HelmChartConfig is checked on its own (not
+/// silently folded into an object nobody evaluates).
+#[test]
+fn helmchartconfig_beside_a_templated_helmchart_is_checked_alone() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    copy_dir(&root().join(RKE2), tmp.path());
+    std::fs::rename(
+        tmp.path().join("helmchart.yaml"),
+        tmp.path().join("helmchart.yaml.tpl"),
+    )
+    .expect("rename");
+    let report = run(&[tmp.path().to_str().expect("UTF-8")], "");
+    let found = placed(&report);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].0.ends_with("helmchartconfig.yaml"), "{found:?}");
+    assert!(
+        found[0]
+            .4
+            .contains("HelmChartConfig kube-system/openstack-cloud-controller-manager")
+            && !found[0].4.contains("merged as RKE2"),
+        "{found:?}"
+    );
+    assert_eq!(found[0].3, Level::Error);
+}

@@ -167,3 +167,35 @@ fn no_format_prints_credentials() {
         }
     }
 }
+
+/// A RKE2 HelmChart with its HelmChartConfig (`tests/fixtures/gitops/carriers/
+/// rke2-helmchartconfig`): every format reports the merged finding in the HelmChartConfig's
+/// file, at the line that sets the value.
+#[test]
+fn helmchartconfig_goldens() {
+    std::env::set_current_dir(env!("CARGO_MANIFEST_DIR")).expect("cd to the crate");
+    for (format, name) in [
+        ("text", "rke2-helmchartconfig.txt"),
+        ("json", "rke2-helmchartconfig.json"),
+        ("sarif", "rke2-helmchartconfig.sarif"),
+        ("junit", "rke2-helmchartconfig.junit.xml"),
+    ] {
+        let argv = [
+            "check",
+            "tests/fixtures/gitops/carriers/rke2-helmchartconfig",
+            "--format",
+            format,
+        ];
+        let options = CheckOptions::from(&Cmd::try_parse_from(argv).expect("valid flags").args);
+        let mut out = Vec::new();
+        let code =
+            check::run(&options, &engine(), &mut std::io::empty(), &mut out).expect("check runs");
+        assert_eq!(code, 1, "{format}: the HelmChartConfig's false is a denial");
+        let out = String::from_utf8(out).expect("UTF-8 report");
+        assert!(
+            out.contains("helmchartconfig.yaml"),
+            "{format}: placed in the HelmChartConfig's file:\n{out}"
+        );
+        golden(name, &out);
+    }
+}

@@ -746,6 +746,7 @@ impl Run<'_> {
             line: 0,
             message: stale.message(),
             fixed_by_patch: false,
+            file: None,
         };
         match self.files.iter_mut().find(|f| f.name == stale.entry) {
             Some(file) => match file.objects.first_mut() {

@@ -5,7 +5,7 @@ use json_patch::PatchOperation;
 use kube::core::{DynamicObject, GroupVersionKind};
 use serde_json::{Value, json};
 
-use super::index::ValuesIndex;
+use super::index::{Merge, Place, Resolved, ValuesIndex};
 use crate::engine::{self, Engine, Facts, Finding, Subject, Verdict};
 use crate::sites::helm::{VALUES_FILE_API_VERSION, VALUES_FILE_KIND};
 use crate::sites::{self, Anchor, FoundConfig};
@@ -79,6 +79,9 @@ pub struct Item {
     pub message: String,
     /// Whether the webhook's patch fixes it.
     pub fixed_by_patch: bool,
+    /// When the finding is about a merged value set in another input (a values file, a
+    /// HelmChartConfig): that input's name; `line` is then a line of it.
+    pub file: Option<String>,
 }
 
 /// A problem reading the input (exit code 2).
@@ -209,6 +212,20 @@ pub fn check_text_in(
             });
             continue;
         };
+        // A HelmChartConfig whose HelmChart is in this run is evaluated as part of it: the
+        // HelmChart's findings about values set here are placed at this file's lines.
+        if index.config_merged_into(&c.json).is_some() {
+            checked.objects.push(ObjectResult {
+                object: sites::helm::object_name(&kind, &object),
+                line: c.line,
+                items: Vec::new(),
+                verdict: Verdict::default(),
+                json: c.json,
+                secret_diffs: Vec::new(),
+                fixable_in_place: false,
+            });
+            continue;
+        }
         // With `valuesFrom` resolved, the engine evaluates the merged values; findings and the
         // patch are about them, not about this file's text, so no edit is written here.
         let resolved = index.resolve(&c.json);
@@ -216,7 +233,8 @@ pub fn check_text_in(
             Some(merged) => merged,
             None => (kind, object),
         };
-        let merged_from = resolved.and_then(|r| r.sources);
+        let merged_from = resolved.as_ref().and_then(|r| r.sources.clone());
+        let merge = resolved.as_ref().map_or(Merge::FluxOrArgo, |r| r.merge);
         let mut verdict = engine.evaluate_with(&Subject::create(&kind, &object), facts);
         // A fix of merged values goes into the object's own values (merged last), when that
         // is verified to fix the merged values too; the merged patch itself names paths this
@@ -232,10 +250,52 @@ pub fn check_text_in(
         let root = docs.get(c.doc).map(|d| &d.root);
         let locate = |f: &Finding| root.map_or(c.line, |r| locate(text, r, &c, f));
         let mut items = verdict_items(&verdict, locate, c.line, |f, item| {
+            let Some(resolved) = resolved.as_ref().filter(|r| r.sources.is_some()) else {
+                return;
+            };
+            let place = values_path(f, resolved).and_then(|p| resolved.place_of(&p));
+            if merge == Merge::HelmChartConfig {
+                item.message = helm_chart_message(&item.message);
+            }
             if let (Some(sources), engine::Anchor::CloudConfig { .. }) = (&merged_from, &f.anchor) {
-                item.message = merged_message(&f.message, sources, fixable);
+                add_note(item, &merged_note(sources, merge, fixable));
             }
             item.fixed_by_patch &= fixable;
+            match (place, root) {
+                (Some(Place::Input { input, line, what }), _) => {
+                    add_note(
+                        item,
+                        &format!("[this value is set by {what} at {input}:{line}]"),
+                    );
+                    item.line = line;
+                    if input != name {
+                        item.file = Some(input);
+                    }
+                }
+                (Some(Place::Own(Some((field, yaml_string)))), Some(root)) => {
+                    let path = values_path(f, resolved).unwrap_or_default();
+                    if let Some(line) = own_line(text, root, &c, &field, yaml_string, &path) {
+                        item.line = line;
+                    }
+                }
+                (_, Some(root))
+                    if merge == Merge::HelmChartConfig
+                        && matches!(
+                            &f.anchor,
+                            engine::Anchor::CloudConfig {
+                                trace: Anchor::TextLine { .. },
+                                ..
+                            }
+                        ) =>
+                {
+                    // Lines of the merged values text are not lines of this file: the line
+                    // of the HelmChart's valuesContent field.
+                    let field = [Seg::key("spec"), Seg::key("valuesContent")];
+                    item.line =
+                        doc_path(&c, &field).map_or(c.line, |p| root.deepest(&p).2.max(c.line));
+                }
+                _ => {}
+            }
         });
         items.sort_by_key(|i| (i.line, std::cmp::Reverse(i.level)));
         let is_secret = keeps_secrets;
@@ -305,6 +365,7 @@ pub fn verdict_items(
                 line: line(f),
                 message: f.message.clone(),
                 fixed_by_patch: f.fixed_by_patch,
+                file: None,
             };
             adjust(f, &mut item);
             items.push(item);
@@ -321,25 +382,168 @@ pub fn verdict_items(
             e.policy, e.reason
         ),
         fixed_by_patch: false,
+        file: None,
     }));
     items
 }
 
-/// A finding's message about values merged from `valuesFrom` or `valueFiles`: where they
-/// came from, and where a fix goes (the file the value is read from, or the object's own
-/// values, which are merged last).
-fn merged_message(message: &str, sources: &[String], fixable: bool) -> String {
+/// Adds `note` to an item's message, before the policy attribution (which the text report
+/// shows once per rule, not per finding).
+fn add_note(item: &mut Item, note: &str) {
+    let at = crate::rules::RuleId::parse(&item.rule)
+        .map(|rule| engine::attribution_start(&item.policy, rule))
+        .and_then(|start| item.message.rfind(&start))
+        .unwrap_or(item.message.len());
+    item.message.insert_str(at, &format!(" {note}"));
+}
+
+/// What a finding about values merged from `valuesFrom` or `valueFiles` adds to its message:
+/// where they came from, and where a fix goes (the file the value is read from, or the
+/// object's own values, which are merged last). For a HelmChart with its HelmChartConfig:
+/// helm-controller's order, in which the HelmChartConfig wins over the HelmChart's values.
+fn merged_note(sources: &[String], merge: Merge, fixable: bool) -> String {
     let fix = if fixable {
         "stackgate check --fix adds a missing setting to the object's own values"
     } else {
         "stackgate check does not edit these merged values"
     };
+    if merge == Merge::HelmChartConfig {
+        let fix = if fixable {
+            "stackgate check --fix adds a missing setting to the HelmChart's valuesContent"
+        } else {
+            "stackgate check does not edit these merged values"
+        };
+        return format!(
+            "[the values here are merged as RKE2/k3s helm-controller merges them \
+             (k3s-io/helm-controller pkg/controllers/chart/chart.go): {}, then the \
+             HelmChart's spec.set on top; the HelmChartConfig wins over the HelmChart's \
+             values, so set the value in the HelmChartConfig; {fix}]",
+            sources.join("; ")
+        );
+    }
     format!(
-        "{message} [the values here are merged as Flux or Argo CD merges them: {}, then the \
+        "[the values here are merged as Flux or Argo CD merges them: {}, then the \
          object's own values on top; set the value where it is read from, or in the object's \
          own values, which win; {fix}]",
         sources.join("; ")
     )
+}
+
+/// A message about a HelmChart evaluated with its HelmChartConfig: without the caveat that a
+/// HelmChartConfig may set what this write does not show (it is merged in), and without the
+/// line of the merged values text (not a line of any file; the item's line is).
+fn helm_chart_message(message: &str) -> String {
+    let caveat = format!(" ({})", crate::rules::cluster_name::HELMCHARTCONFIG_CAVEAT);
+    let mut out = message.replace(&caveat, "");
+    while let Some(start) = out.find(" (line ") {
+        let rest = &out[start + 7..];
+        let digits = rest.chars().take_while(char::is_ascii_digit).count();
+        if digits > 0 && rest[digits..].starts_with(" of the values)") {
+            let end = start + 7 + digits + " of the values)".len();
+            out.replace_range(start..end, "");
+        } else {
+            break;
+        }
+    }
+    out
+}
+
+/// The values keys a finding about a resolved object is about, when known: the node its
+/// anchor names under the merged values, or for the cluster-name family on a values string,
+/// `cluster.name` (when no `controllerExtraArgs` could set the name instead).
+fn values_path(f: &Finding, resolved: &Resolved) -> Option<Vec<String>> {
+    let under_values = |path: &[Seg]| -> Option<Vec<String>> {
+        let keys: Vec<&str> = path
+            .iter()
+            .map(|s| match s {
+                Seg::Key(k) => Some(k.as_str()),
+                Seg::Index(_) => None,
+            })
+            .collect::<Option<_>>()?;
+        let start = match keys.as_slice() {
+            ["spec", "values", ..] => 2,
+            _ => keys.iter().position(|k| *k == "valuesObject")? + 1,
+        };
+        Some(keys[start..].iter().map(|k| (*k).to_owned()).collect())
+    };
+    let text_field = [Seg::key("spec"), Seg::key("valuesContent")];
+    match &f.anchor {
+        engine::Anchor::CloudConfig { trace, .. } => match trace {
+            Anchor::Node(path) if resolved.merge == Merge::FluxOrArgo => under_values(path),
+            Anchor::TextLine { path, line }
+                if resolved.merge == Merge::HelmChartConfig && path[..] == text_field[..] =>
+            {
+                let text = resolved.object.pointer("/spec/valuesContent")?.as_str()?;
+                let root = yaml::parse_one(text).ok()?;
+                let mut keys = Vec::new();
+                key_path_at_line(&root, *line, &mut keys).then_some(keys)
+            }
+            _ => None,
+        },
+        engine::Anchor::Field { pointer } => {
+            let ptr = jsonptr::Pointer::parse(pointer).ok()?;
+            let segs: Vec<Seg> = ptr
+                .tokens()
+                .map(|t| Seg::Key(t.decoded().into_owned()))
+                .collect();
+            if resolved.merge == Merge::FluxOrArgo {
+                return under_values(&segs).filter(|p| !p.is_empty());
+            }
+            let name_rule = f.rule == crate::rules::cluster_name::FAMILY.id;
+            let extra_args = resolved
+                .object
+                .pointer("/spec/valuesContent")
+                .and_then(Value::as_str)
+                .is_some_and(|t| t.contains("controllerExtraArgs"));
+            (name_rule && segs[..] == text_field[..] && !extra_args)
+                .then(|| vec!["cluster".to_owned(), "name".to_owned()])
+        }
+        engine::Anchor::Object => None,
+    }
+}
+
+/// The keys from `node` to the mapping key written on `line`; false when no key is there.
+fn key_path_at_line(node: &Node, line: usize, keys: &mut Vec<String>) -> bool {
+    let Some(entries) = node.entries() else {
+        return false;
+    };
+    for (key, value) in entries {
+        let Some(name) = key.scalar() else {
+            continue;
+        };
+        if key.start.line == line {
+            keys.push(name.to_owned());
+            return true;
+        }
+        if value.start.line <= line && line <= value.end.line {
+            keys.push(name.to_owned());
+            return key_path_at_line(value, line, keys);
+        }
+    }
+    false
+}
+
+/// The line in this file of the key `path` inside the object's own values at `field` (a YAML
+/// string when `yaml_string`).
+fn own_line(
+    text: &str,
+    root: &Node,
+    c: &Candidate,
+    field: &[Seg],
+    yaml_string: bool,
+    path: &[String],
+) -> Option<usize> {
+    let node = root.at(&doc_path(c, field)?)?;
+    let (last, parents) = path.split_last()?;
+    let parents: Vec<Seg> = parents.iter().map(|k| Seg::key(k)).collect();
+    if yaml_string {
+        let values = yaml::parse_one(node.scalar()?).ok()?;
+        let (key, _) = values.at(&parents)?.entry(last)?;
+        Some(yaml::line_within_scalar(text, node, key.start.line))
+    } else {
+        let (key, _) = node.at(&parents)?.entry(last)?;
+        Some(key.start.line)
+    }
 }
 
 /// The patch that fixes a resolved object through its own values (Flux `spec.values`, Argo

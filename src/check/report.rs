@@ -221,7 +221,7 @@ pub fn text_as(report: &Report, show_diffs: bool, face: &Face) -> String {
                 let _ = writeln!(
                     out,
                     "{}: {} [{}] {}{}",
-                    at(face, &f.name, i.line),
+                    at(face, i.file.as_deref().unwrap_or(&f.name), i.line),
                     i.level.as_str(),
                     i.rule,
                     message,
@@ -383,7 +383,7 @@ pub fn json(report: &Report) -> String {
         .items()
         .map(|(f, o, i)| {
             json!({
-                "file": f.name,
+                "file": i.file.as_deref().unwrap_or(&f.name),
                 "line": i.line,
                 "level": i.level.as_str(),
                 "kind": i.kind.as_str(),
@@ -549,7 +549,7 @@ pub fn sarif_as(report: &Report, policies: &PolicySet, face: &Face) -> String {
                     "ruleIndex": index_of(&i.rule),
                     "level": i.level.as_str(),
                     "message": {"text": format!("{}{}", split_attribution(i).0, policy_suffix(i))},
-                    "locations": [location(&f.name, i.line.max(1), None)],
+                    "locations": [location(i.file.as_deref().unwrap_or(&f.name), i.line.max(1), None)],
                     "properties": {"policy": i.policy, "object": o.object, "kind": i.kind.as_str(), "fixedByPatch": i.fixed_by_patch},
                 }));
             }
@@ -701,7 +701,7 @@ pub fn junit_as(report: &Report, face: &Face) -> String {
                     .map(|i| {
                         format!(
                             "{}: {} [{}] {}",
-                            at(face, &f.name, i.line),
+                            at(face, i.file.as_deref().unwrap_or(&f.name), i.line),
                             i.level.as_str(),
                             i.rule,
                             i.message
@@ -713,9 +713,14 @@ pub fn junit_as(report: &Report, face: &Face) -> String {
                     "      <failure type=\"{}\" message=\"{}\">{}</failure>",
                     xml(&first.rule),
                     xml(&format!(
-                        "{} finding(s); first: [{}] line {}",
+                        "{} finding(s); first: [{}] {}line {}",
                         failing.len(),
                         first.rule,
+                        first
+                            .file
+                            .as_deref()
+                            .map(|f| format!("{f} "))
+                            .unwrap_or_default(),
                         first.line
                     )),
                     xml(&body.join("\n"))
@@ -727,7 +732,7 @@ pub fn junit_as(report: &Report, face: &Face) -> String {
                     .map(|i| {
                         format!(
                             "{}: {} [{}] {}",
-                            at(face, &f.name, i.line),
+                            at(face, i.file.as_deref().unwrap_or(&f.name), i.line),
                             i.level.as_str(),
                             i.rule,
                             i.message

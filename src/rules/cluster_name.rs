@@ -250,6 +250,11 @@ fn container_source(container: &CcmContainer<'_>) -> NameSource {
     }
 }
 
+/// What a RKE2/k3s HelmChart's finding says when a HelmChartConfig it cannot see may set the
+/// name (`stackgate check` drops it when the HelmChartConfig is merged in).
+pub const HELMCHARTCONFIG_CAVEAT: &str =
+    "unless a HelmChartConfig of the same name sets cluster.name, which this write does not show";
+
 fn values_source(holder: &str, values: &ChartValues) -> Option<NameSource> {
     let key = format!("values {}", values.field);
     // controllerExtraArgs come after the chart's own `--cluster-name`, so the last one wins.
@@ -329,9 +334,7 @@ fn values_source(holder: &str, values: &ChartValues) -> Option<NameSource> {
             explicit: true,
         },
     };
-    let caveat = values.overridable.then_some(
-        "unless a HelmChartConfig of the same name sets cluster.name, which this write does not show",
-    );
+    let caveat = values.overridable.then_some(HELMCHARTCONFIG_CAVEAT);
     Some(NameSource {
         key,
         location,
