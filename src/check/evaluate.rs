@@ -498,7 +498,8 @@ fn values_path(f: &Finding, resolved: &Resolved) -> Option<Vec<String>> {
             (name_rule && segs[..] == text_field[..] && !extra_args)
                 .then(|| vec!["cluster".to_owned(), "name".to_owned()])
         }
-        engine::Anchor::Object => None,
+        // A resolved object is a Helm carrier, never a payload.
+        engine::Anchor::Object | engine::Anchor::Embedded { .. } => None,
     }
 }
 
