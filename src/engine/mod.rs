@@ -520,11 +520,11 @@ impl Engine {
         }
         if let Err(SiteError::ValuesKeyMissing { location, label }) = &site.text {
             let text = format!(
-                "{} is labelled {label} (it holds the openstack-cloud-controller-manager chart's \
-                 values under the data key the label names) but {location} is not in it, so \
-                 there are no values here to check, and a Flux HelmRelease whose valuesFrom \
-                 names that key fails to reconcile (unless the reference is optional). Fix: set \
-                 the label to the key that holds the values, or add the key",
+                "{} has no {location}, the key its label {label} names for the \
+                 openstack-cloud-controller-manager chart's values, so there are no values here \
+                 to check, and a Flux HelmRelease whose valuesFrom names that key fails to \
+                 reconcile (unless the reference is optional). Fix: set the label to the key \
+                 that holds the values, or add the key",
                 site.object
             );
             let kind = (Severity::Warn, CODE_VALUES_KEY_MISSING);
