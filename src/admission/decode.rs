@@ -709,6 +709,22 @@ mod tests {
     }
 
     #[test]
+    fn a_labelled_values_secret_keeps_only_its_values_key() {
+        let body = review(
+            ("", "v1", "Secret"),
+            json!({"metadata": {"name": "occm-values", "namespace": "ns",
+                    "labels": {"stackgate.dev/ccm-values": "hardened.yaml"}},
+                "type": "Opaque",
+                "data": {"hardened.yaml": "Y2xvdWRDb25maWc6IHt9Cg==", "other": "eA=="}}),
+        );
+        let o = decode(&body).expect("decodes").request.object.expect("o");
+        assert_eq!(
+            o.data,
+            json!({"type": "Opaque", "data": {"hardened.yaml": "Y2xvdWRDb25maWc6IHt9Cg=="}})
+        );
+    }
+
+    #[test]
     fn crs_payloads_keep_the_values_that_may_embed_a_site() {
         let manifest = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: cloud-config\n";
         let body = review(
