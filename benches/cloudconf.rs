@@ -144,6 +144,7 @@ fn all_rules(text: &str) -> Vec<RuleOutput> {
         doc: Ok(&doc),
         secret: false,
         configmap: true,
+        values_source: false,
         ccm_version: None,
     };
     vec![

@@ -1630,3 +1630,47 @@ async fn a_load_balancer_service_is_judged_against_the_clusters_cloud_config() {
     );
     assert!(!text.contains("Service/shop/web: error"), "{text}");
 }
+
+/// A Secret labelled `stackgate.dev/ccm-values=<key>` (the CCM chart's values, a Flux
+/// `valuesFrom` source) is listed by its label selector and judged as one values source; an
+/// unlabelled Secret with the same data is never read.
+#[tokio::test]
+async fn labelled_values_secrets_are_listed_and_judged() {
+    let values = "cloudConfig:\n  global:\n    auth-url: https://keystone.example.test/v3\n  \
+                  loadBalancer:\n    lb-provider: amphora\n";
+    let secret = |name: &str, labelled: bool| {
+        let mut s = json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": name, "namespace": "flux-system",
+                         "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "data": {"values.yaml": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, values)}});
+        if labelled {
+            s["metadata"]["labels"] = json!({"stackgate.dev/ccm-values": "values.yaml"});
+        }
+        s
+    };
+    let mut c = Cluster::default();
+    c.add(SECRETS, secret("occm-values", true));
+    c.add(SECRETS, secret("other-values", false));
+    c.serve(CONFIGMAPS);
+    c.serve(DAEMONSETS);
+    c.serve(DEPLOYMENTS);
+    let cluster = Arc::new(Mutex::new(c));
+    let (code, text) = run_audit(&cluster, &AuditOptions::default()).await;
+    assert!(
+        text.contains("Secret/flux-system/occm-values: warning [serial-lb-api-calls]"),
+        "{text}"
+    );
+    assert!(
+        text.contains("is not set in these values, which are one values source"),
+        "{text}"
+    );
+    assert!(!text.contains("other-values"), "{text}");
+    assert_eq!(code, 0, "{text}");
+    let c = cluster.lock().unwrap();
+    assert!(
+        c.requests.iter().any(|r| r.path == SECRETS
+            && percent_decode(&r.query).contains("labelSelector=stackgate.dev/ccm-values")),
+        "{:?}",
+        c.requests
+    );
+}

@@ -322,6 +322,34 @@ fn mutating_hooks(c: &MutatingWebhookConfiguration) -> Vec<Hook<'_>> {
         .collect()
 }
 
+/// The ConfigMap/Secret webhooks split objects by label so none is sent twice: named sites
+/// without either label, `stackgate.dev/cloud-config` to its webhook, and
+/// `stackgate.dev/ccm-values` (CCM chart values, without the other label) to its own — which
+/// sends only labelled objects, never every Secret.
+fn check_label_partition(render: &str, h: &Hook<'_>, values_label: bool) {
+    const SITE: &str = "stackgate.dev/cloud-config";
+    const VALUES: &str = "stackgate.dev/ccm-values";
+    let expressions: Vec<(&str, &str)> = h
+        .object_selector
+        .and_then(|s| s.match_expressions.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .map(|e| (e.key.as_str(), e.operator.as_str()))
+        .collect();
+    let want: &[(&str, &str)] = if h.name.starts_with("ccm-values-labelled.") {
+        &[(VALUES, "Exists"), (SITE, "DoesNotExist")]
+    } else if h.name.starts_with("cloud-config-labelled.") {
+        &[(SITE, "Exists")]
+    } else if h.name.starts_with("cloud-config-") && values_label {
+        &[(SITE, "DoesNotExist"), (VALUES, "DoesNotExist")]
+    } else if h.name.starts_with("cloud-config-") {
+        &[(SITE, "DoesNotExist")]
+    } else {
+        return;
+    };
+    assert_eq!(expressions, want, "{render}: {} objectSelector", h.name);
+}
+
 fn validating_hooks(c: &ValidatingWebhookConfiguration) -> Vec<Hook<'_>> {
     c.webhooks
         .iter()
@@ -763,7 +791,18 @@ fn webhooks_are_narrow_short_and_fail_as_documented() {
                 r.name
             );
         }
+        // The policies-overrides set's sites document has no valuesLabel: no values webhook.
+        let values_label = r.name != "policies-overrides";
+        assert_eq!(
+            hooks
+                .iter()
+                .any(|h| h.name.starts_with("ccm-values-labelled.")),
+            values_label,
+            "{}: ccm-values-labelled webhooks",
+            r.name
+        );
         for h in &hooks {
+            check_label_partition(&r.name, h, values_label);
             assert!(
                 names.insert((h.config, h.name)),
                 "{}: duplicate webhook {}",
@@ -829,6 +868,7 @@ fn webhooks_are_narrow_short_and_fail_as_documented() {
                         "cloud-config-configmaps.validate.stackgate.dev",
                         "cloud-config-secrets.validate.stackgate.dev",
                         "cloud-config-labelled.validate.stackgate.dev",
+                        "ccm-values-labelled.validate.stackgate.dev",
                     ]),
                     "minimal"
                 );

@@ -349,7 +349,7 @@ fn merge(into: &mut Value, from: Value) {
 }
 
 /// The data keys of a ConfigMap or Secret that sites name: by name and namespace, and the
-/// value of the site label.
+/// values of the site label and the values label.
 fn site_keys(kind: SiteKind, meta: &ObjectMeta, sites: &SitesDocument) -> Vec<String> {
     let name = meta.name.as_deref().unwrap_or("");
     let namespace = meta.namespace.as_deref().unwrap_or("");
@@ -359,10 +359,14 @@ fn site_keys(kind: SiteKind, meta: &ObjectMeta, sites: &SitesDocument) -> Vec<St
         .filter(|s| s.kind == kind && s.name == name && s.namespace == namespace)
         .map(|s| s.key.clone())
         .collect();
-    if let Some(label) = &sites.label
-        && let Some(key) = meta.labels.as_ref().and_then(|l| l.get(label))
-    {
-        keys.push(key.clone());
+    // The site label names a cloud config's key, the values label a key holding the CCM
+    // chart's values (`sites::labelled_values`).
+    for label in [&sites.label, &sites.values_label].into_iter().flatten() {
+        if let Some(key) = meta.labels.as_ref().and_then(|l| l.get(label))
+            && !keys.contains(key)
+        {
+            keys.push(key.clone());
+        }
     }
     keys
 }
@@ -702,6 +706,22 @@ mod tests {
         assert_eq!(o.types.expect("types").kind, "ConfigMap");
         assert_eq!(d.request.uid, "u-1");
         assert_eq!(d.request.types.api_version, "admission.k8s.io/v1");
+    }
+
+    #[test]
+    fn a_labelled_values_secret_keeps_only_its_values_key() {
+        let body = review(
+            ("", "v1", "Secret"),
+            json!({"metadata": {"name": "occm-values", "namespace": "ns",
+                    "labels": {"stackgate.dev/ccm-values": "hardened.yaml"}},
+                "type": "Opaque",
+                "data": {"hardened.yaml": "Y2xvdWRDb25maWc6IHt9Cg==", "other": "eA=="}}),
+        );
+        let o = decode(&body).expect("decodes").request.object.expect("o");
+        assert_eq!(
+            o.data,
+            json!({"type": "Opaque", "data": {"hardened.yaml": "Y2xvdWRDb25maWc6IHt9Cg=="}})
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! The webhook only sees writes, so a cloud config stored before stackgate was installed is
 //! never checked until someone writes it again. The audit lists every object a site or rule
 //! covers ([`targets`]): the ConfigMaps and Secrets the `CloudConfigSites` document names (by
-//! name, and by its label), the GitOps objects that carry the CCM chart's values (Flux
+//! name, by its label, and by its values label: the CCM chart's values), the GitOps objects that carry the CCM chart's values (Flux
 //! `HelmRelease`, Argo CD `Application`, RKE2/k3s `HelmChart` and `HelmChartConfig`), the
 //! workloads that run the CCM (`DaemonSet`, `Deployment`) and the openstack-k8s-operators
 //! service kinds the release catalog governs (with the `OpenStackVersion` objects listed
@@ -165,6 +165,10 @@ fn target(group: &str, version: &str, kind: &str, covered_by: &'static str) -> T
     }
 }
 
+/// Why the ConfigMaps and Secrets with the sites document's `valuesLabel` are audited.
+const VALUES_LABEL_COVERED_BY: &str =
+    "the CCM chart's values label (valuesLabel) of the CloudConfigSites policy";
+
 /// Every kind the policies cover, in the order the audit lists them.
 pub fn targets(engine: &Engine) -> Vec<Target> {
     let policies = engine.policies();
@@ -197,6 +201,16 @@ pub fn targets(engine: &Engine) -> Vec<Target> {
                     kind,
                     "the cloud-config label of the CloudConfigSites policy",
                 )
+            });
+        }
+    }
+    // ConfigMaps and Secrets labelled as holding the CCM chart's values (Flux valuesFrom
+    // sources): a label selector lists them without reading other Secrets.
+    if let Some(label) = &policies.sites.values_label {
+        for kind in ["ConfigMap", "Secret"] {
+            out.push(Target {
+                selection: Selection::Labelled(label.clone()),
+                ..target("", "v1", kind, VALUES_LABEL_COVERED_BY)
             });
         }
     }
@@ -293,6 +307,9 @@ impl Target {
                 self.selection,
                 Selection::Named { .. } | Selection::Labelled(_)
             )
+            // Chart values, like a HelmRelease's, are one source of a release: not the
+            // cluster's cloud config.
+            && self.covered_by != VALUES_LABEL_COVERED_BY
     }
 
     fn lists_services(&self) -> bool {

@@ -154,6 +154,39 @@ pub fn check_text(engine: &Engine, name: &str, text: &str, values_chart: Option<
     )
 }
 
+/// `object` without the values label (`sites::labelled_values`) when a HelmRelease of the run
+/// reads the key it names through `valuesFrom`: that release's merged evaluation reports what
+/// the values hold, naming this object as the source, so evaluating the values here too would
+/// report each finding twice (and a fix belongs where the merged values say). Alone in a run,
+/// the labelled object is evaluated as the webhook evaluates it.
+fn unless_read_by_a_release(
+    engine: &Engine,
+    index: &ValuesIndex,
+    mut object: DynamicObject,
+) -> DynamicObject {
+    let Some(label) = engine.policies().sites.values_label.as_deref() else {
+        return object;
+    };
+    let kind = object
+        .types
+        .as_ref()
+        .map(|t| t.kind.clone())
+        .unwrap_or_default();
+    let read =
+        sites::labelled_values::values_key(&object, &engine.policies().sites).is_some_and(|key| {
+            index.read_by_a_release(
+                &kind,
+                object.metadata.namespace.as_deref(),
+                object.metadata.name.as_deref().unwrap_or(""),
+                key,
+            )
+        });
+    if read && let Some(labels) = object.metadata.labels.as_mut() {
+        labels.remove(label);
+    }
+    object
+}
+
 /// [`check_text`] in a run: `index` holds the run's objects, from which a Flux HelmRelease's
 /// `valuesFrom` is resolved before evaluation, and `facts` the facts about the cluster derived
 /// from the whole input ([`super::facts::from_inputs`]).
@@ -235,6 +268,7 @@ pub fn check_text_in(
         };
         let merged_from = resolved.as_ref().and_then(|r| r.sources.clone());
         let merge = resolved.as_ref().map_or(Merge::FluxOrArgo, |r| r.merge);
+        let object = unless_read_by_a_release(engine, index, object);
         let mut verdict = engine.evaluate_with(&Subject::create(&kind, &object), facts);
         // A fix of merged values goes into the object's own values (merged last), when that
         // is verified to fix the merged values too; the merged patch itself names paths this

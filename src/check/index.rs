@@ -46,6 +46,19 @@ pub struct ValuesIndex {
     /// The RKE2/k3s HelmCharts of the run (not in templates), for
     /// [`ValuesIndex::config_merged_into`].
     helm_charts: Vec<Value>,
+    /// The `valuesFrom` references of the run's HelmReleases whose references all resolve:
+    /// their values are evaluated merged, naming each source ([`Self::read_by_a_release`]).
+    read: Vec<ValuesReference>,
+}
+
+/// A ConfigMap or Secret data key a HelmRelease reads its values from.
+#[derive(Debug)]
+struct ValuesReference {
+    kind: String,
+    /// The HelmRelease's namespace.
+    namespace: Option<String>,
+    name: String,
+    key: String,
 }
 
 /// A RKE2/k3s HelmChartConfig: it customises the HelmChart of its name and namespace.
@@ -83,6 +96,30 @@ struct DataPlace {
     input: String,
     /// None when the value is the input's whole text; else the line the object starts at.
     line: Option<usize>,
+}
+
+/// The `valuesFrom` references of a Flux HelmRelease (none for other objects).
+fn references_of(release: &Value) -> Vec<ValuesReference> {
+    let namespace = release
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str);
+    release
+        .pointer("/spec/valuesFrom")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|reference| {
+            let field = |k: &str| reference.get(k).and_then(Value::as_str);
+            Some(ValuesReference {
+                kind: field("kind")?.to_owned(),
+                namespace: namespace.map(str::to_owned),
+                name: field("name")?.to_owned(),
+                key: field("valuesKey")
+                    .unwrap_or(FLUX_DEFAULT_VALUES_KEY)
+                    .to_owned(),
+            })
+        })
+        .collect()
 }
 
 /// A HelmRelease with its `valuesFrom` resolved.
@@ -248,6 +285,7 @@ impl ValuesIndex {
             .iter()
             .filter_map(|(i, t)| Some((normalize(i.path.as_deref()?), (i.name.as_str(), *t))))
             .collect();
+        let mut releases = Vec::new();
         for (input, text) in &texts {
             if !(text.contains("ConfigMap")
                 || text.contains("Secret")
@@ -265,9 +303,37 @@ impl ValuesIndex {
                 let origin = format!("{}:{}", input.name, doc.root.start.line);
                 let at = (input.name.as_str(), doc.root.start.line);
                 index.add_document(&json, input.path.as_deref(), &origin, at, &by_path);
+                if json.get("kind").and_then(Value::as_str) == Some("HelmRelease") {
+                    releases.push(json);
+                }
+            }
+        }
+        for release in &releases {
+            if index.resolve(release).is_some_and(|r| r.sources.is_some()) {
+                index.read.extend(references_of(release));
             }
         }
         index
+    }
+
+    /// Whether a HelmRelease of the run reads its values from data key `key` of the `kind`
+    /// object `namespace/name` (and every other reference of it resolves): then that release's
+    /// merged evaluation reports what the values hold, naming this object as a source.
+    pub fn read_by_a_release(
+        &self,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+        key: &str,
+    ) -> bool {
+        self.read.iter().any(|r| {
+            r.kind == kind
+                && r.name == name
+                && r.key == key
+                && (r.namespace.as_deref() == namespace
+                    || r.namespace.is_none()
+                    || namespace.is_none())
+        })
     }
 
     /// Keeps the inputs that Argo CD Applications of the run name in `helm.valueFiles`.

@@ -33,6 +33,9 @@ pub const CODE_OVERSIZED: &str = "oversized";
 /// The code of a site whose values come from objects the evaluation cannot see (a Flux
 /// HelmRelease's `spec.valuesFrom`).
 pub const CODE_UNSEEN: &str = "values-unseen";
+/// The code of a ConfigMap or Secret labelled as holding the CCM chart's values
+/// (`valuesLabel` of the sites document) without the data key its label names.
+pub const CODE_VALUES_KEY_MISSING: &str = "values-key-missing";
 /// The code of the finding that summarizes findings past [`MAX_FINDINGS_PER_LIST`].
 pub const CODE_MORE: &str = "more-findings";
 
@@ -44,7 +47,8 @@ pub struct Finding {
     /// Rule family.
     pub rule: RuleId,
     /// What kind of finding: one of the family's codes, or an engine code
-    /// ([`CODE_MUTATION`], [`CODE_OVERSIZED`], [`CODE_UNSEEN`], [`CODE_MORE`]).
+    /// ([`CODE_MUTATION`], [`CODE_OVERSIZED`], [`CODE_UNSEEN`], [`CODE_VALUES_KEY_MISSING`],
+    /// [`CODE_MORE`]).
     pub code: &'static str,
     /// Where in the object it is.
     pub anchor: Anchor,
@@ -616,10 +620,24 @@ impl Engine {
                  cloudConfig.loadBalancer.provider-requires-serial-api-calls: true and a config \
                  the CCM accepts: run `stackgate check` over a tree that holds them (the \
                  values files, or the objects and the kustomization that generates them), or \
-                 pipe the built stream in (`kustomize build DIR | stackgate check -`)",
-                site.object
+                 pipe the built stream in (`kustomize build DIR | stackgate check -`); {}",
+                site.object,
+                self.labelling_hint()
             );
             let kind = (Severity::Warn, CODE_UNSEEN);
+            self.evaluate_unreadable_site(run, site, object, namespace, kind, text, verdict);
+            return;
+        }
+        if let Err(SiteError::ValuesKeyMissing { location, label }) = &site.text {
+            let text = format!(
+                "{} has no {location}, the key its label {label} names for the \
+                 openstack-cloud-controller-manager chart's values, so there are no values here \
+                 to check, and a Flux HelmRelease whose valuesFrom names that key fails to \
+                 reconcile (unless the reference is optional). Fix: set the label to the key \
+                 that holds the values, or add the key",
+                site.object
+            );
+            let kind = (Severity::Warn, CODE_VALUES_KEY_MISSING);
             self.evaluate_unreadable_site(run, site, object, namespace, kind, text, verdict);
             return;
         }
@@ -674,6 +692,7 @@ impl Engine {
             doc: doc_view,
             secret: site.secret,
             configmap: site.is_configmap(),
+            values_source: site.values_source,
             ccm_version,
         };
         let mut edited: Option<(Document, Vec<IniEdit>)> = None;
@@ -809,6 +828,18 @@ fn cut_message(message: &mut String) {
 }
 
 impl Engine {
+    /// The end of the unseen-values warning: how to have the values checked where they are
+    /// written (the sites document's `valuesLabel`), when the policy set has that label.
+    fn labelling_hint(&self) -> String {
+        match &self.policies().sites.values_label {
+            Some(label) => format!(
+                "or label the values Secret or ConfigMap `{label}=<data key>` so that \
+                 stackgate checks the values where they are written"
+            ),
+            None => "the values are checked where they are written only by such a run".into(),
+        }
+    }
+
     /// A site stackgate cannot read, reported once by the first cloud-config policy that
     /// covers the namespace; no rule runs and no edit is made. Two cases:
     /// - oversized: a cloud config over [`MAX_CLOUD_CONFIG_BYTES`], or Helm values over

@@ -73,13 +73,26 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
         if !ok {
             let (line, what) = match &method {
                 Some(m) => (m.line, "lb-method is not SOURCE_IP_PORT"),
+                // One values source of several: another may set it, so it is a warning that
+                // says so, not a claim about the CCM.
+                None if view.values_source => (
+                    provider.line,
+                    "lb-method is not set in these values, which are one values source of the \
+                     release: unless another values source or spec.values of the same release \
+                     sets it, which this object does not show, the CCM uses ROUND_ROBIN",
+                ),
                 None => (
                     provider.line,
                     "lb-method is not set, so the CCM uses ROUND_ROBIN",
                 ),
             };
+            let missing_here = method.is_none() && view.values_source;
             out.violations.push(Violation {
-                severity: Severity::Deny,
+                severity: if missing_here {
+                    Severity::Warn
+                } else {
+                    Severity::Deny
+                },
                 code: CODE_OVN_LB_METHOD,
                 pointer: None,
                 line: Some(line),

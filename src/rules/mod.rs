@@ -55,6 +55,11 @@ pub struct ConfigView<'a> {
     pub secret: bool,
     /// Whether the carrier is a ConfigMap.
     pub configmap: bool,
+    /// The config is rendered from one values source of a release that may have others (a
+    /// labelled values ConfigMap or Secret): a setting missing here may be set by another
+    /// source, so a rule says the setting is missing from these values, never what the CCM
+    /// then runs.
+    pub values_source: bool,
     /// The CCM release the holding object deploys, when it pins one (a CCM chart's version
     /// or its values' `image.tag`); None for ConfigMaps, Secrets and unpinned charts.
     pub ccm_version: Option<&'a crate::sites::helm::CcmVersion>,
@@ -263,6 +268,7 @@ pub(crate) fn run_on_text(
         doc: Ok(&doc),
         secret: !configmap,
         configmap,
+        values_source: false,
         ccm_version: None,
     })
 }

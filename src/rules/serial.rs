@@ -87,11 +87,22 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
                 code: CODE_MISSING,
                 pointer: None,
                 line: None,
-                message: format!(
-                    "[{SECTION}] {KEY} is not set, so the CCM uses its default (false): {WHY}. \
-                     Fix: add `{KEY} = true` under [{SECTION}] (the stackgate mutating webhook adds \
-                     it where it may edit the object)"
-                ),
+                message: if view.values_source {
+                    format!(
+                        "[{SECTION}] {KEY} is not set in these values, which are one values \
+                         source of the release: unless another values source or spec.values of \
+                         the same release sets it, which this object does not show, the CCM \
+                         uses its default (false): {WHY}. Fix: add `{KEY} = true` under \
+                         [{SECTION}] here (the stackgate mutating webhook adds it where it may \
+                         edit the object)"
+                    )
+                } else {
+                    format!(
+                        "[{SECTION}] {KEY} is not set, so the CCM uses its default (false): \
+                         {WHY}. Fix: add `{KEY} = true` under [{SECTION}] (the stackgate \
+                         mutating webhook adds it where it may edit the object)"
+                    )
+                },
                 fixed_by_edit: true,
             });
         }
@@ -131,6 +142,27 @@ mod tests {
 
     fn run(text: &str) -> RuleOutput {
         crate::rules::run_on_text(check, text, true)
+    }
+
+    #[test]
+    fn missing_in_one_values_source_is_worded_as_such() {
+        let doc = crate::cloudconf::Document::parse("[Global]\nregion = r\n").unwrap();
+        let out = check(&ConfigView {
+            doc: Ok(&doc),
+            secret: true,
+            configmap: false,
+            values_source: true,
+            ccm_version: None,
+        });
+        assert_eq!(out.violations.len(), 1);
+        let message = &out.violations[0].message;
+        assert!(message.contains("is not set in these values"), "{message}");
+        assert!(
+            message.contains("unless another values source"),
+            "{message}"
+        );
+        assert!(!message.contains("is not set, so the CCM"), "{message}");
+        assert_eq!(out.edits.len(), 1);
     }
 
     #[test]

@@ -671,7 +671,7 @@ fn in_values_map(object: String, at: ValuesAt, values: Value) -> FoundConfig {
 
 /// The cloud config in a values string: `cloudConfigContents` when set, else `cloudConfig`
 /// rendered.
-fn in_values_text(object: String, text: ValuesText) -> FoundConfig {
+pub(super) fn in_values_text(object: String, text: ValuesText) -> FoundConfig {
     if let Some(contents) = contents(&text.values) {
         let location = text.at.name("cloudConfigContents");
         let ini = match contents {
@@ -870,7 +870,7 @@ fn truthy(v: &Value) -> bool {
 
 /// Whether the chart renders its cloud-config Secret with these values: `secret.enabled` and
 /// `secret.create` default to true and only an explicit falsy value turns them off.
-fn renders_secret(values: &Value) -> bool {
+pub(super) fn renders_secret(values: &Value) -> bool {
     let Some(secret) = values.get("secret") else {
         return true;
     };

@@ -14,6 +14,7 @@
 //! values or as a minimal edit of a values string ([`crate::yaml::edit`]).
 
 pub mod helm;
+pub mod labelled_values;
 mod object_data;
 pub mod payload;
 pub mod render;
@@ -44,6 +45,11 @@ pub struct SitesDocument {
     pub sites: Vec<SiteSpec>,
     /// Any ConfigMap or Secret carrying this label is a site; the label value names the data key.
     pub label: Option<String>,
+    /// Any ConfigMap or Secret carrying this label holds the CCM chart's Helm values (YAML)
+    /// under the data key the label value names: a Flux `valuesFrom` source, checked where it
+    /// is written as one values source of a release ([`labelled_values`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub values_label: Option<String>,
 }
 
 /// The carrier kinds a [`SiteSpec`] can name.
@@ -193,6 +199,15 @@ pub enum SiteError {
         /// The references, e.g. `Secret occm-values key values.yaml` (names, never content).
         sources: String,
     },
+    /// A ConfigMap or Secret labelled as holding the CCM chart's values (the sites document's
+    /// `valuesLabel`) has no data key of the name the label gives.
+    #[error("{location} is not in the object")]
+    ValuesKeyMissing {
+        /// The key as messages name it: `data["values.yaml"]`.
+        location: String,
+        /// The label that names it.
+        label: String,
+    },
     /// The chart cannot render the structured cloud config.
     #[error("{location}: {error}")]
     Render {
@@ -265,6 +280,11 @@ pub struct FoundConfig {
     pub secret: bool,
     /// What kind of object holds the site.
     pub kind: Holder,
+    /// The config is rendered from one values source of a release that may have others (a
+    /// labelled values ConfigMap or Secret, [`labelled_values`]): a setting missing here may be
+    /// set by another source, so rules word a missing setting as such, never as what the CCM
+    /// runs.
+    pub values_source: bool,
     /// Whether other platforms keep their cloud configs in the same place (see
     /// [`SiteSpec::other_platforms`]).
     pub other_platforms: bool,
@@ -289,6 +309,7 @@ impl FoundConfig {
             note: None,
             secret: kind.keeps_it_secret(),
             kind,
+            values_source: false,
             other_platforms: false,
             carrier: Arc::new(carrier),
         }
@@ -342,11 +363,13 @@ pub fn find(
         ("", "v1", "ConfigMap") => {
             let mut found = object_data::find(SiteKind::ConfigMap, object, sites);
             found.extend(payload::find(SiteKind::ConfigMap, object, sites));
+            found.extend(labelled_values::find(SiteKind::ConfigMap, object, sites));
             found
         }
         ("", "v1", "Secret") => {
             let mut found = object_data::find(SiteKind::Secret, object, sites);
             found.extend(payload::find(SiteKind::Secret, object, sites));
+            found.extend(labelled_values::find(SiteKind::Secret, object, sites));
             found
         }
         ("stackgate.dev", "v1alpha1", CONFIG_FILE_KIND) => object_data::config_file(object),

@@ -162,6 +162,9 @@ pub(super) struct ValuesText {
     /// The text parsed with positions, read once on first use: every finding's message and
     /// location asks for it, and parsing per finding was quadratic.
     tree: OnceLock<Option<Node>>,
+    /// Write only minimal verified edits: where one is impossible, write nothing instead of
+    /// the whole values as JSON (a labelled values Secret is someone's source file).
+    minimal_only: bool,
 }
 
 impl ValuesText {
@@ -172,7 +175,14 @@ impl ValuesText {
             yaml,
             values,
             tree: OnceLock::new(),
+            minimal_only: false,
         }
+    }
+
+    /// The same values string, written only by minimal verified edits (see `write`).
+    pub(super) fn minimal_only(mut self) -> Self {
+        self.minimal_only = true;
+        self
     }
 
     /// The parsed text, or `None` when it is not valid YAML.
@@ -203,9 +213,13 @@ impl ValuesText {
 
     /// The operation that writes the values text with `changes` applied: one line changed or
     /// inserted per change where the text allows it, else the whole values written as JSON
-    /// (valid YAML).
+    /// (valid YAML) — or, with `minimal_only`, no operation at all.
     fn write(&self, changes: &[Change]) -> Vec<PatchOperation> {
-        let new_text = self.edit(changes);
+        let new_text = match self.edit_minimal(changes) {
+            Some(edited) => edited,
+            None if self.minimal_only => return Vec::new(),
+            None => self.rewrite_as_json(changes),
+        };
         if self.at.exists() {
             vec![PatchOperation::Replace(ReplaceOperation {
                 path: pointer(&self.at.path),
@@ -216,23 +230,19 @@ impl ValuesText {
         }
     }
 
-    /// The values text with `changes` applied.
-    fn edit(&self, changes: &[Change]) -> String {
+    /// The values text with `changes` applied as minimal verified edits, or None when one
+    /// cannot be.
+    fn edit_minimal(&self, changes: &[Change]) -> Option<String> {
         let mut current = self.yaml.clone();
-        let mut minimal = true;
         for change in changes {
-            match yamledit::apply(&current, 0, change) {
-                Ok(next) => current = next,
-                Err(_) => {
-                    minimal = false;
-                    break;
-                }
-            }
+            current = yamledit::apply(&current, 0, change).ok()?;
         }
-        if minimal {
-            return current;
-        }
-        // Fallback: the whole values as JSON, which Helm reads as YAML.
+        Some(current)
+    }
+
+    /// The whole values with `changes` applied, as JSON (which Helm reads as YAML): the
+    /// fallback when the text cannot be edited minimally.
+    fn rewrite_as_json(&self, changes: &[Change]) -> String {
         let mut values = self.values.clone();
         for change in changes {
             let Change::Set { path, value } = change;
@@ -247,7 +257,7 @@ impl ValuesText {
         }
         serde_json::to_string_pretty(&values)
             .map(|s| s + "\n")
-            .unwrap_or(current)
+            .unwrap_or_else(|_| self.yaml.clone())
     }
 }
 

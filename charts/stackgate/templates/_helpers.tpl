@@ -139,7 +139,7 @@ Rendered as JSON {"sites": [...], "label": "..."}.
 {{- if not $found }}
 {{- fail "no CloudConfigSites document in files/policies/: the cloud-config webhooks need the site list (copy policies/ into charts/stackgate/files/policies/)" }}
 {{- end }}
-{{- dict "sites" (default list (index $found "sites")) "label" (default "" (index $found "label")) | toJson }}
+{{- dict "sites" (default list (index $found "sites")) "label" (default "" (index $found "label")) "valuesLabel" (default "" (index $found "valuesLabel")) | toJson }}
 {{- end }}
 
 {{/*
