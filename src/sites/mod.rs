@@ -359,21 +359,19 @@ pub fn find(
     object: &DynamicObject,
     sites: &SitesDocument,
 ) -> Vec<FoundConfig> {
-    match (gvk.group.as_str(), gvk.version.as_str(), gvk.kind.as_str()) {
-        ("", "v1", "ConfigMap") => {
-            let mut found = object_data::find(SiteKind::ConfigMap, object, sites);
-            found.extend(payload::find(SiteKind::ConfigMap, object, sites));
-            found.extend(labelled_values::find(SiteKind::ConfigMap, object, sites));
+    match data_kind(gvk) {
+        Some(kind) => {
+            let mut found = object_data::find(kind, object, sites);
+            found.extend(payload::find(kind, object, sites));
+            found.extend(labelled_values::find(kind, object, sites));
             found
         }
-        ("", "v1", "Secret") => {
-            let mut found = object_data::find(SiteKind::Secret, object, sites);
-            found.extend(payload::find(SiteKind::Secret, object, sites));
-            found.extend(labelled_values::find(SiteKind::Secret, object, sites));
-            found
+        None if (gvk.group.as_str(), gvk.version.as_str(), gvk.kind.as_str())
+            == ("stackgate.dev", "v1alpha1", CONFIG_FILE_KIND) =>
+        {
+            object_data::config_file(object)
         }
-        ("stackgate.dev", "v1alpha1", CONFIG_FILE_KIND) => object_data::config_file(object),
-        _ => helm::find(gvk, object, &helm::chart_names(sites)),
+        None => helm::find(gvk, object, &helm::chart_names(sites)),
     }
 }
 
@@ -384,15 +382,24 @@ pub fn find_with_embedded(
     object: &DynamicObject,
     sites: &SitesDocument,
 ) -> (Vec<FoundConfig>, Vec<payload::EmbeddedObject>) {
-    let kind = match (gvk.group.as_str(), gvk.version.as_str(), gvk.kind.as_str()) {
-        ("", "v1", "ConfigMap") => SiteKind::ConfigMap,
-        ("", "v1", "Secret") => SiteKind::Secret,
-        _ => return (find(gvk, object, sites), Vec::new()),
+    let Some(kind) = data_kind(gvk) else {
+        return (find(gvk, object, sites), Vec::new());
     };
+    // The same sites, in the same order, as `find`.
     let mut found = object_data::find(kind, object, sites);
     let (embedded_sites, objects) = payload::scan(kind, object, sites, true);
     found.extend(embedded_sites);
+    found.extend(labelled_values::find(kind, object, sites));
     (found, objects)
+}
+
+/// ConfigMap or Secret, the two kinds whose `data` holds sites.
+fn data_kind(gvk: &GroupVersionKind) -> Option<SiteKind> {
+    match (gvk.group.as_str(), gvk.version.as_str(), gvk.kind.as_str()) {
+        ("", "v1", "ConfigMap") => Some(SiteKind::ConfigMap),
+        ("", "v1", "Secret") => Some(SiteKind::Secret),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
