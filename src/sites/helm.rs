@@ -29,6 +29,7 @@ use serde_json::Value;
 
 use super::object_data::TextField;
 use super::render::{self, Origin};
+use super::strvals::{self, StrvalsError, Typing};
 use super::values::{
     Overridden, Override, RenderedValues, UnseenValues, ValuesAt, ValuesText, ValuesTextContents,
     ValuesTextRendered,
@@ -407,6 +408,7 @@ fn read(
     let raw = (existing == place.path.len())
         .then(|| get(root, &place.path))
         .flatten();
+    let overrides = place_overrides(root, &place);
     let field = display(&place.path);
     // How messages name a path inside the values: a values file's values are the file.
     let prefix = match (values_file, place.yaml_string) {
@@ -421,21 +423,10 @@ fn read(
         prefix,
     };
     let object = object_name.to_owned();
-    let mut overrides = place
-        .overrides
-        .as_ref()
-        .map(|source| overrides_of(root, source))
-        .unwrap_or_default();
-    if let Some(alias) = &place.alias {
-        // Under an umbrella chart, `--set` paths start with the subchart's key.
-        overrides.retain_mut(|(o, _)| {
-            let under = o.keys.len() > 1 && &o.keys[0] == alias;
-            if under {
-                o.keys.remove(0);
-            }
-            under
-        });
-    }
+    let overrides = match overrides {
+        Ok(overrides) => overrides,
+        Err(failure) => return Some(failure.site(object)),
+    };
     if let Some(references) = &place.unseen
         && let Some(sources) = unseen_sources(root, references)
     {
@@ -449,7 +440,10 @@ fn read(
             Some(raw.cloned().unwrap_or(Value::Null))
         };
         if let Some(top) = top {
-            let merged = merged_with(&top, &overrides);
+            let merged = match merged_with(&top, &overrides) {
+                Ok(merged) => merged,
+                Err(failure) => return Some(failure.site(object)),
+            };
             if !renders_secret(&merged) {
                 return None;
             }
@@ -471,7 +465,10 @@ fn read(
     }
     let values = raw.cloned().unwrap_or(Value::Null);
     if !overrides.is_empty() {
-        let merged = merged_with(&values, &overrides);
+        let merged = match merged_with(&values, &overrides) {
+            Ok(merged) => merged,
+            Err(failure) => return Some(failure.site(object)),
+        };
         return renders_secret(&merged)
             .then(|| in_values_over(object, Beneath::Map(at, values), merged, overrides));
     }
@@ -591,7 +588,7 @@ fn read_values_text(
     at: ValuesAt,
     field: String,
     raw: Option<&Value>,
-    overrides: Vec<(Override, Value)>,
+    overrides: Vec<Override>,
 ) -> Option<FoundConfig> {
     let yaml = match raw {
         None => "",
@@ -613,7 +610,10 @@ fn read_values_text(
     let yaml = yaml.to_owned();
     match yaml::parse_one(&yaml).and_then(|n| n.to_json()) {
         Ok(values) if !overrides.is_empty() => {
-            let merged = merged_with(&values, &overrides);
+            let merged = match merged_with(&values, &overrides) {
+                Ok(merged) => merged,
+                Err(failure) => return Some(failure.site(object)),
+            };
             renders_secret(&merged).then(|| {
                 let beneath = Beneath::Text(ValuesText::new(at, yaml, values));
                 in_values_over(object, beneath, merged, overrides)
@@ -695,44 +695,102 @@ enum Beneath {
     Text(ValuesText),
 }
 
-/// The `--set`-like overrides in `source` (those stackgate can follow: paths without list
-/// indexes, string or integer values), each with the value Helm would set.
-fn overrides_of(root: &Value, source: &OverrideSource) -> Vec<(Override, Value)> {
+/// A `--set`-like entry Helm's parser cannot read, or cannot apply to the values beneath.
+#[derive(Debug)]
+struct SetFailure {
+    /// How messages name the entry.
+    name: String,
+    /// Path of the entry's value in the object.
+    value_path: Vec<Seg>,
+    /// What Helm's parser objects to.
+    error: StrvalsError,
+}
+
+impl SetFailure {
+    fn of(o: &Override, error: StrvalsError) -> Self {
+        SetFailure {
+            name: o.name.clone(),
+            value_path: o.value_path.clone(),
+            error,
+        }
+    }
+
+    /// The site that says what the chart renders is not known (nothing to edit).
+    fn site(self, object: String) -> FoundConfig {
+        let error = SiteError::SetEntry {
+            location: self.name.clone(),
+            error: self.error,
+        };
+        let carrier = UnseenValues {
+            path: self.value_path,
+        };
+        FoundConfig::new(object, self.name, Err(error), carrier)
+    }
+}
+
+/// The `--set`-like entries of `place` in the order Helm applies them, each read with Helm's
+/// `strvals` parser. Below an umbrella chart's subchart key, entries under that key are kept
+/// without it and others (another subchart's) dropped. An entry Helm cannot read, or one that
+/// sets the subchart's key itself together with other keys, is a failure: what the chart
+/// renders is then not known.
+fn place_overrides(root: &Value, place: &ValuesPlace) -> Result<Vec<Override>, SetFailure> {
+    let Some(source) = &place.overrides else {
+        return Ok(Vec::new());
+    };
+    let mut out = overrides_of(root, source)?;
+    if let Some(alias) = &place.alias {
+        let prefix = format!("{alias}.");
+        let mut kept = Vec::new();
+        for mut o in out {
+            let under =
+                |p: &Vec<Seg>| p.len() > 1 && matches!(p.first(), Some(Seg::Key(k)) if k == alias);
+            if !o.touches(alias) {
+                continue;
+            }
+            if !o.paths.iter().all(under) || !o.line.starts_with(&prefix) {
+                return Err(SetFailure::of(&o, StrvalsError::WrongType));
+            }
+            o.line = o.line[prefix.len()..].to_owned();
+            for p in &mut o.paths {
+                p.remove(0);
+            }
+            kept.push(o);
+        }
+        out = kept;
+    }
+    Ok(out)
+}
+
+/// The `--set`-like entries in `source`, each with the values paths it sets.
+fn overrides_of(root: &Value, source: &OverrideSource) -> Result<Vec<Override>, SetFailure> {
     let mut out = Vec::new();
     match source {
         OverrideSource::HelmChartSet(path) => {
             let Some(map) = get(root, path).and_then(Value::as_object) else {
-                return out;
+                return Ok(out);
             };
             // helm-controller sorts the keys; "true"/"false" go to `--set` (typed), other
-            // strings to `--set-string`, integers to `--set`.
+            // strings to `--set-string` with their commas escaped, integers to `--set`.
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();
             entries.sort_by(|a, b| a.0.cmp(b.0));
             for (key, value) in entries {
-                let value = match value {
-                    Value::String(s) if s == "true" || s == "false" => set_typed(s),
-                    Value::String(_) | Value::Number(_) | Value::Bool(_) => value.clone(),
+                let (typing, text) = match value {
+                    Value::String(s) if s == "true" || s == "false" => (Typing::Typed, s.clone()),
+                    Value::String(s) => {
+                        (Typing::Strings, strvals::escape_commas_helm_controller(s))
+                    }
+                    Value::Number(_) | Value::Bool(_) => (Typing::Typed, value.to_string()),
                     _ => continue,
-                };
-                let Some(keys) = set_path_keys(key) else {
-                    continue;
                 };
                 let mut value_path = path.clone();
                 value_path.push(Seg::key(key));
                 let name = format!("{}[\"{key}\"]", display(path));
-                out.push((
-                    Override {
-                        keys,
-                        value_path,
-                        name,
-                    },
-                    value,
-                ));
+                out.push(parsed(format!("{key}={text}"), typing, value_path, name)?);
             }
         }
         OverrideSource::ArgoParameters(path) => {
             let Some(list) = get(root, path).and_then(Value::as_array) else {
-                return out;
+                return Ok(out);
             };
             for (i, parameter) in list.iter().enumerate() {
                 let (Some(name), Some(value)) = (
@@ -741,41 +799,61 @@ fn overrides_of(root: &Value, source: &OverrideSource) -> Vec<(Override, Value)>
                 ) else {
                     continue;
                 };
-                let Some(keys) = set_path_keys(name) else {
-                    continue;
-                };
                 // `forceString: true` is `--set-string`; otherwise `--set` types the value.
                 let force = parameter.get("forceString").and_then(Value::as_bool) == Some(true);
-                let typed = if force {
-                    Value::String(value.to_owned())
+                let typing = if force {
+                    Typing::Strings
                 } else {
-                    set_typed(value)
+                    Typing::Typed
                 };
                 let mut at = path.clone();
                 at.push(Seg::Index(i));
                 let shown = format!("{} ({name})", display(&at));
                 at.push(Seg::key("value"));
-                out.push((
-                    Override {
-                        keys,
-                        value_path: at,
-                        name: shown,
-                    },
-                    typed,
-                ));
+                let line = format!("{name}={}", strvals::escape_commas_argo(value));
+                out.push(parsed(line, typing, at, shown)?);
             }
         }
     }
-    out
+    Ok(out)
 }
 
-/// `values` with the overrides applied in order.
-fn merged_with(values: &Value, overrides: &[(Override, Value)]) -> Value {
-    let mut merged = values.clone();
-    for (o, value) in overrides {
-        put_path(&mut merged, &o.keys, value.clone());
+/// One entry read with Helm's parser (on its own, for the paths it sets and the errors of
+/// its syntax; errors that depend on the values beneath come when it is applied).
+fn parsed(
+    line: String,
+    typing: Typing,
+    value_path: Vec<Seg>,
+    name: String,
+) -> Result<Override, SetFailure> {
+    let mut o = Override {
+        line,
+        typing,
+        paths: Vec::new(),
+        value_path,
+        name,
+    };
+    match strvals::parse_into(&o.line, &mut serde_json::Map::new(), typing) {
+        Ok(assigned) => {
+            o.paths = assigned.into_iter().map(|a| a.path).collect();
+            Ok(o)
+        }
+        Err(error) => Err(SetFailure::of(&o, error)),
     }
-    merged
+}
+
+/// `values` with the overrides applied in order, as Helm applies `--set` over the values
+/// files (a values root that is not a map is taken as empty, as Helm refuses it anyway).
+fn merged_with(values: &Value, overrides: &[Override]) -> Result<Value, SetFailure> {
+    let mut merged = match values {
+        Value::Object(map) => map.clone(),
+        _ => serde_json::Map::new(),
+    };
+    for o in overrides {
+        strvals::parse_into(&o.line, &mut merged, o.typing)
+            .map_err(|error| SetFailure::of(o, error))?;
+    }
+    Ok(Value::Object(merged))
 }
 
 /// The cloud config in values with overrides on top (`merged`): an override's
@@ -785,12 +863,14 @@ fn in_values_over(
     object: String,
     beneath: Beneath,
     merged: Value,
-    overrides: Vec<(Override, Value)>,
+    overrides: Vec<Override>,
 ) -> FoundConfig {
-    if let Some((o, _)) = overrides
-        .iter()
-        .rev()
-        .find(|(o, v)| o.keys == ["cloudConfigContents"] && truthy(v))
+    if contents(&merged).is_some()
+        && let Some(o) = overrides
+            .iter()
+            .rev()
+            .find(|o| o.touches("cloudConfigContents"))
+        && o.paths == [vec![Seg::key("cloudConfigContents")]]
     {
         let path = o.value_path.clone();
         let raw = get_owned_string(&merged);
@@ -821,7 +901,7 @@ fn in_values_over(
     let carrier = Overridden {
         inner,
         origins,
-        overrides: overrides.into_iter().map(|(o, _)| o).collect(),
+        overrides,
     };
     FoundConfig::new(object, location, ini, carrier)
 }
@@ -916,16 +996,23 @@ pub fn helm_controller_extra_args_all(
         return out;
     }
     for place in places {
-        let Some(raw) = get(root, &place.path) else {
+        let raw = get(root, &place.path);
+        // `--set`-like entries apply on top; one Helm cannot read is reported by the
+        // cloud-config site, and nothing is claimed here.
+        let Ok(overrides) = place_overrides(root, &place) else {
             continue;
         };
         let field = shown(&place.path);
         let (values, location, field_pointer) = if place.yaml_string {
-            let Some(text) = raw.as_str().filter(|t| t.len() <= MAX_VALUES_TEXT_BYTES) else {
-                continue;
-            };
-            let Ok(values) = yaml::parse_one(text).and_then(|n| n.to_json()) else {
-                continue;
+            let values = match raw {
+                None | Some(Value::Null) => Value::Null,
+                Some(Value::String(text)) if text.len() <= MAX_VALUES_TEXT_BYTES => {
+                    match yaml::parse_one(text).and_then(|n| n.to_json()) {
+                        Ok(values) => values,
+                        Err(_) => continue,
+                    }
+                }
+                Some(_) => continue,
             };
             (
                 values,
@@ -935,12 +1022,27 @@ pub fn helm_controller_extra_args_all(
         } else {
             let mut p = place.path.clone();
             p.push(Seg::key("controllerExtraArgs"));
-            (raw.clone(), shown(&p), pointer(&p).to_string())
+            (
+                raw.cloned().unwrap_or(Value::Null),
+                shown(&p),
+                pointer(&p).to_string(),
+            )
         };
-        let Some(args) = values.get("controllerExtraArgs").and_then(extra_args) else {
+        let Ok(merged) = merged_with(&values, &overrides) else {
             continue;
         };
-        out.push((location, field_pointer, args));
+        let Some(args) = merged.get("controllerExtraArgs").and_then(extra_args) else {
+            continue;
+        };
+        // Set by an entry on top: point at that entry.
+        match overrides
+            .iter()
+            .rev()
+            .find(|o| o.touches("controllerExtraArgs"))
+        {
+            Some(o) => out.push((o.name.clone(), pointer(&o.value_path).to_string(), args)),
+            None => out.push((location, field_pointer, args)),
+        }
     }
     out
 }
@@ -1695,6 +1797,92 @@ mod tests {
         assert_eq!(set_typed("12"), json!(12));
         assert_eq!(set_typed("012"), json!("012"));
         assert_eq!(set_typed("x"), json!("x"));
+    }
+
+    #[test]
+    fn set_entries_follow_helm_strvals_list_indexes_and_unreadable_paths() {
+        let chart = |set: Value| {
+            obj(json!({"apiVersion":"helm.cattle.io/v1","kind":"HelmChart",
+                "metadata":{"name":"occm","namespace":"kube-system"},
+                "spec":{"chart":"openstack-cloud-controller-manager",
+                    "valuesContent":"cloudConfig:\n  loadBalancer:\n    provider-requires-serial-api-calls: true\n",
+                    "set": set}}))
+        };
+        // List paths outside cloudConfig are followed and change nothing it renders.
+        let (gvk, o) = chart(json!({"tolerations[0].key": "x",
+            "extraEnv[1].provider-requires-serial-api-calls": "false"}));
+        let found = find(&gvk, &o, &charts());
+        let text = found[0].text.clone().unwrap();
+        assert!(
+            text.contains("provider-requires-serial-api-calls = \"true\""),
+            "{text}"
+        );
+        // A list value and a comma escaped by helm-controller stay one value.
+        let (gvk, o) = chart(json!({"cloudConfig.global.region": "a,b"}));
+        let text = find(&gvk, &o, &charts())[0].text.clone().unwrap();
+        assert!(text.contains("region = \"a,b\""), "{text}");
+        // A path Helm cannot read: the site says so and nothing is edited.
+        for key in ["cloudConfig.loadBalancer[x]", "cloudConfig..a", "a[0]b"] {
+            let (gvk, o) = chart(json!({ key: "false" }));
+            let found = find(&gvk, &o, &charts());
+            assert_eq!(found.len(), 1, "{key}");
+            let err = found[0].text.clone().unwrap_err();
+            assert!(matches!(err, SiteError::SetEntry { .. }), "{key}: {err}");
+            assert!(
+                err.to_string().starts_with(&format!(
+                    "spec.set[\"{key}\"] is not a --set entry Helm can read"
+                )),
+                "{err}"
+            );
+            assert_eq!(
+                found[0].pointer(),
+                pointer(&[Seg::key("spec"), Seg::key("set"), Seg::key(key)]).to_string()
+            );
+            let doc = Document::parse("[LoadBalancer]\n").unwrap();
+            assert!(found[0].patch(&doc, &[SERIAL_CALLS]).is_empty());
+        }
+        // A key through a value of another type: Helm fails too.
+        let (gvk, o) =
+            chart(json!({"cloudConfig.loadBalancer.provider-requires-serial-api-calls.x": "1"}));
+        assert!(matches!(
+            find(&gvk, &o, &charts())[0].text,
+            Err(SiteError::SetEntry { .. })
+        ));
+    }
+
+    #[test]
+    fn controller_extra_args_set_on_top_point_at_the_entry() {
+        let (gvk, o) = obj(json!({"apiVersion":"helm.cattle.io/v1","kind":"HelmChart",
+            "metadata":{"name":"occm","namespace":"kube-system"},
+            "spec":{"chart":"openstack-cloud-controller-manager",
+                "valuesContent":"controllerExtraArgs: |-\n  - --concurrent-service-syncs=1\n",
+                "set":{"controllerExtraArgs":"- --concurrent-service-syncs=4"}}}));
+        let (loc, ptr, args) = helm_controller_extra_args(&gvk, &o).unwrap();
+        assert_eq!(
+            (loc.as_str(), ptr.as_str()),
+            (
+                "spec.set[\"controllerExtraArgs\"]",
+                "/spec/set/controllerExtraArgs"
+            )
+        );
+        assert_eq!(args, vec!["--concurrent-service-syncs=4"]);
+        // Argo CD parameters, also with a list index.
+        let (gvk, o) = obj(
+            json!({"apiVersion":"argoproj.io/v1alpha1","kind":"Application",
+            "metadata":{"name":"occm","namespace":"argocd"},
+            "spec":{"source":{"chart":"openstack-cloud-controller-manager",
+                "helm":{"parameters":[{"name":"controllerExtraArgs[0]",
+                    "value":"--concurrent-service-syncs=4"}]}}}}),
+        );
+        let (loc, ptr, args) = helm_controller_extra_args(&gvk, &o).unwrap();
+        assert_eq!(
+            (loc.as_str(), ptr.as_str()),
+            (
+                "spec.source.helm.parameters[0] (controllerExtraArgs[0])",
+                "/spec/source/helm/parameters/0/value"
+            )
+        );
+        assert_eq!(args, vec!["--concurrent-service-syncs=4"]);
     }
 
     #[test]

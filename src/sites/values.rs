@@ -17,6 +17,7 @@ use serde_json::{Map, Value};
 
 use super::helm::pointer;
 use super::render::{self, Origin};
+use super::strvals::Typing;
 use super::{Anchor, Carrier, Holder};
 use crate::cloudconf::{Document, IniEdit};
 use crate::yaml::edit::{self as yamledit, Change};
@@ -468,17 +469,50 @@ impl Carrier for UnseenValues {
     }
 }
 
-/// One value set on top of the chart's values by a Helm `--set`-like field: RKE2/k3s
+/// One entry of a Helm `--set`-like field set on top of the chart's values: RKE2/k3s
 /// HelmChart `spec.set` entries, Argo CD `helm.parameters`.
 #[derive(Debug, Clone)]
 pub(super) struct Override {
-    /// The values path it sets (`[cloudConfig, loadBalancer, subnet-id]`).
-    pub(super) keys: Vec<String>,
+    /// The `--set` text Helm parses (`key=value`, commas escaped as the controller escapes
+    /// them); below an umbrella chart's subchart key, without it.
+    pub(super) line: String,
+    /// `--set` or `--set-string`.
+    pub(super) typing: Typing,
+    /// The values paths it sets (`[cloudConfig, loadBalancer, subnet-id]`; list indexes
+    /// included), in Helm's parse order.
+    pub(super) paths: Vec<Vec<Seg>>,
     /// Path of the string that holds the value in the object (`spec.set.<key>`,
     /// `spec.source.helm.parameters[0].value`).
     pub(super) value_path: Vec<Seg>,
     /// How messages name it: `spec.set["cloudConfig.loadBalancer.subnet-id"]`.
     pub(super) name: String,
+}
+
+impl Override {
+    /// Whether it sets exactly the one values path `keys` (gcfg matches the last key, a
+    /// cloud-config key, without regard to case).
+    fn sets_only(&self, keys: &[String]) -> bool {
+        let [path] = self.paths.as_slice() else {
+            return false;
+        };
+        path.len() == keys.len()
+            && path
+                .iter()
+                .zip(keys)
+                .enumerate()
+                .all(|(i, (seg, key))| match seg {
+                    Seg::Key(k) if i + 1 == keys.len() => k.eq_ignore_ascii_case(key),
+                    Seg::Key(k) => k == key,
+                    Seg::Index(_) => false,
+                })
+    }
+
+    /// Whether it sets anything at or below the top-level values key `key`.
+    pub(super) fn touches(&self, key: &str) -> bool {
+        self.paths
+            .iter()
+            .any(|p| matches!(p.first(), Some(Seg::Key(k)) if k == key))
+    }
 }
 
 /// A rendered `cloudConfig` whose values are overridden by `--set`-like entries: a line that
@@ -504,16 +538,7 @@ impl Overridden {
     }
 
     fn find(&self, path: &[String]) -> Option<&Override> {
-        self.overrides.iter().rev().find(|o| {
-            o.keys.len() == path.len()
-                && o.keys.iter().zip(path).enumerate().all(|(i, (a, b))| {
-                    if i + 1 == path.len() {
-                        a.eq_ignore_ascii_case(b)
-                    } else {
-                        a == b
-                    }
-                })
-        })
+        self.overrides.iter().rev().find(|o| o.sets_only(path))
     }
 }
 
