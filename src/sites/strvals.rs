@@ -107,7 +107,7 @@ pub fn escape_commas_helm_controller(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
     let mut backslashes = 0usize;
     for c in value.chars() {
-        if c == ',' && backslashes % 2 == 0 {
+        if c == ',' && backslashes.is_multiple_of(2) {
             out.push('\\');
         }
         backslashes = if c == '\\' { backslashes + 1 } else { 0 };
