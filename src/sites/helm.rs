@@ -228,6 +228,14 @@ fn values_places(
         place.alias = Some(alias);
         return vec![place];
     }
+    if yaml_string {
+        let parsed = text_values(get(root, &place.path), None);
+        if let Some(alias) = subchart_alias(parsed.as_ref(), charts, ours) {
+            // The values string stays the carrier; the CCM's values are under `alias` in it.
+            place.alias = Some(alias);
+            return vec![place];
+        }
+    }
     if ours { vec![place] } else { Vec::new() }
 }
 
@@ -248,6 +256,18 @@ fn subchart_alias(values: Option<&Value>, charts: &[String], ours: bool) -> Opti
             })
         })
         .cloned()
+}
+
+/// The values in a YAML values string (`raw`), below `alias` when set: None when absent,
+/// not a string, over [`MAX_VALUES_TEXT_BYTES`] or not YAML (the cloud-config site reports
+/// those).
+fn text_values(raw: Option<&Value>, alias: Option<&str>) -> Option<Value> {
+    let text = raw?.as_str().filter(|t| t.len() <= MAX_VALUES_TEXT_BYTES)?;
+    let values = yaml::parse_one(text).and_then(|n| n.to_json()).ok()?;
+    match alias {
+        Some(alias) => values.get(alias).cloned(),
+        None => Some(values),
+    }
 }
 
 /// k0s `ClusterConfig`: each `spec.extensions.helm.charts[]` whose `chartname` names the
@@ -317,6 +337,21 @@ fn argo_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
             out.push(ValuesPlace {
                 path,
                 yaml_string: false,
+                unseen: Some(value_files),
+                overrides: Some(OverrideSource::ArgoParameters(parameters)),
+                alias: Some(alias),
+            });
+            continue;
+        }
+        let values_text = helm
+            .filter(|h| h.get("valuesObject").is_none_or(Value::is_null))
+            .and_then(|h| h.get("values"));
+        if let Some(alias) = subchart_alias(text_values(values_text, None).as_ref(), charts, ours) {
+            let mut path = base.clone();
+            path.extend(keys(&["helm", "values"]));
+            out.push(ValuesPlace {
+                path,
+                yaml_string: true,
                 unseen: Some(value_files),
                 overrides: Some(OverrideSource::ArgoParameters(parameters)),
                 alias: Some(alias),
@@ -414,7 +449,10 @@ fn read(
     let prefix = match (values_file, place.yaml_string) {
         (true, _) if place.path.len() > 1 => format!("{}.", display(&place.path[1..])),
         (true, _) => String::new(),
-        (false, true) => format!("{field}, "),
+        (false, true) => match &place.alias {
+            Some(alias) => format!("{field}, {alias}."),
+            None => format!("{field}, "),
+        },
         (false, false) => format!("{field}."),
     };
     let at = ValuesAt {
@@ -433,9 +471,7 @@ fn read(
         // The values here are merged over the unseen ones: they decide alone only with
         // `cloudConfigContents` or the Secret switched off.
         let top = if place.yaml_string {
-            raw.and_then(Value::as_str)
-                .filter(|t| t.len() <= MAX_VALUES_TEXT_BYTES)
-                .and_then(|t| yaml::parse_one(t).and_then(|n| n.to_json()).ok())
+            text_values(raw, place.alias.as_deref())
         } else {
             Some(raw.cloned().unwrap_or(Value::Null))
         };
@@ -461,7 +497,8 @@ fn read(
         }
     }
     if place.yaml_string {
-        return read_values_text(object, at, field, raw, overrides);
+        let subchart = place.alias.as_deref();
+        return read_values_text(object, at, field, raw, overrides, subchart);
     }
     let values = raw.cloned().unwrap_or(Value::Null);
     if !overrides.is_empty() {
@@ -589,6 +626,7 @@ fn read_values_text(
     field: String,
     raw: Option<&Value>,
     overrides: Vec<Override>,
+    subchart: Option<&str>,
 ) -> Option<FoundConfig> {
     let yaml = match raw {
         None => "",
@@ -608,23 +646,35 @@ fn read_values_text(
         return Some(unread_values_text(object, at, field, error));
     }
     let yaml = yaml.to_owned();
-    match yaml::parse_one(&yaml).and_then(|n| n.to_json()) {
+    // Under an umbrella chart, the CCM's values are those under its subchart key.
+    let text_of = |at: ValuesAt, yaml: String, values: Value| match subchart {
+        Some(key) => ValuesText::new(at, yaml, values).under(key),
+        None => ValuesText::new(at, yaml, values),
+    };
+    let parsed = yaml::parse_one(&yaml)
+        .and_then(|n| n.to_json())
+        .map(|values| match subchart {
+            Some(key) => values.get(key).cloned().unwrap_or(Value::Null),
+            None => values,
+        });
+    match parsed {
         Ok(values) if !overrides.is_empty() => {
             let merged = match merged_with(&values, &overrides) {
                 Ok(merged) => merged,
                 Err(failure) => return Some(failure.site(object)),
             };
             renders_secret(&merged).then(|| {
-                let beneath = Beneath::Text(ValuesText::new(at, yaml, values));
+                let beneath = Beneath::Text(text_of(at, yaml, values));
                 in_values_over(object, beneath, merged, overrides)
             })
         }
-        Ok(values) => renders_secret(&values)
-            .then(|| in_values_text(object, ValuesText::new(at, yaml, values))),
+        Ok(values) => {
+            renders_secret(&values).then(|| in_values_text(object, text_of(at, yaml, values)))
+        }
         Err(error) => {
             let location = field.clone();
             let error = SiteError::Yaml { location, error };
-            let text = ValuesText::new(at, yaml, Value::Null);
+            let text = text_of(at, yaml, Value::Null);
             Some(FoundConfig::new(
                 object,
                 field,
@@ -1006,17 +1056,19 @@ pub fn helm_controller_extra_args_all(
         let (values, location, field_pointer) = if place.yaml_string {
             let values = match raw {
                 None | Some(Value::Null) => Value::Null,
-                Some(Value::String(text)) if text.len() <= MAX_VALUES_TEXT_BYTES => {
-                    match yaml::parse_one(text).and_then(|n| n.to_json()) {
-                        Ok(values) => values,
-                        Err(_) => continue,
-                    }
-                }
-                Some(_) => continue,
+                Some(_) => match text_values(raw, place.alias.as_deref()) {
+                    Some(values) => values,
+                    None => continue,
+                },
             };
+            let within = place
+                .alias
+                .as_ref()
+                .map(|a| format!("{a}."))
+                .unwrap_or_default();
             (
                 values,
-                format!("{field}, controllerExtraArgs"),
+                format!("{field}, {within}controllerExtraArgs"),
                 pointer(&place.path).to_string(),
             )
         } else {
@@ -1072,14 +1124,21 @@ pub struct ChartValues {
     pub overlay: bool,
     /// A RKE2/k3s HelmChart: a HelmChartConfig of the same name may override its values.
     pub overridable: bool,
+    /// In a values string of an umbrella chart, the subchart key the CCM chart's values are
+    /// under (`openstack-cloud-controller-manager`); messages name keys below it.
+    pub within: Option<String>,
 }
 
 impl ChartValues {
     /// How messages name `key` (a dotted values path) in this carrier:
     /// `spec.values.cluster.name`, `spec.valuesContent, cluster.name`, `cluster.name`.
     pub fn describe(&self, key: &str) -> String {
+        let key = match &self.within {
+            Some(within) => format!("{within}.{key}"),
+            None => key.to_owned(),
+        };
         match (self.field.is_empty(), self.yaml_string) {
-            (true, _) => key.to_owned(),
+            (true, _) => key,
             (false, true) => format!("{}, {key}", self.field),
             (false, false) => format!("{}.{key}", self.field),
         }
@@ -1118,13 +1177,10 @@ pub fn chart_values_all(gvk: &GroupVersionKind, object: &DynamicObject) -> Vec<C
         let values = if place.yaml_string {
             match raw {
                 None | Some(Value::Null) => Value::Null,
-                Some(Value::String(text)) if text.len() <= MAX_VALUES_TEXT_BYTES => {
-                    match yaml::parse_one(text).and_then(|n| n.to_json()) {
-                        Ok(values) => values,
-                        Err(_) => continue,
-                    }
-                }
-                Some(_) => continue,
+                Some(_) => match text_values(raw, place.alias.as_deref()) {
+                    Some(values) => values,
+                    None => continue,
+                },
             }
         } else {
             raw.cloned().unwrap_or(Value::Null)
@@ -1141,6 +1197,7 @@ pub fn chart_values_all(gvk: &GroupVersionKind, object: &DynamicObject) -> Vec<C
             parameters,
             overlay,
             overridable,
+            within: place.alias.filter(|_| place.yaml_string),
         });
     }
     out
@@ -1750,6 +1807,70 @@ mod tests {
         );
         assert!(find(&gvk, &o, &charts()).is_empty());
         let (gvk, o) = release("podinfo", json!({"cloudConfig":{"global":{"region":"r"}}}));
+        assert!(find(&gvk, &o, &charts()).is_empty());
+    }
+
+    #[test]
+    fn umbrella_values_strings_are_read_and_edited_under_the_subchart_key() {
+        let values = "global: {}\nopenstack-cloud-controller-manager:\n  cloudConfig:\n    global:\n      region: r\n  controllerExtraArgs: |-\n    - --concurrent-service-syncs=4\ncloudConfig: {}\n";
+        let (gvk, o) = obj(json!({"apiVersion":"helm.cattle.io/v1","kind":"HelmChart",
+            "metadata":{"name":"addons","namespace":"kube-system"},
+            "spec":{"chart":"cluster-addons","valuesContent": values,
+                "set":{"openstack-cloud-controller-manager.cloudConfig.loadBalancer.lb-method":"ROUND_ROBIN",
+                    "cloudConfig.loadBalancer.lb-method":"SOURCE_IP"}}}));
+        let found = find(&gvk, &o, &charts());
+        assert_eq!(found.len(), 1);
+        let f = &found[0];
+        assert_eq!(
+            f.location,
+            "spec.valuesContent, openstack-cloud-controller-manager.cloudConfig"
+        );
+        let text = f.text.clone().unwrap();
+        // Only the entry under the subchart key applies to the CCM.
+        assert!(text.contains("lb-method = \"ROUND_ROBIN\""), "{text}");
+        assert_eq!(
+            f.describe(Some(2)),
+            "HelmChart kube-system/addons spec.valuesContent, \
+             openstack-cloud-controller-manager.cloudConfig.global.region (line 5 of the values)"
+        );
+        let ops = serial_calls_patch(f);
+        let expected = values.replace(
+            "      region: r\n",
+            "      region: r\n    loadBalancer:\n      provider-requires-serial-api-calls: true\n",
+        );
+        assert_eq!(
+            ops,
+            json!([{"op":"replace","path":"/spec/valuesContent","value": expected}])
+        );
+        let (loc, ptr, args) = helm_controller_extra_args(&gvk, &o).unwrap();
+        assert_eq!(
+            (loc.as_str(), ptr.as_str()),
+            (
+                "spec.valuesContent, openstack-cloud-controller-manager.controllerExtraArgs",
+                "/spec/valuesContent"
+            )
+        );
+        assert_eq!(args, vec!["--concurrent-service-syncs=4"]);
+        // Argo CD `helm.values` of an umbrella chart, with its cloudConfigContents.
+        let (gvk, o) = obj(
+            json!({"apiVersion":"argoproj.io/v1alpha1","kind":"Application",
+            "metadata":{"name":"addons","namespace":"argocd"},
+            "spec":{"source":{"chart":"cluster-addons","helm":{"values":
+                "openstack-cloud-controller-manager:\n  cloudConfigContents: |\n    [Global]\n    region = r\n"}}}}),
+        );
+        let found = find(&gvk, &o, &charts());
+        assert_eq!(found.len(), 1);
+        assert_eq!(
+            found[0].describe(Some(2)),
+            "Application argocd/addons spec.source.helm.values, \
+             openstack-cloud-controller-manager.cloudConfigContents line 2 (line 4 of the values)"
+        );
+        // A subchart switched off in the string: nothing.
+        let (gvk, o) = obj(
+            json!({"apiVersion":"helm.cattle.io/v1","kind":"HelmChartConfig",
+            "metadata":{"name":"addons","namespace":"kube-system"},
+            "spec":{"valuesContent":"openstack-cloud-controller-manager:\n  enabled: false\n"}}),
+        );
         assert!(find(&gvk, &o, &charts()).is_empty());
     }
 

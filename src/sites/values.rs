@@ -158,8 +158,11 @@ pub(super) struct ValuesText {
     pub(super) at: ValuesAt,
     /// The values text.
     pub(super) yaml: String,
-    /// The values (null when unreadable).
+    /// The values (null when unreadable): below `within` when that is set.
     pub(super) values: Value,
+    /// The key of the CCM chart's values inside the text when the text holds an umbrella
+    /// chart's values (`openstack-cloud-controller-manager:`); empty for the chart's own.
+    within: Vec<Seg>,
     /// The text parsed with positions, read once on first use: every finding's message and
     /// location asks for it, and parsing per finding was quadratic.
     tree: OnceLock<Option<Node>>,
@@ -172,8 +175,22 @@ impl ValuesText {
             at,
             yaml,
             values,
+            within: Vec::new(),
             tree: OnceLock::new(),
         }
+    }
+
+    /// The same text, whose CCM chart values (`values`) are under the subchart key `key`.
+    pub(super) fn under(mut self, key: &str) -> Self {
+        self.within = vec![Seg::key(key)];
+        self
+    }
+
+    /// `path` (inside the CCM chart's values) from the root of the text.
+    fn rooted(&self, path: &[Seg]) -> Vec<Seg> {
+        let mut out = self.within.clone();
+        out.extend_from_slice(path);
+        out
     }
 
     /// The parsed text, or `None` when it is not valid YAML.
@@ -221,7 +238,17 @@ impl ValuesText {
     fn edit(&self, changes: &[Change]) -> String {
         let mut current = self.yaml.clone();
         let mut minimal = true;
-        for change in changes {
+        let changes: Vec<Change> = changes
+            .iter()
+            .map(|change| {
+                let Change::Set { path, value } = change;
+                Change::Set {
+                    path: self.rooted(path),
+                    value: value.clone(),
+                }
+            })
+            .collect();
+        for change in &changes {
             match yamledit::apply(&current, 0, change) {
                 Ok(next) => current = next,
                 Err(_) => {
@@ -233,9 +260,17 @@ impl ValuesText {
         if minimal {
             return current;
         }
-        // Fallback: the whole values as JSON, which Helm reads as YAML.
-        let mut values = self.values.clone();
-        for change in changes {
+        // Fallback: the whole values as JSON, which Helm reads as YAML (under an umbrella
+        // chart, the whole text's values).
+        let mut values = if self.within.is_empty() {
+            self.values.clone()
+        } else {
+            match yaml::parse_one(&self.yaml).and_then(|n| n.to_json()) {
+                Ok(whole) => whole,
+                Err(_) => return self.yaml.clone(),
+            }
+        };
+        for change in &changes {
             let Change::Set { path, value } = change;
             let keys: Vec<String> = path
                 .iter()
@@ -270,7 +305,7 @@ impl ValuesTextRendered {
             .iter()
             .map(|k| Seg::key(k))
             .collect();
-        let (used, _, key_line) = root.deepest(&path);
+        let (used, _, key_line) = root.deepest(&self.text.rooted(&path));
         (used > 0).then_some(key_line)
     }
 }
@@ -321,7 +356,7 @@ impl ValuesTextContents {
     /// for `None`).
     fn values_line(&self, line: Option<usize>) -> Option<usize> {
         let root = self.text.tree()?;
-        let node = root.at(&[Seg::key("cloudConfigContents")])?;
+        let node = root.at(&self.text.rooted(&[Seg::key("cloudConfigContents")]))?;
         Some(yaml::line_within_scalar(
             &self.text.yaml,
             node,
