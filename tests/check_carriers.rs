@@ -258,6 +258,55 @@ fn umbrella_values_are_read_and_fixed_under_the_subchart_key() {
     assert_eq!(again.exit_code(), 0);
 }
 
+const UMBRELLA_ALIAS: &str = "tests/fixtures/gitops/carriers/umbrella-alias";
+
+/// An umbrella chart whose `Chart.yaml` gives the CCM dependency `alias: occm`: its values
+/// file holds the CCM's values under `occm:` (a key named after the chart is not read). The
+/// finding names that key, `--fix` writes there, and the rerun is clean.
+#[test]
+fn umbrella_dependency_alias_is_the_key_of_the_ccm_values() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    copy_dir(&root().join(UMBRELLA_ALIAS), tmp.path());
+    let dir = tmp.path().to_str().expect("UTF-8");
+    let flags = [
+        dir,
+        "--values-for",
+        "openstack-cloud-controller-manager=cluster-stack/values.yaml",
+    ];
+    let report = run(&flags, "");
+    let found = messages(&report);
+    assert!(
+        found.iter().any(|(l, m)| *l == Level::Warning
+            && m.contains(
+                "occm.cloudConfig: [LoadBalancer] provider-requires-serial-api-calls is not set"
+            )),
+        "{found:?}"
+    );
+    let path = tmp.path().join("cluster-stack/values.yaml");
+    let before = std::fs::read_to_string(&path).expect("read");
+    let mut fix = flags.to_vec();
+    fix.push("--fix");
+    let fixed = run(&fix, "");
+    assert!(fixed.files.iter().any(|f| f.written));
+    let values = std::fs::read_to_string(&path).expect("read");
+    let json = stackgate::yaml::parse_one(&values)
+        .and_then(|n| n.to_json())
+        .expect("the fixed file reads back");
+    assert_eq!(
+        json["occm"]["cloudConfig"]["loadBalancer"]["provider-requires-serial-api-calls"],
+        serde_json::json!(true)
+    );
+    // One line added; the decoy key is untouched.
+    assert_eq!(values.lines().count(), before.lines().count() + 1);
+    assert!(values.ends_with(
+        "openstack-cloud-controller-manager:\n  cloudConfig:\n    loadBalancer:\n      \
+         provider-requires-serial-api-calls: true\n"
+    ));
+    let again = run(&flags, "");
+    assert_eq!(messages(&again), Vec::new());
+    assert_eq!(again.exit_code(), 0);
+}
+
 const ARGO: &str = "tests/fixtures/gitops/carriers/argo-valuefiles";
 
 /// Argo CD `helm.valueFiles` inside the repository: resolved when the file is an input

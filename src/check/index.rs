@@ -489,6 +489,9 @@ struct ChartInfo {
     name: String,
     /// Each dependency's `name` and `alias`.
     uses: Vec<String>,
+    /// Each dependency's `name` and the key its values are under in this chart's values
+    /// (`alias` when set, else `name`).
+    keys: Vec<(String, String)>,
 }
 
 impl ChartDirs {
@@ -517,6 +520,17 @@ impl ChartDirs {
                 .flatten()
                 .map(str::to_owned)
                 .collect();
+            let keys = json
+                .get("dependencies")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|d| {
+                    let name = d.get("name").and_then(Value::as_str)?;
+                    let key = d.get("alias").and_then(Value::as_str).unwrap_or(name);
+                    Some((name.to_owned(), key.to_owned()))
+                })
+                .collect();
             let dir = normalize(path.parent().unwrap_or(Path::new("")));
             charts.insert(
                 dir,
@@ -524,10 +538,30 @@ impl ChartDirs {
                     file: input.name.clone(),
                     name: name.to_owned(),
                     uses,
+                    keys,
                 },
             );
         }
         ChartDirs { charts }
+    }
+
+    /// The key under which the values file at `path` holds `chart`'s values, when the file is
+    /// in the directory of an umbrella chart that depends on `chart`: the dependency's `alias`
+    /// (Helm passes a subchart the values under its alias), else its name. None for a file of
+    /// `chart` itself or outside any chart.
+    pub fn subchart_key(&self, path: Option<&Path>, chart: &str) -> Option<&str> {
+        let path = normalize(path?);
+        let info = path
+            .ancestors()
+            .skip(1)
+            .find_map(|dir| self.charts.get(dir))?;
+        if info.name == chart {
+            return None;
+        }
+        info.keys
+            .iter()
+            .find(|(name, _)| name == chart)
+            .map(|(_, key)| key.as_str())
     }
 
     /// Why the values file at `path` is not a values file of `chart` (it is inside the
@@ -786,6 +820,10 @@ mod tests {
         ]);
         let ccm = "openstack-cloud-controller-manager";
         let foreign = |p: &str, c: &str| charts.foreign(Some(Path::new(p)), c);
+        // An umbrella chart's values file holds the dependency's values under its alias.
+        let key = |p: &str| charts.subchart_key(Some(Path::new(p)), ccm);
+        assert_eq!(key("addons/values.yaml"), Some("occm"));
+        assert_eq!(key("clusters/a/occm-values.yaml"), None);
         assert!(foreign("charts/tempo/values.yaml", ccm).is_some());
         assert!(foreign("./charts/tempo/ci/values-ci.yaml", ccm).is_some());
         assert_eq!(foreign("charts/tempo/values.yaml", "tempo"), None);

@@ -55,6 +55,10 @@ pub const DEFAULT_CHARTS: &[&str] = &["openstack-cloud-controller-manager"];
 pub const VALUES_FILE_API_VERSION: &str = "stackgate.dev/v1alpha1";
 /// Kind of the synthetic values-file object.
 pub const VALUES_FILE_KIND: &str = "HelmValues";
+/// Field of the synthetic values-file object naming the key the chart's values are under,
+/// when the file is an umbrella chart's values file (`stackgate check` reads the key from the
+/// umbrella's `Chart.yaml` dependency `alias`).
+pub const VALUES_FILE_SUBCHART_KEY: &str = "subchartKey";
 
 /// A place in an object that holds the chart's values.
 #[derive(Debug, Clone)]
@@ -223,6 +227,19 @@ fn values_places(
             .then(|| OverrideSource::HelmChartSet(keys(&["spec", "set"]))),
         alias: None,
     };
+    if gvk.kind == VALUES_FILE_KIND
+        && let Some(key) = str_at(root, &[VALUES_FILE_SUBCHART_KEY])
+    {
+        // An umbrella chart's values file: the chart's values are under the dependency's
+        // key, whatever else the file holds (unless switched off).
+        let under = get(root, &place.path).and_then(|v| v.get(key));
+        if under.is_some_and(|v| v.get("enabled") == Some(&Value::Bool(false))) {
+            return Vec::new();
+        }
+        place.path.push(Seg::key(key));
+        place.alias = Some(key.to_owned());
+        return vec![place];
+    }
     if !yaml_string && let Some(alias) = subchart_alias(get(root, &place.path), charts, ours) {
         place.path.push(Seg::key(&alias));
         place.alias = Some(alias);
