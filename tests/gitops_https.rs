@@ -400,9 +400,8 @@ async fn umbrella_helmchart_values_content_is_read_and_patched_under_the_subchar
     assert_eq!(ops[0]["path"], "/spec/valuesContent");
     let text = ops[0]["value"].as_str().unwrap_or_default();
     assert!(
-        text.contains(&format!(
-            "    floating-network-id: 80c9fc78-a2be-45d5-a85b-f17a6c98df92\n"
-        )) && text.contains(&format!("      {SERIAL}: true\n")),
+        text.contains("    floating-network-id: 80c9fc78-a2be-45d5-a85b-f17a6c98df92\n")
+            && text.contains(&format!("      {SERIAL}: true\n")),
         "{text}"
     );
     assert!(text.starts_with("cloudConfig: {}\nopenstack-cloud-controller-manager:\n"));
