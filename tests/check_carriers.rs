@@ -389,3 +389,27 @@ fn missing_serial_setting_is_fixed_in_the_helmrelease_own_values() {
     assert_eq!(json["spec"]["valuesFrom"].as_array().map(Vec::len), Some(2));
     assert_eq!(messages(&run(&[dir], "")), Vec::new());
 }
+
+/// Issue 14: `cluster.name` set through a HelmChart's `spec.set` or an Argo CD parameter is
+/// the name the chart passes to the CCM: no default-name warning, in either carrier.
+#[test]
+fn cluster_name_set_on_top_of_the_values_is_seen() {
+    let chart = |set: &str| {
+        format!(
+            "apiVersion: helm.cattle.io/v1\nkind: HelmChart\nmetadata:\n  name: occm\n  \
+             namespace: kube-system\nspec:\n  chart: openstack-cloud-controller-manager\n  \
+             valuesContent: |-\n    cloudConfig:\n      loadBalancer:\n        \
+             provider-requires-serial-api-calls: true\n{set}"
+        )
+    };
+    let names = |report: &Report| rule_messages(report, |rule| rule == "cluster-name");
+    let set = chart("  set:\n    cluster.name: prod-a\n");
+    assert_eq!(names(&run(&["-"], &set)), Vec::new());
+    let argo = "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata:\n  name: occm\n  \
+                namespace: argocd\nspec:\n  source:\n    chart: openstack-cloud-controller-manager\n    \
+                helm:\n      parameters:\n      - name: cluster.name\n        value: prod-b\n";
+    assert_eq!(names(&run(&["-"], argo)), Vec::new());
+    // Without it, the default name is reported (the test can fail).
+    let unset = chart("  set:\n    image.tag: v1.31.1\n");
+    assert_eq!(names(&run(&["-"], &unset)).len(), 1);
+}

@@ -1128,7 +1128,8 @@ pub struct ChartValues {
     /// The values are a YAML string (`valuesContent`, Argo `helm.values`), so a finding can
     /// only point at the string field.
     pub yaml_string: bool,
-    /// The values (Null when the carrier is absent: the chart's defaults apply).
+    /// The values (Null when the carrier is absent: the chart's defaults apply), with a
+    /// RKE2/k3s HelmChart's `spec.set` entries applied as Helm applies `--set`.
     pub values: Value,
     /// Values merged in from outside the object, under these inline values (Flux
     /// `spec.valuesFrom`, Argo CD `helm.valueFiles`): the field that lists them, e.g.
@@ -1201,6 +1202,24 @@ pub fn chart_values_all(gvk: &GroupVersionKind, object: &DynamicObject) -> Vec<C
             }
         } else {
             raw.cloned().unwrap_or(Value::Null)
+        };
+        // RKE2/k3s `spec.set` entries apply on top (Argo CD parameters are handed over as
+        // `parameters`); entries Helm cannot read are reported by the cloud-config site.
+        let values = match &place.overrides {
+            Some(OverrideSource::HelmChartSet(_)) => {
+                let Ok(overrides) = place_overrides(root, &place) else {
+                    continue;
+                };
+                if overrides.is_empty() {
+                    values
+                } else {
+                    match merged_with(&values, &overrides) {
+                        Ok(merged) => merged,
+                        Err(_) => continue,
+                    }
+                }
+            }
+            _ => values,
         };
         let (merged_from, parameters) = outside_values(root, &place.path);
         let overlay = gvk.group == "helm.cattle.io" && gvk.kind == "HelmChartConfig";
