@@ -653,28 +653,27 @@ fn merge_maps(base: &mut Value, over: Value) {
     }
 }
 
-/// Sets `path` (Helm `--set` syntax: dots separate keys, `\.` is a dot inside a key) to
-/// `value` the way Flux's `ReplacePathValue` does: a value in single or double quotes is a
-/// string without them, anything else is typed as `--set` types it. False for a path with
-/// list indexes, which stackgate does not follow.
+/// Sets `path` to `value` as Flux's `ReplacePathValue` (fluxcd/pkg `chartutil`) does: the
+/// text `path=value` read by Helm's `--set` parser ([`crate::sites::strvals`], list indexes
+/// and escapes included), as `--set-string` with the quotes trimmed when the value is in
+/// single or double quotes, else typed. False, with `values` unchanged, where Helm's parser
+/// fails (Flux then fails the release too).
 fn set_at_path(values: &mut Value, path: &str, value: &str) -> bool {
-    let keys = crate::sites::helm::set_path_keys(path);
-    let Some(keys) = keys else {
-        return false;
+    use crate::sites::strvals::{Typing, parse_into};
+    let quoted = |q: char| value.starts_with(q) && value.ends_with(q);
+    let (typing, value) = if quoted('\'') || quoted('"') {
+        (Typing::Strings, value.trim_matches(['\'', '"']))
+    } else {
+        (Typing::Typed, value)
     };
-    let quoted = value.len() >= 2
-        && ((value.starts_with('"') && value.ends_with('"'))
-            || (value.starts_with('\'') && value.ends_with('\'')));
-    if !quoted && value.contains([',', '{']) {
-        // `--set` would split or list it; not followed.
+    let mut map = match values {
+        Value::Object(map) => map.clone(),
+        _ => Map::new(),
+    };
+    if parse_into(&format!("{path}={value}"), &mut map, typing).is_err() {
         return false;
     }
-    let leaf = if quoted {
-        Value::String(value.trim_matches(['"', '\'']).to_owned())
-    } else {
-        crate::sites::helm::set_typed(value)
-    };
-    crate::sites::helm::put_path(values, &keys, leaf);
+    *values = Value::Object(map);
     true
 }
 
@@ -807,6 +806,38 @@ mod tests {
                 .map(Vec::len),
             Some(2)
         );
+    }
+
+    #[test]
+    fn target_paths_are_set_as_flux_sets_them() {
+        let mut values = json!({"cloudConfig": {"global": {"region": "r"}}});
+        // Helm's --set syntax: list indexes, escaped dots; quotes make a string.
+        assert!(set_at_path(&mut values, "extraEnv[1].name", "x"));
+        assert!(set_at_path(
+            &mut values,
+            "cloudConfig.loadBalancer.a\\.b",
+            "'true'"
+        ));
+        assert!(set_at_path(
+            &mut values,
+            "cloudConfig.loadBalancer.provider-requires-serial-api-calls",
+            "true"
+        ));
+        assert_eq!(
+            values,
+            json!({"cloudConfig": {"global": {"region": "r"}, "loadBalancer": {"a.b": "true",
+                "provider-requires-serial-api-calls": true}},
+                "extraEnv": [null, {"name": "x"}]})
+        );
+        // A path Helm cannot read, or one through a string: not applied, nothing changed.
+        let before = values.clone();
+        assert!(!set_at_path(&mut values, "a[x]", "1"));
+        assert!(!set_at_path(
+            &mut values,
+            "cloudConfig.global.region.x",
+            "1"
+        ));
+        assert_eq!(values, before);
     }
 
     #[test]

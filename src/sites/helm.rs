@@ -17,7 +17,8 @@
 //!
 //! Values set on top (`spec.set`, `helm.parameters`) are merged as Helm merges `--set` over
 //! values files; a rendered line that comes from one is located at it and an edit of its key
-//! is written there (`values::Overridden`). Paths with list indexes are not followed.
+//! is written there (`values::Overridden`). Entries are read with Helm's own `--set` parser
+//! ([`super::strvals`]); one it cannot read makes the site say it cannot tell.
 //!
 //! This module finds the values and reads the cloud config in them; the carriers that map it
 //! back to the object and write edits are in `values.rs` (and `object_data.rs` for
@@ -577,25 +578,6 @@ pub fn describe_values_reference(reference: &Value) -> String {
     out
 }
 
-/// The keys of a Helm `--set` path (`cloudConfig.loadBalancer.subnet-id`; a backslash makes
-/// the next character part of the key, so `a\.b` is the one key `a.b`), or None for a path
-/// with a list index (`a[0]`), an empty key or `=`/`,`, which stackgate does not follow.
-pub fn set_path_keys(path: &str) -> Option<Vec<String>> {
-    let mut keys = Vec::new();
-    let mut key = String::new();
-    let mut chars = path.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '\\' => key.push(chars.next()?),
-            '.' => keys.push(std::mem::take(&mut key)),
-            '[' | ']' | '=' | ',' => return None,
-            other => key.push(other),
-        }
-    }
-    keys.push(key);
-    (!keys.iter().any(String::is_empty)).then_some(keys)
-}
-
 /// A `--set` value typed as Helm's `strvals` types it: `true`/`false` (any case) booleans,
 /// `null` null, a decimal integer without a leading zero (or `0`) a number, else the string.
 pub fn set_typed(value: &str) -> Value {
@@ -617,20 +599,6 @@ pub fn set_typed(value: &str) -> Value {
         return Value::from(n);
     }
     Value::String(value.to_owned())
-}
-
-/// Sets `keys` to `leaf` in `root`, making maps of missing or non-map parents (as `--set`
-/// does).
-pub fn put_path(root: &mut Value, keys: &[String], leaf: Value) {
-    let mut node = root;
-    for key in keys {
-        if !node.is_object() {
-            *node = Value::Object(serde_json::Map::new());
-        }
-        let Value::Object(map) = node else { return };
-        node = map.entry(key.clone()).or_insert(Value::Null);
-    }
-    *node = leaf;
 }
 
 /// The data key Flux reads when a `valuesFrom` reference names none.
@@ -1939,17 +1907,7 @@ mod tests {
     }
 
     #[test]
-    fn set_paths_and_typed_values() {
-        assert_eq!(
-            set_path_keys("cloudConfig.loadBalancer.a\\.b"),
-            Some(vec![
-                "cloudConfig".into(),
-                "loadBalancer".into(),
-                "a.b".into()
-            ])
-        );
-        assert_eq!(set_path_keys("a[0].b"), None);
-        assert_eq!(set_path_keys("a..b"), None);
+    fn set_values_typed_as_helm_types_them() {
         assert_eq!(set_typed("False"), json!(false));
         assert_eq!(set_typed("12"), json!(12));
         assert_eq!(set_typed("012"), json!("012"));
