@@ -247,8 +247,7 @@ fn values_places(
         return vec![place];
     }
     if yaml_string {
-        let parsed = text_values(get(root, &place.path), None);
-        if let Some(alias) = subchart_alias(parsed.as_ref(), charts, ours) {
+        if let Some(alias) = umbrella_text_alias(get(root, &place.path), charts, ours) {
             // The values string stays the carrier; the CCM's values are under `alias` in it.
             place.alias = Some(alias);
             return vec![place];
@@ -286,6 +285,23 @@ fn text_values(raw: Option<&Value>, alias: Option<&str>) -> Option<Value> {
         Some(alias) => values.get(alias).cloned(),
         None => Some(values),
     }
+}
+
+/// The subchart key of the CCM chart's values inside a values string of an umbrella chart
+/// (see [`subchart_alias`]). The string is parsed only when a line starts with one of the
+/// chart names and a colon, so other charts' values strings cost a scan, not a parse.
+fn umbrella_text_alias(raw: Option<&Value>, charts: &[String], ours: bool) -> Option<String> {
+    let text = raw?.as_str().filter(|t| t.len() <= MAX_VALUES_TEXT_BYTES)?;
+    let names_a_chart = text.lines().any(|line| {
+        charts.iter().any(|chart| {
+            line.strip_prefix(chart.as_str())
+                .is_some_and(|rest| rest.trim_start().starts_with(':'))
+        })
+    });
+    if !names_a_chart {
+        return None;
+    }
+    subchart_alias(text_values(raw, None).as_ref(), charts, ours)
 }
 
 /// k0s `ClusterConfig`: each `spec.extensions.helm.charts[]` whose `chartname` names the
@@ -334,6 +350,7 @@ fn argo_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
             (0..list.len()).map(|i| vec![Seg::key("spec"), Seg::key("sources"), Seg::Index(i)]),
         );
     }
+    let many_sources = sources.len() > MAX_CARRIERS_PER_OBJECT;
     for base in sources {
         let Some(source) = get(root, &base) else {
             continue;
@@ -364,7 +381,13 @@ fn argo_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
         let values_text = helm
             .filter(|h| h.get("valuesObject").is_none_or(Value::is_null))
             .and_then(|h| h.get("values"));
-        if let Some(alias) = subchart_alias(text_values(values_text, None).as_ref(), charts, ours) {
+        // Past the carrier cap nothing is read, so no string is parsed to find out more.
+        let text_alias = if many_sources {
+            None
+        } else {
+            umbrella_text_alias(values_text, charts, ours)
+        };
+        if let Some(alias) = text_alias {
             let mut path = base.clone();
             path.extend(keys(&["helm", "values"]));
             out.push(ValuesPlace {
