@@ -246,12 +246,10 @@ fn values_places(
         place.alias = Some(alias);
         return vec![place];
     }
-    if yaml_string {
-        if let Some(alias) = umbrella_text_alias(get(root, &place.path), charts, ours) {
-            // The values string stays the carrier; the CCM's values are under `alias` in it.
-            place.alias = Some(alias);
-            return vec![place];
-        }
+    if yaml_string && let Some(alias) = umbrella_text_alias(get(root, &place.path), charts, ours) {
+        // The values string stays the carrier; the CCM's values are under `alias` in it.
+        place.alias = Some(alias);
+        return vec![place];
     }
     if ours { vec![place] } else { Vec::new() }
 }
