@@ -258,6 +258,55 @@ fn umbrella_values_are_read_and_fixed_under_the_subchart_key() {
     assert_eq!(again.exit_code(), 0);
 }
 
+const UMBRELLA_ALIAS: &str = "tests/fixtures/gitops/carriers/umbrella-alias";
+
+/// An umbrella chart whose `Chart.yaml` gives the CCM dependency `alias: occm`: its values
+/// file holds the CCM's values under `occm:` (a key named after the chart is not read). The
+/// finding names that key, `--fix` writes there, and the rerun is clean.
+#[test]
+fn umbrella_dependency_alias_is_the_key_of_the_ccm_values() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    copy_dir(&root().join(UMBRELLA_ALIAS), tmp.path());
+    let dir = tmp.path().to_str().expect("UTF-8");
+    let flags = [
+        dir,
+        "--values-for",
+        "openstack-cloud-controller-manager=cluster-stack/values.yaml",
+    ];
+    let report = run(&flags, "");
+    let found = messages(&report);
+    assert!(
+        found.iter().any(|(l, m)| *l == Level::Warning
+            && m.contains(
+                "occm.cloudConfig: [LoadBalancer] provider-requires-serial-api-calls is not set"
+            )),
+        "{found:?}"
+    );
+    let path = tmp.path().join("cluster-stack/values.yaml");
+    let before = std::fs::read_to_string(&path).expect("read");
+    let mut fix = flags.to_vec();
+    fix.push("--fix");
+    let fixed = run(&fix, "");
+    assert!(fixed.files.iter().any(|f| f.written));
+    let values = std::fs::read_to_string(&path).expect("read");
+    let json = stackgate::yaml::parse_one(&values)
+        .and_then(|n| n.to_json())
+        .expect("the fixed file reads back");
+    assert_eq!(
+        json["occm"]["cloudConfig"]["loadBalancer"]["provider-requires-serial-api-calls"],
+        serde_json::json!(true)
+    );
+    // One line added; the decoy key is untouched.
+    assert_eq!(values.lines().count(), before.lines().count() + 1);
+    assert!(values.ends_with(
+        "openstack-cloud-controller-manager:\n  cloudConfig:\n    loadBalancer:\n      \
+         provider-requires-serial-api-calls: true\n"
+    ));
+    let again = run(&flags, "");
+    assert_eq!(messages(&again), Vec::new());
+    assert_eq!(again.exit_code(), 0);
+}
+
 const ARGO: &str = "tests/fixtures/gitops/carriers/argo-valuefiles";
 
 /// Argo CD `helm.valueFiles` inside the repository: resolved when the file is an input
@@ -559,4 +608,28 @@ fn helmchartconfig_beside_a_templated_helmchart_is_checked_alone() {
         "{found:?}"
     );
     assert_eq!(found[0].3, Level::Error);
+}
+
+/// Issue 14: `cluster.name` set through a HelmChart's `spec.set` or an Argo CD parameter is
+/// the name the chart passes to the CCM: no default-name warning, in either carrier.
+#[test]
+fn cluster_name_set_on_top_of_the_values_is_seen() {
+    let chart = |set: &str| {
+        format!(
+            "apiVersion: helm.cattle.io/v1\nkind: HelmChart\nmetadata:\n  name: occm\n  \
+             namespace: kube-system\nspec:\n  chart: openstack-cloud-controller-manager\n  \
+             valuesContent: |-\n    cloudConfig:\n      loadBalancer:\n        \
+             provider-requires-serial-api-calls: true\n{set}"
+        )
+    };
+    let names = |report: &Report| rule_messages(report, |rule| rule == "cluster-name");
+    let set = chart("  set:\n    cluster.name: prod-a\n");
+    assert_eq!(names(&run(&["-"], &set)), Vec::new());
+    let argo = "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata:\n  name: occm\n  \
+                namespace: argocd\nspec:\n  source:\n    chart: openstack-cloud-controller-manager\n    \
+                helm:\n      parameters:\n      - name: cluster.name\n        value: prod-b\n";
+    assert_eq!(names(&run(&["-"], argo)), Vec::new());
+    // Without it, the default name is reported (the test can fail).
+    let unset = chart("  set:\n    image.tag: v1.31.1\n");
+    assert_eq!(names(&run(&["-"], &unset)).len(), 1);
 }

@@ -344,3 +344,140 @@ async fn helmrelease_values_from_is_a_warning_about_what_cannot_be_seen() {
     assert_eq!(patch_of(&m), json!([]), "{m}");
     server.stop().await.unwrap();
 }
+
+/// Everything a review says: the denial message and the warnings.
+fn said(response: &Value) -> String {
+    format!(
+        "{}\n{}",
+        response["status"]["message"], response["warnings"]
+    )
+}
+
+/// Issue 14: an umbrella chart's HelmChart whose `valuesContent` holds the CCM's values under
+/// the subchart key. The missing serial setting is reported there, the mutating webhook adds
+/// it under that key (not at the top, which the umbrella chart ignores), and the patched
+/// object is clean.
+#[tokio::test]
+async fn umbrella_helmchart_values_content_is_read_and_patched_under_the_subchart_key() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    let umbrella = |o: &mut Value| {
+        let values = o["spec"]["valuesContent"].as_str().unwrap_or_default();
+        let nested: String = values
+            .lines()
+            .filter(|l| !l.contains(SERIAL))
+            .map(|l| format!("  {l}\n"))
+            .collect();
+        o["spec"]["chart"] = json!("cluster-addons");
+        o["spec"]["valuesContent"] = json!(format!(
+            "cloudConfig: {{}}\nopenstack-cloud-controller-manager:\n{nested}"
+        ));
+    };
+    let v = review(
+        &client,
+        "/validate?timeout=10s",
+        edit(
+            "helmchart/validate-create-openstack-cloud-controller-manager.json",
+            umbrella,
+        ),
+    );
+    let v = v.await;
+    let serial = serial_messages(&v);
+    assert_eq!(serial.len(), 1, "{v}");
+    assert!(
+        serial[0].contains("spec.valuesContent, openstack-cloud-controller-manager.cloudConfig"),
+        "{serial:?}"
+    );
+    assert!(!v.to_string().contains("fake-app-cred-secret"));
+    let body = edit(
+        "helmchart/mutate-create-openstack-cloud-controller-manager.json",
+        umbrella,
+    );
+    let m = review(&client, "/mutate?timeout=10s", body.clone()).await;
+    let patch = patch_of(&m);
+    let ops = patch.as_array().cloned().unwrap_or_default();
+    assert_eq!(ops.len(), 1, "{patch}");
+    assert_eq!(ops[0]["path"], "/spec/valuesContent");
+    let text = ops[0]["value"].as_str().unwrap_or_default();
+    assert!(
+        text.contains("    floating-network-id: 80c9fc78-a2be-45d5-a85b-f17a6c98df92\n")
+            && text.contains(&format!("      {SERIAL}: true\n")),
+        "{text}"
+    );
+    assert!(text.starts_with("cloudConfig: {}\nopenstack-cloud-controller-manager:\n"));
+    // The patched object, reviewed again: nothing left to say about serial calls.
+    let mut review_body: Value = serde_json::from_slice(&body).unwrap();
+    let p: json_patch::Patch = serde_json::from_value(patch).unwrap();
+    json_patch::patch(&mut review_body["request"]["object"], &p).unwrap();
+    let again = review(
+        &client,
+        "/validate?timeout=10s",
+        serde_json::to_vec(&review_body).unwrap(),
+    )
+    .await;
+    assert!(serial_messages(&again).is_empty(), "{again}");
+    assert_eq!(again["allowed"], true, "{again}");
+    server.stop().await.unwrap();
+}
+
+/// Issue 14: `spec.set` paths are read as Helm's strvals parser reads them. A list path
+/// outside cloudConfig changes no finding; a path Helm cannot read is said to be unreadable
+/// (never taken as something else); `controllerExtraArgs` set there is what ccm-concurrency
+/// reads, pointed at the entry.
+#[tokio::test]
+async fn helmchart_set_list_paths_unreadable_paths_and_controller_args() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    let validate = "helmchart/validate-create-openstack-cloud-controller-manager.json";
+    let mutate = "helmchart/mutate-create-openstack-cloud-controller-manager.json";
+    // A list path naming the serial key outside cloudConfig: still serial, still admitted.
+    let list_path = |o: &mut Value| {
+        o["spec"]["set"] = json!({
+            format!("extraEnv[0].{SERIAL}"): "false",
+            "tolerations[1].key": "node-role.kubernetes.io/control-plane"
+        });
+    };
+    let v = review(&client, "/validate?timeout=10s", edit(validate, list_path)).await;
+    assert_eq!(v["allowed"], true, "{v}");
+    assert!(serial_messages(&v).is_empty(), "{v}");
+    let m = review(&client, "/mutate?timeout=10s", edit(mutate, list_path)).await;
+    assert_eq!(patch_of(&m), json!([]), "{m}");
+    // A path Helm cannot read: said so, no claim about the CCM, nothing patched.
+    let unreadable = |o: &mut Value| {
+        o["spec"]["set"] = json!({format!("cloudConfig.loadBalancer[x].{SERIAL}"): "false"});
+    };
+    let v = review(&client, "/validate?timeout=10s", edit(validate, unreadable)).await;
+    assert_eq!(v["allowed"], true, "{v}");
+    let all = said(&v);
+    assert!(
+        all.contains(&format!(
+            "spec.set[\\\"cloudConfig.loadBalancer[x].{SERIAL}\\\"] is not a --set entry Helm \
+             can read (a list index is not a number from 0 to 65536)"
+        )),
+        "{all}"
+    );
+    assert!(serial_messages(&v).is_empty(), "{v}");
+    let m = review(&client, "/mutate?timeout=10s", edit(mutate, unreadable)).await;
+    assert!(!patch_of(&m).to_string().contains(SERIAL), "{m}");
+    // controllerExtraArgs through spec.set (the chart's shape: a YAML list in a string).
+    let args = |o: &mut Value| {
+        let values = o["spec"]["valuesContent"].as_str().unwrap_or_default();
+        let without: String = values
+            .lines()
+            .filter(|l| !l.contains("concurrent-service-syncs"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        o["spec"]["valuesContent"] = json!(without);
+        o["spec"]["set"] = json!({"controllerExtraArgs": "- --concurrent-service-syncs=4"});
+    };
+    let v = review(&client, "/validate?timeout=10s", edit(validate, args)).await;
+    let all = said(&v);
+    assert!(
+        all.contains(
+            "spec.set[\\\"controllerExtraArgs\\\"][0]: --concurrent-service-syncs=4 lets the CCM \
+             reconcile 4 Services"
+        ),
+        "{all}"
+    );
+    server.stop().await.unwrap();
+}

@@ -6,8 +6,9 @@ use kube::core::{DynamicObject, GroupVersionKind};
 use serde_json::{Value, json};
 
 use super::index::{Merge, Place, Resolved, ValuesIndex};
+use super::input::ValuesTarget;
 use crate::engine::{self, Engine, Facts, Finding, Subject, Verdict};
-use crate::sites::helm::{VALUES_FILE_API_VERSION, VALUES_FILE_KIND};
+use crate::sites::helm::{VALUES_FILE_API_VERSION, VALUES_FILE_KIND, VALUES_FILE_SUBCHART_KEY};
 use crate::sites::{self, Anchor, FoundConfig};
 use crate::yaml::edit::{self as yamledit, Change};
 use crate::yaml::{self, Node, Seg};
@@ -148,7 +149,7 @@ pub fn check_text(engine: &Engine, name: &str, text: &str, values_chart: Option<
         engine,
         name,
         text,
-        values_chart,
+        values_chart.map(ValuesTarget::chart),
         &ValuesIndex::default(),
         &Facts::default(),
     )
@@ -194,7 +195,7 @@ pub fn check_text_in(
     engine: &Engine,
     name: &str,
     text: &str,
-    values_chart: Option<&str>,
+    values_chart: Option<ValuesTarget<'_>>,
     index: &ValuesIndex,
     facts: &Facts,
 ) -> Checked {
@@ -645,14 +646,14 @@ pub(super) fn object_of(json: &Value) -> Option<(GroupVersionKind, DynamicObject
 pub(super) fn candidates_of(
     doc: &yaml::YamlDoc,
     name: &str,
-    values_chart: Option<&str>,
+    values_chart: Option<ValuesTarget<'_>>,
 ) -> Result<Vec<Candidate>, Problem> {
     let json = doc.root.to_json().map_err(|e| Problem {
         line: e.line,
         column: e.column,
         message: e.message,
     })?;
-    if let Some(chart) = values_chart {
+    if let Some(target) = values_chart {
         if json.is_null() {
             return Ok(Vec::new());
         }
@@ -663,13 +664,16 @@ pub(super) fn candidates_of(
                 message: "a Helm values file must be a mapping".to_owned(),
             });
         }
-        let object = json!({
+        let mut object = json!({
             "apiVersion": VALUES_FILE_API_VERSION,
             "kind": VALUES_FILE_KIND,
             "metadata": {"name": name},
-            "chart": chart,
+            "chart": target.chart,
             "values": json,
         });
+        if let Some(key) = target.subchart_key {
+            object[VALUES_FILE_SUBCHART_KEY] = json!(key);
+        }
         return Ok(vec![Candidate {
             doc: doc.index,
             prefix: Vec::new(),

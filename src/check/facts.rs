@@ -15,7 +15,7 @@ use crate::yaml;
 use super::evaluate::{candidates_of, object_of};
 
 /// One input: its name, its text, and the chart it is a values file of, if it is one.
-pub type Input<'a> = (&'a str, &'a str, Option<&'a str>);
+pub type Input<'a> = (&'a str, &'a str, Option<super::input::ValuesTarget<'a>>);
 
 /// The facts for every object of `inputs`. Only computed when an input may hold a Service
 /// of type LoadBalancer (the one kind that reads them), so most runs parse nothing twice.

@@ -953,6 +953,9 @@ struct ChartInfo {
     name: String,
     /// Each dependency's `name` and `alias`.
     uses: Vec<String>,
+    /// Each dependency's `name` and the key its values are under in this chart's values
+    /// (`alias` when set, else `name`).
+    keys: Vec<(String, String)>,
 }
 
 impl ChartDirs {
@@ -981,6 +984,17 @@ impl ChartDirs {
                 .flatten()
                 .map(str::to_owned)
                 .collect();
+            let keys = json
+                .get("dependencies")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|d| {
+                    let name = d.get("name").and_then(Value::as_str)?;
+                    let key = d.get("alias").and_then(Value::as_str).unwrap_or(name);
+                    Some((name.to_owned(), key.to_owned()))
+                })
+                .collect();
             let dir = normalize(path.parent().unwrap_or(Path::new("")));
             charts.insert(
                 dir,
@@ -988,10 +1002,30 @@ impl ChartDirs {
                     file: input.name.clone(),
                     name: name.to_owned(),
                     uses,
+                    keys,
                 },
             );
         }
         ChartDirs { charts }
+    }
+
+    /// The key under which the values file at `path` holds `chart`'s values, when the file is
+    /// in the directory of an umbrella chart that depends on `chart`: the dependency's `alias`
+    /// (Helm passes a subchart the values under its alias), else its name. None for a file of
+    /// `chart` itself or outside any chart.
+    pub fn subchart_key(&self, path: Option<&Path>, chart: &str) -> Option<&str> {
+        let path = normalize(path?);
+        let info = path
+            .ancestors()
+            .skip(1)
+            .find_map(|dir| self.charts.get(dir))?;
+        if info.name == chart {
+            return None;
+        }
+        info.keys
+            .iter()
+            .find(|(name, _)| name == chart)
+            .map(|(_, key)| key.as_str())
     }
 
     /// Why the values file at `path` is not a values file of `chart` (it is inside the
@@ -1157,28 +1191,27 @@ fn merge_maps(base: &mut Value, over: Value) {
     }
 }
 
-/// Sets `path` (Helm `--set` syntax: dots separate keys, `\.` is a dot inside a key) to
-/// `value` the way Flux's `ReplacePathValue` does: a value in single or double quotes is a
-/// string without them, anything else is typed as `--set` types it. False for a path with
-/// list indexes, which stackgate does not follow.
+/// Sets `path` to `value` as Flux's `ReplacePathValue` (fluxcd/pkg `chartutil`) does: the
+/// text `path=value` read by Helm's `--set` parser ([`crate::sites::strvals`], list indexes
+/// and escapes included), as `--set-string` with the quotes trimmed when the value is in
+/// single or double quotes, else typed. False, with `values` unchanged, where Helm's parser
+/// fails (Flux then fails the release too).
 fn set_at_path(values: &mut Value, path: &str, value: &str) -> bool {
-    let keys = crate::sites::helm::set_path_keys(path);
-    let Some(keys) = keys else {
-        return false;
+    use crate::sites::strvals::{Typing, parse_into};
+    let quoted = |q: char| value.starts_with(q) && value.ends_with(q);
+    let (typing, value) = if quoted('\'') || quoted('"') {
+        (Typing::Strings, value.trim_matches(['\'', '"']))
+    } else {
+        (Typing::Typed, value)
     };
-    let quoted = value.len() >= 2
-        && ((value.starts_with('"') && value.ends_with('"'))
-            || (value.starts_with('\'') && value.ends_with('\'')));
-    if !quoted && value.contains([',', '{']) {
-        // `--set` would split or list it; not followed.
+    let mut map = match values {
+        Value::Object(map) => map.clone(),
+        _ => Map::new(),
+    };
+    if parse_into(&format!("{path}={value}"), &mut map, typing).is_err() {
         return false;
     }
-    let leaf = if quoted {
-        Value::String(value.trim_matches(['"', '\'']).to_owned())
-    } else {
-        crate::sites::helm::set_typed(value)
-    };
-    crate::sites::helm::put_path(values, &keys, leaf);
+    *values = Value::Object(map);
     true
 }
 
@@ -1314,6 +1347,38 @@ mod tests {
     }
 
     #[test]
+    fn target_paths_are_set_as_flux_sets_them() {
+        let mut values = json!({"cloudConfig": {"global": {"region": "r"}}});
+        // Helm's --set syntax: list indexes, escaped dots; quotes make a string.
+        assert!(set_at_path(&mut values, "extraEnv[1].name", "x"));
+        assert!(set_at_path(
+            &mut values,
+            "cloudConfig.loadBalancer.a\\.b",
+            "'true'"
+        ));
+        assert!(set_at_path(
+            &mut values,
+            "cloudConfig.loadBalancer.provider-requires-serial-api-calls",
+            "true"
+        ));
+        assert_eq!(
+            values,
+            json!({"cloudConfig": {"global": {"region": "r"}, "loadBalancer": {"a.b": "true",
+                "provider-requires-serial-api-calls": true}},
+                "extraEnv": [null, {"name": "x"}]})
+        );
+        // A path Helm cannot read, or one through a string: not applied, nothing changed.
+        let before = values.clone();
+        assert!(!set_at_path(&mut values, "a[x]", "1"));
+        assert!(!set_at_path(
+            &mut values,
+            "cloudConfig.global.region.x",
+            "1"
+        ));
+        assert_eq!(values, before);
+    }
+
+    #[test]
     fn values_files_of_other_charts_are_foreign() {
         let charts = ChartDirs::build(&[
             input("charts/tempo/Chart.yaml", "apiVersion: v2\nname: tempo\n"),
@@ -1324,6 +1389,10 @@ mod tests {
         ]);
         let ccm = "openstack-cloud-controller-manager";
         let foreign = |p: &str, c: &str| charts.foreign(Some(Path::new(p)), c);
+        // An umbrella chart's values file holds the dependency's values under its alias.
+        let key = |p: &str| charts.subchart_key(Some(Path::new(p)), ccm);
+        assert_eq!(key("addons/values.yaml"), Some("occm"));
+        assert_eq!(key("clusters/a/occm-values.yaml"), None);
         assert!(foreign("charts/tempo/values.yaml", ccm).is_some());
         assert!(foreign("./charts/tempo/ci/values-ci.yaml", ccm).is_some());
         assert_eq!(foreign("charts/tempo/values.yaml", "tempo"), None);

@@ -17,6 +17,27 @@ pub const INI_EXTENSIONS: &[&str] = &["conf", "ini"];
 /// Name shown for standard input.
 pub const STDIN_NAME: &str = "<stdin>";
 
+/// What a plain values file holds values of: the chart `--values-for` names and, when the
+/// file belongs to an umbrella chart that depends on that chart, the key its values are under
+/// in the file (the dependency's `alias`, else its name; see `index::ChartDirs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ValuesTarget<'a> {
+    /// The chart.
+    pub chart: &'a str,
+    /// The subchart key in an umbrella chart's values file.
+    pub subchart_key: Option<&'a str>,
+}
+
+impl<'a> ValuesTarget<'a> {
+    /// The values of `chart` itself.
+    pub fn chart(chart: &'a str) -> Self {
+        ValuesTarget {
+            chart,
+            subchart_key: None,
+        }
+    }
+}
+
 /// `--values-for CHART=GLOB`: files matching GLOB are values files of chart CHART.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ValuesFor {

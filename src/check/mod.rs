@@ -217,6 +217,16 @@ pub fn check(
             glob: v.glob.clone(),
         });
     }
+    // Helm chart directories, so that a `--values-for` glob does not take another chart's
+    // values file for the one it names, and an umbrella chart's values file is read under
+    // the key of the chart it names.
+    let charts = index::ChartDirs::build(&inputs);
+    let target = |inp: &'_ input::Input| {
+        input::values_chart(&inp.name, &options.values_for).map(|chart| input::ValuesTarget {
+            chart,
+            subchart_key: charts.subchart_key(inp.path.as_deref(), chart),
+        })
+    };
     // Facts about the cluster (its cloud config), from the whole input.
     let texts: Vec<facts::Input<'_>> = inputs
         .iter()
@@ -224,11 +234,7 @@ pub fn check(
             input::Content::Text(t)
                 if template::template_reason(inp.path.as_deref(), t).is_none() =>
             {
-                Some((
-                    inp.name.as_str(),
-                    t.as_str(),
-                    input::values_chart(&inp.name, &options.values_for),
-                ))
+                Some((inp.name.as_str(), t.as_str(), target(inp)))
             }
             _ => None,
         })
@@ -237,9 +243,6 @@ pub fn check(
     drop(texts);
     // Objects that HelmReleases take values from (`valuesFrom`), from every input of the run.
     let index = index::ValuesIndex::build(&inputs);
-    // Helm chart directories, so that a `--values-for` glob does not take another chart's
-    // values file for the one it names.
-    let charts = index::ChartDirs::build(&inputs);
     let mut files = Vec::with_capacity(inputs.len());
     for inp in inputs {
         let text = match &inp.content {
@@ -270,8 +273,8 @@ pub fn check(
             });
             continue;
         }
-        let chart = input::values_chart(&inp.name, &options.values_for);
-        if let Some(reason) = chart.and_then(|c| charts.foreign(inp.path.as_deref(), c)) {
+        let chart = target(&inp);
+        if let Some(reason) = chart.and_then(|c| charts.foreign(inp.path.as_deref(), c.chart)) {
             files.push(FileReport {
                 skipped: Some(reason),
                 ..FileReport::new(&inp.name)

@@ -641,6 +641,19 @@ impl Engine {
             self.evaluate_unreadable_site(run, site, object, namespace, kind, text, verdict);
             return;
         }
+        if let Err(entry @ SiteError::SetEntry { .. }) = &site.text {
+            // Helm stops at such an entry: nothing is rendered from these values, and which
+            // config the CCM keeps is not known here.
+            let text = format!(
+                "{} {entry}, so stackgate cannot tell what the chart renders and makes no claim \
+                 about the cloud config. Write it as Helm's --set reads it (`a.b=value`, \
+                 `list[0]=value`, `a\\.b` for a dot inside a key)",
+                site.object
+            );
+            let kind = (Severity::Warn, CODE_UNSEEN);
+            self.evaluate_unreadable_site(run, site, object, namespace, kind, text, verdict);
+            return;
+        }
         // Which input cap this site reached, and whether it is too large to read at all.
         let (limit, oversized) = match &site.text {
             Ok(text) if text.len() > MAX_CLOUD_CONFIG_BYTES => (
@@ -847,7 +860,7 @@ impl Engine {
     ///   mode, like an unreadable config), code [`CODE_OVERSIZED`];
     /// - unseen: values that come from objects or files this evaluation cannot see — what the
     ///   chart renders is unknown, so nothing is claimed about the CCM: `Severity::Warn`, code
-    ///   [`CODE_UNSEEN`].
+    ///   [`CODE_UNSEEN`]; likewise a `--set`-like entry Helm cannot read.
     #[allow(clippy::too_many_arguments)]
     fn evaluate_unreadable_site(
         &self,

@@ -17,7 +17,8 @@
 //!
 //! Values set on top (`spec.set`, `helm.parameters`) are merged as Helm merges `--set` over
 //! values files; a rendered line that comes from one is located at it and an edit of its key
-//! is written there (`values::Overridden`). Paths with list indexes are not followed.
+//! is written there (`values::Overridden`). Entries are read with Helm's own `--set` parser
+//! ([`super::strvals`]); one it cannot read makes the site say it cannot tell.
 //!
 //! This module finds the values and reads the cloud config in them; the carriers that map it
 //! back to the object and write edits are in `values.rs` (and `object_data.rs` for
@@ -29,6 +30,7 @@ use serde_json::Value;
 
 use super::object_data::TextField;
 use super::render::{self, Origin};
+use super::strvals::{self, StrvalsError, Typing};
 use super::values::{
     Overridden, Override, RenderedValues, UnseenValues, ValuesAt, ValuesText, ValuesTextContents,
     ValuesTextRendered,
@@ -54,6 +56,10 @@ pub const DEFAULT_CHARTS: &[&str] = &["openstack-cloud-controller-manager"];
 pub const VALUES_FILE_API_VERSION: &str = "stackgate.dev/v1alpha1";
 /// Kind of the synthetic values-file object.
 pub const VALUES_FILE_KIND: &str = "HelmValues";
+/// Field of the synthetic values-file object naming the key the chart's values are under,
+/// when the file is an umbrella chart's values file (`stackgate check` reads the key from the
+/// umbrella's `Chart.yaml` dependency `alias`).
+pub const VALUES_FILE_SUBCHART_KEY: &str = "subchartKey";
 
 /// A place in an object that holds the chart's values.
 #[derive(Debug, Clone)]
@@ -222,8 +228,26 @@ fn values_places(
             .then(|| OverrideSource::HelmChartSet(keys(&["spec", "set"]))),
         alias: None,
     };
+    if gvk.kind == VALUES_FILE_KIND
+        && let Some(key) = str_at(root, &[VALUES_FILE_SUBCHART_KEY])
+    {
+        // An umbrella chart's values file: the chart's values are under the dependency's
+        // key, whatever else the file holds (unless switched off).
+        let under = get(root, &place.path).and_then(|v| v.get(key));
+        if under.is_some_and(|v| v.get("enabled") == Some(&Value::Bool(false))) {
+            return Vec::new();
+        }
+        place.path.push(Seg::key(key));
+        place.alias = Some(key.to_owned());
+        return vec![place];
+    }
     if !yaml_string && let Some(alias) = subchart_alias(get(root, &place.path), charts, ours) {
         place.path.push(Seg::key(&alias));
+        place.alias = Some(alias);
+        return vec![place];
+    }
+    if yaml_string && let Some(alias) = umbrella_text_alias(get(root, &place.path), charts, ours) {
+        // The values string stays the carrier; the CCM's values are under `alias` in it.
         place.alias = Some(alias);
         return vec![place];
     }
@@ -247,6 +271,35 @@ fn subchart_alias(values: Option<&Value>, charts: &[String], ours: bool) -> Opti
             })
         })
         .cloned()
+}
+
+/// The values in a YAML values string (`raw`), below `alias` when set: None when absent,
+/// not a string, over [`MAX_VALUES_TEXT_BYTES`] or not YAML (the cloud-config site reports
+/// those).
+fn text_values(raw: Option<&Value>, alias: Option<&str>) -> Option<Value> {
+    let text = raw?.as_str().filter(|t| t.len() <= MAX_VALUES_TEXT_BYTES)?;
+    let values = yaml::parse_one(text).and_then(|n| n.to_json()).ok()?;
+    match alias {
+        Some(alias) => values.get(alias).cloned(),
+        None => Some(values),
+    }
+}
+
+/// The subchart key of the CCM chart's values inside a values string of an umbrella chart
+/// (see [`subchart_alias`]). The string is parsed only when a line starts with one of the
+/// chart names and a colon, so other charts' values strings cost a scan, not a parse.
+fn umbrella_text_alias(raw: Option<&Value>, charts: &[String], ours: bool) -> Option<String> {
+    let text = raw?.as_str().filter(|t| t.len() <= MAX_VALUES_TEXT_BYTES)?;
+    let names_a_chart = text.lines().any(|line| {
+        charts.iter().any(|chart| {
+            line.strip_prefix(chart.as_str())
+                .is_some_and(|rest| rest.trim_start().starts_with(':'))
+        })
+    });
+    if !names_a_chart {
+        return None;
+    }
+    subchart_alias(text_values(raw, None).as_ref(), charts, ours)
 }
 
 /// k0s `ClusterConfig`: each `spec.extensions.helm.charts[]` whose `chartname` names the
@@ -295,6 +348,7 @@ fn argo_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
             (0..list.len()).map(|i| vec![Seg::key("spec"), Seg::key("sources"), Seg::Index(i)]),
         );
     }
+    let many_sources = sources.len() > MAX_CARRIERS_PER_OBJECT;
     for base in sources {
         let Some(source) = get(root, &base) else {
             continue;
@@ -316,6 +370,27 @@ fn argo_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
             out.push(ValuesPlace {
                 path,
                 yaml_string: false,
+                unseen: Some(value_files),
+                overrides: Some(OverrideSource::ArgoParameters(parameters)),
+                alias: Some(alias),
+            });
+            continue;
+        }
+        let values_text = helm
+            .filter(|h| h.get("valuesObject").is_none_or(Value::is_null))
+            .and_then(|h| h.get("values"));
+        // Past the carrier cap nothing is read, so no string is parsed to find out more.
+        let text_alias = if many_sources {
+            None
+        } else {
+            umbrella_text_alias(values_text, charts, ours)
+        };
+        if let Some(alias) = text_alias {
+            let mut path = base.clone();
+            path.extend(keys(&["helm", "values"]));
+            out.push(ValuesPlace {
+                path,
+                yaml_string: true,
                 unseen: Some(value_files),
                 overrides: Some(OverrideSource::ArgoParameters(parameters)),
                 alias: Some(alias),
@@ -407,12 +482,16 @@ fn read(
     let raw = (existing == place.path.len())
         .then(|| get(root, &place.path))
         .flatten();
+    let overrides = place_overrides(root, &place);
     let field = display(&place.path);
     // How messages name a path inside the values: a values file's values are the file.
     let prefix = match (values_file, place.yaml_string) {
         (true, _) if place.path.len() > 1 => format!("{}.", display(&place.path[1..])),
         (true, _) => String::new(),
-        (false, true) => format!("{field}, "),
+        (false, true) => match &place.alias {
+            Some(alias) => format!("{field}, {alias}."),
+            None => format!("{field}, "),
+        },
         (false, false) => format!("{field}."),
     };
     let at = ValuesAt {
@@ -421,35 +500,25 @@ fn read(
         prefix,
     };
     let object = object_name.to_owned();
-    let mut overrides = place
-        .overrides
-        .as_ref()
-        .map(|source| overrides_of(root, source))
-        .unwrap_or_default();
-    if let Some(alias) = &place.alias {
-        // Under an umbrella chart, `--set` paths start with the subchart's key.
-        overrides.retain_mut(|(o, _)| {
-            let under = o.keys.len() > 1 && &o.keys[0] == alias;
-            if under {
-                o.keys.remove(0);
-            }
-            under
-        });
-    }
+    let overrides = match overrides {
+        Ok(overrides) => overrides,
+        Err(failure) => return Some(failure.site(object)),
+    };
     if let Some(references) = &place.unseen
         && let Some(sources) = unseen_sources(root, references)
     {
         // The values here are merged over the unseen ones: they decide alone only with
         // `cloudConfigContents` or the Secret switched off.
         let top = if place.yaml_string {
-            raw.and_then(Value::as_str)
-                .filter(|t| t.len() <= MAX_VALUES_TEXT_BYTES)
-                .and_then(|t| yaml::parse_one(t).and_then(|n| n.to_json()).ok())
+            text_values(raw, place.alias.as_deref())
         } else {
             Some(raw.cloned().unwrap_or(Value::Null))
         };
         if let Some(top) = top {
-            let merged = merged_with(&top, &overrides);
+            let merged = match merged_with(&top, &overrides) {
+                Ok(merged) => merged,
+                Err(failure) => return Some(failure.site(object)),
+            };
             if !renders_secret(&merged) {
                 return None;
             }
@@ -467,11 +536,15 @@ fn read(
         }
     }
     if place.yaml_string {
-        return read_values_text(object, at, field, raw, overrides);
+        let subchart = place.alias.as_deref();
+        return read_values_text(object, at, field, raw, overrides, subchart);
     }
     let values = raw.cloned().unwrap_or(Value::Null);
     if !overrides.is_empty() {
-        let merged = merged_with(&values, &overrides);
+        let merged = match merged_with(&values, &overrides) {
+            Ok(merged) => merged,
+            Err(failure) => return Some(failure.site(object)),
+        };
         return renders_secret(&merged)
             .then(|| in_values_over(object, Beneath::Map(at, values), merged, overrides));
     }
@@ -526,25 +599,6 @@ pub fn describe_values_reference(reference: &Value) -> String {
     out
 }
 
-/// The keys of a Helm `--set` path (`cloudConfig.loadBalancer.subnet-id`; a backslash makes
-/// the next character part of the key, so `a\.b` is the one key `a.b`), or None for a path
-/// with a list index (`a[0]`), an empty key or `=`/`,`, which stackgate does not follow.
-pub fn set_path_keys(path: &str) -> Option<Vec<String>> {
-    let mut keys = Vec::new();
-    let mut key = String::new();
-    let mut chars = path.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '\\' => key.push(chars.next()?),
-            '.' => keys.push(std::mem::take(&mut key)),
-            '[' | ']' | '=' | ',' => return None,
-            other => key.push(other),
-        }
-    }
-    keys.push(key);
-    (!keys.iter().any(String::is_empty)).then_some(keys)
-}
-
 /// A `--set` value typed as Helm's `strvals` types it: `true`/`false` (any case) booleans,
 /// `null` null, a decimal integer without a leading zero (or `0`) a number, else the string.
 pub fn set_typed(value: &str) -> Value {
@@ -568,20 +622,6 @@ pub fn set_typed(value: &str) -> Value {
     Value::String(value.to_owned())
 }
 
-/// Sets `keys` to `leaf` in `root`, making maps of missing or non-map parents (as `--set`
-/// does).
-pub fn put_path(root: &mut Value, keys: &[String], leaf: Value) {
-    let mut node = root;
-    for key in keys {
-        if !node.is_object() {
-            *node = Value::Object(serde_json::Map::new());
-        }
-        let Value::Object(map) = node else { return };
-        node = map.entry(key.clone()).or_insert(Value::Null);
-    }
-    *node = leaf;
-}
-
 /// The data key Flux reads when a `valuesFrom` reference names none.
 pub const FLUX_DEFAULT_VALUES_KEY: &str = "values.yaml";
 
@@ -591,7 +631,8 @@ fn read_values_text(
     at: ValuesAt,
     field: String,
     raw: Option<&Value>,
-    overrides: Vec<(Override, Value)>,
+    overrides: Vec<Override>,
+    subchart: Option<&str>,
 ) -> Option<FoundConfig> {
     let yaml = match raw {
         None => "",
@@ -611,20 +652,35 @@ fn read_values_text(
         return Some(unread_values_text(object, at, field, error));
     }
     let yaml = yaml.to_owned();
-    match yaml::parse_one(&yaml).and_then(|n| n.to_json()) {
+    // Under an umbrella chart, the CCM's values are those under its subchart key.
+    let text_of = |at: ValuesAt, yaml: String, values: Value| match subchart {
+        Some(key) => ValuesText::new(at, yaml, values).under(key),
+        None => ValuesText::new(at, yaml, values),
+    };
+    let parsed = yaml::parse_one(&yaml)
+        .and_then(|n| n.to_json())
+        .map(|values| match subchart {
+            Some(key) => values.get(key).cloned().unwrap_or(Value::Null),
+            None => values,
+        });
+    match parsed {
         Ok(values) if !overrides.is_empty() => {
-            let merged = merged_with(&values, &overrides);
+            let merged = match merged_with(&values, &overrides) {
+                Ok(merged) => merged,
+                Err(failure) => return Some(failure.site(object)),
+            };
             renders_secret(&merged).then(|| {
-                let beneath = Beneath::Text(ValuesText::new(at, yaml, values));
+                let beneath = Beneath::Text(text_of(at, yaml, values));
                 in_values_over(object, beneath, merged, overrides)
             })
         }
-        Ok(values) => renders_secret(&values)
-            .then(|| in_values_text(object, ValuesText::new(at, yaml, values))),
+        Ok(values) => {
+            renders_secret(&values).then(|| in_values_text(object, text_of(at, yaml, values)))
+        }
         Err(error) => {
             let location = field.clone();
             let error = SiteError::Yaml { location, error };
-            let text = ValuesText::new(at, yaml, Value::Null);
+            let text = text_of(at, yaml, Value::Null);
             Some(FoundConfig::new(
                 object,
                 field,
@@ -695,44 +751,102 @@ enum Beneath {
     Text(ValuesText),
 }
 
-/// The `--set`-like overrides in `source` (those stackgate can follow: paths without list
-/// indexes, string or integer values), each with the value Helm would set.
-fn overrides_of(root: &Value, source: &OverrideSource) -> Vec<(Override, Value)> {
+/// A `--set`-like entry Helm's parser cannot read, or cannot apply to the values beneath.
+#[derive(Debug)]
+struct SetFailure {
+    /// How messages name the entry.
+    name: String,
+    /// Path of the entry's value in the object.
+    value_path: Vec<Seg>,
+    /// What Helm's parser objects to.
+    error: StrvalsError,
+}
+
+impl SetFailure {
+    fn of(o: &Override, error: StrvalsError) -> Self {
+        SetFailure {
+            name: o.name.clone(),
+            value_path: o.value_path.clone(),
+            error,
+        }
+    }
+
+    /// The site that says what the chart renders is not known (nothing to edit).
+    fn site(self, object: String) -> FoundConfig {
+        let error = SiteError::SetEntry {
+            location: self.name.clone(),
+            error: self.error,
+        };
+        let carrier = UnseenValues {
+            path: self.value_path,
+        };
+        FoundConfig::new(object, self.name, Err(error), carrier)
+    }
+}
+
+/// The `--set`-like entries of `place` in the order Helm applies them, each read with Helm's
+/// `strvals` parser. Below an umbrella chart's subchart key, entries under that key are kept
+/// without it and others (another subchart's) dropped. An entry Helm cannot read, or one that
+/// sets the subchart's key itself together with other keys, is a failure: what the chart
+/// renders is then not known.
+fn place_overrides(root: &Value, place: &ValuesPlace) -> Result<Vec<Override>, SetFailure> {
+    let Some(source) = &place.overrides else {
+        return Ok(Vec::new());
+    };
+    let mut out = overrides_of(root, source)?;
+    if let Some(alias) = &place.alias {
+        let prefix = format!("{alias}.");
+        let mut kept = Vec::new();
+        for mut o in out {
+            let under =
+                |p: &Vec<Seg>| p.len() > 1 && matches!(p.first(), Some(Seg::Key(k)) if k == alias);
+            if !o.touches(alias) {
+                continue;
+            }
+            if !o.paths.iter().all(under) || !o.line.starts_with(&prefix) {
+                return Err(SetFailure::of(&o, StrvalsError::WrongType));
+            }
+            o.line = o.line[prefix.len()..].to_owned();
+            for p in &mut o.paths {
+                p.remove(0);
+            }
+            kept.push(o);
+        }
+        out = kept;
+    }
+    Ok(out)
+}
+
+/// The `--set`-like entries in `source`, each with the values paths it sets.
+fn overrides_of(root: &Value, source: &OverrideSource) -> Result<Vec<Override>, SetFailure> {
     let mut out = Vec::new();
     match source {
         OverrideSource::HelmChartSet(path) => {
             let Some(map) = get(root, path).and_then(Value::as_object) else {
-                return out;
+                return Ok(out);
             };
             // helm-controller sorts the keys; "true"/"false" go to `--set` (typed), other
-            // strings to `--set-string`, integers to `--set`.
+            // strings to `--set-string` with their commas escaped, integers to `--set`.
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();
             entries.sort_by(|a, b| a.0.cmp(b.0));
             for (key, value) in entries {
-                let value = match value {
-                    Value::String(s) if s == "true" || s == "false" => set_typed(s),
-                    Value::String(_) | Value::Number(_) | Value::Bool(_) => value.clone(),
+                let (typing, text) = match value {
+                    Value::String(s) if s == "true" || s == "false" => (Typing::Typed, s.clone()),
+                    Value::String(s) => {
+                        (Typing::Strings, strvals::escape_commas_helm_controller(s))
+                    }
+                    Value::Number(_) | Value::Bool(_) => (Typing::Typed, value.to_string()),
                     _ => continue,
-                };
-                let Some(keys) = set_path_keys(key) else {
-                    continue;
                 };
                 let mut value_path = path.clone();
                 value_path.push(Seg::key(key));
                 let name = format!("{}[\"{key}\"]", display(path));
-                out.push((
-                    Override {
-                        keys,
-                        value_path,
-                        name,
-                    },
-                    value,
-                ));
+                out.push(parsed(format!("{key}={text}"), typing, value_path, name)?);
             }
         }
         OverrideSource::ArgoParameters(path) => {
             let Some(list) = get(root, path).and_then(Value::as_array) else {
-                return out;
+                return Ok(out);
             };
             for (i, parameter) in list.iter().enumerate() {
                 let (Some(name), Some(value)) = (
@@ -741,41 +855,61 @@ fn overrides_of(root: &Value, source: &OverrideSource) -> Vec<(Override, Value)>
                 ) else {
                     continue;
                 };
-                let Some(keys) = set_path_keys(name) else {
-                    continue;
-                };
                 // `forceString: true` is `--set-string`; otherwise `--set` types the value.
                 let force = parameter.get("forceString").and_then(Value::as_bool) == Some(true);
-                let typed = if force {
-                    Value::String(value.to_owned())
+                let typing = if force {
+                    Typing::Strings
                 } else {
-                    set_typed(value)
+                    Typing::Typed
                 };
                 let mut at = path.clone();
                 at.push(Seg::Index(i));
                 let shown = format!("{} ({name})", display(&at));
                 at.push(Seg::key("value"));
-                out.push((
-                    Override {
-                        keys,
-                        value_path: at,
-                        name: shown,
-                    },
-                    typed,
-                ));
+                let line = format!("{name}={}", strvals::escape_commas_argo(value));
+                out.push(parsed(line, typing, at, shown)?);
             }
         }
     }
-    out
+    Ok(out)
 }
 
-/// `values` with the overrides applied in order.
-fn merged_with(values: &Value, overrides: &[(Override, Value)]) -> Value {
-    let mut merged = values.clone();
-    for (o, value) in overrides {
-        put_path(&mut merged, &o.keys, value.clone());
+/// One entry read with Helm's parser (on its own, for the paths it sets and the errors of
+/// its syntax; errors that depend on the values beneath come when it is applied).
+fn parsed(
+    line: String,
+    typing: Typing,
+    value_path: Vec<Seg>,
+    name: String,
+) -> Result<Override, SetFailure> {
+    let mut o = Override {
+        line,
+        typing,
+        paths: Vec::new(),
+        value_path,
+        name,
+    };
+    match strvals::parse_into(&o.line, &mut serde_json::Map::new(), typing) {
+        Ok(assigned) => {
+            o.paths = assigned.into_iter().map(|a| a.path).collect();
+            Ok(o)
+        }
+        Err(error) => Err(SetFailure::of(&o, error)),
     }
-    merged
+}
+
+/// `values` with the overrides applied in order, as Helm applies `--set` over the values
+/// files (a values root that is not a map is taken as empty, as Helm refuses it anyway).
+fn merged_with(values: &Value, overrides: &[Override]) -> Result<Value, SetFailure> {
+    let mut merged = match values {
+        Value::Object(map) => map.clone(),
+        _ => serde_json::Map::new(),
+    };
+    for o in overrides {
+        strvals::parse_into(&o.line, &mut merged, o.typing)
+            .map_err(|error| SetFailure::of(o, error))?;
+    }
+    Ok(Value::Object(merged))
 }
 
 /// The cloud config in values with overrides on top (`merged`): an override's
@@ -785,12 +919,14 @@ fn in_values_over(
     object: String,
     beneath: Beneath,
     merged: Value,
-    overrides: Vec<(Override, Value)>,
+    overrides: Vec<Override>,
 ) -> FoundConfig {
-    if let Some((o, _)) = overrides
-        .iter()
-        .rev()
-        .find(|(o, v)| o.keys == ["cloudConfigContents"] && truthy(v))
+    if contents(&merged).is_some()
+        && let Some(o) = overrides
+            .iter()
+            .rev()
+            .find(|o| o.touches("cloudConfigContents"))
+        && o.paths == [vec![Seg::key("cloudConfigContents")]]
     {
         let path = o.value_path.clone();
         let raw = get_owned_string(&merged);
@@ -821,7 +957,7 @@ fn in_values_over(
     let carrier = Overridden {
         inner,
         origins,
-        overrides: overrides.into_iter().map(|(o, _)| o).collect(),
+        overrides,
     };
     FoundConfig::new(object, location, ini, carrier)
 }
@@ -916,31 +1052,55 @@ pub fn helm_controller_extra_args_all(
         return out;
     }
     for place in places {
-        let Some(raw) = get(root, &place.path) else {
+        let raw = get(root, &place.path);
+        // `--set`-like entries apply on top; one Helm cannot read is reported by the
+        // cloud-config site, and nothing is claimed here.
+        let Ok(overrides) = place_overrides(root, &place) else {
             continue;
         };
         let field = shown(&place.path);
         let (values, location, field_pointer) = if place.yaml_string {
-            let Some(text) = raw.as_str().filter(|t| t.len() <= MAX_VALUES_TEXT_BYTES) else {
-                continue;
+            let values = match raw {
+                None | Some(Value::Null) => Value::Null,
+                Some(_) => match text_values(raw, place.alias.as_deref()) {
+                    Some(values) => values,
+                    None => continue,
+                },
             };
-            let Ok(values) = yaml::parse_one(text).and_then(|n| n.to_json()) else {
-                continue;
-            };
+            let within = place
+                .alias
+                .as_ref()
+                .map(|a| format!("{a}."))
+                .unwrap_or_default();
             (
                 values,
-                format!("{field}, controllerExtraArgs"),
+                format!("{field}, {within}controllerExtraArgs"),
                 pointer(&place.path).to_string(),
             )
         } else {
             let mut p = place.path.clone();
             p.push(Seg::key("controllerExtraArgs"));
-            (raw.clone(), shown(&p), pointer(&p).to_string())
+            (
+                raw.cloned().unwrap_or(Value::Null),
+                shown(&p),
+                pointer(&p).to_string(),
+            )
         };
-        let Some(args) = values.get("controllerExtraArgs").and_then(extra_args) else {
+        let Ok(merged) = merged_with(&values, &overrides) else {
             continue;
         };
-        out.push((location, field_pointer, args));
+        let Some(args) = merged.get("controllerExtraArgs").and_then(extra_args) else {
+            continue;
+        };
+        // Set by an entry on top: point at that entry.
+        match overrides
+            .iter()
+            .rev()
+            .find(|o| o.touches("controllerExtraArgs"))
+        {
+            Some(o) => out.push((o.name.clone(), pointer(&o.value_path).to_string(), args)),
+            None => out.push((location, field_pointer, args)),
+        }
     }
     out
 }
@@ -957,7 +1117,8 @@ pub struct ChartValues {
     /// The values are a YAML string (`valuesContent`, Argo `helm.values`), so a finding can
     /// only point at the string field.
     pub yaml_string: bool,
-    /// The values (Null when the carrier is absent: the chart's defaults apply).
+    /// The values (Null when the carrier is absent: the chart's defaults apply), with a
+    /// RKE2/k3s HelmChart's `spec.set` entries applied as Helm applies `--set`.
     pub values: Value,
     /// Values merged in from outside the object, under these inline values (Flux
     /// `spec.valuesFrom`, Argo CD `helm.valueFiles`): the field that lists them, e.g.
@@ -970,14 +1131,21 @@ pub struct ChartValues {
     pub overlay: bool,
     /// A RKE2/k3s HelmChart: a HelmChartConfig of the same name may override its values.
     pub overridable: bool,
+    /// In a values string of an umbrella chart, the subchart key the CCM chart's values are
+    /// under (`openstack-cloud-controller-manager`); messages name keys below it.
+    pub within: Option<String>,
 }
 
 impl ChartValues {
     /// How messages name `key` (a dotted values path) in this carrier:
     /// `spec.values.cluster.name`, `spec.valuesContent, cluster.name`, `cluster.name`.
     pub fn describe(&self, key: &str) -> String {
+        let key = match &self.within {
+            Some(within) => format!("{within}.{key}"),
+            None => key.to_owned(),
+        };
         match (self.field.is_empty(), self.yaml_string) {
-            (true, _) => key.to_owned(),
+            (true, _) => key,
             (false, true) => format!("{}, {key}", self.field),
             (false, false) => format!("{}.{key}", self.field),
         }
@@ -1016,16 +1184,31 @@ pub fn chart_values_all(gvk: &GroupVersionKind, object: &DynamicObject) -> Vec<C
         let values = if place.yaml_string {
             match raw {
                 None | Some(Value::Null) => Value::Null,
-                Some(Value::String(text)) if text.len() <= MAX_VALUES_TEXT_BYTES => {
-                    match yaml::parse_one(text).and_then(|n| n.to_json()) {
-                        Ok(values) => values,
-                        Err(_) => continue,
-                    }
-                }
-                Some(_) => continue,
+                Some(_) => match text_values(raw, place.alias.as_deref()) {
+                    Some(values) => values,
+                    None => continue,
+                },
             }
         } else {
             raw.cloned().unwrap_or(Value::Null)
+        };
+        // RKE2/k3s `spec.set` entries apply on top (Argo CD parameters are handed over as
+        // `parameters`); entries Helm cannot read are reported by the cloud-config site.
+        let values = match &place.overrides {
+            Some(OverrideSource::HelmChartSet(_)) => {
+                let Ok(overrides) = place_overrides(root, &place) else {
+                    continue;
+                };
+                if overrides.is_empty() {
+                    values
+                } else {
+                    match merged_with(&values, &overrides) {
+                        Ok(merged) => merged,
+                        Err(_) => continue,
+                    }
+                }
+            }
+            _ => values,
         };
         let (merged_from, parameters) = outside_values(root, &place.path);
         let overlay = gvk.group == "helm.cattle.io" && gvk.kind == "HelmChartConfig";
@@ -1039,6 +1222,7 @@ pub fn chart_values_all(gvk: &GroupVersionKind, object: &DynamicObject) -> Vec<C
             parameters,
             overlay,
             overridable,
+            within: place.alias.filter(|_| place.yaml_string),
         });
     }
     out
@@ -1652,6 +1836,70 @@ mod tests {
     }
 
     #[test]
+    fn umbrella_values_strings_are_read_and_edited_under_the_subchart_key() {
+        let values = "global: {}\nopenstack-cloud-controller-manager:\n  cloudConfig:\n    global:\n      region: r\n  controllerExtraArgs: |-\n    - --concurrent-service-syncs=4\ncloudConfig: {}\n";
+        let (gvk, o) = obj(json!({"apiVersion":"helm.cattle.io/v1","kind":"HelmChart",
+            "metadata":{"name":"addons","namespace":"kube-system"},
+            "spec":{"chart":"cluster-addons","valuesContent": values,
+                "set":{"openstack-cloud-controller-manager.cloudConfig.loadBalancer.lb-method":"ROUND_ROBIN",
+                    "cloudConfig.loadBalancer.lb-method":"SOURCE_IP"}}}));
+        let found = find(&gvk, &o, &charts());
+        assert_eq!(found.len(), 1);
+        let f = &found[0];
+        assert_eq!(
+            f.location,
+            "spec.valuesContent, openstack-cloud-controller-manager.cloudConfig"
+        );
+        let text = f.text.clone().unwrap();
+        // Only the entry under the subchart key applies to the CCM.
+        assert!(text.contains("lb-method = \"ROUND_ROBIN\""), "{text}");
+        assert_eq!(
+            f.describe(Some(2)),
+            "HelmChart kube-system/addons spec.valuesContent, \
+             openstack-cloud-controller-manager.cloudConfig.global.region (line 5 of the values)"
+        );
+        let ops = serial_calls_patch(f);
+        let expected = values.replace(
+            "      region: r\n",
+            "      region: r\n    loadBalancer:\n      provider-requires-serial-api-calls: true\n",
+        );
+        assert_eq!(
+            ops,
+            json!([{"op":"replace","path":"/spec/valuesContent","value": expected}])
+        );
+        let (loc, ptr, args) = helm_controller_extra_args(&gvk, &o).unwrap();
+        assert_eq!(
+            (loc.as_str(), ptr.as_str()),
+            (
+                "spec.valuesContent, openstack-cloud-controller-manager.controllerExtraArgs",
+                "/spec/valuesContent"
+            )
+        );
+        assert_eq!(args, vec!["--concurrent-service-syncs=4"]);
+        // Argo CD `helm.values` of an umbrella chart, with its cloudConfigContents.
+        let (gvk, o) = obj(
+            json!({"apiVersion":"argoproj.io/v1alpha1","kind":"Application",
+            "metadata":{"name":"addons","namespace":"argocd"},
+            "spec":{"source":{"chart":"cluster-addons","helm":{"values":
+                "openstack-cloud-controller-manager:\n  cloudConfigContents: |\n    [Global]\n    region = r\n"}}}}),
+        );
+        let found = find(&gvk, &o, &charts());
+        assert_eq!(found.len(), 1);
+        assert_eq!(
+            found[0].describe(Some(2)),
+            "Application argocd/addons spec.source.helm.values, \
+             openstack-cloud-controller-manager.cloudConfigContents line 2 (line 4 of the values)"
+        );
+        // A subchart switched off in the string: nothing.
+        let (gvk, o) = obj(
+            json!({"apiVersion":"helm.cattle.io/v1","kind":"HelmChartConfig",
+            "metadata":{"name":"addons","namespace":"kube-system"},
+            "spec":{"valuesContent":"openstack-cloud-controller-manager:\n  enabled: false\n"}}),
+        );
+        assert!(find(&gvk, &o, &charts()).is_empty());
+    }
+
+    #[test]
     fn k0s_cluster_config_chart_values() {
         let (gvk, o) = obj(
             json!({"apiVersion":"k0s.k0sproject.io/v1beta1","kind":"ClusterConfig",
@@ -1680,21 +1928,97 @@ mod tests {
     }
 
     #[test]
-    fn set_paths_and_typed_values() {
-        assert_eq!(
-            set_path_keys("cloudConfig.loadBalancer.a\\.b"),
-            Some(vec![
-                "cloudConfig".into(),
-                "loadBalancer".into(),
-                "a.b".into()
-            ])
-        );
-        assert_eq!(set_path_keys("a[0].b"), None);
-        assert_eq!(set_path_keys("a..b"), None);
+    fn set_values_typed_as_helm_types_them() {
         assert_eq!(set_typed("False"), json!(false));
         assert_eq!(set_typed("12"), json!(12));
         assert_eq!(set_typed("012"), json!("012"));
         assert_eq!(set_typed("x"), json!("x"));
+    }
+
+    #[test]
+    fn set_entries_follow_helm_strvals_list_indexes_and_unreadable_paths() {
+        let chart = |set: Value| {
+            obj(json!({"apiVersion":"helm.cattle.io/v1","kind":"HelmChart",
+                "metadata":{"name":"occm","namespace":"kube-system"},
+                "spec":{"chart":"openstack-cloud-controller-manager",
+                    "valuesContent":"cloudConfig:\n  loadBalancer:\n    provider-requires-serial-api-calls: true\n",
+                    "set": set}}))
+        };
+        // List paths outside cloudConfig are followed and change nothing it renders.
+        let (gvk, o) = chart(json!({"tolerations[0].key": "x",
+            "extraEnv[1].provider-requires-serial-api-calls": "false"}));
+        let found = find(&gvk, &o, &charts());
+        let text = found[0].text.clone().unwrap();
+        assert!(
+            text.contains("provider-requires-serial-api-calls = \"true\""),
+            "{text}"
+        );
+        // A list value and a comma escaped by helm-controller stay one value.
+        let (gvk, o) = chart(json!({"cloudConfig.global.region": "a,b"}));
+        let text = find(&gvk, &o, &charts())[0].text.clone().unwrap();
+        assert!(text.contains("region = \"a,b\""), "{text}");
+        // A path Helm cannot read: the site says so and nothing is edited.
+        for key in ["cloudConfig.loadBalancer[x]", "cloudConfig..a", "a[0]b"] {
+            let (gvk, o) = chart(json!({ key: "false" }));
+            let found = find(&gvk, &o, &charts());
+            assert_eq!(found.len(), 1, "{key}");
+            let err = found[0].text.clone().unwrap_err();
+            assert!(matches!(err, SiteError::SetEntry { .. }), "{key}: {err}");
+            assert!(
+                err.to_string().starts_with(&format!(
+                    "spec.set[\"{key}\"] is not a --set entry Helm can read"
+                )),
+                "{err}"
+            );
+            assert_eq!(
+                found[0].pointer(),
+                pointer(&[Seg::key("spec"), Seg::key("set"), Seg::key(key)]).to_string()
+            );
+            let doc = Document::parse("[LoadBalancer]\n").unwrap();
+            assert!(found[0].patch(&doc, &[SERIAL_CALLS]).is_empty());
+        }
+        // A key through a value of another type: Helm fails too.
+        let (gvk, o) =
+            chart(json!({"cloudConfig.loadBalancer.provider-requires-serial-api-calls.x": "1"}));
+        assert!(matches!(
+            find(&gvk, &o, &charts())[0].text,
+            Err(SiteError::SetEntry { .. })
+        ));
+    }
+
+    #[test]
+    fn controller_extra_args_set_on_top_point_at_the_entry() {
+        let (gvk, o) = obj(json!({"apiVersion":"helm.cattle.io/v1","kind":"HelmChart",
+            "metadata":{"name":"occm","namespace":"kube-system"},
+            "spec":{"chart":"openstack-cloud-controller-manager",
+                "valuesContent":"controllerExtraArgs: |-\n  - --concurrent-service-syncs=1\n",
+                "set":{"controllerExtraArgs":"- --concurrent-service-syncs=4"}}}));
+        let (loc, ptr, args) = helm_controller_extra_args(&gvk, &o).unwrap();
+        assert_eq!(
+            (loc.as_str(), ptr.as_str()),
+            (
+                "spec.set[\"controllerExtraArgs\"]",
+                "/spec/set/controllerExtraArgs"
+            )
+        );
+        assert_eq!(args, vec!["--concurrent-service-syncs=4"]);
+        // Argo CD parameters, also with a list index.
+        let (gvk, o) = obj(
+            json!({"apiVersion":"argoproj.io/v1alpha1","kind":"Application",
+            "metadata":{"name":"occm","namespace":"argocd"},
+            "spec":{"source":{"chart":"openstack-cloud-controller-manager",
+                "helm":{"parameters":[{"name":"controllerExtraArgs[0]",
+                    "value":"--concurrent-service-syncs=4"}]}}}}),
+        );
+        let (loc, ptr, args) = helm_controller_extra_args(&gvk, &o).unwrap();
+        assert_eq!(
+            (loc.as_str(), ptr.as_str()),
+            (
+                "spec.source.helm.parameters[0] (controllerExtraArgs[0])",
+                "/spec/source/helm/parameters/0/value"
+            )
+        );
+        assert_eq!(args, vec!["--concurrent-service-syncs=4"]);
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub mod labelled_values;
 mod object_data;
 pub mod payload;
 pub mod render;
+pub mod strvals;
 mod values;
 
 use std::sync::Arc;
@@ -207,6 +208,16 @@ pub enum SiteError {
         location: String,
         /// The label that names it.
         label: String,
+    },
+    /// A `--set`-like entry (HelmChart `spec.set`, Argo CD `helm.parameters`) that Helm's
+    /// `strvals` parser cannot read ([`strvals`]): Helm would stop there, so what the chart
+    /// renders is not known.
+    #[error("{location} is not a --set entry Helm can read ({error})")]
+    SetEntry {
+        /// The entry (`spec.set["a[x]"]`).
+        location: String,
+        /// What Helm's parser objects to (never the entry's text).
+        error: strvals::StrvalsError,
     },
     /// The chart cannot render the structured cloud config.
     #[error("{location}: {error}")]

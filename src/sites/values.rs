@@ -17,6 +17,7 @@ use serde_json::{Map, Value};
 
 use super::helm::pointer;
 use super::render::{self, Origin};
+use super::strvals::Typing;
 use super::{Anchor, Carrier, Holder};
 use crate::cloudconf::{Document, IniEdit};
 use crate::yaml::edit::{self as yamledit, Change};
@@ -157,8 +158,11 @@ pub(super) struct ValuesText {
     pub(super) at: ValuesAt,
     /// The values text.
     pub(super) yaml: String,
-    /// The values (null when unreadable).
+    /// The values (null when unreadable): below `within` when that is set.
     pub(super) values: Value,
+    /// The key of the CCM chart's values inside the text when the text holds an umbrella
+    /// chart's values (`openstack-cloud-controller-manager:`); empty for the chart's own.
+    within: Vec<Seg>,
     /// The text parsed with positions, read once on first use: every finding's message and
     /// location asks for it, and parsing per finding was quadratic.
     tree: OnceLock<Option<Node>>,
@@ -174,6 +178,7 @@ impl ValuesText {
             at,
             yaml,
             values,
+            within: Vec::new(),
             tree: OnceLock::new(),
             minimal_only: false,
         }
@@ -183,6 +188,19 @@ impl ValuesText {
     pub(super) fn minimal_only(mut self) -> Self {
         self.minimal_only = true;
         self
+    }
+
+    /// The same text, whose CCM chart values (`values`) are under the subchart key `key`.
+    pub(super) fn under(mut self, key: &str) -> Self {
+        self.within = vec![Seg::key(key)];
+        self
+    }
+
+    /// `path` (inside the CCM chart's values) from the root of the text.
+    fn rooted(&self, path: &[Seg]) -> Vec<Seg> {
+        let mut out = self.within.clone();
+        out.extend_from_slice(path);
+        out
     }
 
     /// The parsed text, or `None` when it is not valid YAML.
@@ -234,17 +252,39 @@ impl ValuesText {
     /// cannot be.
     fn edit_minimal(&self, changes: &[Change]) -> Option<String> {
         let mut current = self.yaml.clone();
-        for change in changes {
+        for change in &self.rooted_changes(changes) {
             current = yamledit::apply(&current, 0, change).ok()?;
         }
         Some(current)
     }
 
+    /// `changes` (paths inside the CCM chart's values) with paths from the root of the text.
+    fn rooted_changes(&self, changes: &[Change]) -> Vec<Change> {
+        changes
+            .iter()
+            .map(|change| {
+                let Change::Set { path, value } = change;
+                Change::Set {
+                    path: self.rooted(path),
+                    value: value.clone(),
+                }
+            })
+            .collect()
+    }
+
     /// The whole values with `changes` applied, as JSON (which Helm reads as YAML): the
-    /// fallback when the text cannot be edited minimally.
+    /// fallback when the text cannot be edited minimally (under an umbrella chart, the whole
+    /// text's values).
     fn rewrite_as_json(&self, changes: &[Change]) -> String {
-        let mut values = self.values.clone();
-        for change in changes {
+        let mut values = if self.within.is_empty() {
+            self.values.clone()
+        } else {
+            match yaml::parse_one(&self.yaml).and_then(|n| n.to_json()) {
+                Ok(whole) => whole,
+                Err(_) => return self.yaml.clone(),
+            }
+        };
+        for change in &self.rooted_changes(changes) {
             let Change::Set { path, value } = change;
             let keys: Vec<String> = path
                 .iter()
@@ -279,7 +319,7 @@ impl ValuesTextRendered {
             .iter()
             .map(|k| Seg::key(k))
             .collect();
-        let (used, _, key_line) = root.deepest(&path);
+        let (used, _, key_line) = root.deepest(&self.text.rooted(&path));
         (used > 0).then_some(key_line)
     }
 }
@@ -330,7 +370,7 @@ impl ValuesTextContents {
     /// for `None`).
     fn values_line(&self, line: Option<usize>) -> Option<usize> {
         let root = self.text.tree()?;
-        let node = root.at(&[Seg::key("cloudConfigContents")])?;
+        let node = root.at(&self.text.rooted(&[Seg::key("cloudConfigContents")]))?;
         Some(yaml::line_within_scalar(
             &self.text.yaml,
             node,
@@ -478,17 +518,50 @@ impl Carrier for UnseenValues {
     }
 }
 
-/// One value set on top of the chart's values by a Helm `--set`-like field: RKE2/k3s
+/// One entry of a Helm `--set`-like field set on top of the chart's values: RKE2/k3s
 /// HelmChart `spec.set` entries, Argo CD `helm.parameters`.
 #[derive(Debug, Clone)]
 pub(super) struct Override {
-    /// The values path it sets (`[cloudConfig, loadBalancer, subnet-id]`).
-    pub(super) keys: Vec<String>,
+    /// The `--set` text Helm parses (`key=value`, commas escaped as the controller escapes
+    /// them); below an umbrella chart's subchart key, without it.
+    pub(super) line: String,
+    /// `--set` or `--set-string`.
+    pub(super) typing: Typing,
+    /// The values paths it sets (`[cloudConfig, loadBalancer, subnet-id]`; list indexes
+    /// included), in Helm's parse order.
+    pub(super) paths: Vec<Vec<Seg>>,
     /// Path of the string that holds the value in the object (`spec.set.<key>`,
     /// `spec.source.helm.parameters[0].value`).
     pub(super) value_path: Vec<Seg>,
     /// How messages name it: `spec.set["cloudConfig.loadBalancer.subnet-id"]`.
     pub(super) name: String,
+}
+
+impl Override {
+    /// Whether it sets exactly the one values path `keys` (gcfg matches the last key, a
+    /// cloud-config key, without regard to case).
+    fn sets_only(&self, keys: &[String]) -> bool {
+        let [path] = self.paths.as_slice() else {
+            return false;
+        };
+        path.len() == keys.len()
+            && path
+                .iter()
+                .zip(keys)
+                .enumerate()
+                .all(|(i, (seg, key))| match seg {
+                    Seg::Key(k) if i + 1 == keys.len() => k.eq_ignore_ascii_case(key),
+                    Seg::Key(k) => k == key,
+                    Seg::Index(_) => false,
+                })
+    }
+
+    /// Whether it sets anything at or below the top-level values key `key`.
+    pub(super) fn touches(&self, key: &str) -> bool {
+        self.paths
+            .iter()
+            .any(|p| matches!(p.first(), Some(Seg::Key(k)) if k == key))
+    }
 }
 
 /// A rendered `cloudConfig` whose values are overridden by `--set`-like entries: a line that
@@ -514,16 +587,7 @@ impl Overridden {
     }
 
     fn find(&self, path: &[String]) -> Option<&Override> {
-        self.overrides.iter().rev().find(|o| {
-            o.keys.len() == path.len()
-                && o.keys.iter().zip(path).enumerate().all(|(i, (a, b))| {
-                    if i + 1 == path.len() {
-                        a.eq_ignore_ascii_case(b)
-                    } else {
-                        a == b
-                    }
-                })
-        })
+        self.overrides.iter().rev().find(|o| o.sets_only(path))
     }
 }
 
