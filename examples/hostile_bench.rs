@@ -188,6 +188,13 @@ const ATTACKS: &[Attack] = &[
         scale: Scale::WithSize,
         body: finding_flood,
     },
+    Attack {
+        name: "crs-payload-repeat",
+        item: "14",
+        path: "/validate",
+        scale: Scale::Fixed,
+        body: crs_payload_repeat,
+    },
 ];
 
 /// Placeholder replaced by the generated fragment (raw JSON, or JSON string contents).
@@ -357,6 +364,31 @@ fn yaml_bomb_helmchart(_n: usize) -> String {
         }
     });
     review(object, "helm.cattle.io", "v1", "helmcharts")
+}
+
+/// Issue 14: a ClusterResourceSet payload Secret (base64 `data`) whose ~950 KiB payload, just
+/// under stackgate's 1 MiB payload cap, repeats the `kube-system/cloud-config` Secret and a CCM
+/// DaemonSet: thousands of embedded sites and objects in one value.
+fn crs_payload_repeat(_n: usize) -> String {
+    use base64::Engine as _;
+    let site = "---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: cloud-config\n  \
+                namespace: kube-system\nstringData:\n  cloud.conf: \"[Global]\\n\"\n";
+    let ccm = "---\napiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: occm\nspec:\n  \
+               template:\n    spec:\n      containers:\n      - image: \
+               openstack-cloud-controller-manager\n        args: [--concurrent-service-syncs=4]\n";
+    let mut payload = String::new();
+    while payload.len() < 950 * 1024 {
+        payload.push_str(site);
+        payload.push_str(ccm);
+    }
+    let object = json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "addons.cluster.x-k8s.io/resource-set",
+        "metadata": {"name": "crs-payload", "namespace": "default"},
+        "data": {"payload.yaml": base64::engine::general_purpose::STANDARD.encode(&payload)},
+    });
+    review(object, "", "v1", "secrets")
 }
 
 /// d. The bomb as an Argo CD Application's `spec.source.helm.values` for the CCM chart.
