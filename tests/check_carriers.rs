@@ -632,4 +632,27 @@ fn cluster_name_set_on_top_of_the_values_is_seen() {
     // Without it, the default name is reported (the test can fail).
     let unset = chart("  set:\n    image.tag: v1.31.1\n");
     assert_eq!(names(&run(&["-"], &unset)).len(), 1);
+    // The default set through `spec.set` over a unique name in the values: reported at the
+    // entry (line 16 of the stream), which wins over a HelmChartConfig too (no caveat).
+    let over = chart("  set:\n    image.tag: v1.31.1\n    cluster.name: kubernetes\n").replace(
+        "valuesContent: |-\n",
+        "valuesContent: |-\n    cluster:\n      name: prod-a\n",
+    );
+    let report = run(&["-"], &over);
+    let messages = names(&report);
+    assert_eq!(messages.len(), 1, "{messages:?}");
+    assert!(
+        messages[0].1.contains("HelmChart kube-system/occm spec.set[\"cluster.name\"]: the OpenStack CCM runs with the default cluster name"),
+        "{messages:?}"
+    );
+    assert!(!messages[0].1.contains("HelmChartConfig"), "{messages:?}");
+    let lines: Vec<usize> = report
+        .files
+        .iter()
+        .flat_map(|f| &f.objects)
+        .flat_map(|o| &o.items)
+        .filter(|i| i.rule == "cluster-name")
+        .map(|i| i.line)
+        .collect();
+    assert_eq!(lines, vec![16], "{over}");
 }

@@ -282,8 +282,16 @@ fn values_source(holder: &str, values: &ChartValues) -> Option<NameSource> {
             });
         }
     }
-    let location = format!("{holder} {}", values.describe("cluster.name"));
-    let pointer = values.pointer(&["cluster", "name"]);
+    // A `spec.set` entry applies over every values file, a HelmChartConfig's too
+    // (helm-controller passes `spec.set` last): the name is where it is set.
+    let set_entry = values.set_entry_for(&["cluster", "name"]);
+    let (location, pointer) = match set_entry {
+        Some(entry) => (format!("{holder} {}", entry.name), entry.pointer.clone()),
+        None => (
+            format!("{holder} {}", values.describe("cluster.name")),
+            values.pointer(&["cluster", "name"]),
+        ),
+    };
     // Argo CD `helm.parameters` override every values source.
     if let Some((_, value)) = values
         .parameters
@@ -334,7 +342,7 @@ fn values_source(holder: &str, values: &ChartValues) -> Option<NameSource> {
             explicit: true,
         },
     };
-    let caveat = values.overridable.then_some(HELMCHARTCONFIG_CAVEAT);
+    let caveat = (values.overridable && set_entry.is_none()).then_some(HELMCHARTCONFIG_CAVEAT);
     Some(NameSource {
         key,
         location,

@@ -1134,9 +1134,32 @@ pub struct ChartValues {
     /// In a values string of an umbrella chart, the subchart key the CCM chart's values are
     /// under (`openstack-cloud-controller-manager`); messages name keys below it.
     pub within: Option<String>,
+    /// The RKE2/k3s `spec.set` entries applied to `values`, in the order Helm applies them.
+    pub set_entries: Vec<SetEntry>,
+}
+
+/// One `spec.set` entry applied to a HelmChart's values: where it is, and what it sets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetEntry {
+    /// How messages name it: `spec.set["cluster.name"]`.
+    pub name: String,
+    /// JSON pointer of its value in the object.
+    pub pointer: String,
+    /// The values paths it sets (keys; a list index as its number).
+    pub paths: Vec<Vec<String>>,
 }
 
 impl ChartValues {
+    /// The last `spec.set` entry that sets exactly the values path `keys`: where a finding about
+    /// that value belongs, as Helm applies `--set` over every values file.
+    pub fn set_entry_for(&self, keys: &[&str]) -> Option<&SetEntry> {
+        self.set_entries.iter().rev().find(|e| {
+            e.paths
+                .iter()
+                .any(|p| p.iter().map(String::as_str).eq(keys.iter().copied()))
+        })
+    }
+
     /// How messages name `key` (a dotted values path) in this carrier:
     /// `spec.values.cluster.name`, `spec.valuesContent, cluster.name`, `cluster.name`.
     pub fn describe(&self, key: &str) -> String {
@@ -1194,11 +1217,13 @@ pub fn chart_values_all(gvk: &GroupVersionKind, object: &DynamicObject) -> Vec<C
         };
         // RKE2/k3s `spec.set` entries apply on top (Argo CD parameters are handed over as
         // `parameters`); entries Helm cannot read are reported by the cloud-config site.
+        let mut set_entries = Vec::new();
         let values = match &place.overrides {
             Some(OverrideSource::HelmChartSet(_)) => {
                 let Ok(overrides) = place_overrides(root, &place) else {
                     continue;
                 };
+                set_entries = overrides.iter().map(set_entry).collect();
                 if overrides.is_empty() {
                     values
                 } else {
@@ -1223,9 +1248,30 @@ pub fn chart_values_all(gvk: &GroupVersionKind, object: &DynamicObject) -> Vec<C
             overlay,
             overridable,
             within: place.alias.filter(|_| place.yaml_string),
+            set_entries,
         });
     }
     out
+}
+
+/// What [`ChartValues::set_entries`] keeps of an override: names and paths, never the value.
+fn set_entry(o: &Override) -> SetEntry {
+    SetEntry {
+        name: o.name.clone(),
+        pointer: pointer(&o.value_path).to_string(),
+        paths: o
+            .paths
+            .iter()
+            .map(|p| {
+                p.iter()
+                    .map(|s| match s {
+                        Seg::Key(k) => k.clone(),
+                        Seg::Index(i) => i.to_string(),
+                    })
+                    .collect()
+            })
+            .collect(),
+    }
 }
 
 /// For the values at `path`: the field listing values merged in from outside the object
