@@ -3,6 +3,8 @@
 //! fact source wired into the HTTPS server, judging the captured-shape Service reviews.
 
 mod common;
+#[path = "support/kube_mock.rs"]
+mod kube_mock;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,14 +13,13 @@ use base64::Engine as _;
 use common::*;
 use http::{Request, Response, StatusCode};
 use kube::client::Body;
+use kube_mock::{Handle, encoded, list_response, status_response};
 use serde_json::{Value, json};
 use stackgate::cluster_config::watcher::{self, CloudConfigMetrics};
 use stackgate::cluster_config::{CloudConfigSource, ConfigFactCell, ConfigObject};
 use stackgate::rules::ovn_source_ranges::CloudConfigFact;
 use tokio::sync::oneshot;
 use tower_test::mock;
-
-type Handle = mock::Handle<Request<Body>, Response<Body>>;
 
 const PATH: &str = "/api/v1/namespaces/kube-system/secrets";
 const TEST_TIMEOUT: Duration = Duration::from_secs(20);
@@ -34,26 +35,12 @@ fn secret(ini: &str, resource_version: &str) -> Value {
 const OVN: &str = "[Global]\napplication-credential-secret = canary-7f3a\n[LoadBalancer]\nlb-provider = ovn\nlb-method = SOURCE_IP_PORT\n";
 
 fn list(items: &[Value]) -> Response<Body> {
-    let body = json!({"apiVersion": "v1", "kind": "SecretList",
-        "metadata": {"resourceVersion": "100"}, "items": items});
-    Response::new(Body::from(serde_json::to_vec(&body).unwrap()))
+    list_response("v1", "SecretList", items)
 }
 
 /// Waits for the next request: a GET of the Secrets in kube-system selected by name.
 async fn expect(handle: &mut Handle, watch: bool) -> mock::SendResponse<Response<Body>> {
-    let (request, send) = handle
-        .next_request()
-        .await
-        .expect("the watcher calls the API");
-    assert_eq!(request.method(), http::Method::GET);
-    assert_eq!(request.uri().path(), PATH, "{}", request.uri());
-    let query = request.uri().query().unwrap_or("");
-    assert!(
-        query.contains("fieldSelector=metadata.name%3Dcloud-config"),
-        "{query}"
-    );
-    assert_eq!(query.contains("watch=true"), watch, "{query}");
-    send
+    kube_mock::expect_get(handle, PATH, "cloud-config", watch).await
 }
 
 struct Running {
@@ -90,12 +77,6 @@ fn start() -> (Running, Handle) {
         },
         handle,
     )
-}
-
-fn encoded(registry: &prometheus_client::registry::Registry) -> String {
-    let mut out = String::new();
-    prometheus_client::encoding::text::encode(&mut out, registry).unwrap();
-    out
 }
 
 async fn server_with(cell: &ConfigFactCell) -> TestServer {
@@ -182,12 +163,11 @@ async fn a_refusal_opens_readiness_and_the_rule_only_warns() {
     tokio::time::timeout(TEST_TIMEOUT, async {
         let (mut run, mut handle) = start();
         let send = expect(&mut handle, false).await;
-        let status = json!({"apiVersion": "v1", "kind": "Status", "metadata": {},
-            "status": "Failure", "reason": "Forbidden", "code": 403,
-            "message": "secrets \"cloud-config\" is forbidden"});
-        let mut response = Response::new(Body::from(serde_json::to_vec(&status).unwrap()));
-        *response.status_mut() = StatusCode::FORBIDDEN;
-        send.send_response(response);
+        send.send_response(status_response(
+            403,
+            "Forbidden",
+            "secrets \"cloud-config\" is forbidden",
+        ));
         (&mut run.first).await.expect("a refusal opens readiness");
         match &*run.cell.get() {
             CloudConfigFact::Unavailable(why) => assert!(why.contains("HTTP 403"), "{why}"),

@@ -7,6 +7,8 @@
 //! gcfg on GCP), written here, not captured from a cluster.
 
 mod common;
+#[path = "support/kube_mock.rs"]
+mod kube_mock;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,14 +16,13 @@ use std::time::Duration;
 use common::*;
 use http::{Request, Response, StatusCode};
 use kube::client::Body;
+use kube_mock::{Handle, encoded, list_response, status_response};
 use serde_json::{Value, json};
 use stackgate::engine::Platform;
 use stackgate::platform::watcher::{self, PlatformMetrics};
 use stackgate::platform::{PlatformCell, PlatformFact, PlatformSource};
 use tokio::sync::oneshot;
 use tower_test::mock;
-
-type Handle = mock::Handle<Request<Body>, Response<Body>>;
 
 const PATH: &str = "/apis/config.openshift.io/v1/infrastructures";
 const TEST_TIMEOUT: Duration = Duration::from_secs(20);
@@ -39,35 +40,20 @@ fn infrastructure(platform_type: &str, resource_version: &str) -> Value {
 }
 
 fn list(items: &[Value]) -> Response<Body> {
-    let body = json!({"apiVersion": "config.openshift.io/v1", "kind": "InfrastructureList",
-        "metadata": {"resourceVersion": "100"}, "items": items});
-    Response::new(Body::from(serde_json::to_vec(&body).unwrap()))
+    list_response("config.openshift.io/v1", "InfrastructureList", items)
 }
 
 fn status(code: u16, reason: &str) -> Response<Body> {
-    let body = json!({"apiVersion": "v1", "kind": "Status", "metadata": {},
-        "status": "Failure", "reason": reason, "code": code,
-        "message": "the server could not find the requested resource"});
-    let mut response = Response::new(Body::from(serde_json::to_vec(&body).unwrap()));
-    *response.status_mut() = StatusCode::from_u16(code).unwrap();
-    response
+    status_response(
+        code,
+        reason,
+        "the server could not find the requested resource",
+    )
 }
 
 /// Waits for the next request: a GET of the Infrastructures selected by name.
 async fn expect(handle: &mut Handle, watch: bool) -> mock::SendResponse<Response<Body>> {
-    let (request, send) = handle
-        .next_request()
-        .await
-        .expect("the watcher calls the API");
-    assert_eq!(request.method(), http::Method::GET);
-    assert_eq!(request.uri().path(), PATH, "{}", request.uri());
-    let query = request.uri().query().unwrap_or("");
-    assert!(
-        query.contains("fieldSelector=metadata.name%3Dcluster"),
-        "{query}"
-    );
-    assert_eq!(query.contains("watch=true"), watch, "{query}");
-    send
+    kube_mock::expect_get(handle, PATH, "cluster", watch).await
 }
 
 struct Running {
@@ -97,12 +83,6 @@ fn start() -> (Running, Handle) {
         },
         handle,
     )
-}
-
-fn encoded(registry: &prometheus_client::registry::Registry) -> String {
-    let mut out = String::new();
-    prometheus_client::encoding::text::encode(&mut out, registry).unwrap();
-    out
 }
 
 fn configmap(text: &str) -> Value {
