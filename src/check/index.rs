@@ -109,17 +109,26 @@ fn references_of(release: &Value) -> Vec<ValuesReference> {
         .into_iter()
         .flatten()
         .filter_map(|reference| {
-            let field = |k: &str| reference.get(k).and_then(Value::as_str);
+            let (kind, name, key) = reference_target(reference)?;
             Some(ValuesReference {
-                kind: field("kind")?.to_owned(),
+                kind: kind.to_owned(),
                 namespace: namespace.map(str::to_owned),
-                name: field("name")?.to_owned(),
-                key: field("valuesKey")
-                    .unwrap_or(FLUX_DEFAULT_VALUES_KEY)
-                    .to_owned(),
+                name: name.to_owned(),
+                key: key.to_owned(),
             })
         })
         .collect()
+}
+
+/// The object kind, name and data key a `valuesFrom` reference reads (`valuesKey` defaults to
+/// `values.yaml`); None when kind or name is missing.
+fn reference_target(reference: &Value) -> Option<(&str, &str, &str)> {
+    let field = |k: &str| reference.get(k).and_then(Value::as_str);
+    Some((
+        field("kind")?,
+        field("name")?,
+        field("valuesKey").unwrap_or(FLUX_DEFAULT_VALUES_KEY),
+    ))
 }
 
 /// A HelmRelease with its `valuesFrom` resolved.
@@ -857,11 +866,10 @@ impl ValuesIndex {
         for reference in references {
             let field = |k: &str| reference.get(k).and_then(Value::as_str);
             let optional = reference.get("optional").and_then(Value::as_bool) == Some(true);
-            let (Some(kind), Some(name)) = (field("kind"), field("name")) else {
+            let Some((kind, name, key)) = reference_target(reference) else {
                 unresolved.push(reference.clone());
                 continue;
             };
-            let key = field("valuesKey").unwrap_or(FLUX_DEFAULT_VALUES_KEY);
             let found = match self.lookup(kind, namespace, name, key) {
                 Ok(Some(found)) => found,
                 // Flux skips an optional reference whose object or key does not exist.
