@@ -21,13 +21,12 @@
 //! validate-only with a note; the whole values are never rewritten as JSON here, as they are
 //! for values strings inside GitOps objects (this text is someone's source file).
 
-use base64::Engine as _;
 use json_patch::{PatchOperation, ReplaceOperation};
 use kube::core::DynamicObject;
 use serde_json::Value;
 
 use super::helm::{self, MAX_VALUES_TEXT_BYTES, pointer};
-use super::object_data::decode_base64_like_go;
+use super::object_data::Encoding;
 use super::values::{ValuesAt, ValuesText};
 use super::{Anchor, Carrier, FoundConfig, Holder, SiteError, SiteKind, SitesDocument};
 use crate::cloudconf::{Document, IniEdit};
@@ -45,15 +44,6 @@ const PROBE: IniEdit = IniEdit {
     key: "provider-requires-serial-api-calls",
     value: "true",
 };
-
-/// How the values text is stored in the object.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Encoding {
-    /// Verbatim: ConfigMap `data`, Secret `stringData`.
-    Text,
-    /// Base64: Secret `data`.
-    Base64,
-}
 
 /// Whether `object`'s labels mark it as a values object under `sites` (the key it names).
 pub fn values_key<'a>(object: &'a DynamicObject, sites: &SitesDocument) -> Option<&'a str> {
@@ -167,17 +157,7 @@ fn read_text(raw: &Value, encoding: Encoding, location: &str) -> Result<String, 
     let s = raw.as_str().ok_or_else(|| SiteError::NotAString {
         location: location.to_owned(),
     })?;
-    match encoding {
-        Encoding::Text => Ok(s.to_owned()),
-        Encoding::Base64 => {
-            let bytes = decode_base64_like_go(s).map_err(|_| SiteError::Base64 {
-                location: location.to_owned(),
-            })?;
-            String::from_utf8(bytes).map_err(|_| SiteError::Utf8 {
-                location: location.to_owned(),
-            })
-        }
-    }
+    encoding.decode(s, location)
 }
 
 /// Whether the site's values can take the edit rules make as a minimal verified edit (a
@@ -218,10 +198,7 @@ impl Carrier for LabelledValues {
         let (true, Some(text)) = (op.path == target, op.value.as_str()) else {
             return Vec::new();
         };
-        let value = match self.encoding {
-            Encoding::Text => text.to_owned(),
-            Encoding::Base64 => base64::engine::general_purpose::STANDARD.encode(text),
-        };
+        let value = self.encoding.encode(text.to_owned());
         vec![PatchOperation::Replace(ReplaceOperation {
             path: target,
             value: Value::String(value),
@@ -256,6 +233,7 @@ impl Carrier for LabelledValues {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::Engine as _;
     use kube::core::GroupVersionKind;
     use serde_json::json;
 

@@ -158,6 +158,41 @@ impl Carrier for TextField {
     }
 }
 
+/// How a ConfigMap's or Secret's data value is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Encoding {
+    /// Verbatim: ConfigMap `data`, Secret `stringData`.
+    Text,
+    /// Base64: Secret `data`.
+    Base64,
+}
+
+impl Encoding {
+    /// The text of `raw`, read as the apiserver reads it (Secret `data`: base64 decoded like
+    /// Go, then UTF-8); errors name `location`, never content.
+    pub(super) fn decode(self, raw: &str, location: &str) -> Result<String, SiteError> {
+        match self {
+            Encoding::Text => Ok(raw.to_owned()),
+            Encoding::Base64 => {
+                let bytes = decode_base64_like_go(raw).map_err(|_| SiteError::Base64 {
+                    location: location.to_owned(),
+                })?;
+                String::from_utf8(bytes).map_err(|_| SiteError::Utf8 {
+                    location: location.to_owned(),
+                })
+            }
+        }
+    }
+
+    /// `text` stored this way.
+    pub(super) fn encode(self, text: String) -> String {
+        match self {
+            Encoding::Text => text,
+            Encoding::Base64 => base64::engine::general_purpose::STANDARD.encode(text),
+        }
+    }
+}
+
 /// The INI text base64-encoded in a Secret's `data[key]`, read as the apiserver reads it.
 #[derive(Debug)]
 pub(super) struct Base64Field {
@@ -170,14 +205,7 @@ pub(super) struct Base64Field {
 impl Base64Field {
     /// The site whose encoded text is `raw`, the value at `path`.
     fn found(object: String, path: Vec<Seg>, location: String, raw: &Value) -> FoundConfig {
-        let text = read_string(raw, &location).and_then(|s| {
-            let bytes = decode_base64_like_go(s).map_err(|_| SiteError::Base64 {
-                location: location.clone(),
-            })?;
-            String::from_utf8(bytes).map_err(|_| SiteError::Utf8 {
-                location: location.clone(),
-            })
-        });
+        let text = read_string(raw, &location).and_then(|s| Encoding::Base64.decode(s, &location));
         FoundConfig::new(
             object,
             location.clone(),
@@ -189,7 +217,7 @@ impl Base64Field {
 
 impl Carrier for Base64Field {
     fn patch(&self, edited: &Document, _edits: &[IniEdit]) -> Vec<PatchOperation> {
-        let encoded = base64::engine::general_purpose::STANDARD.encode(edited.to_text());
+        let encoded = Encoding::Base64.encode(edited.to_text());
         vec![replace(&self.path, encoded)]
     }
 

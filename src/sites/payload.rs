@@ -43,13 +43,12 @@
 
 use std::sync::Arc;
 
-use base64::Engine as _;
 use json_patch::{PatchOperation, ReplaceOperation};
 use kube::core::{DynamicObject, GroupVersionKind};
 use serde_json::Value;
 
 use super::helm::pointer;
-use super::object_data::decode_base64_like_go;
+use super::object_data::Encoding;
 use super::{Anchor, Carrier, FoundConfig, Holder, SiteError, SiteKind, SitesDocument};
 use crate::cloudconf::{Document, IniEdit};
 use crate::yaml::edit::{self as yamledit, Change};
@@ -206,15 +205,6 @@ pub fn embeds_secret(
             .any(|s| s.secret)
 }
 
-/// How the payload value is stored in the outer object.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Encoding {
-    /// Verbatim: ConfigMap `data`, Secret `stringData`.
-    Text,
-    /// Base64: Secret `data`.
-    Base64,
-}
-
 /// The sites embedded in the payload values of `object` (a ConfigMap or Secret).
 pub(super) fn find(
     kind: SiteKind,
@@ -262,17 +252,10 @@ pub(super) fn scan(
             let Some(raw) = raw.as_str() else {
                 continue;
             };
-            let text = match encoding {
-                Encoding::Text => raw.to_owned(),
-                Encoding::Base64 => match decode_base64_like_go(raw)
-                    .ok()
-                    .and_then(|b| String::from_utf8(b).ok())
-                {
-                    Some(t) => t,
-                    // Not a manifest CAPI can apply either; nothing says a cloud config is in
-                    // it, so nothing is claimed about one.
-                    None => continue,
-                },
+            let Ok(text) = encoding.decode(raw, &location) else {
+                // Not a manifest CAPI can apply either; nothing says a cloud config is in it,
+                // so nothing is claimed about one.
+                continue;
             };
             let site_here = may_hold_site(&text, sites);
             let ccm_here = objects && may_hold_ccm(&text);
@@ -587,10 +570,7 @@ impl Carrier for PayloadSite {
         let Some(text) = self.edited_payload(&inner.patch(edited, edits)) else {
             return Vec::new();
         };
-        let value = match self.encoding {
-            Encoding::Text => text,
-            Encoding::Base64 => base64::engine::general_purpose::STANDARD.encode(text),
-        };
+        let value = self.encoding.encode(text);
         vec![PatchOperation::Replace(ReplaceOperation {
             path: pointer(&self.value_path),
             value: Value::String(value),
@@ -646,6 +626,7 @@ impl Carrier for PayloadSite {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::Engine as _;
     use serde_json::json;
 
     fn sites() -> SitesDocument {
