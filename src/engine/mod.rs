@@ -613,44 +613,48 @@ impl Engine {
             // it is not an OpenStack CCM config. The fact only ever removes a site.
             return;
         }
-        if let Err(unseen @ SiteError::Unseen { .. }) = &site.text {
-            let text = format!(
-                "{} {unseen}, so stackgate cannot check the cloud config the chart renders and \
-                 makes no claim about it. Check that those values set \
-                 cloudConfig.loadBalancer.provider-requires-serial-api-calls: true and a config \
-                 the CCM accepts: run `stackgate check` over a tree that holds them (the \
-                 values files, or the objects and the kustomization that generates them), or \
-                 pipe the built stream in (`kustomize build DIR | stackgate check -`); {}",
-                site.object,
-                self.labelling_hint()
-            );
-            let kind = (Severity::Warn, CODE_UNSEEN);
-            self.evaluate_unreadable_site(run, site, object, namespace, kind, text, verdict);
-            return;
-        }
-        if let Err(SiteError::ValuesKeyMissing { location, label }) = &site.text {
-            let text = format!(
-                "{} has no {location}, the key its label {label} names for the \
-                 openstack-cloud-controller-manager chart's values, so there are no values here \
-                 to check, and a Flux HelmRelease whose valuesFrom names that key fails to \
-                 reconcile (unless the reference is optional). Fix: set the label to the key \
-                 that holds the values, or add the key",
-                site.object
-            );
-            let kind = (Severity::Warn, CODE_VALUES_KEY_MISSING);
-            self.evaluate_unreadable_site(run, site, object, namespace, kind, text, verdict);
-            return;
-        }
-        if let Err(entry @ SiteError::SetEntry { .. }) = &site.text {
+        // Sites whose values stackgate cannot see or read as Helm would: one warning, no rule.
+        let unreadable = match &site.text {
+            Err(unseen @ SiteError::Unseen { .. }) => Some((
+                CODE_UNSEEN,
+                format!(
+                    "{} {unseen}, so stackgate cannot check the cloud config the chart renders \
+                     and makes no claim about it. Check that those values set \
+                     cloudConfig.loadBalancer.provider-requires-serial-api-calls: true and a \
+                     config the CCM accepts: run `stackgate check` over a tree that holds them \
+                     (the values files, or the objects and the kustomization that generates \
+                     them), or pipe the built stream in (`kustomize build DIR | stackgate check \
+                     -`); {}",
+                    site.object,
+                    self.labelling_hint()
+                ),
+            )),
+            Err(SiteError::ValuesKeyMissing { location, label }) => Some((
+                CODE_VALUES_KEY_MISSING,
+                format!(
+                    "{} has no {location}, the key its label {label} names for the \
+                     openstack-cloud-controller-manager chart's values, so there are no values \
+                     here to check, and a Flux HelmRelease whose valuesFrom names that key fails \
+                     to reconcile (unless the reference is optional). Fix: set the label to the \
+                     key that holds the values, or add the key",
+                    site.object
+                ),
+            )),
             // Helm stops at such an entry: nothing is rendered from these values, and which
             // config the CCM keeps is not known here.
-            let text = format!(
-                "{} {entry}, so stackgate cannot tell what the chart renders and makes no claim \
-                 about the cloud config. Write it as Helm's --set reads it (`a.b=value`, \
-                 `list[0]=value`, `a\\.b` for a dot inside a key)",
-                site.object
-            );
-            let kind = (Severity::Warn, CODE_UNSEEN);
+            Err(entry @ SiteError::SetEntry { .. }) => Some((
+                CODE_UNSEEN,
+                format!(
+                    "{} {entry}, so stackgate cannot tell what the chart renders and makes no \
+                     claim about the cloud config. Write it as Helm's --set reads it \
+                     (`a.b=value`, `list[0]=value`, `a\\.b` for a dot inside a key)",
+                    site.object
+                ),
+            )),
+            _ => None,
+        };
+        if let Some((code, text)) = unreadable {
+            let kind = (Severity::Warn, code);
             self.evaluate_unreadable_site(run, site, object, namespace, kind, text, verdict);
             return;
         }
