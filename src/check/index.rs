@@ -32,6 +32,7 @@ use serde_json::{Map, Value};
 use super::input::{Content, Input};
 use crate::sites::decode_base64_like_go;
 use crate::sites::helm::{FLUX_DEFAULT_VALUES_KEY, describe_values_reference};
+use crate::sites::strvals::ListBudget;
 use crate::yaml::{self, Seg};
 
 /// The ConfigMaps and Secrets of one run, by kind and name.
@@ -863,6 +864,8 @@ impl ValuesIndex {
         let mut unresolved = Vec::new();
         let mut sources = Vec::new();
         let mut layers = Vec::new();
+        // The references' `targetPath`s are applied to one release's values: one list budget.
+        let mut budget = ListBudget::default();
         for reference in references {
             let field = |k: &str| reference.get(k).and_then(Value::as_str);
             let optional = reference.get("optional").and_then(Value::as_bool) == Some(true);
@@ -883,7 +886,7 @@ impl ValuesIndex {
             let mut layer_values = Value::Object(Map::new());
             let target = field("targetPath").filter(|t| !t.is_empty());
             let applied = match target {
-                Some(target) => set_at_path(&mut layer_values, target, text),
+                Some(target) => set_at_path(&mut layer_values, target, text, &mut budget),
                 None => match yaml::parse_one(text).and_then(|n| n.to_json()) {
                     Ok(Value::Null) => true,
                     Ok(values @ Value::Object(_)) => {
@@ -1204,8 +1207,8 @@ fn merge_maps(base: &mut Value, over: Value) {
 /// and escapes included), as `--set-string` with the quotes trimmed when the value is in
 /// single or double quotes, else typed. False, with `values` unchanged, where Helm's parser
 /// fails (Flux then fails the release too).
-fn set_at_path(values: &mut Value, path: &str, value: &str) -> bool {
-    use crate::sites::strvals::{Typing, parse_into};
+fn set_at_path(values: &mut Value, path: &str, value: &str, budget: &mut ListBudget) -> bool {
+    use crate::sites::strvals::{Typing, parse_into_within};
     let quoted = |q: char| value.starts_with(q) && value.ends_with(q);
     let (typing, value) = if quoted('\'') || quoted('"') {
         (Typing::Strings, value.trim_matches(['\'', '"']))
@@ -1216,7 +1219,7 @@ fn set_at_path(values: &mut Value, path: &str, value: &str) -> bool {
         Value::Object(map) => map.clone(),
         _ => Map::new(),
     };
-    if parse_into(&format!("{path}={value}"), &mut map, typing).is_err() {
+    if parse_into_within(&format!("{path}={value}"), &mut map, typing, budget).is_err() {
         return false;
     }
     *values = Value::Object(map);
@@ -1358,16 +1361,23 @@ mod tests {
     fn target_paths_are_set_as_flux_sets_them() {
         let mut values = json!({"cloudConfig": {"global": {"region": "r"}}});
         // Helm's --set syntax: list indexes, escaped dots; quotes make a string.
-        assert!(set_at_path(&mut values, "extraEnv[1].name", "x"));
+        assert!(set_at_path(
+            &mut values,
+            "extraEnv[1].name",
+            "x",
+            &mut ListBudget::default()
+        ));
         assert!(set_at_path(
             &mut values,
             "cloudConfig.loadBalancer.a\\.b",
-            "'true'"
+            "'true'",
+            &mut ListBudget::default()
         ));
         assert!(set_at_path(
             &mut values,
             "cloudConfig.loadBalancer.provider-requires-serial-api-calls",
-            "true"
+            "true",
+            &mut ListBudget::default()
         ));
         assert_eq!(
             values,
@@ -1377,11 +1387,17 @@ mod tests {
         );
         // A path Helm cannot read, or one through a string: not applied, nothing changed.
         let before = values.clone();
-        assert!(!set_at_path(&mut values, "a[x]", "1"));
+        assert!(!set_at_path(
+            &mut values,
+            "a[x]",
+            "1",
+            &mut ListBudget::default()
+        ));
         assert!(!set_at_path(
             &mut values,
             "cloudConfig.global.region.x",
-            "1"
+            "1",
+            &mut ListBudget::default()
         ));
         assert_eq!(values, before);
     }

@@ -30,7 +30,7 @@ use serde_json::Value;
 
 use super::object_data::TextField;
 use super::render::{self, Origin};
-use super::strvals::{self, StrvalsError, Typing};
+use super::strvals::{self, ListBudget, StrvalsError, Typing};
 use super::values::{
     Overridden, Override, RenderedValues, UnseenValues, ValuesAt, ValuesText, ValuesTextContents,
     ValuesTextRendered,
@@ -773,9 +773,16 @@ impl SetFailure {
 
     /// The site that says what the chart renders is not known (nothing to edit).
     fn site(self, object: String) -> FoundConfig {
-        let error = SiteError::SetEntry {
-            location: self.name.clone(),
-            error: self.error,
+        let error = match self.error {
+            // Helm would read these; stackgate stops at its own limit.
+            StrvalsError::TooManyElements => SiteError::SetTooLarge {
+                location: self.name.clone(),
+                limit: strvals::MAX_LIST_GROWTH,
+            },
+            error => SiteError::SetEntry {
+                location: self.name.clone(),
+                error,
+            },
         };
         let carrier = UnseenValues {
             path: self.value_path,
@@ -820,6 +827,9 @@ fn place_overrides(root: &Value, place: &ValuesPlace) -> Result<Vec<Override>, S
 /// The `--set`-like entries in `source`, each with the values paths it sets.
 fn overrides_of(root: &Value, source: &OverrideSource) -> Result<Vec<Override>, SetFailure> {
     let mut out = Vec::new();
+    // One budget for all entries: each is parsed on its own, but together they are one
+    // document's growth.
+    let mut budget = ListBudget::default();
     match source {
         OverrideSource::HelmChartSet(path) => {
             let Some(map) = get(root, path).and_then(Value::as_object) else {
@@ -841,7 +851,13 @@ fn overrides_of(root: &Value, source: &OverrideSource) -> Result<Vec<Override>, 
                 let mut value_path = path.clone();
                 value_path.push(Seg::key(key));
                 let name = format!("{}[\"{key}\"]", display(path));
-                out.push(parsed(format!("{key}={text}"), typing, value_path, name)?);
+                out.push(parsed(
+                    format!("{key}={text}"),
+                    typing,
+                    value_path,
+                    name,
+                    &mut budget,
+                )?);
             }
         }
         OverrideSource::ArgoParameters(path) => {
@@ -867,7 +883,7 @@ fn overrides_of(root: &Value, source: &OverrideSource) -> Result<Vec<Override>, 
                 let shown = format!("{} ({name})", display(&at));
                 at.push(Seg::key("value"));
                 let line = format!("{name}={}", strvals::escape_commas_argo(value));
-                out.push(parsed(line, typing, at, shown)?);
+                out.push(parsed(line, typing, at, shown, &mut budget)?);
             }
         }
     }
@@ -881,6 +897,7 @@ fn parsed(
     typing: Typing,
     value_path: Vec<Seg>,
     name: String,
+    budget: &mut ListBudget,
 ) -> Result<Override, SetFailure> {
     let mut o = Override {
         line,
@@ -889,7 +906,7 @@ fn parsed(
         value_path,
         name,
     };
-    match strvals::parse_into(&o.line, &mut serde_json::Map::new(), typing) {
+    match strvals::parse_into_within(&o.line, &mut serde_json::Map::new(), typing, budget) {
         Ok(assigned) => {
             o.paths = assigned.into_iter().map(|a| a.path).collect();
             Ok(o)
@@ -905,8 +922,9 @@ fn merged_with(values: &Value, overrides: &[Override]) -> Result<Value, SetFailu
         Value::Object(map) => map.clone(),
         _ => serde_json::Map::new(),
     };
+    let mut budget = ListBudget::default();
     for o in overrides {
-        strvals::parse_into(&o.line, &mut merged, o.typing)
+        strvals::parse_into_within(&o.line, &mut merged, o.typing, &mut budget)
             .map_err(|error| SetFailure::of(o, error))?;
     }
     Ok(Value::Object(merged))
@@ -1712,6 +1730,26 @@ mod tests {
             )
         );
         assert_eq!(args, vec!["--concurrent-service-syncs=4"]);
+    }
+
+    #[test]
+    fn set_entries_growing_lists_past_the_limit_are_one_site_error() {
+        // 20 entries padding lists to Helm's largest index: 1.3 million nulls before the limit.
+        let set: serde_json::Map<String, Value> = (0..20)
+            .map(|i| (format!("k{i:02}[65536]"), json!("1")))
+            .collect();
+        let (gvk, o) = obj(json!({"apiVersion":"helm.cattle.io/v1","kind":"HelmChart",
+            "metadata":{"name":"occm","namespace":"kube-system"},
+            "spec":{"chart":"openstack-cloud-controller-manager","set": set}}));
+        let found = find(&gvk, &o, &charts());
+        assert_eq!(found.len(), 1);
+        let error = found[0].text.as_ref().expect_err("over the limit");
+        assert!(
+            matches!(error, SiteError::SetTooLarge { location, limit: 100_000 }
+                if location == "spec.set[\"k01[65536]\"]"),
+            "{error:?}"
+        );
+        assert!(chart_values_all(&gvk, &o).is_empty());
     }
 
     #[test]

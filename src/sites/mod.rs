@@ -209,6 +209,17 @@ pub enum SiteError {
         /// The label that names it.
         label: String,
     },
+    /// `--set`-like entries that together grow the values' lists past stackgate's limit
+    /// ([`strvals::MAX_LIST_GROWTH`]; Helm would read them): nothing was merged.
+    #[error(
+        "the --set entries grow the values' lists by more than {limit} elements, over stackgate's limit for them"
+    )]
+    SetTooLarge {
+        /// The entry where the limit was reached (`spec.set["a[65536]"]`).
+        location: String,
+        /// The limit, in list elements.
+        limit: usize,
+    },
     /// A `--set`-like entry (HelmChart `spec.set`, Argo CD `helm.parameters`) that Helm's
     /// `strvals` parser cannot read ([`strvals`]): Helm would stop there, so what the chart
     /// renders is not known.

@@ -45,6 +45,25 @@ pub enum StrvalsError {
     /// More than [`MAX_NESTED_NAME_LEVEL`] nested keys.
     #[error("more than {MAX_NESTED_NAME_LEVEL} nested keys")]
     TooDeep,
+    /// The entries grow lists by more than their [`ListBudget`]: stackgate's limit, not
+    /// Helm's (Helm would pad each list up to index 65536, whatever the number of entries).
+    #[error("the entries grow lists by more than {MAX_LIST_GROWTH} elements")]
+    TooManyElements,
+}
+
+/// Most list elements the entries applied to one values document may add (padding included):
+/// the YAML reader's cap for a values string ([`crate::yaml::MAX_VALUES_NODES`]). Without it,
+/// thousands of `k[65536]=1` entries in a 400 KB `spec.set` would build billions of nulls.
+pub const MAX_LIST_GROWTH: usize = crate::yaml::MAX_VALUES_NODES;
+
+/// What is left of [`MAX_LIST_GROWTH`] for the entries applied to one values document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListBudget(usize);
+
+impl Default for ListBudget {
+    fn default() -> Self {
+        ListBudget(MAX_LIST_GROWTH)
+    }
 }
 
 /// How values are typed: `--set` or `--set-string`.
@@ -85,11 +104,23 @@ pub fn parse_into(
     dest: &mut Map<String, Value>,
     typing: Typing,
 ) -> Result<Vec<Assigned>, StrvalsError> {
+    parse_into_within(line, dest, typing, &mut ListBudget::default())
+}
+
+/// [`parse_into`], charging the list elements it adds to `budget` (shared by the entries
+/// applied to one values document).
+pub fn parse_into_within(
+    line: &str,
+    dest: &mut Map<String, Value>,
+    typing: Typing,
+    budget: &mut ListBudget,
+) -> Result<Vec<Assigned>, StrvalsError> {
     let mut parser = Parser {
         chars: line.chars().collect(),
         pos: 0,
         typing,
         assigned: Vec::new(),
+        budget,
     };
     loop {
         match parser.key(dest, 0, &mut Vec::new()) {
@@ -134,14 +165,15 @@ pub fn escape_commas_argo(value: &str) -> String {
     out
 }
 
-struct Parser {
+struct Parser<'b> {
     chars: Vec<char>,
     pos: usize,
     typing: Typing,
     assigned: Vec<Assigned>,
+    budget: &'b mut ListBudget,
 }
 
-impl Parser {
+impl Parser<'_> {
     fn next(&mut self) -> Option<char> {
         let c = self.chars.get(self.pos).copied();
         if c.is_some() {
@@ -306,7 +338,7 @@ impl Parser {
                 match value {
                     Ok(value) => {
                         self.record(path, &value);
-                        set_index(&mut list, index, value).map_err(Halt::Error)
+                        set_index(&mut list, index, value, self.budget).map_err(Halt::Error)
                     }
                     Err(e) => Err(e),
                 }
@@ -322,8 +354,10 @@ impl Parser {
                     match current {
                         Err(e) => Err(e.into()),
                         Ok(current) => match self.list_item(current, next, level, path) {
-                            (inner, Ok(())) => set_index(&mut list, index, Value::Array(inner))
-                                .map_err(Halt::Error),
+                            (inner, Ok(())) => {
+                                set_index(&mut list, index, Value::Array(inner), self.budget)
+                                    .map_err(Halt::Error)
+                            }
                             (_, Err(e)) => Err(e),
                         },
                     }
@@ -336,9 +370,8 @@ impl Parser {
                     _ => (Map::new(), false),
                 };
                 match self.key(&mut inner, level, path) {
-                    Ok(()) => {
-                        set_index(&mut list, index, Value::Object(inner)).map_err(Halt::Error)
-                    }
+                    Ok(()) => set_index(&mut list, index, Value::Object(inner), self.budget)
+                        .map_err(Halt::Error),
                     Err(e) => {
                         // Helm changes a map already in the list in place, even when it stops.
                         if existing {
@@ -396,13 +429,23 @@ fn set(data: &mut Map<String, Value>, key: &str, value: Value) {
     }
 }
 
-/// Helm's `setIndex`: the list grown with nulls up to `index`.
-fn set_index(list: &mut Vec<Value>, index: i64, value: Value) -> Result<(), StrvalsError> {
+/// Helm's `setIndex`: the list grown with nulls up to `index`, the growth charged to `budget`.
+fn set_index(
+    list: &mut Vec<Value>,
+    index: i64,
+    value: Value,
+    budget: &mut ListBudget,
+) -> Result<(), StrvalsError> {
     if !(0..=MAX_INDEX).contains(&index) {
         return Err(StrvalsError::BadIndex);
     }
     let slot = usize::try_from(index).map_err(|_| StrvalsError::BadIndex)?;
     if list.len() <= slot {
+        let growth = slot + 1 - list.len();
+        budget.0 = budget
+            .0
+            .checked_sub(growth)
+            .ok_or(StrvalsError::TooManyElements)?;
         list.resize(slot + 1, Value::Null);
     }
     list[slot] = value;
@@ -542,6 +585,22 @@ mod tests {
         assert_eq!(Value::Object(map), json!({"x.y": "true"}));
         assert!(parse("a[x]=1").is_err());
         assert!(parse(&format!("a[{}]=1", MAX_INDEX + 1)).is_err());
+    }
+
+    #[test]
+    fn list_growth_is_charged_to_one_budget() {
+        // One entry may pad a list to Helm's largest index; the next one in the same budget
+        // goes past stackgate's limit.
+        let mut budget = ListBudget::default();
+        let mut map = Map::new();
+        parse_into_within("a[65536]=1", &mut map, Typing::Typed, &mut budget).unwrap();
+        assert_eq!(map["a"].as_array().map(Vec::len), Some(65_537));
+        assert_eq!(
+            parse_into_within("b[65536]=1", &mut Map::new(), Typing::Typed, &mut budget),
+            Err(StrvalsError::TooManyElements)
+        );
+        // Filling an existing slot costs nothing.
+        assert!(parse_into_within("a[3]=2", &mut map, Typing::Typed, &mut budget).is_ok());
     }
 
     #[test]
