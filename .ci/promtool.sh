@@ -63,6 +63,16 @@ args=(template stackgate "$CHART" --namespace stackgate -f "$VALUES" --api-versi
     cat "$OUT/monitoring.err"
     fail "helm ${args[*]}"
 }
+# Off by default, and the rule alone leaves out the groups of features that are off.
+"$HELM" template stackgate "$CHART" --namespace stackgate >"$OUT/default.yaml" 2>"$OUT/monitoring.err" || {
+    cat "$OUT/monitoring.err"
+    fail "helm template (default values)"
+}
+"$HELM" template stackgate "$CHART" --namespace stackgate --set prometheusRule.enabled=true \
+    >"$OUT/rules-only.yaml" 2>"$OUT/monitoring.err" || {
+    cat "$OUT/monitoring.err"
+    fail "helm template --set prometheusRule.enabled=true"
+}
 "$HELM" "${args[@]}" --show-only templates/prometheusrule.yaml >"$OUT/prometheusrule.yaml" 2>"$OUT/monitoring.err" || {
     cat "$OUT/monitoring.err"
     fail "no PrometheusRule rendered"
