@@ -43,6 +43,8 @@ elif [[ ! -x "$PROMTOOL" ]]; then
     rm -rf "$TOOLS/prometheus-deb"
     dpkg -x "$work"/prometheus_*.deb "$TOOLS/prometheus-deb" || fail "dpkg -x prometheus"
     rm -rf "$work"
+    # Keep promtool only (the package also holds the Prometheus server and its web assets).
+    find "$TOOLS/prometheus-deb" -type f ! -path '*/usr/bin/promtool' -delete
     [[ -x "$PROMTOOL" ]] || fail "the prometheus package has no usr/bin/promtool"
 fi
 step "$("$PROMTOOL" --version 2>&1 | head -n 1)"
