@@ -169,3 +169,72 @@ fn the_command_prints_the_explanation_and_fails_on_an_unknown_code() {
     assert!(err.contains("known-bad-lb-settings/ovn-lb-method"), "{err}");
     assert!(err.contains("ovn-source-ranges/ovn-lb-method"), "{err}");
 }
+
+/// The fenced block that follows `marker` in `doc` (its body, without the fences).
+fn block_after<'a>(doc: &'a str, marker: &str) -> &'a str {
+    let at = doc
+        .find(marker)
+        .unwrap_or_else(|| panic!("docs/first-hour.md lost {marker:?}"))
+        + marker.len();
+    let rest = &doc[at..];
+    let open = rest.find("```").expect("a fenced block");
+    let body_start = open + rest[open..].find('\n').expect("fence line") + 1;
+    let body_len = rest[body_start..].find("\n```").expect("closing fence");
+    &rest[body_start..body_start + body_len]
+}
+
+/// `docs/first-hour.md` shows real output: its `check` and `explain` runs are re-run on the
+/// Secret it shows (and its `false` variant) and must print what the guide says.
+#[test]
+fn the_first_hour_guide_shows_current_output() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/first-hour.md"))
+        .expect("docs/first-hour.md");
+    let secret = block_after(&doc, "(`cloud-config.yaml`; the credentials are fake):");
+    let line = "    floating-network-id = 9f3c6f2e-5a53-4d2a-9c1e-2b7f0d4e8a11";
+    assert!(secret.contains(line), "{secret}");
+    let with_false = secret.replace(
+        line,
+        &format!("{line}\n    provider-requires-serial-api-calls = false"),
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("cloud-config.yaml"), format!("{secret}\n")).expect("write");
+    std::fs::write(
+        dir.path().join("cloud-config-false.yaml"),
+        format!("{with_false}\n"),
+    )
+    .expect("write");
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_stackgate"))
+            .args(args)
+            .current_dir(dir.path())
+            .env("STACKGATE_LOG_LEVEL", "off")
+            .output()
+            .expect("run stackgate");
+        let text = String::from_utf8(out.stdout).expect("utf-8")
+            + &String::from_utf8(out.stderr).expect("utf-8");
+        text.trim_end().to_owned()
+    };
+    for (command, args) in [
+        (
+            "stackgate check cloud-config.yaml\n",
+            &["check", "cloud-config.yaml"][..],
+        ),
+        (
+            "stackgate check cloud-config-false.yaml\n",
+            &["check", "cloud-config-false.yaml"],
+        ),
+        (
+            "stackgate explain serial-lb-api-calls/false\n",
+            &["explain", "serial-lb-api-calls/false"],
+        ),
+    ] {
+        let after_command = &doc[doc.find(command).unwrap_or_else(|| panic!("{command}"))..];
+        let shown = block_after(after_command, "```\n");
+        assert_eq!(
+            shown,
+            run(args),
+            "docs/first-hour.md shows stale output of `{}`: paste the current output",
+            command.trim()
+        );
+    }
+}
