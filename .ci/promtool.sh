@@ -35,10 +35,15 @@ elif [[ ! -x "$PROMTOOL" ]]; then
     command -v apt-get >/dev/null || fail "promtool is not on PATH and apt-get is missing (Debian package prometheus)"
     command -v dpkg >/dev/null || fail "dpkg is needed to unpack the prometheus package"
     work="$(mktemp -d)"
-    # apt-get download writes into the current directory, as the calling user.
-    (cd "$work" && apt-get download prometheus) >"$work/download.log" 2>&1 || {
+    # apt-get download writes into the current directory, as the calling user; a fresh
+    # container has no package lists yet, so update them (as root) and try once more.
+    sudo=()
+    [[ "$(id -u)" -eq 0 ]] || sudo=(sudo)
+    (cd "$work" && apt-get download prometheus) >"$work/download.log" 2>&1 ||
+        { "${sudo[@]}" apt-get update >>"$work/download.log" 2>&1 &&
+            (cd "$work" && apt-get download prometheus) >>"$work/download.log" 2>&1; } || {
         cat "$work/download.log"
-        fail "apt-get download prometheus (run apt-get update first?)"
+        fail "apt-get download prometheus"
     }
     rm -rf "$TOOLS/prometheus-deb"
     dpkg -x "$work"/prometheus_*.deb "$TOOLS/prometheus-deb" || fail "dpkg -x prometheus"
