@@ -4,6 +4,9 @@
 //! exports, or one of the few metrics of other programs listed in [`EXTERNAL`]. Every alert
 //! links to a runbook section of `docs/operations.md` that exists and has a promtool test.
 //!
+//! Label names in matchers and grouping clauses are checked too, where they are known: the
+//! labels of series the test creates through the public API, and those listed in [`EXTERNAL`].
+//!
 //! The exported names come from the registries `stackgate serve` builds (`Metrics::new` plus
 //! the guard, background-audit, cloud-config and platform metrics `main` registers when those
 //! features are on), encoded as `/metrics` encodes them.
@@ -25,26 +28,47 @@ use stackgate::metrics::{Metrics, PolicyOutcome, RequestLabels};
 use stackgate::platform::watcher::PlatformMetrics;
 use stackgate::rules::lb_guard::GuardFacts;
 
-/// Metrics of other programs the rules and the dashboard read, with who exports them.
+/// Metrics of other programs the rules and the dashboard read: name, who exports it, its labels.
 /// Each one must be used (a stale entry fails).
-const EXTERNAL: &[(&str, &str)] = &[
-    ("up", "Prometheus itself, one series per scrape target"),
+const EXTERNAL: &[(&str, &str, &[&str])] = &[
+    ("up", "Prometheus itself, one series per scrape target", &[]),
     (
         "apiserver_admission_webhook_rejection_count",
         "kube-apiserver (staging/src/k8s.io/apiserver/pkg/admission/metrics/metrics.go)",
+        &["name", "type", "operation", "error_type", "rejection_code"],
     ),
     (
         "apiserver_admission_webhook_fail_open_count",
         "kube-apiserver (same file)",
+        &["name", "type"],
     ),
     (
         "apiserver_admission_webhook_admission_duration_seconds_bucket",
         "kube-apiserver (same file)",
+        &["name", "type", "operation", "rejected", "le"],
     ),
     (
         "certmanager_certificate_expiration_timestamp_seconds",
         "cert-manager's controller (tls.mode=certManager): stackgate exports no expiry metric",
+        &[
+            "name",
+            "namespace",
+            "issuer_name",
+            "issuer_kind",
+            "issuer_group",
+        ],
     ),
+];
+
+/// Labels the scrape adds to every series (Prometheus Operator's ServiceMonitor targets).
+const TARGET_LABELS: &[&str] = &[
+    "job",
+    "namespace",
+    "pod",
+    "instance",
+    "container",
+    "endpoint",
+    "service",
 ];
 
 fn repo() -> PathBuf {
@@ -65,7 +89,16 @@ fn read(path: &Path) -> String {
 /// public API can give a series gets one and is read from the encoding, typed; the names of
 /// the others (watcher outcomes, the guard's internal counters, audit results: written by
 /// private code paths) are read from `Debug` and may carry any of the sample suffixes.
-fn exported() -> BTreeSet<String> {
+/// What `/metrics` can carry.
+struct Exported {
+    /// Sample names.
+    names: BTreeSet<String>,
+    /// Label names per sample name, for the samples the public API could create (others are
+    /// not checked for labels).
+    labels: BTreeMap<String, BTreeSet<String>>,
+}
+
+fn exported() -> Exported {
     let mut metrics = Metrics::new();
     let guard = GuardMetrics::default();
     guard.register(metrics.registry_mut());
@@ -108,6 +141,21 @@ fn exported() -> BTreeSet<String> {
     let text = metrics.encode();
     let mut names = BTreeSet::new();
     let mut typed = BTreeSet::new();
+    let mut labels: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let name_end = line.find(['{', ' ']).unwrap_or(line.len());
+        let set = labels.entry(line[..name_end].to_owned()).or_default();
+        if let Some((body, _)) = line[name_end..]
+            .strip_prefix('{')
+            .and_then(|b| b.split_once('}'))
+        {
+            set.extend(
+                body.split("\",")
+                    .filter_map(|pair| pair.split_once("=\""))
+                    .map(|(k, _)| k.trim_start_matches(',').to_owned()),
+            );
+        }
+    }
     for line in text.lines() {
         let Some(rest) = line.strip_prefix("# TYPE ") else {
             continue;
@@ -150,12 +198,12 @@ fn exported() -> BTreeSet<String> {
             names.insert(format!("{name}{suffix}"));
         }
     }
-    names
+    Exported { names, labels }
 }
 
 #[test]
 fn the_registry_lists_every_family_the_server_registers() {
-    let names = exported();
+    let Exported { names, labels } = exported();
     // One name from each registry: a registry this test forgot would hide its metrics.
     for name in [
         "stackgate_admission_requests_total",
@@ -182,6 +230,16 @@ fn the_registry_lists_every_family_the_server_registers() {
     assert!(
         names.contains("stackgate_lb_guard_unavailable_total"),
         "listed from Debug"
+    );
+    // Label names are read from the series the test created.
+    assert_eq!(
+        labels["stackgate_tls_reloads_total"],
+        BTreeSet::from(["outcome".to_owned()])
+    );
+    assert!(labels["stackgate_evaluation_duration_seconds_bucket"].contains("le"));
+    assert!(
+        !labels.contains_key("stackgate_audit_violations"),
+        "no series: not checked"
     );
 }
 
@@ -230,12 +288,21 @@ const GROUPING: &[&str] = &[
     "group_right",
 ];
 
-/// The metric names a PromQL expression selects: identifiers outside strings, label matchers
-/// (`{…}`), ranges (`[…]`) and grouping label lists, that are not followed by `(` (functions)
-/// and are not keywords. Panics on unbalanced brackets or an unterminated string.
-fn metric_names(expr: &str) -> BTreeSet<String> {
+/// What a PromQL expression reads: each metric name selected, with the label names its
+/// matchers (`{…}`) use, and the label names of its grouping clauses (`by`, `without`, `on`,
+/// `ignoring`, `group_left`, `group_right`).
+#[derive(Debug, Default)]
+struct Reads {
+    metrics: BTreeMap<String, BTreeSet<String>>,
+    grouping: BTreeSet<String>,
+}
+
+/// Parses `expr`: metric names are identifiers outside strings, label matchers, ranges
+/// (`[…]`) and grouping lists that are not followed by `(` (functions) and are not keywords.
+/// Panics on unbalanced brackets or an unterminated string.
+fn reads(expr: &str) -> Reads {
     let chars: Vec<char> = expr.chars().collect();
-    let mut names = BTreeSet::new();
+    let mut out = Reads::default();
     let mut i = 0;
     let skip_string = |i: usize| -> usize {
         let quote = chars[i];
@@ -249,27 +316,45 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
         assert!(j < chars.len(), "unterminated string in {expr:?}");
         j + 1
     };
-    let skip_group = |i: usize, open: char, close: char| -> usize {
+    // The body of the group opened at `i` (strings blanked) and the index after it.
+    let group = |i: usize, open: char, close: char| -> (String, usize) {
         let mut j = i + 1;
+        let mut body = String::new();
         while j < chars.len() && chars[j] != close {
             if matches!(chars[j], '"' | '\'' | '`') {
                 j = skip_string(j);
+                body.push_str("\"\"");
                 continue;
             }
             assert_ne!(chars[j], open, "nested {open} in {expr:?}");
+            body.push(chars[j]);
             j += 1;
         }
         assert!(j < chars.len(), "unbalanced {open} in {expr:?}");
-        j + 1
+        (body, j + 1)
+    };
+    // Label names of a matcher list `a="x", b=~""` or a grouping list `a, b`.
+    let label_names = |body: &str| -> Vec<String> {
+        body.split(',')
+            .map(|item| {
+                item.split(['=', '!'])
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .to_owned()
+            })
+            .filter(|name| !name.is_empty())
+            .collect()
     };
     while i < chars.len() {
         let c = chars[i];
         if matches!(c, '"' | '\'' | '`') {
             i = skip_string(i);
         } else if c == '{' {
-            i = skip_group(i, '{', '}');
+            // A selector without a name (`{__name__=…}`) is not used here.
+            i = group(i, '{', '}').1;
         } else if c == '[' {
-            i = skip_group(i, '[', ']');
+            i = group(i, '[', ']').1;
         } else if c.is_ascii_digit() || c == '.' {
             // A number (0.99, 1e3, 0x1f): never a name.
             while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '.') {
@@ -294,17 +379,29 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
                     Some(&'('),
                     "{word} without labels in {expr:?}"
                 );
-                i = skip_group(next, '(', ')');
+                let (body, after) = group(next, '(', ')');
+                out.grouping.extend(label_names(&body));
+                i = after;
             } else if chars.get(next) == Some(&'(') || KEYWORDS.contains(&lower.as_str()) {
                 // a function or an operator
             } else {
-                names.insert(word);
+                let labels = out.metrics.entry(word).or_default();
+                if chars.get(next) == Some(&'{') {
+                    let (body, after) = group(next, '{', '}');
+                    labels.extend(label_names(&body));
+                    i = after;
+                }
             }
         } else {
             i += 1;
         }
     }
-    names
+    out
+}
+
+/// The metric names `expr` selects.
+fn metric_names(expr: &str) -> BTreeSet<String> {
+    reads(expr).metrics.into_keys().collect()
 }
 
 #[test]
@@ -324,30 +421,64 @@ fn metric_names_are_read_from_promql() {
     assert_eq!(names("count by (version) (e) + 1e3 + Inf"), ["e"]);
 }
 
-/// Checks `exprs` (what, expression) against the exported names and [`EXTERNAL`]; returns the
-/// external names used.
-fn check_exprs(exprs: &[(String, String)], exported: &BTreeSet<String>) -> BTreeSet<String> {
-    let external: BTreeMap<&str, &str> = EXTERNAL.iter().copied().collect();
+/// Checks `exprs` (what, expression) against the exported names and [`EXTERNAL`]: every
+/// metric exists, its matchers use its labels (or the scrape's [`TARGET_LABELS`]), and the
+/// grouping clauses name labels of the expression's metrics, where those are known. Returns
+/// the external names used.
+fn check_exprs(exprs: &[(String, String)], exported: &Exported) -> BTreeSet<String> {
+    let external: BTreeMap<&str, &[&str]> = EXTERNAL.iter().map(|(n, _, l)| (*n, *l)).collect();
+    let target = |label: &str| TARGET_LABELS.contains(&label);
     let mut used = BTreeSet::new();
     let mut unknown = Vec::new();
+    let mut bad_labels = Vec::new();
     for (what, expr) in exprs {
-        let names = metric_names(expr);
-        assert!(!names.is_empty(), "{what}: no metric in {expr:?}");
-        for name in names {
-            if exported.contains(&name) {
+        let reads = reads(expr);
+        assert!(!reads.metrics.is_empty(), "{what}: no metric in {expr:?}");
+        // The labels of all metrics of the expression; None when one's are not known.
+        let mut all_labels: Option<BTreeSet<String>> = Some(BTreeSet::new());
+        for (name, matched) in &reads.metrics {
+            let known: Option<BTreeSet<String>> = if let Some(l) = external.get(name.as_str()) {
+                used.insert(name.clone());
+                Some(l.iter().map(|s| (*s).to_owned()).collect())
+            } else if exported.names.contains(name) {
+                exported.labels.get(name).cloned()
+            } else {
+                unknown.push(format!("{what}: {name} (in {expr})"));
                 continue;
+            };
+            match (&known, &mut all_labels) {
+                (Some(k), Some(all)) => all.extend(k.iter().cloned()),
+                _ => all_labels = None,
             }
-            if external.contains_key(name.as_str()) {
-                used.insert(name);
-                continue;
+            for label in matched {
+                if let Some(known) = &known
+                    && !known.contains(label)
+                    && !target(label)
+                {
+                    bad_labels.push(format!("{what}: {name} has no label {label} ({known:?})"));
+                }
             }
-            unknown.push(format!("{what}: {name} (in {expr})"));
+        }
+        for label in all_labels.iter().flat_map(|all| {
+            reads
+                .grouping
+                .iter()
+                .filter(move |l| !all.contains(*l) && !target(l))
+        }) {
+            bad_labels.push(format!(
+                "{what}: grouping by {label}, a label of no metric in {expr}"
+            ));
         }
     }
     assert!(
         unknown.is_empty(),
         "metrics stackgate does not export (and not listed in EXTERNAL):\n  {}",
         unknown.join("\n  ")
+    );
+    assert!(
+        bad_labels.is_empty(),
+        "labels that do not exist:\n  {}",
+        bad_labels.join("\n  ")
     );
     used
 }
@@ -588,7 +719,7 @@ fn every_alert_names_exported_metrics_and_has_a_runbook_and_a_test() {
     let mut all = exprs;
     all.extend(dashboard_exprs(&dashboard()));
     let used = check_exprs(&all, &exported());
-    for (name, _) in EXTERNAL {
+    for (name, _, _) in EXTERNAL {
         assert!(
             used.contains(*name),
             "EXTERNAL lists {name}, which nothing reads"
