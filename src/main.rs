@@ -41,6 +41,13 @@ fn main() -> ExitCode {
             print!("{}", stackgate::engine::docs::markdown(&Engine::new(set)));
             ExitCode::SUCCESS
         }),
+        Command::Explain(args) => load_policies(&args.policy).and_then(|set| {
+            print!(
+                "{}",
+                stackgate::cli::explain::explain(&Engine::new(set), &args.code)?
+            );
+            Ok(ExitCode::SUCCESS)
+        }),
     };
     match result {
         Ok(code) => code,

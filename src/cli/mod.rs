@@ -15,6 +15,7 @@
 
 mod audit;
 mod check;
+pub mod explain;
 mod guard;
 mod serve;
 
@@ -27,6 +28,7 @@ use crate::telemetry::LogFormat;
 
 pub use audit::{AuditArgs, BackgroundAuditArgs};
 pub use check::CheckArgs;
+pub use explain::ExplainArgs;
 pub use guard::{GuardArgs, Switch};
 pub use serve::{KubeMode, OpenShiftPlatformMode, ServeArgs};
 
@@ -56,6 +58,9 @@ pub enum Command {
     /// Audit the objects already in the cluster with the same engine and policies
     /// (read-only; `--fix --yes` writes the webhook's edits through the API).
     Audit(Box<AuditArgs>),
+    /// Explain a finding code (e.g. `serial-lb-api-calls/false`): what, why, fix, exemption
+    /// and the upstream sources.
+    Explain(ExplainArgs),
 }
 
 /// Where policies come from.
