@@ -218,6 +218,46 @@ pub enum GuardError {
         /// Name.
         name: String,
     },
+    /// A read answered 404: the object does not exist, or its API version is not served.
+    #[error("{what} {namespace}/{name} was not found (at {api_version})")]
+    NotFound {
+        /// Kind read.
+        what: &'static str,
+        /// API version asked for.
+        api_version: String,
+        /// Namespace (empty for cluster-scoped objects).
+        namespace: String,
+        /// Name.
+        name: String,
+    },
+    /// The review carried no `oldObject` and the Machine it names could not be read.
+    #[error("the DELETE review carries no oldObject and Machine {namespace}/{name} {what}")]
+    NoOldObject {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// What went wrong.
+        what: String,
+    },
+    /// The cluster's control-plane Machines could not be listed.
+    #[error("listing the control-plane Machines of Cluster {namespace}/{cluster} failed: {reason}")]
+    MachineList {
+        /// Namespace.
+        namespace: String,
+        /// Cluster name.
+        cluster: String,
+        /// Why.
+        reason: String,
+    },
+    /// The OpenStackClusterIdentity cannot be used from the Machine's namespace.
+    #[error("OpenStackClusterIdentity {name} {what}")]
+    ClusterIdentity {
+        /// Identity name.
+        name: String,
+        /// What is wrong.
+        what: String,
+    },
     /// The Cluster's infrastructure object does not exist.
     #[error("OpenStackCluster {namespace}/{name} was not found")]
     InfraNotFound {
@@ -288,6 +328,10 @@ impl GuardError {
             GuardError::Kube { .. } => "kube_error",
             GuardError::KubeTimeout { .. } => "kube_timeout",
             GuardError::InfraNotFound { .. } => "openstackcluster_not_found",
+            GuardError::NotFound { .. } => "not_found",
+            GuardError::NoOldObject { .. } => "no_old_object",
+            GuardError::MachineList { .. } => "machine_list",
+            GuardError::ClusterIdentity { .. } => "cluster_identity",
             GuardError::NoLoadBalancerId { .. } => "no_load_balancer_id",
             GuardError::NoIdentityRef { .. } => "no_identity_ref",
             GuardError::Secret { .. } => "no_credentials",
