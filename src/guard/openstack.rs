@@ -394,10 +394,8 @@ fn url_error(what: &'static str, url: &str) -> OpenStackError {
 /// `url` with the user information of its authority (`user:password@`) replaced by `***@`,
 /// for messages and logs. Works on text that does not parse as a URL too.
 pub fn mask_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return url.to_owned();
-    };
-    let rest_start = scheme_end + 3;
+    // Without a scheme, everything up to the path counts as the authority.
+    let rest_start = url.find("://").map_or(0, |i| i + 3);
     let rest = &url[rest_start..];
     let authority_len = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     match rest[..authority_len].rfind('@') {
@@ -762,7 +760,8 @@ mod tests {
             "https://keystone.example:5000/v3/auth/tokens"
         );
         assert_eq!(mask_url("https://k.example/a@b"), "https://k.example/a@b");
-        assert_eq!(mask_url("no scheme user:pw@host"), "no scheme user:pw@host");
+        assert_eq!(mask_url("user:pw@host/v3"), "***@host/v3");
+        assert_eq!(mask_url("k.example/v3"), "k.example/v3");
         let e = tokens_url("https://user:pw@").unwrap_err().to_string();
         assert!(!e.contains("pw"), "{e}");
         assert!(e.contains("***@"), "{e}");
