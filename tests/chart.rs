@@ -1461,7 +1461,10 @@ fn rbac_is_least_privilege() {
                 pair("cluster.x-k8s.io", "clusters"),
                 pair("cluster.x-k8s.io", "machines"),
                 pair("infrastructure.cluster.x-k8s.io", "openstackclusters"),
-                pair("infrastructure.cluster.x-k8s.io", "openstackclusteridentities"),
+                pair(
+                    "infrastructure.cluster.x-k8s.io",
+                    "openstackclusteridentities",
+                ),
                 pair("", "namespaces"),
                 pair("", "secrets"),
             ]

@@ -1405,7 +1405,10 @@ async fn deleting_every_control_plane_machine_together_admits_only_what_the_lb_c
     // Dry runs (kubectl delete --dry-run=server) are judged but never count: all three pass,
     // and they leave nothing behind for the real deletions below.
     let answers = delete_together(&client, &all, true).await;
-    assert!(answers.iter().all(|(_, allowed, _)| *allowed), "{answers:#?}");
+    assert!(
+        answers.iter().all(|(_, allowed, _)| *allowed),
+        "{answers:#?}"
+    );
     // `kubectl delete machines -l cluster.x-k8s.io/control-plane`: three DELETE reviews at
     // once, every member ONLINE in Octavia, no deletionTimestamp set yet. One member must stay.
     let answers = delete_together(&client, &all, false).await;
@@ -1417,8 +1420,9 @@ async fn deleting_every_control_plane_machine_together_admits_only_what_the_lb_c
     assert_eq!(admitted.len(), 2, "{answers:#?}");
     let (refused, _, message) = answers.iter().find(|(_, allowed, _)| !allowed).unwrap();
     assert!(
-        message.contains(&format!("Refusing to delete control-plane Machine {NS}/{refused}"))
-            && message.contains("this Machine's member is the last one serving")
+        message.contains(&format!(
+            "Refusing to delete control-plane Machine {NS}/{refused}"
+        )) && message.contains("this Machine's member is the last one serving")
             && message.contains("already being deleted are gone")
             && admitted.iter().all(|n| message.contains(n)),
         "{message}"
@@ -1623,8 +1627,7 @@ async fn a_cluster_identity_reads_its_secret_where_it_says() {
     let mut osc = osc_v1beta2();
     osc["spec"]["identityRef"] =
         json!({"type": "ClusterIdentity", "name": "shared-openstack", "cloudName": "openstack"});
-    let identity_path =
-        "/apis/infrastructure.cluster.x-k8s.io/v1alpha1/openstackclusteridentities/shared-openstack";
+    let identity_path = "/apis/infrastructure.cluster.x-k8s.io/v1alpha1/openstackclusteridentities/shared-openstack";
     let namespace_path = format!("/api/v1/namespaces/{NS}");
     let secret_at = format!("/api/v1/namespaces/{IDENTITY_NS}/secrets/openstack-creds");
     let objects = |tenant: &str| {
@@ -1641,7 +1644,10 @@ async fn a_cluster_identity_reads_its_secret_where_it_says() {
                 json!({"apiVersion": "v1", "kind": "Namespace",
                     "metadata": {"name": NS, "labels": {"openstack.example/tenant": tenant}}}),
             ),
-            (secret_at.clone(), secret(&app_credential_clouds(&fake.base()), None)),
+            (
+                secret_at.clone(),
+                secret(&app_credential_clouds(&fake.base()), None),
+            ),
         ]
     };
     let kube = kube_mock(objects("a"), false);
@@ -1706,12 +1712,17 @@ async fn clouds_yaml_values_reach_keystone_as_capo_reads_them_and_url_credential
     let facts = g.gather(&m, in_5s()).await;
     let reason = unavailable(&facts);
     assert!(
-        reason.starts_with(&format!("Keystone at {base}/identity/v3/auth/tokens answered HTTP 401")),
+        reason.starts_with(&format!(
+            "Keystone at {base}/identity/v3/auth/tokens answered HTTP 401"
+        )),
         "{reason}"
     );
     // An auth_url that is no URL at all is named masked.
     fake.set_keystone(Keystone::Ok);
-    let broken = clouds.replace(&format!("{with_userinfo}/identity/v3"), &format!("admin:{CANARY}@nowhere"));
+    let broken = clouds.replace(
+        &format!("{with_userinfo}/identity/v3"),
+        &format!("admin:{CANARY}@nowhere"),
+    );
     let mut objects = v1beta1_objects(&fake);
     objects.retain(|(p, _)| *p != secret_path());
     objects.push((secret_path(), secret(&broken, None)));

@@ -305,7 +305,12 @@ fn octavias_own_status_shape_reads_the_health_monitor() {
     assert_eq!(lb.pools.len(), 2);
     assert!(lb.pools.iter().all(|p| p.has_monitor), "health_monitor key");
     assert_eq!(lb.pools[1].name, format!("{LB_NAME}-8132"));
-    assert!(lb.pools[1].members.iter().all(|m| m.operating_status == "ERROR"));
+    assert!(
+        lb.pools[1]
+            .members
+            .iter()
+            .all(|m| m.operating_status == "ERROR")
+    );
 }
 
 #[test]
@@ -316,8 +321,8 @@ fn an_additional_port_pool_already_down_does_not_block() {
     // The API pool still judges: with the two peers' members failing their checks there,
     // the deleted Machine's is the last one serving, and the message names that pool.
     for i in [1, 2] {
-        tree["statuses"]["loadbalancer"]["listeners"][0]["pools"][0]["members"][i]
-            ["operating_status"] = json!("ERROR");
+        tree["statuses"]["loadbalancer"]["listeners"][0]["pools"][0]["members"][i]["operating_status"] =
+            json!("ERROR");
     }
     let v = eval(&engine(), &captured(CP_DELETE), &facts_of(&tree));
     let m = denial(&v);
@@ -558,7 +563,10 @@ fn a_delete_without_old_object_is_unknown_and_follows_params_unknown() {
             &unavailable(reason),
         );
         let m = denial(&v);
-        assert!(m.contains("params.unknown is deny") && m.contains(reason), "{m}");
+        assert!(
+            m.contains("params.unknown is deny") && m.contains(reason),
+            "{m}"
+        );
         let v = eval(&engine(), &review, &unavailable(reason));
         assert!(v.denials.is_empty());
         assert_eq!(v.warnings.len(), 1, "{v:#?}");

@@ -516,7 +516,10 @@ mod tests {
         assert_eq!(auth.region.as_deref(), Some("R"));
         assert_eq!(auth.method(), "password");
         let debug = format!("{auth:?}");
-        assert!(!debug.contains(CANARY) && debug.contains("***@k.example"), "{debug}");
+        assert!(
+            !debug.contains(CANARY) && debug.contains("***@k.example"),
+            "{debug}"
+        );
     }
 
     #[test]

@@ -18,7 +18,9 @@ use tokio::time::{Instant, timeout_at};
 use super::clouds::CloudAuth;
 use super::error::{GuardError, kube_reason};
 use super::probe::{MachineDelete, control_plane_cluster};
-use crate::rules::lb_guard::{CAPI_GROUP, CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL, MachineIdentity};
+use crate::rules::lb_guard::{
+    CAPI_GROUP, CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL, MachineIdentity,
+};
 
 /// API group of CAPO's infrastructure objects.
 pub const INFRA_GROUP: &str = "infrastructure.cluster.x-k8s.io";
@@ -326,8 +328,8 @@ pub(crate) async fn read_machine(
                 machine.version
             ))
         })?;
-    let json = serde_json::to_value(&object)
-        .map_err(|_| no_old("could not be decoded".to_owned()))?;
+    let json =
+        serde_json::to_value(&object).map_err(|_| no_old("could not be decoded".to_owned()))?;
     Ok(control_plane_cluster(&json).map(|cluster| (cluster, MachineIdentity::from_json(&json))))
 }
 
@@ -350,7 +352,9 @@ pub(crate) async fn deleting_machines(
         &resource(CAPI_GROUP, &machine.version, "Machine", "machines"),
     );
     let params = ListParams::default()
-        .labels(&format!("{CLUSTER_NAME_LABEL}={cluster},{CONTROL_PLANE_LABEL}"))
+        .labels(&format!(
+            "{CLUSTER_NAME_LABEL}={cluster},{CONTROL_PLANE_LABEL}"
+        ))
         .limit(MAX_CONTROL_PLANE_MACHINES);
     let list = match timeout_at(deadline, machines.list(&params)).await {
         Ok(Ok(list)) => list,
@@ -406,7 +410,11 @@ async fn secret_location(
     );
     let identity = get(&identities, "OpenStackClusterIdentity", "", name, deadline)
         .await?
-        .ok_or_else(|| bad(format!("was not found (at {INFRA_GROUP}/{CLUSTER_IDENTITY_VERSION})")))?;
+        .ok_or_else(|| {
+            bad(format!(
+                "was not found (at {INFRA_GROUP}/{CLUSTER_IDENTITY_VERSION})"
+            ))
+        })?;
     let spec = identity.data.get("spec").unwrap_or(&Value::Null);
     let secret_ns = str_at(spec, "/secretRef/namespace")
         .filter(|n| is_object_name(n))
@@ -418,7 +426,12 @@ async fn secret_location(
         let namespaces: Api<Namespace> = Api::all(client.clone());
         let ns = get(&namespaces, "Namespace", "", &target.namespace, deadline)
             .await?
-            .ok_or_else(|| bad(format!("cannot be checked: Namespace {} was not found", target.namespace)))?;
+            .ok_or_else(|| {
+                bad(format!(
+                    "cannot be checked: Namespace {} was not found",
+                    target.namespace
+                ))
+            })?;
         let labels = ns.metadata.labels.unwrap_or_default();
         match selector_matches(selector, &labels) {
             Some(true) => {}
@@ -428,7 +441,11 @@ async fn secret_location(
                     target.namespace
                 )));
             }
-            None => return Err(bad("has a namespaceSelector stackgate cannot read".to_owned())),
+            None => {
+                return Err(bad(
+                    "has a namespaceSelector stackgate cannot read".to_owned()
+                ));
+            }
         }
     }
     Ok((secret_ns.to_owned(), secret_name.to_owned()))
@@ -546,10 +563,18 @@ mod tests {
             [("tenant".to_owned(), "a".to_owned())].into();
         let sel = |v: Value| selector_matches(&v, &labels);
         assert_eq!(sel(serde_json::json!({})), Some(true));
-        assert_eq!(sel(serde_json::json!({"matchLabels": {"tenant": "a"}})), Some(true));
-        assert_eq!(sel(serde_json::json!({"matchLabels": {"tenant": "b"}})), Some(false));
+        assert_eq!(
+            sel(serde_json::json!({"matchLabels": {"tenant": "a"}})),
+            Some(true)
+        );
+        assert_eq!(
+            sel(serde_json::json!({"matchLabels": {"tenant": "b"}})),
+            Some(false)
+        );
         let expr = |op: &str, values: Value| {
-            sel(serde_json::json!({"matchExpressions": [{"key": "tenant", "operator": op, "values": values}]}))
+            sel(
+                serde_json::json!({"matchExpressions": [{"key": "tenant", "operator": op, "values": values}]}),
+            )
         };
         assert_eq!(expr("In", serde_json::json!(["a", "b"])), Some(true));
         assert_eq!(expr("NotIn", serde_json::json!(["a"])), Some(false));

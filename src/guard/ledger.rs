@@ -151,7 +151,9 @@ impl Ledger {
             .iter_mut()
             .find(|(k, _)| *k == reservation.cluster)
         {
-            entries.retain(|e| !(e.machine.name == reservation.machine && e.token == reservation.token));
+            entries.retain(|e| {
+                !(e.machine.name == reservation.machine && e.token == reservation.token)
+            });
         }
         inner.clusters.retain(|(_, entries)| !entries.is_empty());
     }

@@ -12,7 +12,9 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use crate::rules::lb_guard::{CAPI_GROUP, CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL, MachineIdentity};
+use crate::rules::lb_guard::{
+    CAPI_GROUP, CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL, MachineIdentity,
+};
 
 /// What the guard needs to know about a control-plane Machine DELETE to gather facts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,7 +122,10 @@ pub fn probe(body: &[u8]) -> Option<MachineDelete> {
         return None;
     }
     let (cluster, machine) = match request.old_object.filter(|o| !o.is_null()) {
-        Some(old) => (control_plane_cluster(&old)?, Some(MachineIdentity::from_json(&old))),
+        Some(old) => (
+            control_plane_cluster(&old)?,
+            Some(MachineIdentity::from_json(&old)),
+        ),
         None => (None, None),
     };
     Some(MachineDelete {
@@ -174,7 +179,10 @@ mod tests {
         );
         assert!(probe(b"not json DELETE cluster.x-k8s.io/control-plane").is_none());
         assert!(!got.dry_run);
-        assert_eq!(got.machine.as_ref().map(|m| m.infra_name.clone()), Some(None));
+        assert_eq!(
+            got.machine.as_ref().map(|m| m.infra_name.clone()),
+            Some(None)
+        );
         // Without oldObject (absent or null) any Machine DELETE is taken: the guard reads it.
         let bare = |old: &str| {
             format!(

@@ -209,7 +209,10 @@ impl MachineIdentity {
 
     /// [`Self::from_json`] of a decoded object (its `data` holds spec and status).
     pub fn of(machine: &DynamicObject) -> Self {
-        Self::from_parts(machine.metadata.name.clone().unwrap_or_default(), &machine.data)
+        Self::from_parts(
+            machine.metadata.name.clone().unwrap_or_default(),
+            &machine.data,
+        )
     }
 
     fn from_parts(name: String, data: &serde_json::Value) -> Self {
@@ -427,8 +430,7 @@ pub fn check(
         GuardFacts::Unavailable { reason } => Some(unavailable(&what, reason, unknown)),
         GuardFacts::Observed(observation) => {
             let problems = assess(&identity, observation);
-            (!problems.is_empty())
-                .then(|| refusal(&what, &observation.load_balancer, problems))
+            (!problems.is_empty()).then(|| refusal(&what, &observation.load_balancer, problems))
         }
     };
     RuleOutput {
@@ -609,7 +611,9 @@ fn assess(me: &MachineIdentity, observation: &Observation) -> Problems {
                  spec.infrastructureRef) and only one member is serving"
                     .to_owned()
             } else {
-                format!("this Machine's member is the last one serving (operating_status {serving_word})")
+                format!(
+                    "this Machine's member is the last one serving (operating_status {serving_word})"
+                )
             };
             let leaving_note = if leaving_serving > 0 {
                 let names: Vec<&str> = observation
@@ -1016,7 +1020,11 @@ mod tests {
         let worker = GuardFacts::NotApplicable {
             reason: "not a control-plane Machine".into(),
         };
-        assert!(check(&subject, None, &worker, WhenUnknown::Deny).violations.is_empty());
+        assert!(
+            check(&subject, None, &worker, WhenUnknown::Deny)
+                .violations
+                .is_empty()
+        );
         // Read from the API: judged with the identity read there.
         let mut facts = lb(vec![
             member("k-6443-m-1", "10.0.0.1", ACTIVE, ONLINE),
