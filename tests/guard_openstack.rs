@@ -1679,6 +1679,23 @@ async fn a_cluster_identity_reads_its_secret_where_it_says() {
         )
     );
     assert_eq!(fake.calls(), calls);
+    // The identity itself refused (no RBAC for it): named without a namespace.
+    let mut objects = objects("a");
+    objects.retain(|(p, _)| p != identity_path);
+    objects.push((
+        identity_path.to_owned(),
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": "forbidden", "reason": "Forbidden", "code": 403}),
+    ));
+    let kube = kube_mock(objects, false);
+    let g = guard(&kube, Duration::from_secs(2), Duration::ZERO);
+    let facts = g.gather(&machine(&review), in_5s()).await;
+    assert!(
+        unavailable(&facts).starts_with(
+            "reading OpenStackClusterIdentity shared-openstack from the Kubernetes API failed: HTTP 403"
+        ),
+        "{facts:?}"
+    );
 }
 
 #[tokio::test]

@@ -182,6 +182,15 @@ pub enum CloudsError {
     InsecureNotSupported(String),
 }
 
+/// `namespace/name`, or `name` for a cluster-scoped object (empty namespace).
+fn qualified(namespace: &str, name: &str) -> String {
+    if namespace.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{namespace}/{name}")
+    }
+}
+
 fn at(location: Option<(u64, u64)>) -> String {
     location
         .map(|(l, c)| format!(" (line {l}, column {c})"))
@@ -195,7 +204,10 @@ pub enum GuardError {
     #[error("the Machine has neither the cluster.x-k8s.io/cluster-name label nor spec.clusterName")]
     NoClusterName,
     /// A Kubernetes API read failed.
-    #[error("reading {what} {namespace}/{name} from the Kubernetes API failed: {reason}")]
+    #[error(
+        "reading {what} {} from the Kubernetes API failed: {reason}",
+        qualified(.namespace, .name)
+    )]
     Kube {
         /// Kind read.
         what: &'static str,
@@ -208,7 +220,8 @@ pub enum GuardError {
     },
     /// A Kubernetes API read did not finish in time.
     #[error(
-        "reading {what} {namespace}/{name} from the Kubernetes API took longer than the request deadline"
+        "reading {what} {} from the Kubernetes API took longer than the request deadline",
+        qualified(.namespace, .name)
     )]
     KubeTimeout {
         /// Kind read.
