@@ -1360,7 +1360,8 @@ fn deployment_is_ha_locked_down_and_probed_on_the_admin_port() {
 }
 
 /// RBAC: nothing by default; get/list/watch on openstackversions for live release data;
-/// get on clusters, openstackclusters and (namespaced unless asked) secrets for the guard.
+/// get on clusters, machines (and list), openstackclusters, openstackclusteridentities,
+/// namespaces and (namespaced unless asked) secrets for the guard.
 #[test]
 #[ignore = "needs the rendered chart in target/chart-render: run .ci/chart.sh (installs Helm)"]
 fn rbac_is_least_privilege() {
@@ -1458,7 +1459,13 @@ fn rbac_is_least_privilege() {
             "live-release" => [pair("core.openstack.org", "openstackversions")].into(),
             "guard" | "guard-cluster-wide" | "guard-budget" => [
                 pair("cluster.x-k8s.io", "clusters"),
+                pair("cluster.x-k8s.io", "machines"),
                 pair("infrastructure.cluster.x-k8s.io", "openstackclusters"),
+                pair(
+                    "infrastructure.cluster.x-k8s.io",
+                    "openstackclusteridentities",
+                ),
+                pair("", "namespaces"),
                 pair("", "secrets"),
             ]
             .into(),

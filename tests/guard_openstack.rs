@@ -543,11 +543,58 @@ fn secret_path() -> String {
     format!("/api/v1/namespaces/{NS}/secrets/{SECRET}")
 }
 
+/// The list of the cluster's Machines (the guard asks with the control-plane selector).
+fn machines_path(version: &str) -> String {
+    format!("/apis/cluster.x-k8s.io/{version}/namespaces/{NS}/machines")
+}
+
+fn machine_path(version: &str, name: &str) -> String {
+    format!("{}/{name}", machines_path(version))
+}
+
+/// The captured control-plane Machine (the DELETE's oldObject) renamed to `name`, its
+/// OpenStackMachine too; `deleting` sets a deletionTimestamp.
+fn cp_machine(name: &str, deleting: bool) -> Value {
+    let mut m = review(CP_DELETE)["request"]["oldObject"].clone();
+    m["metadata"]["name"] = json!(name);
+    m["spec"]["infrastructureRef"]["name"] = json!(name);
+    if deleting {
+        m["metadata"]["deletionTimestamp"] = json!("2026-11-25T19:00:00Z");
+    }
+    m
+}
+
+fn machine_list(version: &str, items: Vec<Value>) -> Value {
+    json!({"apiVersion": format!("cluster.x-k8s.io/{version}"), "kind": "MachineList",
+        "metadata": {"resourceVersion": "42"}, "items": items})
+}
+
+/// The three control-plane Machines of the cluster, none being deleted yet.
+fn three_machines(version: &str) -> Value {
+    machine_list(
+        version,
+        [DELETED, PEER, NEWCOMER]
+            .iter()
+            .map(|n| cp_machine(n, false))
+            .collect(),
+    )
+}
+
+/// The captured DELETE of control-plane Machine `name` (one of the three).
+fn delete_of(name: &str) -> Value {
+    let mut r = review(CP_DELETE);
+    r["request"]["name"] = json!(name);
+    r["request"]["uid"] = json!(format!("uid-{name}"));
+    r["request"]["oldObject"] = cp_machine(name, false);
+    r
+}
+
 /// The v1beta1 world: Cluster and OpenStackCluster at v1beta1, app-credential clouds.yaml.
 fn v1beta1_objects(fake: &Fake) -> Vec<(String, Value)> {
     vec![
         (cluster_path("v1beta1"), cluster_v1beta1()),
         (osc_path("v1beta1"), osc_v1beta1()),
+        (machines_path("v1beta1"), three_machines("v1beta1")),
         (
             secret_path(),
             secret(&app_credential_clouds(&fake.base()), None),
@@ -573,7 +620,7 @@ fn in_5s() -> Instant {
 
 fn observed(facts: &GuardFacts) -> &stackgate::rules::lb_guard::LoadBalancerStatus {
     match facts {
-        GuardFacts::Observed(lb) => lb,
+        GuardFacts::Observed(o) => &o.load_balancer,
         other => panic!("expected Observed, got {other:?}"),
     }
 }
@@ -609,7 +656,12 @@ async fn v1beta1_application_credential_pending_member_is_denied() {
     assert_eq!(lb.pools[0].members.len(), 3);
     assert_eq!(
         kube.paths(),
-        [cluster_path("v1beta1"), osc_path("v1beta1"), secret_path()]
+        [
+            cluster_path("v1beta1"),
+            osc_path("v1beta1"),
+            machines_path("v1beta1"),
+            secret_path()
+        ]
     );
     // The Keystone request is the documented application-credential body.
     let auth = fake.auth_bodies.lock().unwrap()[0].clone();
@@ -709,24 +761,16 @@ async fn deleting_the_last_online_member_is_denied() {
 }
 
 #[tokio::test]
-async fn no_other_serving_member_is_denied_naming_them() {
-    // The deleted Machine's member already gone and no remaining member is ONLINE: every
-    // remaining member is named with its states.
+async fn a_deletion_that_changes_nothing_serving_is_admitted() {
+    // The deleted Machine's member is already gone and nothing else is serving: the API is
+    // down already, and this deletion (a remediation, say) cannot make it worse. Refusing it
+    // would block the repair for good.
     let (_, verdict) = decide(status_tree(&[
         (PEER, "10.6.0.12", "ACTIVE", "ERROR"),
         (NEWCOMER, "10.6.0.13", "ACTIVE", "OFFLINE"),
     ]))
     .await;
-    let message = denial(&verdict);
-    assert!(
-        message.contains(&format!(
-            "pool {LB_NAME}-6443: no other member is serving (operating_status ONLINE): \
-             member {LB_NAME}-6443-{PEER} (10.6.0.12:6443) is provisioning_status=ACTIVE, \
-             operating_status=ERROR; member {LB_NAME}-6443-{NEWCOMER} (10.6.0.13:6443) is \
-             provisioning_status=ACTIVE, operating_status=OFFLINE"
-        )),
-        "{message}"
-    );
+    assert!(verdict.denials.is_empty(), "{verdict:#?}");
 }
 
 #[tokio::test]
@@ -751,6 +795,7 @@ async fn v1beta2_password_healthy_is_observed_and_admitted() {
         vec![
             (cluster_path("v1beta2"), cluster_v1beta2()),
             (osc_path("v1beta2"), osc_v1beta2()),
+            (machines_path("v1beta2"), three_machines("v1beta2")),
             (secret_path(), secret(&password_clouds(&fake.base()), None)),
         ],
         false,
@@ -762,7 +807,12 @@ async fn v1beta2_password_healthy_is_observed_and_admitted() {
     // The v1beta2 Cluster names its infrastructure by apiGroup only: v1beta2 is tried first.
     assert_eq!(
         kube.paths(),
-        [cluster_path("v1beta2"), osc_path("v1beta2"), secret_path()]
+        [
+            cluster_path("v1beta2"),
+            osc_path("v1beta2"),
+            machines_path("v1beta2"),
+            secret_path()
+        ]
     );
     let auth = fake.auth_bodies.lock().unwrap()[0].clone();
     assert_eq!(auth["auth"]["identity"]["methods"], json!(["password"]));
@@ -792,6 +842,7 @@ async fn a_v1beta1_reference_falls_back_to_the_served_version() {
         vec![
             (cluster_path("v1beta1"), cluster_v1beta1()),
             (osc_path("v1beta2"), osc_v1beta2()),
+            (machines_path("v1beta1"), three_machines("v1beta1")),
             (
                 secret_path(),
                 secret(&app_credential_clouds(&fake.base()), None),
@@ -807,6 +858,7 @@ async fn a_v1beta1_reference_falls_back_to_the_served_version() {
             cluster_path("v1beta1"),
             osc_path("v1beta1"),
             osc_path("v1beta2"),
+            machines_path("v1beta1"),
             secret_path()
         ]
     );
@@ -816,25 +868,26 @@ async fn a_v1beta1_reference_falls_back_to_the_served_version() {
 async fn tokens_and_status_trees_are_cached() {
     let fake = fake_openstack().await;
     let m = machine(&review(CP_DELETE));
-    // Status cache on: one Keystone and one Octavia call for two reviews.
+    // Status cache on: one Keystone call for two reviews; Octavia is asked each time, because
+    // the cached tree would admit (only a refusal may come from the cache).
     let kube = kube_mock(v1beta1_objects(&fake), false);
     let cached = guard(&kube, Duration::from_secs(2), Duration::from_secs(60));
     observed(&cached.gather(&m, in_5s()).await);
     observed(&cached.gather(&m, in_5s()).await);
-    assert_eq!(fake.calls(), (1, 1));
+    assert_eq!(fake.calls(), (1, 2));
     // Status cache off: the token is still reused (Keystone's clock: 1 h lifetime, although
     // the api-ref token "expired" in 2018).
     let uncached = guard(&kube, Duration::from_secs(2), Duration::ZERO);
     for _ in 0..3 {
         observed(&uncached.gather(&m, in_5s()).await);
     }
-    assert_eq!(fake.calls(), (2, 4));
+    assert_eq!(fake.calls(), (2, 5));
     // A token that lives for no time is never cached.
     fake.set_keystone(Keystone::ShortLived);
     let short = guard(&kube, Duration::from_secs(2), Duration::ZERO);
     observed(&short.gather(&m, in_5s()).await);
     observed(&short.gather(&m, in_5s()).await);
-    assert_eq!(fake.calls(), (4, 6));
+    assert_eq!(fake.calls(), (4, 7));
     let metrics = {
         let mut m = Metrics::new();
         short.metrics().register(m.registry_mut());
@@ -963,10 +1016,14 @@ async fn what_is_not_guarded() {
     let kube = kube_mock(vec![(cluster_path("v1beta1"), deleting)], false);
     let g = guard(&kube, Duration::from_secs(2), Duration::ZERO);
     not_applicable(g.gather(&m, in_5s()).await, "is being deleted");
-    // No Cluster at all.
+    // No Cluster at all (or its version not served): unknown, not "nothing to guard".
     let kube = kube_mock(vec![], false);
     let g = guard(&kube, Duration::from_secs(2), Duration::ZERO);
-    not_applicable(g.gather(&m, in_5s()).await, "does not exist");
+    let facts = g.gather(&m, in_5s()).await;
+    assert_eq!(
+        unavailable(&facts),
+        "Cluster cluster-a/cluster-a was not found (at cluster.x-k8s.io/v1beta1)"
+    );
     // Another infrastructure provider.
     let mut other = cluster_v1beta1();
     other["spec"]["infrastructureRef"] = json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "AWSCluster", "name": "cluster-a"});
@@ -1120,6 +1177,7 @@ async fn tls_trusts_the_identity_secrets_cacert() {
     let with_ca = vec![
         (cluster_path("v1beta1"), cluster_v1beta1()),
         (osc_path("v1beta1"), osc_v1beta1()),
+        (machines_path("v1beta1"), three_machines("v1beta1")),
         (
             secret_path(),
             secret(&app_credential_clouds(&fake.base()), Some(&ca.cert_pem)),
@@ -1304,4 +1362,390 @@ async fn https_answers_within_the_deadline_when_octavia_hangs() {
     );
     assert!(!metrics.contains(CANARY));
     server.stop().await.unwrap();
+}
+
+// ------------------------------------------------------------------------------------------
+// Several control-plane Machines at once
+
+/// POSTs the DELETE reviews of `names` to `/validate` all at once; the answers' `allowed`.
+async fn delete_together(
+    client: &common::Client,
+    names: &[&str],
+    dry_run: bool,
+) -> Vec<(String, bool, String)> {
+    let posts = names.iter().map(|name| {
+        let mut review = delete_of(name);
+        review["request"]["dryRun"] = json!(dry_run);
+        let body = serde_json::to_vec(&review).unwrap();
+        async move {
+            let (status, answer) = common::post(client, "/validate?timeout=10s", body).await;
+            assert_eq!(status, http::StatusCode::OK);
+            let message = answer["response"]["status"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            (
+                (*name).to_owned(),
+                answer["response"]["allowed"] == true,
+                message,
+            )
+        }
+    });
+    futures::future::join_all(posts).await
+}
+
+#[tokio::test]
+async fn deleting_every_control_plane_machine_together_admits_only_what_the_lb_can_lose() {
+    let fake = fake_openstack().await;
+    fake.set_tree(all_healthy());
+    let kube = kube_mock(v1beta1_objects(&fake), false);
+    let server = guarded_server(&fake, &kube, Duration::from_secs(2)).await;
+    let client = server.client().await;
+    let all = [DELETED, PEER, NEWCOMER];
+    // Dry runs (kubectl delete --dry-run=server) are judged but never count: all three pass,
+    // and they leave nothing behind for the real deletions below.
+    let answers = delete_together(&client, &all, true).await;
+    assert!(
+        answers.iter().all(|(_, allowed, _)| *allowed),
+        "{answers:#?}"
+    );
+    // `kubectl delete machines -l cluster.x-k8s.io/control-plane`: three DELETE reviews at
+    // once, every member ONLINE in Octavia, no deletionTimestamp set yet. One member must stay.
+    let answers = delete_together(&client, &all, false).await;
+    let admitted: Vec<&str> = answers
+        .iter()
+        .filter(|(_, allowed, _)| *allowed)
+        .map(|(n, _, _)| n.as_str())
+        .collect();
+    assert_eq!(admitted.len(), 2, "{answers:#?}");
+    let (refused, _, message) = answers.iter().find(|(_, allowed, _)| !allowed).unwrap();
+    assert!(
+        message.contains(&format!(
+            "Refusing to delete control-plane Machine {NS}/{refused}"
+        )) && message.contains("this Machine's member is the last one serving")
+            && message.contains("already being deleted are gone")
+            && admitted.iter().all(|n| message.contains(n)),
+        "{message}"
+    );
+    // Cluster API retrying the refused one a moment later: still refused (the two admitted
+    // deletions are remembered), and a denied review does not count against the others.
+    let answers = delete_together(&client, &[refused.as_str()], false).await;
+    assert!(!answers[0].1, "{answers:#?}");
+    let metrics = server.metrics().await;
+    assert_eq!(
+        common::metric(
+            &metrics,
+            "stackgate_lb_guard_decisions_total{outcome=\"denied\"}"
+        ),
+        2.0,
+        "{metrics}"
+    );
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn machines_already_being_deleted_do_not_count_as_serving() {
+    let fake = fake_openstack().await;
+    fake.set_tree(all_healthy());
+    let review = review(CP_DELETE);
+    // Another replica admitted the other two deletions: the API shows their deletionTimestamp
+    // while Octavia still reports their members ONLINE.
+    let mut objects = v1beta1_objects(&fake);
+    objects.retain(|(p, _)| *p != machines_path("v1beta1"));
+    let mut kube_objects = objects.clone();
+    kube_objects.push((
+        machines_path("v1beta1"),
+        machine_list(
+            "v1beta1",
+            vec![
+                cp_machine(DELETED, false),
+                cp_machine(PEER, true),
+                cp_machine(NEWCOMER, true),
+            ],
+        ),
+    ));
+    let kube = kube_mock(kube_objects, false);
+    let g = guard(&kube, Duration::from_secs(2), Duration::ZERO);
+    let facts = g.gather(&machine(&review), in_5s()).await;
+    let GuardFacts::Observed(o) = &facts else {
+        panic!("{facts:?}")
+    };
+    let leaving: Vec<_> = o.leaving.iter().map(|l| l.machine.name.as_str()).collect();
+    assert_eq!(leaving, [PEER, NEWCOMER]);
+    let verdict = engine().evaluate_with(
+        &stackgate::admission::subject_of(&request(&review)),
+        &Facts::of(stackgate::rules::lb_guard::FAMILY.id, facts),
+    );
+    let message = denial(&verdict);
+    assert!(
+        message.contains(&format!(
+            "already being deleted are gone ({PEER}, {NEWCOMER})"
+        )),
+        "{message}"
+    );
+    // One of them being deleted: one serving member stays, admitted.
+    let mut kube_objects = objects;
+    kube_objects.push((
+        machines_path("v1beta1"),
+        machine_list(
+            "v1beta1",
+            vec![
+                cp_machine(DELETED, true),
+                cp_machine(PEER, true),
+                cp_machine(NEWCOMER, false),
+            ],
+        ),
+    ));
+    let kube = kube_mock(kube_objects, false);
+    let g = guard(&kube, Duration::from_secs(2), Duration::ZERO);
+    let facts = g.gather(&machine(&review), in_5s()).await;
+    let verdict = engine().evaluate_with(
+        &stackgate::admission::subject_of(&request(&review)),
+        &Facts::of(stackgate::rules::lb_guard::FAMILY.id, facts),
+    );
+    assert!(verdict.denials.is_empty(), "{verdict:#?}");
+}
+
+#[tokio::test]
+async fn a_cached_status_tree_never_admits() {
+    let fake = fake_openstack().await;
+    fake.set_tree(all_healthy());
+    let kube = kube_mock(v1beta1_objects(&fake), false);
+    let g = guard(&kube, Duration::from_secs(2), Duration::from_secs(60));
+    let review = review(CP_DELETE);
+    let decide = |facts: GuardFacts| {
+        engine().evaluate_with(
+            &stackgate::admission::subject_of(&request(&review)),
+            &Facts::of(stackgate::rules::lb_guard::FAMILY.id, facts),
+        )
+    };
+    let m = machine(&review);
+    assert!(decide(g.gather(&m, in_5s()).await).denials.is_empty());
+    assert_eq!(fake.calls(), (1, 1));
+    // Right after that cached read a peer's member goes PENDING_UPDATE: the next review
+    // must not be admitted from the cached (healthy) tree.
+    fake.set_tree(status_tree(&[
+        (DELETED, "10.6.0.11", "ACTIVE", "ONLINE"),
+        (PEER, "10.6.0.12", "PENDING_UPDATE", "ONLINE"),
+        (NEWCOMER, "10.6.0.13", "ACTIVE", "ONLINE"),
+    ]));
+    let verdict = decide(g.gather(&m, in_5s()).await);
+    assert!(denial(&verdict).contains("PENDING_UPDATE"));
+    assert_eq!(fake.calls(), (1, 2), "read again");
+    // A cached tree that refuses is reused: the retry storm of a refused rollout costs no
+    // Octavia call until the cache entry expires.
+    let verdict = decide(g.gather(&m, in_5s()).await);
+    assert!(denial(&verdict).contains("PENDING_UPDATE"));
+    assert_eq!(fake.calls(), (1, 2), "served from the cache");
+}
+
+// ------------------------------------------------------------------------------------------
+// DELETE without oldObject, ClusterIdentity, clouds.yaml values
+
+#[tokio::test]
+async fn a_delete_without_old_object_reads_the_machine() {
+    let fake = fake_openstack().await;
+    fake.set_tree(pending());
+    let mut bare = review(CP_DELETE);
+    bare["request"]["oldObject"] = Value::Null;
+    let m = machine(&bare);
+    assert_eq!((m.machine.as_ref(), m.cluster.as_deref()), (None, None));
+    let mut objects = v1beta1_objects(&fake);
+    objects.push((machine_path("v1beta1", DELETED), cp_machine(DELETED, false)));
+    let kube = kube_mock(objects.clone(), false);
+    let g = guard(&kube, Duration::from_secs(2), Duration::ZERO);
+    let facts = g.gather(&m, in_5s()).await;
+    assert_eq!(kube.paths()[0], machine_path("v1beta1", DELETED));
+    let verdict = engine().evaluate_with(
+        &stackgate::admission::subject_of(&request(&bare)),
+        &Facts::of(stackgate::rules::lb_guard::FAMILY.id, facts),
+    );
+    let message = &verdict.denials[0].message;
+    assert!(
+        message.starts_with(&format!("Refusing to delete Machine {NS}/{DELETED}"))
+            && message.contains("PENDING_CREATE"),
+        "{message}"
+    );
+    // The Machine cannot be read: unknown, and params.unknown decides (deny refuses).
+    let objects: Vec<_> = objects
+        .into_iter()
+        .filter(|(p, _)| *p != machine_path("v1beta1", DELETED))
+        .collect();
+    let kube = kube_mock(objects, false);
+    let g = guard(&kube, Duration::from_secs(2), Duration::ZERO);
+    let facts = g.gather(&m, in_5s()).await;
+    assert_eq!(
+        unavailable(&facts),
+        format!(
+            "the DELETE review carries no oldObject and Machine {NS}/{DELETED} was not found \
+             (at cluster.x-k8s.io/v1beta1)"
+        )
+    );
+    let policy = include_str!("../policies/control-plane-lb-guard.yaml");
+    let deny = PolicySet::from_files(
+        vec![(
+            "control-plane-lb-guard.yaml".to_owned(),
+            policy.replace("unknown: admit", "unknown: deny"),
+        )],
+        "test".to_owned(),
+    )
+    .unwrap();
+    let verdict = Engine::new(deny).evaluate_with(
+        &stackgate::admission::subject_of(&request(&bare)),
+        &Facts::of(stackgate::rules::lb_guard::FAMILY.id, facts),
+    );
+    assert!(
+        verdict.denials[0]
+            .message
+            .contains("params.unknown is deny"),
+        "{verdict:#?}"
+    );
+    // A worker Machine read from the API: nothing to guard.
+    let mut worker = review(WORKER_DELETE)["request"]["oldObject"].clone();
+    worker["metadata"]["name"] = json!(DELETED);
+    let kube = kube_mock(vec![(machine_path("v1beta1", DELETED), worker)], false);
+    let g = guard(&kube, Duration::from_secs(2), Duration::ZERO);
+    assert!(matches!(
+        g.gather(&m, in_5s()).await,
+        GuardFacts::NotApplicable { .. }
+    ));
+}
+
+const IDENTITY_NS: &str = "capo-identities";
+
+fn cluster_identity(selector: Value) -> Value {
+    json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "kind": "OpenStackClusterIdentity",
+        "metadata": {"name": "shared-openstack", "uid": "uid-identity"},
+        "spec": {"secretRef": {"name": "openstack-creds", "namespace": IDENTITY_NS},
+                 "namespaceSelector": selector}})
+}
+
+#[tokio::test]
+async fn a_cluster_identity_reads_its_secret_where_it_says() {
+    let fake = fake_openstack().await;
+    let mut osc = osc_v1beta2();
+    osc["spec"]["identityRef"] =
+        json!({"type": "ClusterIdentity", "name": "shared-openstack", "cloudName": "openstack"});
+    let identity_path = "/apis/infrastructure.cluster.x-k8s.io/v1alpha1/openstackclusteridentities/shared-openstack";
+    let namespace_path = format!("/api/v1/namespaces/{NS}");
+    let secret_at = format!("/api/v1/namespaces/{IDENTITY_NS}/secrets/openstack-creds");
+    let objects = |tenant: &str| {
+        vec![
+            (cluster_path("v1beta2"), cluster_v1beta2()),
+            (osc_path("v1beta2"), osc.clone()),
+            (machines_path("v1beta2"), three_machines("v1beta2")),
+            (
+                identity_path.to_owned(),
+                cluster_identity(json!({"matchLabels": {"openstack.example/tenant": "a"}})),
+            ),
+            (
+                namespace_path.clone(),
+                json!({"apiVersion": "v1", "kind": "Namespace",
+                    "metadata": {"name": NS, "labels": {"openstack.example/tenant": tenant}}}),
+            ),
+            (
+                secret_at.clone(),
+                secret(&app_credential_clouds(&fake.base()), None),
+            ),
+        ]
+    };
+    let kube = kube_mock(objects("a"), false);
+    let g = guard(&kube, Duration::from_secs(2), Duration::ZERO);
+    let review = as_v1beta2(review(CP_DELETE));
+    observed(&g.gather(&machine(&review), in_5s()).await);
+    assert_eq!(
+        kube.paths(),
+        [
+            cluster_path("v1beta2"),
+            osc_path("v1beta2"),
+            machines_path("v1beta2"),
+            identity_path.to_owned(),
+            namespace_path.clone(),
+            secret_at.clone()
+        ]
+    );
+    // A namespace the identity's namespaceSelector does not select may not use it (CAPO
+    // refuses it too): unknown, and OpenStack is never called with those credentials.
+    let calls = fake.calls();
+    let kube = kube_mock(objects("b"), false);
+    let g = guard(&kube, Duration::from_secs(2), Duration::ZERO);
+    let facts = g.gather(&machine(&review), in_5s()).await;
+    assert_eq!(
+        unavailable(&facts),
+        format!(
+            "OpenStackClusterIdentity shared-openstack may not be used from namespace {NS} \
+             (its namespaceSelector does not select it)"
+        )
+    );
+    assert_eq!(fake.calls(), calls);
+    // The identity itself refused (no RBAC for it): named without a namespace.
+    let mut objects = objects("a");
+    objects.retain(|(p, _)| p != identity_path);
+    objects.push((
+        identity_path.to_owned(),
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": "forbidden", "reason": "Forbidden", "code": 403}),
+    ));
+    let kube = kube_mock(objects, false);
+    let g = guard(&kube, Duration::from_secs(2), Duration::ZERO);
+    let facts = g.gather(&machine(&review), in_5s()).await;
+    assert!(
+        unavailable(&facts).starts_with(
+            "reading OpenStackClusterIdentity shared-openstack from the Kubernetes API failed: HTTP 403"
+        ),
+        "{facts:?}"
+    );
+}
+
+#[tokio::test]
+async fn clouds_yaml_values_reach_keystone_as_capo_reads_them_and_url_credentials_never_show() {
+    common::setup();
+    let fake = fake_openstack().await;
+    let base = fake.base();
+    let with_userinfo = base.replace("http://", &format!("http://admin:{CANARY}@"));
+    let clouds = format!(
+        "clouds:\n  openstack:\n    auth:\n      auth_url: {with_userinfo}/identity/v3\n      \
+         username: \"0123\"\n      password: ' {CANARY} 1e3 '\n      project_id: 0x1F\n      \
+         user_domain_name: yes\n    region_name: RegionOne\n"
+    );
+    let mut objects = v1beta1_objects(&fake);
+    objects.retain(|(p, _)| *p != secret_path());
+    objects.push((secret_path(), secret(&clouds, None)));
+    let kube = kube_mock(objects, false);
+    let g = guard(&kube, Duration::from_secs(2), Duration::ZERO);
+    let m = machine(&review(CP_DELETE));
+    observed(&g.gather(&m, in_5s()).await);
+    let auth = fake.auth_bodies.lock().unwrap()[0].clone();
+    assert_eq!(
+        auth["auth"]["identity"]["password"]["user"],
+        json!({"name": "0123", "domain": {"name": "true"}, "password": format!(" {CANARY} 1e3 ")}),
+        "quoted values exactly; plain ones as sigs.k8s.io/yaml turns them into strings"
+    );
+    assert_eq!(auth["auth"]["scope"]["project"], json!({"id": "31"}));
+    // Keystone refusing: the reason names the URL without the credential in it.
+    fake.set_keystone(Keystone::Unauthorized);
+    let g = guard(&kube, Duration::from_secs(2), Duration::ZERO);
+    let facts = g.gather(&m, in_5s()).await;
+    let reason = unavailable(&facts);
+    assert!(
+        reason.starts_with(&format!(
+            "Keystone at {base}/identity/v3/auth/tokens answered HTTP 401"
+        )),
+        "{reason}"
+    );
+    // An auth_url that is no URL at all is named masked.
+    fake.set_keystone(Keystone::Ok);
+    let broken = clouds.replace(
+        &format!("{with_userinfo}/identity/v3"),
+        &format!("admin:{CANARY}@nowhere"),
+    );
+    let mut objects = v1beta1_objects(&fake);
+    objects.retain(|(p, _)| *p != secret_path());
+    objects.push((secret_path(), secret(&broken, None)));
+    let kube = kube_mock(objects, false);
+    let g = guard(&kube, Duration::from_secs(2), Duration::ZERO);
+    let facts = g.gather(&m, in_5s()).await;
+    assert!(unavailable(&facts).contains("is not a valid http(s) URL"));
+    assert!(!common::logs().contains(CANARY), "credential in the logs");
 }

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use stackgate::engine::{Engine, Facts, Verdict};
 use stackgate::guard::parse_status_tree;
 use stackgate::policy::PolicySet;
-use stackgate::rules::lb_guard::{GuardFacts, INCIDENT};
+use stackgate::rules::lb_guard::{GuardFacts, INCIDENT, Observation};
 
 const LB_NAME: &str = "k8s-clusterapi-cluster-cluster-a-cluster-a-kubeapi";
 const LB_ID: &str = "a7f7b5c4-1e0d-4b8e-9c3f-6d2e1f0a9b87";
@@ -78,7 +78,7 @@ fn observed_with(members: &[Member<'_>], monitor: bool) -> Facts {
     let body = serde_json::to_vec(&status_tree(members, monitor)).unwrap();
     Facts::of(
         stackgate::rules::lb_guard::FAMILY.id,
-        GuardFacts::Observed(parse_status_tree(&body).unwrap()),
+        GuardFacts::Observed(Observation::of(parse_status_tree(&body).unwrap())),
     )
 }
 
@@ -269,7 +269,9 @@ fn deleting_the_last_online_member_is_denied() {
 }
 
 #[test]
-fn no_member_serving_at_all_is_denied_and_named() {
+fn a_pool_with_nothing_serving_does_not_block_remediation() {
+    // Nothing serves before the deletion: it cannot make the pool worse (denying it would
+    // block the remediation of the very Machines that are down, forever).
     let members = [
         (DELETED, "10.6.0.11", "ACTIVE", "OFFLINE"),
         (
@@ -280,18 +282,75 @@ fn no_member_serving_at_all_is_denied_and_named() {
         ),
     ];
     let v = eval(&engine(), &captured(CP_DELETE), &observed(&members));
-    let m = denial(&v);
-    assert!(m.contains("no other member is serving"), "{m}");
+    assert!(v.denials.is_empty(), "{v:#?}");
+}
+
+/// Octavia's own answer shape (`health_monitor`, pools only under listeners) for CAPO's
+/// load balancer with an `additionalPorts` pool whose service is down everywhere.
+fn additional_port_down() -> Value {
+    serde_json::from_slice(&fixture("octavia/status-capo-additional-port-down.json")).unwrap()
+}
+
+fn facts_of(tree: &Value) -> Facts {
+    let body = serde_json::to_vec(tree).unwrap();
+    Facts::of(
+        stackgate::rules::lb_guard::FAMILY.id,
+        GuardFacts::Observed(Observation::of(parse_status_tree(&body).unwrap())),
+    )
+}
+
+#[test]
+fn octavias_own_status_shape_reads_the_health_monitor() {
+    let lb = parse_status_tree(&serde_json::to_vec(&additional_port_down()).unwrap()).unwrap();
+    assert_eq!(lb.pools.len(), 2);
+    assert!(lb.pools.iter().all(|p| p.has_monitor), "health_monitor key");
+    assert_eq!(lb.pools[1].name, format!("{LB_NAME}-8132"));
     assert!(
-        m.contains("cluster-a-control-plane-7x9kq (10.6.0.12:6443)"),
+        lb.pools[1]
+            .members
+            .iter()
+            .all(|m| m.operating_status == "ERROR")
+    );
+}
+
+#[test]
+fn an_additional_port_pool_already_down_does_not_block() {
+    let mut tree = additional_port_down();
+    let v = eval(&engine(), &captured(CP_DELETE), &facts_of(&tree));
+    assert!(v.denials.is_empty(), "{v:#?}");
+    // The API pool still judges: with the two peers' members failing their checks there,
+    // the deleted Machine's is the last one serving, and the message names that pool.
+    for i in [1, 2] {
+        tree["statuses"]["loadbalancer"]["listeners"][0]["pools"][0]["members"][i]["operating_status"] =
+            json!("ERROR");
+    }
+    let v = eval(&engine(), &captured(CP_DELETE), &facts_of(&tree));
+    let m = denial(&v);
+    assert!(
+        m.contains(&format!(
+            "pool {LB_NAME}-6443: this Machine's member is the last one serving (operating_status ONLINE)"
+        )),
         "{m}"
     );
+    assert!(!m.contains(&format!("pool {LB_NAME}-8132")), "{m}");
+}
+
+#[test]
+fn with_a_real_health_monitor_no_monitor_is_not_serving() {
+    // The api-ref key (`healthmonitor`) used to be the only one read: against Octavia's own
+    // `health_monitor` every pool looked unmonitored and NO_MONITOR members counted as serving.
+    let mut tree = additional_port_down();
+    let members = &mut tree["statuses"]["loadbalancer"]["listeners"][0]["pools"][0]["members"];
+    members[1]["operating_status"] = json!("NO_MONITOR");
+    members[2]["operating_status"] = json!("NO_MONITOR");
+    let v = eval(&engine(), &captured(CP_DELETE), &facts_of(&tree));
+    assert!(denial(&v).contains("last one serving (operating_status ONLINE)"));
 }
 
 #[test]
 fn no_monitor_counts_as_serving_only_without_a_health_monitor() {
     let members = [
-        (DELETED, "10.6.0.11", "ACTIVE", "NO_MONITOR"),
+        (DELETED, "10.6.0.11", "ACTIVE", "ONLINE"),
         (
             "cluster-a-control-plane-7x9kq",
             "10.6.0.12",
@@ -341,7 +400,11 @@ fn own_member_recognised_by_address_from_machine_status() {
     let mut review = captured(CP_DELETE);
     review["request"]["oldObject"]["status"] =
         json!({"addresses": [{"type": "InternalIP", "address": "10.6.0.11"}]});
-    review["request"]["oldObject"]["spec"]["infrastructureRef"]["name"] = json!("renamed");
+    // No infrastructureRef: the CAPO member name cannot be checked, the address decides.
+    review["request"]["oldObject"]["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("infrastructureRef");
     let members = [
         ("x", "10.6.0.11", "ACTIVE", "ONLINE"),
         ("y", "10.6.0.12", "ACTIVE", "OFFLINE"),
@@ -359,7 +422,7 @@ fn a_pending_load_balancer_is_denied() {
     };
     let facts = Facts::of(
         stackgate::rules::lb_guard::FAMILY.id,
-        GuardFacts::Observed(parse_status_tree(&body).unwrap()),
+        GuardFacts::Observed(Observation::of(parse_status_tree(&body).unwrap())),
     );
     let v = eval(&engine(), &captured(CP_DELETE), &facts);
     assert!(denial(&v).contains("is provisioning_status=PENDING_UPDATE"));
@@ -482,4 +545,60 @@ fn the_api_ref_example_itself_parses_into_the_documented_tree() {
         "\"healthmonitor\": {{}} is no monitor"
     );
     assert!(source_ip.members.is_empty());
+}
+
+#[test]
+fn a_delete_without_old_object_is_unknown_and_follows_params_unknown() {
+    for old in [None, Some(Value::Null)] {
+        let mut review = captured(CP_DELETE);
+        let request = review["request"].as_object_mut().unwrap();
+        match &old {
+            None => drop(request.remove("oldObject")),
+            Some(v) => drop(request.insert("oldObject".into(), v.clone())),
+        }
+        let reason = "the DELETE review carries no oldObject and Machine cluster-a/cluster-a-control-plane-b2m4d was not found";
+        let v = eval(
+            &engine_with("enforce", "deny"),
+            &review,
+            &unavailable(reason),
+        );
+        let m = denial(&v);
+        assert!(
+            m.contains("params.unknown is deny") && m.contains(reason),
+            "{m}"
+        );
+        let v = eval(&engine(), &review, &unavailable(reason));
+        assert!(v.denials.is_empty());
+        assert_eq!(v.warnings.len(), 1, "{v:#?}");
+        assert!(v.warnings[0].message.contains(reason));
+        // Without the guard (no facts) nothing changes for such a review.
+        let v = eval(&engine_with("enforce", "deny"), &review, &Facts::default());
+        assert_eq!(v, Verdict::default());
+    }
+}
+
+#[test]
+fn ipv6_members_match_the_machines_addresses_in_any_spelling() {
+    let mut review = captured(CP_DELETE);
+    review["request"]["oldObject"]["status"] = json!({"addresses": [
+        {"type": "Hostname", "address": "cluster-a-control-plane-b2m4d"},
+        {"type": "InternalIP", "address": "10.6.0.11"},
+        {"type": "InternalIP", "address": "2001:db8:0:6::b"}]});
+    // No infrastructureRef: the CAPO member name cannot be checked, the addresses decide.
+    review["request"]["oldObject"]["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("infrastructureRef");
+    let members = [
+        ("x", "2001:DB8:0:6:0:0:0:B", "ACTIVE", "ONLINE"),
+        ("y", "2001:db8:0:6::c", "ACTIVE", "OFFLINE"),
+    ];
+    let v = eval(&engine(), &review, &observed(&members));
+    assert!(denial(&v).contains("last one serving"));
+    let members = [
+        ("x", "::ffff:10.6.0.11", "ACTIVE", "ONLINE"),
+        ("y", "10.6.0.12", "ACTIVE", "OFFLINE"),
+    ];
+    let v = eval(&engine(), &review, &observed(&members));
+    assert!(denial(&v).contains("last one serving"));
 }

@@ -30,8 +30,8 @@ pub enum Switch {
 pub struct GuardArgs {
     /// Control-plane load-balancer guard: before answering a control-plane Machine DELETE,
     /// read the cluster's API load balancer from Octavia. Needs the Kubernetes API (get on
-    /// clusters, openstackclusters and the identity secrets) and network access to Keystone
-    /// and Octavia.
+    /// clusters, machines, openstackclusters, openstackclusteridentities, namespaces and the
+    /// identity secrets; list on machines) and network access to Keystone and Octavia.
     #[arg(
         long = "lb-guard",
         env = "STACKGATE_LB_GUARD",
@@ -43,7 +43,8 @@ pub struct GuardArgs {
     /// the request deadline).
     #[arg(long, env = "STACKGATE_OPENSTACK_TIMEOUT", default_value = OPENSTACK_TIMEOUT, value_parser = parse_duration)]
     pub openstack_timeout: Duration,
-    /// How long a load balancer's Octavia status tree is reused; 0 disables the cache.
+    /// How long a load balancer's Octavia status tree is kept; 0 disables the cache. A
+    /// cached tree only ever serves a refusal: admitting always reads Octavia again.
     #[arg(long, env = "STACKGATE_OCTAVIA_CACHE_TTL", default_value = OCTAVIA_CACHE_TTL, value_parser = parse_duration)]
     pub octavia_cache_ttl: Duration,
 }

@@ -335,9 +335,17 @@ impl Engine {
             platform: facts.platform(),
         };
         if subject.operation == Operation::Delete {
-            if let Some(old) = subject.old_object {
-                self.evaluate_objects(&run, &context, old, true, cancel, &mut verdict)?;
-            }
+            // A DELETE without the stored object (a crafted or very old review) is judged on
+            // the name alone: the DELETE families decide what an unseen object means.
+            let named;
+            let old = match subject.old_object {
+                Some(old) => old,
+                None => {
+                    named = named_object(subject);
+                    &named
+                }
+            };
+            self.evaluate_objects(&run, &context, old, true, cancel, &mut verdict)?;
             return Ok(verdict);
         }
         // CONNECT is admitted; subresource writes (status, scale) cannot change what the
@@ -965,4 +973,15 @@ fn compose(policy: &Policy, located: &str) -> String {
 /// message (kubectl warnings) find it with this.
 pub fn attribution_start(policy: &str, rule: RuleId) -> String {
     format!(" (policy {policy}, rule {}; source: ", rule.as_str())
+}
+
+/// An object with only the subject's kind, name and namespace: what a DELETE review without
+/// `oldObject` says about the object.
+fn named_object(subject: &Subject<'_>) -> DynamicObject {
+    let resource = kube::core::ApiResource::from_gvk(subject.kind);
+    let object = DynamicObject::new(subject.name, &resource);
+    match subject.namespace {
+        Some(ns) if !ns.is_empty() => object.within(ns),
+        _ => object,
+    }
 }

@@ -1,19 +1,36 @@
 //! clouds.yaml (the format of openstacksdk and gophercloud, as CAPO reads it from the
 //! identityRef Secret) → Keystone v3 credentials.
 //!
+//! Read as CAPO reads it: `yaml.Unmarshal` of sigs.k8s.io/yaml (v1.6.0, go.yaml.in/yaml/v2,
+//! YAML 1.1 rules) into gophercloud's `clientconfig.Clouds`, whose fields are Go strings
+//! (`getCloudFromSecret` in pkg/scope/provider.go of kubernetes-sigs/cluster-api-provider-openstack
+//! e52de58abe6f70f4ad3ad7f7f51632bfd70354b7; `AuthInfo` in openstack/clientconfig/results.go of
+//! gophercloud/utils 321c0f238d1a03ec1cf5cf15999846ccbb38bf23). sigs.k8s.io/yaml first decodes
+//! into generic values and then turns a number or boolean bound for a string field into text
+//! (`convertToJSONableObject` in yaml.go, kubernetes-sigs/yaml v1.6.0): so a quoted value is
+//! kept exactly (spaces included), while a *plain* `0123` becomes `83` (YAML 1.1 octal),
+//! `0x1F` `31`, `1e3` `1000`, `yes` `true` — what CAPO sends to Keystone, so what works for
+//! CAPO works here. (gophercloud's own `LoadCloudsYAML`, gopkg.in/yaml.v3 straight into the
+//! struct, would keep the plain text; CAPO does not use it.) Nothing is trimmed.
+//!
 //! Supported: `auth_type` `password` / `v3password` (user by id, or by name with a user
 //! domain; project scope by id, or by name with a project domain) and
 //! `v3applicationcredential` (by id, or by name with the user). `region_name` (overridden by
 //! `identityRef.region`) and `interface` / `endpoint_type` select the Octavia endpoint.
 //!
 //! Credentials live in [`Redacted`] values whose `Debug` prints nothing; they leave memory
-//! only in the body of the Keystone token request.
+//! only in the body of the Keystone token request. `auth_url` is shown with any user
+//! information masked.
 
 use std::fmt;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::error::CloudsError;
+use crate::yaml::{Kind, Node};
+
+/// Levels of `<<` merge keys followed when looking a key up.
+const MAX_MERGE_DEPTH: usize = 16;
 
 /// A string that must never be printed (password, application-credential secret, token).
 #[derive(Clone, PartialEq, Eq)]
@@ -90,7 +107,7 @@ enum AppCredential {
 }
 
 /// Keystone v3 credentials and endpoint selection for one cloud of a clouds.yaml.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct CloudAuth {
     /// Cloud name (the `clouds.<name>` key).
     pub cloud: String,
@@ -112,39 +129,30 @@ impl CloudAuth {
         region: Option<&str>,
     ) -> Result<Self, CloudsError> {
         let text = std::str::from_utf8(text).map_err(|_| CloudsError::NotUtf8)?;
-        let doc: Value = serde_saphyr::from_str(text).map_err(|e| CloudsError::NotYaml {
-            location: e.location().map(|l| (l.line(), l.column())),
+        let root = crate::yaml::parse_one(text).map_err(|e| CloudsError::NotYaml {
+            location: Some((e.line as u64, e.column as u64)),
         })?;
-        let entry = doc
-            .get("clouds")
-            .and_then(|c| c.get(cloud))
-            .and_then(Value::as_object)
+        let entry = field(&root, "clouds", 0)
+            .and_then(|c| field(c, cloud, 0))
+            .filter(|e| matches!(e.kind, Kind::Map(_)))
             .ok_or_else(|| CloudsError::NoCloud(cloud.to_owned()))?;
         Self::from_entry(entry, cloud, region)
     }
 
-    fn from_entry(
-        entry: &Map<String, Value>,
-        cloud: &str,
-        region: Option<&str>,
-    ) -> Result<Self, CloudsError> {
-        if entry.get("verify").and_then(Value::as_bool) == Some(false)
-            || entry.get("insecure").and_then(Value::as_bool) == Some(true)
+    fn from_entry(entry: &Node, cloud: &str, region: Option<&str>) -> Result<Self, CloudsError> {
+        if boolean(field(entry, "verify", 0)) == Some(false)
+            || boolean(field(entry, "insecure", 0)) == Some(true)
         {
             return Err(CloudsError::InsecureNotSupported(cloud.to_owned()));
         }
-        let empty = Map::new();
-        let auth = entry
-            .get("auth")
-            .and_then(Value::as_object)
-            .unwrap_or(&empty);
-        let get = |key: &str| text(auth.get(key));
+        let auth = field(entry, "auth", 0).filter(|a| matches!(a.kind, Kind::Map(_)));
+        let get = |key: &str| auth.and_then(|a| text(field(a, key, 0)));
         let incomplete = |what| CloudsError::Incomplete {
             cloud: cloud.to_owned(),
             what,
         };
         let auth_url = get("auth_url").ok_or_else(|| CloudsError::NoAuthUrl(cloud.to_owned()))?;
-        let auth_type = text(entry.get("auth_type"));
+        let auth_type = text(field(entry, "auth_type", 0));
         let has_app_cred = get("application_credential_id").is_some()
             || get("application_credential_name").is_some();
         let app_cred = match auth_type.as_deref() {
@@ -221,14 +229,14 @@ impl CloudAuth {
                 project,
             }
         };
-        let interface = text(entry.get("interface"))
-            .or_else(|| text(entry.get("endpoint_type")))
+        let interface = text(field(entry, "interface", 0))
+            .or_else(|| text(field(entry, "endpoint_type", 0)))
             .map(|i| i.trim_end_matches("URL").to_ascii_lowercase())
             .unwrap_or_else(|| "public".to_owned());
         let region = region
             .filter(|r| !r.is_empty())
             .map(str::to_owned)
-            .or_else(|| text(entry.get("region_name")));
+            .or_else(|| text(field(entry, "region_name", 0)));
         Ok(Self {
             cloud: cloud.to_owned(),
             auth_url,
@@ -285,13 +293,113 @@ impl CloudAuth {
     }
 }
 
-/// A scalar as a non-empty string (YAML may type an id as a number).
-fn text(value: Option<&Value>) -> Option<String> {
-    match value? {
-        Value::String(s) if !s.trim().is_empty() => Some(s.trim().to_owned()),
-        Value::Number(n) => Some(n.to_string()),
-        _ => None,
+impl fmt::Debug for CloudAuth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CloudAuth")
+            .field("cloud", &self.cloud)
+            .field("auth_url", &super::openstack::mask_url(&self.auth_url))
+            .field("region", &self.region)
+            .field("interface", &self.interface)
+            .field("method", &self.method)
+            .finish()
     }
+}
+
+/// The value of `key` in mapping `map`, following `<<` merge keys as go-yaml v2 does
+/// (explicit keys first, then the merged mappings in order).
+fn field<'a>(map: &'a Node, key: &str, depth: usize) -> Option<&'a Node> {
+    if let Some((_, value)) = map.entry(key) {
+        return Some(value);
+    }
+    if depth >= MAX_MERGE_DEPTH {
+        return None;
+    }
+    let merged = map.entries()?.iter().filter(|(k, _)| {
+        matches!(&k.kind, Kind::Scalar { value, style: crate::yaml::Style::Plain, tag: None } if &**value == "<<")
+    });
+    for (_, source) in merged {
+        let sources: Vec<&Node> = match &source.kind {
+            Kind::Seq(items) => items.iter().collect(),
+            _ => vec![source],
+        };
+        if let Some(found) = sources.into_iter().find_map(|s| field(s, key, depth + 1)) {
+            return Some(found);
+        }
+    }
+    None
+}
+
+/// A scalar as the Go string CAPO ends up with (sigs.k8s.io/yaml into a `string` field):
+/// quoted, block and `!!str` scalars as written; plain ones resolved with YAML 1.1 rules and
+/// a number or boolean printed back (`strconv.FormatInt`, `FormatFloat(f, 'g', -1, 32)`,
+/// `true`/`false`). None for null, an empty string, or a collection.
+fn text(node: Option<&Node>) -> Option<String> {
+    let node = node?;
+    let Kind::Scalar { value, .. } = &node.kind else {
+        return None;
+    };
+    let out = match node.to_json() {
+        Ok(Value::String(s)) => s,
+        Ok(Value::Bool(b)) => b.to_string(),
+        Ok(Value::Number(n)) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
+            (Some(i), _, _) => i.to_string(),
+            (None, Some(u), _) => u.to_string(),
+            (None, None, Some(f)) => go_format_float32(f),
+            _ => return None,
+        },
+        Ok(_) => return None,
+        // NaN and infinities: what Go prints for them.
+        Err(_) => match value.trim_start_matches('+') {
+            ".inf" | ".Inf" | ".INF" => "+Inf".to_owned(),
+            "-.inf" | "-.Inf" | "-.INF" => "-Inf".to_owned(),
+            ".nan" | ".NaN" | ".NAN" => "NaN".to_owned(),
+            _ => return None,
+        },
+    };
+    (!out.is_empty()).then_some(out)
+}
+
+/// A scalar as a boolean (YAML 1.1), for `verify` / `insecure`.
+fn boolean(node: Option<&Node>) -> Option<bool> {
+    node?.to_json().ok()?.as_bool()
+}
+
+/// Go's `strconv.FormatFloat(f, 'g', -1, 32)`: the shortest digits that read back as the
+/// same float32, in `%e` form (`1e+06`) when the exponent is below -4 or at least 6.
+fn go_format_float32(f: f64) -> String {
+    let x = f as f32;
+    if x.is_nan() {
+        return "NaN".to_owned();
+    }
+    if x.is_infinite() {
+        return if x > 0.0 { "+Inf" } else { "-Inf" }.to_owned();
+    }
+    if x == 0.0 {
+        return if x.is_sign_negative() { "-0" } else { "0" }.to_owned();
+    }
+    // Rust prints the shortest round-trip digits of an f32: "-1.5e-7".
+    let shortest = format!("{x:e}");
+    let (mantissa, exponent) = shortest.split_once('e').unwrap_or((&shortest, "0"));
+    let exponent: i32 = exponent.parse().unwrap_or(0);
+    let negative = mantissa.starts_with('-');
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    let sign = if negative { "-" } else { "" };
+    if !(-4..6).contains(&exponent) {
+        let (first, rest) = digits.split_at(1);
+        let point = if rest.is_empty() { "" } else { "." };
+        let exp_sign = if exponent < 0 { '-' } else { '+' };
+        return format!("{sign}{first}{point}{rest}e{exp_sign}{:02}", exponent.abs());
+    }
+    let point_at = exponent + 1; // digits before the decimal point
+    let body = if point_at <= 0 {
+        format!("0.{}{digits}", "0".repeat(point_at.unsigned_abs() as usize))
+    } else if point_at as usize >= digits.len() {
+        format!("{digits}{}", "0".repeat(point_at as usize - digits.len()))
+    } else {
+        let (int, frac) = digits.split_at(point_at as usize);
+        format!("{int}.{frac}")
+    };
+    format!("{sign}{body}")
 }
 
 #[cfg(test)]
@@ -342,6 +450,76 @@ mod tests {
         );
         assert!(body["auth"].get("scope").is_none());
         assert!(!format!("{auth:?}").contains(CANARY));
+    }
+
+    fn password_of(yaml_value: &str) -> String {
+        let yaml = format!(
+            "clouds:\n  c:\n    auth:\n      auth_url: https://k.example/v3\n      user_id: u\n      \
+             project_id: p\n      password: {yaml_value}\n"
+        );
+        let auth = CloudAuth::from_clouds_yaml(yaml.as_bytes(), "c", None).unwrap();
+        auth.token_request()["auth"]["identity"]["password"]["user"]["password"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    #[test]
+    fn passwords_are_the_strings_capo_sends() {
+        // Quoted: exactly as written, spaces included.
+        assert_eq!(password_of("' pass word '"), " pass word ");
+        assert_eq!(password_of("\"0123\""), "0123");
+        assert_eq!(password_of("'1e3'"), "1e3");
+        assert_eq!(password_of("'0x1F'"), "0x1F");
+        assert_eq!(password_of("'yes'"), "yes");
+        assert_eq!(password_of("!!str 0123"), "0123");
+        assert_eq!(password_of("\"\\ttab\""), "\ttab");
+        // Plain: what sigs.k8s.io/yaml (YAML 1.1) turns them into before gophercloud sees them.
+        assert_eq!(password_of("0123"), "83");
+        assert_eq!(password_of("0x1F"), "31");
+        assert_eq!(password_of("1e3"), "1000");
+        assert_eq!(password_of("1e6"), "1e+06");
+        assert_eq!(password_of("3.14159265358979"), "3.1415927");
+        assert_eq!(password_of("0.00001"), "1e-05");
+        assert_eq!(password_of("yes"), "true");
+        assert_eq!(password_of("true"), "true");
+        assert_eq!(password_of("Off"), "false");
+        assert_eq!(password_of("123456789012"), "123456789012");
+        assert_eq!(password_of("p@ss w0rd"), "p@ss w0rd");
+        assert_eq!(password_of(".inf"), "+Inf");
+        assert_eq!(password_of("2001-01-01"), "2001-01-01");
+    }
+
+    #[test]
+    fn go_floats() {
+        for (f, go) in [
+            (1000.0, "1000"),
+            (123456.0, "123456"),
+            (1234567.0, "1.234567e+06"),
+            (0.0001, "0.0001"),
+            (0.5, "0.5"),
+            (-2.5e-7, "-2.5e-07"),
+            (1e21, "1e+21"),
+            (100.25, "100.25"),
+        ] {
+            assert_eq!(go_format_float32(f), go, "{f}");
+        }
+    }
+
+    #[test]
+    fn merge_keys_and_masked_auth_url() {
+        let yaml = format!(
+            "defaults: &d\n  auth:\n    auth_url: https://admin:{CANARY}@k.example/v3\n    \
+             user_id: u\n    password: p\n    project_id: x\nclouds:\n  c:\n    <<: *d\n    region_name: R\n"
+        );
+        let auth = CloudAuth::from_clouds_yaml(yaml.as_bytes(), "c", None).unwrap();
+        assert_eq!(auth.region.as_deref(), Some("R"));
+        assert_eq!(auth.method(), "password");
+        let debug = format!("{auth:?}");
+        assert!(
+            !debug.contains(CANARY) && debug.contains("***@k.example"),
+            "{debug}"
+        );
     }
 
     #[test]

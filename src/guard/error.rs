@@ -182,6 +182,15 @@ pub enum CloudsError {
     InsecureNotSupported(String),
 }
 
+/// `namespace/name`, or `name` for a cluster-scoped object (empty namespace).
+fn qualified(namespace: &str, name: &str) -> String {
+    if namespace.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{namespace}/{name}")
+    }
+}
+
 fn at(location: Option<(u64, u64)>) -> String {
     location
         .map(|(l, c)| format!(" (line {l}, column {c})"))
@@ -195,7 +204,10 @@ pub enum GuardError {
     #[error("the Machine has neither the cluster.x-k8s.io/cluster-name label nor spec.clusterName")]
     NoClusterName,
     /// A Kubernetes API read failed.
-    #[error("reading {what} {namespace}/{name} from the Kubernetes API failed: {reason}")]
+    #[error(
+        "reading {what} {} from the Kubernetes API failed: {reason}",
+        qualified(.namespace, .name)
+    )]
     Kube {
         /// Kind read.
         what: &'static str,
@@ -208,7 +220,8 @@ pub enum GuardError {
     },
     /// A Kubernetes API read did not finish in time.
     #[error(
-        "reading {what} {namespace}/{name} from the Kubernetes API took longer than the request deadline"
+        "reading {what} {} from the Kubernetes API took longer than the request deadline",
+        qualified(.namespace, .name)
     )]
     KubeTimeout {
         /// Kind read.
@@ -217,6 +230,46 @@ pub enum GuardError {
         namespace: String,
         /// Name.
         name: String,
+    },
+    /// A read answered 404: the object does not exist, or its API version is not served.
+    #[error("{what} {namespace}/{name} was not found (at {api_version})")]
+    NotFound {
+        /// Kind read.
+        what: &'static str,
+        /// API version asked for.
+        api_version: String,
+        /// Namespace (empty for cluster-scoped objects).
+        namespace: String,
+        /// Name.
+        name: String,
+    },
+    /// The review carried no `oldObject` and the Machine it names could not be read.
+    #[error("the DELETE review carries no oldObject and Machine {namespace}/{name} {what}")]
+    NoOldObject {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// What went wrong.
+        what: String,
+    },
+    /// The cluster's control-plane Machines could not be listed.
+    #[error("listing the control-plane Machines of Cluster {namespace}/{cluster} failed: {reason}")]
+    MachineList {
+        /// Namespace.
+        namespace: String,
+        /// Cluster name.
+        cluster: String,
+        /// Why.
+        reason: String,
+    },
+    /// The OpenStackClusterIdentity cannot be used from the Machine's namespace.
+    #[error("OpenStackClusterIdentity {name} {what}")]
+    ClusterIdentity {
+        /// Identity name.
+        name: String,
+        /// What is wrong.
+        what: String,
     },
     /// The Cluster's infrastructure object does not exist.
     #[error("OpenStackCluster {namespace}/{name} was not found")]
@@ -288,6 +341,10 @@ impl GuardError {
             GuardError::Kube { .. } => "kube_error",
             GuardError::KubeTimeout { .. } => "kube_timeout",
             GuardError::InfraNotFound { .. } => "openstackcluster_not_found",
+            GuardError::NotFound { .. } => "not_found",
+            GuardError::NoOldObject { .. } => "no_old_object",
+            GuardError::MachineList { .. } => "machine_list",
+            GuardError::ClusterIdentity { .. } => "cluster_identity",
             GuardError::NoLoadBalancerId { .. } => "no_load_balancer_id",
             GuardError::NoIdentityRef { .. } => "no_identity_ref",
             GuardError::Secret { .. } => "no_credentials",

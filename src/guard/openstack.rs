@@ -9,7 +9,12 @@
 //!   call is made once more with a fresh token, within the same deadline;
 //! - tokens are cached per credential set (Secret uid + resourceVersion + cloud) until
 //!   shortly before they expire; status trees per load balancer and credential set for
-//!   `--octavia-cache-ttl`; both caches hold at most [`CACHE_ENTRIES`] entries.
+//!   `--octavia-cache-ttl`, but a cached tree is only ever used when it already refuses the
+//!   deletion (the caller decides): admitting always takes a fresh read; both caches hold at
+//!   most [`CACHE_ENTRIES`] entries.
+//!
+//! URLs in errors and logs have any `user:password@` masked ([`mask_url`]): a credential
+//! pasted into `auth_url` is never echoed. Requests never carry it either.
 //!
 //! HTTP: hyper-util's pooled client over hyper-rustls with the ring provider. Trust: the
 //! system roots plus the identity Secret's `cacert` (as CAPO uses it).
@@ -102,12 +107,15 @@ impl OpenStack {
         }
     }
 
-    /// The status tree of load balancer `lb_id`, read with `identity`'s credentials.
+    /// The status tree of load balancer `lb_id`, read with `identity`'s credentials. A cached
+    /// tree is returned only when `reuse` accepts it (the guard accepts one that refuses the
+    /// deletion); otherwise Octavia is asked.
     pub(crate) async fn load_balancer(
         &self,
         identity: &Identity,
         lb_id: &str,
         deadline: Instant,
+        reuse: impl Fn(&LoadBalancerStatus) -> bool,
     ) -> Result<LoadBalancerStatus, OpenStackError> {
         if lb_id.is_empty()
             || lb_id.len() > 64
@@ -119,7 +127,9 @@ impl OpenStack {
         }
         let key = (identity.key.clone(), lb_id.to_owned());
         if !self.status_ttl.is_zero() {
-            let cached = lock(&self.statuses).get(&key, Instant::now());
+            let cached = lock(&self.statuses)
+                .get(&key, Instant::now())
+                .filter(|status| reuse(status));
             self.metrics.cache("status", cached.is_some());
             if let Some(status) = cached {
                 return Ok(status);
@@ -262,7 +272,7 @@ impl OpenStack {
         tracing::debug!(
             cloud = %auth.cloud,
             method = auth.method(),
-            endpoint = %token.endpoint,
+            endpoint = %mask_url(&token.endpoint),
             "authenticated with Keystone"
         );
         Ok(token)
@@ -377,7 +387,20 @@ fn hint(service: Service, status: StatusCode) -> &'static str {
 fn url_error(what: &'static str, url: &str) -> OpenStackError {
     OpenStackError::Url {
         what,
-        url: url.to_owned(),
+        url: mask_url(url),
+    }
+}
+
+/// `url` with the user information of its authority (`user:password@`) replaced by `***@`,
+/// for messages and logs. Works on text that does not parse as a URL too.
+pub fn mask_url(url: &str) -> String {
+    // Without a scheme, everything up to the path counts as the authority.
+    let rest_start = url.find("://").map_or(0, |i| i + 3);
+    let rest = &url[rest_start..];
+    let authority_len = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..authority_len].rfind('@') {
+        Some(at) => format!("{}***{}", &url[..rest_start], &rest[at..]),
+        None => url.to_owned(),
     }
 }
 
@@ -392,14 +415,25 @@ fn json_reason(e: &serde_json::Error) -> String {
     format!("{what} at line {}, column {}", e.line(), e.column())
 }
 
+/// An http(s) URL without trailing slashes and without user information (Keystone and
+/// Octavia authenticate by token, never by URL credentials: they are dropped, not sent).
 fn http_url(what: &'static str, url: &str) -> Result<String, OpenStackError> {
     let trimmed = url.trim().trim_end_matches('/');
-    let ok = (trimmed.starts_with("https://") || trimmed.starts_with("http://"))
-        && trimmed
+    let Some(scheme_end) = trimmed.find("://") else {
+        return Err(url_error(what, url));
+    };
+    let rest = &trimmed[scheme_end + 3..];
+    let authority_len = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let without_user = match rest[..authority_len].rfind('@') {
+        Some(at) => format!("{}{}", &trimmed[..scheme_end + 3], &rest[at + 1..]),
+        None => trimmed.to_owned(),
+    };
+    let ok = (without_user.starts_with("https://") || without_user.starts_with("http://"))
+        && without_user
             .parse::<http::Uri>()
-            .is_ok_and(|u| u.host().is_some());
+            .is_ok_and(|u| u.host().is_some_and(|h| !h.is_empty()));
     if ok {
-        Ok(trimmed.to_owned())
+        Ok(without_user)
     } else {
         Err(url_error(what, url))
     }
@@ -585,8 +619,12 @@ struct PoolNode {
     id: String,
     #[serde(default)]
     name: Option<String>,
-    #[serde(default)]
-    healthmonitor: Option<MonitorNode>,
+    /// Octavia's own key (`PoolStatusResponse.health_monitor` in
+    /// octavia/api/v2/types/pool.py, openstack/octavia 0e6ea11c2992ce2746bb0cf0fb5cb3e81d5b94ba,
+    /// asserted by its functional test `test_statuses_health_monitor`); the api-ref example
+    /// writes `healthmonitor`, accepted too.
+    #[serde(default, alias = "healthmonitor")]
+    health_monitor: Option<MonitorNode>,
     #[serde(default)]
     members: Vec<MemberNode>,
 }
@@ -614,9 +652,10 @@ struct MemberNode {
 }
 
 /// Parses an Octavia status tree (`GET /v2/lbaas/loadbalancers/{id}/status`). Pools are
-/// collected from the listeners and from `loadbalancer.pools` (newer Octavia lists them
-/// there too), once each; a health monitor counts when it has an id (a pool without one
-/// shows `"healthmonitor": {}`).
+/// collected from the listeners and from `loadbalancer.pools` (the api-ref example lists them
+/// there too; Octavia's `LoadBalancerStatusResponse` only under the listeners), once each; a
+/// health monitor (`health_monitor`, or the api-ref's `healthmonitor`) counts when it has an
+/// id (Octavia omits the key for a pool without one; the api-ref shows `{}`).
 pub fn parse_status_tree(body: &[u8]) -> Result<LoadBalancerStatus, serde_json::Error> {
     let doc: StatusDocument = serde_json::from_slice(body)?;
     let lb = doc.statuses.loadbalancer;
@@ -632,7 +671,7 @@ pub fn parse_status_tree(body: &[u8]) -> Result<LoadBalancerStatus, serde_json::
         }
         pools.push(PoolStatus {
             has_monitor: pool
-                .healthmonitor
+                .health_monitor
                 .and_then(|m| m.id)
                 .is_some_and(|id| !id.is_empty()),
             id: pool.id,
@@ -710,6 +749,22 @@ mod tests {
             status_url("https://o.example/load-balancer/v2.0", "x").unwrap(),
             "https://o.example/load-balancer/v2.0/lbaas/loadbalancers/x/status"
         );
+    }
+
+    #[test]
+    fn credentials_in_urls_are_masked_and_never_sent() {
+        let url = "https://admin:s3cr%20t@keystone.example:5000/v3";
+        assert_eq!(mask_url(url), "https://***@keystone.example:5000/v3");
+        assert_eq!(
+            tokens_url(url).unwrap(),
+            "https://keystone.example:5000/v3/auth/tokens"
+        );
+        assert_eq!(mask_url("https://k.example/a@b"), "https://k.example/a@b");
+        assert_eq!(mask_url("user:pw@host/v3"), "***@host/v3");
+        assert_eq!(mask_url("k.example/v3"), "k.example/v3");
+        let e = tokens_url("https://user:pw@").unwrap_err().to_string();
+        assert!(!e.contains("pw"), "{e}");
+        assert!(e.contains("***@"), "{e}");
     }
 
     #[test]

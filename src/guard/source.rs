@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::{Guard, GuardError, MachineDelete};
+use super::{Guard, GuardError, MachineDelete, Reserved};
 use crate::admission::{FactSource, Gather, Gathered, Webhook};
 use crate::engine::{Engine, Facts};
 use crate::rules::lb_guard::{FAMILY, GuardFacts};
@@ -46,11 +46,15 @@ struct MachineGather {
 }
 
 impl MachineGather {
-    fn gathered(&self, facts: GuardFacts) -> Gathered {
+    fn gathered(&self, facts: GuardFacts, reserved: Reserved) -> Gathered {
         let guard = Arc::clone(&self.guard);
         Gathered {
             facts: Facts::of(FAMILY.id, facts.clone()),
-            observe: Box::new(move |verdict| guard.metrics().observe(&facts, verdict)),
+            observe: Box::new(move |verdict| {
+                guard.metrics().observe(&facts, verdict);
+                // A denied DELETE will not happen: it no longer counts against the others.
+                guard.settle(reserved, !verdict.denials.is_empty());
+            }),
         }
     }
 }
@@ -61,12 +65,15 @@ impl Gather for MachineGather {
         deadline: Instant,
     ) -> Pin<Box<dyn Future<Output = Gathered> + Send>> {
         Box::pin(async move {
-            let facts = self.guard.gather(&self.machine, deadline).await;
-            self.gathered(facts)
+            let (facts, reserved) = self.guard.gather_reserving(&self.machine, deadline).await;
+            self.gathered(facts, reserved)
         })
     }
 
     fn failed(&self) -> Gathered {
-        self.gathered(self.guard.unavailable(&self.machine, &GuardError::Internal))
+        self.gathered(
+            self.guard.unavailable(&self.machine, &GuardError::Internal),
+            Reserved::default(),
+        )
     }
 }

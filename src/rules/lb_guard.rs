@@ -8,31 +8,36 @@
 //! member it creates, but nothing waits before a member is *removed*.
 //!
 //! This module is pure: it decides from the request and [`GuardFacts`] that an IO adapter
-//! (`crate::guard`) gathered before evaluation. It denies when
-//! - a member of an API pool other than the deleted Machine's own is not
-//!   `provisioning_status = ACTIVE` (a change is in flight, or failed), or the load balancer
-//!   itself is `PENDING_*`;
-//! - after removing the deleted Machine's member, a pool that has members would have none
-//!   serving: `operating_status = ONLINE`, or `NO_MONITOR` when the pool has no health
-//!   monitor (Octavia reports `NO_MONITOR` for members it does not probe).
+//! (`crate::guard`) gathered before evaluation. Each pool is judged by what the deletion
+//! changes there: a pool where the deleted Machine's member is not serving (or where nothing
+//! serves at all, e.g. an `additionalPorts` pool whose service is down) is left alone. Where
+//! the deletion removes a serving member, it denies when
+//! - no member of another Machine that stays would be serving afterwards: serving is
+//!   `operating_status = ONLINE`, or `NO_MONITOR` when the pool has no health monitor
+//!   (Octavia reports `NO_MONITOR` for members it does not probe); members of the cluster's
+//!   other control-plane Machines that are being deleted, or whose DELETE this replica
+//!   admitted moments ago, do not count as serving (their members still show ONLINE);
+//! - another member of the pool is not `provisioning_status = ACTIVE` (a change is in flight,
+//!   or failed), or the load balancer itself is `PENDING_*`.
 //!
 //! The deleted Machine's own member is not required to be `ACTIVE`: its state does not change
 //! what keeps serving once it is gone, and requiring it would block the remediation of a
 //! Machine whose member is in `ERROR`.
 //!
-//! When the facts are unavailable the policy's `params.unknown` decides: `admit` (default)
-//! admits with a warning, `deny` refuses. Cluster API retries a refused deletion, so a denial
-//! delays a rollout; it does not break it.
+//! When the facts are unavailable (including a DELETE review without `oldObject` whose
+//! Machine could not be read) the policy's `params.unknown` decides: `admit` (default)
+//! admits with a warning, `deny` refuses. Cluster API retries a refused deletion; which
+//! Cluster API versions that is harmless with is in docs/operations.md.
 
-use std::collections::BTreeSet;
 use std::fmt::Write as _;
+use std::net::IpAddr;
 
 use kube::core::{DynamicObject, GroupVersionKind};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Check, Example, Facts, Family, ObjectInput, Operation, RuleId, RuleOutput, Severity, Violation,
-    parse_params,
+    Check, Example, Facts, Family, ObjectInput, Operation, RuleId, RuleOutput, Severity, Subject,
+    Violation, parse_params,
 };
 
 /// The family: reads control-plane Machine DELETEs, with the load-balancer facts the guard
@@ -77,7 +82,8 @@ fn check_delete(input: &ObjectInput<'_>) -> RuleOutput {
         .get::<GuardParams>()
         .and_then(|p| p.unknown)
         .unwrap_or_default();
-    check(input.subject.kind, input.object, facts, unknown)
+    let machine = input.subject.old_object.is_some().then_some(input.object);
+    check(input.subject, machine, facts, unknown)
 }
 
 /// Label Cluster API puts on control-plane Machines.
@@ -115,18 +121,177 @@ pub enum WhenUnknown {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GuardFacts {
     /// There is nothing to guard (no API load balancer, the Cluster is being deleted, the
-    /// infrastructure is not OpenStack, ...). `reason` says which.
+    /// infrastructure is not OpenStack, the Machine read from the API is not a control-plane
+    /// one, ...). `reason` says which.
     NotApplicable {
         /// Why, for logs.
         reason: String,
     },
-    /// The load balancer's status tree as Octavia reported it.
-    Observed(LoadBalancerStatus),
+    /// The load balancer's status tree as Octavia reported it, with what else is leaving.
+    Observed(Observation),
     /// The facts could not be gathered. `reason` is safe to show: it never holds a credential.
     Unavailable {
         /// What failed, e.g. "Keystone did not answer within 800ms".
         reason: String,
     },
+}
+
+/// What the guard saw for one deletion.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Observation {
+    /// The API load balancer's status tree, read from Octavia for this review (a cached tree
+    /// is only ever used when it already refuses the deletion).
+    pub load_balancer: LoadBalancerStatus,
+    /// The deleted Machine as the Kubernetes API serves it, when the review carried no
+    /// `oldObject` (the review's own object is used otherwise).
+    pub machine: Option<MachineIdentity>,
+    /// The cluster's other control-plane Machines on their way out: their members still show
+    /// ONLINE in Octavia, but they will not be serving for long, so none of them counts as
+    /// serving.
+    pub leaving: Vec<Leaving>,
+}
+
+impl Observation {
+    /// An observation of `load_balancer` with nothing else leaving.
+    pub fn of(load_balancer: LoadBalancerStatus) -> Self {
+        Self {
+            load_balancer,
+            ..Self::default()
+        }
+    }
+}
+
+/// Another control-plane Machine of the same cluster that is leaving.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leaving {
+    /// How its member can be recognised.
+    pub machine: MachineIdentity,
+    /// Why it counts as leaving.
+    pub why: LeavingWhy,
+}
+
+/// Why a Machine counts as leaving.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeavingWhy {
+    /// Its `metadata.deletionTimestamp` is set.
+    Deleting,
+    /// This replica admitted a DELETE of it moments ago (it may not show a
+    /// deletionTimestamp yet).
+    JustAdmitted,
+}
+
+/// How a Machine's own pool members are recognised.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MachineIdentity {
+    /// Machine name.
+    pub name: String,
+    /// `status.addresses[*].address`, as written.
+    pub addresses: Vec<String>,
+    /// `spec.infrastructureRef.name`: the OpenStackMachine, after which CAPO names the
+    /// members (`<pool name>-<OpenStackMachine name>`).
+    pub infra_name: Option<String>,
+}
+
+/// Most addresses read from one Machine (a node has a handful).
+pub const MAX_MACHINE_ADDRESSES: usize = 32;
+
+impl MachineIdentity {
+    /// The identity of a Machine object (`metadata.name`, `status.addresses`,
+    /// `spec.infrastructureRef.name`), from its JSON.
+    pub fn from_json(machine: &serde_json::Value) -> Self {
+        let name = machine
+            .pointer("/metadata/name")
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_owned();
+        Self::from_parts(name, machine)
+    }
+
+    /// [`Self::from_json`] of a decoded object (its `data` holds spec and status).
+    pub fn of(machine: &DynamicObject) -> Self {
+        Self::from_parts(
+            machine.metadata.name.clone().unwrap_or_default(),
+            &machine.data,
+        )
+    }
+
+    fn from_parts(name: String, data: &serde_json::Value) -> Self {
+        let addresses = data
+            .pointer("/status/addresses")
+            .and_then(|a| a.as_array())
+            .into_iter()
+            .flatten()
+            .filter_map(|a| a.get("address").and_then(|v| v.as_str()))
+            .filter(|a| !a.is_empty())
+            .take(MAX_MACHINE_ADDRESSES)
+            .map(str::to_owned)
+            .collect();
+        let infra_name = data
+            .pointer("/spec/infrastructureRef/name")
+            .and_then(|v| v.as_str())
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned);
+        Self {
+            name,
+            addresses,
+            infra_name,
+        }
+    }
+
+    fn known(&self) -> bool {
+        !self.addresses.is_empty() || self.infra_name.is_some()
+    }
+
+    /// Whether `member` of `pool` is this Machine's. CAPO names each member
+    /// `<pool name>-<OpenStackMachine name>` (ReconcileLoadBalancerMember in
+    /// kubernetes-sigs/cluster-api-provider-openstack e52de58abe6f70f4ad3ad7f7f51632bfd70354b7,
+    /// `pkg/cloud/services/loadbalancer/loadbalancer.go`); when both that name and the
+    /// Machine's infrastructure name are known, the name alone decides (an address can be
+    /// reused by a replacement). Otherwise the member's address is compared with the
+    /// Machine's addresses as IP addresses (case, zero compression, IPv4-mapped IPv6).
+    pub fn owns(&self, pool: &PoolStatus, member: &MemberStatus) -> bool {
+        if let (Some(infra), Some(suffix)) = (&self.infra_name, capo_member_suffix(pool, member)) {
+            return infra == suffix;
+        }
+        if member.address.is_empty() {
+            return false;
+        }
+        let address = normalise_address(&member.address);
+        self.addresses
+            .iter()
+            .any(|a| normalise_address(a) == address)
+    }
+}
+
+/// The OpenStackMachine name in a member named the CAPO way, `<pool name>-<name>`.
+fn capo_member_suffix<'a>(pool: &PoolStatus, member: &'a MemberStatus) -> Option<&'a str> {
+    if pool.name.is_empty() {
+        return None;
+    }
+    member
+        .name
+        .strip_prefix(pool.name.as_str())?
+        .strip_prefix('-')
+        .filter(|rest| !rest.is_empty())
+}
+
+/// An address in one canonical form: IP addresses parsed (`std::net::IpAddr`) and printed
+/// again, IPv4-mapped IPv6 (`::ffff:10.0.0.1`) as IPv4; anything else lower-cased.
+pub fn normalise_address(address: &str) -> String {
+    let trimmed = address.trim();
+    // Octavia and Kubernetes never bracket addresses, but a zone or brackets would not parse.
+    let bare = trimmed
+        .strip_prefix('[')
+        .and_then(|a| a.strip_suffix(']'))
+        .unwrap_or(trimmed);
+    match bare.parse::<IpAddr>() {
+        Ok(IpAddr::V6(v6)) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => v6.to_string(),
+        },
+        Ok(ip) => ip.to_string(),
+        Err(_) => trimmed.to_ascii_lowercase(),
+    }
 }
 
 /// The Octavia status tree of one load balancer (`GET /v2/lbaas/loadbalancers/{id}/status`).
@@ -183,6 +348,9 @@ impl MemberStatus {
         };
         let at = match (self.address.is_empty(), self.protocol_port) {
             (true, _) => String::new(),
+            (false, Some(port)) if self.address.contains(':') => {
+                format!(" ([{}]:{port})", self.address)
+            }
             (false, Some(port)) => format!(" ({}:{port})", self.address),
             (false, None) => format!(" ({})", self.address),
         };
@@ -200,8 +368,7 @@ fn or_unknown(s: &str) -> &str {
 
 /// Whether `object` of `kind` is a Cluster API control-plane Machine.
 pub fn is_control_plane_machine(kind: &GroupVersionKind, object: &DynamicObject) -> bool {
-    kind.group == CAPI_GROUP
-        && kind.kind == "Machine"
+    is_machine(kind)
         && object
             .metadata
             .labels
@@ -209,58 +376,8 @@ pub fn is_control_plane_machine(kind: &GroupVersionKind, object: &DynamicObject)
             .is_some_and(|l| l.contains_key(CONTROL_PLANE_LABEL))
 }
 
-/// How the deleted Machine can be recognised among the pool members.
-#[derive(Debug, Default)]
-struct Identity {
-    /// `status.addresses[*].address`.
-    addresses: BTreeSet<String>,
-    /// `spec.infrastructureRef.name` (the OpenStackMachine; CAPO names the member after it).
-    infra_name: Option<String>,
-}
-
-impl Identity {
-    fn of(machine: &DynamicObject) -> Self {
-        let addresses = machine
-            .data
-            .pointer("/status/addresses")
-            .and_then(|a| a.as_array())
-            .into_iter()
-            .flatten()
-            .filter_map(|a| a.get("address").and_then(|v| v.as_str()))
-            .filter(|a| !a.is_empty())
-            .map(str::to_owned)
-            .collect();
-        let infra_name = machine
-            .data
-            .pointer("/spec/infrastructureRef/name")
-            .and_then(|v| v.as_str())
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned);
-        Self {
-            addresses,
-            infra_name,
-        }
-    }
-
-    fn known(&self) -> bool {
-        !self.addresses.is_empty() || self.infra_name.is_some()
-    }
-
-    fn owns(&self, pool: &PoolStatus, member: &MemberStatus) -> bool {
-        if !member.address.is_empty() && self.addresses.contains(&member.address) {
-            return true;
-        }
-        match &self.infra_name {
-            Some(infra) if !member.name.is_empty() && !pool.name.is_empty() => {
-                member
-                    .name
-                    .strip_prefix(pool.name.as_str())
-                    .and_then(|rest| rest.strip_prefix('-'))
-                    == Some(infra.as_str())
-            }
-            _ => false,
-        }
-    }
+fn is_machine(kind: &GroupVersionKind) -> bool {
+    kind.group == CAPI_GROUP && kind.kind == "Machine"
 }
 
 fn serving(pool: &PoolStatus, member: &MemberStatus) -> bool {
@@ -269,27 +386,63 @@ fn serving(pool: &PoolStatus, member: &MemberStatus) -> bool {
             || (!pool.has_monitor && member.operating_status == NO_MONITOR))
 }
 
-/// Decides one control-plane Machine DELETE. `machine` is the request's `oldObject`.
+/// Decides one control-plane Machine DELETE. `machine` is the request's `oldObject` (None
+/// when the review carried none: then the gathered facts say what the Machine is).
 /// Returns no violation for anything that is not a control-plane Machine.
 pub fn check(
-    kind: &GroupVersionKind,
-    machine: &DynamicObject,
+    subject: &Subject<'_>,
+    machine: Option<&DynamicObject>,
     facts: &GuardFacts,
     unknown: WhenUnknown,
 ) -> RuleOutput {
-    if !is_control_plane_machine(kind, machine) {
-        return RuleOutput::default();
-    }
-    let what = describe_machine(machine);
+    let (what, identity) = match machine {
+        Some(machine) => {
+            if !is_control_plane_machine(subject.kind, machine) {
+                return RuleOutput::default();
+            }
+            (describe_machine(machine), MachineIdentity::of(machine))
+        }
+        // Without the stored object only the gathered facts can tell what the Machine is:
+        // the adapter read it from the API (Observed), found it is not a control-plane one
+        // (NotApplicable), or could not tell (Unavailable, which params.unknown decides).
+        None => {
+            if !is_machine(subject.kind) {
+                return RuleOutput::default();
+            }
+            let name = if subject.name.is_empty() {
+                "<unnamed>"
+            } else {
+                subject.name
+            };
+            let what = match subject.namespace {
+                Some(ns) => format!("Machine {ns}/{name}"),
+                None => format!("Machine {name}"),
+            };
+            let identity = match facts {
+                GuardFacts::Observed(o) => o.machine.clone().unwrap_or_default(),
+                _ => MachineIdentity::default(),
+            };
+            (what, identity)
+        }
+    };
     let violation = match facts {
         GuardFacts::NotApplicable { .. } => None,
         GuardFacts::Unavailable { reason } => Some(unavailable(&what, reason, unknown)),
-        GuardFacts::Observed(lb) => observed(&what, machine, lb),
+        GuardFacts::Observed(observation) => {
+            let problems = assess(&identity, observation);
+            (!problems.is_empty()).then(|| refusal(&what, &observation.load_balancer, problems))
+        }
     };
     RuleOutput {
         violations: violation.into_iter().collect(),
         ..RuleOutput::default()
     }
+}
+
+/// Whether the guard refuses deleting `machine` given `observation`: the adapter asks this
+/// before it reuses a cached status tree (a cached tree may only ever refuse).
+pub fn refuses(machine: &MachineIdentity, observation: &Observation) -> bool {
+    !assess(machine, observation).is_empty()
 }
 
 fn describe_machine(machine: &DynamicObject) -> String {
@@ -350,122 +503,184 @@ fn unavailable(what: &str, reason: &str, unknown: WhenUnknown) -> Violation {
     }
 }
 
-fn observed(what: &str, machine: &DynamicObject, lb: &LoadBalancerStatus) -> Option<Violation> {
-    let identity = Identity::of(machine);
-    let mut problems: Vec<String> = Vec::new();
-    let lb_label = if lb.name.is_empty() {
+fn lb_label(lb: &LoadBalancerStatus) -> String {
+    if lb.name.is_empty() {
         format!("load balancer {}", lb.id)
     } else {
         format!("load balancer {} ({})", lb.name, lb.id)
-    };
-    if lb.provisioning_status.starts_with("PENDING_") {
-        problems.push(format!(
-            "the {lb_label} is provisioning_status={}",
-            lb.provisioning_status
-        ));
     }
-    let mut listed = 0usize;
-    let mut unlisted = 0usize;
-    let mut list = |problems: &mut Vec<String>, text: String| {
-        if listed < MAX_LISTED {
-            listed += 1;
-            problems.push(text);
+}
+
+/// Bounded list of problem texts: the first [`MAX_LISTED`], then a count.
+#[derive(Default)]
+struct Problems {
+    listed: Vec<String>,
+    unlisted: usize,
+}
+
+impl Problems {
+    fn push(&mut self, text: String) {
+        if self.listed.len() < MAX_LISTED {
+            self.listed.push(text);
         } else {
-            unlisted += 1;
+            self.unlisted += 1;
         }
-    };
+    }
+
+    fn is_empty(&self) -> bool {
+        self.listed.is_empty()
+    }
+}
+
+/// Whose a member is, for one deletion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    /// The deleted Machine's.
+    Mine,
+    /// Another control-plane Machine's that is leaving.
+    Leaving,
+    /// Anyone else's (it stays).
+    Staying,
+}
+
+/// Judges each pool by what the deletion changes: a pool where the deleted Machine's member
+/// is not serving (or that has nothing serving at all, such as an `additionalPorts` pool
+/// whose service is down) cannot be made worse by it and never refuses. A pool that loses a
+/// serving member refuses when nothing staying would serve afterwards, or when a change is in
+/// flight (another member not ACTIVE, or the load balancer PENDING_*).
+fn assess(me: &MachineIdentity, observation: &Observation) -> Problems {
+    let lb = &observation.load_balancer;
+    let mut problems = Problems::default();
+    let mut affected_any = false;
     for pool in &lb.pools {
         if pool.members.is_empty() {
             continue;
         }
+        let owners: Vec<Owner> = pool
+            .members
+            .iter()
+            .map(|m| {
+                if me.owns(pool, m) {
+                    Owner::Mine
+                } else if observation.leaving.iter().any(|l| l.machine.owns(pool, m)) {
+                    Owner::Leaving
+                } else {
+                    Owner::Staying
+                }
+            })
+            .collect();
+        let count = |owner: Owner| {
+            pool.members
+                .iter()
+                .zip(&owners)
+                .filter(|(m, o)| **o == owner && serving(pool, m))
+                .count()
+        };
+        let (mine_serving, staying_serving) = (count(Owner::Mine), count(Owner::Staying));
+        let leaving_serving = count(Owner::Leaving);
+        // Without any way to recognise the Machine's member, assume the worst: it is one of
+        // the serving members.
+        let unrecognised = !me.known() && !owners.contains(&Owner::Mine);
+        let (before, after) = if unrecognised {
+            (staying_serving, staying_serving.saturating_sub(1))
+        } else {
+            (mine_serving + staying_serving, staying_serving)
+        };
+        if after >= before {
+            continue;
+        }
+        affected_any = true;
         let pool_label = if pool.name.is_empty() {
             format!("pool {}", pool.id)
         } else {
             format!("pool {}", pool.name)
         };
-        let mut own = 0usize;
-        let mut serving_others = 0usize;
-        let mut serving_own = 0usize;
-        for member in &pool.members {
-            let mine = identity.owns(pool, member);
-            if mine {
-                own += 1;
-                if serving(pool, member) {
-                    serving_own += 1;
-                }
-                continue;
-            }
-            if serving(pool, member) {
-                serving_others += 1;
-            }
-            if member.provisioning_status != ACTIVE {
-                list(
-                    &mut problems,
-                    format!("{pool_label}: {}", member.describe()),
-                );
+        for (member, owner) in pool.members.iter().zip(&owners) {
+            if *owner != Owner::Mine && member.provisioning_status != ACTIVE {
+                problems.push(format!("{pool_label}: {}", member.describe()));
             }
         }
-        // Without any way to recognise the Machine's member, assume the worst: it is one of
-        // the serving members.
-        let remaining = if own == 0 && !identity.known() {
-            serving_others.saturating_sub(1)
-        } else {
-            serving_others
-        };
-        if remaining == 0 {
+        if after == 0 {
             let serving_word = if pool.has_monitor {
                 "ONLINE"
             } else {
                 "ONLINE or NO_MONITOR"
             };
-            let text = if serving_own > 0 || (own == 0 && !identity.known() && serving_others > 0) {
-                format!(
-                    "{pool_label}: this Machine's member is the last one serving \
-                     (operating_status {serving_word}); no member would be left: {}",
-                    pool.members
-                        .iter()
-                        .take(MAX_LISTED)
-                        .map(MemberStatus::describe)
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                )
+            let whose = if unrecognised {
+                "the Machine's member cannot be told apart (no status.addresses and no \
+                 spec.infrastructureRef) and only one member is serving"
+                    .to_owned()
             } else {
                 format!(
-                    "{pool_label}: no other member is serving (operating_status {serving_word}): {}",
-                    pool.members
-                        .iter()
-                        .filter(|m| !identity.owns(pool, m))
-                        .take(MAX_LISTED)
-                        .map(MemberStatus::describe)
-                        .collect::<Vec<_>>()
-                        .join("; ")
+                    "this Machine's member is the last one serving (operating_status {serving_word})"
                 )
             };
-            list(&mut problems, text);
+            let leaving_note = if leaving_serving > 0 {
+                let names: Vec<&str> = observation
+                    .leaving
+                    .iter()
+                    .filter(|l| {
+                        pool.members
+                            .iter()
+                            .any(|m| serving(pool, m) && l.machine.owns(pool, m))
+                    })
+                    .map(|l| l.machine.name.as_str())
+                    .take(MAX_LISTED)
+                    .collect();
+                format!(
+                    " once the members of control-plane Machines already being deleted are \
+                     gone ({})",
+                    names.join(", ")
+                )
+            } else {
+                String::new()
+            };
+            problems.push(format!(
+                "{pool_label}: {whose}{leaving_note}; no member would be left: {}",
+                pool.members
+                    .iter()
+                    .take(MAX_LISTED)
+                    .map(MemberStatus::describe)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ));
         }
     }
-    if problems.is_empty() {
-        return None;
+    if affected_any && lb.provisioning_status.starts_with("PENDING_") {
+        problems.listed.insert(
+            0,
+            format!(
+                "the {} is provisioning_status={}",
+                lb_label(lb),
+                lb.provisioning_status
+            ),
+        );
     }
-    if unlisted > 0 {
-        problems.push(format!("and {unlisted} more"));
+    problems
+}
+
+fn refusal(what: &str, lb: &LoadBalancerStatus, problems: Problems) -> Violation {
+    let mut listed = problems.listed;
+    if problems.unlisted > 0 {
+        listed.push(format!("and {} more", problems.unlisted));
     }
-    Some(Violation {
+    Violation {
         severity: Severity::Deny,
         code: CODE_NOT_READY,
         line: None,
         pointer: None,
         message: format!(
-            "Refusing to delete {what}: the API {lb_label} is not ready for it: {}. Deleting a \
+            "Refusing to delete {what}: the API {} is not ready for it: {}. Deleting a \
              control-plane node while a load-balancer member is pending, failed, or the last one \
              serving can take the cluster API offline ({INCIDENT}: an amphorav2 member stayed \
              PENDING_CREATE while the load balancer was ACTIVE, and every control-plane node was \
              rotated out). Cluster API retries the deletion; it goes through once every other \
              member is ACTIVE and another member is ONLINE.",
-            problems.join("; ")
+            lb_label(lb),
+            listed.join("; ")
         ),
         fixed_by_edit: false,
-    })
+    }
 }
 
 /// The documentation example: deleting a control-plane Machine while the API load
@@ -486,7 +701,7 @@ fn example() -> Example {
         provisioning_status: prov.to_owned(),
         operating_status: op.to_owned(),
     };
-    let facts = GuardFacts::Observed(LoadBalancerStatus {
+    let facts = GuardFacts::Observed(Observation::of(LoadBalancerStatus {
         id: "a7f7b5c4-1e0d-4b8e-9c3f-6d2e1f0a9b87".to_owned(),
         name: lb.to_owned(),
         provisioning_status: "ACTIVE".to_owned(),
@@ -516,7 +731,7 @@ fn example() -> Example {
                 ),
             ],
         }],
-    });
+    }));
     Example {
         operation: Operation::Delete,
         object: machine,
@@ -547,6 +762,21 @@ mod tests {
         GroupVersionKind::gvk(CAPI_GROUP, "v1beta1", "Machine")
     }
 
+    fn run(m: &DynamicObject, facts: &GuardFacts, unknown: WhenUnknown) -> RuleOutput {
+        let kind = gvk();
+        let subject = Subject {
+            operation: Operation::Delete,
+            kind: &kind,
+            namespace: Some("ns"),
+            name: "m-1",
+            subresource: None,
+            object: None,
+            old_object: Some(m),
+            dry_run: false,
+        };
+        check(&subject, Some(m), facts, unknown)
+    }
+
     fn member(name: &str, addr: &str, prov: &str, op: &str) -> MemberStatus {
         MemberStatus {
             id: format!("id-{name}"),
@@ -559,7 +789,7 @@ mod tests {
     }
 
     fn lb(members: Vec<MemberStatus>) -> GuardFacts {
-        GuardFacts::Observed(LoadBalancerStatus {
+        GuardFacts::Observed(Observation::of(LoadBalancerStatus {
             id: "lb".into(),
             name: "k".into(),
             provisioning_status: ACTIVE.into(),
@@ -570,70 +800,245 @@ mod tests {
                 has_monitor: true,
                 members,
             }],
-        })
+        }))
+    }
+
+    fn cp() -> DynamicObject {
+        machine(
+            serde_json::json!({CONTROL_PLANE_LABEL: ""}),
+            serde_json::json!({}),
+        )
     }
 
     #[test]
     fn worker_machines_are_not_guarded() {
         let m = machine(serde_json::json!({}), serde_json::json!({}));
-        let out = check(&gvk(), &m, &lb(vec![]), WhenUnknown::Deny);
+        let out = run(&m, &lb(vec![]), WhenUnknown::Deny);
         assert!(out.violations.is_empty());
     }
 
     #[test]
     fn own_member_recognised_by_capo_name() {
-        let m = machine(
-            serde_json::json!({CONTROL_PLANE_LABEL: ""}),
-            serde_json::json!({}),
-        );
+        let m = cp();
         let facts = lb(vec![
             member("k-6443-m-1", "10.0.0.1", ACTIVE, ONLINE),
             member("k-6443-m-2", "10.0.0.2", ACTIVE, ONLINE),
         ]);
-        assert!(
-            check(&gvk(), &m, &facts, WhenUnknown::Deny)
-                .violations
-                .is_empty()
-        );
+        assert!(run(&m, &facts, WhenUnknown::Deny).violations.is_empty());
         // A suffix that only looks like the Machine's does not count as its member.
         let facts = lb(vec![
             member("k-6443-xm-1", "10.0.0.1", ACTIVE, ONLINE),
             member("k-6443-m-1", "10.0.0.2", ACTIVE, ONLINE),
         ]);
-        assert!(
-            check(&gvk(), &m, &facts, WhenUnknown::Deny)
-                .violations
-                .is_empty()
-        );
+        assert!(run(&m, &facts, WhenUnknown::Deny).violations.is_empty());
         let facts = lb(vec![
             member("k-6443-m-1", "10.0.0.1", ACTIVE, ONLINE),
             member("k-6443-m-2", "10.0.0.2", ACTIVE, "OFFLINE"),
         ]);
-        let out = check(&gvk(), &m, &facts, WhenUnknown::Deny);
+        let out = run(&m, &facts, WhenUnknown::Deny);
         assert_eq!(out.violations.len(), 1);
         assert!(out.violations[0].message.contains("last one serving"));
     }
 
     #[test]
-    fn unidentifiable_machine_assumes_the_worst() {
-        let mut m = machine(
+    fn the_capo_name_wins_over_an_address() {
+        // The Machine's old address now belongs to a replacement's member (CAPO-named after
+        // another OpenStackMachine): it is not this Machine's member.
+        let m = machine(
             serde_json::json!({CONTROL_PLANE_LABEL: ""}),
-            serde_json::json!({}),
+            serde_json::json!({"status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.2"}]}}),
         );
+        let facts = lb(vec![
+            member("k-6443-m-1", "10.0.0.1", ACTIVE, ONLINE),
+            member("k-6443-m-2", "10.0.0.2", ACTIVE, ONLINE),
+        ]);
+        assert!(run(&m, &facts, WhenUnknown::Deny).violations.is_empty());
+        let facts = lb(vec![
+            member("k-6443-m-1", "10.0.0.1", ACTIVE, ONLINE),
+            member("k-6443-m-2", "10.0.0.2", ACTIVE, "OFFLINE"),
+        ]);
+        assert_eq!(run(&m, &facts, WhenUnknown::Deny).violations.len(), 1);
+    }
+
+    #[test]
+    fn addresses_are_compared_as_ip_addresses() {
+        assert_eq!(normalise_address("2001:DB8:0:0::1"), "2001:db8::1");
+        assert_eq!(normalise_address("::ffff:10.0.0.1"), "10.0.0.1");
+        assert_eq!(normalise_address("::FFFF:0a00:0001"), "10.0.0.1");
+        assert_eq!(normalise_address(" 10.0.0.1 "), "10.0.0.1");
+        assert_eq!(normalise_address("[fe80::1]"), "fe80::1");
+        assert_eq!(normalise_address("Node-1.Example"), "node-1.example");
+        let me = MachineIdentity {
+            name: "m".into(),
+            addresses: vec!["node-1".into(), "2001:db8::a".into(), "10.0.0.7".into()],
+            infra_name: None,
+        };
+        let pool = PoolStatus {
+            name: "k-6443".into(),
+            ..PoolStatus::default()
+        };
+        let at = |a: &str| member("other-name", a, ACTIVE, ONLINE);
+        assert!(me.owns(&pool, &at("2001:0DB8:0000::000A")));
+        assert!(me.owns(&pool, &at("::ffff:10.0.0.7")));
+        assert!(!me.owns(&pool, &at("10.0.0.70")));
+        assert!(!me.owns(&pool, &at("")));
+    }
+
+    #[test]
+    fn unidentifiable_machine_assumes_the_worst() {
+        let mut m = cp();
         m.data["spec"] = serde_json::json!({});
         let one = lb(vec![member("a", "10.0.0.9", ACTIVE, ONLINE)]);
-        assert_eq!(
-            check(&gvk(), &m, &one, WhenUnknown::Admit).violations.len(),
-            1
-        );
+        let out = run(&m, &one, WhenUnknown::Admit);
+        assert_eq!(out.violations.len(), 1);
+        assert!(out.violations[0].message.contains("cannot be told apart"));
         let two = lb(vec![
             member("a", "10.0.0.9", ACTIVE, ONLINE),
             member("b", "10.0.0.8", ACTIVE, ONLINE),
         ]);
+        assert!(run(&m, &two, WhenUnknown::Admit).violations.is_empty());
+    }
+
+    #[test]
+    fn leaving_machines_do_not_count_as_serving() {
+        let m = cp();
+        let mut facts = lb(vec![
+            member("k-6443-m-1", "10.0.0.1", ACTIVE, ONLINE),
+            member("k-6443-m-2", "10.0.0.2", ACTIVE, ONLINE),
+            member("k-6443-m-3", "10.0.0.3", ACTIVE, ONLINE),
+        ]);
+        assert!(run(&m, &facts, WhenUnknown::Deny).violations.is_empty());
+        let leaving = |name: &str, why| Leaving {
+            machine: MachineIdentity {
+                name: name.into(),
+                addresses: vec![],
+                infra_name: Some(name.into()),
+            },
+            why,
+        };
+        let GuardFacts::Observed(o) = &mut facts else {
+            unreachable!()
+        };
+        o.leaving.push(leaving("m-2", LeavingWhy::Deleting));
+        assert!(run(&m, &facts, WhenUnknown::Deny).violations.is_empty());
+        let GuardFacts::Observed(o) = &mut facts else {
+            unreachable!()
+        };
+        o.leaving.push(leaving("m-3", LeavingWhy::JustAdmitted));
+        let out = run(&m, &facts, WhenUnknown::Deny);
+        assert_eq!(out.violations.len(), 1);
+        let message = &out.violations[0].message;
         assert!(
-            check(&gvk(), &m, &two, WhenUnknown::Admit)
+            message.contains("already being deleted are gone (m-2, m-3)"),
+            "{message}"
+        );
+        let GuardFacts::Observed(o) = &facts else {
+            unreachable!()
+        };
+        assert!(refuses(&MachineIdentity::of(&m), o));
+    }
+
+    #[test]
+    fn a_pool_the_deletion_does_not_change_never_refuses() {
+        let m = cp();
+        let mut facts = lb(vec![
+            member("k-6443-m-1", "10.0.0.1", ACTIVE, ONLINE),
+            member("k-6443-m-2", "10.0.0.2", ACTIVE, ONLINE),
+        ]);
+        let GuardFacts::Observed(o) = &mut facts else {
+            unreachable!()
+        };
+        // An additionalPorts pool whose service runs nowhere: every member ERROR.
+        o.load_balancer.pools.push(PoolStatus {
+            id: "p2".into(),
+            name: "k-8132".into(),
+            has_monitor: true,
+            members: vec![
+                member("k-8132-m-1", "10.0.0.1", ACTIVE, "ERROR"),
+                member("k-8132-m-2", "10.0.0.2", ACTIVE, "ERROR"),
+            ],
+        });
+        assert!(run(&m, &facts, WhenUnknown::Deny).violations.is_empty());
+        // The Machine's own member there is the last ONLINE one: that pool refuses, by name.
+        let GuardFacts::Observed(o) = &mut facts else {
+            unreachable!()
+        };
+        o.load_balancer.pools[1].members[0].operating_status = ONLINE.into();
+        let out = run(&m, &facts, WhenUnknown::Deny);
+        assert_eq!(out.violations.len(), 1);
+        assert!(
+            out.violations[0]
+                .message
+                .contains("pool k-8132: this Machine's member is the last one serving"),
+            "{}",
+            out.violations[0].message
+        );
+        assert!(!out.violations[0].message.contains("pool k-6443"));
+    }
+
+    #[test]
+    fn a_change_in_flight_refuses_only_where_the_deletion_removes_a_serving_member() {
+        let m = cp();
+        // Own member OFFLINE (remediation): a pending replacement does not stop it.
+        let facts = lb(vec![
+            member("k-6443-m-1", "10.0.0.1", ACTIVE, "OFFLINE"),
+            member("k-6443-m-2", "10.0.0.2", ACTIVE, ONLINE),
+            member("k-6443-m-3", "10.0.0.3", "PENDING_CREATE", "OFFLINE"),
+        ]);
+        assert!(run(&m, &facts, WhenUnknown::Deny).violations.is_empty());
+        // Own member ONLINE: the pending replacement refuses (the incident).
+        let facts = lb(vec![
+            member("k-6443-m-1", "10.0.0.1", ACTIVE, ONLINE),
+            member("k-6443-m-2", "10.0.0.2", ACTIVE, ONLINE),
+            member("k-6443-m-3", "10.0.0.3", "PENDING_CREATE", "OFFLINE"),
+        ]);
+        let out = run(&m, &facts, WhenUnknown::Deny);
+        assert!(out.violations[0].message.contains("PENDING_CREATE"));
+    }
+
+    #[test]
+    fn without_old_object_the_facts_decide() {
+        let kind = gvk();
+        let subject = Subject {
+            operation: Operation::Delete,
+            kind: &kind,
+            namespace: Some("ns"),
+            name: "m-1",
+            subresource: None,
+            object: None,
+            old_object: None,
+            dry_run: false,
+        };
+        let unavailable = GuardFacts::Unavailable {
+            reason: "the review carries no oldObject".into(),
+        };
+        let out = check(&subject, None, &unavailable, WhenUnknown::Deny);
+        assert_eq!(out.violations[0].severity, Severity::Deny);
+        assert!(out.violations[0].message.contains("Machine ns/m-1"));
+        let out = check(&subject, None, &unavailable, WhenUnknown::Admit);
+        assert_eq!(out.violations[0].severity, Severity::Warn);
+        let worker = GuardFacts::NotApplicable {
+            reason: "not a control-plane Machine".into(),
+        };
+        assert!(
+            check(&subject, None, &worker, WhenUnknown::Deny)
                 .violations
                 .is_empty()
         );
+        // Read from the API: judged with the identity read there.
+        let mut facts = lb(vec![
+            member("k-6443-m-1", "10.0.0.1", ACTIVE, ONLINE),
+            member("k-6443-m-2", "10.0.0.2", ACTIVE, "OFFLINE"),
+        ]);
+        let GuardFacts::Observed(o) = &mut facts else {
+            unreachable!()
+        };
+        o.machine = Some(MachineIdentity {
+            name: "m-1".into(),
+            addresses: vec![],
+            infra_name: Some("m-1".into()),
+        });
+        let out = check(&subject, None, &facts, WhenUnknown::Admit);
+        assert!(out.violations[0].message.contains("last one serving"));
     }
 }

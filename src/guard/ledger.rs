@@ -1,0 +1,236 @@
+//! The control-plane Machine deletions this replica admitted moments ago, per cluster.
+//!
+//! Between the admission of a DELETE and the moment the Machine shows a deletionTimestamp
+//! (and, later, its member leaves the pool) Octavia still reports the member ONLINE, so
+//! several DELETEs arriving together (`kubectl delete machines -l …`) would each see a
+//! healthy pool. Each review records its Machine here *before* it is answered, under one
+//! lock together with reading the others, so of two concurrent reviews the later one always
+//! counts the earlier one as leaving. A review that ends up denied releases its entry; a
+//! dry run reads the ledger but never records.
+//!
+//! Bounds: entries expire after [`ADMITTED_TTL`]; at most [`MAX_CLUSTERS`] clusters and
+//! [`MAX_PER_CLUSTER`] Machines per cluster are held (expired entries go first, then the
+//! soonest to expire). Several replicas do not share the ledger: each counts what it admitted,
+//! and the deletionTimestamp list read from the API covers the rest once it is set.
+
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::rules::lb_guard::MachineIdentity;
+
+/// How long an admitted DELETE counts as leaving without a deletionTimestamp: the apiserver
+/// sets it within the same request, so this only has to outlive the request and the next
+/// read of the Machines by a wide margin.
+pub const ADMITTED_TTL: Duration = Duration::from_secs(60);
+/// Clusters held.
+pub const MAX_CLUSTERS: usize = 1024;
+/// Machines held per cluster.
+pub const MAX_PER_CLUSTER: usize = 64;
+
+/// A cluster: namespace and name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ClusterKey {
+    pub namespace: String,
+    pub name: String,
+}
+
+#[derive(Debug)]
+struct Entry {
+    machine: MachineIdentity,
+    token: u64,
+    expires: Instant,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    clusters: Vec<(ClusterKey, Vec<Entry>)>,
+    next_token: u64,
+}
+
+/// A recorded deletion, to release if the review is denied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Reservation {
+    cluster: ClusterKey,
+    machine: String,
+    token: u64,
+}
+
+/// The ledger (one per guard).
+#[derive(Debug, Default)]
+pub(crate) struct Ledger {
+    inner: Mutex<Inner>,
+}
+
+impl Ledger {
+    /// The other Machines of `cluster` admitted moments ago, and — unless `dry_run` — records
+    /// `machine` as admitted (replacing an older entry for the same Machine).
+    pub(crate) fn reserve(
+        &self,
+        cluster: &ClusterKey,
+        machine: &MachineIdentity,
+        dry_run: bool,
+        now: Instant,
+    ) -> (Vec<MachineIdentity>, Option<Reservation>) {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        for (_, entries) in &mut inner.clusters {
+            entries.retain(|e| e.expires > now);
+        }
+        inner.clusters.retain(|(_, entries)| !entries.is_empty());
+        let others: Vec<MachineIdentity> = inner
+            .clusters
+            .iter()
+            .find(|(k, _)| k == cluster)
+            .map(|(_, entries)| {
+                entries
+                    .iter()
+                    .filter(|e| e.machine.name != machine.name)
+                    .map(|e| e.machine.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        if dry_run {
+            return (others, None);
+        }
+        inner.next_token = inner.next_token.wrapping_add(1);
+        let token = inner.next_token;
+        let index = match inner.clusters.iter().position(|(k, _)| k == cluster) {
+            Some(i) => i,
+            None => {
+                if inner.clusters.len() >= MAX_CLUSTERS {
+                    let soonest = inner
+                        .clusters
+                        .iter()
+                        .enumerate()
+                        .min_by_key(|(_, (_, entries))| entries.iter().map(|e| e.expires).max())
+                        .map(|(i, _)| i);
+                    if let Some(i) = soonest {
+                        tracing::warn!(
+                            max = MAX_CLUSTERS,
+                            "the guard's ledger of admitted deletions is full; the cluster whose \
+                             entries expire soonest is forgotten"
+                        );
+                        inner.clusters.swap_remove(i);
+                    }
+                }
+                inner.clusters.push((cluster.clone(), Vec::new()));
+                inner.clusters.len() - 1
+            }
+        };
+        let entries = &mut inner.clusters[index].1;
+        entries.retain(|e| e.machine.name != machine.name);
+        if entries.len() >= MAX_PER_CLUSTER
+            && let Some(i) = entries
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, e)| e.expires)
+                .map(|(i, _)| i)
+        {
+            entries.swap_remove(i);
+        }
+        entries.push(Entry {
+            machine: machine.clone(),
+            token,
+            expires: now + ADMITTED_TTL,
+        });
+        let reservation = Reservation {
+            cluster: cluster.clone(),
+            machine: machine.name.clone(),
+            token,
+        };
+        (others, Some(reservation))
+    }
+
+    /// Drops `reservation` (its review was denied, or there was nothing to guard). An entry
+    /// recorded again since by a later review of the same Machine stays.
+    pub(crate) fn release(&self, reservation: &Reservation) {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, entries)) = inner
+            .clusters
+            .iter_mut()
+            .find(|(k, _)| *k == reservation.cluster)
+        {
+            entries.retain(|e| {
+                !(e.machine.name == reservation.machine && e.token == reservation.token)
+            });
+        }
+        inner.clusters.retain(|(_, entries)| !entries.is_empty());
+    }
+
+    /// Entries held, expired ones included.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        inner.clusters.iter().map(|(_, e)| e.len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str) -> ClusterKey {
+        ClusterKey {
+            namespace: "ns".into(),
+            name: name.into(),
+        }
+    }
+
+    fn machine(name: &str) -> MachineIdentity {
+        MachineIdentity {
+            name: name.into(),
+            addresses: vec![],
+            infra_name: Some(name.into()),
+        }
+    }
+
+    fn names(machines: &[MachineIdentity]) -> Vec<&str> {
+        machines.iter().map(|m| m.name.as_str()).collect()
+    }
+
+    #[test]
+    fn later_reviews_see_earlier_ones_until_released_or_expired() {
+        let ledger = Ledger::default();
+        let now = Instant::now();
+        let (seen, a) = ledger.reserve(&key("c"), &machine("a"), false, now);
+        assert!(seen.is_empty());
+        let (seen, b) = ledger.reserve(&key("c"), &machine("b"), false, now);
+        assert_eq!(names(&seen), ["a"]);
+        // Another cluster sees nothing of these.
+        let (seen, _) = ledger.reserve(&key("other"), &machine("a"), false, now);
+        assert!(seen.is_empty());
+        // A dry run sees both and records nothing.
+        let (seen, none) = ledger.reserve(&key("c"), &machine("d"), true, now);
+        assert_eq!(names(&seen), ["a", "b"]);
+        assert!(none.is_none());
+        ledger.release(&b.unwrap());
+        let (seen, _) = ledger.reserve(&key("c"), &machine("e"), true, now);
+        assert_eq!(names(&seen), ["a"]);
+        // The same Machine again replaces its entry; the old reservation no longer releases it.
+        let (_, a2) = ledger.reserve(&key("c"), &machine("a"), false, now);
+        ledger.release(&a.unwrap());
+        let (seen, _) = ledger.reserve(&key("c"), &machine("e"), true, now);
+        assert_eq!(names(&seen), ["a"]);
+        assert!(a2.is_some());
+        let later = now + ADMITTED_TTL;
+        let (seen, _) = ledger.reserve(&key("c"), &machine("e"), true, later);
+        assert!(seen.is_empty(), "expired at its deadline");
+    }
+
+    #[test]
+    fn bounded() {
+        let ledger = Ledger::default();
+        let now = Instant::now();
+        for i in 0..(MAX_PER_CLUSTER + 10) {
+            let _ = ledger.reserve(&key("c"), &machine(&format!("m{i}")), false, now);
+        }
+        assert_eq!(ledger.len(), MAX_PER_CLUSTER);
+        for i in 0..(MAX_CLUSTERS + 10) {
+            let _ = ledger.reserve(&key(&format!("c{i}")), &machine("m"), false, now);
+        }
+        assert!(ledger.len() <= MAX_CLUSTERS + MAX_PER_CLUSTER);
+        let inner = ledger.inner.lock().unwrap();
+        assert_eq!(inner.clusters.len(), MAX_CLUSTERS);
+    }
+}
