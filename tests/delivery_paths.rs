@@ -1,0 +1,228 @@
+//! Delivery paths that were read wrongly or not at all (issue 23): each case goes through the
+//! webhook (`/validate` and `/mutate`, in process) and through `stackgate check`, and both
+//! faces must say the same thing.
+//!
+//! - ClusterResourceSet payloads whose names are spelled with YAML or JSON escapes or a folded
+//!   line are parsed (the prefilter reads escapes);
+//! - a payload whose `cloud.conf` is a clusterctl variable is said to be unseen.
+
+#[path = "support/review.rs"]
+mod review;
+
+use std::path::Path;
+
+use base64::Engine as _;
+use clap::Parser;
+use serde_json::{Value, json};
+use stackgate::admission::{self, Webhook};
+use stackgate::check::{self, CheckOptions, ItemKind};
+use stackgate::cli::CheckArgs;
+use stackgate::engine::Engine;
+use stackgate::metrics::Metrics;
+use stackgate::policy::PolicySet;
+
+#[derive(Parser)]
+struct Cmd {
+    #[command(flatten)]
+    args: CheckArgs,
+}
+
+fn options(paths: &[&Path], extra: &[&str]) -> CheckOptions {
+    let mut argv = vec!["check".to_owned()];
+    argv.extend(paths.iter().map(|p| p.display().to_string()));
+    argv.extend(extra.iter().map(|s| (*s).to_owned()));
+    CheckOptions::from(&Cmd::try_parse_from(argv).expect("valid flags").args)
+}
+
+fn engine() -> Engine {
+    Engine::new(PolicySet::embedded().expect("embedded policies load"))
+}
+
+fn webhook(engine: &Engine, which: Webhook, object: &Value) -> Value {
+    let body = review::review_for(object, "delivery");
+    let reply = admission::handle(
+        engine,
+        which,
+        &serde_json::to_vec(&body).expect("encode"),
+        &Metrics::new(),
+    );
+    assert_eq!(reply.status, 200);
+    serde_json::from_slice::<Value>(&reply.body).expect("review")["response"].clone()
+}
+
+/// `check` over one file holding `text` (named `name`): every item of every object, as
+/// `(kind, message)`.
+fn check_file(name: &str, text: &str, extra: &[&str]) -> (check::Report, Vec<(ItemKind, String)>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).expect("write");
+    let report = check::check(&options(&[&path], extra), &engine(), &mut std::io::empty())
+        .expect("check runs");
+    let items = report
+        .files
+        .iter()
+        .flat_map(|f| &f.objects)
+        .flat_map(|o| &o.items)
+        .map(|i| (i.kind, i.message.clone()))
+        .collect();
+    (report, items)
+}
+
+/// A ClusterResourceSet payload Secret embedding `inner` (YAML text) in `stringData`.
+fn crs_secret(inner: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "crs", "namespace": "default"},
+        "type": "addons.cluster.x-k8s.io/resource-set",
+        "stringData": {"cloud-config.yaml": inner}})
+}
+
+/// The same Secret as the apiserver hands it to admission: base64 `data`.
+fn as_admitted(secret: &Value) -> Value {
+    let mut secret = secret.clone();
+    let text = secret["stringData"]["cloud-config.yaml"]
+        .as_str()
+        .expect("payload")
+        .to_owned();
+    secret.as_object_mut().expect("object").remove("stringData");
+    secret["data"] = json!({
+        "cloud-config.yaml": base64::engine::general_purpose::STANDARD.encode(text)
+    });
+    secret
+}
+
+/// A ConfigMap payload (found by shape) embedding `inner`.
+fn crs_configmap(inner: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "crs", "namespace": "default"},
+        "data": {"cloud-config.yaml": inner}})
+}
+
+/// The embedded Secret's config: OVN without lb-method and no serial line (denied, and
+/// patched with the serial line).
+const CONF: &str = "[Global]\\nregion = RegionOne\\n[LoadBalancer]\\nlb-provider = ovn\\n";
+
+/// Spellings of the embedded `kube-system/cloud-config` Secret that name `kind` or the name
+/// through escapes or a folded line.
+fn spellings() -> Vec<(&'static str, String)> {
+    vec![
+        (
+            "YAML \\x6b in a key",
+            format!(
+                "apiVersion: v1\n\"\\x6bind\": Secret\nmetadata:\n  name: cloud-config\n  \
+                 namespace: kube-system\nstringData:\n  cloud.conf: \"{CONF}\"\n"
+            ),
+        ),
+        (
+            "JSON \\u002d in the name",
+            format!(
+                "{{\"apiVersion\": \"v1\", \"kind\": \"Secret\", \"metadata\": {{\"name\": \
+                 \"cloud\\u002dconfig\", \"namespace\": \"kube-system\"}}, \"stringData\": \
+                 {{\"cloud.conf\": \"{CONF}\"}}}}\n"
+            ),
+        ),
+        (
+            "a folded line in the name",
+            format!(
+                "apiVersion: v1\nkind: Secret\nmetadata:\n  name: \"cloud-\\\n    config\"\n  \
+                 namespace: kube-system\nstringData:\n  cloud.conf: \"{CONF}\"\n"
+            ),
+        ),
+    ]
+}
+
+#[test]
+fn escaped_payloads_are_read_by_the_webhook_and_check() {
+    let engine = engine();
+    for (what, inner) in spellings() {
+        for object in [
+            crs_secret(&inner),
+            as_admitted(&crs_secret(&inner)),
+            crs_configmap(&inner),
+        ] {
+            let kind = object["kind"].as_str().unwrap_or_default().to_owned();
+            let v = webhook(&engine, Webhook::Validate, &object);
+            assert_eq!(v["allowed"], false, "{what} ({kind}): {v}");
+            let message = v["status"]["message"].as_str().unwrap_or_default();
+            assert!(
+                message.contains("ClusterResourceSet payload"),
+                "{what}: {message}"
+            );
+            let m = webhook(&engine, Webhook::Mutate, &object);
+            assert!(m["patch"].is_string(), "{what} ({kind}): no patch: {m}");
+        }
+        // `check` over the same payload written in a file.
+        let file = format!(
+            "{}\n",
+            serde_json::to_string(&crs_secret(&inner)).expect("json")
+        );
+        let (_, items) = check_file("crs.json", &file, &[]);
+        assert!(
+            items
+                .iter()
+                .any(|(k, m)| *k == ItemKind::Denial && m.contains("ClusterResourceSet payload")),
+            "{what}: {items:?}"
+        );
+        assert!(
+            items.iter().any(|(k, _)| *k == ItemKind::Mutation),
+            "{what}: {items:?}"
+        );
+    }
+}
+
+#[test]
+fn the_plain_spelling_is_still_found_and_other_payloads_are_not() {
+    let engine = engine();
+    let plain = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: cloud-config\n  namespace: kube-system\n\
+         stringData:\n  cloud.conf: \"{CONF}\"\n"
+    );
+    assert_eq!(
+        webhook(&engine, Webhook::Validate, &crs_secret(&plain))["allowed"],
+        false
+    );
+    // Escapes that spell another name: parsed, and nothing is found.
+    let other = plain.replace("name: cloud-config", "name: \"cloud\\x2dother\"");
+    assert_eq!(
+        webhook(&engine, Webhook::Validate, &crs_secret(&other))["allowed"],
+        true
+    );
+    assert_eq!(
+        webhook(&engine, Webhook::Validate, &crs_configmap(&other))["allowed"],
+        true
+    );
+}
+
+/// cluster-api-provider-openstack's cluster-resource-sets component as it is in Git: the
+/// embedded Secret's `cloud.conf` is a clusterctl variable.
+const VARIABLE_PAYLOAD: &str = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: cloud-config\n  \
+                                namespace: kube-system\ndata:\n  cloud.conf: \
+                                ${OPENSTACK_CLOUD_PROVIDER_CONF_B64}\n";
+
+#[test]
+fn a_payload_whose_config_is_a_clusterctl_variable_is_said_to_be_unseen() {
+    let engine = engine();
+    let secret = crs_secret(VARIABLE_PAYLOAD);
+    let v = webhook(&engine, Webhook::Validate, &secret);
+    assert_eq!(v["allowed"], true, "{v}");
+    let warnings = v["warnings"].to_string();
+    // The webhook's warnings are cut short; `check` shows the whole message.
+    assert!(
+        warnings.contains("cloud-config-integrity")
+            && warnings.contains("clusterctl variable ${OPENSTACK_CLOUD_PROVIDER_CONF_B64}"),
+        "{warnings}"
+    );
+    let m = webhook(&engine, Webhook::Mutate, &secret);
+    assert!(m["patch"].is_null(), "{m}");
+    let (_, items) = check_file(
+        "crs.json",
+        &serde_json::to_string(&secret).expect("json"),
+        &[],
+    );
+    assert_eq!(items.len(), 1, "{items:?}");
+    assert_eq!(items[0].0, ItemKind::Warning);
+    assert!(
+        items[0].1.contains("${OPENSTACK_CLOUD_PROVIDER_CONF_B64}")
+            && items[0].1.contains("cannot see"),
+        "{items:?}"
+    );
+}
