@@ -226,3 +226,80 @@ fn a_payload_whose_config_is_a_clusterctl_variable_is_said_to_be_unseen() {
         "{items:?}"
     );
 }
+
+/// openCenter-style CCM override values encrypted with SOPS before commit (the shape SOPS
+/// writes; the ciphertext is made up).
+const SOPS_VALUES: &str = "cloudConfig:\n  global:\n    auth-url: ENC[AES256_GCM,data:aGVsbG8=,iv:aXY=,tag:dGFn,type:str]\n    \
+                           password: ENC[AES256_GCM,data:c2VjcmV0,iv:aXY=,tag:dGFn,type:str]\n  \
+                           loadBalancer:\n    provider-requires-serial-api-calls: ENC[AES256_GCM,data:ZmFsc2U=,iv:aXY=,tag:dGFn,type:bool]\n\
+                           sops:\n  age:\n  - recipient: age1example\n    enc: |\n      -----BEGIN AGE ENCRYPTED FILE-----\n      \
+                           -----END AGE ENCRYPTED FILE-----\n  lastmodified: \"2025-01-01T00:00:00Z\"\n  \
+                           mac: ENC[AES256_GCM,data:bWFj,iv:aXY=,tag:dGFn,type:str]\n  version: 3.9.4\n";
+
+#[test]
+fn sops_encrypted_values_are_noted_as_encrypted_never_as_not_set() {
+    let (report, items) = check_file(
+        "occm-values.yaml",
+        SOPS_VALUES,
+        &[
+            "--values-for",
+            "openstack-cloud-controller-manager=*occm-values.yaml",
+        ],
+    );
+    assert!(items.is_empty(), "{items:?}");
+    let file = &report.files[0];
+    assert!(file.problems.is_empty(), "{:?}", file.problems);
+    assert!(
+        file.skipped
+            .as_deref()
+            .is_some_and(|s| s.starts_with("encrypted: not checked")),
+        "{:?}",
+        file.skipped
+    );
+    assert_eq!(report.exit_code(), 0);
+}
+
+#[test]
+fn a_release_reading_a_sops_encrypted_secret_says_its_values_are_unseen() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let release = "apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\nmetadata:\n  \
+                   name: occm\n  namespace: kube-system\nspec:\n  chart:\n    spec:\n      \
+                   chart: openstack-cloud-controller-manager\n  valuesFrom:\n  - kind: Secret\n    \
+                   name: occm-values\n    valuesKey: values.yaml\n";
+    let secret = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: occm-values\n  \
+                  namespace: kube-system\nstringData:\n  values.yaml: ENC[AES256_GCM,data:Y2xvdWQ=,iv:aXY=,tag:dGFn,type:str]\n\
+                  sops:\n  mac: ENC[AES256_GCM,data:bWFj,iv:aXY=,tag:dGFn,type:str]\n  version: 3.9.4\n";
+    std::fs::write(dir.path().join("release.yaml"), release).expect("write");
+    std::fs::write(dir.path().join("secret.enc.yaml"), secret).expect("write");
+    let report = check::check(
+        &options(&[dir.path()], &[]),
+        &engine(),
+        &mut std::io::empty(),
+    )
+    .expect("check runs");
+    let encrypted = report
+        .files
+        .iter()
+        .find(|f| f.name.ends_with("secret.enc.yaml"))
+        .expect("the Secret's file");
+    assert!(
+        encrypted
+            .skipped
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("encrypted")
+    );
+    let items: Vec<&check::Item> = report
+        .files
+        .iter()
+        .flat_map(|f| &f.objects)
+        .flat_map(|o| &o.items)
+        .filter(|i| i.rule == "cloud-config-integrity")
+        .collect();
+    assert_eq!(items.len(), 1, "{items:?}");
+    assert!(
+        items[0].message.contains("Secret occm-values") && items[0].message.contains("cannot see"),
+        "{}",
+        items[0].message
+    );
+}

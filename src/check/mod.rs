@@ -28,6 +28,7 @@ pub mod index;
 pub mod ini;
 pub mod input;
 pub mod report;
+pub mod sops;
 pub mod template;
 
 use std::io::{Read, Write};
@@ -200,13 +201,20 @@ pub fn check(
     engine: &Engine,
     stdin: &mut dyn Read,
 ) -> Result<Report, CheckError> {
-    let inputs = input::collect(
+    let mut inputs = input::collect(
         &options.paths,
         stdin,
         options.max_file_size,
         &options.exclude,
         &options.ini,
     )?;
+    // SOPS-encrypted files are noted and left out of everything else: their ciphertext is no
+    // config, and a release reading them through `valuesFrom` must say they are unseen.
+    for inp in &mut inputs {
+        if matches!(&inp.content, input::Content::Text(t) if sops::is_encrypted(t)) {
+            inp.content = input::Content::Skipped(sops::encrypted_note());
+        }
+    }
     if let Some(v) = options.values_for.iter().find(|v| {
         !inputs
             .iter()
