@@ -303,3 +303,47 @@ fn a_release_reading_a_sops_encrypted_secret_says_its_values_are_unseen() {
         items[0].message
     );
 }
+
+const UPSTREAM_RENDER: &str = "tests/fixtures/helm-render/occm-2.36.0-serial.yaml";
+
+#[test]
+fn helm_template_of_the_upstream_chart_with_serial_set_gives_no_warning() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(UPSTREAM_RENDER);
+    let text = std::fs::read_to_string(&path).expect("fixture");
+    let engine = engine();
+    // The render holds the empty `[BlockStorage]` (shared with cinder-csi).
+    let docs = stackgate::yaml::parse_stream(&text).expect("parses");
+    let objects: Vec<Value> = docs
+        .iter()
+        .map(|d| d.root.to_json().expect("json"))
+        .filter(|v| v.is_object())
+        .collect();
+    let secret = objects
+        .iter()
+        .find(|o| o["kind"] == "Secret")
+        .expect("the cloud-config Secret");
+    let conf = base64::engine::general_purpose::STANDARD
+        .decode(secret["data"]["cloud.conf"].as_str().expect("cloud.conf"))
+        .expect("base64");
+    assert!(String::from_utf8_lossy(&conf).contains("[BlockStorage]"));
+    for object in &objects {
+        let v = webhook(&engine, Webhook::Validate, object);
+        assert_eq!(v["allowed"], true, "{}: {v}", object["kind"]);
+        assert!(
+            v["warnings"].is_null(),
+            "{}: {}",
+            object["kind"],
+            v["warnings"]
+        );
+        assert!(webhook(&engine, Webhook::Mutate, object)["patch"].is_null());
+    }
+    let report =
+        check::check(&options(&[&path], &[]), &engine, &mut std::io::empty()).expect("check runs");
+    let items: Vec<&check::Item> = report.files[0]
+        .objects
+        .iter()
+        .flat_map(|o| &o.items)
+        .collect();
+    assert_eq!(report.files[0].objects.len(), 5);
+    assert!(items.is_empty(), "{items:?}");
+}
