@@ -347,3 +347,50 @@ fn helm_template_of_the_upstream_chart_with_serial_set_gives_no_warning() {
     assert_eq!(report.files[0].objects.len(), 5);
     assert!(items.is_empty(), "{items:?}");
 }
+
+/// A kubeadm static Pod of kube-apiserver 1.25 with the in-tree OpenStack provider (the shape
+/// kubeadm writes to /etc/kubernetes/manifests), and the same flags on kube-controller-manager
+/// run through hyperkube.
+const IN_TREE_APISERVER: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: kube-apiserver\n  \
+    namespace: kube-system\n  labels:\n    component: kube-apiserver\n    tier: control-plane\n\
+    spec:\n  containers:\n  - command:\n    - kube-apiserver\n    - --advertise-address=10.0.0.10\n    \
+    - --cloud-provider=openstack\n    - --cloud-config=/etc/kubernetes/cloud.conf\n    \
+    image: registry.k8s.io/kube-apiserver:v1.25.16\n    name: kube-apiserver\n  hostNetwork: true\n\
+    ---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: kcm\n  namespace: kube-system\n\
+    spec:\n  template:\n    spec:\n      containers:\n      - name: kcm\n        \
+    image: example.test/hyperkube:v1.20.0\n        command: [\"/hyperkube\", \"kube-controller-manager\"]\n        \
+    args: [\"--cloud-provider=openstack\"]\n";
+
+#[test]
+fn in_tree_kube_apiserver_and_controller_manager_are_not_taken_for_the_ccm() {
+    let engine = engine();
+    let docs = stackgate::yaml::parse_stream(IN_TREE_APISERVER).expect("parses");
+    for doc in &docs {
+        let object = doc.root.to_json().expect("json");
+        let v = webhook(&engine, Webhook::Validate, &object);
+        assert_eq!(v["allowed"], true, "{v}");
+        assert!(v["warnings"].is_null(), "{}", v["warnings"]);
+    }
+    let (_, items) = check_file("control-plane.yaml", IN_TREE_APISERVER, &[]);
+    assert!(items.is_empty(), "{items:?}");
+    // The CCM with the same flag is still read (default cluster name).
+    let ccm = IN_TREE_APISERVER
+        .split("---\n")
+        .next()
+        .unwrap_or_default()
+        .replace(
+            "kube-apiserver:v1.25.16",
+            "openstack-cloud-controller-manager:v1.31.0",
+        )
+        .replace(
+            "- kube-apiserver\n",
+            "- /bin/openstack-cloud-controller-manager\n",
+        );
+    let (_, items) = check_file("ccm.yaml", &ccm, &[]);
+    assert!(
+        items
+            .iter()
+            .any(|(k, m)| *k == ItemKind::Warning && m.contains("cluster name")),
+        "{items:?}"
+    );
+}
