@@ -394,3 +394,100 @@ fn in_tree_kube_apiserver_and_controller_manager_are_not_taken_for_the_ccm() {
         "{items:?}"
     );
 }
+
+/// A cloud.conf template of the kind clusterctl and envsubst fill in: `${…}` values.
+const PLACEHOLDER_INI: &str = "[Global]\nauth-url = ${OS_AUTH_URL}\napplication-credential-id = ${OS_APP_CRED_ID}\n\
+                               region = ${OS_REGION:-RegionOne}\n[LoadBalancer]\nmonitor-delay = ${MONITOR_DELAY}\n\
+                               create-monitor = ${CREATE_MONITOR}\nprovider-requires-serial-api-calls = true\n";
+
+#[test]
+fn an_ini_config_with_placeholders_is_read_as_ini_with_unknown_values() {
+    let engine = engine();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let named = dir.path().join("cloud.conf");
+    std::fs::write(&named, PLACEHOLDER_INI).expect("write");
+    let walked = dir.path().join("capi").join("cloud-config.txt");
+    std::fs::create_dir_all(walked.parent().unwrap()).expect("mkdir");
+    std::fs::write(&walked, PLACEHOLDER_INI).expect("write");
+    for (paths, extra) in [
+        (vec![named.as_path()], vec![]),
+        (vec![dir.path()], vec!["--ini", "**/cloud-config.txt"]),
+    ] {
+        let report = check::check(&options(&paths, &extra), &engine, &mut std::io::empty())
+            .expect("check runs");
+        let file = report
+            .files
+            .iter()
+            .find(|f| f.name.ends_with("cloud.conf") || f.name.ends_with("cloud-config.txt"))
+            .expect("the INI file");
+        assert!(file.template.is_none(), "{:?}", file.template);
+        assert!(file.problems.is_empty(), "{:?}", file.problems);
+        let items: Vec<&check::Item> = file.objects.iter().flat_map(|o| &o.items).collect();
+        assert!(!file.objects.is_empty(), "read as INI");
+        assert!(
+            items.iter().all(|i| i.kind != ItemKind::Denial),
+            "{items:?}"
+        );
+        // The two typed placeholders (a duration, a boolean) are said to be unknown.
+        let unknown: Vec<usize> = items
+            .iter()
+            .filter(|i| i.message.contains("placeholder"))
+            .map(|i| i.line)
+            .collect();
+        assert_eq!(unknown, vec![6, 7], "{items:?}");
+    }
+    // The webhook reads the same config in a Secret the same way: no denial.
+    let secret = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "cloud-config", "namespace": "kube-system"},
+        "stringData": {"cloud.conf": PLACEHOLDER_INI}});
+    let v = webhook(&engine, Webhook::Validate, &secret);
+    assert_eq!(v["allowed"], true, "{v}");
+    assert!(v["warnings"].to_string().contains("placeholder"), "{v}");
+    // A real type error next to the placeholders is still denied.
+    let broken = PLACEHOLDER_INI.replace("= true", "= maybe");
+    let secret = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "cloud-config", "namespace": "kube-system"},
+        "stringData": {"cloud.conf": broken}});
+    assert_eq!(
+        webhook(&engine, Webhook::Validate, &secret)["allowed"],
+        false
+    );
+}
+
+#[test]
+fn a_yaml_tpl_file_named_on_the_command_line_is_read() {
+    let secret = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: cloud-config\n  namespace: kube-system\n\
+         stringData:\n  cloud.conf: \"{CONF}\"\n"
+    );
+    let (report, items) = check_file("cloud-config.yaml.tpl", &secret, &[]);
+    assert!(
+        report.files[0].template.is_none(),
+        "{:?}",
+        report.files[0].template
+    );
+    assert!(
+        items.iter().any(|(k, _)| *k == ItemKind::Denial),
+        "{items:?}"
+    );
+    // Found while walking, the same file is still a template (it is not what is applied).
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("cloud-config.yaml.tpl"), &secret).expect("write");
+    std::fs::write(dir.path().join("other.yaml"), "a: 1\n").expect("write");
+    let report = check::check(
+        &options(&[dir.path()], &["--ini", "*.tpl"]),
+        &engine(),
+        &mut std::io::empty(),
+    );
+    // `--ini` matching it reads it as INI (what was asked), never as a silent skip.
+    let report = report.expect("check runs");
+    assert!(report.files.iter().any(|f| f.name.ends_with(".tpl")));
+    // A named .tpl holding template markers is still a template.
+    let (report, items) = check_file(
+        "secret.yaml.tpl",
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {{ .name }}\n",
+        &[],
+    );
+    assert!(report.files[0].template.is_some());
+    assert!(items.is_empty());
+}

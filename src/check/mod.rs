@@ -240,7 +240,13 @@ pub fn check(
         .iter()
         .filter_map(|inp| match &inp.content {
             input::Content::Text(t)
-                if template::template_reason(inp.path.as_deref(), t).is_none() =>
+                if template::input_template_reason(
+                    inp.path.as_deref(),
+                    t,
+                    inp.named,
+                    input::is_ini(&inp.name, inp.path.as_deref(), &options.ini),
+                )
+                .is_none() =>
             {
                 Some((inp.name.as_str(), t.as_str(), target(inp)))
             }
@@ -274,7 +280,10 @@ pub fn check(
                 continue;
             }
         };
-        if let Some(reason) = template::template_reason(inp.path.as_deref(), text) {
+        let ini = input::is_ini(&inp.name, inp.path.as_deref(), &options.ini);
+        if let Some(reason) =
+            template::input_template_reason(inp.path.as_deref(), text, inp.named, ini)
+        {
             files.push(FileReport {
                 template: Some(template::template_note(&reason)),
                 ..FileReport::new(&inp.name)
@@ -289,7 +298,6 @@ pub fn check(
             });
             continue;
         }
-        let ini = input::is_ini(&inp.name, inp.path.as_deref(), &options.ini);
         let check_one = |text: &str| {
             if ini {
                 ini::check_ini(engine, &inp.name, text)

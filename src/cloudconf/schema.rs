@@ -582,6 +582,29 @@ pub fn read_by_another_consumer(name: &str) -> Option<&'static str> {
         .map(|(_, consumer)| *consumer)
 }
 
+/// Whether a value holds a `${NAME}` placeholder (clusterctl and envsubst variables, Flux
+/// `postBuild` substitution, `${NAME:-default}` and the like): a value substituted before the
+/// CCM reads the file, so what it will be is unknown where the placeholder is.
+pub fn holds_placeholder(value: &str) -> bool {
+    let mut rest = value;
+    while let Some(at) = rest.find("${") {
+        let after = &rest[at + 2..];
+        let Some(end) = after.find('}') else {
+            return false;
+        };
+        let name = &after[..end];
+        let ident: String = name
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        if !ident.is_empty() && !ident.starts_with(|c: char| c.is_ascii_digit()) {
+            return true;
+        }
+        rest = &after[end..];
+    }
+    false
+}
+
 /// Names a user may write as a section header without it being anything but a section name:
 /// the CCM's sections and the ones other tools read from the same file.
 const OTHER_SECTIONS: &[&str] = &["BlockStorage", "KeyManager"];
