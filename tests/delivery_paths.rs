@@ -491,3 +491,163 @@ fn a_yaml_tpl_file_named_on_the_command_line_is_read() {
     assert!(report.files[0].template.is_some());
     assert!(items.is_empty());
 }
+
+// --- Real layouts (issue 23): read, or said to be unseen -----------------------------------
+
+const DELIVERY: &str = "tests/fixtures/delivery";
+
+fn fixture(name: &str) -> String {
+    std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(DELIVERY)
+            .join(name),
+    )
+    .expect("fixture")
+}
+
+/// Every object of `text`, through `/validate` and `/mutate`: (allowed, warnings, patched).
+fn through_webhook(text: &str) -> Vec<(bool, String, bool)> {
+    let engine = engine();
+    stackgate::yaml::parse_stream(text)
+        .expect("parses")
+        .iter()
+        .map(|d| d.root.to_json().expect("json"))
+        .filter(|v| v.is_object())
+        .map(|object| {
+            let v = webhook(&engine, Webhook::Validate, &object);
+            let m = webhook(&engine, Webhook::Mutate, &object);
+            (
+                v["allowed"] == true,
+                v["warnings"].to_string(),
+                m["patch"].is_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_k0s_clusterconfig_inside_k0smotron_is_read() {
+    let real = fixture("k0smotron-openstack.yaml");
+    // As published: `secret.create: false` (the Secret is provided apart), so the values hold
+    // no cloud config; the chart's values are read (the cluster-name warning says so).
+    let (_, items) = check_file("k0smotron.yaml", &real, &[]);
+    assert!(
+        items
+            .iter()
+            .all(|(_, m)| !m.contains("provider-requires-serial-api-calls")),
+        "{items:?}"
+    );
+    assert!(
+        items
+            .iter()
+            .any(|(_, m)| m.contains("spec.k0sConfig.spec.extensions.helm.charts[0].values"))
+    );
+    // With the chart rendering the Secret from a cloudConfig without serial calls: both faces
+    // warn and patch.
+    let derived = real.replacen(
+        "                create: false\n",
+        "                create: true\n              cloudConfig:\n                global:\n                  region: RegionOne\n",
+        1,
+    );
+    let (_, items) = check_file("k0smotron.yaml", &derived, &[]);
+    assert!(
+        items.iter().any(|(k, m)| *k == ItemKind::Mutation
+            && m.contains("K0smotronControlPlane default/openstack-hcp-cluster-cp spec.k0sConfig")),
+        "{items:?}"
+    );
+    let faces = through_webhook(&derived);
+    assert_eq!(faces.len(), 1);
+    assert!(faces[0].0 && faces[0].2, "{faces:?}");
+    assert!(faces[0].1.contains("serial-lb-api-calls"), "{faces:?}");
+}
+
+#[test]
+fn a_k0s_clusterconfig_inside_a_k0sctl_file_is_read_by_check() {
+    let (_, items) = check_file("k0sctl.yaml", &fixture("k0sctl-cluster.yaml"), &[]);
+    assert!(
+        items.iter().any(|(k, m)| *k == ItemKind::Mutation
+            && m.contains(
+                "Cluster k0s-cluster spec.k0s.config.spec.extensions.helm.charts[0].values"
+            )),
+        "{items:?}"
+    );
+}
+
+#[test]
+fn azimuth_addon_objects_are_said_to_be_unseen() {
+    for (file, object) in [
+        (
+            "azimuth-openstack-ccm.yaml",
+            "HelmRelease example-openstack-ccm spec.valuesSources",
+        ),
+        (
+            "azimuth-cloud-config.yaml",
+            "Manifests example-cloud-config spec.manifestSources",
+        ),
+    ] {
+        let text = fixture(file);
+        let (_, items) = check_file(file, &text, &[]);
+        assert_eq!(items.len(), 1, "{file}: {items:?}");
+        assert_eq!(items[0].0, ItemKind::Warning);
+        assert!(
+            items[0].1.starts_with(object)
+                && items[0].1.contains("Jinja2 template")
+                && items[0].1.contains("cannot see"),
+            "{file}: {items:?}"
+        );
+        // Nothing of the template's content is repeated.
+        assert!(!items[0].1.contains("floating-network-id") && !items[0].1.contains("tolerations"));
+        let faces = through_webhook(&text);
+        assert_eq!(faces.len(), 1);
+        assert!(faces[0].0 && !faces[0].2, "{file}: {faces:?}");
+        assert!(
+            faces[0].1.contains("cloud-config-integrity"),
+            "{file}: {faces:?}"
+        );
+    }
+    // A Manifests that embeds no cloud config is not mentioned.
+    let other = fixture("azimuth-cloud-config.yaml").replace("name: cloud-config", "name: other");
+    let (_, items) = check_file("other.yaml", &other, &[]);
+    assert!(items.is_empty(), "{items:?}");
+}
+
+#[test]
+fn giant_swarm_umbrella_values_are_read_and_its_app_is_said_to_be_unseen() {
+    // The umbrella's own top-level cloudConfig is what its Secret template renders.
+    let (_, items) = check_file(
+        "giantswarm-app-values.yaml",
+        &fixture("giantswarm-app-values.yaml"),
+        &[
+            "--values-for",
+            "cloud-provider-openstack-app=*giantswarm-app-values.yaml",
+        ],
+    );
+    assert!(
+        items
+            .iter()
+            .any(|(k, m)| *k == ItemKind::Mutation && m.contains("cloudConfig.loadBalancer")),
+        "{items:?}"
+    );
+    // A Flux HelmRelease of the umbrella chart: both faces.
+    let release = json!({"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+        "metadata": {"name": "cpo", "namespace": "kube-system"},
+        "spec": {"chart": {"spec": {"chart": "cloud-provider-openstack-app"}},
+            "values": {"secret": {"create": true},
+                "cloudConfig": {"loadBalancer": {"provider-requires-serial-api-calls": false}}}}});
+    let engine = engine();
+    assert_eq!(
+        webhook(&engine, Webhook::Validate, &release)["allowed"],
+        false
+    );
+    let (_, items) = check_file("release.json", &release.to_string(), &[]);
+    assert!(
+        items.iter().any(|(k, _)| *k == ItemKind::Denial),
+        "{items:?}"
+    );
+    // The App that installs it names values in ConfigMaps: unseen, named.
+    let samples = fixture("chart-samples.yaml");
+    let app = samples.split("---\n").last().unwrap_or_default();
+    let (_, items) = check_file("app.yaml", app, &[]);
+    assert_eq!(items.len(), 1, "{items:?}");
+    assert!(items[0].1.contains("ConfigMap cpo-user-values") && items[0].1.contains("cannot see"));
+}

@@ -509,7 +509,7 @@ pub(super) fn find(
         {
             (
                 "valuesSources",
-                describe_sources(root.pointer("/spec/valuesSources")),
+                describe_sources("valuesSources", root.pointer("/spec/valuesSources")),
             )
         }
         ("addons.stackhpc.com", "Manifests") => {
@@ -530,7 +530,7 @@ pub(super) fn find(
             }
             (
                 "manifestSources",
-                describe_sources(root.pointer("/spec/manifestSources")),
+                describe_sources("manifestSources", root.pointer("/spec/manifestSources")),
             )
         }
         ("application.giantswarm.io", "App")
@@ -568,8 +568,9 @@ pub(super) fn find(
     vec![site]
 }
 
-/// `a Jinja2 template (spec.valuesSources[0]), ConfigMap occm-values key values.yaml`.
-fn describe_sources(list: Option<&Value>) -> String {
+/// `spec.valuesSources[0] (a Jinja2 template the addon provider renders), ConfigMap
+/// occm-values key values.yaml (a Jinja2 template)`: names, never content.
+fn describe_sources(field: &str, list: Option<&Value>) -> String {
     let Some(list) = list.and_then(Value::as_array) else {
         return "sources the addon provider renders".to_owned();
     };
@@ -588,7 +589,7 @@ fn describe_sources(list: Option<&Value>) -> String {
             out.push(name_key("Secret", secret));
         } else {
             out.push(format!(
-                "a Jinja2 template the addon provider renders ([{i}])"
+                "spec.{field}[{i}] (a Jinja2 template the addon provider renders)"
             ));
         }
     }
