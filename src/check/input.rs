@@ -87,9 +87,6 @@ pub struct Input {
     pub content: Content,
     /// Identity of the regular file that was read, re-checked before `--fix` replaces it.
     pub identity: Option<FileId>,
-    /// Named on the command line (not found while walking a directory): the user asked for
-    /// this file, so a name that only looks like a template's does not keep it unread.
-    pub named: bool,
 }
 
 /// What reading an input gave.
@@ -173,7 +170,6 @@ pub fn collect(
                 path: None,
                 content: read_stdin(stdin, max_size),
                 identity: None,
-                named: false,
             });
             continue;
         }
@@ -193,14 +189,12 @@ pub fn collect(
                     path: None,
                     content: Content::Error(message),
                     identity: None,
-                    named: false,
                 },
                 Found::Skipped(message) => Input {
                     name: display(&path),
                     path: None,
                     content: Content::Skipped(message),
                     identity: None,
-                    named: false,
                 },
             }));
         } else if let Some(glob) = excluded_by(exclude, &[&display(path)], &hits.exclude) {
@@ -209,15 +203,11 @@ pub fn collect(
                 path: Some(path.clone()),
                 content: Content::Skipped(format!("excluded by --exclude {glob:?}; not read")),
                 identity: None,
-                named: true,
             });
         } else {
             // A file named on the command line counts as matched by an `--ini` glob it fits.
             let _ = excluded_by(ini, &[&display(path)], &hits.ini);
-            out.push(Input {
-                named: true,
-                ..read(path.clone(), path, max_size)
-            });
+            out.push(read(path.clone(), path, max_size));
         }
     }
     unmatched("--exclude", exclude, &hits.exclude)?;
@@ -340,7 +330,6 @@ fn read(path: PathBuf, open: &Path, max_size: u64) -> Input {
         path: Some(path),
         content,
         identity,
-        named: false,
     }
 }
 

@@ -225,6 +225,13 @@ pub fn check(
             glob: v.glob.clone(),
         });
     }
+    // A file named on the command line (not found while walking): the user asked for it, so
+    // a name that only looks like a template's does not keep it unread.
+    let named = |inp: &input::Input| {
+        inp.path
+            .as_ref()
+            .is_some_and(|p| options.paths.iter().any(|given| given == p))
+    };
     // Helm chart directories, so that a `--values-for` glob does not take another chart's
     // values file for the one it names, and an umbrella chart's values file is read under
     // the key of the chart it names.
@@ -243,7 +250,7 @@ pub fn check(
                 if template::input_template_reason(
                     inp.path.as_deref(),
                     t,
-                    inp.named,
+                    named(&inp),
                     input::is_ini(&inp.name, inp.path.as_deref(), &options.ini),
                 )
                 .is_none() =>
@@ -282,7 +289,7 @@ pub fn check(
         };
         let ini = input::is_ini(&inp.name, inp.path.as_deref(), &options.ini);
         if let Some(reason) =
-            template::input_template_reason(inp.path.as_deref(), text, inp.named, ini)
+            template::input_template_reason(inp.path.as_deref(), text, named(&inp), ini)
         {
             files.push(FileReport {
                 template: Some(template::template_note(&reason)),
