@@ -250,7 +250,7 @@ pub fn check(
                 if template::input_template_reason(
                     inp.path.as_deref(),
                     t,
-                    named(&inp),
+                    named(inp),
                     input::is_ini(&inp.name, inp.path.as_deref(), &options.ini),
                 )
                 .is_none() =>
