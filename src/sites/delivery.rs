@@ -13,7 +13,7 @@
 //!
 //! This module also reads the carriers that only embed another one ([`k0s_config_path`]: a k0s
 //! `ClusterConfig` inside k0smotron and k0sctl objects) and says which objects hold values
-//! stackgate cannot see ([`find`]: Azimuth's addon objects, whose values are Jinja2 templates
+//! stackgate cannot see (`find`: Azimuth's addon objects, whose values are Jinja2 templates
 //! the addon provider renders, and Giant Swarm `App`s).
 
 use kube::core::{DynamicObject, GroupVersionKind};
