@@ -205,6 +205,16 @@ CASES = [
      req("configmaps", "UPDATE", "openshift-config", "cloud-provider-config", {"metadata": meta("openshift-config", "cloud-provider-config")},
          {"metadata": meta("openshift-config", "cloud-provider-config")}),
      {"cloud-config-configmaps.": False}, OVERRIDE_SITES),
+    # ClusterResourceSet payload Secrets are picked by their type, in any namespace.
+    ("ClusterResourceSet payload Secret",
+     req("secrets", "CREATE", "capi-clusters", "ccm-crs", {"metadata": meta("capi-clusters", "ccm-crs"), "type": "addons.cluster.x-k8s.io/resource-set"}),
+     {"crs-payloads.": True}),
+    ("Opaque Secret outside the sites",
+     req("secrets", "UPDATE", "web", "tls", {"metadata": meta("web", "tls"), "type": "Opaque"}, {"metadata": meta("web", "tls"), "type": "Opaque"}),
+     {"crs-payloads.": False}),
+    ("Secret without a type field",
+     req("secrets", "CREATE", "web", "x", {"metadata": meta("web", "x")}),
+     {"crs-payloads.": False}),
     ("Argo CD Application status-only update",
      req("applications", "UPDATE", "argocd", "ccm", app_v1_status, app_v1, group="argoproj.io", version="v1alpha1"),
      {"gitops.": False}),
@@ -375,4 +385,6 @@ cp -R "$CHART" "$OUT/chart-snapshot"
 if [[ "$RUN_TESTS" -eq 1 ]]; then
     step "cargo test --test chart"
     cargo test --locked --test chart -- --ignored
+    step "cargo test --test delivery_registry (the chart's webhook rules against src/sites/delivery.rs)"
+    cargo test --locked --test delivery_registry -- --ignored
 fi

@@ -414,7 +414,7 @@ fn expected_validating_policy(r: &Render, hook: &str) -> &'static str {
     }
     let wide = matches!(
         family,
-        "cloud-config-configmaps" | "cloud-config-secrets" | "ccm-workloads"
+        "cloud-config-configmaps" | "cloud-config-secrets" | "ccm-workloads" | "crs-payloads"
     );
     if wide && !r.has_match_conditions() {
         return "Ignore"; // webhooks.legacy.failurePolicy
@@ -869,6 +869,7 @@ fn webhooks_are_narrow_short_and_fail_as_documented() {
                         "cloud-config-secrets.validate.stackgate.dev",
                         "cloud-config-labelled.validate.stackgate.dev",
                         "ccm-values-labelled.validate.stackgate.dev",
+                        "crs-payloads.validate.stackgate.dev",
                     ]),
                     "minimal"
                 );
@@ -921,6 +922,12 @@ fn webhooks_are_narrow_short_and_fail_as_documented() {
                 let ccm = has("ccm-workloads.validate.stackgate.dev");
                 let want_ccm = r.has_match_conditions() || r.name == "legacy-ccm";
                 assert_eq!(ccm, want_ccm, "{}: ccm-workloads webhook", r.name);
+                // ClusterResourceSet payload Secrets: by their type with matchConditions, else
+                // only from the namespaces listed (legacy-ccm lists one).
+                for verb in ["mutate", "validate"] {
+                    let crs = has(&format!("crs-payloads.{verb}.stackgate.dev"));
+                    assert_eq!(crs, want_ccm, "{}: crs-payloads {verb} webhook", r.name);
+                }
             }
         }
     }
@@ -1961,6 +1968,12 @@ fn gitops_objects() -> Vec<Value> {
     let k0s = repo().join("tests/fixtures/gitops/carriers/parity/k0s-clusterconfig.yaml");
     let text = fs::read_to_string(&k0s).unwrap_or_else(|e| panic!("{}: {e}", k0s.display()));
     objects.push(serde_saphyr::from_str::<Value>(&text).expect("k0s ClusterConfig"));
+    // The delivery paths of src/sites/delivery.rs that embed a k0s ClusterConfig or hold
+    // values stackgate says it cannot see (k0smotron, Azimuth, Giant Swarm).
+    let samples = repo().join("tests/fixtures/delivery/chart-samples.yaml");
+    let text =
+        fs::read_to_string(&samples).unwrap_or_else(|e| panic!("{}: {e}", samples.display()));
+    objects.extend(serde_saphyr::from_multiple::<Value>(&text).expect("delivery samples"));
     objects
 }
 

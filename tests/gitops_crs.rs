@@ -161,7 +161,9 @@ fn check_reports_payload_findings_at_lines_of_the_file() {
 }
 
 #[test]
-fn the_real_capo_component_with_clusterctl_variables_gives_no_false_finding() {
+fn the_real_capo_component_with_clusterctl_variables_says_the_config_is_unseen() {
+    // `cloud.conf: ${OPENSTACK_CLOUD_PROVIDER_CONF_B64}`: clusterctl substitutes it, so the
+    // config is not in the file. One warning says so (naming the variable); nothing else.
     let engine = engine();
     let report = check::check(
         &args(&root().join(REAL), &[]),
@@ -172,9 +174,23 @@ fn the_real_capo_component_with_clusterctl_variables_gives_no_false_finding() {
     let file = &report.files[0];
     assert!(file.problems.is_empty(), "{:?}", file.problems);
     assert_eq!(file.objects.len(), 3);
-    for o in &file.objects {
-        assert!(o.items.is_empty(), "{}: {:?}", o.object, o.items);
-    }
+    let items: Vec<(&str, ItemKind, &str)> = file
+        .objects
+        .iter()
+        .flat_map(|o| {
+            o.items
+                .iter()
+                .map(|i| (o.object.as_str(), i.kind, i.message.as_str()))
+        })
+        .collect();
+    assert_eq!(items.len(), 1, "{items:?}");
+    assert_eq!(items[0].1, ItemKind::Warning);
+    assert!(
+        items[0]
+            .2
+            .contains("the clusterctl variable ${OPENSTACK_CLOUD_PROVIDER_CONF_B64}, which this run cannot see"),
+        "{items:?}"
+    );
 }
 
 #[test]
@@ -483,6 +499,14 @@ fn the_real_capo_ccm_payload_as_clusterctl_renders_it_warns_about_the_default_cl
             all.push((o.object.clone(), i.line, i.rule.clone(), i.kind));
         }
     }
+    // The Secret's `cloud.conf` is still the clusterctl variable: said to be unseen.
+    assert!(
+        all.iter().any(|(o, _, r, k)| o == "Secret ccm-demo-crs-1"
+            && r == "cloud-config-integrity"
+            && *k == ItemKind::Warning),
+        "{all:?}"
+    );
+    all.retain(|(o, ..)| o != "Secret ccm-demo-crs-1");
     assert_eq!(
         all,
         vec![(

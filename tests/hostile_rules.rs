@@ -325,7 +325,6 @@ fn known_names_and_plausible_typos_are_still_shown() {
     for (text, shown) in [
         (format!("[Global]\nregoin = r\n{ok_lb}"), "[Global] regoin"),
         (format!("{ok_lb}[LoadBalancr]\n"), "[LoadBalancr]"),
-        (format!("{ok_lb}[BlockStorage]\n"), "[BlockStorage]"),
         (format!("{ok_lb}use-octavia = true\n"), "use-octavia"),
         (
             format!("[Global]\nlb-method = ROUND_ROBIN\n{ok_lb}"),

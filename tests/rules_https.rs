@@ -223,10 +223,10 @@ fn cases() -> Vec<Case> {
         ),
         config_case(
             "integrity: unknown section",
-            &format!("{OK_LB}[BlockStorage]\nbs-version = v3\n"),
+            &format!("{OK_LB}[Routes]\nrouter-id = r\n"),
             Expect::Warn {
                 policy: "cloud-config-integrity",
-                needles: &["line 3", "[BlockStorage]", "silently ignored"],
+                needles: &["line 3", "[Routes]", "silently ignored"],
             },
             Mutate::NoPatch,
         ),

@@ -390,8 +390,8 @@ fn warn_cases() -> Vec<WarnCase> {
         ),
         (
             "unknown section",
-            format!("{OK_LB}[BlockStorage]\nbs-version = v3\n"),
-            &["line 3", "[BlockStorage]"],
+            format!("{OK_LB}[Routes]\nrouter-id = r\n"),
+            &["line 3", "[Routes]"],
             configmap_review,
         ),
         (
@@ -589,7 +589,8 @@ fn warnings_sent_to_clients_keep_line_key_and_suggestion() {
             }
         }
     }
-    assert_eq!(suggestions, 6, "two suggestion cases on three sites");
+    // The typo section, the typo key and the unknown section (`[Routes]`: did you mean `Route`?).
+    assert_eq!(suggestions, 9, "three suggestion cases on three sites");
 }
 
 #[test]

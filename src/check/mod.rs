@@ -28,6 +28,7 @@ pub mod index;
 pub mod ini;
 pub mod input;
 pub mod report;
+pub mod sops;
 pub mod template;
 
 use std::io::{Read, Write};
@@ -200,13 +201,20 @@ pub fn check(
     engine: &Engine,
     stdin: &mut dyn Read,
 ) -> Result<Report, CheckError> {
-    let inputs = input::collect(
+    let mut inputs = input::collect(
         &options.paths,
         stdin,
         options.max_file_size,
         &options.exclude,
         &options.ini,
     )?;
+    // SOPS-encrypted files are noted and left out of everything else: their ciphertext is no
+    // config, and a release reading them through `valuesFrom` must say they are unseen.
+    for inp in &mut inputs {
+        if matches!(&inp.content, input::Content::Text(t) if sops::is_encrypted(t)) {
+            inp.content = input::Content::Skipped(sops::encrypted_note());
+        }
+    }
     if let Some(v) = options.values_for.iter().find(|v| {
         !inputs
             .iter()
@@ -217,6 +225,13 @@ pub fn check(
             glob: v.glob.clone(),
         });
     }
+    // A file named on the command line (not found while walking): the user asked for it, so
+    // a name that only looks like a template's does not keep it unread.
+    let named = |inp: &input::Input| {
+        inp.path
+            .as_ref()
+            .is_some_and(|p| options.paths.iter().any(|given| given == p))
+    };
     // Helm chart directories, so that a `--values-for` glob does not take another chart's
     // values file for the one it names, and an umbrella chart's values file is read under
     // the key of the chart it names.
@@ -232,7 +247,13 @@ pub fn check(
         .iter()
         .filter_map(|inp| match &inp.content {
             input::Content::Text(t)
-                if template::template_reason(inp.path.as_deref(), t).is_none() =>
+                if template::input_template_reason(
+                    inp.path.as_deref(),
+                    t,
+                    named(inp),
+                    input::is_ini(&inp.name, inp.path.as_deref(), &options.ini),
+                )
+                .is_none() =>
             {
                 Some((inp.name.as_str(), t.as_str(), target(inp)))
             }
@@ -266,7 +287,10 @@ pub fn check(
                 continue;
             }
         };
-        if let Some(reason) = template::template_reason(inp.path.as_deref(), text) {
+        let ini = input::is_ini(&inp.name, inp.path.as_deref(), &options.ini);
+        if let Some(reason) =
+            template::input_template_reason(inp.path.as_deref(), text, named(&inp), ini)
+        {
             files.push(FileReport {
                 template: Some(template::template_note(&reason)),
                 ..FileReport::new(&inp.name)
@@ -281,7 +305,6 @@ pub fn check(
             });
             continue;
         }
-        let ini = input::is_ini(&inp.name, inp.path.as_deref(), &options.ini);
         let check_one = |text: &str| {
             if ini {
                 ini::check_ini(engine, &inp.name, text)

@@ -86,6 +86,26 @@ fn reads_as_yaml_data(text: &str) -> bool {
         .is_ok_and(|docs| docs.iter().all(|doc| doc.root.to_json().is_ok()))
 }
 
+/// [`template_reason`] for an input of a run: a file named on the command line (`named`) that
+/// reads as YAML data and holds no template marker is what the user asked to check, whatever
+/// its name or place says (a `values.yaml.tpl` that is plain YAML); `ini`: the file is read as
+/// an INI cloud config (named `.conf`/`.ini`, or matched by `--ini`), where `${NAME}`
+/// placeholders are unknown values ([`crate::cloudconf::schema::holds_placeholder`]), not
+/// template syntax, so only a template name keeps it unread.
+pub fn input_template_reason(
+    path: Option<&Path>,
+    text: &str,
+    named: bool,
+    ini: bool,
+) -> Option<String> {
+    if ini {
+        return path.and_then(path_reason).filter(|_| !named);
+    }
+    let reason = template_reason(path, text)?;
+    let plain_yaml = named && markers_in(text).is_empty() && reads_as_yaml_data(text);
+    (!plain_yaml).then_some(reason)
+}
+
 /// The note for a skipped template. Names markers and paths only, never file content.
 pub fn template_note(reason: &str) -> String {
     format!(

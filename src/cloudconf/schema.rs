@@ -555,9 +555,59 @@ fn nearest<'c>(name: &str, candidates: impl Iterator<Item = &'c str>) -> Option<
     best.map(|(_, c)| c)
 }
 
+/// Sections that other consumers of the same cloud config read, and which: the CCM ignores
+/// them (gcfg `FatalOnly`), but they are not CCM typos, and the upstream chart renders an
+/// empty `[BlockStorage]` in every config because the Secret is shared with cinder-csi.
+///
+/// From kubernetes/cloud-provider-openstack at c453fb7c9bbb2091aee763d9d2809cc81fdf31c6:
+/// - `[BlockStorage]`: cinder-csi's `Config` (`pkg/csi/cinder/openstack/openstack.go`:
+///   `Global`, `Metadata`, `BlockStorage BlockStorageOpts`); the chart's
+///   `charts/openstack-cloud-controller-manager/templates/_helpers.tpl` renders it;
+/// - `[KeyManager]`: the Barbican KMS plugin's `Config` (`pkg/kms/barbican/barbican.go`:
+///   `KeyManager KMSOpts`).
+///
+/// The CCM's own `Config` (`pkg/openstack/openstack.go`) has `Global`, `LoadBalancer`,
+/// `LoadBalancerClass`, `Route`, `Metadata`, `Networking` (see [`SECTIONS`]).
+pub const SHARED_SECTIONS: &[(&str, &str)] = &[
+    ("BlockStorage", "the Cinder CSI plugin"),
+    ("KeyManager", "the Barbican KMS plugin"),
+];
+
+/// The consumer other than the CCM that reads section `name` of the same config, if one does
+/// ([`SHARED_SECTIONS`]; names compared as gcfg does, ignoring case).
+pub fn read_by_another_consumer(name: &str) -> Option<&'static str> {
+    SHARED_SECTIONS
+        .iter()
+        .find(|(section, _)| eq_fold(section, name))
+        .map(|(_, consumer)| *consumer)
+}
+
+/// Whether a value holds a `${NAME}` placeholder (clusterctl and envsubst variables, Flux
+/// `postBuild` substitution, `${NAME:-default}` and the like): a value substituted before the
+/// CCM reads the file, so what it will be is unknown where the placeholder is.
+pub fn holds_placeholder(value: &str) -> bool {
+    let mut rest = value;
+    while let Some(at) = rest.find("${") {
+        let after = &rest[at + 2..];
+        let Some(end) = after.find('}') else {
+            return false;
+        };
+        let name = &after[..end];
+        let ident: String = name
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        if !ident.is_empty() && !ident.starts_with(|c: char| c.is_ascii_digit()) {
+            return true;
+        }
+        rest = &after[end..];
+    }
+    false
+}
+
 /// Names a user may write as a section header without it being anything but a section name:
 /// the CCM's sections and the ones other tools read from the same file.
-const OTHER_SECTIONS: &[&str] = &["BlockStorage"];
+const OTHER_SECTIONS: &[&str] = &["BlockStorage", "KeyManager"];
 
 /// True when a section name may be shown in a message: it is a known section (of the CCM or
 /// of a neighbouring tool) or a plausible misspelling of one.
@@ -747,10 +797,11 @@ pub fn check(doc: &Document) -> CcmReport {
                         .then(|| nearest(h.name, SECTIONS.iter().map(|s| s.name)))
                         .flatten()
                         .map(str::to_owned),
-                    eq_fold(h.name, "BlockStorage").then(|| {
-                        "[BlockStorage] is read by the Cinder CSI plugin, not by the CCM (the \
-                         Helm chart always renders it)"
-                            .to_owned()
+                    read_by_another_consumer(h.name).map(|consumer| {
+                        format!(
+                            "[{}] is read by {consumer}, not by the CCM, from the same config",
+                            h.name
+                        )
                     }),
                 ),
                 _ => (

@@ -193,10 +193,11 @@ pub fn ccm_containers<'a>(
             let args = strings("args");
             let image = container.get("image").and_then(Value::as_str).unwrap_or("");
             let is_ccm = images.iter().any(|m| image.contains(m))
-                || command
+                || (command
                     .iter()
                     .chain(args.iter())
-                    .any(|a| markers.iter().any(|m| a.contains(m)));
+                    .any(|a| markers.iter().any(|m| a.contains(m)))
+                    && !runs_in_tree_component(image, &command, &args));
             if !is_ccm {
                 continue;
             }
@@ -216,6 +217,32 @@ pub fn ccm_containers<'a>(
         }
     }
     out
+}
+
+/// Kubernetes components that take `--cloud-provider=openstack` for the in-tree provider
+/// (removed in Kubernetes 1.26; older clusters and static Pod manifests still carry it) and are
+/// not the external CCM: what the CCM rules would say about them (a cluster name, service
+/// syncs) is about another program, and their fixes would stop the apiserver.
+pub const IN_TREE_COMPONENTS: &[&str] = &["kube-apiserver", "kube-controller-manager", "hyperkube"];
+
+/// Whether a container runs an in-tree component ([`IN_TREE_COMPONENTS`]): its image's name
+/// (`registry.k8s.io/kube-apiserver:v1.25.0`) is one, or the program its command (or, without
+/// a command, its args) starts is one (`/usr/local/bin/kube-apiserver`, `kube-apiserver
+/// --cloud-provider=openstack` in one shell line, `hyperkube kube-apiserver`).
+pub fn runs_in_tree_component(image: &str, command: &[&str], args: &[&str]) -> bool {
+    let image_name = image.rsplit('/').next().unwrap_or("");
+    let image_name = image_name.split(['@', ':']).next().unwrap_or(image_name);
+    let program = |word: &str| {
+        let base = word.rsplit('/').next().unwrap_or(word);
+        IN_TREE_COMPONENTS.contains(&base)
+    };
+    let starts = if command.is_empty() { args } else { command };
+    IN_TREE_COMPONENTS.contains(&image_name)
+        || starts
+            .iter()
+            .take(3)
+            .filter_map(|a| a.split_whitespace().next())
+            .any(program)
 }
 
 /// One setting of a string flag in an argument list.
@@ -277,6 +304,41 @@ pub fn has_reference(s: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn in_tree_components_are_told_from_the_ccm() {
+        assert!(runs_in_tree_component(
+            "registry.k8s.io/kube-apiserver:v1.25.0",
+            &[],
+            &[]
+        ));
+        assert!(runs_in_tree_component(
+            "",
+            &["/usr/local/bin/kube-controller-manager"],
+            &[]
+        ));
+        assert!(runs_in_tree_component(
+            "",
+            &["sh", "-c", "kube-apiserver --x"],
+            &[]
+        ));
+        assert!(runs_in_tree_component(
+            "",
+            &[],
+            &["kube-apiserver", "--cloud-provider=openstack"]
+        ));
+        assert!(!runs_in_tree_component(
+            "registry.k8s.io/provider-os/openstack-cloud-controller-manager:v1.31.0",
+            &["/bin/openstack-cloud-controller-manager"],
+            &["--cloud-provider=openstack"]
+        ));
+        assert!(!runs_in_tree_component(
+            "example.test/kube-apiserver-proxy:1",
+            &[],
+            &[]
+        ));
+    }
+
     use super::*;
     use serde_json::json;
 

@@ -114,7 +114,35 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
     let report = schema::check(doc);
     let mut fatal = KindCollector::new(CODE_FATAL);
     let start = schema::start_problems(doc);
+    // Lines whose value holds a `${NAME}` placeholder (clusterctl, envsubst, Flux postBuild):
+    // substituted before the CCM reads the file, so the value is unknown here, not invalid.
+    let placeholders: Vec<usize> = doc
+        .entries()
+        .filter(|e| e.value.as_deref().is_some_and(schema::holds_placeholder))
+        .map(|e| e.line)
+        .collect();
+    let mut unknown = KindCollector::new(CODE_FATAL);
     for p in report.fatal.iter().chain(&start) {
+        if placeholders.contains(&p.line) {
+            if !unknown.wants_detail() {
+                unknown.fold(Severity::Warn, Some(p.line));
+                continue;
+            }
+            unknown.push(Violation {
+                severity: Severity::Warn,
+                code: CODE_FATAL,
+                pointer: None,
+                line: Some(p.line),
+                message: format!(
+                    "{}: the value is a ${{…}} placeholder, substituted before use, so stackgate \
+                     cannot check its type and makes no claim about it (unsubstituted, the CCM \
+                     would not start)",
+                    name(&p.section, p.key.as_deref()),
+                ),
+                fixed_by_edit: false,
+            });
+            continue;
+        }
         if !fatal.wants_detail() {
             fatal.fold(Severity::Deny, Some(p.line));
             continue;
@@ -137,6 +165,7 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
         &mut out.violations,
         "values that stop the CCM from starting",
     );
+    unknown.finish(&mut out.violations, "placeholder values not checked");
     let mut ignored_names = KindCollector::new(CODE_IGNORED);
     // Only the ignored keys reported one by one get the hint: look up just those lines.
     let detailed: Vec<usize> = report
@@ -148,6 +177,14 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
         .collect();
     let wrapped = wrapped_values(doc, &detailed);
     for ignored in &report.ignored {
+        if ignored.key.is_none()
+            && ignored.reason == IgnoredReason::UnknownSection
+            && schema::read_by_another_consumer(&ignored.section).is_some()
+        {
+            // A section another consumer of the same config reads (cinder-csi's
+            // `[BlockStorage]`, which the chart always renders): not a CCM typo.
+            continue;
+        }
         if !ignored_names.wants_detail() {
             ignored_names.fold(Severity::Warn, Some(ignored.line));
             continue;

@@ -49,7 +49,11 @@ pub const MAX_VALUES_TEXT_BYTES: usize = 64 * 1024;
 pub const MAX_CARRIERS_PER_OBJECT: usize = 8;
 
 /// Charts whose values hold an OpenStack CCM cloud config, when the policy set names none.
-pub const DEFAULT_CHARTS: &[&str] = &["openstack-cloud-controller-manager"];
+pub const DEFAULT_CHARTS: &[&str] = &[
+    "openstack-cloud-controller-manager",
+    // Giant Swarm's umbrella: the CCM chart's values shape at its root (`delivery.rs`).
+    super::delivery::GIANT_SWARM_APP_CHART,
+];
 
 /// Group and version of the synthetic object `stackgate check` builds for a plain values
 /// file: `{apiVersion: stackgate.dev/v1alpha1, kind: HelmValues, chart: <name>, values: {...}}`.
@@ -213,8 +217,12 @@ fn values_places(
                 Some((str_at(root, &["chart"]), &["values"], false))
             }
             ("argoproj.io", "v1alpha1", "Application") => return argo_places(root, charts),
-            ("k0s.k0sproject.io", _, "ClusterConfig") => return k0s_places(root, charts),
-            _ => None,
+            ("k0s.k0sproject.io", _, "ClusterConfig") => return k0s_places(root, charts, &[]),
+            // Objects that embed a k0s ClusterConfig (k0smotron, k0sctl): `delivery.rs`.
+            (group, _, kind) => match super::delivery::k0s_config_path(group, kind) {
+                Some(at) => return k0s_places(root, charts, at),
+                None => None,
+            },
         };
     let Some((chart, path, yaml_string)) = single else {
         return Vec::new();
@@ -302,11 +310,14 @@ fn umbrella_text_alias(raw: Option<&Value>, charts: &[String], ours: bool) -> Op
     subchart_alias(text_values(raw, None).as_ref(), charts, ours)
 }
 
-/// k0s `ClusterConfig`: each `spec.extensions.helm.charts[]` whose `chartname` names the
-/// chart; its `values` is a YAML string.
-fn k0s_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
-    let Some(list) = root
-        .pointer("/spec/extensions/helm/charts")
+/// k0s `ClusterConfig` (at `at` in the object: empty for the ClusterConfig itself): each
+/// `spec.extensions.helm.charts[]` whose `chartname` names the chart; its `values` is a YAML
+/// string.
+fn k0s_places(root: &Value, charts: &[String], at: &[&str]) -> Vec<ValuesPlace> {
+    let Some(list) = at
+        .iter()
+        .try_fold(root, |v, k| v.get(k))
+        .and_then(|config| config.pointer("/spec/extensions/helm/charts"))
         .and_then(Value::as_array)
     else {
         return Vec::new();
@@ -320,7 +331,8 @@ fn k0s_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
                 .is_some_and(|c| chart_matches(c, charts))
         })
         .map(|(i, _)| {
-            let mut path = keys(&["spec", "extensions", "helm", "charts"]);
+            let mut path = keys(at);
+            path.extend(keys(&["spec", "extensions", "helm", "charts"]));
             path.push(Seg::Index(i));
             path.push(Seg::key("values"));
             ValuesPlace {

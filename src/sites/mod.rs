@@ -13,6 +13,7 @@
 //! ([`render`]) so the rules run unchanged, and edits go back as JSON Patch `add`s on the
 //! values or as a minimal edit of a values string ([`crate::yaml::edit`]).
 
+pub mod delivery;
 pub mod helm;
 pub mod labelled_values;
 mod object_data;
@@ -393,7 +394,12 @@ pub fn find(
         {
             object_data::config_file(object)
         }
-        None => helm::find(gvk, object, &helm::chart_names(sites)),
+        None => {
+            let charts = helm::chart_names(sites);
+            let mut found = helm::find(gvk, object, &charts);
+            found.extend(delivery::find(gvk, object, sites, &charts));
+            found
+        }
     }
 }
 

@@ -24,7 +24,11 @@
 //! A value is parsed only when its text mentions a site's name or the site label
 //! ([`may_hold_site`]), or an OpenStack CCM marker ([`may_hold_ccm`]): CNI payloads of
 //! hundreds of KiB that hold neither cost a few substring scans, not a YAML parse. A value is
-//! parsed once for both uses.
+//! parsed once for both uses. The prefilter is sound: YAML can spell a name only through an
+//! escape of a double-quoted scalar (`"\x6bind"`, `"cloud\u002dconfig"`, a line folded with
+//! `\` at its end; plain and single-quoted scalars fold line breaks into spaces, which no name
+//! holds), so the text is also searched with every escape read ([`unescape`]); when the text
+//! is JSON holding YAML (the raw JSON of an object), twice.
 //!
 //! Embedded objects ([`EmbeddedObject`]): every document of a payload value whose own text
 //! holds a CCM marker (a CCM DaemonSet or Deployment, a HelmChart of the CCM chart) is handed
@@ -76,9 +80,107 @@ pub fn is_payload_secret_type(secret_type: Option<&str>) -> bool {
 /// names a `kind` and mentions the name of a site in `sites` or the site label. Cheap (a few
 /// substring scans); a true answer only means "worth parsing".
 pub fn may_hold_site(text: &str, sites: &SitesDocument) -> bool {
-    text.contains("kind")
-        && (sites.sites.iter().any(|s| text.contains(s.name.as_str()))
-            || sites.label.as_deref().is_some_and(|l| text.contains(l)))
+    spellings(text, |text| {
+        text.contains("kind")
+            && (sites.sites.iter().any(|s| text.contains(s.name.as_str()))
+                || sites.label.as_deref().is_some_and(|l| text.contains(l)))
+    })
+}
+
+/// Whether `test` holds for `text` as written, or with its escapes read once (YAML in a
+/// payload value) or twice (YAML in a string of an object's raw JSON). Text without a
+/// backslash has no escape, so that is one test.
+fn spellings(text: &str, test: impl Fn(&str) -> bool) -> bool {
+    if test(text) {
+        return true;
+    }
+    if !text.contains('\\') {
+        return false;
+    }
+    let once = unescape(text);
+    if test(&once) {
+        return true;
+    }
+    once.contains('\\') && test(&unescape(&once))
+}
+
+/// `text` with every escape of a YAML double-quoted scalar read (JSON's escapes are a subset):
+/// `\xNN`, `\uNNNN`, `\UNNNNNNNN`, the one-character escapes, and an escaped line break with
+/// the next line's leading blanks (a folded line joined without a space). Applied to the whole
+/// text, not only to quoted scalars: the result is only searched, and the text as written is
+/// searched too, so an escape read where it is not one cannot hide a name. An invalid escape
+/// is kept as written. Linear in the text.
+pub fn unescape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        let Some(&(_, next)) = chars.peek() else {
+            out.push(c);
+            break;
+        };
+        let hex = |len: usize| {
+            text.get(i + 2..i + 2 + len)
+                .filter(|h| h.chars().all(|c| c.is_ascii_hexdigit()))
+                .and_then(|h| u32::from_str_radix(h, 16).ok())
+                .and_then(char::from_u32)
+        };
+        let simple = match next {
+            '0' => Some('\0'),
+            'a' => Some('\u{7}'),
+            'b' => Some('\u{8}'),
+            't' | '\t' => Some('\t'),
+            'n' => Some('\n'),
+            'v' => Some('\u{b}'),
+            'f' => Some('\u{c}'),
+            'r' => Some('\r'),
+            'e' => Some('\u{1b}'),
+            ' ' => Some(' '),
+            '"' => Some('"'),
+            '/' => Some('/'),
+            '\\' => Some('\\'),
+            'N' => Some('\u{85}'),
+            '_' => Some('\u{a0}'),
+            'L' => Some('\u{2028}'),
+            'P' => Some('\u{2029}'),
+            _ => None,
+        };
+        if let Some(decoded) = simple {
+            out.push(decoded);
+            chars.next();
+            continue;
+        }
+        let long = match next {
+            'x' => hex(2).map(|c| (c, 2)),
+            'u' => hex(4).map(|c| (c, 4)),
+            'U' => hex(8).map(|c| (c, 8)),
+            _ => None,
+        };
+        if let Some((decoded, len)) = long {
+            out.push(decoded);
+            chars.next();
+            for _ in 0..len {
+                chars.next();
+            }
+            continue;
+        }
+        if next == '\n' || next == '\r' {
+            // An escaped line break: the break and the next line's leading blanks go.
+            chars.next();
+            if next == '\r' && chars.peek().is_some_and(|&(_, c)| c == '\n') {
+                chars.next();
+            }
+            while chars.peek().is_some_and(|&(_, c)| c == ' ' || c == '\t') {
+                chars.next();
+            }
+            continue;
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// Substrings of which a payload document must hold one for the object families to read it:
@@ -94,7 +196,9 @@ pub const CCM_MARKERS: &[&str] = &[
 /// embed an object the object families read: it names a `kind` and holds a CCM marker
 /// ([`CCM_MARKERS`]). Cheap; a true answer only means "worth parsing".
 pub fn may_hold_ccm(text: &str) -> bool {
-    text.contains("kind") && CCM_MARKERS.iter().any(|m| text.contains(m))
+    spellings(text, |text| {
+        text.contains("kind") && CCM_MARKERS.iter().any(|m| text.contains(m))
+    })
 }
 
 /// Whether a payload value is worth parsing at all: it may embed a site or a CCM object.
@@ -352,6 +456,35 @@ impl PayloadValue {
         }
     }
 
+    /// The site of a cloud config that is a clusterctl / envsubst variable: unseen, validate-only.
+    fn unseen_variable(&self, doc: usize, inner: &str, variable: &str) -> FoundConfig {
+        let location = format!(
+            "ClusterResourceSet payload {} document {} ({})",
+            self.location,
+            doc + 1,
+            inner.trim_end()
+        );
+        let error = SiteError::Unseen {
+            location: location.clone(),
+            sources: format!("the clusterctl variable {}", variable.trim()),
+        };
+        let carrier = PayloadSite {
+            value_path: self.path.clone(),
+            value_location: self.location.clone(),
+            encoding: self.encoding,
+            payload: Arc::from(""),
+            doc,
+            inner_describe: String::new(),
+            inner: None,
+            inner_node: None,
+            holder: Holder::Secret,
+        };
+        let mut site = FoundConfig::new(self.outer.clone(), location, Err(error), carrier);
+        site.mutable = false;
+        site.secret = true;
+        site
+    }
+
     /// The documents of this value that hold a CCM marker, as objects (documents that are not
     /// Kubernetes objects are skipped).
     fn objects(&self, docs: &[yaml::YamlDoc]) -> Vec<EmbeddedObject> {
@@ -416,15 +549,15 @@ impl PayloadValue {
             };
             for site in super::object_data::find(kind, &inner, sites) {
                 let inner_path = site.carrier.path();
-                if site.text.is_err()
-                    && inner_path
-                        .as_deref()
-                        .and_then(|p| string_at(&inner.data, p))
-                        .is_some_and(is_substitution_variable)
+                if let Some(variable) = inner_path
+                    .as_deref()
+                    .and_then(|p| string_at(&inner.data, p))
+                    .filter(|raw| is_substitution_variable(raw))
                 {
                     // `${OPENSTACK_CLOUD_PROVIDER_CONF_B64}`: clusterctl (or Flux) substitutes
-                    // it before anything is applied, so there is no config here to check; an
-                    // apiserver never sees the placeholder.
+                    // it before anything is applied, so the config is not here to check: said
+                    // as unseen (naming the variable, never a value), like `valuesFrom`.
+                    found.push(self.unseen_variable(doc.index, &site.describe(None), variable));
                     continue;
                 }
                 let inner_node = inner_path
@@ -828,6 +961,32 @@ mod tests {
                 .1
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn escapes_are_read_by_the_prefilter() {
+        assert_eq!(
+            unescape("\\x6bind \\u002d \\U0001F600 \\/ \\q"),
+            "kind - \u{1F600} / \\q"
+        );
+        assert_eq!(unescape("\"cloud-\\\n    config\""), "\"cloud-config\"");
+        // Invalid or cut-short escapes are kept as written.
+        assert_eq!(unescape("\\xZZ \\u12"), "\\xZZ \\u12");
+        assert_eq!(unescape("end\\"), "end\\");
+        let sites = sites();
+        assert!(may_hold_site(
+            "\"\\x6bind\": Secret\nname: cloud-config",
+            &sites
+        ));
+        // JSON holding YAML: escapes read twice.
+        assert!(may_hold_site(
+            "{\"p\": \"\\\"\\\\x6bind\\\": Secret\\nname: cloud-config\"}",
+            &sites
+        ));
+        assert!(may_hold_ccm(
+            "kind: DaemonSet\nimage: \"openstack-cloud\\u002dcontroller-manager\""
+        ));
+        assert!(!may_hold_site("\"\\x6bind\": Secret\nname: other", &sites));
     }
 
     #[test]

@@ -46,6 +46,10 @@ pub fn review_for(object: &Value, uid: &str) -> Value {
 /// The resource name of a kind (lowercase plural), as good as the chart's webhook rules need.
 fn plural(kind: &str) -> String {
     let lower = kind.to_ascii_lowercase();
+    // Azimuth's `Manifests` (addons.stackhpc.com) is its own plural.
+    if lower == "manifests" {
+        return lower;
+    }
     if lower.ends_with('s') || lower.ends_with('x') {
         format!("{lower}es")
     } else if let Some(stem) = lower

@@ -1,0 +1,673 @@
+//! The registry of delivery paths: every controller and carrier that brings the CCM its cloud
+//! config, as data. For each one: how it is recognised (API group, versions, kinds), its
+//! values sources in the controller's order and which Helm operation each is, what stackgate
+//! cannot see there, what the webhook must be registered for and whether `stackgate audit`
+//! lists it.
+//!
+//! The faces are checked against it by `tests/delivery_registry.rs`: the chart's webhook rules
+//! (`charts/stackgate/templates/webhooks.yaml`, rendered), the audit's targets
+//! ([`crate::audit::targets`]), what `stackgate check` recognises (one sample object per entry
+//! goes through the engine) and the carrier table in `docs/carriers.md`
+//! ([`carriers_markdown`]). Adding a delivery path is an entry here, its reader, and its sample
+//! in that test.
+//!
+//! This module also reads the carriers that only embed another one ([`k0s_config_path`]: a k0s
+//! `ClusterConfig` inside k0smotron and k0sctl objects) and says which objects hold values
+//! stackgate cannot see (`find`: Azimuth's addon objects, whose values are Jinja2 templates
+//! the addon provider renders, and Giant Swarm `App`s).
+
+use kube::core::{DynamicObject, GroupVersionKind};
+use serde_json::Value;
+
+use super::values::UnseenValues;
+use super::{FoundConfig, SiteError, SitesDocument};
+use crate::yaml::Seg;
+
+/// How Helm (or the controller) takes one values source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    /// The object holds the INI cloud config itself (a ConfigMap or Secret data key).
+    CloudConfig,
+    /// A values file (`-f`), merged over the chart's values and the files before it.
+    ValuesFile,
+    /// `--set`: typed values.
+    Set,
+    /// `--set-string`: string values.
+    SetString,
+    /// `--set-file`: a value read from a file.
+    SetFile,
+    /// Flux `valuesFrom[].targetPath`: `--set` (or `--set-string`) of one data key's content.
+    TargetPath,
+    /// A manifest that embeds a ConfigMap or Secret holding the cloud config.
+    EmbeddedManifest,
+    /// A Jinja2 template the controller renders into values or manifests.
+    Template,
+}
+
+impl Operation {
+    /// How the docs name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::CloudConfig => "the cloud config itself",
+            Operation::ValuesFile => "values file",
+            Operation::Set => "`--set`",
+            Operation::SetString => "`--set-string`",
+            Operation::SetFile => "`--set-file`",
+            Operation::TargetPath => "Flux `targetPath` (`--set`)",
+            Operation::EmbeddedManifest => "embedded manifest",
+            Operation::Template => "Jinja2 template",
+        }
+    }
+}
+
+/// One values source of a delivery path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Source {
+    /// The field (`spec.values`).
+    pub field: &'static str,
+    /// Which operation it is.
+    pub operation: Operation,
+    /// Whether stackgate reads it where it is written (false: a finding says it is unseen).
+    pub read: bool,
+}
+
+const fn read(field: &'static str, operation: Operation) -> Source {
+    Source {
+        field,
+        operation,
+        read: true,
+    }
+}
+
+const fn unseen(field: &'static str, operation: Operation) -> Source {
+    Source {
+        field,
+        operation,
+        read: false,
+    }
+}
+
+/// What the webhook must be registered for to see a delivery path's objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Registration {
+    /// API group (`""` for the core group).
+    pub group: &'static str,
+    /// API versions.
+    pub versions: &'static [&'static str],
+    /// Resources (plural).
+    pub resources: &'static [&'static str],
+    /// How the chart selects the objects among all of the resources' writes.
+    pub selected_by: &'static str,
+}
+
+/// Whether and how `stackgate audit` lists a delivery path's objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Audit {
+    /// Listed: group, version and kind of the audit's target.
+    Listed(&'static str, &'static str, &'static str),
+    /// Not an object of a cluster (a file of the repository): nothing to list.
+    NotInCluster,
+}
+
+/// One controller or carrier that brings the CCM its cloud config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeliveryPath {
+    /// How the docs name it.
+    pub name: &'static str,
+    /// API group of its objects.
+    pub group: &'static str,
+    /// Served versions read.
+    pub versions: &'static [&'static str],
+    /// Kinds.
+    pub kinds: &'static [&'static str],
+    /// Which of those objects carry the CCM's config.
+    pub recognised_by: &'static str,
+    /// Its values sources, in the order the controller hands them to Helm (later wins).
+    pub sources: &'static [Source],
+    /// What the webhook must be registered for; None with why when the objects never reach
+    /// an apiserver the webhook serves.
+    pub webhook: Result<&'static [Registration], &'static str>,
+    /// Whether `stackgate audit` lists them.
+    pub audit: &'static [Audit],
+    /// Where stackgate reads it.
+    pub reader: &'static str,
+}
+
+const CM_SECRET: &[&str] = &["configmaps", "secrets"];
+const V1: &[&str] = &["v1"];
+const FLUX: &[&str] = &["v2", "v2beta2", "v2beta1"];
+
+/// The registry: every delivery path stackgate knows of.
+pub const REGISTRY: &[DeliveryPath] = &[
+    DeliveryPath {
+        name: "ConfigMap / Secret cloud-config site",
+        group: "",
+        versions: V1,
+        kinds: &["ConfigMap", "Secret"],
+        recognised_by: "namespace and name (CloudConfigSites `sites`), or the site label",
+        sources: &[read("data[key] / stringData[key]", Operation::CloudConfig)],
+        webhook: Ok(&[Registration {
+            group: "",
+            versions: V1,
+            resources: CM_SECRET,
+            selected_by: "namespaces of the named sites and a matchCondition on the name; the site label",
+        }]),
+        audit: &[
+            Audit::Listed("", "v1", "ConfigMap"),
+            Audit::Listed("", "v1", "Secret"),
+        ],
+        reader: "src/sites/object_data.rs",
+    },
+    DeliveryPath {
+        name: "Labelled values ConfigMap / Secret",
+        group: "",
+        versions: V1,
+        kinds: &["ConfigMap", "Secret"],
+        recognised_by: "the values label (CloudConfigSites `valuesLabel`) naming the data key",
+        sources: &[read("data[key] / stringData[key]", Operation::ValuesFile)],
+        webhook: Ok(&[Registration {
+            group: "",
+            versions: V1,
+            resources: CM_SECRET,
+            selected_by: "objectSelector on the values label",
+        }]),
+        audit: &[
+            Audit::Listed("", "v1", "ConfigMap"),
+            Audit::Listed("", "v1", "Secret"),
+        ],
+        reader: "src/sites/labelled_values.rs",
+    },
+    DeliveryPath {
+        name: "Cluster API ClusterResourceSet payload",
+        group: "",
+        versions: V1,
+        kinds: &["Secret", "ConfigMap"],
+        recognised_by: "Secret type `addons.cluster.x-k8s.io/resource-set`; a ConfigMap by shape (embedded manifests holding a site)",
+        sources: &[
+            read("data[*] / stringData[*]", Operation::EmbeddedManifest),
+            unseen(
+                "a clusterctl `${VARIABLE}` as the embedded cloud.conf",
+                Operation::EmbeddedManifest,
+            ),
+        ],
+        webhook: Ok(&[Registration {
+            group: "",
+            versions: V1,
+            resources: &["secrets"],
+            selected_by: "matchCondition on `object.type` (1.28+); without matchConditions the namespaces in `webhooks.legacy.crsPayloadNamespaces`. ConfigMap payloads carry no marker: `check` and the audit read them",
+        }]),
+        audit: &[Audit::Listed("", "v1", "Secret")],
+        reader: "src/sites/payload.rs",
+    },
+    DeliveryPath {
+        name: "Flux HelmRelease",
+        group: "helm.toolkit.fluxcd.io",
+        versions: FLUX,
+        kinds: &["HelmRelease"],
+        recognised_by: "`spec.chart.spec.chart` or `spec.chartRef.name` names the CCM chart",
+        sources: &[
+            unseen("spec.chart.spec.valuesFiles", Operation::ValuesFile),
+            unseen(
+                "spec.valuesFrom[] (resolved by `check` from the run's objects)",
+                Operation::ValuesFile,
+            ),
+            unseen("spec.valuesFrom[].targetPath", Operation::TargetPath),
+            read("spec.values", Operation::ValuesFile),
+        ],
+        webhook: Ok(&[Registration {
+            group: "helm.toolkit.fluxcd.io",
+            versions: FLUX,
+            resources: &["helmreleases"],
+            selected_by: "matchCondition: spec changed",
+        }]),
+        audit: &[Audit::Listed("helm.toolkit.fluxcd.io", "v2", "HelmRelease")],
+        reader: "src/sites/helm.rs",
+    },
+    DeliveryPath {
+        name: "Argo CD Application",
+        group: "argoproj.io",
+        versions: &["v1alpha1"],
+        kinds: &["Application"],
+        recognised_by: "`spec.source(s).chart`, or the last segment of `path`, names the CCM chart",
+        sources: &[
+            unseen("helm.valueFiles", Operation::ValuesFile),
+            read("helm.values / helm.valuesObject", Operation::ValuesFile),
+            read("helm.parameters[]", Operation::Set),
+            read("helm.parameters[] with forceString", Operation::SetString),
+            unseen("helm.fileParameters[]", Operation::SetFile),
+        ],
+        webhook: Ok(&[Registration {
+            group: "argoproj.io",
+            versions: &["v1alpha1"],
+            resources: &["applications"],
+            selected_by: "matchCondition: spec changed",
+        }]),
+        audit: &[Audit::Listed("argoproj.io", "v1alpha1", "Application")],
+        reader: "src/sites/helm.rs",
+    },
+    DeliveryPath {
+        name: "RKE2/k3s helm-controller HelmChart and HelmChartConfig",
+        group: "helm.cattle.io",
+        versions: V1,
+        kinds: &["HelmChart", "HelmChartConfig"],
+        recognised_by: "HelmChart `spec.chart` names the CCM chart; a HelmChartConfig by the HelmChart's name",
+        sources: &[
+            read("HelmChart spec.valuesContent", Operation::ValuesFile),
+            read("HelmChartConfig spec.valuesContent", Operation::ValuesFile),
+            read(
+                "HelmChart spec.set (`true`/`false`/integers)",
+                Operation::Set,
+            ),
+            read("HelmChart spec.set (other strings)", Operation::SetString),
+        ],
+        webhook: Ok(&[Registration {
+            group: "helm.cattle.io",
+            versions: V1,
+            resources: &["helmcharts", "helmchartconfigs"],
+            selected_by: "matchCondition: spec changed",
+        }]),
+        audit: &[
+            Audit::Listed("helm.cattle.io", "v1", "HelmChart"),
+            Audit::Listed("helm.cattle.io", "v1", "HelmChartConfig"),
+        ],
+        reader: "src/sites/helm.rs",
+    },
+    DeliveryPath {
+        name: "k0s ClusterConfig",
+        group: "k0s.k0sproject.io",
+        versions: &["v1beta1"],
+        kinds: &["ClusterConfig"],
+        recognised_by: "`spec.extensions.helm.charts[].chartname` names the CCM chart",
+        sources: &[read(
+            "spec.extensions.helm.charts[].values",
+            Operation::ValuesFile,
+        )],
+        webhook: Ok(&[Registration {
+            group: "k0s.k0sproject.io",
+            versions: &["v1beta1"],
+            resources: &["clusterconfigs"],
+            selected_by: "matchCondition: spec changed",
+        }]),
+        audit: &[Audit::Listed(
+            "k0s.k0sproject.io",
+            "v1beta1",
+            "ClusterConfig",
+        )],
+        reader: "src/sites/helm.rs",
+    },
+    DeliveryPath {
+        name: "k0smotron control plane (a k0s ClusterConfig inside)",
+        group: "controlplane.cluster.x-k8s.io",
+        versions: &["v1beta1", "v1beta2"],
+        kinds: &["K0smotronControlPlane", "K0sControlPlane"],
+        recognised_by: "an embedded ClusterConfig (`spec.k0sConfig`, `spec.k0sConfigSpec.k0s`) whose helm charts name the CCM chart",
+        sources: &[read(
+            "<embedded ClusterConfig> spec.extensions.helm.charts[].values",
+            Operation::ValuesFile,
+        )],
+        webhook: Ok(&[Registration {
+            group: "controlplane.cluster.x-k8s.io",
+            versions: &["v1beta1", "v1beta2"],
+            resources: &["k0smotroncontrolplanes", "k0scontrolplanes"],
+            selected_by: "matchCondition: spec changed",
+        }]),
+        audit: &[
+            Audit::Listed(
+                "controlplane.cluster.x-k8s.io",
+                "v1beta2",
+                "K0smotronControlPlane",
+            ),
+            Audit::Listed(
+                "controlplane.cluster.x-k8s.io",
+                "v1beta2",
+                "K0sControlPlane",
+            ),
+        ],
+        reader: "src/sites/delivery.rs (k0s_config_path) and src/sites/helm.rs",
+    },
+    DeliveryPath {
+        name: "k0smotron Cluster (a k0s ClusterConfig inside)",
+        group: "k0smotron.io",
+        versions: &["v1beta1", "v1beta2"],
+        kinds: &["Cluster"],
+        recognised_by: "`spec.k0sConfig` whose helm charts name the CCM chart",
+        sources: &[read(
+            "spec.k0sConfig.spec.extensions.helm.charts[].values",
+            Operation::ValuesFile,
+        )],
+        webhook: Ok(&[Registration {
+            group: "k0smotron.io",
+            versions: &["v1beta1", "v1beta2"],
+            resources: &["clusters"],
+            selected_by: "matchCondition: spec changed",
+        }]),
+        audit: &[Audit::Listed("k0smotron.io", "v1beta2", "Cluster")],
+        reader: "src/sites/delivery.rs (k0s_config_path) and src/sites/helm.rs",
+    },
+    DeliveryPath {
+        name: "k0sctl Cluster (a k0s ClusterConfig inside)",
+        group: "k0sctl.k0sproject.io",
+        versions: &["v1beta1"],
+        kinds: &["Cluster"],
+        recognised_by: "`spec.k0s.config` whose helm charts name the CCM chart",
+        sources: &[read(
+            "spec.k0s.config.spec.extensions.helm.charts[].values",
+            Operation::ValuesFile,
+        )],
+        webhook: Err(
+            "a k0sctl file is read by the k0sctl CLI, never applied to a cluster: `check` only",
+        ),
+        audit: &[Audit::NotInCluster],
+        reader: "src/sites/delivery.rs (k0s_config_path) and src/sites/helm.rs",
+    },
+    DeliveryPath {
+        name: "Azimuth cluster-api-addon-provider HelmRelease (also Magnum's CAPI driver)",
+        group: "addons.stackhpc.com",
+        versions: &["v1alpha1"],
+        kinds: &["HelmRelease"],
+        recognised_by: "`spec.chart.name` names the CCM chart",
+        sources: &[unseen(
+            "spec.valuesSources[] (template, configMap, secret)",
+            Operation::Template,
+        )],
+        webhook: Ok(&[Registration {
+            group: "addons.stackhpc.com",
+            versions: &["v1alpha1"],
+            resources: &["helmreleases", "manifests"],
+            selected_by: "matchCondition: spec changed",
+        }]),
+        audit: &[Audit::Listed(
+            "addons.stackhpc.com",
+            "v1alpha1",
+            "HelmRelease",
+        )],
+        reader: "src/sites/delivery.rs (unseen)",
+    },
+    DeliveryPath {
+        name: "Azimuth cluster-api-addon-provider Manifests",
+        group: "addons.stackhpc.com",
+        versions: &["v1alpha1"],
+        kinds: &["Manifests"],
+        recognised_by: "a `spec.manifestSources[].template` that may embed a cloud-config site",
+        sources: &[unseen(
+            "spec.manifestSources[] (template, configMap, secret)",
+            Operation::Template,
+        )],
+        webhook: Ok(&[Registration {
+            group: "addons.stackhpc.com",
+            versions: &["v1alpha1"],
+            resources: &["helmreleases", "manifests"],
+            selected_by: "matchCondition: spec changed",
+        }]),
+        audit: &[Audit::Listed(
+            "addons.stackhpc.com",
+            "v1alpha1",
+            "Manifests",
+        )],
+        reader: "src/sites/delivery.rs (unseen)",
+    },
+    DeliveryPath {
+        name: "Giant Swarm App (cloud-provider-openstack-app)",
+        group: "application.giantswarm.io",
+        versions: &["v1alpha1"],
+        kinds: &["App"],
+        recognised_by: "`spec.name` names the CCM chart or `cloud-provider-openstack-app`",
+        sources: &[
+            unseen(
+                "spec.config (catalog and cluster ConfigMap / Secret)",
+                Operation::ValuesFile,
+            ),
+            unseen(
+                "spec.userConfig (ConfigMap / Secret)",
+                Operation::ValuesFile,
+            ),
+        ],
+        webhook: Ok(&[Registration {
+            group: "application.giantswarm.io",
+            versions: &["v1alpha1"],
+            resources: &["apps"],
+            selected_by: "matchCondition: spec changed",
+        }]),
+        audit: &[Audit::Listed(
+            "application.giantswarm.io",
+            "v1alpha1",
+            "App",
+        )],
+        reader: "src/sites/delivery.rs (unseen)",
+    },
+    DeliveryPath {
+        name: "Plain Helm values file",
+        group: "stackgate.dev",
+        versions: &["v1alpha1"],
+        kinds: &["HelmValues"],
+        recognised_by: "`stackgate check --values-for CHART=GLOB` (an umbrella chart's file: under its dependency key)",
+        sources: &[read("the file", Operation::ValuesFile)],
+        webhook: Err("a file of the repository: `check` only"),
+        audit: &[Audit::NotInCluster],
+        reader: "src/sites/helm.rs",
+    },
+    DeliveryPath {
+        name: "Plain INI cloud.conf",
+        group: "stackgate.dev",
+        versions: &["v1alpha1"],
+        kinds: &["CloudConfigFile"],
+        recognised_by: "a `.conf` / `.ini` file named on the command line, or `--ini GLOB`",
+        sources: &[read("the file", Operation::CloudConfig)],
+        webhook: Err("a file of the repository: `check` only"),
+        audit: &[Audit::NotInCluster],
+        reader: "src/sites/object_data.rs",
+    },
+];
+
+/// Where a k0s `ClusterConfig` sits inside an object that embeds one (the path of the
+/// embedded object), for the kinds that do:
+///
+/// From k0sproject/k0smotron at 3897bbe645698acbe9974449bb771e949dedb77e:
+/// `K0smotronControlPlane.spec.k0sConfig` and `k0smotron.io Cluster.spec.k0sConfig`
+/// (`api/k0smotron.io/v1beta2/k0smotroncluster_types.go`: `K0sConfig
+/// *unstructured.Unstructured json:"k0sConfig"`), `K0sControlPlane.spec.k0sConfigSpec.k0s`
+/// (`api/bootstrap/v1beta2/k0s_types.go`: `K0s *unstructured.Unstructured json:"k0s"`); k0sctl's
+/// `Cluster.spec.k0s.config` (k0sproject/k0sctl, the `k0s.config` of `k0sctl.yaml`).
+pub fn k0s_config_path(group: &str, kind: &str) -> Option<&'static [&'static str]> {
+    match (group, kind) {
+        ("controlplane.cluster.x-k8s.io", "K0smotronControlPlane")
+        | ("k0smotron.io", "Cluster") => Some(&["spec", "k0sConfig"]),
+        ("controlplane.cluster.x-k8s.io", "K0sControlPlane") => {
+            Some(&["spec", "k0sConfigSpec", "k0s"])
+        }
+        ("k0sctl.k0sproject.io", "Cluster") => Some(&["spec", "k0s", "config"]),
+        _ => None,
+    }
+}
+
+/// The chart Giant Swarm ships the CCM in: an umbrella whose own top-level `cloudConfig` the
+/// CCM subchart's `cloudConfig` helper renders into the cloud-config Secret
+/// (giantswarm/cloud-provider-openstack-app at d98a895326464a83cfc36a139316ccb95d3de59d,
+/// `helm/cloud-provider-openstack-app/templates/cloud-config-secret.yaml`). Its values have the
+/// CCM chart's shape at their root.
+pub const GIANT_SWARM_APP_CHART: &str = "cloud-provider-openstack-app";
+
+/// Objects whose CCM values stackgate cannot see: one unseen site each, naming the sources
+/// (never their content). Azimuth's addon objects (values and manifests are Jinja2 templates
+/// the addon provider renders with the cluster's objects) and Giant Swarm `App`s (values in
+/// ConfigMaps and Secrets the App names).
+pub(super) fn find(
+    gvk: &GroupVersionKind,
+    object: &DynamicObject,
+    sites: &SitesDocument,
+    charts: &[String],
+) -> Vec<FoundConfig> {
+    let root = &object.data;
+    let names_chart = |reference: Option<&str>| {
+        reference.is_some_and(|r| {
+            super::helm::chart_matches(r, charts) || r.trim().ends_with(GIANT_SWARM_APP_CHART)
+        })
+    };
+    let (field, sources) = match (gvk.group.as_str(), gvk.kind.as_str()) {
+        ("addons.stackhpc.com", "HelmRelease")
+            if names_chart(root.pointer("/spec/chart/name").and_then(Value::as_str)) =>
+        {
+            (
+                "valuesSources",
+                describe_sources("valuesSources", root.pointer("/spec/valuesSources")),
+            )
+        }
+        ("addons.stackhpc.com", "Manifests") => {
+            let embeds_site = root
+                .pointer("/spec/manifestSources")
+                .and_then(Value::as_array)
+                .is_some_and(|list| {
+                    list.iter().any(|s| {
+                        s.get("template")
+                            .and_then(Value::as_str)
+                            .is_some_and(|t| super::payload::may_hold_site(t, sites))
+                            || s.get("configMap").is_some()
+                            || s.get("secret").is_some()
+                    })
+                });
+            if !embeds_site {
+                return Vec::new();
+            }
+            (
+                "manifestSources",
+                describe_sources("manifestSources", root.pointer("/spec/manifestSources")),
+            )
+        }
+        ("application.giantswarm.io", "App")
+            if names_chart(root.pointer("/spec/name").and_then(Value::as_str)) =>
+        {
+            let mut refs = Vec::new();
+            for (at, what) in [
+                ("/spec/config/configMap/name", "ConfigMap"),
+                ("/spec/config/secret/name", "Secret"),
+                ("/spec/userConfig/configMap/name", "ConfigMap"),
+                ("/spec/userConfig/secret/name", "Secret"),
+            ] {
+                if let Some(name) = root.pointer(at).and_then(Value::as_str) {
+                    refs.push(format!("{what} {name}"));
+                }
+            }
+            refs.push("the catalog's and the cluster's default values".to_owned());
+            ("config", refs.join(", "))
+        }
+        _ => return Vec::new(),
+    };
+    let path = vec![Seg::key("spec"), Seg::key(field)];
+    let location = format!("spec.{field}");
+    let error = SiteError::Unseen {
+        location: location.clone(),
+        sources,
+    };
+    let name = object.metadata.name.as_deref().unwrap_or("");
+    let outer = match object.metadata.namespace.as_deref() {
+        Some(ns) => format!("{} {ns}/{name}", gvk.kind),
+        None => format!("{} {name}", gvk.kind),
+    };
+    let mut site = FoundConfig::new(outer, location, Err(error), UnseenValues { path });
+    site.mutable = false;
+    vec![site]
+}
+
+/// `spec.valuesSources[0] (a Jinja2 template the addon provider renders), ConfigMap
+/// occm-values key values.yaml (a Jinja2 template)`: names, never content.
+fn describe_sources(field: &str, list: Option<&Value>) -> String {
+    let Some(list) = list.and_then(Value::as_array) else {
+        return "sources the addon provider renders".to_owned();
+    };
+    let mut out: Vec<String> = Vec::new();
+    for (i, source) in list.iter().enumerate().take(8) {
+        let name_key = |what: &str, v: &Value| {
+            let name = v.get("name").and_then(Value::as_str).unwrap_or("");
+            match v.get("key").and_then(Value::as_str) {
+                Some(key) => format!("{what} {name} key {key} (a Jinja2 template)"),
+                None => format!("{what} {name} (a Jinja2 template)"),
+            }
+        };
+        if let Some(cm) = source.get("configMap") {
+            out.push(name_key("ConfigMap", cm));
+        } else if let Some(secret) = source.get("secret") {
+            out.push(name_key("Secret", secret));
+        } else {
+            out.push(format!(
+                "spec.{field}[{i}] (a Jinja2 template the addon provider renders)"
+            ));
+        }
+    }
+    if list.len() > 8 {
+        out.push(format!("{} more", list.len() - 8));
+    }
+    if out.is_empty() {
+        "no source".to_owned()
+    } else {
+        out.join(", ")
+    }
+}
+
+/// The carrier table of `docs/carriers.md`, generated from [`REGISTRY`].
+pub fn carriers_markdown() -> String {
+    let mut out = String::from(
+        "# Delivery paths\n\nGenerated from the registry in `src/sites/delivery.rs` \
+         (`tests/delivery_registry.rs` fails when this file, the chart's webhook rules, the \
+         audit's targets or `stackgate check` disagree with it).\n\nValues sources are listed in \
+         the order the controller hands them to Helm: a later one wins. *Unseen* sources are \
+         not read where they are written: a finding says which, and claims nothing about \
+         them.\n\n| delivery path | objects | recognised by | values sources (Helm operation) | webhook registration | audit | reader |\n|---|---|---|---|---|---|---|\n",
+    );
+    for path in REGISTRY {
+        let group = if path.group.is_empty() {
+            "core".to_owned()
+        } else {
+            format!("`{}`", path.group)
+        };
+        let objects = format!(
+            "{group} {} {}",
+            path.versions.join("/"),
+            path.kinds.join(", ")
+        );
+        let sources: Vec<String> = path
+            .sources
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} ({}){}",
+                    s.field,
+                    s.operation.as_str(),
+                    if s.read { "" } else { ", *unseen*" }
+                )
+            })
+            .collect();
+        let webhook = match path.webhook {
+            Ok(registrations) => registrations
+                .iter()
+                .map(|r| {
+                    format!(
+                        "{} {}: {} ({})",
+                        if r.group.is_empty() { "core" } else { r.group },
+                        r.versions.join("/"),
+                        r.resources.join(", "),
+                        r.selected_by
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; "),
+            Err(why) => format!("none: {why}"),
+        };
+        let audit: Vec<String> = path
+            .audit
+            .iter()
+            .map(|a| match a {
+                Audit::Listed(_, version, kind) => format!("{kind} {version}"),
+                Audit::NotInCluster => "not in a cluster".to_owned(),
+            })
+            .collect();
+        out.push_str(&format!(
+            "| {} | {objects} | {} | {} | {webhook} | {} | `{}` |\n",
+            path.name,
+            path.recognised_by,
+            sources.join("; "),
+            audit.join(", "),
+            path.reader
+        ));
+    }
+    out
+}
