@@ -51,7 +51,7 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use super::{AuditOptions, Selection, Target, audit};
+use super::{AuditOptions, Selection, Target, audit, resource_label};
 use crate::check::{Level, Report};
 use crate::engine::Engine;
 
@@ -460,15 +460,6 @@ fn status_code(error: &watcher::Error) -> Option<u16> {
         | watcher::Error::WatchFailed(e) => api(e),
         watcher::Error::WatchError(s) => Some(s.code),
         _ => None,
-    }
-}
-
-/// `plural.group` of a resource, as `kubectl` names it.
-fn resource_label(ar: &ApiResource) -> String {
-    if ar.group.is_empty() {
-        ar.plural.clone()
-    } else {
-        format!("{}.{}", ar.plural, ar.group)
     }
 }
 

@@ -346,5 +346,6 @@ pub fn check(
         files,
         fail_on: options.fail_on,
         fix: options.fix,
+        omitted: report::Counts::default(),
     })
 }
