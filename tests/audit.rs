@@ -71,6 +71,17 @@ struct Cluster {
     events: Vec<(String, Value)>,
     /// Reads of a collection (path prefix) answered only after this long: a slow audit.
     slow: Option<(String, Duration)>,
+    /// Collections whose lists page in a hostile way.
+    runaway: Vec<(String, Runaway)>,
+}
+
+/// How a hostile API server pages a collection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Runaway {
+    /// Every page holds the collection's objects and a new continue token, forever.
+    Endless,
+    /// Every page holds the collection's objects and the same continue token.
+    Repeated,
 }
 
 fn status(code: u16, reason: &str) -> Response<Body> {
@@ -162,6 +173,24 @@ impl Cluster {
         };
         let base = format!("/{}", segments[..base_len].join("/"));
         let rest = &segments[base_len..];
+        // API discovery of one group version: the resources served under it.
+        if rest.is_empty() && method == "GET" {
+            let resources: Vec<Value> = self
+                .served
+                .iter()
+                .filter_map(|c| c.strip_prefix(&format!("{base}/")))
+                .filter(|plural| !plural.contains('/'))
+                .map(|plural| {
+                    json!({"name": plural, "singularName": "", "namespaced": true, "kind": "",
+                           "verbs": ["get", "list", "watch", "patch"]})
+                })
+                .collect();
+            if resources.is_empty() {
+                return status(404, "NotFound");
+            }
+            return ok(&json!({"kind": "APIResourceList", "apiVersion": "v1",
+                "groupVersion": segments[1..].join("/"), "resources": resources}));
+        }
         let (namespace, plural, name) = match rest {
             [plural] => (None, *plural, None),
             ["namespaces", ns, plural] => (Some(*ns), *plural, None),
@@ -200,17 +229,48 @@ impl Cluster {
                     })
                     .collect();
                 let start: usize = query_param(query, "continue")
-                    .map(|c| c.parse().unwrap())
+                    .map(|c| {
+                        c.trim_start_matches("endless-")
+                            .trim_start_matches("again")
+                            .parse()
+                            .unwrap_or(0)
+                    })
                     .unwrap_or(0);
                 let limit: usize = query_param(query, "limit")
                     .map(|l| l.parse().unwrap())
                     .unwrap_or(usize::MAX);
-                let end = start.saturating_add(limit).min(items.len());
-                let more = end < items.len();
-                let page: Vec<Value> = items.drain(start..end).collect();
+                let runaway = self
+                    .runaway
+                    .iter()
+                    .find(|(c, _)| *c == collection)
+                    .map(|(_, r)| *r);
+                let (page, next): (Vec<Value>, Option<String>) = match runaway {
+                    Some(Runaway::Endless) => (items, Some(format!("endless-{}", start + 1))),
+                    Some(Runaway::Repeated) => (items, Some("again".to_owned())),
+                    None => {
+                        let end = start.saturating_add(limit).min(items.len());
+                        let more = end < items.len();
+                        (
+                            items.drain(start..end).collect(),
+                            more.then(|| end.to_string()),
+                        )
+                    }
+                };
+                // `Accept: …;as=PartialObjectMetadataList`: metadata only, as the apiserver.
+                let metadata_only = self
+                    .requests
+                    .last()
+                    .is_some_and(|r| r.accept.contains("as=PartialObjectMetadataList"));
+                let page: Vec<Value> = if metadata_only {
+                    page.into_iter()
+                        .map(|o| json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": o["metadata"]}))
+                        .collect()
+                } else {
+                    page
+                };
                 let mut metadata = json!({"resourceVersion": "1000"});
-                if more {
-                    metadata["continue"] = json!(end.to_string());
+                if let Some(next) = next {
+                    metadata["continue"] = json!(next);
                 }
                 ok(
                     &json!({"apiVersion": "v1", "kind": "List", "metadata": metadata, "items": page}),
@@ -1007,6 +1067,8 @@ fn background_config(identity: &str) -> audit::background::BackgroundConfig {
         max_results: 500,
         page_size: 250,
         debounce: Duration::from_secs(5),
+        limits: audit::page::ReadLimits::default(),
+        report_api: audit::background::ReportApi::Auto,
     }
 }
 

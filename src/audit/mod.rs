@@ -404,6 +404,8 @@ pub struct Audit {
     /// `fail` (denial) and `warn` (warning) findings per namespace (None: cluster-scoped),
     /// over every object, listed or not: the true summary of each PolicyReport.
     pub tally: BTreeMap<Option<String>, Tally>,
+    /// Denials and warnings per policy, over every object, listed or not.
+    pub violations: BTreeMap<String, usize>,
     /// The caps this run reached, with how often.
     pub limits: BTreeMap<AuditLimit, usize>,
 }
@@ -474,6 +476,7 @@ pub async fn audit(
         kept_findings: 0,
         kept_bytes: 0,
         tally: BTreeMap::new(),
+        violations: BTreeMap::new(),
         limits: BTreeMap::new(),
     };
     let engine = run.with_release_facts(engine, progress).await;
@@ -526,6 +529,7 @@ pub async fn audit(
         engine,
         requests: run.requests,
         tally: run.tally,
+        violations: run.violations,
         limits: run.limits,
     }
 }
@@ -617,6 +621,7 @@ struct Run<'a> {
     /// Message and diff bytes of the listed entries.
     kept_bytes: usize,
     tally: BTreeMap<Option<String>, Tally>,
+    violations: BTreeMap<String, usize>,
     limits: BTreeMap<AuditLimit, usize>,
 }
 
@@ -748,6 +753,17 @@ impl Target {
 }
 
 impl Run<'_> {
+    /// Counts a denial or warning in its namespace's and its policy's totals.
+    fn count(&mut self, namespace: Option<String>, item: &Item) {
+        let tally = self.tally.entry(namespace).or_default();
+        match item.level {
+            Level::Error => tally.fail += 1,
+            Level::Warning => tally.warn += 1,
+            Level::Note => return,
+        }
+        *self.violations.entry(item.policy.clone()).or_default() += 1;
+    }
+
     fn reached(&mut self, limit: AuditLimit) {
         *self.limits.entry(limit).or_default() += 1;
     }
@@ -768,12 +784,7 @@ impl Run<'_> {
     fn push(&mut self, file: FileReport) {
         let ns = namespace_of_entry(&file.name);
         for item in file.objects.iter().flat_map(|o| &o.items) {
-            let tally = self.tally.entry(ns.clone()).or_default();
-            match item.level {
-                Level::Error => tally.fail += 1,
-                Level::Warning => tally.warn += 1,
-                Level::Note => {}
-            }
+            self.count(ns.clone(), item);
         }
         let findings =
             file.problems.len() + file.objects.iter().map(|o| o.items.len()).sum::<usize>();
@@ -831,7 +842,7 @@ impl Run<'_> {
         let limits = self.options.limits;
         let page_size = self.options.page_size.max(1);
         let label = kind_label(ar);
-        let plural = resource_label(ar);
+        let plural = ar.plural.clone();
         let mut limit = page_size;
         let mut token: Option<String> = None;
         // Continue tokens seen, by hash: a hostile token costs its bytes once.
@@ -1180,14 +1191,14 @@ impl Run<'_> {
         };
         match self.files.iter_mut().find(|f| f.name == stale.entry) {
             Some(file) => {
-                self.tally
-                    .entry(namespace_of_entry(&stale.entry))
-                    .or_default()
-                    .warn += 1;
+                let ns = namespace_of_entry(&stale.entry);
                 match file.objects.first_mut() {
-                    Some(object) => object.items.push(item),
-                    None => file.objects.push(bare_result(&stale.entry, vec![item])),
+                    Some(object) => object.items.push(item.clone()),
+                    None => file
+                        .objects
+                        .push(bare_result(&stale.entry, vec![item.clone()])),
                 }
+                self.count(ns, &item);
             }
             None => self.push(FileReport {
                 objects: vec![bare_result(&stale.entry, vec![item])],

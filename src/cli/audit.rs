@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::{PolicyArgs, parse_duration};
 use crate::audit::background::{
-    BackgroundConfig, DEFAULT_DEBOUNCE, DEFAULT_LEASE_NAME, DEFAULT_MAX_RESULTS,
+    BackgroundConfig, DEFAULT_DEBOUNCE, DEFAULT_LEASE_NAME, DEFAULT_MAX_RESULTS, ReportApi,
 };
 use crate::audit::page::{
     DEFAULT_MAX_LIST_PAGES, DEFAULT_MAX_OBJECT_BYTES, DEFAULT_MAX_PAGE_BYTES, ReadLimits,
@@ -160,6 +160,22 @@ pub struct BackgroundAuditArgs {
     /// Results per PolicyReport, at most (the summary still counts all).
     #[arg(long = "background-audit-max-results", env = "STACKGATE_BACKGROUND_AUDIT_MAX_RESULTS", default_value_t = DEFAULT_MAX_RESULTS, value_parser = super::parse_positive)]
     pub max_results: usize,
+    /// Which report API to write: `auto` writes each of `wgpolicyk8s.io/v1alpha2`
+    /// (PolicyReport) and `openreports.io/v1alpha1` (Report) that the cluster serves (API
+    /// discovery), `wgpolicyk8s.io` when it serves neither.
+    #[arg(
+        long = "background-audit-report-api",
+        env = "STACKGATE_BACKGROUND_AUDIT_REPORT_API",
+        value_enum,
+        default_value = "auto"
+    )]
+    pub report_api: ReportApi,
+    /// Bytes of one list answer, at most (as `audit --max-page-bytes`).
+    #[arg(long = "background-audit-max-page-bytes", env = "STACKGATE_BACKGROUND_AUDIT_MAX_PAGE_BYTES", value_name = "BYTES", default_value_t = DEFAULT_MAX_PAGE_BYTES, value_parser = super::parse_positive)]
+    pub max_page_bytes: usize,
+    /// Bytes of one object's JSON, at most (as `audit --max-object-bytes`).
+    #[arg(long = "background-audit-max-object-bytes", env = "STACKGATE_BACKGROUND_AUDIT_MAX_OBJECT_BYTES", value_name = "BYTES", default_value_t = DEFAULT_MAX_OBJECT_BYTES, value_parser = super::parse_positive)]
+    pub max_object_bytes: usize,
 }
 
 impl BackgroundAuditArgs {
@@ -174,6 +190,9 @@ impl BackgroundAuditArgs {
             lease_duration,
             identity,
             max_results,
+            report_api,
+            max_page_bytes,
+            max_object_bytes,
         } = self;
         enabled.then(|| BackgroundConfig {
             period: *period,
@@ -187,6 +206,12 @@ impl BackgroundAuditArgs {
             max_results: *max_results,
             page_size: DEFAULT_PAGE_SIZE,
             debounce: DEFAULT_DEBOUNCE,
+            limits: ReadLimits {
+                max_page_bytes: *max_page_bytes,
+                max_object_bytes: *max_object_bytes,
+                max_list_pages: DEFAULT_MAX_LIST_PAGES,
+            },
+            report_api: *report_api,
         })
     }
 }
@@ -266,6 +291,8 @@ mod tests {
         assert_eq!(config.lease_name, DEFAULT_LEASE_NAME);
         assert_eq!(config.max_results, DEFAULT_MAX_RESULTS);
         assert_eq!(config.identity, "stackgate-0");
+        assert_eq!(config.limits, ReadLimits::default());
+        assert_eq!(config.report_api, ReportApi::Auto);
     }
 
     #[test]
