@@ -768,6 +768,19 @@ impl Run<'_> {
         *self.limits.entry(limit).or_default() += 1;
     }
 
+    /// An input error about a whole kind: always listed (there is at most one per target,
+    /// so these never make the report grow with the cluster).
+    fn kind_problem(&mut self, entry: String, message: String) {
+        self.files.push(FileReport {
+            problems: vec![Problem {
+                line: 0,
+                column: 0,
+                message,
+            }],
+            ..FileReport::new(&entry)
+        });
+    }
+
     fn problem(&mut self, entry: String, message: String) {
         self.push(FileReport {
             problems: vec![Problem {
@@ -852,7 +865,7 @@ impl Run<'_> {
             progress(&ar.kind, self.objects);
             if requests >= limits.max_list_pages {
                 self.reached(AuditLimit::ListPages);
-                self.problem(
+                self.kind_problem(
                     label,
                     format!(
                         "stopped listing {plural} after {requests} list requests (the limit, \
@@ -870,7 +883,7 @@ impl Run<'_> {
                     let raw = match page.parse() {
                         Ok(raw) => raw,
                         Err(error) => {
-                            self.problem(
+                            self.kind_problem(
                                 label,
                                 format!(
                                     "cannot read a list page of {plural}: {error}; {consequence}"
@@ -952,7 +965,7 @@ impl Run<'_> {
                         }
                         Ok((None, _)) | Err(_) => {
                             let why = parsed.err().unwrap_or_else(|| "no object in it".to_owned());
-                            self.problem(
+                            self.kind_problem(
                                 label,
                                 format!(
                                     "stopped listing {plural}: a page of one object is over the \
@@ -969,7 +982,7 @@ impl Run<'_> {
                     return match list_error(&error) {
                         None if token.is_none() => Listing::NotServed,
                         why => {
-                            self.problem(
+                            self.kind_problem(
                                 label,
                                 format!(
                                     "cannot list {plural}: {}; {consequence}",
@@ -981,7 +994,7 @@ impl Run<'_> {
                     };
                 }
                 Err(error @ ReadError::Decode(_)) => {
-                    self.problem(
+                    self.kind_problem(
                         label,
                         format!("cannot read a list page of {plural}: {error}; {consequence}"),
                     );
@@ -993,7 +1006,7 @@ impl Run<'_> {
             };
             if !tokens.insert(page::token_hash(&next)) {
                 self.reached(AuditLimit::ContinueRepeated);
-                self.problem(
+                self.kind_problem(
                     label,
                     format!(
                         "stopped listing {plural} after {requests} list requests: the API server \
@@ -1065,7 +1078,7 @@ impl Run<'_> {
                 Listing::NotServed => {}
             }
         }
-        self.push(FileReport {
+        self.files.push(FileReport {
             skipped: Some(format!(
                 "not served by this cluster (404: the CRD is not installed), so there is nothing \
                  of this kind to audit (listed for {})",
