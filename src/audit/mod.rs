@@ -4,7 +4,8 @@
 //! never checked until someone writes it again. The audit lists every object a site or rule
 //! covers ([`targets`]): the ConfigMaps and Secrets the `CloudConfigSites` document names (by
 //! name, by its label, and by its values label: the CCM chart's values), the GitOps objects that carry the CCM chart's values (Flux
-//! `HelmRelease`, Argo CD `Application`, RKE2/k3s `HelmChart` and `HelmChartConfig`), the
+//! `HelmRelease`, Argo CD `Application`, RKE2/k3s `HelmChart` and `HelmChartConfig`, k0s
+//! `ClusterConfig`), the
 //! workloads that run the CCM (`DaemonSet`, `Deployment`) and the openstack-k8s-operators
 //! service kinds the release catalog governs (with the `OpenStackVersion` objects listed
 //! first, so the release rules see the same facts as the webhook's watcher), and, when the
@@ -16,7 +17,14 @@
 //! (release annotations) treat stored values as stored.
 //!
 //! Listing is read-only and paged (`limit`/`continue`): one page is held at a time, each
-//! object is evaluated and dropped, and only its findings are kept. A kind that cannot be
+//! object is evaluated and dropped, and only its findings are kept. What a run holds is
+//! bounded by its caps, not by the cluster ([`page`]): a page is read as raw bytes up to
+//! `--max-page-bytes` (a larger page is asked again with half the `limit`), an object over
+//! `--max-object-bytes` is skipped with an input error that names it and its size, a kind is
+//! stopped with an input error when the API server repeats a continue token or keeps paging
+//! past `--max-list-pages`, and the report lists at most `--max-report-objects` entries and
+//! `--max-report-findings` findings ([`MAX_REPORT_TEXT_BYTES`] of text): the entries past
+//! them are counted in the summary and the exit code, not listed. A kind that cannot be
 //! listed is reported on its own and the run goes on: 404 (the CRD is not installed) is a
 //! note, anything else (401/403 RBAC, 410 an expired continue token, a connection error)
 //! is an input error (exit code 2), because the run then cannot see those objects.
@@ -274,6 +282,14 @@ pub fn targets(engine: &Engine) -> Vec<Target> {
         "helm.cattle.io",
         "v1",
         "HelmChartConfig",
+        "the CCM chart's values (sites)",
+    ));
+    // k0s keeps the CCM chart's values in its ClusterConfig (spec.extensions.helm.charts),
+    // which the webhook reads (sites::helm, `k0s.k0sproject.io` ClusterConfig).
+    out.push(target(
+        "k0s.k0sproject.io",
+        "v1beta1",
+        "ClusterConfig",
         "the CCM chart's values (sites)",
     ));
     out.push(target(
