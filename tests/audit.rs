@@ -2105,3 +2105,37 @@ async fn reports_are_written_in_each_report_api_the_cluster_serves() {
     assert!(applied(&c, "/openreports.io/") > 0);
     assert_eq!(applied(&c, "/wgpolicyk8s.io/"), 0);
 }
+
+const K0S_CLUSTERCONFIGS: &str = "/apis/k0s.k0sproject.io/v1beta1/clusterconfigs";
+
+/// Issue 23, faces drift: the webhook reads k0s ClusterConfigs, so the audit lists them; a
+/// cluster without k0s answers 404, a note.
+#[tokio::test]
+async fn k0s_cluster_configs_are_listed_and_judged() {
+    let mut c = configmap_cluster(Vec::new());
+    c.add(
+        K0S_CLUSTERCONFIGS,
+        json!({"apiVersion": "k0s.k0sproject.io/v1beta1", "kind": "ClusterConfig",
+            "metadata": {"name": "k0s", "namespace": "kube-system"},
+            "spec": {"extensions": {"helm": {"charts": [
+                {"name": "occm", "chartname": "openstack/openstack-cloud-controller-manager",
+                 "values": "cloudConfig:\n  loadBalancer:\n    provider-requires-serial-api-calls: false\n"}]}}}}),
+    );
+    let cluster = Arc::new(Mutex::new(c));
+    let (code, text) = run_audit(&cluster, &AuditOptions::default()).await;
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("ClusterConfig/kube-system/k0s: error [serial-lb-api-calls]"),
+        "{text}"
+    );
+    let (code, text) = run_audit(
+        &Arc::new(Mutex::new(configmap_cluster(Vec::new()))),
+        &AuditOptions::default(),
+    )
+    .await;
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("ClusterConfig (k0s.k0sproject.io/v1beta1): note [skipped] not served"),
+        "{text}"
+    );
+}
