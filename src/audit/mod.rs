@@ -59,7 +59,7 @@ use crate::check::{FailOn, FileReport, Format, Item, ItemKind, Level, Report};
 use crate::engine::{Engine, Facts, Subject, Verdict};
 use crate::releases::{Snapshot, VersionState};
 use crate::rules::Operation;
-use crate::rules::ovn_source_ranges::{self, LbSettings};
+use crate::rules::ovn_source_ranges::{self, CloudConfigFact, LbSettings};
 use crate::sites::{self, SiteKind};
 use page::{ReadError, ReadLimits};
 
@@ -485,7 +485,7 @@ pub async fn audit(
         done: Vec::new(),
         requests: 0,
         objects: 0,
-        cloud_configs: Vec::new(),
+        cloud_configs: CloudConfigsSeen::default(),
         collect_cloud_configs: false,
         facts: Facts::default(),
         omitted: Counts::default(),
@@ -506,7 +506,8 @@ pub async fn audit(
         }
     }
     progress("CCM pods", run.objects);
-    let workloads = std::mem::take(&mut run.workloads);
+    let mut workloads = std::mem::take(&mut run.workloads);
+    workloads.truncate(restart::MAX_WORKLOADS);
     let outcomes =
         restart::check_workloads(client, &engine, workloads.clone(), &mut run.requests).await;
     let mut restarts = Vec::new();
@@ -625,7 +626,7 @@ struct Run<'a> {
     requests: usize,
     objects: usize,
     /// The load-balancer settings of the cloud configs listed so far.
-    cloud_configs: Vec<LbSettings>,
+    cloud_configs: CloudConfigsSeen,
     /// Whether the target being listed is one of the cluster's cloud-config sites.
     collect_cloud_configs: bool,
     /// The facts objects are evaluated with (the cloud config, once the sites are listed).
@@ -644,14 +645,44 @@ struct Run<'a> {
 /// The cloud-config fact of the cluster, reduced as `check` reduces its input: none found
 /// leaves it unknown (the rule says it cannot see the config), disagreeing ones make it
 /// unavailable, since the audit cannot tell which one the CCM reads.
-fn cloud_config_facts(found: Vec<LbSettings>) -> Facts {
-    match crate::check::facts::fact_of(
-        found,
-        "this cluster holds",
-        "the audit cannot tell which one the CCM reads",
-    ) {
-        Some(fact) => Facts::of(ovn_source_ranges::FAMILY.id, fact),
-        None => Facts::default(),
+fn cloud_config_facts(found: CloudConfigsSeen) -> Facts {
+    let CloudConfigsSeen {
+        first,
+        other,
+        count,
+    } = found;
+    let fact = match (first, other) {
+        (None, _) => return Facts::default(),
+        (Some(first), None) => CloudConfigFact::Known(first),
+        // The words of `check::facts::fact_of`, with the count of every config seen.
+        (Some(first), Some(other)) => CloudConfigFact::Unavailable(format!(
+            "this cluster holds {count} cloud configs whose load-balancer settings differ, e.g. \
+             {} and {}, and the audit cannot tell which one the CCM reads",
+            first.source, other.source
+        )),
+    };
+    Facts::of(ovn_source_ranges::FAMILY.id, fact)
+}
+
+/// The cluster's cloud configs as the fact needs them, in constant space: the first, the
+/// first that disagrees with it, and how many there are.
+#[derive(Debug, Default)]
+struct CloudConfigsSeen {
+    first: Option<LbSettings>,
+    other: Option<LbSettings>,
+    count: usize,
+}
+
+impl CloudConfigsSeen {
+    fn add(&mut self, settings: LbSettings) {
+        self.count += 1;
+        match &self.first {
+            None => self.first = Some(settings),
+            Some(first) if self.other.is_none() && !settings.agrees_with(first) => {
+                self.other = Some(settings);
+            }
+            Some(_) => {}
+        }
     }
 }
 
@@ -1175,11 +1206,27 @@ impl Run<'_> {
         if gvk.group == "apps"
             && let Some(workload) = restart::Workload::of(engine, gvk, &object)
         {
-            self.workloads.push(workload);
+            if self.workloads.len() < restart::MAX_WORKLOADS {
+                self.workloads.push(workload);
+            } else if self.workloads.len() == restart::MAX_WORKLOADS {
+                // Once: the restart check reads the pods and mounts of each workload.
+                self.kind_problem(
+                    "CCM workloads".to_owned(),
+                    format!(
+                        "more than {} workloads run the CCM: restart awareness checked the first \
+                         {} only ({} and later were not checked)",
+                        restart::MAX_WORKLOADS,
+                        restart::MAX_WORKLOADS,
+                        workload.entry
+                    ),
+                );
+                self.workloads.push(workload);
+            }
         }
         if self.collect_cloud_configs {
-            self.cloud_configs
-                .extend(crate::check::facts::settings_of(gvk, &object, None, engine));
+            for settings in crate::check::facts::settings_of(gvk, &object, None, engine) {
+                self.cloud_configs.add(settings);
+            }
         }
         let (result, diff) = evaluate_update_with(engine, ar, gvk, &object, &self.facts);
         let listed_before = self.files.len();

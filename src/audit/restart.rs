@@ -36,6 +36,10 @@ use crate::rules::concurrency::{self, ConcurrencyParams};
 /// Pods read per workload (one page): a CCM runs one pod per control-plane node.
 pub const MAX_PODS: u32 = 100;
 
+/// CCM workloads whose pods the audit checks (a cluster runs one or two; each costs a pod
+/// list and a read per mounted config). Past it, one input error says so.
+pub const MAX_WORKLOADS: usize = 64;
+
 /// A Secret or ConfigMap a CCM container mounts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mounted {
