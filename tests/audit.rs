@@ -2139,3 +2139,56 @@ async fn k0s_cluster_configs_are_listed_and_judged() {
         "{text}"
     );
 }
+
+/// The background audit counts the caps it reached in `stackgate_input_limits_total`, and its
+/// reports' summaries still count what it could read.
+#[tokio::test]
+async fn the_background_audit_counts_its_caps_in_the_input_limits_metric() {
+    let mut c = configmap_cluster(vec![
+        labelled_config("tenant-a", "small", 0),
+        labelled_config("tenant-b", "huge", 64 * 1024),
+    ]);
+    c.serve(LEASES);
+    c.serve(POLICYREPORTS);
+    c.serve(CLUSTERPOLICYREPORTS);
+    let cluster = Arc::new(Mutex::new(c));
+    let client = client(cluster.clone());
+    let input_limits = prometheus_client::metrics::family::Family::<
+        stackgate::metrics::LimitLabels,
+        prometheus_client::metrics::counter::Counter,
+    >::default();
+    let mut registry = prometheus_client::registry::Registry::with_prefix("stackgate");
+    registry.register("input_limits", "caps", input_limits.clone());
+    let metrics = audit::background::AuditMetrics::default().counting_limits_in(input_limits);
+    let config = audit::background::BackgroundConfig {
+        limits: ReadLimits {
+            max_object_bytes: 16 * 1024,
+            ..ReadLimits::default()
+        },
+        ..background_config("stackgate-0")
+    };
+    let leader = tokio::time::timeout(
+        TEST_TIMEOUT,
+        audit::background::round(&client, &engine(), &config, &metrics, true),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(leader);
+    let text = support_encoded(&registry);
+    assert!(
+        text.contains("stackgate_input_limits_total{limit=\"audit_object_bytes\"} 1"),
+        "{text}"
+    );
+    let c = cluster.lock().unwrap();
+    assert_eq!(
+        stored(&c, POLICYREPORTS, Some("tenant-a"), "stackgate")["summary"]["fail"],
+        1
+    );
+}
+
+fn support_encoded(registry: &prometheus_client::registry::Registry) -> String {
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, registry).unwrap();
+    out
+}
