@@ -2057,8 +2057,7 @@ async fn publish_round(served: &[&str], api: audit::background::ReportApi) -> Cl
     .unwrap()
     .unwrap();
     assert!(leader);
-    let c = std::mem::take(&mut *cluster.lock().unwrap());
-    c
+    std::mem::take(&mut *cluster.lock().unwrap())
 }
 
 fn applied(c: &Cluster, collection_part: &str) -> usize {
