@@ -508,8 +508,14 @@ pub async fn audit(
     progress("CCM pods", run.objects);
     let mut workloads = std::mem::take(&mut run.workloads);
     workloads.truncate(restart::MAX_WORKLOADS);
-    let outcomes =
-        restart::check_workloads(client, &engine, workloads.clone(), &mut run.requests).await;
+    let outcomes = restart::check_workloads(
+        client,
+        &engine,
+        workloads.clone(),
+        &options.limits,
+        &mut run.requests,
+    )
+    .await;
     let mut restarts = Vec::new();
     for outcome in outcomes {
         match outcome {

@@ -231,7 +231,18 @@ pub async fn list(
     params: &ListParams,
     max_bytes: usize,
 ) -> Result<Page, ReadError> {
-    let request = build(Request::new(DynamicObject::url_path(ar, None)).list(params))?;
+    list_in(client, ar, None, params, max_bytes).await
+}
+
+/// One list page of `ar` in `namespace` (every namespace for None), read within `max_bytes`.
+pub async fn list_in(
+    client: &kube::Client,
+    ar: &ApiResource,
+    namespace: Option<&str>,
+    params: &ListParams,
+    max_bytes: usize,
+) -> Result<Page, ReadError> {
+    let request = build(Request::new(DynamicObject::url_path(ar, namespace)).list(params))?;
     Ok(Page {
         body: read(client, request, max_bytes).await?,
     })
