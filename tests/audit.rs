@@ -2191,3 +2191,29 @@ fn support_encoded(registry: &prometheus_client::registry::Registry) -> String {
     prometheus_client::encoding::text::encode(&mut out, registry).unwrap();
     out
 }
+
+/// A named site that also carries the site label is listed twice (by name, then by label)
+/// and reported once: the audit remembers the selections it has listed, not the names.
+#[tokio::test]
+async fn an_object_two_targets_select_is_reported_once() {
+    let mut named = labelled_config("openshift-config", "cloud-provider-config", 0);
+    named["data"] =
+        json!({"config": "[LoadBalancer]\nprovider-requires-serial-api-calls = false\n"});
+    named["metadata"]["labels"] = json!({"stackgate.dev/cloud-config": "config"});
+    let cluster = Arc::new(Mutex::new(configmap_cluster(vec![named])));
+    let (code, text) = run_audit(&cluster, &AuditOptions::default()).await;
+    assert_eq!(code, 1, "{text}");
+    let entries = text
+        .lines()
+        .filter(|l| l.starts_with("ConfigMap/openshift-config/cloud-provider-config: error"))
+        .count();
+    assert_eq!(entries, 1, "{text}");
+    let c = cluster.lock().unwrap();
+    // Read twice (a get by name, a labelled list), judged once.
+    assert!(
+        c.requests
+            .iter()
+            .any(|r| r.path.ends_with("/configmaps/cloud-provider-config"))
+    );
+    assert!(c.requests.iter().any(|r| r.path == CONFIGMAPS));
+}
