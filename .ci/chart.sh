@@ -42,6 +42,7 @@ RENDERS=(
     "monitoring|stackgate|stackgate|monitoring|--api-versions monitoring.coreos.com/v1"
     "live-release|stackgate|stackgate|live-release|"
     "audit|stackgate|stackgate|audit|"
+    "audit-openreports|stackgate|stackgate|audit-openreports|"
     "ovn-source-ranges|stackgate|stackgate|ovn-source-ranges|"
     "openshift-platform|stackgate|stackgate|openshift-platform|"
     "ovn-source-ranges-kube-1.27|stackgate|stackgate|ovn-source-ranges|--kube-version 1.27.0"

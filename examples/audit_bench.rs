@@ -11,7 +11,15 @@
 //!
 //! ```text
 //! cargo run --release --example audit_bench -- [SCALE]
+//! cargo run --release --example audit_bench -- labelled N   # issue 22: N labelled configs
+//! cargo run --release --example audit_bench -- huge MIB     # issue 22: one MIB MiB object
 //! ```
+//!
+//! The issue 22 shapes use a second fake that generates its objects on request (none are
+//! stored, so the peak is the audit's own): `labelled N` serves N ConfigMaps labelled
+//! `stackgate.dev/cloud-config`, each with serial calls off (a denial, a mutation note and a
+//! fix diff each); `huge MIB` serves one labelled ConfigMap of MIB MiB, streamed in 64 KiB
+//! chunks (the fake never holds it), before 1,000 small ones. Every other kind answers 404.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -20,6 +28,7 @@ use std::time::Instant;
 use base64::Engine as _;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt as _;
+use hyper::body::Bytes;
 use kube::client::Body;
 use serde_json::{Value, json};
 use stackgate::audit::{self, AuditOptions};
@@ -216,13 +225,170 @@ fn status_kib(field: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// A small labelled cloud config with serial calls off, as one list item (JSON).
+fn generated_item(i: usize) -> Vec<u8> {
+    serde_json::to_vec(&json!({"metadata": {"name": format!("cm-{i}"),
+        "namespace": format!("ns-{}", i % 100), "resourceVersion": "1",
+        "labels": {"stackgate.dev/cloud-config": "cloud.conf"}},
+        "data": {"cloud.conf": "[Global]\nregion=RegionOne\n\n[LoadBalancer]\nprovider-requires-serial-api-calls = false\n"}}))
+    .unwrap_or_default()
+}
+
+type Streamed = http_body_util::combinators::UnsyncBoxBody<Bytes, std::convert::Infallible>;
+
+/// The issue 22 fake: `count` generated labelled ConfigMaps; with `huge_bytes`, item 0 is one
+/// ConfigMap whose data value is that many bytes, streamed.
+fn generated_answer(
+    path: &str,
+    query: &str,
+    metadata_only: bool,
+    count: usize,
+    huge_bytes: usize,
+) -> Response<Streamed> {
+    use http_body_util::BodyExt as _;
+    let full = |body: Vec<u8>, code: u16| {
+        let mut r = Response::new(http_body_util::Full::new(Bytes::from(body)).boxed_unsync());
+        *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::NOT_FOUND);
+        r
+    };
+    let labelled = param(query, "labelSelector").is_some_and(|s| s == "stackgate.dev/cloud-config");
+    if path != "/api/v1/configmaps" || !labelled {
+        let body = json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
+                          "code": 404, "reason": "NotFound", "message": "not found"});
+        return full(serde_json::to_vec(&body).unwrap_or_default(), 404);
+    }
+    let start: usize = param(query, "continue")
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let limit: usize = param(query, "limit")
+        .and_then(|l| l.parse().ok())
+        .unwrap_or(usize::MAX);
+    let end = start.saturating_add(limit).min(count);
+    let mut chunks: Vec<Bytes> = Vec::new();
+    let next = (end < count).then(|| end.to_string());
+    let head = match &next {
+        Some(t) => format!(
+            "{{\"apiVersion\":\"v1\",\"kind\":\"List\",\"metadata\":{{\"continue\":\"{t}\"}},\"items\":["
+        ),
+        None => "{\"apiVersion\":\"v1\",\"kind\":\"List\",\"metadata\":{},\"items\":[".to_owned(),
+    };
+    chunks.push(Bytes::from(head));
+    for i in start..end {
+        if i > start {
+            chunks.push(Bytes::from_static(b","));
+        }
+        if i == 0 && huge_bytes > 0 && metadata_only {
+            // `Accept: …;as=PartialObjectMetadataList`: what the apiserver sends then.
+            chunks.push(Bytes::from_static(
+                b"{\"metadata\":{\"name\":\"huge\",\"namespace\":\"ns-huge\"}}",
+            ));
+        } else if i == 0 && huge_bytes > 0 {
+            chunks.push(Bytes::from_static(
+                b"{\"metadata\":{\"name\":\"huge\",\"namespace\":\"ns-huge\",\"labels\":{\"stackgate.dev/cloud-config\":\"cloud.conf\"}},\"data\":{\"cloud.conf\":\"",
+            ));
+            let block = Bytes::from(vec![b'x'; 64 * 1024]);
+            let mut left = huge_bytes;
+            while left > 0 {
+                let n = left.min(block.len());
+                chunks.push(block.slice(..n));
+                left -= n;
+            }
+            chunks.push(Bytes::from_static(b"\"}}"));
+        } else {
+            chunks.push(Bytes::from(generated_item(i)));
+        }
+    }
+    chunks.push(Bytes::from_static(b"]}"));
+    let frames = futures::stream::iter(
+        chunks
+            .into_iter()
+            .map(|c| Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(c))),
+    );
+    Response::new(http_body_util::StreamBody::new(frames).boxed_unsync())
+}
+
+/// Runs the audit over the issue 22 fake and prints what it cost.
+async fn hostile(shape: &str, n: usize) {
+    let (count, huge_bytes) = match shape {
+        "labelled" => (n, 0),
+        _ => (1_001, n * 1024 * 1024),
+    };
+    let requests = Arc::new(AtomicUsize::new(0));
+    let counter = requests.clone();
+    let (service, mut handle) = mock::pair::<Request<Body>, Response<Streamed>>();
+    tokio::spawn(async move {
+        while let Some((request, send)) = handle.next_request().await {
+            counter.fetch_add(1, Ordering::Relaxed);
+            let (parts, body) = request.into_parts();
+            let _ = body.collect().await;
+            let metadata_only = parts
+                .headers
+                .get("accept")
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.contains("as=PartialObjectMetadataList"));
+            send.send_response(generated_answer(
+                parts.uri.path(),
+                parts.uri.query().unwrap_or(""),
+                metadata_only,
+                count,
+                huge_bytes,
+            ));
+        }
+    });
+    let client = kube::Client::new(service, "default");
+    let engine = Engine::new(PolicySet::embedded().expect("embedded policies"));
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+    let baseline = status_kib("VmRSS:");
+    let started = Instant::now();
+    let audited = audit::audit(
+        &client,
+        &engine,
+        &AuditOptions::default(),
+        &mut |_: &str, _: usize| {},
+    )
+    .await;
+    let text = stackgate::check::report::text_as(&audited.report, true, &audit::AUDIT);
+    let took = started.elapsed();
+    let peak = status_kib("VmHWM:");
+    let c = audited.report.counts();
+    println!(
+        "{shape} {n}: {count} labelled ConfigMaps{}",
+        if huge_bytes > 0 {
+            format!(", the first one {n} MiB")
+        } else {
+            String::new()
+        }
+    );
+    println!(
+        "audit: {:.2} s wall, {} API requests, {} objects evaluated, {} errors, {} input errors, {} entries listed, text report {} bytes",
+        took.as_secs_f64(),
+        requests.load(Ordering::Relaxed),
+        c.objects,
+        c.errors,
+        c.problems,
+        audited.report.files.len(),
+        text.len()
+    );
+    println!(
+        "memory: RSS after setup {:.1} MiB, peak during audit {:.1} MiB, audit's growth {:.1} MiB",
+        baseline as f64 / 1024.0,
+        peak as f64 / 1024.0,
+        peak.saturating_sub(baseline) as f64 / 1024.0
+    );
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let scale: usize = std::env::args()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1);
+    let first = std::env::args().nth(1).unwrap_or_default();
+    if first == "labelled" || first == "huge" {
+        let n: usize = std::env::args()
+            .nth(2)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(100_000);
+        return hostile(&first, n).await;
+    }
+    let scale: usize = first.parse().unwrap_or(1);
     let fake = Arc::new(cluster(scale));
     let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
     let server = fake.clone();

@@ -187,7 +187,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 Some(Arc::new(guard))
             }
         };
-        let audit_metrics = stackgate::audit::background::AuditMetrics::default();
+        let audit_metrics = stackgate::audit::background::AuditMetrics::default()
+            .counting_limits_in(metrics.input_limits());
         let audit_client = match &background_audit {
             None => None,
             Some(_) => {

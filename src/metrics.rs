@@ -320,6 +320,12 @@ impl Metrics {
             .inc();
     }
 
+    /// The `stackgate_input_limits_total` family, for counters outside a review (the
+    /// background audit's caps).
+    pub fn input_limits(&self) -> Family<LimitLabels, Counter> {
+        self.input_limits.clone()
+    }
+
     /// Counts a review in which the cap `limit` on untrusted input was reached.
     pub fn input_limit(&self, limit: &'static str) {
         self.input_limits

@@ -71,6 +71,17 @@ struct Cluster {
     events: Vec<(String, Value)>,
     /// Reads of a collection (path prefix) answered only after this long: a slow audit.
     slow: Option<(String, Duration)>,
+    /// Collections whose lists page in a hostile way.
+    runaway: Vec<(String, Runaway)>,
+}
+
+/// How a hostile API server pages a collection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Runaway {
+    /// Every page holds the collection's objects and a new continue token, forever.
+    Endless,
+    /// Every page holds the collection's objects and the same continue token.
+    Repeated,
 }
 
 fn status(code: u16, reason: &str) -> Response<Body> {
@@ -162,6 +173,24 @@ impl Cluster {
         };
         let base = format!("/{}", segments[..base_len].join("/"));
         let rest = &segments[base_len..];
+        // API discovery of one group version: the resources served under it.
+        if rest.is_empty() && method == "GET" {
+            let resources: Vec<Value> = self
+                .served
+                .iter()
+                .filter_map(|c| c.strip_prefix(&format!("{base}/")))
+                .filter(|plural| !plural.contains('/'))
+                .map(|plural| {
+                    json!({"name": plural, "singularName": "", "namespaced": true, "kind": "",
+                           "verbs": ["get", "list", "watch", "patch"]})
+                })
+                .collect();
+            if resources.is_empty() {
+                return status(404, "NotFound");
+            }
+            return ok(&json!({"kind": "APIResourceList", "apiVersion": "v1",
+                "groupVersion": segments[1..].join("/"), "resources": resources}));
+        }
         let (namespace, plural, name) = match rest {
             [plural] => (None, *plural, None),
             ["namespaces", ns, plural] => (Some(*ns), *plural, None),
@@ -200,17 +229,48 @@ impl Cluster {
                     })
                     .collect();
                 let start: usize = query_param(query, "continue")
-                    .map(|c| c.parse().unwrap())
+                    .map(|c| {
+                        c.trim_start_matches("endless-")
+                            .trim_start_matches("again")
+                            .parse()
+                            .unwrap_or(0)
+                    })
                     .unwrap_or(0);
                 let limit: usize = query_param(query, "limit")
                     .map(|l| l.parse().unwrap())
                     .unwrap_or(usize::MAX);
-                let end = start.saturating_add(limit).min(items.len());
-                let more = end < items.len();
-                let page: Vec<Value> = items.drain(start..end).collect();
+                let runaway = self
+                    .runaway
+                    .iter()
+                    .find(|(c, _)| *c == collection)
+                    .map(|(_, r)| *r);
+                let (page, next): (Vec<Value>, Option<String>) = match runaway {
+                    Some(Runaway::Endless) => (items, Some(format!("endless-{}", start + 1))),
+                    Some(Runaway::Repeated) => (items, Some("again".to_owned())),
+                    None => {
+                        let end = start.saturating_add(limit).min(items.len());
+                        let more = end < items.len();
+                        (
+                            items.drain(start..end).collect(),
+                            more.then(|| end.to_string()),
+                        )
+                    }
+                };
+                // `Accept: …;as=PartialObjectMetadataList`: metadata only, as the apiserver.
+                let metadata_only = self
+                    .requests
+                    .last()
+                    .is_some_and(|r| r.accept.contains("as=PartialObjectMetadataList"));
+                let page: Vec<Value> = if metadata_only {
+                    page.into_iter()
+                        .map(|o| json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": o["metadata"]}))
+                        .collect()
+                } else {
+                    page
+                };
                 let mut metadata = json!({"resourceVersion": "1000"});
-                if more {
-                    metadata["continue"] = json!(end.to_string());
+                if let Some(next) = next {
+                    metadata["continue"] = json!(next);
                 }
                 ok(
                     &json!({"apiVersion": "v1", "kind": "List", "metadata": metadata, "items": page}),
@@ -1007,6 +1067,8 @@ fn background_config(identity: &str) -> audit::background::BackgroundConfig {
         max_results: 500,
         page_size: 250,
         debounce: Duration::from_secs(5),
+        limits: audit::page::ReadLimits::default(),
+        report_api: audit::background::ReportApi::Auto,
     }
 }
 
@@ -1673,4 +1735,485 @@ async fn labelled_values_secrets_are_listed_and_judged() {
         "{:?}",
         c.requests
     );
+}
+
+// ---- Issue 22: an audit bounded by its page size, not by the cluster ----
+
+use audit::page::ReadLimits;
+
+const OPENREPORTS: &str = "/apis/openreports.io/v1alpha1/reports";
+const CLUSTEROPENREPORTS: &str = "/apis/openreports.io/v1alpha1/clusterreports";
+
+/// A ConfigMap labelled as a cloud config with serial calls off (a denial), padded with a
+/// comment of `padding` bytes that holds a marker no report may show.
+fn labelled_config(namespace: &str, name: &str, padding: usize) -> Value {
+    let mut ini = String::from("[LoadBalancer]\nprovider-requires-serial-api-calls = false\n");
+    if padding > 0 {
+        ini.push_str("; CONTENT-MARKER ");
+        ini.push_str(&"x".repeat(padding));
+        ini.push('\n');
+    }
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace,
+                     "labels": {"stackgate.dev/cloud-config": "cloud.conf"}},
+        "data": {"cloud.conf": ini}})
+}
+
+/// A small cluster: the ConfigMaps given, and the other kinds served empty.
+fn configmap_cluster(configmaps: Vec<Value>) -> Cluster {
+    let mut c = Cluster::default();
+    for cm in configmaps {
+        c.add(CONFIGMAPS, cm);
+    }
+    c.serve(SECRETS);
+    c.serve(DAEMONSETS);
+    c.serve(DEPLOYMENTS);
+    c
+}
+
+/// The JSON bytes of a stored object as a list item (the fake server drops apiVersion and
+/// kind from items, as the apiserver does).
+fn item_bytes(c: &Cluster, name: &str) -> usize {
+    let (_, o) = c
+        .objects
+        .iter()
+        .find(|(_, o)| o["metadata"]["name"] == name)
+        .unwrap();
+    let mut o = o.clone();
+    let m = o.as_object_mut().unwrap();
+    m.remove("apiVersion");
+    m.remove("kind");
+    serde_json::to_vec(&o).unwrap().len()
+}
+
+fn list_requests(c: &Cluster, path: &str) -> usize {
+    c.requests
+        .iter()
+        .filter(|r| r.method == "GET" && r.path == path)
+        .count()
+}
+
+#[tokio::test]
+async fn an_endless_continue_token_stops_the_kind_at_the_page_limit() {
+    let mut c = standard_cluster();
+    c.forbidden.clear();
+    c.runaway
+        .push((HELMRELEASES_V2.to_owned(), Runaway::Endless));
+    let cluster = Arc::new(Mutex::new(c));
+    let options = AuditOptions {
+        limits: ReadLimits {
+            max_list_pages: 25,
+            ..ReadLimits::default()
+        },
+        max_report_objects: 10,
+        ..AuditOptions::default()
+    };
+    let (code, text) = run_audit(&cluster, &options).await;
+    assert_eq!(code, 2, "{text}");
+    assert!(
+        text.contains(
+            "HelmRelease (helm.toolkit.fluxcd.io/v2): error [input] stopped listing helmreleases \
+             after 25 list requests (the limit, --max-list-pages): the API server kept answering \
+             with another continue token; its objects were not audited"
+        ),
+        "{text}"
+    );
+    assert_eq!(list_requests(&cluster.lock().unwrap(), HELMRELEASES_V2), 25);
+    // The kinds after it were audited, and the report is bounded: 10 entries listed, the
+    // rest counted ("and N more").
+    assert_eq!(list_requests(&cluster.lock().unwrap(), DAEMONSETS), 1);
+    assert!(text.contains("more entries not listed"), "{text}");
+    let listed: BTreeSet<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with(['…', ' ', '+', '-', '@']) && l.contains(": "))
+        .filter_map(|l| l.split(": ").next())
+        .filter(|e| !e.starts_with("stackgate audit") && !e.starts_with("source of"))
+        // Kind entries (`HelmRelease (helm.toolkit.fluxcd.io/v2)`) are always listed.
+        .filter(|e| !e.contains(" ("))
+        .collect();
+    assert!(listed.len() <= 10, "{listed:?}");
+}
+
+#[tokio::test]
+async fn a_repeated_continue_token_stops_the_kind_at_once() {
+    let mut c = standard_cluster();
+    c.forbidden.clear();
+    c.runaway
+        .push((HELMRELEASES_V2.to_owned(), Runaway::Repeated));
+    let cluster = Arc::new(Mutex::new(c));
+    let (code, text) = run_audit(&cluster, &AuditOptions::default()).await;
+    assert_eq!(code, 2, "{text}");
+    assert!(
+        text.contains(
+            "HelmRelease (helm.toolkit.fluxcd.io/v2): error [input] stopped listing helmreleases \
+             after 2 list requests: the API server answered with a continue token it had already \
+             given (a paging loop)"
+        ),
+        "{text}"
+    );
+    // The first page was audited; the second (the same token again) was the last request.
+    assert_eq!(list_requests(&cluster.lock().unwrap(), HELMRELEASES_V2), 2);
+    assert!(text.contains("HelmRelease/kube-system/openstack-cloud-controller-manager: warning"));
+}
+
+#[tokio::test]
+async fn an_object_over_the_object_cap_is_named_and_skipped_at_the_limit_and_one_past_it() {
+    let configs = vec![
+        labelled_config("tenant-a", "before", 0),
+        labelled_config("tenant-b", "huge", 200 * 1024),
+        labelled_config("tenant-c", "after", 0),
+    ];
+    let c = configmap_cluster(configs);
+    let size = item_bytes(&c, "huge");
+    let cluster = Arc::new(Mutex::new(c));
+    let at = |max_object_bytes| AuditOptions {
+        limits: ReadLimits {
+            max_object_bytes,
+            ..ReadLimits::default()
+        },
+        ..AuditOptions::default()
+    };
+    // At the limit: read and judged like the others.
+    let (code, text) = run_audit(&cluster, &at(size)).await;
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("ConfigMap/tenant-b/huge: error [serial-lb-api-calls]"),
+        "{text}"
+    );
+    // One byte under its size: skipped, named with its size, content never shown.
+    let (code, text) = run_audit(&cluster, &at(size - 1)).await;
+    assert_eq!(code, 2, "{text}");
+    assert!(
+        text.contains(&format!(
+            "ConfigMap/tenant-b/huge: error [input] not audited: the object is {size} bytes, over \
+             the audit's limit of {} bytes per object (--max-object-bytes); its content was not read",
+            size - 1
+        )),
+        "{text}"
+    );
+    assert!(!text.contains("CONTENT-MARKER"), "{text}");
+    assert!(
+        !text.contains("ConfigMap/tenant-b/huge: error [serial"),
+        "{text}"
+    );
+    // The objects on the same page around it were audited.
+    assert!(text.contains("ConfigMap/tenant-a/before: error [serial-lb-api-calls]"));
+    assert!(text.contains("ConfigMap/tenant-c/after: error [serial-lb-api-calls]"));
+}
+
+#[tokio::test]
+async fn a_page_over_the_page_cap_is_asked_again_smaller_and_a_lone_object_over_it_skipped() {
+    let configs = vec![
+        labelled_config("tenant-a", "before", 0),
+        labelled_config("tenant-b", "huge", 200 * 1024),
+        labelled_config("tenant-c", "after", 0),
+    ];
+    let cluster = Arc::new(Mutex::new(configmap_cluster(configs)));
+    let options = AuditOptions {
+        limits: ReadLimits {
+            max_page_bytes: 128 * 1024,
+            ..ReadLimits::default()
+        },
+        ..AuditOptions::default()
+    };
+    let (code, text) = run_audit(&cluster, &options).await;
+    assert_eq!(code, 2, "{text}");
+    assert!(
+        text.contains(
+            "ConfigMap/tenant-b/huge: error [input] not audited: a list page of this object alone \
+             is over the audit's limit of 131072 bytes per page (--max-page-bytes); its content \
+             was not read"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("CONTENT-MARKER"), "{text}");
+    assert!(
+        text.contains("ConfigMap/tenant-a/before: error [serial-lb-api-calls]"),
+        "{text}"
+    );
+    assert!(
+        text.contains("ConfigMap/tenant-c/after: error [serial-lb-api-calls]"),
+        "{text}"
+    );
+    let c = cluster.lock().unwrap();
+    // The object was named through one metadata-only page, never read whole afterwards.
+    let metadata_lists: Vec<&Recorded> = c
+        .requests
+        .iter()
+        .filter(|r| r.accept.contains("as=PartialObjectMetadataList"))
+        .collect();
+    assert_eq!(metadata_lists.len(), 1, "{:?}", c.requests);
+    assert_eq!(
+        query_param(&metadata_lists[0].query, "limit").as_deref(),
+        Some("1")
+    );
+}
+
+#[tokio::test]
+async fn many_objects_a_bounded_report_whose_summary_counts_them_all() {
+    let configs: Vec<Value> = (0..300)
+        .map(|i| labelled_config(&format!("ns-{}", i % 7), &format!("cm-{i}"), 0))
+        .collect();
+    let cluster = Arc::new(Mutex::new(configmap_cluster(configs)));
+    let json_options = |max_report_objects| AuditOptions {
+        format: Format::Json,
+        max_report_objects,
+        page_size: 40,
+        ..AuditOptions::default()
+    };
+    let (full_code, full) = run_audit(&cluster, &json_options(10_000)).await;
+    let (code, capped) = run_audit(&cluster, &json_options(50)).await;
+    let full: Value = serde_json::from_str(&full).unwrap();
+    let capped: Value = serde_json::from_str(&capped).unwrap();
+    assert_eq!(code, full_code);
+    assert_eq!(full["summary"]["errors"], 300);
+    // The summary is true; the listing holds 50 entries; the rest are counted as not listed.
+    for key in [
+        "objects",
+        "errors",
+        "warnings",
+        "notes",
+        "inputErrors",
+        "exitCode",
+    ] {
+        assert_eq!(capped["summary"][key], full["summary"][key], "{key}");
+    }
+    let listed: BTreeSet<&str> = capped["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["file"].as_str())
+        .collect();
+    assert!(listed.len() <= 50, "{}", listed.len());
+    assert!(capped["summary"]["notListed"]["entries"].as_u64().unwrap() >= 250);
+    // Findings cap: the same fold.
+    let (_, text) = run_audit(
+        &cluster,
+        &AuditOptions {
+            max_report_findings: 20,
+            ..AuditOptions::default()
+        },
+    )
+    .await;
+    assert!(text.contains("more entries not listed (2"), "{text}");
+    assert!(text.contains("300 errors"), "{text}");
+    assert!(
+        text.lines()
+            .filter(|l| l.contains("error [serial-lb-api-calls]"))
+            .count()
+            <= 20
+    );
+}
+
+#[tokio::test]
+async fn policy_reports_are_bounded_and_their_summaries_count_every_finding() {
+    let configs: Vec<Value> = (0..30)
+        .map(|i| labelled_config("tenant-many", &format!("cm-{i}"), 0))
+        .collect();
+    let cluster = Arc::new(Mutex::new(configmap_cluster(configs)));
+    let client = client(cluster.clone());
+    let options = AuditOptions {
+        max_report_objects: 5,
+        ..AuditOptions::default()
+    };
+    let audited = audit::audit(&client, &engine(), &options, &mut |_: &str, _: usize| {}).await;
+    let reports = audit::background::policy_reports(
+        &audited.report,
+        &audited.tally,
+        3,
+        k8s_openapi::jiff::Timestamp::now(),
+    );
+    let r = &reports[&Some("tenant-many".to_owned())];
+    assert_eq!(r["results"].as_array().unwrap().len(), 3);
+    assert_eq!(r["summary"]["fail"], 30);
+    assert_eq!(
+        r["metadata"]["annotations"]["stackgate.dev/results-left-out"],
+        "27"
+    );
+    // Each result carries the finding's code.
+    assert_eq!(r["results"][0]["properties"]["code"], "false", "{r:#}");
+}
+
+/// A background round against a cluster that serves `report_collections`.
+async fn publish_round(served: &[&str], api: audit::background::ReportApi) -> Cluster {
+    let mut c = standard_cluster();
+    c.forbidden.clear();
+    c.serve(LEASES);
+    for s in served {
+        c.serve(s);
+    }
+    let cluster = Arc::new(Mutex::new(c));
+    let client = client(cluster.clone());
+    let metrics = audit::background::AuditMetrics::default();
+    let config = audit::background::BackgroundConfig {
+        report_api: api,
+        ..background_config("stackgate-0")
+    };
+    let leader = tokio::time::timeout(
+        TEST_TIMEOUT,
+        audit::background::round(&client, &engine(), &config, &metrics, true),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(leader);
+    std::mem::take(&mut *cluster.lock().unwrap())
+}
+
+fn applied(c: &Cluster, collection_part: &str) -> usize {
+    c.requests
+        .iter()
+        .filter(|r| r.method == "PATCH" && r.path.contains(collection_part))
+        .count()
+}
+
+#[tokio::test]
+async fn reports_are_written_in_each_report_api_the_cluster_serves() {
+    use audit::background::ReportApi;
+    let both = [
+        POLICYREPORTS,
+        CLUSTERPOLICYREPORTS,
+        OPENREPORTS,
+        CLUSTEROPENREPORTS,
+    ];
+    // Both served, auto: both written, with the same results.
+    let c = publish_round(&both, ReportApi::Auto).await;
+    let wg = stored(&c, POLICYREPORTS, Some("tenant-a"), "stackgate");
+    let or = stored(&c, OPENREPORTS, Some("tenant-a"), "stackgate");
+    assert_eq!(or["apiVersion"], "openreports.io/v1alpha1");
+    assert_eq!(or["kind"], "Report");
+    assert_eq!(or["source"], "stackgate");
+    assert_eq!(or["results"], wg["results"]);
+    assert_eq!(or["summary"]["fail"], 1);
+    assert_eq!(or["results"][0]["properties"]["code"], "false");
+    let cluster_report = stored(&c, CLUSTEROPENREPORTS, None, "stackgate");
+    assert_eq!(cluster_report["kind"], "ClusterReport");
+    // Only openreports.io served, auto: only it (no write to an API that is not there).
+    let c = publish_round(&[OPENREPORTS, CLUSTEROPENREPORTS], ReportApi::Auto).await;
+    assert!(applied(&c, "/openreports.io/") > 0);
+    assert_eq!(applied(&c, "/wgpolicyk8s.io/"), 0);
+    // Only wgpolicyk8s.io served, auto: only it.
+    let c = publish_round(&[POLICYREPORTS, CLUSTERPOLICYREPORTS], ReportApi::Auto).await;
+    assert!(applied(&c, "/wgpolicyk8s.io/") > 0);
+    assert_eq!(applied(&c, "/openreports.io/"), 0);
+    // Chosen explicitly: only that one, whatever is served.
+    let c = publish_round(&both, ReportApi::Wgpolicyk8s).await;
+    assert!(applied(&c, "/wgpolicyk8s.io/") > 0);
+    assert_eq!(applied(&c, "/openreports.io/"), 0);
+    let c = publish_round(&both, ReportApi::Openreports).await;
+    assert!(applied(&c, "/openreports.io/") > 0);
+    assert_eq!(applied(&c, "/wgpolicyk8s.io/"), 0);
+}
+
+const K0S_CLUSTERCONFIGS: &str = "/apis/k0s.k0sproject.io/v1beta1/clusterconfigs";
+
+/// Issue 23, faces drift: the webhook reads k0s ClusterConfigs, so the audit lists them; a
+/// cluster without k0s answers 404, a note.
+#[tokio::test]
+async fn k0s_cluster_configs_are_listed_and_judged() {
+    let mut c = configmap_cluster(Vec::new());
+    c.add(
+        K0S_CLUSTERCONFIGS,
+        json!({"apiVersion": "k0s.k0sproject.io/v1beta1", "kind": "ClusterConfig",
+            "metadata": {"name": "k0s", "namespace": "kube-system"},
+            "spec": {"extensions": {"helm": {"charts": [
+                {"name": "occm", "chartname": "openstack/openstack-cloud-controller-manager",
+                 "values": "cloudConfig:\n  loadBalancer:\n    provider-requires-serial-api-calls: false\n"}]}}}}),
+    );
+    let cluster = Arc::new(Mutex::new(c));
+    let (code, text) = run_audit(&cluster, &AuditOptions::default()).await;
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("ClusterConfig/kube-system/k0s: error [serial-lb-api-calls]"),
+        "{text}"
+    );
+    let (code, text) = run_audit(
+        &Arc::new(Mutex::new(configmap_cluster(Vec::new()))),
+        &AuditOptions::default(),
+    )
+    .await;
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("ClusterConfig (k0s.k0sproject.io/v1beta1): note [skipped] not served"),
+        "{text}"
+    );
+}
+
+/// The background audit counts the caps it reached in `stackgate_input_limits_total`, and its
+/// reports' summaries still count what it could read.
+#[tokio::test]
+async fn the_background_audit_counts_its_caps_in_the_input_limits_metric() {
+    let mut c = configmap_cluster(vec![
+        labelled_config("tenant-a", "small", 0),
+        labelled_config("tenant-b", "huge", 64 * 1024),
+    ]);
+    c.serve(LEASES);
+    c.serve(POLICYREPORTS);
+    c.serve(CLUSTERPOLICYREPORTS);
+    let cluster = Arc::new(Mutex::new(c));
+    let client = client(cluster.clone());
+    let input_limits = prometheus_client::metrics::family::Family::<
+        stackgate::metrics::LimitLabels,
+        prometheus_client::metrics::counter::Counter,
+    >::default();
+    let mut registry = prometheus_client::registry::Registry::with_prefix("stackgate");
+    registry.register("input_limits", "caps", input_limits.clone());
+    let metrics = audit::background::AuditMetrics::default().counting_limits_in(input_limits);
+    let config = audit::background::BackgroundConfig {
+        limits: ReadLimits {
+            max_object_bytes: 16 * 1024,
+            ..ReadLimits::default()
+        },
+        ..background_config("stackgate-0")
+    };
+    let leader = tokio::time::timeout(
+        TEST_TIMEOUT,
+        audit::background::round(&client, &engine(), &config, &metrics, true),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(leader);
+    let text = support_encoded(&registry);
+    assert!(
+        text.contains("stackgate_input_limits_total{limit=\"audit_object_bytes\"} 1"),
+        "{text}"
+    );
+    let c = cluster.lock().unwrap();
+    assert_eq!(
+        stored(&c, POLICYREPORTS, Some("tenant-a"), "stackgate")["summary"]["fail"],
+        1
+    );
+}
+
+fn support_encoded(registry: &prometheus_client::registry::Registry) -> String {
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, registry).unwrap();
+    out
+}
+
+/// A named site that also carries the site label is listed twice (by name, then by label)
+/// and reported once: the audit remembers the selections it has listed, not the names.
+#[tokio::test]
+async fn an_object_two_targets_select_is_reported_once() {
+    let mut named = labelled_config("openshift-config", "cloud-provider-config", 0);
+    named["data"] =
+        json!({"config": "[LoadBalancer]\nprovider-requires-serial-api-calls = false\n"});
+    named["metadata"]["labels"] = json!({"stackgate.dev/cloud-config": "config"});
+    let cluster = Arc::new(Mutex::new(configmap_cluster(vec![named])));
+    let (code, text) = run_audit(&cluster, &AuditOptions::default()).await;
+    assert_eq!(code, 1, "{text}");
+    let entries = text
+        .lines()
+        .filter(|l| l.starts_with("ConfigMap/openshift-config/cloud-provider-config: error"))
+        .count();
+    assert_eq!(entries, 1, "{text}");
+    let c = cluster.lock().unwrap();
+    // Read twice (a get by name, a labelled list), judged once.
+    assert!(
+        c.requests
+            .iter()
+            .any(|r| r.path.ends_with("/configmaps/cloud-provider-config"))
+    );
+    assert!(c.requests.iter().any(|r| r.path == CONFIGMAPS));
 }

@@ -1247,6 +1247,7 @@ fn deployment_is_ha_locked_down_and_probed_on_the_admin_port() {
                 | "guard-cluster-wide"
                 | "guard-budget"
                 | "audit"
+                | "audit-openreports"
                 | "ovn-source-ranges"
                 | "ovn-source-ranges-kube-1.27"
                 | "openshift-platform"
@@ -1421,7 +1422,8 @@ fn rbac_is_least_privilege() {
             );
             // Writes: only the background audit's own results and its Lease.
             let allowed = match (g.as_str(), res.as_str()) {
-                ("wgpolicyk8s.io", "policyreports" | "clusterpolicyreports") => {
+                ("wgpolicyk8s.io", "policyreports" | "clusterpolicyreports")
+                | ("openreports.io", "reports" | "clusterreports") => {
                     set(&["get", "list", "create", "patch"])
                 }
                 ("coordination.k8s.io", "leases") => set(&["get", "create", "update"]),
@@ -1432,7 +1434,11 @@ fn rbac_is_least_privilege() {
                 "{}: {res} verbs {verbs:?}",
                 r.name
             );
-            if res == "secrets" && !r.name.starts_with("ovn-source-ranges") {
+            // audit.listSecrets (audit-openreports) is the one opt-in cluster-wide list.
+            if res == "secrets"
+                && !r.name.starts_with("ovn-source-ranges")
+                && r.name != "audit-openreports"
+            {
                 assert_eq!(verbs, &set(&["get"]), "{}: secrets are get only", r.name);
             }
         }
@@ -1490,8 +1496,31 @@ fn rbac_is_least_privilege() {
                 pair("core.openstack.org", "openstackversions"),
                 pair("glance.openstack.org", "glances"),
                 pair("manila.openstack.org", "manilas"),
+                pair("k0s.k0sproject.io", "clusterconfigs"),
                 pair("wgpolicyk8s.io", "policyreports"),
                 pair("wgpolicyk8s.io", "clusterpolicyreports"),
+                pair("openreports.io", "reports"),
+                pair("openreports.io", "clusterreports"),
+                pair("coordination.k8s.io", "leases"),
+            ]
+            .into(),
+            "audit-openreports" => [
+                pair("", "configmaps"),
+                pair("", "pods"),
+                pair("", "secrets"),
+                pair("", "services"),
+                pair("apps", "daemonsets"),
+                pair("apps", "deployments"),
+                pair("helm.toolkit.fluxcd.io", "helmreleases"),
+                pair("argoproj.io", "applications"),
+                pair("helm.cattle.io", "helmcharts"),
+                pair("helm.cattle.io", "helmchartconfigs"),
+                pair("k0s.k0sproject.io", "clusterconfigs"),
+                pair("core.openstack.org", "openstackversions"),
+                pair("glance.openstack.org", "glances"),
+                pair("manila.openstack.org", "manilas"),
+                pair("openreports.io", "reports"),
+                pair("openreports.io", "clusterreports"),
                 pair("coordination.k8s.io", "leases"),
             ]
             .into(),
@@ -1513,6 +1542,7 @@ fn rbac_is_least_privilege() {
                         | "applications"
                         | "helmcharts"
                         | "helmchartconfigs"
+                        | "clusterconfigs"
                         | "glances"
                         | "manilas"
                 );
@@ -2084,4 +2114,96 @@ fn gitops_webhooks_register_every_kind_the_engine_reads() {
         }
     }
     assert!(checked >= 10, "only {checked} gitops webhooks checked");
+}
+
+// ------------------------------------------------------------------------ audit (issue 22/23/27)
+
+/// The background audit reads every kind `stackgate audit` lists (k0s ClusterConfigs
+/// included), writes the report APIs `audit.reportApi` names, and lists Secrets cluster-wide
+/// only when `audit.listSecrets` asks for it.
+#[test]
+fn audit_rbac_follows_the_report_api_and_the_audit_targets() {
+    let renders = load_renders();
+    let cluster_rules = |r: &Render| -> BTreeMap<(String, String), BTreeSet<String>> {
+        let mut out = BTreeMap::new();
+        for cr in r.typed::<ClusterRole>("ClusterRole") {
+            if !cr
+                .metadata
+                .name
+                .as_deref()
+                .unwrap_or("")
+                .ends_with("-audit")
+            {
+                continue;
+            }
+            for rule in cr.rules.unwrap_or_default() {
+                for g in rule.api_groups.iter().flatten() {
+                    for res in rule.resources.iter().flatten() {
+                        out.entry((g.clone(), res.clone()))
+                            .or_insert_with(BTreeSet::new)
+                            .extend(rule.verbs.iter().cloned());
+                    }
+                }
+            }
+        }
+        out
+    };
+    let report_api_env = |r: &Render| {
+        let d: Deployment = r.one("Deployment");
+        let c = &d.spec.unwrap().template.spec.unwrap().containers[0];
+        env_value(c, "STACKGATE_BACKGROUND_AUDIT_REPORT_API")
+    };
+    let key = |g: &str, res: &str| (g.to_owned(), res.to_owned());
+    let verbs = |v: &[&str]| {
+        v.iter()
+            .map(|s| (*s).to_owned())
+            .collect::<BTreeSet<String>>()
+    };
+
+    // Every GitOps kind `stackgate audit` lists is granted (the audit's targets).
+    let engine = stackgate::engine::Engine::new(
+        stackgate::policy::PolicySet::embedded().expect("embedded policies"),
+    );
+    let audit = render(&renders, "audit");
+    let rules = cluster_rules(audit);
+    for target in stackgate::audit::targets(&engine) {
+        let ar = &target.resource;
+        if ar.group.is_empty() && ar.plural == "secrets" {
+            continue; // Secrets: get through Roles, or audit.listSecrets (below).
+        }
+        let granted = rules.get(&key(&ar.group, &ar.plural)).unwrap_or_else(|| {
+            panic!(
+                "audit: {}/{} is listed but not granted",
+                ar.group, ar.plural
+            )
+        });
+        assert!(
+            granted.contains("list"),
+            "{}/{}: {granted:?}",
+            ar.group,
+            ar.plural
+        );
+    }
+    assert_eq!(
+        rules.get(&key("k0s.k0sproject.io", "clusterconfigs")),
+        Some(&verbs(&["get", "list", "watch"]))
+    );
+    // auto: both report APIs, and the env var that selects it.
+    assert!(rules.contains_key(&key("wgpolicyk8s.io", "policyreports")));
+    assert!(rules.contains_key(&key("openreports.io", "reports")));
+    assert!(rules.contains_key(&key("openreports.io", "clusterreports")));
+    assert!(!rules.contains_key(&key("", "secrets")));
+    assert_eq!(report_api_env(audit).as_deref(), Some("auto"));
+
+    // openreports only, with a cluster-wide list of Secrets.
+    let or = render(&renders, "audit-openreports");
+    let rules = cluster_rules(or);
+    assert!(rules.contains_key(&key("openreports.io", "reports")));
+    assert!(!rules.contains_key(&key("wgpolicyk8s.io", "policyreports")));
+    assert!(!rules.contains_key(&key("wgpolicyk8s.io", "clusterpolicyreports")));
+    assert_eq!(
+        rules.get(&key("", "secrets")),
+        Some(&verbs(&["list", "watch"]))
+    );
+    assert_eq!(report_api_env(or).as_deref(), Some("openreports"));
 }

@@ -51,9 +51,13 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use super::{AuditOptions, Selection, Target, audit};
+use super::page::ReadLimits;
+use super::{Audit, AuditOptions, RESTART_RULE, Selection, Tally, Target, audit, resource_label};
+use crate::check::evaluate::ObjectResult;
 use crate::check::{Level, Report};
 use crate::engine::Engine;
+use crate::metrics::LimitLabels;
+use prometheus_client::metrics::counter::Counter;
 
 /// The name of every report stackgate writes (one per namespace, one cluster report).
 pub const REPORT_NAME: &str = "stackgate";
@@ -95,6 +99,10 @@ pub struct BackgroundConfig {
     /// How long after a change of a covered object the re-audit starts; changes within it
     /// are coalesced into one audit, and change-triggered audits start at most this often.
     pub debounce: Duration,
+    /// The caps of the audit's reads.
+    pub limits: ReadLimits,
+    /// Which report API to write.
+    pub report_api: ReportApi,
 }
 
 /// Labels of `stackgate_audit_violations`.
@@ -112,6 +120,17 @@ pub struct AuditMetrics {
     objects: Gauge<i64, AtomicI64>,
     last_success: Gauge<f64, AtomicU64>,
     leader: Gauge<i64, AtomicI64>,
+    /// `stackgate_input_limits_total` of the server's registry, when it has one.
+    input_limits: Option<Family<LimitLabels, Counter>>,
+}
+
+impl AuditMetrics {
+    /// Also counts the audit's caps reached in `stackgate_input_limits_total`
+    /// (`limit="audit_…"`), the family of [`crate::metrics::Metrics::input_limits`].
+    pub fn counting_limits_in(mut self, input_limits: Family<LimitLabels, Counter>) -> Self {
+        self.input_limits = Some(input_limits);
+        self
+    }
 }
 
 impl AuditMetrics {
@@ -144,21 +163,25 @@ impl AuditMetrics {
         );
     }
 
-    fn record(&self, report: &Report, took: Duration, now: Timestamp) {
-        let mut per_policy: BTreeMap<String, i64> = BTreeMap::new();
-        for f in &report.files {
-            for o in &f.objects {
-                for i in o.items.iter().filter(|i| i.level != Level::Note) {
-                    *per_policy.entry(i.policy.clone()).or_default() += 1;
-                }
-            }
-        }
+    fn record(&self, audited: &Audit, took: Duration, now: Timestamp) {
+        let report = &audited.report;
         // Policies that have no violations any more read 0, not their last value.
         self.violations.clear();
-        for (policy, n) in per_policy {
+        for (policy, n) in &audited.violations {
             self.violations
-                .get_or_create(&PolicyLabels { policy })
-                .set(n);
+                .get_or_create(&PolicyLabels {
+                    policy: policy.clone(),
+                })
+                .set(i64::try_from(*n).unwrap_or(i64::MAX));
+        }
+        if let Some(limits) = &self.input_limits {
+            for (limit, n) in &audited.limits {
+                limits
+                    .get_or_create(&LimitLabels {
+                        limit: limit.as_str(),
+                    })
+                    .inc_by(u64::try_from(*n).unwrap_or(u64::MAX));
+            }
         }
         self.duration.set(took.as_secs_f64());
         self.objects
@@ -226,9 +249,38 @@ pub async fn hold_lease(
     )
 }
 
-/// The reports of one audit: namespace (None: the cluster report) → the report object.
+/// The code of each of `o`'s items, in order: the engine's finding code (matched by level
+/// and message against the verdict's structured findings), the rule name of the audit's own
+/// findings (`ccm-restart-needed`), else None.
+fn item_codes(o: &ObjectResult) -> Vec<Option<&'static str>> {
+    let mut used = [0usize; 2];
+    o.items
+        .iter()
+        .map(|i| {
+            let (list, n) = match i.level {
+                Level::Error => (&o.verdict.denials, &mut used[0]),
+                Level::Warning => (&o.verdict.warnings, &mut used[1]),
+                Level::Note => return None,
+            };
+            match list.get(*n) {
+                Some(f) if f.message == i.message => {
+                    *n += 1;
+                    Some(f.code)
+                }
+                _ if i.rule == RESTART_RULE => Some(RESTART_RULE),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// The reports of one audit: namespace (None: the cluster report) → the report object, in
+/// the `wgpolicyk8s.io/v1alpha2` shape ([`as_report_api`] turns it into the other). Each
+/// keeps at most `max_results` results; its summary counts every denial and warning of the
+/// namespace (`tally`, which also counts the entries the audit's report did not list).
 pub fn policy_reports(
     report: &Report,
+    tally: &BTreeMap<Option<String>, Tally>,
     max_results: usize,
     now: Timestamp,
 ) -> BTreeMap<Option<String>, Value> {
@@ -244,17 +296,22 @@ pub fn policy_reports(
         for o in &f.objects {
             let api_version = o.json["apiVersion"].as_str().unwrap_or_default();
             let kind = o.json["kind"].as_str().unwrap_or(parts[0]);
-            for i in &o.items {
+            for (i, code) in o.items.iter().zip(item_codes(o)) {
                 let (result, severity) = match i.level {
                     Level::Error => ("fail", "high"),
                     Level::Warning => ("warn", "medium"),
                     Level::Note => continue,
                 };
+                let kept = results.entry(namespace.clone()).or_default();
+                // Past the cap only the summary counts it (from `tally`).
+                if kept.len() >= max_results {
+                    continue;
+                }
                 let mut resource = json!({"apiVersion": api_version, "kind": kind, "name": name});
                 if let Some(ns) = &namespace {
                     resource["namespace"] = json!(ns);
                 }
-                results.entry(namespace.clone()).or_default().push(json!({
+                let mut entry = json!({
                     "source": "stackgate",
                     "policy": i.policy,
                     "rule": i.rule,
@@ -263,14 +320,36 @@ pub fn policy_reports(
                     "message": cut(&i.message, MAX_MESSAGE_CHARS),
                     "timestamp": {"seconds": now.as_second(), "nanos": 0},
                     "resources": [resource],
-                }));
+                });
+                // Both APIs' results carry `properties` (map[string]string): the finding's
+                // code, which `stackgate explain` and docs/rules.md name.
+                if let Some(code) = code {
+                    entry["properties"] = json!({"code": code});
+                }
+                kept.push(entry);
             }
         }
     }
-    results
+    let namespaces: BTreeSet<Option<String>> = results
+        .keys()
+        .cloned()
+        .chain(
+            tally
+                .iter()
+                .filter(|(_, t)| t.fail + t.warn > 0)
+                .map(|(ns, _)| ns.clone()),
+        )
+        .collect();
+    namespaces
         .into_iter()
-        .map(|(namespace, all)| {
-            let report = report_object(namespace.as_deref(), all, max_results);
+        .map(|namespace| {
+            let kept = results.remove(&namespace).unwrap_or_default();
+            let counted = |r: &str| kept.iter().filter(|v| v["result"] == r).count();
+            let summary = tally.get(&namespace).copied().unwrap_or(Tally {
+                fail: counted("fail"),
+                warn: counted("warn"),
+            });
+            let report = report_with_summary(namespace.as_deref(), kept, summary);
             (namespace, report)
         })
         .collect()
@@ -287,10 +366,20 @@ fn cut(s: &str, max: usize) -> String {
 /// summary counts all of them, and an annotation says how many were left out).
 pub fn report_object(namespace: Option<&str>, all: Vec<Value>, max_results: usize) -> Value {
     let count = |r: &str| all.iter().filter(|v| v["result"] == r).count();
-    let summary =
-        json!({"pass": 0, "fail": count("fail"), "warn": count("warn"), "error": 0, "skip": 0});
-    let left_out = all.len().saturating_sub(max_results);
+    let summary = Tally {
+        fail: count("fail"),
+        warn: count("warn"),
+    };
     let kept: Vec<Value> = all.into_iter().take(max_results).collect();
+    report_with_summary(namespace, kept, summary)
+}
+
+/// One report object with the results `kept` and the true `summary` (which may count more
+/// than are kept: an annotation says how many were left out).
+fn report_with_summary(namespace: Option<&str>, kept: Vec<Value>, summary: Tally) -> Value {
+    let left_out = (summary.fail + summary.warn).saturating_sub(kept.len());
+    let summary =
+        json!({"pass": 0, "fail": summary.fail, "warn": summary.warn, "error": 0, "skip": 0});
     let mut metadata = json!({
         "name": REPORT_NAME,
         "labels": {MANAGED_BY_LABEL: FIELD_MANAGER},
@@ -314,55 +403,150 @@ pub fn report_object(namespace: Option<&str>, all: Vec<Value>, max_results: usiz
     })
 }
 
-fn report_resource(cluster: bool) -> ApiResource {
-    let kind = if cluster {
-        "ClusterPolicyReport"
-    } else {
-        "PolicyReport"
-    };
-    ApiResource::from_gvk(&GroupVersionKind::gvk("wgpolicyk8s.io", "v1alpha2", kind))
+/// Which report API the background audit writes (`--background-audit-report-api`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReportApi {
+    /// Every one of the two APIs the cluster serves (API discovery before each publish);
+    /// `wgpolicyk8s.io` when it serves neither (the chart installs its CRDs).
+    #[default]
+    Auto,
+    /// `wgpolicyk8s.io/v1alpha2` `PolicyReport` / `ClusterPolicyReport` only.
+    Wgpolicyk8s,
+    /// `openreports.io/v1alpha1` `Report` / `ClusterReport` only.
+    Openreports,
 }
 
-/// Writes `reports` with server-side apply and empties stackgate's reports in namespaces
-/// that have no findings any more. Returns the number of reports written.
+/// One report API: its group, version and kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ReportFormat {
+    /// `wgpolicyk8s.io/v1alpha2` (Kyverno, Policy Reporter).
+    Wgpolicyk8s,
+    /// `openreports.io/v1alpha1`, the successor the ecosystem moves to (Policy Reporter 3.9
+    /// reads both). Its fields are the same as wgpolicyk8s's, plus a report-level `source`
+    /// (openreports/reports-api 769d97879794167439427e472eeaa4b936d628e2,
+    /// `apis/openreports.io/v1alpha1/report_types.go`: `Report.Source`, `ReportResult` with
+    /// `policy`, `rule`, `result`, `severity`, `message`, `resources`, `properties`).
+    Openreports,
+}
+
+impl ReportFormat {
+    /// `group/version`.
+    pub fn api_version(self) -> &'static str {
+        match self {
+            ReportFormat::Wgpolicyk8s => "wgpolicyk8s.io/v1alpha2",
+            ReportFormat::Openreports => "openreports.io/v1alpha1",
+        }
+    }
+
+    /// The kind of a namespaced (`cluster` false) or cluster report.
+    pub fn kind(self, cluster: bool) -> &'static str {
+        match (self, cluster) {
+            (ReportFormat::Wgpolicyk8s, false) => "PolicyReport",
+            (ReportFormat::Wgpolicyk8s, true) => "ClusterPolicyReport",
+            (ReportFormat::Openreports, false) => "Report",
+            (ReportFormat::Openreports, true) => "ClusterReport",
+        }
+    }
+
+    fn resource(self, cluster: bool) -> ApiResource {
+        let (group, version) = self
+            .api_version()
+            .split_once('/')
+            .unwrap_or(("", self.api_version()));
+        ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, self.kind(cluster)))
+    }
+}
+
+/// A report of [`policy_reports`] (wgpolicyk8s shape) as `format` writes it.
+pub fn as_report_api(report: &Value, format: ReportFormat) -> Value {
+    let mut out = report.clone();
+    let cluster = report["metadata"]["namespace"].is_null();
+    out["apiVersion"] = json!(format.api_version());
+    out["kind"] = json!(format.kind(cluster));
+    if format == ReportFormat::Openreports {
+        out["source"] = json!(FIELD_MANAGER);
+    }
+    out
+}
+
+/// The report APIs to write under `choice`: for [`ReportApi::Auto`], those the cluster serves
+/// (both namespaced and cluster kinds listed by API discovery).
+pub async fn report_formats(client: &kube::Client, choice: ReportApi) -> Vec<ReportFormat> {
+    match choice {
+        ReportApi::Wgpolicyk8s => vec![ReportFormat::Wgpolicyk8s],
+        ReportApi::Openreports => vec![ReportFormat::Openreports],
+        ReportApi::Auto => {
+            let mut served = Vec::new();
+            for format in [ReportFormat::Wgpolicyk8s, ReportFormat::Openreports] {
+                let plurals = [format.resource(false).plural, format.resource(true).plural];
+                match client.list_api_group_resources(format.api_version()).await {
+                    Ok(list)
+                        if plurals
+                            .iter()
+                            .all(|p| list.resources.iter().any(|r| &r.name == p)) =>
+                    {
+                        served.push(format);
+                    }
+                    Ok(_) => {}
+                    Err(error) => {
+                        tracing::debug!(api = format.api_version(), %error, "report API not served");
+                    }
+                }
+            }
+            if served.is_empty() {
+                served.push(ReportFormat::Wgpolicyk8s);
+            }
+            served
+        }
+    }
+}
+
+/// Writes `reports` in each of `formats` with server-side apply and empties stackgate's
+/// reports in namespaces that have no findings any more. Returns the number of reports
+/// written.
 pub async fn publish(
     client: &kube::Client,
     reports: &BTreeMap<Option<String>, Value>,
+    formats: &[ReportFormat],
 ) -> Result<usize, kube::Error> {
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    let mut targets: Vec<(Option<String>, Value)> = reports
-        .iter()
-        .map(|(ns, r)| (ns.clone(), r.clone()))
-        .collect();
-    // Reports of earlier runs whose namespaces are clean now: published again, empty.
-    let selector = format!("{MANAGED_BY_LABEL}={FIELD_MANAGER}");
-    let namespaced: Api<DynamicObject> = Api::all_with(client.clone(), &report_resource(false));
-    let existing = namespaced
-        .list_metadata(&ListParams::default().labels(&selector))
-        .await?;
-    let mut clean: BTreeSet<Option<String>> = existing
-        .items
-        .iter()
-        .filter(|r| r.metadata.name.as_deref() == Some(REPORT_NAME))
-        .map(|r| r.metadata.namespace.clone())
-        .collect();
-    // The cluster report always exists once the audit runs (empty when clean).
-    clean.insert(None);
-    for ns in clean {
-        if !reports.contains_key(&ns) {
-            let empty = report_object(ns.as_deref(), Vec::new(), 0);
-            targets.push((ns, empty));
-        }
-    }
-    for (ns, report) in &targets {
-        let api: Api<DynamicObject> = match ns {
-            Some(ns) => Api::namespaced_with(client.clone(), ns, &report_resource(false)),
-            None => Api::all_with(client.clone(), &report_resource(true)),
-        };
-        api.patch(REPORT_NAME, &params, &Patch::Apply(report))
+    let mut written = 0;
+    for &format in formats {
+        let mut targets: Vec<(Option<String>, Value)> = reports
+            .iter()
+            .map(|(ns, r)| (ns.clone(), as_report_api(r, format)))
+            .collect();
+        // Reports of earlier runs whose namespaces are clean now: published again, empty.
+        let selector = format!("{MANAGED_BY_LABEL}={FIELD_MANAGER}");
+        let namespaced: Api<DynamicObject> = Api::all_with(client.clone(), &format.resource(false));
+        let existing = namespaced
+            .list_metadata(&ListParams::default().labels(&selector))
             .await?;
+        let mut clean: BTreeSet<Option<String>> = existing
+            .items
+            .iter()
+            .filter(|r| r.metadata.name.as_deref() == Some(REPORT_NAME))
+            .map(|r| r.metadata.namespace.clone())
+            .collect();
+        // The cluster report always exists once the audit runs (empty when clean).
+        clean.insert(None);
+        for ns in clean {
+            if !reports.contains_key(&ns) {
+                let empty = report_object(ns.as_deref(), Vec::new(), 0);
+                targets.push((ns, as_report_api(&empty, format)));
+            }
+        }
+        for (ns, report) in &targets {
+            let api: Api<DynamicObject> = match ns {
+                Some(ns) => Api::namespaced_with(client.clone(), ns, &format.resource(false)),
+                None => Api::all_with(client.clone(), &format.resource(true)),
+            };
+            api.patch(REPORT_NAME, &params, &Patch::Apply(report))
+                .await?;
+        }
+        written += targets.len();
     }
-    Ok(targets.len())
+    Ok(written)
 }
 
 /// One round: hold the Lease and, as the holder, audit and publish when `due`. Returns
@@ -402,13 +586,15 @@ async fn audit_and_publish(
     let started = Instant::now();
     let options = AuditOptions {
         page_size: config.page_size,
+        limits: config.limits,
         ..AuditOptions::default()
     };
     let audited = audit(client, engine, &options, &mut |_: &str, _: usize| {}).await;
     let now = Timestamp::now();
-    let reports = policy_reports(&audited.report, config.max_results, now);
-    let written = publish(client, &reports).await?;
-    metrics.record(&audited.report, started.elapsed(), now);
+    let reports = policy_reports(&audited.report, &audited.tally, config.max_results, now);
+    let formats = report_formats(client, config.report_api).await;
+    let written = publish(client, &reports, &formats).await?;
+    metrics.record(&audited, started.elapsed(), now);
     let counts = audited.report.counts();
     tracing::info!(
         objects = counts.objects,
@@ -460,15 +646,6 @@ fn status_code(error: &watcher::Error) -> Option<u16> {
         | watcher::Error::WatchFailed(e) => api(e),
         watcher::Error::WatchError(s) => Some(s.code),
         _ => None,
-    }
-}
-
-/// `plural.group` of a resource, as `kubectl` names it.
-fn resource_label(ar: &ApiResource) -> String {
-    if ar.group.is_empty() {
-        ar.plural.clone()
-    } else {
-        format!("{}.{}", ar.plural, ar.group)
     }
 }
 

@@ -4,7 +4,8 @@
 //! never checked until someone writes it again. The audit lists every object a site or rule
 //! covers ([`targets`]): the ConfigMaps and Secrets the `CloudConfigSites` document names (by
 //! name, by its label, and by its values label: the CCM chart's values), the GitOps objects that carry the CCM chart's values (Flux
-//! `HelmRelease`, Argo CD `Application`, RKE2/k3s `HelmChart` and `HelmChartConfig`), the
+//! `HelmRelease`, Argo CD `Application`, RKE2/k3s `HelmChart` and `HelmChartConfig`, k0s
+//! `ClusterConfig`), the
 //! workloads that run the CCM (`DaemonSet`, `Deployment`) and the openstack-k8s-operators
 //! service kinds the release catalog governs (with the `OpenStackVersion` objects listed
 //! first, so the release rules see the same facts as the webhook's watcher), and, when the
@@ -16,7 +17,14 @@
 //! (release annotations) treat stored values as stored.
 //!
 //! Listing is read-only and paged (`limit`/`continue`): one page is held at a time, each
-//! object is evaluated and dropped, and only its findings are kept. A kind that cannot be
+//! object is evaluated and dropped, and only its findings are kept. What a run holds is
+//! bounded by its caps, not by the cluster ([`page`]): a page is read as raw bytes up to
+//! `--max-page-bytes` (a larger page is asked again with half the `limit`), an object over
+//! `--max-object-bytes` is skipped with an input error that names it and its size, a kind is
+//! stopped with an input error when the API server repeats a continue token or keeps paging
+//! past `--max-list-pages`, and the report lists at most `--max-report-objects` entries and
+//! `--max-report-findings` findings ([`MAX_REPORT_TEXT_BYTES`] of text): the entries past
+//! them are counted in the summary and the exit code, not listed. A kind that cannot be
 //! listed is reported on its own and the run goes on: 404 (the CRD is not installed) is a
 //! note, anything else (401/403 RBAC, 410 an expired continue token, a connection error)
 //! is an input error (exit code 2), because the run then cannot see those objects.
@@ -33,28 +41,39 @@
 
 pub mod background;
 pub mod fix;
+pub mod page;
 pub mod restart;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
 use json_patch::PatchOperation;
-use kube::api::{Api, ListParams};
+use kube::api::ListParams;
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::{Value, json};
 
 use crate::check::evaluate::{ObjectResult, Problem, verdict_items};
-use crate::check::report::{self, Face, MaskMode};
+use crate::check::report::{self, Counts, Face, MaskMode};
 use crate::check::{FailOn, FileReport, Format, Item, ItemKind, Level, Report};
 use crate::engine::{Engine, Facts, Subject, Verdict};
 use crate::releases::{Snapshot, VersionState};
 use crate::rules::Operation;
-use crate::rules::ovn_source_ranges::{self, LbSettings};
+use crate::rules::ovn_source_ranges::{self, CloudConfigFact, LbSettings};
 use crate::sites::{self, SiteKind};
+use page::{ReadError, ReadLimits};
 
 /// Objects asked for per list request (`limit`): the most the audit holds at once.
 pub const DEFAULT_PAGE_SIZE: u32 = 250;
+
+/// Default for [`AuditOptions::max_report_objects`]: entries the report lists one by one.
+pub const DEFAULT_MAX_REPORT_OBJECTS: usize = 1_000;
+/// Default for [`AuditOptions::max_report_findings`]: findings (and input errors) the report
+/// lists; each object's own findings are capped by the engine
+/// ([`crate::engine::MAX_FINDINGS_PER_LIST`] per list, then one "and N more").
+pub const DEFAULT_MAX_REPORT_FINDINGS: usize = 2_000;
+/// Message and diff bytes the report lists, at most (entries past it are counted only).
+pub const MAX_REPORT_TEXT_BYTES: usize = 8 * 1024 * 1024;
 
 /// The field manager of `--fix` writes.
 pub const FIELD_MANAGER: &str = "stackgate-audit";
@@ -95,6 +114,13 @@ pub struct AuditOptions {
     pub fix: bool,
     /// With `fix`: write (`--yes`). Without it, `--fix` only previews.
     pub yes: bool,
+    /// The caps of the audit's reads (page and object bytes, list requests per kind).
+    pub limits: ReadLimits,
+    /// Entries the report lists; past it (or [`Self::max_report_findings`], or
+    /// [`MAX_REPORT_TEXT_BYTES`]) entries are counted in the summary, not listed.
+    pub max_report_objects: usize,
+    /// Findings and input errors the report lists.
+    pub max_report_findings: usize,
 }
 
 impl Default for AuditOptions {
@@ -106,6 +132,9 @@ impl Default for AuditOptions {
             no_diff: false,
             fix: false,
             yes: false,
+            limits: ReadLimits::default(),
+            max_report_objects: DEFAULT_MAX_REPORT_OBJECTS,
+            max_report_findings: DEFAULT_MAX_REPORT_FINDINGS,
         }
     }
 }
@@ -255,6 +284,14 @@ pub fn targets(engine: &Engine) -> Vec<Target> {
         "HelmChartConfig",
         "the CCM chart's values (sites)",
     ));
+    // k0s keeps the CCM chart's values in its ClusterConfig (spec.extensions.helm.charts),
+    // which the webhook reads (sites::helm, `k0s.k0sproject.io` ClusterConfig).
+    out.push(target(
+        "k0s.k0sproject.io",
+        "v1beta1",
+        "ClusterConfig",
+        "the CCM chart's values (sites)",
+    ));
     out.push(target(
         "apps",
         "v1",
@@ -331,6 +368,15 @@ pub fn entry_name(kind: &str, object: &DynamicObject) -> String {
     }
 }
 
+/// `plural.group` of a resource, as `kubectl` names it.
+pub(crate) fn resource_label(ar: &ApiResource) -> String {
+    if ar.group.is_empty() {
+        ar.plural.clone()
+    } else {
+        format!("{}.{}", ar.plural, ar.group)
+    }
+}
+
 /// A kind as the report names it: `HelmRelease (helm.toolkit.fluxcd.io/v2)`.
 fn kind_label(resource: &ApiResource) -> String {
     format!("{} ({})", resource.kind, resource.api_version)
@@ -357,9 +403,10 @@ pub struct PendingFix {
 #[derive(Debug, Clone)]
 pub struct Audit {
     /// The report, in `check`'s shape: one entry per object (`kind/namespace/name`) and one
-    /// per kind that could not be listed.
+    /// per kind that could not be listed; entries past the report caps are counted in
+    /// [`Report::omitted`], not listed.
     pub report: Report,
-    /// The edits `--fix` would write (collected only when asked for).
+    /// The edits `--fix` would write (collected only when asked for, for listed entries).
     pub fixes: Vec<PendingFix>,
     /// CCM pods running an older cloud config than the current one.
     pub restarts: Vec<restart::StaleWorkload>,
@@ -370,6 +417,52 @@ pub struct Audit {
     pub engine: Engine,
     /// List and get requests made.
     pub requests: usize,
+    /// `fail` (denial) and `warn` (warning) findings per namespace (None: cluster-scoped),
+    /// over every object, listed or not: the true summary of each PolicyReport.
+    pub tally: BTreeMap<Option<String>, Tally>,
+    /// Denials and warnings per policy, over every object, listed or not.
+    pub violations: BTreeMap<String, usize>,
+    /// The caps this run reached, with how often.
+    pub limits: BTreeMap<AuditLimit, usize>,
+}
+
+/// Denials and warnings of one namespace.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Denials (`fail` results).
+    pub fail: usize,
+    /// Warnings (`warn` results).
+    pub warn: usize,
+}
+
+/// A cap of the audit that was reached (the `limit` label of `stackgate_input_limits_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AuditLimit {
+    /// A list answer over [`page::ReadLimits::max_page_bytes`] (asked again smaller, or the
+    /// object skipped).
+    PageBytes,
+    /// An object over [`page::ReadLimits::max_object_bytes`] (skipped, named).
+    ObjectBytes,
+    /// More than [`page::ReadLimits::max_list_pages`] list requests for one kind.
+    ListPages,
+    /// The same continue token twice for one kind.
+    ContinueRepeated,
+    /// Entries past [`AuditOptions::max_report_objects`], [`AuditOptions::max_report_findings`]
+    /// or [`MAX_REPORT_TEXT_BYTES`] (counted, not listed).
+    ReportEntries,
+}
+
+impl AuditLimit {
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuditLimit::PageBytes => "audit_page_bytes",
+            AuditLimit::ObjectBytes => "audit_object_bytes",
+            AuditLimit::ListPages => "audit_list_pages",
+            AuditLimit::ContinueRepeated => "audit_continue_repeated",
+            AuditLimit::ReportEntries => "audit_report_entries",
+        }
+    }
 }
 
 /// Progress of a run, for a terminal: the kind being listed and the objects seen so far.
@@ -389,12 +482,18 @@ pub async fn audit(
         files: Vec::new(),
         fixes: Vec::new(),
         workloads: Vec::new(),
-        seen: BTreeSet::new(),
+        done: Vec::new(),
         requests: 0,
         objects: 0,
-        cloud_configs: Vec::new(),
+        cloud_configs: CloudConfigsSeen::default(),
         collect_cloud_configs: false,
         facts: Facts::default(),
+        omitted: Counts::default(),
+        kept_findings: 0,
+        kept_bytes: 0,
+        tally: BTreeMap::new(),
+        violations: BTreeMap::new(),
+        limits: BTreeMap::new(),
     };
     let engine = run.with_release_facts(engine, progress).await;
     for target in targets(&engine) {
@@ -402,12 +501,21 @@ pub async fn audit(
         if target.lists_services() {
             run.facts = cloud_config_facts(std::mem::take(&mut run.cloud_configs));
         }
-        run.list_target(&engine, &target, progress).await;
+        if run.list_target(&engine, &target, progress).await {
+            run.done.push(target);
+        }
     }
     progress("CCM pods", run.objects);
-    let workloads = std::mem::take(&mut run.workloads);
-    let outcomes =
-        restart::check_workloads(client, &engine, workloads.clone(), &mut run.requests).await;
+    let mut workloads = std::mem::take(&mut run.workloads);
+    workloads.truncate(restart::MAX_WORKLOADS);
+    let outcomes = restart::check_workloads(
+        client,
+        &engine,
+        workloads.clone(),
+        &options.limits,
+        &mut run.requests,
+    )
+    .await;
     let mut restarts = Vec::new();
     for outcome in outcomes {
         match outcome {
@@ -423,7 +531,7 @@ pub async fn audit(
                 };
                 match run.files.iter_mut().find(|f| f.name == entry) {
                     Some(file) => file.problems.push(problem),
-                    None => run.files.push(FileReport {
+                    None => run.push(FileReport {
                         problems: vec![problem],
                         ..FileReport::new(&entry)
                     }),
@@ -436,12 +544,16 @@ pub async fn audit(
             files: run.files,
             fail_on: options.fail_on,
             fix: false,
+            omitted: run.omitted,
         },
         fixes: run.fixes,
         restarts,
         workloads,
         engine,
         requests: run.requests,
+        tally: run.tally,
+        violations: run.violations,
+        limits: run.limits,
     }
 }
 
@@ -513,29 +625,70 @@ struct Run<'a> {
     files: Vec<FileReport>,
     fixes: Vec<PendingFix>,
     workloads: Vec<restart::Workload>,
-    /// Entries already evaluated (a named site can also carry the label).
-    seen: BTreeSet<String>,
+    /// Targets listed completely so far: an object one of them selects was evaluated already
+    /// (a named site can also carry the label). Kept as selections, not as the names seen, so
+    /// a run's memory does not grow with the number of objects.
+    done: Vec<Target>,
     requests: usize,
     objects: usize,
     /// The load-balancer settings of the cloud configs listed so far.
-    cloud_configs: Vec<LbSettings>,
+    cloud_configs: CloudConfigsSeen,
     /// Whether the target being listed is one of the cluster's cloud-config sites.
     collect_cloud_configs: bool,
     /// The facts objects are evaluated with (the cloud config, once the sites are listed).
     facts: Facts,
+    /// Entries past the report caps: counted, not listed.
+    omitted: Counts,
+    /// Findings and problems of the listed entries.
+    kept_findings: usize,
+    /// Message and diff bytes of the listed entries.
+    kept_bytes: usize,
+    tally: BTreeMap<Option<String>, Tally>,
+    violations: BTreeMap<String, usize>,
+    limits: BTreeMap<AuditLimit, usize>,
 }
 
 /// The cloud-config fact of the cluster, reduced as `check` reduces its input: none found
 /// leaves it unknown (the rule says it cannot see the config), disagreeing ones make it
 /// unavailable, since the audit cannot tell which one the CCM reads.
-fn cloud_config_facts(found: Vec<LbSettings>) -> Facts {
-    match crate::check::facts::fact_of(
-        found,
-        "this cluster holds",
-        "the audit cannot tell which one the CCM reads",
-    ) {
-        Some(fact) => Facts::of(ovn_source_ranges::FAMILY.id, fact),
-        None => Facts::default(),
+fn cloud_config_facts(found: CloudConfigsSeen) -> Facts {
+    let CloudConfigsSeen {
+        first,
+        other,
+        count,
+    } = found;
+    let fact = match (first, other) {
+        (None, _) => return Facts::default(),
+        (Some(first), None) => CloudConfigFact::Known(first),
+        // The words of `check::facts::fact_of`, with the count of every config seen.
+        (Some(first), Some(other)) => CloudConfigFact::Unavailable(format!(
+            "this cluster holds {count} cloud configs whose load-balancer settings differ, e.g. \
+             {} and {}, and the audit cannot tell which one the CCM reads",
+            first.source, other.source
+        )),
+    };
+    Facts::of(ovn_source_ranges::FAMILY.id, fact)
+}
+
+/// The cluster's cloud configs as the fact needs them, in constant space: the first, the
+/// first that disagrees with it, and how many there are.
+#[derive(Debug, Default)]
+struct CloudConfigsSeen {
+    first: Option<LbSettings>,
+    other: Option<LbSettings>,
+    count: usize,
+}
+
+impl CloudConfigsSeen {
+    fn add(&mut self, settings: LbSettings) {
+        self.count += 1;
+        match &self.first {
+            None => self.first = Some(settings),
+            Some(first) if self.other.is_none() && !settings.agrees_with(first) => {
+                self.other = Some(settings);
+            }
+            Some(_) => {}
+        }
     }
 }
 
@@ -555,8 +708,122 @@ fn list_error(error: &kube::Error) -> Option<String> {
     }
 }
 
+/// How listing one kind ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Listing {
+    /// Every page was read.
+    Complete,
+    /// The cluster does not serve the kind (404 on the first page).
+    NotServed,
+    /// Stopped part-way (an error, a cap); the report says why.
+    Stopped,
+}
+
+/// The list parameters of one page of `selection`.
+fn list_params(selection: &Selection, limit: u32, token: Option<&str>) -> ListParams {
+    let mut params = ListParams::default().limit(limit);
+    match selection {
+        Selection::Labelled(label) => params = params.labels(label),
+        Selection::Field(field) => params = params.fields(field),
+        Selection::All | Selection::Named { .. } => {}
+    }
+    if let Some(t) = token {
+        params = params.continue_token(t);
+    }
+    params
+}
+
+/// A byte count as people read it: `52428800 bytes (50.0 MiB)`.
+fn bytes(n: usize) -> String {
+    if n >= 1024 * 1024 {
+        format!("{n} bytes ({:.1} MiB)", n as f64 / (1024.0 * 1024.0))
+    } else {
+        format!("{n} bytes")
+    }
+}
+
+/// `kind/namespace/name` of an object known only by its names.
+fn entry_of(kind: &str, namespace: Option<&str>, name: Option<&str>) -> String {
+    let name = name.unwrap_or("(no name)");
+    match namespace.filter(|n| !n.is_empty()) {
+        Some(ns) => format!("{kind}/{ns}/{name}"),
+        None => format!("{kind}/{name}"),
+    }
+}
+
+/// The namespace of an entry name (`kind/namespace/name`; None for `kind/name`).
+fn namespace_of_entry(entry: &str) -> Option<String> {
+    let parts: Vec<&str> = entry.splitn(3, '/').collect();
+    match parts.as_slice() {
+        [_, ns, _] => Some((*ns).to_owned()),
+        _ => None,
+    }
+}
+
+impl Target {
+    /// Whether this target's selection picks `object` (of resource `ar`): an object a
+    /// target listed before picks was evaluated already. A selector this cannot read
+    /// answers false (the object is then evaluated again: a repeated entry, never a lost one).
+    fn selects(&self, ar: &ApiResource, object: &DynamicObject) -> bool {
+        if self.resource.group != ar.group || self.resource.kind != ar.kind {
+            return false;
+        }
+        let meta = &object.metadata;
+        match &self.selection {
+            Selection::All => true,
+            Selection::Named { namespace, name } => {
+                meta.namespace.as_deref() == Some(namespace.as_str())
+                    && meta.name.as_deref() == Some(name.as_str())
+            }
+            Selection::Labelled(selector) => selector.split(',').all(|term| {
+                let labels = meta.labels.as_ref();
+                let label = |k: &str| labels.and_then(|l| l.get(k.trim())).map(String::as_str);
+                if let Some((k, v)) = term.split_once("!=") {
+                    label(k) != Some(v.trim())
+                } else if let Some((k, v)) = term.split_once('=') {
+                    let v = v.trim_start_matches('=').trim();
+                    !k.contains(['(', ' ']) && label(k) == Some(v)
+                } else {
+                    !term.trim().is_empty()
+                        && !term.contains(['(', ' ', '!'])
+                        && label(term).is_some()
+                }
+            }),
+            Selection::Field(selector) => selector.split(',').all(|term| {
+                let Some((field, value)) = term.split_once('=') else {
+                    return false;
+                };
+                let value = value.trim_start_matches('=');
+                match field {
+                    "type" => object.data.get("type").and_then(Value::as_str) == Some(value),
+                    "metadata.name" => meta.name.as_deref() == Some(value),
+                    "metadata.namespace" => meta.namespace.as_deref() == Some(value),
+                    _ => false,
+                }
+            }),
+        }
+    }
+}
+
 impl Run<'_> {
-    fn problem(&mut self, entry: String, message: String) {
+    /// Counts a denial or warning in its namespace's and its policy's totals.
+    fn count(&mut self, namespace: Option<String>, item: &Item) {
+        let tally = self.tally.entry(namespace).or_default();
+        match item.level {
+            Level::Error => tally.fail += 1,
+            Level::Warning => tally.warn += 1,
+            Level::Note => return,
+        }
+        *self.violations.entry(item.policy.clone()).or_default() += 1;
+    }
+
+    fn reached(&mut self, limit: AuditLimit) {
+        *self.limits.entry(limit).or_default() += 1;
+    }
+
+    /// An input error about a whole kind: always listed (there is at most one per target,
+    /// so these never make the report grow with the cluster).
+    fn kind_problem(&mut self, entry: String, message: String) {
         self.files.push(FileReport {
             problems: vec![Problem {
                 line: 0,
@@ -567,147 +834,364 @@ impl Run<'_> {
         });
     }
 
+    fn problem(&mut self, entry: String, message: String) {
+        self.push(FileReport {
+            problems: vec![Problem {
+                line: 0,
+                column: 0,
+                message,
+            }],
+            ..FileReport::new(&entry)
+        });
+    }
+
+    /// Adds an entry to the report, or, past the report caps, only counts it: the summary
+    /// and the exit code stay true, the listing stays bounded.
+    fn push(&mut self, file: FileReport) {
+        let ns = namespace_of_entry(&file.name);
+        for item in file.objects.iter().flat_map(|o| &o.items) {
+            self.count(ns.clone(), item);
+        }
+        let findings =
+            file.problems.len() + file.objects.iter().map(|o| o.items.len()).sum::<usize>();
+        let text = file.problems.iter().map(|p| p.message.len()).sum::<usize>()
+            + file
+                .objects
+                .iter()
+                .flat_map(|o| &o.items)
+                .map(|i| i.message.len())
+                .sum::<usize>()
+            + file.diff.as_ref().map_or(0, String::len)
+            + file.skipped.as_ref().map_or(0, String::len);
+        let fits = self.files.len() < self.options.max_report_objects
+            && self.kept_findings + findings <= self.options.max_report_findings
+            && self.kept_bytes + text <= MAX_REPORT_TEXT_BYTES;
+        // Once one entry is folded, every later one is too: the listing is a prefix.
+        if fits && self.omitted.files == 0 {
+            self.kept_findings += findings;
+            self.kept_bytes += text;
+            self.files.push(file);
+            return;
+        }
+        if self.omitted.files == 0 {
+            self.reached(AuditLimit::ReportEntries);
+        }
+        let one = Report {
+            files: vec![file],
+            fail_on: self.options.fail_on,
+            fix: false,
+            omitted: Counts::default(),
+        }
+        .counts();
+        let o = &mut self.omitted;
+        o.files += one.files;
+        o.objects += one.objects;
+        o.errors += one.errors;
+        o.warnings += one.warnings;
+        o.notes += one.notes;
+        o.problems += one.problems;
+        o.fixable += one.fixable;
+        o.skipped += one.skipped;
+    }
+
+    /// Reads one kind page by page within the caps of [`page::ReadLimits`] and hands each
+    /// object to `sink`. A kind that cannot be read completely gets an input error that says
+    /// why and `consequence`.
+    async fn list_kind(
+        &mut self,
+        ar: &ApiResource,
+        selection: &Selection,
+        consequence: &str,
+        progress: Progress<'_>,
+        sink: &mut (dyn FnMut(&mut Self, DynamicObject) + Send),
+    ) -> Listing {
+        let limits = self.options.limits;
+        let page_size = self.options.page_size.max(1);
+        let label = kind_label(ar);
+        let plural = ar.plural.clone();
+        let mut limit = page_size;
+        let mut token: Option<String> = None;
+        // Continue tokens seen, by hash: a hostile token costs its bytes once.
+        let mut tokens: HashSet<u64> = HashSet::new();
+        let mut requests = 0usize;
+        loop {
+            progress(&ar.kind, self.objects);
+            if requests >= limits.max_list_pages {
+                self.reached(AuditLimit::ListPages);
+                self.kind_problem(
+                    label,
+                    format!(
+                        "stopped listing {plural} after {requests} list requests (the limit, \
+                         --max-list-pages): the API server kept answering with another continue \
+                         token; {consequence}"
+                    ),
+                );
+                return Listing::Stopped;
+            }
+            requests += 1;
+            self.requests += 1;
+            let params = list_params(selection, limit, token.as_deref());
+            let next = match page::list(self.client, ar, &params, limits.max_page_bytes).await {
+                Ok(page) => {
+                    let raw = match page.parse() {
+                        Ok(raw) => raw,
+                        Err(error) => {
+                            self.kind_problem(
+                                label,
+                                format!(
+                                    "cannot read a list page of {plural}: {error}; {consequence}"
+                                ),
+                            );
+                            return Listing::Stopped;
+                        }
+                    };
+                    for item in &raw.items {
+                        let size = item.get().len();
+                        if size > limits.max_object_bytes {
+                            self.reached(AuditLimit::ObjectBytes);
+                            let (ns, name) = page::name_of(item);
+                            self.problem(
+                                entry_of(&ar.kind, ns.as_deref(), name.as_deref()),
+                                format!(
+                                    "not audited: the object is {}, over the audit's limit of {} \
+                                     per object (--max-object-bytes); its content was not read",
+                                    bytes(size),
+                                    bytes(limits.max_object_bytes)
+                                ),
+                            );
+                            continue;
+                        }
+                        match page::decode(item) {
+                            Ok(mut object) => {
+                                // A list's items carry neither apiVersion nor kind on the wire.
+                                object.types = Some(kube::core::TypeMeta {
+                                    api_version: ar.api_version.clone(),
+                                    kind: ar.kind.clone(),
+                                });
+                                sink(self, object);
+                            }
+                            Err(error) => {
+                                let (ns, name) = page::name_of(item);
+                                self.problem(
+                                    entry_of(&ar.kind, ns.as_deref(), name.as_deref()),
+                                    format!("not audited: cannot read it as an object: {error}"),
+                                );
+                            }
+                        }
+                    }
+                    // Grow back towards the page size after a page that had to be smaller.
+                    limit = limit.saturating_mul(2).min(page_size);
+                    raw.metadata.continue_token
+                }
+                Err(ReadError::TooLarge { .. }) if limit > 1 => {
+                    self.reached(AuditLimit::PageBytes);
+                    limit /= 2;
+                    continue;
+                }
+                Err(ReadError::TooLarge { .. }) => {
+                    // One object alone is over the page cap: name it from a metadata-only
+                    // page and go on past it with that page's continue token.
+                    self.reached(AuditLimit::PageBytes);
+                    requests += 1;
+                    self.requests += 1;
+                    let named =
+                        page::list_metadata(self.client, ar, &params, limits.max_page_bytes).await;
+                    let parsed = named.as_ref().map_err(ToString::to_string).and_then(|p| {
+                        p.parse().map_err(|e| e.to_string()).map(|raw| {
+                            let first = raw.items.first().map(|i| page::name_of(i));
+                            (first, raw.metadata.continue_token)
+                        })
+                    });
+                    match parsed {
+                        Ok((Some((ns, name)), next)) => {
+                            self.reached(AuditLimit::ObjectBytes);
+                            self.problem(
+                                entry_of(&ar.kind, ns.as_deref(), name.as_deref()),
+                                format!(
+                                    "not audited: a list page of this object alone is over the \
+                                     audit's limit of {} per page (--max-page-bytes); its \
+                                     content was not read",
+                                    bytes(limits.max_page_bytes)
+                                ),
+                            );
+                            next
+                        }
+                        Ok((None, _)) | Err(_) => {
+                            let why = parsed.err().unwrap_or_else(|| "no object in it".to_owned());
+                            self.kind_problem(
+                                label,
+                                format!(
+                                    "stopped listing {plural}: a page of one object is over the \
+                                     audit's limit of {} per page (--max-page-bytes), and its \
+                                     metadata could not name it ({why}); {consequence}",
+                                    bytes(limits.max_page_bytes)
+                                ),
+                            );
+                            return Listing::Stopped;
+                        }
+                    }
+                }
+                Err(ReadError::Api(error)) => {
+                    return match list_error(&error) {
+                        None if token.is_none() => Listing::NotServed,
+                        why => {
+                            self.kind_problem(
+                                label,
+                                format!(
+                                    "cannot list {plural}: {}; {consequence}",
+                                    why.unwrap_or_else(|| "404 Not Found while paging".to_owned())
+                                ),
+                            );
+                            Listing::Stopped
+                        }
+                    };
+                }
+                Err(error @ ReadError::Decode(_)) => {
+                    self.kind_problem(
+                        label,
+                        format!("cannot read a list page of {plural}: {error}; {consequence}"),
+                    );
+                    return Listing::Stopped;
+                }
+            };
+            let Some(next) = next.filter(|t| !t.is_empty()) else {
+                return Listing::Complete;
+            };
+            if !tokens.insert(page::token_hash(&next)) {
+                self.reached(AuditLimit::ContinueRepeated);
+                self.kind_problem(
+                    label,
+                    format!(
+                        "stopped listing {plural} after {requests} list requests: the API server \
+                         answered with a continue token it had already given (a paging loop); \
+                         {consequence}"
+                    ),
+                );
+                return Listing::Stopped;
+            }
+            token = Some(next);
+        }
+    }
+
     /// The engine with the cluster's `OpenStackVersion` objects as its release facts (as the
     /// webhook's watcher would have them). When they cannot be listed, the release-catalog
     /// kinds are audited against no OpenStackVersion and the report says so.
     async fn with_release_facts(&mut self, engine: &Engine, progress: Progress<'_>) -> Engine {
         let ar = crate::releases::watcher::api_resource();
-        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
         let mut snapshot = Snapshot::empty();
-        let mut token: Option<String> = None;
-        loop {
-            progress(&ar.kind, self.objects);
-            let mut params = ListParams::default().limit(self.options.page_size);
-            if let Some(t) = &token {
-                params = params.continue_token(t);
-            }
-            self.requests += 1;
-            match api.list(&params).await {
-                Ok(page) => {
-                    for object in &page.items {
-                        if let Ok((ns, name, state)) = VersionState::from_object(object) {
-                            snapshot.insert(ns, name, state);
-                        }
-                    }
-                    token = page.metadata.continue_.filter(|t| !t.is_empty());
-                    if token.is_none() {
-                        break;
-                    }
+        self.list_kind(
+            &ar,
+            &Selection::All,
+            "the release-annotation rules were evaluated without them, so their findings rest \
+             on facts this run cannot see",
+            progress,
+            &mut |_, object| {
+                if let Ok((ns, name, state)) = VersionState::from_object(&object) {
+                    snapshot.insert(ns, name, state);
                 }
-                Err(error) => {
-                    if let Some(why) = list_error(&error) {
-                        self.problem(
-                            kind_label(&ar),
-                            format!(
-                                "cannot list OpenStackVersions: {why}. The release-annotation \
-                                 rules were evaluated without them, so their findings rest on \
-                                 facts this run cannot see"
-                            ),
-                        );
-                    }
-                    break;
-                }
-            }
-        }
+            },
+        )
+        .await;
         engine.with_release_snapshot(Arc::new(snapshot))
     }
 
-    /// Lists one target page by page and evaluates each object.
-    async fn list_target(&mut self, engine: &Engine, target: &Target, progress: Progress<'_>) {
+    /// Lists one target page by page and evaluates each object; true when it was read
+    /// completely (its objects count as evaluated for the targets after it).
+    async fn list_target(
+        &mut self,
+        engine: &Engine,
+        target: &Target,
+        progress: Progress<'_>,
+    ) -> bool {
         if let Selection::Named { namespace, name } = &target.selection {
             return self.get_named(engine, target, namespace, name).await;
         }
-        let mut tried = std::iter::once(&target.resource).chain(&target.fallbacks);
-        let mut ar = tried.next().unwrap_or(&target.resource);
-        let mut token: Option<String> = None;
-        loop {
-            progress(&ar.kind, self.objects);
-            let api: Api<DynamicObject> = Api::all_with(self.client.clone(), ar);
-            let mut params = ListParams::default().limit(self.options.page_size);
-            match &target.selection {
-                Selection::Labelled(label) => params = params.labels(label),
-                Selection::Field(field) => params = params.fields(field),
-                Selection::All | Selection::Named { .. } => {}
-            }
-            if let Some(t) = &token {
-                params = params.continue_token(t);
-            }
-            self.requests += 1;
-            let page = match api.list(&params).await {
-                Ok(page) => page,
-                Err(error) => {
-                    match list_error(&error) {
-                        // Not served: try the next version, else note it and go on.
-                        None if token.is_none() => match tried.next() {
-                            Some(next) => {
-                                ar = next;
-                                continue;
-                            }
-                            None => self.files.push(FileReport {
-                                skipped: Some(format!(
-                                    "not served by this cluster (404: the CRD is not \
-                                     installed), so there is nothing of this kind to audit \
-                                     (listed for {})",
-                                    target.covered_by
-                                )),
-                                ..FileReport::new(&kind_label(&target.resource))
-                            }),
-                        },
-                        why => self.problem(
-                            kind_label(ar),
-                            format!(
-                                "cannot list {}: {}; its objects were not audited, so findings \
-                                 on them are ones this run cannot see (listed for {})",
-                                ar.plural,
-                                why.unwrap_or_else(|| "404 Not Found while paging".to_owned()),
-                                target.covered_by
-                            ),
-                        ),
-                    }
-                    return;
-                }
-            };
+        let consequence = format!(
+            "its objects were not audited, so findings on them are ones this run cannot see \
+             (listed for {})",
+            target.covered_by
+        );
+        for ar in std::iter::once(&target.resource).chain(&target.fallbacks) {
             let gvk = GroupVersionKind::gvk(&ar.group, &ar.version, &ar.kind);
-            for mut object in page.items {
-                // A list's items carry neither apiVersion nor kind on the wire.
-                object.types = Some(kube::core::TypeMeta {
-                    api_version: ar.api_version.clone(),
-                    kind: ar.kind.clone(),
-                });
-                self.evaluate(engine, ar, &gvk, object);
-            }
-            token = page.metadata.continue_.filter(|t| !t.is_empty());
-            if token.is_none() {
-                return;
+            let listing = self
+                .list_kind(
+                    ar,
+                    &target.selection,
+                    &consequence,
+                    progress,
+                    &mut |run, object| {
+                        run.evaluate(engine, ar, &gvk, object);
+                    },
+                )
+                .await;
+            match listing {
+                Listing::Complete => return true,
+                Listing::Stopped => return false,
+                // Not served: try the next version.
+                Listing::NotServed => {}
             }
         }
+        self.files.push(FileReport {
+            skipped: Some(format!(
+                "not served by this cluster (404: the CRD is not installed), so there is nothing \
+                 of this kind to audit (listed for {})",
+                target.covered_by
+            )),
+            ..FileReport::new(&kind_label(&target.resource))
+        });
+        true
     }
 
-    async fn get_named(&mut self, engine: &Engine, target: &Target, namespace: &str, name: &str) {
+    async fn get_named(
+        &mut self,
+        engine: &Engine,
+        target: &Target,
+        namespace: &str,
+        name: &str,
+    ) -> bool {
         let ar = &target.resource;
-        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), namespace, ar);
         self.requests += 1;
-        match api.get(name).await {
-            Ok(mut object) => {
+        let max = self.options.limits.max_object_bytes;
+        let entry = format!("{}/{namespace}/{name}", ar.kind);
+        match page::get(self.client, ar, Some(namespace), name, max).await {
+            Ok(Some(mut object)) => {
                 object.types = Some(kube::core::TypeMeta {
                     api_version: ar.api_version.clone(),
                     kind: ar.kind.clone(),
                 });
                 let gvk = GroupVersionKind::gvk(&ar.group, &ar.version, &ar.kind);
                 self.evaluate(engine, ar, &gvk, object);
+                true
+            }
+            // 404: the site is not used in this cluster; nothing to report.
+            Ok(None) => true,
+            Err(ReadError::TooLarge { limit }) => {
+                self.reached(AuditLimit::ObjectBytes);
+                self.problem(
+                    entry,
+                    format!(
+                        "not audited: the object is over the audit's limit of {} per object \
+                         (--max-object-bytes); its content was not read ({})",
+                        bytes(limit),
+                        target.covered_by
+                    ),
+                );
+                false
             }
             Err(error) => {
-                if let Some(why) = list_error(&error) {
-                    self.problem(
-                        format!("{}/{namespace}/{name}", ar.kind),
-                        format!(
-                            "cannot read it: {why}; it was not audited, so findings on it are \
-                             ones this run cannot see ({})",
-                            target.covered_by
-                        ),
-                    );
-                }
-                // 404: the site is not used in this cluster; nothing to report.
+                let why = match &error {
+                    ReadError::Api(e) => list_error(e).unwrap_or_else(|| error.to_string()),
+                    other => other.to_string(),
+                };
+                self.problem(
+                    entry,
+                    format!(
+                        "cannot read it: {why}; it was not audited, so findings on it are ones \
+                         this run cannot see ({})",
+                        target.covered_by
+                    ),
+                );
+                false
             }
         }
     }
@@ -720,36 +1204,58 @@ impl Run<'_> {
         gvk: &GroupVersionKind,
         object: DynamicObject,
     ) {
-        let entry = entry_name(&ar.kind, &object);
-        if !self.seen.insert(entry.clone()) {
+        if self.done.iter().any(|t| t.selects(ar, &object)) {
             return;
         }
+        let entry = entry_name(&ar.kind, &object);
         self.objects += 1;
         if gvk.group == "apps"
             && let Some(workload) = restart::Workload::of(engine, gvk, &object)
         {
-            self.workloads.push(workload);
+            if self.workloads.len() < restart::MAX_WORKLOADS {
+                self.workloads.push(workload);
+            } else if self.workloads.len() == restart::MAX_WORKLOADS {
+                // Once: the restart check reads the pods and mounts of each workload.
+                self.kind_problem(
+                    "CCM workloads".to_owned(),
+                    format!(
+                        "more than {} workloads run the CCM: restart awareness checked the first \
+                         {} only ({} and later were not checked)",
+                        restart::MAX_WORKLOADS,
+                        restart::MAX_WORKLOADS,
+                        workload.entry
+                    ),
+                );
+                self.workloads.push(workload);
+            }
         }
         if self.collect_cloud_configs {
-            self.cloud_configs
-                .extend(crate::check::facts::settings_of(gvk, &object, None, engine));
+            for settings in crate::check::facts::settings_of(gvk, &object, None, engine) {
+                self.cloud_configs.add(settings);
+            }
         }
         let (result, diff) = evaluate_update_with(engine, ar, gvk, &object, &self.facts);
-        if self.options.fix && !result.verdict.patch.is_empty() {
-            self.fixes.push(PendingFix {
-                resource: ar.clone(),
-                entry: entry.clone(),
-                namespace: object.metadata.namespace.clone(),
-                name: object.metadata.name.clone().unwrap_or_default(),
-                resource_version: object.metadata.resource_version.clone().unwrap_or_default(),
-                patch: result.verdict.patch.clone(),
-            });
-        }
-        self.files.push(FileReport {
+        let listed_before = self.files.len();
+        let patch = (self.options.fix && !result.verdict.patch.is_empty())
+            .then(|| result.verdict.patch.clone());
+        self.push(FileReport {
             objects: vec![result],
             diff,
             ..FileReport::new(&entry)
         });
+        // `--fix` writes what the report lists: a folded entry is fixed by the next run.
+        if let Some(patch) = patch
+            && self.files.len() > listed_before
+        {
+            self.fixes.push(PendingFix {
+                resource: ar.clone(),
+                entry,
+                namespace: object.metadata.namespace.clone(),
+                name: object.metadata.name.clone().unwrap_or_default(),
+                resource_version: object.metadata.resource_version.clone().unwrap_or_default(),
+                patch,
+            });
+        }
     }
 
     /// Adds a stale CCM workload to its entry (or a new entry when the workload was not
@@ -766,11 +1272,17 @@ impl Run<'_> {
             file: None,
         };
         match self.files.iter_mut().find(|f| f.name == stale.entry) {
-            Some(file) => match file.objects.first_mut() {
-                Some(object) => object.items.push(item),
-                None => file.objects.push(bare_result(&stale.entry, vec![item])),
-            },
-            None => self.files.push(FileReport {
+            Some(file) => {
+                let ns = namespace_of_entry(&stale.entry);
+                match file.objects.first_mut() {
+                    Some(object) => object.items.push(item.clone()),
+                    None => file
+                        .objects
+                        .push(bare_result(&stale.entry, vec![item.clone()])),
+                }
+                self.count(ns, &item);
+            }
+            None => self.push(FileReport {
                 objects: vec![bare_result(&stale.entry, vec![item])],
                 ..FileReport::new(&stale.entry)
             }),

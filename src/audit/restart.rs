@@ -25,16 +25,21 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ListParams};
+use kube::api::ListParams;
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind, Selector};
 use serde_json::Value;
 
+use super::page::{self, ReadError, ReadLimits};
 use crate::engine::Engine;
 use crate::rules::ccm_workload::CcmMarkers;
 use crate::rules::concurrency::{self, ConcurrencyParams};
 
 /// Pods read per workload (one page): a CCM runs one pod per control-plane node.
 pub const MAX_PODS: u32 = 100;
+
+/// CCM workloads whose pods the audit checks (a cluster runs one or two; each costs a pod
+/// list and a read per mounted config). Past it, one input error says so.
+pub const MAX_WORKLOADS: usize = 64;
 
 /// A Secret or ConfigMap a CCM container mounts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -298,11 +303,12 @@ pub async fn check_workloads(
     client: &kube::Client,
     engine: &Engine,
     workloads: Vec<Workload>,
+    limits: &ReadLimits,
     requests: &mut usize,
 ) -> Vec<Outcome> {
     let mut out = Vec::new();
     for workload in workloads {
-        match check_workload(client, engine, &workload, requests).await {
+        match check_workload(client, engine, &workload, limits, requests).await {
             Ok(Some(stale)) => out.push(Outcome::Stale(stale)),
             Ok(None) => {}
             Err(message) => out.push(Outcome::Unseen {
@@ -318,6 +324,7 @@ async fn check_workload(
     client: &kube::Client,
     engine: &Engine,
     workload: &Workload,
+    limits: &ReadLimits,
     requests: &mut usize,
 ) -> Result<Option<StaleWorkload>, String> {
     // The newest change among the cloud configs the CCM mounts.
@@ -325,14 +332,20 @@ async fn check_workload(
     for mount in &workload.mounts {
         let gvk = GroupVersionKind::gvk("", "v1", mount.kind);
         let ar = ApiResource::from_gvk(&gvk);
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(client.clone(), &workload.namespace, &ar);
         *requests += 1;
-        let object = match api.get_opt(&mount.name).await {
+        let read = page::get(
+            client,
+            &ar,
+            Some(&workload.namespace),
+            &mount.name,
+            limits.max_object_bytes,
+        )
+        .await;
+        let object = match read {
             Ok(Some(o)) => o,
             // Absent: the pod could not have started with it; nothing to compare.
             Ok(None) => continue,
-            Err(e) => {
+            Err(ReadError::Api(e)) => {
                 return Err(format!(
                     "cannot tell whether the running CCM uses the current cloud config: reading \
                      {} {}/{}: {}; this run cannot see it",
@@ -340,6 +353,13 @@ async fn check_workload(
                     workload.namespace,
                     mount.name,
                     api_error(&e)
+                ));
+            }
+            Err(other) => {
+                return Err(format!(
+                    "cannot tell whether the running CCM uses the current cloud config: reading \
+                     {} {}/{}: {other}; this run cannot see it",
+                    mount.kind, workload.namespace, mount.name,
                 ));
             }
         };
@@ -376,24 +396,36 @@ async fn check_workload(
             workload.entry
         ));
     };
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &workload.namespace);
     *requests += 1;
-    let list = pods
-        .list(&ListParams::default().labels(selector).limit(MAX_PODS))
-        .await
-        .map_err(|e| {
-            format!(
-                "cannot tell whether the running CCM uses the current cloud config: listing its \
-                 pods in {}: {}; this run cannot see them",
-                workload.namespace,
-                api_error(&e)
-            )
-        })?;
-    let stale: Vec<(String, Timestamp)> = list
+    let cannot = |why: String| {
+        format!(
+            "cannot tell whether the running CCM uses the current cloud config: listing its pods \
+             in {}: {why}; this run cannot see them",
+            workload.namespace
+        )
+    };
+    let pods_resource = ApiResource::erase::<Pod>(&());
+    let page = page::list_in(
+        client,
+        &pods_resource,
+        Some(&workload.namespace),
+        &ListParams::default().labels(selector).limit(MAX_PODS),
+        limits.max_page_bytes,
+    )
+    .await
+    .map_err(|e| match e {
+        ReadError::Api(e) => cannot(api_error(&e)),
+        other => cannot(other.to_string()),
+    })?;
+    let raw = page.parse().map_err(|e| cannot(e.to_string()))?;
+    // One pod decoded at a time; a pod over the object cap is not one the CCM runs in.
+    let stale: Vec<(String, Timestamp)> = raw
         .items
         .iter()
+        .filter(|item| item.get().len() <= limits.max_object_bytes)
+        .filter_map(|item| serde_json::from_str::<Pod>(item.get()).ok())
         .filter_map(|pod| {
-            let started = pod_started(pod, &workload.containers)?;
+            let started = pod_started(&pod, &workload.containers)?;
             (started < changed.at).then(|| (pod.metadata.name.clone().unwrap_or_default(), started))
         })
         .collect();

@@ -369,5 +369,6 @@ pub fn check(
         files,
         fail_on: options.fail_on,
         fix: options.fix,
+        omitted: report::Counts::default(),
     })
 }

@@ -57,6 +57,9 @@ pub struct Report {
     pub fail_on: FailOn,
     /// Whether fixes were written.
     pub fix: bool,
+    /// Entries left out of `files` to keep the report bounded (`stackgate audit`): what
+    /// they held. [`Report::counts`] includes them, so the summary and exit code stay true.
+    pub omitted: Counts,
 }
 
 /// Counts over a report.
@@ -124,6 +127,15 @@ impl Report {
                 Level::Note => c.notes += 1,
             }
         }
+        let o = &self.omitted;
+        c.files += o.files;
+        c.objects += o.objects;
+        c.errors += o.errors;
+        c.warnings += o.warnings;
+        c.notes += o.notes;
+        c.problems += o.problems;
+        c.fixable += o.fixable;
+        c.skipped += o.skipped;
         c
     }
 
@@ -272,6 +284,24 @@ pub fn text_as(report: &Report, show_diffs: bool, face: &Face) -> String {
     }
     for (rule, source) in &sources {
         let _ = writeln!(out, "source of [{rule}]: {source}");
+    }
+    let o = &report.omitted;
+    if o.files > 0 {
+        let _ = writeln!(
+            out,
+            "… and {} more {} not listed ({} error{}, {} warning{}, {} note{}, {} input error{}): \
+             the report is capped; the summary counts them",
+            o.files,
+            entries(face, o.files),
+            o.errors,
+            plural(o.errors),
+            o.warnings,
+            plural(o.warnings),
+            o.notes,
+            plural(o.notes),
+            o.problems,
+            plural(o.problems)
+        );
     }
     let c = report.counts();
     let _ = write!(
@@ -456,6 +486,15 @@ pub fn json(report: &Report) -> String {
         "skipped": skipped,
         "notWritten": not_written,
     });
+    let mut doc = doc;
+    let o = &report.omitted;
+    if o.files > 0 {
+        // Entries past `stackgate audit`'s report caps: counted in the summary, not listed.
+        doc["summary"]["notListed"] = json!({
+            "entries": o.files, "objects": o.objects, "errors": o.errors,
+            "warnings": o.warnings, "notes": o.notes, "inputErrors": o.problems,
+        });
+    }
     serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n"
 }
 

@@ -6,9 +6,14 @@ use std::time::Duration;
 
 use super::{PolicyArgs, parse_duration};
 use crate::audit::background::{
-    BackgroundConfig, DEFAULT_DEBOUNCE, DEFAULT_LEASE_NAME, DEFAULT_MAX_RESULTS,
+    BackgroundConfig, DEFAULT_DEBOUNCE, DEFAULT_LEASE_NAME, DEFAULT_MAX_RESULTS, ReportApi,
 };
-use crate::audit::{AuditOptions, DEFAULT_PAGE_SIZE};
+use crate::audit::page::{
+    DEFAULT_MAX_LIST_PAGES, DEFAULT_MAX_OBJECT_BYTES, DEFAULT_MAX_PAGE_BYTES, ReadLimits,
+};
+use crate::audit::{
+    AuditOptions, DEFAULT_MAX_REPORT_FINDINGS, DEFAULT_MAX_REPORT_OBJECTS, DEFAULT_PAGE_SIZE,
+};
 use crate::check::{FailOn, Format};
 
 /// `stackgate audit` flags. The cluster is the kubeconfig's current context (`KUBECONFIG`,
@@ -40,6 +45,24 @@ pub struct AuditArgs {
         value_parser = clap::value_parser!(u32).range(1..)
     )]
     pub page_size: u32,
+    /// Bytes of one list answer, at most: a page over it is asked again with half the
+    /// `limit`, and a page of one object over it skips that object (named, input error).
+    #[arg(long, env = "STACKGATE_AUDIT_MAX_PAGE_BYTES", value_name = "BYTES", default_value_t = DEFAULT_MAX_PAGE_BYTES, value_parser = super::parse_positive)]
+    pub max_page_bytes: usize,
+    /// Bytes of one object's JSON, at most: a larger object is not read (an input error
+    /// names it and its size).
+    #[arg(long, env = "STACKGATE_AUDIT_MAX_OBJECT_BYTES", value_name = "BYTES", default_value_t = DEFAULT_MAX_OBJECT_BYTES, value_parser = super::parse_positive)]
+    pub max_object_bytes: usize,
+    /// List requests per kind, at most: past it (an API server that keeps answering with a
+    /// continue token) the kind is stopped with an input error.
+    #[arg(long, env = "STACKGATE_AUDIT_MAX_LIST_PAGES", value_name = "N", default_value_t = DEFAULT_MAX_LIST_PAGES, value_parser = super::parse_positive)]
+    pub max_list_pages: usize,
+    /// Objects the report lists one by one; the rest are counted in the summary.
+    #[arg(long, env = "STACKGATE_AUDIT_MAX_REPORT_OBJECTS", value_name = "N", default_value_t = DEFAULT_MAX_REPORT_OBJECTS, value_parser = super::parse_positive)]
+    pub max_report_objects: usize,
+    /// Findings the report lists; the entries past it are counted in the summary.
+    #[arg(long, env = "STACKGATE_AUDIT_MAX_REPORT_FINDINGS", value_name = "N", default_value_t = DEFAULT_MAX_REPORT_FINDINGS, value_parser = super::parse_positive)]
+    pub max_report_findings: usize,
     /// Do not print fix diffs in text output.
     #[arg(long, env = "STACKGATE_AUDIT_NO_DIFF")]
     pub no_diff: bool,
@@ -63,6 +86,11 @@ impl From<&AuditArgs> for AuditOptions {
             format,
             fail_on,
             page_size,
+            max_page_bytes,
+            max_object_bytes,
+            max_list_pages,
+            max_report_objects,
+            max_report_findings,
             no_diff,
             fix,
             yes,
@@ -75,6 +103,13 @@ impl From<&AuditArgs> for AuditOptions {
             no_diff: *no_diff,
             fix: *fix,
             yes: *yes,
+            limits: ReadLimits {
+                max_page_bytes: *max_page_bytes,
+                max_object_bytes: *max_object_bytes,
+                max_list_pages: *max_list_pages,
+            },
+            max_report_objects: *max_report_objects,
+            max_report_findings: *max_report_findings,
         }
     }
 }
@@ -125,6 +160,22 @@ pub struct BackgroundAuditArgs {
     /// Results per PolicyReport, at most (the summary still counts all).
     #[arg(long = "background-audit-max-results", env = "STACKGATE_BACKGROUND_AUDIT_MAX_RESULTS", default_value_t = DEFAULT_MAX_RESULTS, value_parser = super::parse_positive)]
     pub max_results: usize,
+    /// Which report API to write: `auto` writes each of `wgpolicyk8s.io/v1alpha2`
+    /// (PolicyReport) and `openreports.io/v1alpha1` (Report) that the cluster serves (API
+    /// discovery), `wgpolicyk8s.io` when it serves neither.
+    #[arg(
+        long = "background-audit-report-api",
+        env = "STACKGATE_BACKGROUND_AUDIT_REPORT_API",
+        value_enum,
+        default_value = "auto"
+    )]
+    pub report_api: ReportApi,
+    /// Bytes of one list answer, at most (as `audit --max-page-bytes`).
+    #[arg(long = "background-audit-max-page-bytes", env = "STACKGATE_BACKGROUND_AUDIT_MAX_PAGE_BYTES", value_name = "BYTES", default_value_t = DEFAULT_MAX_PAGE_BYTES, value_parser = super::parse_positive)]
+    pub max_page_bytes: usize,
+    /// Bytes of one object's JSON, at most (as `audit --max-object-bytes`).
+    #[arg(long = "background-audit-max-object-bytes", env = "STACKGATE_BACKGROUND_AUDIT_MAX_OBJECT_BYTES", value_name = "BYTES", default_value_t = DEFAULT_MAX_OBJECT_BYTES, value_parser = super::parse_positive)]
+    pub max_object_bytes: usize,
 }
 
 impl BackgroundAuditArgs {
@@ -139,6 +190,9 @@ impl BackgroundAuditArgs {
             lease_duration,
             identity,
             max_results,
+            report_api,
+            max_page_bytes,
+            max_object_bytes,
         } = self;
         enabled.then(|| BackgroundConfig {
             period: *period,
@@ -152,6 +206,12 @@ impl BackgroundAuditArgs {
             max_results: *max_results,
             page_size: DEFAULT_PAGE_SIZE,
             debounce: DEFAULT_DEBOUNCE,
+            limits: ReadLimits {
+                max_page_bytes: *max_page_bytes,
+                max_object_bytes: *max_object_bytes,
+                max_list_pages: DEFAULT_MAX_LIST_PAGES,
+            },
+            report_api: *report_api,
         })
     }
 }
@@ -182,6 +242,11 @@ mod tests {
             "--format=junit",
             "--fail-on=warning",
             "--page-size=7",
+            "--max-page-bytes=1000",
+            "--max-object-bytes=100",
+            "--max-list-pages=3",
+            "--max-report-objects=4",
+            "--max-report-findings=5",
             "--no-diff",
             "--fix",
             "--yes",
@@ -195,6 +260,13 @@ mod tests {
                 no_diff: true,
                 fix: true,
                 yes: true,
+                limits: ReadLimits {
+                    max_page_bytes: 1000,
+                    max_object_bytes: 100,
+                    max_list_pages: 3,
+                },
+                max_report_objects: 4,
+                max_report_findings: 5,
             }
         );
     }
@@ -219,6 +291,8 @@ mod tests {
         assert_eq!(config.lease_name, DEFAULT_LEASE_NAME);
         assert_eq!(config.max_results, DEFAULT_MAX_RESULTS);
         assert_eq!(config.identity, "stackgate-0");
+        assert_eq!(config.limits, ReadLimits::default());
+        assert_eq!(config.report_api, ReportApi::Auto);
     }
 
     #[test]

@@ -1,0 +1,282 @@
+//! Bounded reads of the API for the audit: a list page or an object is read as raw bytes up
+//! to a cap, never deserialized whole, so what one answer costs is bounded by the caps and
+//! not by what the API server (or something in front of it) sends.
+//!
+//! kube-rs's `Api::list` collects the whole body into memory and decodes every item at once
+//! (kube-client 5.0 `Client::request_text`), so a 400 MB object or a 300 MB page cost more
+//! than a GiB (issue 22). Here a page is read up to [`ReadLimits::max_page_bytes`]; its items
+//! stay raw JSON ([`serde_json::value::RawValue`], borrowed from the page) and are decoded one
+//! at a time by the caller, and an item over [`ReadLimits::max_object_bytes`] is only named
+//! (its `metadata.name` and `namespace`), never decoded. An error answer is read up to
+//! [`MAX_ERROR_BODY_BYTES`].
+//!
+//! A real API server cannot store an object over etcd's request limit (1.5 MiB by default;
+//! the apiserver accepts write bodies up to 3 MiB, kubernetes/apiserver
+//! 5a72bc815bfbf203121de56eecd3a2d3e4f14096 `pkg/server/config.go` `MaxRequestBodyBytes`), so
+//! [`DEFAULT_MAX_OBJECT_BYTES`] never skips an object a real cluster holds.
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+use http_body_util::BodyExt as _;
+use kube::api::ListParams;
+use kube::core::{ApiResource, DynamicObject, Request, Resource as _};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+/// Default for [`ReadLimits::max_page_bytes`]: the bytes of one list answer, at most.
+pub const DEFAULT_MAX_PAGE_BYTES: usize = 16 * 1024 * 1024;
+/// Default for [`ReadLimits::max_object_bytes`]: the JSON bytes of one object, at most.
+pub const DEFAULT_MAX_OBJECT_BYTES: usize = 4 * 1024 * 1024;
+/// Default for [`ReadLimits::max_list_pages`]: list requests per kind, at most (250 objects
+/// a page: 2.5 million objects of one kind).
+pub const DEFAULT_MAX_LIST_PAGES: usize = 10_000;
+/// An error answer (a `Status`) is read up to this many bytes; past it, only its HTTP status
+/// is kept.
+pub const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
+
+/// The caps of the audit's reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadLimits {
+    /// Bytes of one list answer. A page over it is asked again with half the `limit`; a page
+    /// of one object over it is skipped (named through a metadata-only list).
+    pub max_page_bytes: usize,
+    /// Bytes of one object's JSON. An object over it is skipped with a finding that names
+    /// it and its size.
+    pub max_object_bytes: usize,
+    /// List requests per kind (retries of a smaller page included). Past it, the kind is
+    /// stopped with an input error.
+    pub max_list_pages: usize,
+}
+
+impl Default for ReadLimits {
+    fn default() -> Self {
+        Self {
+            max_page_bytes: DEFAULT_MAX_PAGE_BYTES,
+            max_object_bytes: DEFAULT_MAX_OBJECT_BYTES,
+            max_list_pages: DEFAULT_MAX_LIST_PAGES,
+        }
+    }
+}
+
+/// Why a bounded read failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// The API answered with an error status, or the request did not get an answer.
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+    /// The answer was longer than the cap (more than `limit` bytes).
+    #[error("the answer is over {limit} bytes")]
+    TooLarge {
+        /// The cap.
+        limit: usize,
+    },
+    /// The answer is not the JSON it should be (the reason names no content).
+    #[error("the answer is not readable JSON: {0}")]
+    Decode(String),
+}
+
+/// A list answer read within its cap: the raw bytes, decoded by [`Page::parse`].
+#[derive(Debug)]
+pub struct Page {
+    body: Vec<u8>,
+}
+
+/// The parts of a list answer the audit reads; items stay raw JSON borrowed from the page.
+#[derive(Debug, Deserialize)]
+pub struct RawPage<'a> {
+    /// The list's metadata.
+    #[serde(default)]
+    pub metadata: RawListMeta,
+    /// The items, undecoded.
+    #[serde(borrow, default)]
+    pub items: Vec<&'a RawValue>,
+}
+
+/// `metadata` of a list: only the continue token.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawListMeta {
+    /// The continue token (empty or absent on the last page).
+    #[serde(rename = "continue", default)]
+    pub continue_token: Option<String>,
+}
+
+/// What names an object: enough to report one without decoding the rest.
+#[derive(Debug, Default, Deserialize)]
+struct NameOnly {
+    #[serde(default)]
+    metadata: NameMeta,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct NameMeta {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+}
+
+impl Page {
+    /// The page's continue token and raw items.
+    pub fn parse(&self) -> Result<RawPage<'_>, ReadError> {
+        serde_json::from_slice(&self.body).map_err(|e| ReadError::Decode(e.classify_string()))
+    }
+
+    /// Bytes read.
+    pub fn len(&self) -> usize {
+        self.body.len()
+    }
+
+    /// Whether the answer was empty.
+    pub fn is_empty(&self) -> bool {
+        self.body.is_empty()
+    }
+}
+
+/// How a serde error is reported: its category and position, never the input.
+trait Classify {
+    fn classify_string(&self) -> String;
+}
+
+impl Classify for serde_json::Error {
+    fn classify_string(&self) -> String {
+        let what = match self.classify() {
+            serde_json::error::Category::Io => "read error",
+            serde_json::error::Category::Syntax => "syntax error",
+            serde_json::error::Category::Data => "unexpected shape",
+            serde_json::error::Category::Eof => "truncated",
+        };
+        format!("{what} at line {} column {}", self.line(), self.column())
+    }
+}
+
+/// `namespace` and `name` of a raw object (`None` when it has none or is not an object).
+pub fn name_of(raw: &RawValue) -> (Option<String>, Option<String>) {
+    match serde_json::from_str::<NameOnly>(raw.get()) {
+        Ok(n) => (n.metadata.namespace, n.metadata.name),
+        Err(_) => (None, None),
+    }
+}
+
+/// Decodes one raw item.
+pub fn decode(raw: &RawValue) -> Result<DynamicObject, ReadError> {
+    serde_json::from_str(raw.get()).map_err(|e| ReadError::Decode(e.classify_string()))
+}
+
+/// A stable hash of a continue token: the audit remembers tokens by hash, so a hostile
+/// token costs its bytes once, not once per page.
+pub fn token_hash(token: &str) -> u64 {
+    let mut h = DefaultHasher::new();
+    token.hash(&mut h);
+    h.finish()
+}
+
+/// Sends `request` and reads its answer up to `max_bytes` (an error answer up to
+/// [`MAX_ERROR_BODY_BYTES`], returned as the `Status` it holds).
+async fn read(
+    client: &kube::Client,
+    request: http::Request<Vec<u8>>,
+    max_bytes: usize,
+) -> Result<Vec<u8>, ReadError> {
+    let response = client.send(request.map(kube::client::Body::from)).await?;
+    let status = response.status();
+    let mut body = response.into_body();
+    let failed = status.is_client_error() || status.is_server_error();
+    let cap = if failed {
+        MAX_ERROR_BODY_BYTES
+    } else {
+        max_bytes
+    };
+    let mut out: Vec<u8> = Vec::new();
+    let mut over = false;
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame?.into_data() else {
+            continue;
+        };
+        if out.len() + data.len() > cap {
+            over = true;
+            break;
+        }
+        out.extend_from_slice(&data);
+    }
+    if failed {
+        let status_object = (!over)
+            .then(|| serde_json::from_slice::<kube::core::Status>(&out).ok())
+            .flatten()
+            .filter(|s| s.code == status.as_u16())
+            .unwrap_or_else(|| {
+                kube::core::Status::failure(
+                    status.canonical_reason().unwrap_or("error"),
+                    "the error answer could not be read",
+                )
+                .with_code(status.as_u16())
+            });
+        return Err(ReadError::Api(kube::Error::Api(status_object.boxed())));
+    }
+    if over {
+        return Err(ReadError::TooLarge { limit: cap });
+    }
+    Ok(out)
+}
+
+fn build(
+    result: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
+) -> Result<http::Request<Vec<u8>>, ReadError> {
+    result.map_err(|e| ReadError::Api(kube::Error::BuildRequest(e)))
+}
+
+/// One list page of `ar` in every namespace, read within `max_bytes`.
+pub async fn list(
+    client: &kube::Client,
+    ar: &ApiResource,
+    params: &ListParams,
+    max_bytes: usize,
+) -> Result<Page, ReadError> {
+    list_in(client, ar, None, params, max_bytes).await
+}
+
+/// One list page of `ar` in `namespace` (every namespace for None), read within `max_bytes`.
+pub async fn list_in(
+    client: &kube::Client,
+    ar: &ApiResource,
+    namespace: Option<&str>,
+    params: &ListParams,
+    max_bytes: usize,
+) -> Result<Page, ReadError> {
+    let request = build(Request::new(DynamicObject::url_path(ar, namespace)).list(params))?;
+    Ok(Page {
+        body: read(client, request, max_bytes).await?,
+    })
+}
+
+/// One metadata-only list page (`PartialObjectMetadataList`), read within `max_bytes`: how
+/// the audit names an object too large to read and gets the continue token past it.
+pub async fn list_metadata(
+    client: &kube::Client,
+    ar: &ApiResource,
+    params: &ListParams,
+    max_bytes: usize,
+) -> Result<Page, ReadError> {
+    let request = build(Request::new(DynamicObject::url_path(ar, None)).list_metadata(params))?;
+    Ok(Page {
+        body: read(client, request, max_bytes).await?,
+    })
+}
+
+/// One object by name, read within `max_bytes`; `Ok(None)` on 404.
+pub async fn get(
+    client: &kube::Client,
+    ar: &ApiResource,
+    namespace: Option<&str>,
+    name: &str,
+    max_bytes: usize,
+) -> Result<Option<DynamicObject>, ReadError> {
+    let request =
+        build(Request::new(DynamicObject::url_path(ar, namespace)).get(name, &Default::default()))?;
+    match read(client, request, max_bytes).await {
+        Ok(body) => serde_json::from_slice(&body)
+            .map(Some)
+            .map_err(|e| ReadError::Decode(e.classify_string())),
+        Err(ReadError::Api(kube::Error::Api(status))) if status.code == 404 => Ok(None),
+        Err(e) => Err(e),
+    }
+}
