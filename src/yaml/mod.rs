@@ -325,56 +325,82 @@ impl Node {
     /// bounds ([`MAX_NODES`] + [`MAX_ALIAS_NODES`]); the recursion is bounded by
     /// [`MAX_DEPTH`].
     pub fn to_json(&self) -> Result<Value, YamlError> {
+        // One small frame per level: each kind's work is its own function, so a level of
+        // the recursion holds this frame and one kind's locals, not every kind's (a debug
+        // build gives every local its own slot). The recursion goes MAX_DEPTH levels deep on
+        // a worker's stack (tests/reader_stack.rs runs it on 1 MiB).
         match &self.kind {
-            Kind::Scalar { .. } => match resolve_scalar(self)? {
-                Some(v) => Ok(v),
-                None => Err(YamlError::at(
-                    self.start,
-                    "a value that JSON cannot represent (NaN or infinity)",
-                )),
-            },
-            Kind::Seq(items) => items
-                .iter()
-                .map(Node::to_json)
-                .collect::<Result<Vec<_>, _>>()
-                .map(Value::Array),
-            Kind::Map(entries) => {
-                let mut out = Map::new();
-                // Merge keys first (explicit keys override merged ones, and the first merged
-                // mapping wins among merged ones), then the explicit keys in order.
-                for (k, v) in entries.iter() {
-                    if is_merge_key(k) {
-                        let sources: Vec<&Node> = match &v.kind {
-                            Kind::Seq(items) => items.iter().collect(),
-                            _ => vec![v],
-                        };
-                        for src in sources {
-                            let Value::Object(m) = src.to_json()? else {
-                                return Err(YamlError::at(
-                                    src.start,
-                                    "a merge key (<<) must refer to a mapping",
-                                ));
-                            };
-                            for (mk, mv) in m {
-                                out.entry(mk).or_insert(mv);
-                            }
-                        }
-                    }
-                }
-                // A repeated key replaces the value read before it, as go-yaml v2's
-                // non-strict `Unmarshal` (Helm's and kubectl's reader) does: the last one wins.
-                for (k, v) in entries.iter() {
-                    if is_merge_key(k) {
-                        continue;
-                    }
-                    let key = key_string(k)
-                        .ok_or_else(|| YamlError::at(k.start, "a mapping key must be a scalar"))?;
-                    out.insert(key, v.to_json()?);
-                }
-                Ok(Value::Object(out))
-            }
+            Kind::Scalar { .. } => self.scalar_to_json(),
+            Kind::Seq(items) => seq_to_json(items),
+            Kind::Map(entries) => map_to_json(entries),
         }
     }
+
+    #[inline(never)]
+    fn scalar_to_json(&self) -> Result<Value, YamlError> {
+        match resolve_scalar(self)? {
+            Some(v) => Ok(v),
+            None => Err(YamlError::at(
+                self.start,
+                "a value that JSON cannot represent (NaN or infinity)",
+            )),
+        }
+    }
+}
+
+#[inline(never)]
+fn seq_to_json(items: &[Node]) -> Result<Value, YamlError> {
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        out.push(item.to_json()?);
+    }
+    Ok(Value::Array(out))
+}
+
+#[inline(never)]
+fn map_to_json(entries: &[(Node, Node)]) -> Result<Value, YamlError> {
+    let mut out = Map::new();
+    // Merge keys first (explicit keys override merged ones, and the first merged mapping wins
+    // among merged ones), then the explicit keys in order.
+    for (k, v) in entries {
+        if is_merge_key(k) {
+            merge_to_json(v, &mut out)?;
+        }
+    }
+    // A repeated key replaces the value read before it, as go-yaml v2's non-strict
+    // `Unmarshal` (Helm's and kubectl's reader) does: the last one wins.
+    for (k, v) in entries {
+        if is_merge_key(k) {
+            continue;
+        }
+        let Some(key) = key_string(k) else {
+            return Err(YamlError::at(k.start, "a mapping key must be a scalar"));
+        };
+        let value = v.to_json()?;
+        out.insert(key, value);
+    }
+    Ok(Value::Object(out))
+}
+
+/// Adds the mappings a merge key (`<<`) refers to, to `out`, without replacing a key it has.
+#[inline(never)]
+fn merge_to_json(v: &Node, out: &mut Map<String, Value>) -> Result<(), YamlError> {
+    let sources = match &v.kind {
+        Kind::Seq(items) => items.as_slice(),
+        _ => std::slice::from_ref(v),
+    };
+    for src in sources {
+        let Value::Object(m) = src.to_json()? else {
+            return Err(YamlError::at(
+                src.start,
+                "a merge key (<<) must refer to a mapping",
+            ));
+        };
+        for (mk, mv) in m {
+            out.entry(mk).or_insert(mv);
+        }
+    }
+    Ok(())
 }
 
 fn is_merge_key(k: &Node) -> bool {
