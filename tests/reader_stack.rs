@@ -299,7 +299,10 @@ fn crs_payload(extra: &str) -> Vec<u8> {
 fn deep_values_strings_and_payloads_are_refused_by_the_yaml_caps() {
     for (carrier, body) in [
         ("HelmChart valuesContent, flow", helmchart(&flow_seqs(DEEP))),
-        ("HelmChart valuesContent, block", helmchart(&block_seqs(DEEP))),
+        (
+            "HelmChart valuesContent, block",
+            helmchart(&block_seqs(DEEP)),
+        ),
         (
             "HelmChart valuesContent, aliases",
             helmchart(&alias_chain(2 * MAX_DEPTH)),

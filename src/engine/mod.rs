@@ -1038,10 +1038,19 @@ mod tests {
             &verdict.mutations,
         ] {
             assert_eq!(list.len(), MAX_FINDINGS_PER_LIST + 2);
-            assert_eq!(list[..MAX_FINDINGS_PER_LIST], findings[..MAX_FINDINGS_PER_LIST]);
-            let (a, b) = (&list[MAX_FINDINGS_PER_LIST], &list[MAX_FINDINGS_PER_LIST + 1]);
+            assert_eq!(
+                list[..MAX_FINDINGS_PER_LIST],
+                findings[..MAX_FINDINGS_PER_LIST]
+            );
+            let (a, b) = (
+                &list[MAX_FINDINGS_PER_LIST],
+                &list[MAX_FINDINGS_PER_LIST + 1],
+            );
             assert_eq!((a.code, b.code), (CODE_MORE, CODE_MORE));
-            assert_eq!((a.anchor.clone(), b.anchor.clone()), (Anchor::Object, Anchor::Object));
+            assert_eq!(
+                (a.anchor.clone(), b.anchor.clone()),
+                (Anchor::Object, Anchor::Object)
+            );
             assert_eq!((a.policy.as_str(), b.policy.as_str()), ("a", "b"));
             assert_eq!((a.rule.as_str(), b.rule.as_str()), (rule(0), rule(1)));
             assert_eq!(
@@ -1053,8 +1062,10 @@ mod tests {
                 )
             );
             assert!(
-                b.message
-                    .starts_with(&format!("… and 1 more finding of policy b (rule {})", rule(1))),
+                b.message.starts_with(&format!(
+                    "… and 1 more finding of policy b (rule {})",
+                    rule(1)
+                )),
                 "{}",
                 b.message
             );
