@@ -64,8 +64,11 @@ pub const MAX_ALIAS_NODES: usize = 50_000;
 /// [`MAX_ALIAS_NODES`]: a 1 MB anchored string aliased a thousand times is 1 GB of JSON.
 pub const MAX_ALIAS_BYTES: usize = 1 << 20;
 
-/// Levels of nesting, aliases expanded (the parser itself stops at a few hundred levels;
-/// chained aliases could nest deeper and exhaust the stack of the recursive walks).
+/// Levels of nesting, aliases expanded, the innermost scalar included (the parser itself
+/// stops at a few hundred levels; chained aliases could nest deeper and exhaust the stack of
+/// the recursive walks). Every walk of a tree this deep, from the conversion to JSON to the
+/// chart's rendering of a nested value, fits a 1 MiB thread stack in a debug build
+/// (`tests/reader_stack.rs`; `serve` runs evaluations on 2 MiB).
 pub const MAX_DEPTH: usize = 512;
 
 /// Which cap a YAML text ran into (for metrics; the message names it too).
