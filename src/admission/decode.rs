@@ -75,12 +75,13 @@ pub enum DecodeError {
     /// A field stackgate reads nests deeper than [`MAX_JSON_DEPTH`].
     #[error(
         "the object nests deeper than {limit} levels where stackgate reads it, over \
-         stackgate's limit (line {line}, column {column} of the object)"
+         stackgate's limit (line {line}, column {column})"
     )]
     TooDeep {
         /// The cap ([`MAX_JSON_DEPTH`]).
         limit: usize,
-        /// 1-based line of the JSON text where the cap was reached.
+        /// 1-based line of the JSON text where the cap was reached (the object's text, or the
+        /// review's when the review itself nests too deep).
         line: usize,
         /// 1-based column.
         column: usize,
