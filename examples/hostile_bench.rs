@@ -195,7 +195,264 @@ const ATTACKS: &[Attack] = &[
         scale: Scale::Fixed,
         body: crs_payload_repeat,
     },
+    Attack {
+        name: "argo-list-commas",
+        item: "22.3",
+        path: "/validate",
+        scale: Scale::WithSize,
+        body: argo_list_commas,
+    },
+    Attack {
+        name: "argo-list-ones",
+        item: "22.3",
+        path: "/validate",
+        scale: Scale::WithSize,
+        body: argo_list_ones,
+    },
+    Attack {
+        name: "argo-index-chain",
+        item: "22.1",
+        path: "/validate",
+        scale: Scale::Fixed,
+        body: argo_index_chain,
+    },
+    Attack {
+        name: "helmchart-set",
+        item: "22.2",
+        path: "/validate",
+        scale: Scale::WithSize,
+        body: helmchart_set,
+    },
+    Attack {
+        name: "crs-two-values",
+        item: "22.3",
+        path: "/validate",
+        scale: Scale::Fixed,
+        body: crs_two_values,
+    },
+    Attack {
+        name: "labelled-values",
+        item: "22.3",
+        path: "/validate",
+        scale: Scale::WithSize,
+        body: labelled_values,
+    },
+    Attack {
+        name: "umbrella-values",
+        item: "22.3",
+        path: "/validate",
+        scale: Scale::WithSize,
+        body: umbrella_values,
+    },
+    Attack {
+        name: "k0s-values",
+        item: "22.3",
+        path: "/validate",
+        scale: Scale::WithSize,
+        body: k0s_values,
+    },
+    Attack {
+        name: "json-deep",
+        item: "22.1",
+        path: "/validate",
+        scale: Scale::WithSize,
+        body: json_deep,
+    },
 ];
+
+/// An Argo CD Application of the CCM chart with `helm.parameters` `params` (raw JSON).
+fn argo_parameters(params: &str) -> String {
+    let object = json!({
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Application",
+        "metadata": {"name": "occm", "namespace": "argocd"},
+        "spec": {
+            "project": "default",
+            "destination": {"namespace": "kube-system", "server": "https://kubernetes.default.svc"},
+            "source": {
+                "chart": "openstack-cloud-controller-manager",
+                "repoURL": "https://kubernetes.github.io/cloud-provider-openstack",
+                "targetRevision": "2.31.1",
+                "helm": {"parameters": FILL},
+            },
+        }
+    });
+    review(object, "argoproj.io", "v1alpha1", "applications").replacen(
+        &format!("\"{FILL}\""),
+        params,
+        1,
+    )
+}
+
+/// Issue 22 item 3: one parameter whose value is a Helm list literal of `n` empty elements
+/// (`{,,,…}`: strvals reads it as a list of `n + 1` empty strings).
+fn argo_list_commas(n: usize) -> String {
+    argo_parameters(&format!(
+        r#"[{{"name":"cloudConfig.global.x","value":"{{{}}}"}}]"#,
+        ",".repeat(n)
+    ))
+}
+
+/// Issue 22 item 3: a list literal of `n` ones (`{1,1,…}`).
+fn argo_list_ones(n: usize) -> String {
+    let mut list = "1,".repeat(n.max(1));
+    list.pop();
+    argo_parameters(&format!(
+        r#"[{{"name":"cloudConfig.global.x","value":"{{{list}}}"}}]"#
+    ))
+}
+
+/// Issue 22 item 1: a parameter name `cloudConfig.x[0][0]…` with 7,500 indexes (~30 KB): one
+/// recursion per `[i]` in strvals without a depth cap.
+fn argo_index_chain(_n: usize) -> String {
+    argo_parameters(&format!(
+        r#"[{{"name":"cloudConfig.x{}","value":"1"}}]"#,
+        "[0]".repeat(7_500)
+    ))
+}
+
+/// An RKE2/k3s HelmChart of the CCM chart with `spec` fields `fields` (raw JSON members).
+fn helmchart_with(fields: &str) -> String {
+    let object = json!({
+        "apiVersion": "helm.cattle.io/v1",
+        "kind": "HelmChart",
+        "metadata": {"name": "openstack-cloud-controller-manager", "namespace": "kube-system"},
+        "spec": {
+            "chart": "openstack-cloud-controller-manager",
+            "repo": "https://kubernetes.github.io/cloud-provider-openstack",
+            "targetNamespace": "kube-system",
+            "version": "2.31.1",
+            "bootstrap": FILL,
+        }
+    });
+    review(object, "helm.cattle.io", "v1", "helmcharts").replacen(
+        &format!("\"bootstrap\":\"{FILL}\""),
+        &format!("\"bootstrap\":true,{fields}"),
+        1,
+    )
+}
+
+/// Issue 22 item 2: `n` `spec.set` entries, each a distinct cloud-config key.
+fn helmchart_set(n: usize) -> String {
+    let mut set = String::with_capacity(48 * n + 16);
+    set.push_str("\"set\":{");
+    for i in 0..n {
+        if i > 0 {
+            set.push(',');
+        }
+        let _ = write!(set, "\"cloudConfig.global.k{i:07}\":\"v\"");
+    }
+    set.push('}');
+    helmchart_with(&set)
+}
+
+/// Issue 22 items 3 and 4: a ClusterResourceSet payload Secret with two ~1 MiB values (under
+/// the 1 MiB payload cap each), both repeating a cloud-config Secret with long names.
+fn crs_two_values(_n: usize) -> String {
+    use base64::Engine as _;
+    let long = "n".repeat(200);
+    let site = format!(
+        "---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: cloud-config\n  \
+         namespace: kube-system\n  labels:\n    {long}: x\nstringData:\n  cloud.conf: \
+         \"[Global]\\n[LoadBalancer]\\ncreate-monitor=maybe\\n\"\n"
+    );
+    let mut payload = String::new();
+    while payload.len() + site.len() < 1000 * 1024 {
+        payload.push_str(&site);
+    }
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&payload);
+    let object = json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "addons.cluster.x-k8s.io/resource-set",
+        "metadata": {"name": "crs-payload", "namespace": "default"},
+        "data": {"a.yaml": b64, "b.yaml": b64},
+    });
+    review(object, "", "v1", "secrets")
+}
+
+/// `prefix` then `n` lines `kNNNNNNN: v` indented by `indent` (YAML string contents,
+/// JSON-escaped).
+fn values_lines(prefix: &str, indent: usize, n: usize) -> String {
+    let pad = " ".repeat(indent);
+    let mut text = String::with_capacity((14 + indent) * n + 64);
+    text.push_str(prefix);
+    for i in 0..n {
+        let _ = write!(text, "{pad}k{i:07}: v\\n");
+    }
+    text
+}
+
+/// Issue 22 item 3: a ConfigMap labelled `stackgate.dev/ccm-values=values.yaml` (the CCM
+/// chart's values where they are written) holding `n` keys.
+fn labelled_values(n: usize) -> String {
+    let object = json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "occm-values", "namespace": "kube-system",
+            "labels": {"stackgate.dev/ccm-values": "values.yaml"}},
+        "data": {"values.yaml": FILL},
+    });
+    review(object, "", "v1", "configmaps").replacen(
+        FILL,
+        &values_lines("cloudConfig:\\n  global:\\n", 4, n),
+        1,
+    )
+}
+
+/// Issue 22 item 3: an umbrella chart's HelmChart whose `valuesContent` string holds the CCM
+/// subchart's values under its key.
+fn umbrella_values(n: usize) -> String {
+    let object = json!({
+        "apiVersion": "helm.cattle.io/v1",
+        "kind": "HelmChart",
+        "metadata": {"name": "cluster-addons", "namespace": "kube-system"},
+        "spec": {"chart": "openstack-cluster-addons", "targetNamespace": "kube-system",
+            "valuesContent": FILL},
+    });
+    review(object, "helm.cattle.io", "v1", "helmcharts").replacen(
+        FILL,
+        &values_lines(
+            "openstack-cloud-controller-manager:\\n  cloudConfig:\\n    global:\\n",
+            6,
+            n,
+        ),
+        1,
+    )
+}
+
+/// Issue 22 item 3: a k0s ClusterConfig installing the CCM chart with a `values` string.
+fn k0s_values(n: usize) -> String {
+    let object = json!({
+        "apiVersion": "k0s.k0sproject.io/v1beta1",
+        "kind": "ClusterConfig",
+        "metadata": {"name": "k0s", "namespace": "kube-system"},
+        "spec": {"extensions": {"helm": {"charts": [{
+            "name": "openstack-cloud-controller-manager",
+            "chartname": "openstack/openstack-cloud-controller-manager",
+            "version": "2.31.1", "namespace": "kube-system", "values": FILL}]}}},
+    });
+    review(object, "k0s.k0sproject.io", "v1beta1", "clusterconfigs").replacen(
+        FILL,
+        &values_lines("cloudConfig:\\n  global:\\n", 4, n),
+        1,
+    )
+}
+
+/// Issue 22 item 1: a Deployment whose `spec` nests `n` arrays (past serde_json's 128 levels:
+/// refused at once).
+fn json_deep(n: usize) -> String {
+    let object = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "deep", "namespace": "tenant-a"},
+        "spec": FILL,
+    });
+    review(object, "apps", "v1", "deployments").replacen(
+        &format!("\"{FILL}\""),
+        &format!("{}{}", "[".repeat(n), "]".repeat(n)),
+        1,
+    )
+}
 
 /// Placeholder replaced by the generated fragment (raw JSON, or JSON string contents).
 const FILL: &str = "@@FILL@@";

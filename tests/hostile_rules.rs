@@ -370,3 +370,58 @@ fn a_credential_written_below_its_key_in_a_configmap_is_denied() {
         verdict.warnings
     );
 }
+
+/// The answer cap (`admission::MAX_RESPONSE_BYTES`, issue 22 item 4): a ClusterResourceSet
+/// payload Secret whose ~900 KiB base64 value embeds a cloud config the mutating policy edits.
+/// The patch must re-encode the whole value (JSON Patch replaces the string), and the patch
+/// is base64 again in the answer: about 1.6 MiB, over the cap. The answer is replaced by an
+/// admission without the patch and a warning that says why, and the cap is counted; a value
+/// half that size keeps its patch.
+#[test]
+fn an_answer_over_the_cap_is_replaced_by_a_short_one() {
+    use stackgate::admission::MAX_RESPONSE_BYTES;
+    let engine = engine();
+    let crs = |filler: usize| {
+        let payload = format!(
+            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: cloud-config\n  namespace: \
+             kube-system\nstringData:\n  cloud.conf: |\n    [Global]\n    region = RegionOne\n    \
+             [LoadBalancer]\n    subnet-id = x\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  \
+             name: filler\n  namespace: kube-system\ndata:\n  filler: {}\n",
+            "f".repeat(filler)
+        );
+        review(
+            "Secret",
+            "secrets",
+            json!({"apiVersion": "v1", "kind": "Secret",
+                "type": "addons.cluster.x-k8s.io/resource-set",
+                "metadata": {"name": "crs", "namespace": "default"},
+                "data": {"p.yaml": base64::engine::general_purpose::STANDARD.encode(payload)}}),
+        )
+    };
+    let mutate = |review: &Value| {
+        let metrics = Metrics::new();
+        let body = serde_json::to_vec(review).expect("encode");
+        let reply = handle(&engine, Webhook::Mutate, &body, &metrics);
+        let out: Value = serde_json::from_slice(&reply.body).expect("JSON answer");
+        (reply.body.len(), out["response"].clone(), metrics.encode())
+    };
+    // Half the size: the patch fits, and is sent.
+    let (size, response, metrics) = mutate(&crs(300 * 1024));
+    assert!(response.get("patch").is_some(), "{size} bytes: no patch");
+    assert!(size <= MAX_RESPONSE_BYTES, "{size}");
+    assert!(!metrics.contains("response_bytes"), "{metrics}");
+    // Near the payload cap: the answer would be over 1 MiB.
+    let (size, response, metrics) = mutate(&crs(900 * 1024));
+    assert!(size <= MAX_RESPONSE_BYTES, "{size}");
+    assert_eq!(response["allowed"], true, "{response}");
+    assert!(response.get("patch").is_none(), "{response}");
+    let warnings = response["warnings"].to_string();
+    assert!(
+        warnings.contains("without mutation") && warnings.contains("response cap"),
+        "{warnings}"
+    );
+    assert!(
+        metrics.contains("stackgate_input_limits_total{limit=\"response_bytes\"} 1"),
+        "{metrics}"
+    );
+}

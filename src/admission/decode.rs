@@ -39,6 +39,17 @@ use crate::sites::{SiteKind, SitesDocument, payload};
 /// largest legitimate ones while keeping a hostile review's cost a small fixed amount.
 pub const MAX_DECODED_BYTES: usize = 16 * 1024 * 1024;
 
+/// Arrays and objects that may be nested in one object stackgate reads, its own braces
+/// included (in the review envelope, counted from the review's braces). This is serde_json's
+/// own recursion limit, which its `Deserializer` applies to everything it builds: it starts
+/// at `remaining_depth: 128` and refuses the container that brings it to 0, "recursion limit
+/// exceeded" (serde_json 1.0.154, src/de.rs, `check_recursion!`; stackgate does not enable
+/// the `unbounded_depth` feature). Subtrees stackgate skips are scanned by serde_json's
+/// iterative `ignore_value` and may nest deeper without using stack; what is built is at
+/// most this deep, which keeps every recursive walk of a decoded object (conversions, `Drop`
+/// of the tree) on a small stack. Kubernetes objects nest a few tens of levels.
+pub const MAX_JSON_DEPTH: usize = 127;
+
 /// How often (in decoded JSON values) the decoder looks at the cancellation flag.
 const CANCEL_CHECK_EVERY: usize = 4096;
 
@@ -61,9 +72,40 @@ pub enum DecodeError {
         /// The budget in bytes ([`MAX_DECODED_BYTES`]).
         limit: usize,
     },
+    /// A field stackgate reads nests deeper than [`MAX_JSON_DEPTH`].
+    #[error(
+        "the object nests deeper than {limit} levels where stackgate reads it, over \
+         stackgate's limit (line {line}, column {column})"
+    )]
+    TooDeep {
+        /// The cap ([`MAX_JSON_DEPTH`]).
+        limit: usize,
+        /// 1-based line of the JSON text where the cap was reached (the object's text, or the
+        /// review's when the review itself nests too deep).
+        line: usize,
+        /// 1-based column.
+        column: usize,
+    },
     /// The request deadline passed while decoding.
     #[error(transparent)]
     Exhausted(#[from] Exhausted),
+}
+
+impl DecodeError {
+    /// A serde_json error, told apart when it is the depth cap ([`MAX_JSON_DEPTH`]):
+    /// serde_json reports it as a syntax error whose text starts "recursion limit exceeded"
+    /// (its `ErrorCode` is private; the text is its `Display`, stable since 1.0).
+    fn json(error: serde_json::Error) -> Self {
+        if error.to_string().starts_with("recursion limit exceeded") {
+            DecodeError::TooDeep {
+                limit: MAX_JSON_DEPTH,
+                line: error.line(),
+                column: error.column(),
+            }
+        } else {
+            DecodeError::Json(error)
+        }
+    }
 }
 
 /// A decoded review: its `apiVersion` and the request with its objects pruned to what the
@@ -126,7 +168,7 @@ pub fn decode_review(
     limit: usize,
     cancel: &Cancel,
 ) -> Result<Decoded, DecodeError> {
-    let wire: WireReview<'_> = serde_json::from_slice(body)?;
+    let wire: WireReview<'_> = serde_json::from_slice(body).map_err(DecodeError::json)?;
     let request = wire.request.ok_or(DecodeError::NoRequest)?;
     let reading = Reading::for_kind(&request.kind);
     let mut budget = Budget {
@@ -284,7 +326,7 @@ fn prune(
             limit: budget.limit,
         }),
         (_, Some(Stop::Cancelled)) => Err(DecodeError::Exhausted(Exhausted)),
-        (Err(e), None) => Err(DecodeError::Json(e)),
+        (Err(e), None) => Err(DecodeError::json(e)),
         (Ok(v), None) => Ok((v, ctx.spent.get())),
     }
 }
@@ -861,6 +903,41 @@ mod tests {
             decode_review(&body, &sites(), MAX_DECODED_BYTES, &cancel),
             Err(DecodeError::Exhausted(_))
         ));
+    }
+
+    /// A Deployment whose `spec` holds `levels - 1` nested arrays: `levels` containers with
+    /// the object's own braces.
+    fn nested(levels: usize) -> Vec<u8> {
+        let inner = levels - 1;
+        let object = format!(
+            r#"{{"apiVersion":"apps/v1","kind":"Deployment","metadata":{{"name":"x"}},"spec":{}{},"status":{}{}}}"#,
+            "[".repeat(inner),
+            "]".repeat(inner),
+            // Skipped (not read for a Deployment): scanned, never built, so any depth.
+            "[".repeat(100_000),
+            "]".repeat(100_000),
+        );
+        let body = String::from_utf8(review(("apps", "v1", "Deployment"), json!("@@"))).unwrap();
+        body.replacen("\"@@\"", &object, 1).into_bytes()
+    }
+
+    #[test]
+    fn nesting_is_capped_at_the_json_depth_limit() {
+        let decoded = decode(&nested(MAX_JSON_DEPTH)).expect("at the limit");
+        let mut depth = 1;
+        let mut v = &decoded.request.object.as_ref().unwrap().data["spec"];
+        while let Some(inner) = v.get(0) {
+            depth += 1;
+            v = inner;
+        }
+        assert_eq!(depth, MAX_JSON_DEPTH - 1, "spec's arrays");
+        match decode(&nested(MAX_JSON_DEPTH + 1)) {
+            Err(e @ DecodeError::TooDeep { limit, line: 1, .. }) => {
+                assert_eq!(limit, MAX_JSON_DEPTH);
+                assert!(e.to_string().contains("over stackgate's limit"), "{e}");
+            }
+            other => panic!("expected TooDeep, got {other:?}"),
+        }
     }
 
     #[test]

@@ -19,7 +19,7 @@ mod decode;
 mod facts;
 mod observe;
 
-pub use decode::{DecodeError, Decoded, MAX_DECODED_BYTES, decode_review};
+pub use decode::{DecodeError, Decoded, MAX_DECODED_BYTES, MAX_JSON_DEPTH, decode_review};
 pub use facts::{FactSource, Gather, Gathered, KnownFacts, body_mentions};
 
 use crate::budget::Cancel;
@@ -285,6 +285,17 @@ fn not_decoded(
                 "{error}, so stackgate cannot tell whether it holds a known-bad setting \
                  (stackgate's decoded-memory cap, README \"Limits\"); split the values or move \
                  them to a ConfigMap or Secret referenced by valuesFrom"
+            );
+            (
+                unread(webhook, body, &reason, Some((413, "RequestEntityTooLarge"))),
+                "too_complex",
+            )
+        }
+        DecodeError::TooDeep { .. } => {
+            metrics.input_limit("json_depth");
+            let reason = format!(
+                "{error}, so stackgate cannot tell whether it holds a known-bad setting \
+                 (README \"Limits\")"
             );
             (
                 unread(webhook, body, &reason, Some((413, "RequestEntityTooLarge"))),

@@ -985,3 +985,157 @@ fn named_object(subject: &Subject<'_>) -> DynamicObject {
         _ => object,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The engine's own caps ([`MAX_FINDINGS_PER_LIST`], [`MAX_MESSAGE_BYTES`]) at the limit
+    //! and one past it. `tests/hostile_rules.rs` shows the cap through `/validate`.
+
+    use super::*;
+
+    fn finding(policy: &str, rule: &str, i: usize) -> Finding {
+        Finding {
+            policy: policy.to_owned(),
+            rule: RuleId::parse(rule).expect("a registered family"),
+            code: "test-code",
+            anchor: Anchor::Field {
+                pointer: format!("/data/{i}"),
+            },
+            subject: Arc::new(ObjectRef {
+                kind: "ConfigMap".into(),
+                namespace: Some("tenant".into()),
+                name: "hostile".into(),
+            }),
+            message: format!("finding {i}"),
+            fixed_by_patch: false,
+        }
+    }
+
+    fn rule(n: usize) -> &'static str {
+        crate::rules::FAMILIES[n].id.as_str()
+    }
+
+    #[test]
+    fn twenty_findings_stay_as_they_are() {
+        let mut verdict = Verdict {
+            denials: (0..MAX_FINDINGS_PER_LIST)
+                .map(|i| finding("p", rule(0), i))
+                .collect(),
+            ..Verdict::default()
+        };
+        let before = verdict.clone();
+        limit_findings(&mut verdict);
+        assert_eq!(verdict, before);
+        assert!(verdict.limits.is_empty());
+    }
+
+    #[test]
+    fn past_twenty_one_summary_per_policy_with_its_count_and_code() {
+        // 20 kept; past them 3 of policy "a", 1 of policy "b", in that order of appearance,
+        // in each of the four lists.
+        let findings: Vec<Finding> = (0..MAX_FINDINGS_PER_LIST)
+            .map(|i| finding("a", rule(0), i))
+            .chain([
+                finding("a", rule(0), 20),
+                finding("b", rule(1), 21),
+                finding("a", rule(0), 22),
+                finding("a", rule(0), 23),
+            ])
+            .collect();
+        let mut verdict = Verdict {
+            denials: findings.clone(),
+            warnings: findings.clone(),
+            audits: findings.clone(),
+            mutations: findings.clone(),
+            ..Verdict::default()
+        };
+        limit_findings(&mut verdict);
+        for list in [
+            &verdict.denials,
+            &verdict.warnings,
+            &verdict.audits,
+            &verdict.mutations,
+        ] {
+            assert_eq!(list.len(), MAX_FINDINGS_PER_LIST + 2);
+            assert_eq!(
+                list[..MAX_FINDINGS_PER_LIST],
+                findings[..MAX_FINDINGS_PER_LIST]
+            );
+            let (a, b) = (
+                &list[MAX_FINDINGS_PER_LIST],
+                &list[MAX_FINDINGS_PER_LIST + 1],
+            );
+            assert_eq!((a.code, b.code), (CODE_MORE, CODE_MORE));
+            assert_eq!(
+                (a.anchor.clone(), b.anchor.clone()),
+                (Anchor::Object, Anchor::Object)
+            );
+            assert_eq!((a.policy.as_str(), b.policy.as_str()), ("a", "b"));
+            assert_eq!((a.rule.as_str(), b.rule.as_str()), (rule(0), rule(1)));
+            assert_eq!(
+                a.message,
+                format!(
+                    "… and 3 more findings of policy a (rule {}) on this object; run \
+                     `stackgate check` on it to see them all",
+                    rule(0)
+                )
+            );
+            assert!(
+                b.message.starts_with(&format!(
+                    "… and 1 more finding of policy b (rule {})",
+                    rule(1)
+                )),
+                "{}",
+                b.message
+            );
+        }
+        // The cap is reported once, for the metric.
+        assert_eq!(verdict.limits, vec![Limit::Findings]);
+        assert_eq!(Limit::Findings.as_str(), "findings");
+    }
+
+    #[test]
+    fn messages_are_cut_at_four_kib_on_a_character_boundary() {
+        let at_limit = "x".repeat(MAX_MESSAGE_BYTES);
+        // 'é' is two bytes: 4093 ASCII bytes then 'é' puts a character across the cut (the
+        // cut keeps MAX - 3 bytes to leave room for the three-byte '…').
+        let across = format!("{}é{}", "x".repeat(MAX_MESSAGE_BYTES - 4), "y".repeat(100));
+        let long = "z".repeat(MAX_MESSAGE_BYTES + 1);
+        let mut verdict = Verdict {
+            denials: vec![
+                Finding {
+                    message: at_limit.clone(),
+                    ..finding("p", rule(0), 0)
+                },
+                Finding {
+                    message: across.clone(),
+                    ..finding("p", rule(0), 1)
+                },
+            ],
+            warnings: vec![Finding {
+                message: long.clone(),
+                ..finding("p", rule(0), 2)
+            }],
+            audit_annotations: BTreeMap::from([("p".to_owned(), long.clone())]),
+            ..Verdict::default()
+        };
+        limit_findings(&mut verdict);
+        // At the limit: untouched.
+        assert_eq!(verdict.denials[0].message, at_limit);
+        // One byte past it: cut to exactly the limit, ending in '…'.
+        let cut = &verdict.warnings[0].message;
+        assert_eq!(cut.len(), MAX_MESSAGE_BYTES);
+        assert_eq!(
+            *cut,
+            format!("{}…", "z".repeat(MAX_MESSAGE_BYTES - '…'.len_utf8()))
+        );
+        assert_eq!(verdict.audit_annotations["p"], *cut);
+        // A cut inside 'é' moves back to the character's start.
+        assert_eq!(
+            verdict.denials[1].message,
+            format!("{}…", "x".repeat(MAX_MESSAGE_BYTES - 4))
+        );
+        // Cutting messages is not the findings cap.
+        assert!(verdict.limits.is_empty());
+    }
+}

@@ -9,8 +9,20 @@
 //! Scalar resolution follows what `kubectl` and Helm do with a YAML file (sigs.k8s.io/yaml on
 //! top of go-yaml v2, YAML 1.1 rules): `yes`/`no`/`on`/`off`/`y`/`n` are booleans, `~`/`null`/
 //! empty are null, integers may be `0x…`, `0o…`, `0b…` or have `_` separators, merge keys
-//! (`<<`) are honoured, and a key repeated in one mapping is an error (go-yaml v2: "already
-//! set in map"). Timestamps stay strings, as they do when go-yaml decodes into `interface{}`.
+//! (`<<`) are honoured, and of a key repeated in one mapping the last one counts. Timestamps
+//! stay strings, as they do when go-yaml decodes into `interface{}`.
+//!
+//! Repeated keys: Helm reads values with `sigs.k8s.io/yaml`'s `Unmarshal` (helm/helm
+//! e9b85e4d, pkg/chart/common/values.go `ReadValues`), and kubectl reads manifests through
+//! apimachinery's `YAMLToJSONDecoder`, which calls the same non-strict `Unmarshal`
+//! (kubernetes/kubernetes 046d201c, staging/src/k8s.io/apimachinery/pkg/util/yaml/decoder.go),
+//! then sends JSON. That is go-yaml v2's `Unmarshal`, whose `setMapIndex` refuses a repeated
+//! key ("already set in map") only in strict mode and otherwise overwrites it (go-yaml/yaml
+//! v2 7649d454, decode.go l.685-691; sigs.k8s.io/yaml aadfabb7, yaml.go: "Duplicate fields …
+//! are ignored"). go-yaml v3 refuses them by default (`uniqueKeys`, decode.go l.769), and
+//! `UnmarshalStrict` / `YAMLToJSONStrict` do; neither is what Helm or kubectl call. So a
+//! repeated key is no error here either: the chart, the apiserver and stackgate all see the
+//! last value.
 //!
 //! Error messages carry a position and a description of the problem, never document content.
 
@@ -52,8 +64,11 @@ pub const MAX_ALIAS_NODES: usize = 50_000;
 /// [`MAX_ALIAS_NODES`]: a 1 MB anchored string aliased a thousand times is 1 GB of JSON.
 pub const MAX_ALIAS_BYTES: usize = 1 << 20;
 
-/// Levels of nesting, aliases expanded (the parser itself stops at a few hundred levels;
-/// chained aliases could nest deeper and exhaust the stack of the recursive walks).
+/// Levels of nesting, aliases expanded, the innermost scalar included (the parser itself
+/// stops at a few hundred levels; chained aliases could nest deeper and exhaust the stack of
+/// the recursive walks). Every walk of a tree this deep, from the conversion to JSON to the
+/// chart's rendering of a nested value, fits a 1 MiB thread stack in a debug build
+/// (`tests/reader_stack.rs`; `serve` runs evaluations on 2 MiB).
 pub const MAX_DEPTH: usize = 512;
 
 /// Which cap a YAML text ran into (for metrics; the message names it too).
@@ -313,65 +328,82 @@ impl Node {
     /// bounds ([`MAX_NODES`] + [`MAX_ALIAS_NODES`]); the recursion is bounded by
     /// [`MAX_DEPTH`].
     pub fn to_json(&self) -> Result<Value, YamlError> {
+        // One small frame per level: each kind's work is its own function, so a level of
+        // the recursion holds this frame and one kind's locals, not every kind's (a debug
+        // build gives every local its own slot). The recursion goes MAX_DEPTH levels deep on
+        // a worker's stack (tests/reader_stack.rs runs it on 1 MiB).
         match &self.kind {
-            Kind::Scalar { .. } => match resolve_scalar(self)? {
-                Some(v) => Ok(v),
-                None => Err(YamlError::at(
-                    self.start,
-                    "a value that JSON cannot represent (NaN or infinity)",
-                )),
-            },
-            Kind::Seq(items) => items
-                .iter()
-                .map(Node::to_json)
-                .collect::<Result<Vec<_>, _>>()
-                .map(Value::Array),
-            Kind::Map(entries) => {
-                let mut out = Map::new();
-                // Merge keys first (explicit keys override merged ones, and the first merged
-                // mapping wins among merged ones), then the explicit keys in order.
-                for (k, v) in entries.iter() {
-                    if is_merge_key(k) {
-                        let sources: Vec<&Node> = match &v.kind {
-                            Kind::Seq(items) => items.iter().collect(),
-                            _ => vec![v],
-                        };
-                        for src in sources {
-                            let Value::Object(m) = src.to_json()? else {
-                                return Err(YamlError::at(
-                                    src.start,
-                                    "a merge key (<<) must refer to a mapping",
-                                ));
-                            };
-                            for (mk, mv) in m {
-                                out.entry(mk).or_insert(mv);
-                            }
-                        }
-                    }
-                }
-                // A map, not a list: a mapping with many keys must stay linear.
-                let mut explicit: HashMap<String, usize> = HashMap::new();
-                for (k, v) in entries.iter() {
-                    if is_merge_key(k) {
-                        continue;
-                    }
-                    let key = key_string(k)
-                        .ok_or_else(|| YamlError::at(k.start, "a mapping key must be a scalar"))?;
-                    if let Some(first) = explicit.get(&key) {
-                        // kubectl refuses the file too. The key is not named: the text may be
-                        // a Secret's, and messages never echo content; the two lines find it.
-                        return Err(YamlError::at(
-                            k.start,
-                            format!("a mapping key is already set in this map (at line {first})"),
-                        ));
-                    }
-                    out.insert(key.clone(), v.to_json()?);
-                    explicit.insert(key, k.start.line.max(1));
-                }
-                Ok(Value::Object(out))
-            }
+            Kind::Scalar { .. } => self.scalar_to_json(),
+            Kind::Seq(items) => seq_to_json(items),
+            Kind::Map(entries) => map_to_json(entries),
         }
     }
+
+    #[inline(never)]
+    fn scalar_to_json(&self) -> Result<Value, YamlError> {
+        match resolve_scalar(self)? {
+            Some(v) => Ok(v),
+            None => Err(YamlError::at(
+                self.start,
+                "a value that JSON cannot represent (NaN or infinity)",
+            )),
+        }
+    }
+}
+
+#[inline(never)]
+fn seq_to_json(items: &[Node]) -> Result<Value, YamlError> {
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        out.push(item.to_json()?);
+    }
+    Ok(Value::Array(out))
+}
+
+#[inline(never)]
+fn map_to_json(entries: &[(Node, Node)]) -> Result<Value, YamlError> {
+    let mut out = Map::new();
+    // Merge keys first (explicit keys override merged ones, and the first merged mapping wins
+    // among merged ones), then the explicit keys in order.
+    for (k, v) in entries {
+        if is_merge_key(k) {
+            merge_to_json(v, &mut out)?;
+        }
+    }
+    // A repeated key replaces the value read before it, as go-yaml v2's non-strict
+    // `Unmarshal` (Helm's and kubectl's reader) does: the last one wins.
+    for (k, v) in entries {
+        if is_merge_key(k) {
+            continue;
+        }
+        let Some(key) = key_string(k) else {
+            return Err(YamlError::at(k.start, "a mapping key must be a scalar"));
+        };
+        let value = v.to_json()?;
+        out.insert(key, value);
+    }
+    Ok(Value::Object(out))
+}
+
+/// Adds the mappings a merge key (`<<`) refers to, to `out`, without replacing a key it has.
+#[inline(never)]
+fn merge_to_json(v: &Node, out: &mut Map<String, Value>) -> Result<(), YamlError> {
+    let sources = match &v.kind {
+        Kind::Seq(items) => items.as_slice(),
+        _ => std::slice::from_ref(v),
+    };
+    for src in sources {
+        let Value::Object(m) = src.to_json()? else {
+            return Err(YamlError::at(
+                src.start,
+                "a merge key (<<) must refer to a mapping",
+            ));
+        };
+        for (mk, mv) in m {
+            out.entry(mk).or_insert(mv);
+        }
+    }
+    Ok(())
 }
 
 fn is_merge_key(k: &Node) -> bool {
@@ -1344,14 +1376,23 @@ mod tests {
     }
 
     #[test]
-    fn a_duplicate_key_names_the_line_of_the_first() {
-        let error = parse_one("items:\n- a\nother: 1\nitems:\n- b\n")
-            .and_then(|n| n.to_json())
-            .expect_err("kubectl refuses duplicate keys too");
-        assert_eq!((error.line, error.column), (4, 1));
+    fn a_repeated_key_keeps_the_last_value_as_helm_and_kubectl_do() {
+        // go-yaml v2's non-strict Unmarshal (sigs.k8s.io/yaml, Helm's values and kubectl's
+        // manifests) overwrites: `items` is `[b]` for the chart and the apiserver.
         assert_eq!(
-            error.message,
-            "a mapping key is already set in this map (at line 1)"
+            one("items:\n- a\nother: 1\nitems:\n- b\n"),
+            json!({"items": ["b"], "other": 1})
+        );
+        // Keys that read the same after resolution are the same key (`on` is `true`).
+        assert_eq!(one("true: 1\non: 2\n"), json!({"true": 2}));
+        // The lookups the editor and `check` use agree with the conversion.
+        let root = parse_one("a: 1\nb: 2\na: 3\n").unwrap();
+        let (key, value) = root.entry("a").unwrap();
+        assert_eq!((key.start.line, value.scalar()), (3, Some("3")));
+        // A merged key is still overridden by an explicit one, wherever it is written.
+        assert_eq!(
+            one("base: &b {x: 1}\nover:\n  x: 2\n  <<: *b\n  x: 3\n"),
+            json!({"base": {"x": 1}, "over": {"x": 3}})
         );
     }
 
@@ -1369,15 +1410,6 @@ off: 2
 "),
             json!({"true": 1, "false": 2})
         );
-    }
-
-    #[test]
-    fn duplicate_keys_are_errors_without_content() {
-        let err = parse_one("a: 1\na: secret-value\n")
-            .and_then(|n| n.to_json())
-            .unwrap_err();
-        assert_eq!(err.line, 2);
-        assert!(!err.message.contains("secret-value"));
     }
 
     #[test]
@@ -1477,8 +1509,8 @@ off: 2
 
     #[test]
     fn many_keys_convert_in_linear_time() {
-        // 150 000 keys in one mapping: the duplicate check was a list scan (quadratic: 1.5 MB
-        // of keys took six minutes).
+        // 150 000 keys in one mapping: a duplicate check by list scan was quadratic (1.5 MB of
+        // keys took six minutes).
         let mut text = String::new();
         for i in 0..150_000 {
             text.push_str(&format!("k{i}: {i}\n"));
@@ -1488,12 +1520,13 @@ off: 2
         assert_eq!(v.as_object().map(|m| m.len()), Some(150_000));
         // Generous: milliseconds in release, a few seconds in debug; quadratic was minutes.
         assert!(t.elapsed() < std::time::Duration::from_secs(60));
-        let err = parse_stream(&format!("{text}k7: again\n")).unwrap()[0]
+        // A repeated key replaces the first value (the last one wins, as in go-yaml v2).
+        let v = parse_stream(&format!("{text}k7: again\n")).unwrap()[0]
             .root
             .to_json()
-            .unwrap_err();
-        assert_eq!(err.line, 150_001);
-        assert!(!err.message.contains("k7") && !err.message.contains("again"));
+            .unwrap();
+        assert_eq!(v["k7"], json!("again"));
+        assert_eq!(v.as_object().map(|m| m.len()), Some(150_000));
         // A values string has the tighter cap, named in the message with its line.
         let err = parse_one(&text).unwrap_err();
         assert_eq!(err.limit, Some(Limit::Nodes));
