@@ -674,10 +674,9 @@ impl Engine {
             Err(e @ SiteError::TooManyCarriers { .. }) => {
                 (Some(Limit::Carriers), Some(e.to_string()))
             }
-            Err(e @ SiteError::SetTooLarge { .. }) => (
-                Some(Limit::Yaml(crate::yaml::Limit::Nodes)),
-                Some(e.to_string()),
-            ),
+            Err(e @ SiteError::SetTooLarge { limit, .. }) => {
+                (Some(Limit::Yaml(limit.yaml_limit())), Some(e.to_string()))
+            }
             Err(SiteError::Yaml { error, .. }) => (error.limit.map(Limit::Yaml), None),
             _ => (None, None),
         };

@@ -30,7 +30,7 @@ use serde_json::Value;
 
 use super::object_data::TextField;
 use super::render::{self, Origin};
-use super::strvals::{self, ListBudget, StrvalsError, Typing};
+use super::strvals::{self, SetBudget, StrvalsError, Typing};
 use super::values::{
     Overridden, Override, RenderedValues, UnseenValues, ValuesAt, ValuesText, ValuesTextContents,
     ValuesTextRendered,
@@ -114,7 +114,8 @@ pub fn chart_matches(reference: &str, charts: &[String]) -> bool {
     })
 }
 
-/// A display path: `spec.sources[1].helm.values`.
+/// A display path: `spec.sources[1].helm.values` (a key longer than 80 characters is cut,
+/// see [`shown_entry`]).
 pub fn display(path: &[Seg]) -> String {
     let mut out = String::new();
     for seg in path {
@@ -123,7 +124,7 @@ pub fn display(path: &[Seg]) -> String {
                 if !out.is_empty() {
                     out.push('.');
                 }
-                out.push_str(k);
+                out.push_str(&shown_entry(k));
             }
             Seg::Index(i) => out.push_str(&format!("[{i}]")),
         }
@@ -599,16 +600,18 @@ pub fn describe_values_reference(reference: &Value) -> String {
     out
 }
 
-/// A `--set` value typed as Helm's `strvals` types it: `true`/`false` (any case) booleans,
-/// `null` null, a decimal integer without a leading zero (or `0`) a number, else the string.
+/// A `--set` value typed as Helm's `strvals` types it (`typedVal`): `true`/`false` booleans and
+/// `null` null, compared with Go's `strings.EqualFold` (Unicode simple case folding, so the
+/// long s `ſ` matches `s`: `falſe` is false), a decimal integer without a leading zero (or
+/// `0`) a number, else the string.
 pub fn set_typed(value: &str) -> Value {
-    if value.eq_ignore_ascii_case("true") {
+    if go_equal_fold(value, "true") {
         return Value::Bool(true);
     }
-    if value.eq_ignore_ascii_case("false") {
+    if go_equal_fold(value, "false") {
         return Value::Bool(false);
     }
-    if value.eq_ignore_ascii_case("null") {
+    if go_equal_fold(value, "null") {
         return Value::Null;
     }
     if value == "0" {
@@ -620,6 +623,25 @@ pub fn set_typed(value: &str) -> Value {
         return Value::from(n);
     }
     Value::String(value.to_owned())
+}
+
+/// Go's `strings.EqualFold(value, word)` for an ASCII lowercase `word`: the only non-ASCII
+/// characters whose case-folding orbit holds an ASCII letter are the Kelvin sign `K` (k) and
+/// the long s `ſ` (s).
+fn go_equal_fold(value: &str, word: &str) -> bool {
+    let mut chars = value.chars();
+    for w in word.chars() {
+        let Some(c) = chars.next() else {
+            return false;
+        };
+        let same = c.to_ascii_lowercase() == w
+            || (w == 'k' && c == '\u{212A}')
+            || (w == 's' && c == '\u{17F}');
+        if !same {
+            return false;
+        }
+    }
+    chars.next().is_none()
 }
 
 /// The data key Flux reads when a `valuesFrom` reference names none.
@@ -775,9 +797,9 @@ impl SetFailure {
     fn site(self, object: String) -> FoundConfig {
         let error = match self.error {
             // Helm would read these; stackgate stops at its own limit.
-            StrvalsError::TooManyElements => SiteError::SetTooLarge {
+            StrvalsError::OverLimit(limit) => SiteError::SetTooLarge {
                 location: self.name.clone(),
-                limit: strvals::MAX_LIST_GROWTH,
+                limit,
             },
             error => SiteError::SetEntry {
                 location: self.name.clone(),
@@ -824,24 +846,38 @@ fn place_overrides(root: &Value, place: &ValuesPlace) -> Result<Vec<Override>, S
     Ok(out)
 }
 
-/// The `--set`-like entries in `source`, each with the values paths it sets.
+/// The `--set`-like entries in `source`, each with the values paths it sets, in the order
+/// Helm applies them.
+///
+/// Helm applies every `--set` entry, then every `--set-string` one, whatever their order on
+/// the command line (helm/helm `pkg/cli/values/options.go` `MergeValues`, at commit
+/// e9b85e4de16ad45805843fb121748018cf89094b and in v3.21.4, 813176c51bb5c181dbbd7901298ddcc104cd3417:
+/// values files, `--set-json`, `--set`, `--set-string`, `--set-file`, `--set-literal`).
+///
+/// * RKE2/k3s helm-controller (k3s-io/helm-controller @ 21a911f86f912a79e06e4f1596c54d8237320e6e,
+///   `pkg/controllers/chart/chart.go` `args`, `typedVal`, `escapeComma`): `spec.set` keys in
+///   sorted order; an integer, or a string that is `true`, `false` or `null` in any case
+///   (`strings.ToLower`), is passed as `--set key=value`; any other string as
+///   `--set-string key=value` with its unescaped commas escaped.
+/// * Argo CD (argoproj/argo-cd @ 37ee0097cf851bc2dd7665fc081bbce61a7e836e,
+///   `reposerver/repository/repository.go` `helmTemplate`, `util/helm/cmd.go` `template`,
+///   `cleanSetParameters`): each `helm.parameters` entry goes into a map by name, `--set-string`
+///   with `forceString: true`, else `--set` (a later entry of the same name replaces an earlier
+///   one), values with commas escaped unless they are a `{...}` list.
 fn overrides_of(root: &Value, source: &OverrideSource) -> Result<Vec<Override>, SetFailure> {
     let mut out = Vec::new();
     // One budget for all entries: each is parsed on its own, but together they are one
     // document's growth.
-    let mut budget = ListBudget::default();
+    let mut budget = SetBudget::default();
     match source {
         OverrideSource::HelmChartSet(path) => {
             let Some(map) = get(root, path).and_then(Value::as_object) else {
                 return Ok(out);
             };
-            // helm-controller sorts the keys; "true"/"false" go to `--set` (typed), other
-            // strings to `--set-string` with their commas escaped, integers to `--set`.
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
-            for (key, value) in entries {
+            // The map's keys are sorted already (a BTreeMap), as helm-controller sorts them.
+            for (key, value) in map {
                 let (typing, text) = match value {
-                    Value::String(s) if s == "true" || s == "false" => (Typing::Typed, s.clone()),
+                    Value::String(s) if helm_controller_typed(s) => (Typing::Typed, s.clone()),
                     Value::String(s) => {
                         (Typing::Strings, strvals::escape_commas_helm_controller(s))
                     }
@@ -850,7 +886,7 @@ fn overrides_of(root: &Value, source: &OverrideSource) -> Result<Vec<Override>, 
                 };
                 let mut value_path = path.clone();
                 value_path.push(Seg::key(key));
-                let name = format!("{}[\"{key}\"]", display(path));
+                let name = format!("{}[\"{}\"]", display(path), shown_entry(key));
                 out.push(parsed(
                     format!("{key}={text}"),
                     typing,
@@ -864,7 +900,23 @@ fn overrides_of(root: &Value, source: &OverrideSource) -> Result<Vec<Override>, 
             let Some(list) = get(root, path).and_then(Value::as_array) else {
                 return Ok(out);
             };
+            // (typing, name) → the last entry of that name: Argo CD's two maps.
+            let mut last: std::collections::HashMap<(bool, &str), usize> =
+                std::collections::HashMap::new();
             for (i, parameter) in list.iter().enumerate() {
+                let (Some(name), Some(_)) = (
+                    parameter.get("name").and_then(Value::as_str),
+                    parameter.get("value").and_then(Value::as_str),
+                ) else {
+                    continue;
+                };
+                let force = parameter.get("forceString").and_then(Value::as_bool) == Some(true);
+                last.insert((force, name), i);
+            }
+            let mut kept: Vec<usize> = last.into_values().collect();
+            kept.sort_unstable();
+            for i in kept {
+                let parameter = &list[i];
                 let (Some(name), Some(value)) = (
                     parameter.get("name").and_then(Value::as_str),
                     parameter.get("value").and_then(Value::as_str),
@@ -880,14 +932,40 @@ fn overrides_of(root: &Value, source: &OverrideSource) -> Result<Vec<Override>, 
                 };
                 let mut at = path.clone();
                 at.push(Seg::Index(i));
-                let shown = format!("{} ({name})", display(&at));
+                let shown = format!("{} ({})", display(&at), shown_entry(name));
                 at.push(Seg::key("value"));
                 let line = format!("{name}={}", strvals::escape_commas_argo(value));
                 out.push(parsed(line, typing, at, shown, &mut budget)?);
             }
         }
     }
+    // Helm's order: every `--set`, then every `--set-string` (a stable sort keeps each
+    // group's own order).
+    out.sort_by_key(|o| match o.typing {
+        Typing::Typed => 0,
+        Typing::Strings => 1,
+    });
     Ok(out)
+}
+
+/// Most characters of a `--set` key shown in messages.
+const MAX_SHOWN_ENTRY_CHARS: usize = 80;
+
+/// A `--set` key as messages show it: cut after [`MAX_SHOWN_ENTRY_CHARS`] characters (a
+/// hostile key is tens of kilobytes; the answer must stay short enough to read).
+fn shown_entry(key: &str) -> String {
+    match key.char_indices().nth(MAX_SHOWN_ENTRY_CHARS) {
+        Some((cut, _)) => format!("{}…", &key[..cut]),
+        None => key.to_owned(),
+    }
+}
+
+/// Whether helm-controller passes a `spec.set` string value as `--set` (typed) rather than
+/// `--set-string`: `true`, `false` or `null` in any case (its `typedVal`, which lowercases the
+/// string). Integers are typed too, but only when written as numbers: a quoted `"1"` is a
+/// string of an `IntOrString`, passed as `--set-string`.
+fn helm_controller_typed(value: &str) -> bool {
+    matches!(value.to_lowercase().as_str(), "true" | "false" | "null")
 }
 
 /// One entry read with Helm's parser (on its own, for the paths it sets and the errors of
@@ -897,7 +975,7 @@ fn parsed(
     typing: Typing,
     value_path: Vec<Seg>,
     name: String,
-    budget: &mut ListBudget,
+    budget: &mut SetBudget,
 ) -> Result<Override, SetFailure> {
     let mut o = Override {
         line,
@@ -922,7 +1000,7 @@ fn merged_with(values: &Value, overrides: &[Override]) -> Result<Value, SetFailu
         Value::Object(map) => map.clone(),
         _ => serde_json::Map::new(),
     };
-    let mut budget = ListBudget::default();
+    let mut budget = SetBudget::default();
     for o in overrides {
         strvals::parse_into_within(&o.line, &mut merged, o.typing, &mut budget)
             .map_err(|error| SetFailure::of(o, error))?;
@@ -972,11 +1050,7 @@ fn in_values_over(
             origins: origins.clone(),
         }),
     };
-    let carrier = Overridden {
-        inner,
-        origins,
-        overrides,
-    };
+    let carrier = Overridden::new(inner, origins, overrides);
     FoundConfig::new(object, location, ini, carrier)
 }
 
@@ -1745,7 +1819,7 @@ mod tests {
         assert_eq!(found.len(), 1);
         let error = found[0].text.as_ref().expect_err("over the limit");
         assert!(
-            matches!(error, SiteError::SetTooLarge { location, limit: 100_000 }
+            matches!(error, SiteError::SetTooLarge { location, limit: strvals::SetLimit::Nodes }
                 if location == "spec.set[\"k01[65536]\"]"),
             "{error:?}"
         );
@@ -2017,6 +2091,15 @@ mod tests {
         assert_eq!(set_typed("12"), json!(12));
         assert_eq!(set_typed("012"), json!("012"));
         assert_eq!(set_typed("x"), json!("x"));
+        // Go's EqualFold: any case, and the long s folds to s.
+        assert_eq!(set_typed("TRUE"), json!(true));
+        assert_eq!(set_typed("nUlL"), json!(null));
+        assert_eq!(set_typed("fal\u{17F}e"), json!(false));
+        assert_eq!(set_typed("fals"), json!("fals"));
+        assert_eq!(set_typed("falsee"), json!("falsee"));
+        // helm-controller's typedVal lowercases: only these three words are typed strings.
+        assert!(helm_controller_typed("FaLsE") && helm_controller_typed("NULL"));
+        assert!(!helm_controller_typed("1") && !helm_controller_typed("off"));
     }
 
     #[test]

@@ -209,16 +209,16 @@ pub enum SiteError {
         /// The label that names it.
         label: String,
     },
-    /// `--set`-like entries that together grow the values' lists past stackgate's limit
-    /// ([`strvals::MAX_LIST_GROWTH`]; Helm would read them): nothing was merged.
-    #[error(
-        "the --set entries grow the values' lists by more than {limit} elements, over stackgate's limit for them"
-    )]
+    /// `--set`-like entries past one of stackgate's limits for them (Helm would read them:
+    /// a path longer than [`strvals::MAX_SET_PATH_DEPTH`], or more than
+    /// [`strvals::MAX_SET_NODES`] keys and list elements added to one values document):
+    /// nothing was merged.
+    #[error("the --set entries hold {limit}, over stackgate's limit for them (at {location})")]
     SetTooLarge {
         /// The entry where the limit was reached (`spec.set["a[65536]"]`).
         location: String,
-        /// The limit, in list elements.
-        limit: usize,
+        /// Which limit.
+        limit: strvals::SetLimit,
     },
     /// A `--set`-like entry (HelmChart `spec.set`, Argo CD `helm.parameters`) that Helm's
     /// `strvals` parser cannot read ([`strvals`]): Helm would stop there, so what the chart
