@@ -352,7 +352,8 @@ impl Engine {
         };
         let namespace = subject.namespace_of(object);
         let (found, embedded) =
-            sites::find_with_embedded(subject.kind, object, &self.policies.sites);
+            sites::find_with_embedded_within(subject.kind, object, &self.policies.sites, cancel);
+        cancel.check()?;
         // Read only for objects that hold a cloud config; one read per object.
         let ccm_version = (!found.is_empty())
             .then(|| {

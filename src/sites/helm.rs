@@ -36,6 +36,7 @@ use super::values::{
     ValuesTextRendered,
 };
 use super::{FoundConfig, Holder, SiteError};
+use crate::budget::Cancel;
 use crate::yaml::{self, Seg};
 
 /// Largest Helm values string (`valuesContent`, Argo `helm.values`) stackgate parses for the
@@ -446,6 +447,7 @@ pub(super) fn find(
     gvk: &GroupVersionKind,
     object: &DynamicObject,
     charts: &[String],
+    cancel: &Cancel,
 ) -> Vec<FoundConfig> {
     let object_name = object_name(gvk, object);
     let places = values_places(gvk, object, charts);
@@ -467,7 +469,7 @@ pub(super) fn find(
     let values_file = is_values_file(gvk);
     places
         .into_iter()
-        .filter_map(|place| read(&object_name, root, place, values_file))
+        .filter_map(|place| read(&object_name, root, place, values_file, cancel))
         .collect()
 }
 
@@ -478,12 +480,13 @@ fn read(
     root: &Value,
     place: ValuesPlace,
     values_file: bool,
+    cancel: &Cancel,
 ) -> Option<FoundConfig> {
     let existing = existing_segments(root, &place.path);
     let raw = (existing == place.path.len())
         .then(|| get(root, &place.path))
         .flatten();
-    let overrides = place_overrides(root, &place);
+    let overrides = place_overrides(root, &place, cancel);
     let field = display(&place.path);
     // How messages name a path inside the values: a values file's values are the file.
     let prefix = match (values_file, place.yaml_string) {
@@ -516,7 +519,7 @@ fn read(
             Some(raw.cloned().unwrap_or(Value::Null))
         };
         if let Some(top) = top {
-            let merged = match merged_with(&top, &overrides) {
+            let merged = match merged_with(&top, &overrides, cancel) {
                 Ok(merged) => merged,
                 Err(failure) => return Some(failure.site(object)),
             };
@@ -538,11 +541,11 @@ fn read(
     }
     if place.yaml_string {
         let subchart = place.alias.as_deref();
-        return read_values_text(object, at, field, raw, overrides, subchart);
+        return read_values_text(object, at, field, raw, overrides, subchart, cancel);
     }
     let values = raw.cloned().unwrap_or(Value::Null);
     if !overrides.is_empty() {
-        let merged = match merged_with(&values, &overrides) {
+        let merged = match merged_with(&values, &overrides, cancel) {
             Ok(merged) => merged,
             Err(failure) => return Some(failure.site(object)),
         };
@@ -655,6 +658,7 @@ fn read_values_text(
     raw: Option<&Value>,
     overrides: Vec<Override>,
     subchart: Option<&str>,
+    cancel: &Cancel,
 ) -> Option<FoundConfig> {
     let yaml = match raw {
         None => "",
@@ -687,7 +691,7 @@ fn read_values_text(
         });
     match parsed {
         Ok(values) if !overrides.is_empty() => {
-            let merged = match merged_with(&values, &overrides) {
+            let merged = match merged_with(&values, &overrides, cancel) {
                 Ok(merged) => merged,
                 Err(failure) => return Some(failure.site(object)),
             };
@@ -818,11 +822,15 @@ impl SetFailure {
 /// without it and others (another subchart's) dropped. An entry Helm cannot read, or one that
 /// sets the subchart's key itself together with other keys, is a failure: what the chart
 /// renders is then not known.
-fn place_overrides(root: &Value, place: &ValuesPlace) -> Result<Vec<Override>, SetFailure> {
+fn place_overrides(
+    root: &Value,
+    place: &ValuesPlace,
+    cancel: &Cancel,
+) -> Result<Vec<Override>, SetFailure> {
     let Some(source) = &place.overrides else {
         return Ok(Vec::new());
     };
-    let mut out = overrides_of(root, source)?;
+    let mut out = overrides_of(root, source, cancel)?;
     if let Some(alias) = &place.alias {
         let prefix = format!("{alias}.");
         let mut kept = Vec::new();
@@ -864,11 +872,15 @@ fn place_overrides(root: &Value, place: &ValuesPlace) -> Result<Vec<Override>, S
 ///   `cleanSetParameters`): each `helm.parameters` entry goes into a map by name, `--set-string`
 ///   with `forceString: true`, else `--set` (a later entry of the same name replaces an earlier
 ///   one), values with commas escaped unless they are a `{...}` list.
-fn overrides_of(root: &Value, source: &OverrideSource) -> Result<Vec<Override>, SetFailure> {
+fn overrides_of(
+    root: &Value,
+    source: &OverrideSource,
+    cancel: &Cancel,
+) -> Result<Vec<Override>, SetFailure> {
     let mut out = Vec::new();
     // One budget for all entries: each is parsed on its own, but together they are one
     // document's growth.
-    let mut budget = SetBudget::default();
+    let mut budget = SetBudget::new(cancel.clone());
     match source {
         OverrideSource::HelmChartSet(path) => {
             let Some(map) = get(root, path).and_then(Value::as_object) else {
@@ -995,12 +1007,16 @@ fn parsed(
 
 /// `values` with the overrides applied in order, as Helm applies `--set` over the values
 /// files (a values root that is not a map is taken as empty, as Helm refuses it anyway).
-fn merged_with(values: &Value, overrides: &[Override]) -> Result<Value, SetFailure> {
+fn merged_with(
+    values: &Value,
+    overrides: &[Override],
+    cancel: &Cancel,
+) -> Result<Value, SetFailure> {
     let mut merged = match values {
         Value::Object(map) => map.clone(),
         _ => serde_json::Map::new(),
     };
-    let mut budget = SetBudget::default();
+    let mut budget = SetBudget::new(cancel.clone());
     for o in overrides {
         strvals::parse_into_within(&o.line, &mut merged, o.typing, &mut budget)
             .map_err(|error| SetFailure::of(o, error))?;
@@ -1147,7 +1163,7 @@ pub fn helm_controller_extra_args_all(
         let raw = get(root, &place.path);
         // `--set`-like entries apply on top; one Helm cannot read is reported by the
         // cloud-config site, and nothing is claimed here.
-        let Ok(overrides) = place_overrides(root, &place) else {
+        let Ok(overrides) = place_overrides(root, &place, &Cancel::never()) else {
             continue;
         };
         let field = shown(&place.path);
@@ -1178,7 +1194,7 @@ pub fn helm_controller_extra_args_all(
                 pointer(&p).to_string(),
             )
         };
-        let Ok(merged) = merged_with(&values, &overrides) else {
+        let Ok(merged) = merged_with(&values, &overrides, &Cancel::never()) else {
             continue;
         };
         let Some(args) = merged.get("controllerExtraArgs").and_then(extra_args) else {
@@ -1312,14 +1328,14 @@ pub fn chart_values_all(gvk: &GroupVersionKind, object: &DynamicObject) -> Vec<C
         let mut set_entries = Vec::new();
         let values = match &place.overrides {
             Some(OverrideSource::HelmChartSet(_)) => {
-                let Ok(overrides) = place_overrides(root, &place) else {
+                let Ok(overrides) = place_overrides(root, &place, &Cancel::never()) else {
                     continue;
                 };
                 set_entries = overrides.iter().map(set_entry).collect();
                 if overrides.is_empty() {
                     values
                 } else {
-                    match merged_with(&values, &overrides) {
+                    match merged_with(&values, &overrides, &Cancel::never()) {
                         Ok(merged) => merged,
                         Err(_) => continue,
                     }
@@ -1725,7 +1741,7 @@ mod tests {
             "spec":{"chart":{"spec":{"chart":"openstack-cloud-controller-manager"}},
                     "values":{"cloudConfig":{"global":{"region":"r"},"loadBalancer":null}}}}),
         );
-        let found = find(&gvk, &o, &charts());
+        let found = find(&gvk, &o, &charts(), &Cancel::never());
         assert_eq!(found.len(), 1);
         let f = &found[0];
         assert_eq!(f.location, "spec.values.cloudConfig");
@@ -1757,7 +1773,7 @@ mod tests {
             "metadata":{"name":"occm","namespace":"kube-system"},
             "spec":{"chart":{"spec":{"chart":"openstack-cloud-controller-manager"}}}}),
         );
-        let found = find(&gvk, &o, &charts());
+        let found = find(&gvk, &o, &charts(), &Cancel::never());
         let ops = serial_calls_patch(&found[0]);
         assert_eq!(
             ops,
@@ -1768,7 +1784,7 @@ mod tests {
             "metadata":{"name":"occm"},
             "spec":{"chart":{"spec":{"chart":"openstack-cloud-controller-manager"}},"values":{"secret":{"create":false}}}}),
         );
-        assert!(find(&gvk, &o, &charts()).is_empty());
+        assert!(find(&gvk, &o, &charts(), &Cancel::never()).is_empty());
     }
 
     #[test]
@@ -1777,7 +1793,7 @@ mod tests {
         let (gvk, o) = obj(json!({"apiVersion":"helm.cattle.io/v1","kind":"HelmChart",
             "metadata":{"name":"occm","namespace":"kube-system"},
             "spec":{"chart":"openstack-cloud-controller-manager","valuesContent": values}}));
-        let found = find(&gvk, &o, &charts());
+        let found = find(&gvk, &o, &charts(), &Cancel::never());
         let f = &found[0];
         assert_eq!(
             f.describe(Some(6)),
@@ -1815,7 +1831,7 @@ mod tests {
         let (gvk, o) = obj(json!({"apiVersion":"helm.cattle.io/v1","kind":"HelmChart",
             "metadata":{"name":"occm","namespace":"kube-system"},
             "spec":{"chart":"openstack-cloud-controller-manager","set": set}}));
-        let found = find(&gvk, &o, &charts());
+        let found = find(&gvk, &o, &charts(), &Cancel::never());
         assert_eq!(found.len(), 1);
         let error = found[0].text.as_ref().expect_err("over the limit");
         assert!(
@@ -1838,7 +1854,7 @@ mod tests {
                 {"chart":"openstack-cloud-controller-manager","helm":{"values": contents}}]}}),
         );
         // Beside a valuesObject, Argo CD ignores the values string: it is not read.
-        let found = find(&gvk, &o, &charts());
+        let found = find(&gvk, &o, &charts(), &Cancel::never());
         assert_eq!(found.len(), 2);
         assert_eq!(
             found[0].location,
@@ -1880,7 +1896,7 @@ mod tests {
             )
         };
         let (gvk, o) = release(json!({"cloudConfig":{"global":{"region":"r"}}}));
-        let found = find(&gvk, &o, &charts());
+        let found = find(&gvk, &o, &charts(), &Cancel::never());
         assert_eq!(found.len(), 1);
         assert_eq!(
             found[0].text.clone().unwrap_err().to_string(),
@@ -1893,11 +1909,11 @@ mod tests {
         // `spec.values` is merged last: its cloudConfigContents and secret switch are final.
         let (gvk, o) = release(json!({"cloudConfigContents":"[Global]\n"}));
         assert_eq!(
-            find(&gvk, &o, &charts())[0].text.as_deref(),
+            find(&gvk, &o, &charts(), &Cancel::never())[0].text.as_deref(),
             Ok("[Global]\n")
         );
         let (gvk, o) = release(json!({"secret":{"enabled":false}}));
-        assert!(find(&gvk, &o, &charts()).is_empty());
+        assert!(find(&gvk, &o, &charts(), &Cancel::never()).is_empty());
     }
 
     #[test]
@@ -1908,7 +1924,7 @@ mod tests {
                 "valuesContent":"cloudConfig:\n  global:\n    region: r\n",
                 "set":{"cloudConfig.loadBalancer.lb-method":"ROUND_ROBIN",
                     "cloudConfig.global.region":"s", "replicas": 2}}}));
-        let found = find(&gvk, &o, &charts());
+        let found = find(&gvk, &o, &charts(), &Cancel::never());
         assert_eq!(found.len(), 1);
         let f = &found[0];
         let text = f.text.clone().unwrap();
@@ -1954,7 +1970,7 @@ mod tests {
         let (gvk, o) = obj(json!({"apiVersion":"helm.cattle.io/v1","kind":"HelmChart",
             "metadata":{"name":"occm"},
             "spec":{"chart":"openstack-cloud-controller-manager","set":{"secret.enabled":"false"}}}));
-        assert!(find(&gvk, &o, &charts()).is_empty());
+        assert!(find(&gvk, &o, &charts(), &Cancel::never()).is_empty());
     }
 
     #[test]
@@ -1971,7 +1987,7 @@ mod tests {
             json!({"openstack-cloud-controller-manager":{"cloudConfig":{"global":{"region":"r"}}},
                 "cloudConfig": {"ignored": true}}),
         );
-        let found = find(&gvk, &o, &charts());
+        let found = find(&gvk, &o, &charts(), &Cancel::never());
         assert_eq!(found.len(), 1);
         assert_eq!(
             found[0].location,
@@ -1988,9 +2004,9 @@ mod tests {
             "cluster-addons",
             json!({"openstack-cloud-controller-manager":{"enabled":false,"cloudConfig":{}}}),
         );
-        assert!(find(&gvk, &o, &charts()).is_empty());
+        assert!(find(&gvk, &o, &charts(), &Cancel::never()).is_empty());
         let (gvk, o) = release("podinfo", json!({"cloudConfig":{"global":{"region":"r"}}}));
-        assert!(find(&gvk, &o, &charts()).is_empty());
+        assert!(find(&gvk, &o, &charts(), &Cancel::never()).is_empty());
     }
 
     #[test]
@@ -2001,7 +2017,7 @@ mod tests {
             "spec":{"chart":"cluster-addons","valuesContent": values,
                 "set":{"openstack-cloud-controller-manager.cloudConfig.loadBalancer.lb-method":"ROUND_ROBIN",
                     "cloudConfig.loadBalancer.lb-method":"SOURCE_IP"}}}));
-        let found = find(&gvk, &o, &charts());
+        let found = find(&gvk, &o, &charts(), &Cancel::never());
         assert_eq!(found.len(), 1);
         let f = &found[0];
         assert_eq!(
@@ -2041,7 +2057,7 @@ mod tests {
             "spec":{"source":{"chart":"cluster-addons","helm":{"values":
                 "openstack-cloud-controller-manager:\n  cloudConfigContents: |\n    [Global]\n    region = r\n"}}}}),
         );
-        let found = find(&gvk, &o, &charts());
+        let found = find(&gvk, &o, &charts(), &Cancel::never());
         assert_eq!(found.len(), 1);
         assert_eq!(
             found[0].describe(Some(2)),
@@ -2054,7 +2070,7 @@ mod tests {
             "metadata":{"name":"addons","namespace":"kube-system"},
             "spec":{"valuesContent":"openstack-cloud-controller-manager:\n  enabled: false\n"}}),
         );
-        assert!(find(&gvk, &o, &charts()).is_empty());
+        assert!(find(&gvk, &o, &charts(), &Cancel::never()).is_empty());
     }
 
     #[test]
@@ -2067,7 +2083,7 @@ mod tests {
                 {"name":"occm","chartname":"openstack/openstack-cloud-controller-manager",
                  "values":"cloudConfig:\n  loadBalancer:\n    provider-requires-serial-api-calls: false\n"}]}}}}),
         );
-        let found = find(&gvk, &o, &charts());
+        let found = find(&gvk, &o, &charts(), &Cancel::never());
         assert_eq!(found.len(), 1);
         assert_eq!(
             found[0].describe(Some(
@@ -2114,7 +2130,7 @@ mod tests {
         // List paths outside cloudConfig are followed and change nothing it renders.
         let (gvk, o) = chart(json!({"tolerations[0].key": "x",
             "extraEnv[1].provider-requires-serial-api-calls": "false"}));
-        let found = find(&gvk, &o, &charts());
+        let found = find(&gvk, &o, &charts(), &Cancel::never());
         let text = found[0].text.clone().unwrap();
         assert!(
             text.contains("provider-requires-serial-api-calls = \"true\""),
@@ -2122,12 +2138,12 @@ mod tests {
         );
         // A list value and a comma escaped by helm-controller stay one value.
         let (gvk, o) = chart(json!({"cloudConfig.global.region": "a,b"}));
-        let text = find(&gvk, &o, &charts())[0].text.clone().unwrap();
+        let text = find(&gvk, &o, &charts(), &Cancel::never())[0].text.clone().unwrap();
         assert!(text.contains("region = \"a,b\""), "{text}");
         // A path Helm cannot read: the site says so and nothing is edited.
         for key in ["cloudConfig.loadBalancer[x]", "cloudConfig..a", "a[0]b"] {
             let (gvk, o) = chart(json!({ key: "false" }));
-            let found = find(&gvk, &o, &charts());
+            let found = find(&gvk, &o, &charts(), &Cancel::never());
             assert_eq!(found.len(), 1, "{key}");
             let err = found[0].text.clone().unwrap_err();
             assert!(matches!(err, SiteError::SetEntry { .. }), "{key}: {err}");
@@ -2148,7 +2164,7 @@ mod tests {
         let (gvk, o) =
             chart(json!({"cloudConfig.loadBalancer.provider-requires-serial-api-calls.x": "1"}));
         assert!(matches!(
-            find(&gvk, &o, &charts())[0].text,
+            find(&gvk, &o, &charts(), &Cancel::never())[0].text,
             Err(SiteError::SetEntry { .. })
         ));
     }
@@ -2194,7 +2210,7 @@ mod tests {
             json!({"apiVersion":"helm.cattle.io/v1","kind":"HelmChart","metadata":{"name":"x"},
             "spec":{"chart":"openstack-cloud-controller-manager","valuesContent":"a: [secret-value\n"}}),
         );
-        let found = find(&gvk, &o, &charts());
+        let found = find(&gvk, &o, &charts(), &Cancel::never());
         let err = found[0].text.clone().unwrap_err().to_string();
         assert!(
             err.starts_with("spec.valuesContent is not valid YAML"),

@@ -27,6 +27,7 @@ use json_patch::PatchOperation;
 use kube::core::{DynamicObject, GroupVersionKind};
 use serde::{Deserialize, Serialize};
 
+use crate::budget::Cancel;
 use crate::cloudconf::{Document, IniEdit};
 use crate::yaml;
 
@@ -381,6 +382,17 @@ pub fn find(
     object: &DynamicObject,
     sites: &SitesDocument,
 ) -> Vec<FoundConfig> {
+    find_within(gvk, object, sites, &Cancel::never())
+}
+
+/// [`find`] that stops reading Helm values (`--set` entries, merges) once `cancel` fires; what
+/// it then returns is not an answer, and the caller checks the flag before using it.
+pub fn find_within(
+    gvk: &GroupVersionKind,
+    object: &DynamicObject,
+    sites: &SitesDocument,
+    cancel: &Cancel,
+) -> Vec<FoundConfig> {
     match data_kind(gvk) {
         Some(kind) => {
             let mut found = object_data::find(kind, object, sites);
@@ -393,7 +405,7 @@ pub fn find(
         {
             object_data::config_file(object)
         }
-        None => helm::find(gvk, object, &helm::chart_names(sites)),
+        None => helm::find(gvk, object, &helm::chart_names(sites), cancel),
     }
 }
 
@@ -404,8 +416,19 @@ pub fn find_with_embedded(
     object: &DynamicObject,
     sites: &SitesDocument,
 ) -> (Vec<FoundConfig>, Vec<payload::EmbeddedObject>) {
+    find_with_embedded_within(gvk, object, sites, &Cancel::never())
+}
+
+/// [`find_with_embedded`] that stops reading Helm values once `cancel` fires (see
+/// [`find_within`]).
+pub fn find_with_embedded_within(
+    gvk: &GroupVersionKind,
+    object: &DynamicObject,
+    sites: &SitesDocument,
+    cancel: &Cancel,
+) -> (Vec<FoundConfig>, Vec<payload::EmbeddedObject>) {
     let Some(kind) = data_kind(gvk) else {
-        return (find(gvk, object, sites), Vec::new());
+        return (find_within(gvk, object, sites, cancel), Vec::new());
     };
     // The same sites, in the same order, as `find`.
     let mut found = object_data::find(kind, object, sites);
