@@ -242,3 +242,76 @@ fn list_values_count_against_the_values_budget() {
     let (_, message) = validate(&object);
     assert!(!message.contains("over stackgate's limit"), "{message}");
 }
+
+/// Both faces admit `object` with a warning that says which values source they cannot see.
+fn unseen(object: &Value, source: &str) {
+    let (allowed, message) = validate(object);
+    assert!(allowed, "{message}");
+    assert!(
+        message.contains("which this run cannot see") && message.contains(source),
+        "{message}"
+    );
+    let items = check_items(object);
+    assert!(
+        items.iter().any(|(level, _, m)| *level == Level::Warning
+            && m.contains("which this run cannot see")
+            && m.contains(source)),
+        "{items:?}"
+    );
+    assert!(!items.iter().any(|(level, _, _)| *level == Level::Error), "{items:?}");
+}
+
+#[test]
+fn argo_file_parameters_that_set_the_cloud_config_are_unseen() {
+    let mut object = argo_application(json!([{"name": SERIAL, "value": "true"}]));
+    object["spec"]["source"]["helm"]["fileParameters"] =
+        json!([{"name": "cloudConfigContents", "path": "files/cloud.conf"}]);
+    unseen(&object, "cloudConfigContents from files/cloud.conf");
+    // A file parameter for something else is no cloud-config source.
+    object["spec"]["source"]["helm"]["fileParameters"] =
+        json!([{"name": "extraVolumes[0].configMap", "path": "files/x"}]);
+    admitted(&object);
+    let (_, message) = validate(&object);
+    assert!(!message.contains("cannot see"), "{message}");
+}
+
+#[test]
+fn flux_chart_values_files_are_unseen() {
+    let object = json!({"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+        "metadata": {"name": "occm", "namespace": "kube-system"},
+        "spec": {"chart": {"spec": {"chart": "openstack-cloud-controller-manager",
+            "sourceRef": {"kind": "HelmRepository", "name": "cpo"},
+            "valuesFiles": ["values.yaml", "values-prod.yaml"]}},
+            "values": {"cloudConfig": {"global": {"auth-url": "https://k"}}}}});
+    unseen(&object, "values files values.yaml, values-prod.yaml of the chart source");
+    let mut single = object.clone();
+    single["spec"]["chart"]["spec"]
+        .as_object_mut()
+        .expect("map")
+        .remove("valuesFiles");
+    single["spec"]["chart"]["spec"]["valuesFile"] = json!("values-prod.yaml");
+    unseen(&single, "values file values-prod.yaml of the chart source");
+}
+
+#[test]
+fn chart_references_in_other_spellings_are_the_ccm_chart() {
+    for chart in [
+        "https://github.com/o/r/raw/main/openstack-cloud-controller-manager-2.31.1.tgz?raw=true",
+        "https://example/openstack-cloud-controller-manager-2.31.1.tgz#frag",
+        "https://example/openstack-cloud-controller-manager-2.31.1.TGZ",
+        "https://example/openstack-cloud-controller-manager-v2.31.1.tgz",
+    ] {
+        let mut object = helm_chart(json!({SERIAL: "false"}));
+        object["spec"]["chart"] = json!(chart);
+        denied_for_serial_calls(&object);
+    }
+    // An Argo CD path that ends in `/.`.
+    let mut object = argo_application(json!([{"name": SERIAL, "value": "false"}]));
+    let source = object["spec"]["source"].as_object_mut().expect("map");
+    source.remove("chart");
+    source.insert(
+        "path".to_owned(),
+        json!("charts/openstack-cloud-controller-manager/."),
+    );
+    denied_for_serial_calls(&object);
+}

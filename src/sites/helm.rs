@@ -69,9 +69,12 @@ struct ValuesPlace {
     path: Vec<Seg>,
     /// The values are a YAML string (HelmChart `valuesContent`, Argo `helm.values`), not a map.
     yaml_string: bool,
-    /// Where values beneath these are named but not held (Flux `spec.valuesFrom`, Argo CD
-    /// `helm.valueFiles`).
-    unseen: Option<Vec<Seg>>,
+    /// Where values beneath these are named but not held (Flux `spec.valuesFrom` and
+    /// `spec.chart.spec.valuesFiles` / `valuesFile`, Argo CD `helm.valueFiles`).
+    unseen: Vec<Vec<Seg>>,
+    /// Where values set on top of everything are named but not held: Argo CD
+    /// `helm.fileParameters` (Helm's `--set-file`, applied after every `--set-string`).
+    unseen_on_top: Option<Vec<Seg>>,
     /// Where values set on top of these are (HelmChart `spec.set`, Argo CD `helm.parameters`).
     overrides: Option<OverrideSource>,
     /// The CCM chart is a subchart of the chart these values are for, under this key: `path`
@@ -97,22 +100,82 @@ pub fn chart_names(sites: &super::SitesDocument) -> Vec<String> {
 
 /// Whether a chart reference (`name`, `repo/name`, `./charts/name`, `oci://…/name`,
 /// `https://…/name-1.2.3.tgz`) names one of `charts`.
+///
+/// The reference is normalised first, as the tools that fetch it read it: a URL's `?query`
+/// and `#fragment` dropped (`….tgz?raw=true`), `%XX` escapes decoded, `.` and empty path
+/// segments and `..` applied (an Argo CD path `charts/name/.`), an OCI `:tag` or `@digest`
+/// dropped; an archive name `name-<version>.tgz` (`.tgz` and `.tar.gz` in any case, the
+/// version with or without a leading `v`) names `name`.
 pub fn chart_matches(reference: &str, charts: &[String]) -> bool {
-    let last = reference
-        .trim()
-        .trim_end_matches('/')
-        .rsplit('/')
-        .next()
-        .unwrap_or_default();
-    let last = last.split([':', '@']).next().unwrap_or_default();
+    let Some(last) = chart_reference_name(reference) else {
+        return false;
+    };
     charts.iter().any(|c| {
-        last == c
-            || last
-                .strip_suffix(".tgz")
+        last == *c
+            || archive_stem(&last)
                 .and_then(|stem| stem.strip_prefix(c.as_str()))
                 .and_then(|rest| rest.strip_prefix('-'))
+                .map(|version| version.strip_prefix(['v', 'V']).unwrap_or(version))
                 .is_some_and(|version| version.starts_with(|ch: char| ch.is_ascii_digit()))
     })
+}
+
+/// The last path segment of a chart reference, normalised (see [`chart_matches`]).
+fn chart_reference_name(reference: &str) -> Option<String> {
+    let reference = reference.trim();
+    // A URL's query and fragment are not part of the file's name.
+    let reference = reference.split(['?', '#']).next().unwrap_or_default();
+    let mut segments: Vec<&str> = Vec::new();
+    for segment in reference.split('/') {
+        match segment {
+            "" | "." => {}
+            ".." => {
+                segments.pop();
+            }
+            s => segments.push(s),
+        }
+    }
+    let last = segments.last()?;
+    let last = percent_decoded(last);
+    // An OCI reference's tag or digest (`name:2.31.1`, `name@sha256:…`).
+    let name = last.split([':', '@']).next().unwrap_or_default();
+    (!name.is_empty()).then(|| name.to_owned())
+}
+
+/// `name` without a `.tgz` or `.tar.gz` suffix in any case; None without one.
+fn archive_stem(name: &str) -> Option<&str> {
+    let lower = name.to_ascii_lowercase();
+    [".tgz", ".tar.gz"]
+        .iter()
+        .find(|suffix| lower.ends_with(*suffix))
+        .map(|suffix| &name[..name.len() - suffix.len()])
+}
+
+/// `%XX` escapes decoded (as a URL's path is); invalid escapes and non-UTF-8 results kept as
+/// written.
+fn percent_decoded(text: &str) -> String {
+    if !text.contains('%') {
+        return text.to_owned();
+    }
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%'
+            && let (Some(h), Some(l)) = (
+                bytes.get(i + 1).copied().and_then(hex),
+                bytes.get(i + 2).copied().and_then(hex),
+            )
+        {
+            out.push(u8::try_from(h * 16 + l).unwrap_or(b'%'));
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8(out).unwrap_or_else(|_| text.to_owned())
 }
 
 /// A display path: `spec.sources[1].helm.values` (a key longer than 80 characters is cut,
@@ -225,7 +288,16 @@ fn values_places(
     let mut place = ValuesPlace {
         path: keys(path),
         yaml_string,
-        unseen: (gvk.group == "helm.toolkit.fluxcd.io").then(|| keys(&["spec", "valuesFrom"])),
+        unseen: if gvk.group == "helm.toolkit.fluxcd.io" {
+            vec![
+                keys(&["spec", "valuesFrom"]),
+                keys(&["spec", "chart", "spec", "valuesFiles"]),
+                keys(&["spec", "chart", "spec", "valuesFile"]),
+            ]
+        } else {
+            Vec::new()
+        },
+        unseen_on_top: None,
         overrides: (gvk.kind == "HelmChart" && gvk.group == "helm.cattle.io")
             .then(|| OverrideSource::HelmChartSet(keys(&["spec", "set"]))),
         alias: None,
@@ -328,7 +400,8 @@ fn k0s_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
             ValuesPlace {
                 path,
                 yaml_string: true,
-                unseen: None,
+                unseen: Vec::new(),
+                unseen_on_top: None,
                 overrides: None,
                 alias: None,
             }
@@ -365,6 +438,8 @@ fn argo_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
         parameters.extend(keys(&["helm", "parameters"]));
         let mut value_files = base.clone();
         value_files.extend(keys(&["helm", "valueFiles"]));
+        let mut file_parameters = base.clone();
+        file_parameters.extend(keys(&["helm", "fileParameters"]));
         let values_object = helm.and_then(|h| h.get("valuesObject"));
         if let Some(alias) = subchart_alias(values_object, charts, ours) {
             let mut path = base.clone();
@@ -372,7 +447,8 @@ fn argo_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
             out.push(ValuesPlace {
                 path,
                 yaml_string: false,
-                unseen: Some(value_files),
+                unseen: vec![value_files],
+                unseen_on_top: Some(file_parameters),
                 overrides: Some(OverrideSource::ArgoParameters(parameters)),
                 alias: Some(alias),
             });
@@ -393,7 +469,8 @@ fn argo_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
             out.push(ValuesPlace {
                 path,
                 yaml_string: true,
-                unseen: Some(value_files),
+                unseen: vec![value_files],
+                unseen_on_top: Some(file_parameters),
                 overrides: Some(OverrideSource::ArgoParameters(parameters)),
                 alias: Some(alias),
             });
@@ -412,7 +489,8 @@ fn argo_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
             ValuesPlace {
                 path,
                 yaml_string,
-                unseen: Some(value_files.clone()),
+                unseen: vec![value_files.clone()],
+                unseen_on_top: Some(file_parameters.clone()),
                 overrides: Some(OverrideSource::ArgoParameters(parameters.clone())),
                 alias: None,
             }
@@ -508,9 +586,13 @@ fn read(
         Ok(overrides) => overrides,
         Err(failure) => return Some(failure.site(object)),
     };
-    if let Some(references) = &place.unseen
-        && let Some(sources) = unseen_sources(root, references)
+    if let Some(parameters) = &place.unseen_on_top
+        && let Some(sources) = file_parameters_touching(root, parameters, place.alias.as_deref())
     {
+        // Helm reads these files last, over everything here: nothing here decides.
+        return Some(unseen_site(object, parameters, sources));
+    }
+    if let Some((references, sources)) = unseen_sources(root, &place.unseen) {
         // The values here are merged over the unseen ones: they decide alone only with
         // `cloudConfigContents` or the Secret switched off.
         let top = if place.yaml_string {
@@ -527,15 +609,7 @@ fn read(
                 return None;
             }
             if contents(&merged).is_none() {
-                let location = display(references);
-                let error = SiteError::Unseen {
-                    location: location.clone(),
-                    sources,
-                };
-                let carrier = UnseenValues {
-                    path: references.clone(),
-                };
-                return Some(FoundConfig::new(object, location, Err(error), carrier));
+                return Some(unseen_site(object, &references, sources));
             }
         }
     }
@@ -555,19 +629,109 @@ fn read(
     renders_secret(&values).then(|| in_values_map(object, at, values))
 }
 
-/// What messages say values come from, when `references` (a Flux `spec.valuesFrom` list or
-/// an Argo CD `helm.valueFiles` list) names any.
-fn unseen_sources(root: &Value, references: &[Seg]) -> Option<String> {
-    let list = get(root, references)?.as_array()?;
+/// The site that says values come from `sources`, named at `references`, which this run
+/// cannot see: nothing is rendered or edited.
+fn unseen_site(object: String, references: &[Seg], sources: String) -> FoundConfig {
+    let location = display(references);
+    let error = SiteError::Unseen {
+        location: location.clone(),
+        sources,
+    };
+    let carrier = UnseenValues {
+        path: references.to_vec(),
+    };
+    FoundConfig::new(object, location, Err(error), carrier)
+}
+
+/// Of the fields in `references` (a Flux `spec.valuesFrom` list, `spec.chart.spec.valuesFiles`
+/// list or `valuesFile` string, an Argo CD `helm.valueFiles` list), the first that names any
+/// values, and what messages say all of them name.
+fn unseen_sources(root: &Value, references: &[Vec<Seg>]) -> Option<(Vec<Seg>, String)> {
+    let mut first = None;
+    let mut said = Vec::new();
+    for path in references {
+        let Some(sources) = unseen_sources_at(root, path) else {
+            continue;
+        };
+        first.get_or_insert_with(|| path.clone());
+        said.push(sources);
+    }
+    Some((first?, said.join("; ")))
+}
+
+/// What messages say the field at `references` names, when it names any values.
+fn unseen_sources_at(root: &Value, references: &[Seg]) -> Option<String> {
+    let field = get(root, references)?;
+    let last = match references.last() {
+        Some(Seg::Key(k)) => k.as_str(),
+        _ => "",
+    };
+    if last == "valuesFile" {
+        // Flux's deprecated single values file of the chart source.
+        let file = field.as_str().filter(|f| !f.is_empty())?;
+        return Some(format!("values file {} of the chart source", shown_entry(file)));
+    }
+    let list = field.as_array()?;
     if list.is_empty() {
         return None;
     }
-    if matches!(references.last(), Some(Seg::Key(k)) if k == "valueFiles") {
-        let files: Vec<&str> = list.iter().filter_map(Value::as_str).collect();
-        let source = display(&references[..references.len().saturating_sub(2)]);
-        return Some(format!("value files {} of {source}", files.join(", ")));
+    let files = || {
+        list.iter()
+            .filter_map(Value::as_str)
+            .map(shown_entry)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match last {
+        "valueFiles" => {
+            let source = display(&references[..references.len().saturating_sub(2)]);
+            Some(format!("value files {} of {source}", files()))
+        }
+        // Flux: files of the chart source that replace the chart's own values.yaml.
+        "valuesFiles" => Some(format!("values files {} of the chart source", files())),
+        _ => values_from_sources(root),
     }
-    values_from_sources(root)
+}
+
+/// What messages say of the Argo CD `helm.fileParameters` at `parameters` that set the CCM
+/// chart's cloud config (`cloudConfig…` or `cloudConfigContents`, below the subchart key
+/// `alias` when set) from files this run cannot see; None when none does. A name Helm's parser
+/// cannot read is counted as one that does (Helm would stop on it).
+fn file_parameters_touching(root: &Value, parameters: &[Seg], alias: Option<&str>) -> Option<String> {
+    let list = get(root, parameters)?.as_array()?;
+    let mut named = Vec::new();
+    for parameter in list {
+        let Some(name) = parameter.get("name").and_then(Value::as_str) else {
+            continue;
+        };
+        let path = parameter.get("path").and_then(Value::as_str).unwrap_or("");
+        let assigned =
+            strvals::parse_into(&format!("{name}=x"), &mut serde_json::Map::new(), Typing::Strings);
+        let touches = match assigned {
+            Err(_) => true,
+            Ok(assigned) => assigned.iter().any(|a| {
+                let keys = match alias {
+                    Some(alias) => match a.path.split_first() {
+                        Some((Seg::Key(k), rest)) if k == alias => rest,
+                        _ => return false,
+                    },
+                    None => a.path.as_slice(),
+                };
+                matches!(keys.first(), Some(Seg::Key(k)) if k == "cloudConfig" || k == "cloudConfigContents")
+            }),
+        };
+        if touches {
+            named.push(format!("{} from {}", shown_entry(name), shown_entry(path)));
+        }
+    }
+    if named.is_empty() {
+        return None;
+    }
+    let source = display(&parameters[..parameters.len().saturating_sub(2)]);
+    Some(format!(
+        "files set with --set-file ({}) of {source}",
+        named.join(", ")
+    ))
 }
 
 /// The references of a HelmRelease's `spec.valuesFrom`, for messages (None when it has none).
@@ -1390,10 +1554,19 @@ fn outside_values(root: &Value, path: &[Seg]) -> (Option<String>, Vec<(String, S
     match path {
         [Seg::Key(spec), Seg::Key(values)] if spec == "spec" && values == "values" => {
             let from = root.pointer("/spec/valuesFrom");
-            (
-                non_empty(from).then(|| "spec.valuesFrom".to_owned()),
-                Vec::new(),
-            )
+            let files = root.pointer("/spec/chart/spec/valuesFiles");
+            let file = root
+                .pointer("/spec/chart/spec/valuesFile")
+                .and_then(Value::as_str)
+                .is_some_and(|f| !f.is_empty());
+            let merged = if non_empty(from) {
+                Some("spec.valuesFrom".to_owned())
+            } else if non_empty(files) {
+                Some("spec.chart.spec.valuesFiles".to_owned())
+            } else {
+                file.then(|| "spec.chart.spec.valuesFile".to_owned())
+            };
+            (merged, Vec::new())
         }
         [base @ .., Seg::Key(helm), _] if helm == "helm" => {
             let mut helm_path = base.to_vec();
@@ -1721,13 +1894,29 @@ mod tests {
             "./charts/openstack-cloud-controller-manager/",
             "oci://registry.example/charts/openstack-cloud-controller-manager:2.31.1",
             "https://example/openstack-cloud-controller-manager-2.31.1.tgz",
+            // Issue 23: other spellings of the same chart.
+            "https://github.com/o/r/blob/main/openstack-cloud-controller-manager-2.31.1.tgz?raw=true",
+            "https://example/openstack-cloud-controller-manager-2.31.1.tgz#sha256=abc",
+            "https://example/openstack-cloud-controller-manager-2.31.1.TGZ",
+            "https://example/openstack-cloud-controller-manager-v2.31.1.tgz",
+            "https://example/openstack-cloud-controller-manager-2.31.1.tar.gz",
+            "https://example/openstack%2Dcloud-controller-manager-2.31.1.tgz",
+            "charts/openstack-cloud-controller-manager/.",
+            "charts/openstack-cloud-controller-manager/templates/..",
+            "charts/openstack-cloud-controller-manager//",
+            "oci://registry.example/charts/openstack-cloud-controller-manager@sha256:0123",
         ] {
             assert!(chart_matches(r, &c), "{r}");
         }
         for r in [
             "openstack-cinder-csi",
             "openstack-cloud-controller-manager-extra",
+            "https://example/openstack-cloud-controller-manager-extra-2.31.1.tgz",
+            "charts/openstack-cloud-controller-manager/templates",
+            "charts/openstack-cloud-controller-manager/..",
+            "https://example/x.tgz?openstack-cloud-controller-manager",
             "",
+            ".",
         ] {
             assert!(!chart_matches(r, &c), "{r}");
         }
