@@ -315,3 +315,64 @@ fn chart_references_in_other_spellings_are_the_ccm_chart() {
     );
     denied_for_serial_calls(&object);
 }
+
+/// The umbrella's values with the CCM subchart's serial key false, in YAML spellings a line
+/// scan for `openstack-cloud-controller-manager:` misses.
+const UMBRELLA_SPELLINGS: &[&str] = &[
+    "\"openstack-cloud-controller-manager\":\n  cloudConfig:\n    loadBalancer:\n      provider-requires-serial-api-calls: false\n",
+    "{openstack-cloud-controller-manager: {cloudConfig: {loadBalancer: {provider-requires-serial-api-calls: false}}}}\n",
+    "  openstack-cloud-controller-manager:\n    cloudConfig:\n      loadBalancer:\n        provider-requires-serial-api-calls: false\n",
+    "? openstack-cloud-controller-manager\n: cloudConfig:\n    loadBalancer:\n      provider-requires-serial-api-calls: false\n",
+    "name: &n openstack-cloud-controller-manager\n*n : {cloudConfig: {loadBalancer: {provider-requires-serial-api-calls: false}}}\n",
+    "!!str openstack-cloud-controller-manager: {cloudConfig: {loadBalancer: {provider-requires-serial-api-calls: false}}}\n",
+    "\"openstack-cloud-controller-\\x6danager\": {cloudConfig: {loadBalancer: {provider-requires-serial-api-calls: false}}}\n",
+];
+
+#[test]
+fn umbrella_keys_in_every_yaml_spelling_are_read() {
+    for values in UMBRELLA_SPELLINGS {
+        let chart = json!({"apiVersion": "helm.cattle.io/v1", "kind": "HelmChart",
+            "metadata": {"name": "platform", "namespace": "kube-system"},
+            "spec": {"chart": "example/platform", "valuesContent": values}});
+        denied_for_serial_calls(&chart);
+        let mut argo = argo_application(json!([]));
+        let source = &mut argo["spec"]["source"];
+        source["chart"] = json!("platform");
+        source["helm"] = json!({"values": values});
+        denied_for_serial_calls(&argo);
+        let k0s = json!({"apiVersion": "k0s.k0sproject.io/v1beta1", "kind": "ClusterConfig",
+            "metadata": {"name": "k0s", "namespace": "kube-system"},
+            "spec": {"extensions": {"helm": {"charts": [{"name": "platform",
+                "chartname": "example/platform", "namespace": "kube-system",
+                "values": values}]}}}});
+        denied_for_serial_calls(&k0s);
+    }
+    // Switched off, the subchart renders nothing.
+    let off = "openstack-cloud-controller-manager: {enabled: false, cloudConfig: {loadBalancer: {provider-requires-serial-api-calls: false}}}\n";
+    let chart = json!({"apiVersion": "helm.cattle.io/v1", "kind": "HelmChart",
+        "metadata": {"name": "platform", "namespace": "kube-system"},
+        "spec": {"chart": "example/platform", "valuesContent": off}});
+    admitted(&chart);
+}
+
+#[test]
+fn a_helm_chart_config_named_after_another_helm_chart_is_read_by_its_values() {
+    // Issue 23 item 6: HelmChart `occm` installs the CCM chart; its HelmChartConfig `occm`
+    // is all the webhook sees. Values with the chart's own top-level keys are its values.
+    for values in [
+        "cloudConfig:\n  loadBalancer:\n    provider-requires-serial-api-calls: false\n",
+        "\"cloud\\x43onfig\": {loadBalancer: {provider-requires-serial-api-calls: false}}\n",
+    ] {
+        let config = json!({"apiVersion": "helm.cattle.io/v1", "kind": "HelmChartConfig",
+            "metadata": {"name": "occm", "namespace": "kube-system"},
+            "spec": {"valuesContent": values}});
+        denied_for_serial_calls(&config);
+    }
+    // Another chart's HelmChartConfig stays none of stackgate's business.
+    let other = json!({"apiVersion": "helm.cattle.io/v1", "kind": "HelmChartConfig",
+        "metadata": {"name": "rke2-ingress-nginx", "namespace": "kube-system"},
+        "spec": {"valuesContent": "controller:\n  replicaCount: 2\n"}});
+    admitted(&other);
+    let (_, message) = validate(&other);
+    assert!(message.is_empty(), "{message}");
+}

@@ -284,7 +284,10 @@ fn values_places(
     let Some((chart, path, yaml_string)) = single else {
         return Vec::new();
     };
-    let ours = chart.is_some_and(|c| chart_matches(c, charts));
+    let ours = chart.is_some_and(|c| chart_matches(c, charts))
+        || (gvk.group == "helm.cattle.io"
+            && gvk.kind == "HelmChartConfig"
+            && holds_ccm_values(get(root, &keys(path))));
     let mut place = ValuesPlace {
         path: keys(path),
         yaml_string,
@@ -328,6 +331,22 @@ fn values_places(
     if ours { vec![place] } else { Vec::new() }
 }
 
+/// Whether a values string holds the CCM chart's own values, read structurally: a top-level
+/// `cloudConfig` or `cloudConfigContents` key, however it is spelled in YAML.
+///
+/// A RKE2/k3s HelmChartConfig customises the HelmChart of its name, which need not be named
+/// after the chart it installs (`occm` installing `openstack-cloud-controller-manager`); the
+/// webhook sees the HelmChartConfig alone and cannot tell which chart that HelmChart installs.
+/// Values with the CCM chart's own top-level keys are taken as the CCM chart's (no other chart
+/// known to stackgate renders a `cloudConfig`), so a `false` in them is never admitted in
+/// silence; `stackgate check` merges the pair when both are in its inputs.
+fn holds_ccm_values(raw: Option<&Value>) -> bool {
+    text_values(raw, None)
+        .as_ref()
+        .and_then(Value::as_object)
+        .is_some_and(|m| m.contains_key("cloudConfig") || m.contains_key("cloudConfigContents"))
+}
+
 /// The key under which structured `values` hold the CCM chart's values as a subchart of an
 /// umbrella chart: a key named after the chart (Helm's default alias) whose value is a map
 /// not switched off with `enabled: false`. Values of the CCM chart itself (`ours`) are read
@@ -360,24 +379,16 @@ fn text_values(raw: Option<&Value>, alias: Option<&str>) -> Option<Value> {
 }
 
 /// The subchart key of the CCM chart's values inside a values string of an umbrella chart
-/// (see [`subchart_alias`]). The string is parsed only when a line starts with one of the
-/// chart names and a colon, so other charts' values strings cost a scan, not a parse.
+/// (see [`subchart_alias`]). The string is read with the YAML reader (within its caps and
+/// [`MAX_VALUES_TEXT_BYTES`]), so the key is found however YAML spells it: quoted, flow-style,
+/// `? key`, anchored, tagged or escaped. Scanning lines for the bare key missed all of these.
 fn umbrella_text_alias(raw: Option<&Value>, charts: &[String], ours: bool) -> Option<String> {
-    let text = raw?.as_str().filter(|t| t.len() <= MAX_VALUES_TEXT_BYTES)?;
-    let names_a_chart = text.lines().any(|line| {
-        charts.iter().any(|chart| {
-            line.strip_prefix(chart.as_str())
-                .is_some_and(|rest| rest.trim_start().starts_with(':'))
-        })
-    });
-    if !names_a_chart {
-        return None;
-    }
     subchart_alias(text_values(raw, None).as_ref(), charts, ours)
 }
 
 /// k0s `ClusterConfig`: each `spec.extensions.helm.charts[]` whose `chartname` names the
-/// chart; its `values` is a YAML string.
+/// chart, or whose `values` (a YAML string) hold the chart's values under its subchart key
+/// (an umbrella chart).
 fn k0s_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
     let Some(list) = root
         .pointer("/spec/extensions/helm/charts")
@@ -385,28 +396,35 @@ fn k0s_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
     else {
         return Vec::new();
     };
-    list.iter()
-        .enumerate()
-        .filter(|(_, chart)| {
-            chart
-                .get("chartname")
-                .and_then(Value::as_str)
-                .is_some_and(|c| chart_matches(c, charts))
-        })
-        .map(|(i, _)| {
-            let mut path = keys(&["spec", "extensions", "helm", "charts"]);
-            path.push(Seg::Index(i));
-            path.push(Seg::key("values"));
-            ValuesPlace {
-                path,
-                yaml_string: true,
-                unseen: Vec::new(),
-                unseen_on_top: None,
-                overrides: None,
-                alias: None,
-            }
-        })
-        .collect()
+    let mut out = Vec::new();
+    for (i, chart) in list.iter().enumerate() {
+        let ours = chart
+            .get("chartname")
+            .and_then(Value::as_str)
+            .is_some_and(|c| chart_matches(c, charts));
+        let mut path = keys(&["spec", "extensions", "helm", "charts"]);
+        path.push(Seg::Index(i));
+        path.push(Seg::key("values"));
+        // An umbrella chart whose values hold the CCM chart's under its subchart key; past
+        // the carrier cap nothing more is parsed.
+        let alias = if out.len() > MAX_CARRIERS_PER_OBJECT {
+            None
+        } else {
+            umbrella_text_alias(chart.get("values"), charts, ours)
+        };
+        if !ours && alias.is_none() {
+            continue;
+        }
+        out.push(ValuesPlace {
+            path,
+            yaml_string: true,
+            unseen: Vec::new(),
+            unseen_on_top: None,
+            overrides: None,
+            alias,
+        });
+    }
+    out
 }
 
 /// Argo CD: `spec.source` and each `spec.sources[]` whose chart (or path) names the chart;
