@@ -376,3 +376,20 @@ fn a_helm_chart_config_named_after_another_helm_chart_is_read_by_its_values() {
     let (_, message) = validate(&other);
     assert!(message.is_empty(), "{message}");
 }
+
+#[test]
+fn argo_parameters_that_set_the_same_value_are_read_in_every_order_helm_may_get() {
+    // Two --set parameters of different names set the same key (`\s` is `s`); Argo CD hands
+    // them to Helm from a Go map, in random order: either value may win.
+    let escaped = SERIAL.replace("calls", "call\\s");
+    for parameters in [
+        json!([{"name": SERIAL, "value": "false"}, {"name": escaped, "value": "true"}]),
+        json!([{"name": SERIAL, "value": "true"}, {"name": escaped, "value": "false"}]),
+    ] {
+        denied_for_serial_calls(&argo_application(parameters));
+    }
+    // Both true: admitted.
+    admitted(&argo_application(json!([
+        {"name": SERIAL, "value": "true"}, {"name": escaped, "value": "true"}
+    ])));
+}

@@ -565,24 +565,49 @@ pub(super) fn find(
     let values_file = is_values_file(gvk);
     places
         .into_iter()
-        .filter_map(|place| read(&object_name, root, place, values_file, cancel))
+        .flat_map(|place| read(&object_name, root, place, values_file, cancel))
         .collect()
 }
 
 /// Reads the values at `place` and finds the cloud config in them (none when the chart would
 /// render no Secret).
+///
+/// Argo CD hands its parameters to Helm in no fixed order within `--set` and within
+/// `--set-string` ([`argo_orders`]): when two of them set the same value, the values are read
+/// once per order that lets a different one win, so a denial holds whichever Helm gets.
 fn read(
     object_name: &str,
     root: &Value,
     place: ValuesPlace,
     values_file: bool,
     cancel: &Cancel,
+) -> Vec<FoundConfig> {
+    let overrides = place_overrides(root, &place, cancel);
+    let argo = matches!(place.overrides, Some(OverrideSource::ArgoParameters(_)));
+    match overrides {
+        Ok(overrides) if argo => argo_orders(overrides)
+            .into_iter()
+            .filter_map(|order| read_ordered(object_name, root, place.clone(), values_file, Ok(order), cancel))
+            .collect(),
+        overrides => read_ordered(object_name, root, place, values_file, overrides, cancel)
+            .into_iter()
+            .collect(),
+    }
+}
+
+/// [`read`] with the `--set`-like entries in the order Helm applies them.
+fn read_ordered(
+    object_name: &str,
+    root: &Value,
+    place: ValuesPlace,
+    values_file: bool,
+    overrides: Result<Vec<Override>, SetFailure>,
+    cancel: &Cancel,
 ) -> Option<FoundConfig> {
     let existing = existing_segments(root, &place.path);
     let raw = (existing == place.path.len())
         .then(|| get(root, &place.path))
         .flatten();
-    let overrides = place_overrides(root, &place, cancel);
     let field = display(&place.path);
     // How messages name a path inside the values: a values file's values are the file.
     let prefix = match (values_file, place.yaml_string) {
@@ -1152,6 +1177,70 @@ fn shown_entry(key: &str) -> String {
         Some((cut, _)) => format!("{}…", &key[..cut]),
         None => key.to_owned(),
     }
+}
+
+/// Most orders of Argo CD parameters read for one values carrier ([`argo_orders`]).
+const MAX_ARGO_ORDERS: usize = 4;
+
+/// The orders in which Helm may get Argo CD's parameters (already in Helm's group order,
+/// `--set` then `--set-string`).
+///
+/// Argo CD keeps them in two Go maps by name (argoproj/argo-cd @
+/// 37ee0097cf851bc2dd7665fc081bbce61a7e836e, `util/helm/cmd.go` `template`: `for key, val :=
+/// range opts.Set`), and Go iterates a map in random order: within a group, two parameters
+/// whose paths are the same or one inside the other (`a.b` and `a\.b` are not; `a.b` and
+/// `a.\b` are) end in either order. One order is returned when no two conflict; else, for each
+/// conflicting parameter (up to [`MAX_ARGO_ORDERS`]), the order that applies it last in its
+/// group, so each one's value is seen winning.
+fn argo_orders(overrides: Vec<Override>) -> Vec<Vec<Override>> {
+    use std::collections::HashMap;
+    // Each path set, by group, to the first parameter that sets it.
+    let mut owner: HashMap<(bool, &[Seg]), usize> = HashMap::new();
+    for (i, o) in overrides.iter().enumerate() {
+        let group = o.typing == Typing::Strings;
+        for p in &o.paths {
+            owner.entry((group, p.as_slice())).or_insert(i);
+        }
+    }
+    // Both sides of each clash (a path of one at or below a path another set first).
+    let mut conflicting = std::collections::BTreeSet::new();
+    for (i, o) in overrides.iter().enumerate() {
+        let group = o.typing == Typing::Strings;
+        for p in &o.paths {
+            for n in 1..=p.len() {
+                if let Some(&j) = owner.get(&(group, &p[..n]))
+                    && j != i
+                {
+                    conflicting.insert(i);
+                    conflicting.insert(j);
+                }
+            }
+        }
+    }
+    if conflicting.is_empty() {
+        return vec![overrides];
+    }
+    conflicting
+        .into_iter()
+        .take(MAX_ARGO_ORDERS)
+        .map(|last| {
+            let group = overrides[last].typing;
+            let mut order: Vec<Override> = Vec::with_capacity(overrides.len());
+            for (i, o) in overrides.iter().enumerate() {
+                if i != last {
+                    order.push(o.clone());
+                }
+            }
+            // After the last of its group.
+            let at = order
+                .iter()
+                .rposition(|o| o.typing == group)
+                .map_or(0, |p| p + 1);
+            let at = if group == Typing::Strings { order.len().max(at) } else { at };
+            order.insert(at, overrides[last].clone());
+            order
+        })
+        .collect()
 }
 
 /// Whether helm-controller passes a `spec.set` string value as `--set` (typed) rather than
