@@ -393,3 +393,23 @@ fn argo_parameters_that_set_the_same_value_are_read_in_every_order_helm_may_get(
         {"name": SERIAL, "value": "true"}, {"name": escaped, "value": "true"}
     ])));
 }
+
+#[test]
+fn helm_chart_structured_values_are_merged_over_values_content() {
+    // helm-controller mounts `spec.values` as a values file after `spec.valuesContent`'s.
+    let serial = |v: bool| json!({"cloudConfig": {"loadBalancer": {"provider-requires-serial-api-calls": v}}});
+    let mut object = helm_chart(json!({}));
+    object["spec"]["values"] = serial(false);
+    denied_for_serial_calls(&object);
+    object["spec"]["valuesContent"] =
+        json!("cloudConfig:\n  loadBalancer:\n    provider-requires-serial-api-calls: true\n");
+    denied_for_serial_calls(&object);
+    // The other way round, spec.values decides: true.
+    object["spec"]["values"] = serial(true);
+    object["spec"]["valuesContent"] =
+        json!("cloudConfig:\n  loadBalancer:\n    provider-requires-serial-api-calls: false\n");
+    admitted(&object);
+    // spec.set still wins over both.
+    object["spec"]["set"] = json!({SERIAL: "false"});
+    denied_for_serial_calls(&object);
+}

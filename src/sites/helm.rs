@@ -77,6 +77,10 @@ struct ValuesPlace {
     unseen_on_top: Option<Vec<Seg>>,
     /// Where values set on top of these are (HelmChart `spec.set`, Argo CD `helm.parameters`).
     overrides: Option<OverrideSource>,
+    /// Structured values Helm reads as a values file after these (RKE2/k3s HelmChart and
+    /// HelmChartConfig `spec.values`, mounted as `values-*-001-*-Values.yaml` after the
+    /// `valuesContent` file by helm-controller's `setValuesSecret`).
+    values_over: Option<Vec<Seg>>,
     /// The CCM chart is a subchart of the chart these values are for, under this key: `path`
     /// ends with it, and overrides are read below it.
     alias: Option<String>,
@@ -303,6 +307,7 @@ fn values_places(
         unseen_on_top: None,
         overrides: (gvk.kind == "HelmChart" && gvk.group == "helm.cattle.io")
             .then(|| OverrideSource::HelmChartSet(keys(&["spec", "set"]))),
+        values_over: (gvk.group == "helm.cattle.io").then(|| keys(&["spec", "values"])),
         alias: None,
     };
     if gvk.kind == VALUES_FILE_KIND
@@ -421,6 +426,7 @@ fn k0s_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
             unseen: Vec::new(),
             unseen_on_top: None,
             overrides: None,
+            values_over: None,
             alias,
         });
     }
@@ -468,6 +474,7 @@ fn argo_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
                 unseen: vec![value_files],
                 unseen_on_top: Some(file_parameters),
                 overrides: Some(OverrideSource::ArgoParameters(parameters)),
+                values_over: None,
                 alias: Some(alias),
             });
             continue;
@@ -490,6 +497,7 @@ fn argo_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
                 unseen: vec![value_files],
                 unseen_on_top: Some(file_parameters),
                 overrides: Some(OverrideSource::ArgoParameters(parameters)),
+                values_over: None,
                 alias: Some(alias),
             });
             continue;
@@ -510,6 +518,7 @@ fn argo_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
                 unseen: vec![value_files.clone()],
                 unseen_on_top: Some(file_parameters.clone()),
                 overrides: Some(OverrideSource::ArgoParameters(parameters.clone())),
+                values_over: None,
                 alias: None,
             }
         };
@@ -1034,10 +1043,13 @@ fn place_overrides(
     place: &ValuesPlace,
     cancel: &Cancel,
 ) -> Result<Vec<Override>, SetFailure> {
-    let Some(source) = &place.overrides else {
-        return Ok(Vec::new());
+    let mut out = match &place.values_over {
+        Some(path) => values_file_entries(root, path, place.alias.as_deref(), cancel)?,
+        None => Vec::new(),
     };
-    let mut out = overrides_of(root, source, cancel)?;
+    if let Some(source) = &place.overrides {
+        out.extend(overrides_of(root, source, cancel)?);
+    }
     if let Some(alias) = &place.alias {
         let prefix = format!("{alias}.");
         let mut kept = Vec::new();
@@ -1059,6 +1071,128 @@ fn place_overrides(
         out = kept;
     }
     Ok(out)
+}
+
+/// The keys of the chart's values a structured values file can change the cloud config
+/// through (what [`values_file_entries`] reads of it).
+const CLOUD_CONFIG_KEYS: &[&str] = &["cloudConfig", "cloudConfigContents", "secret"];
+
+/// A structured values file (HelmChart `spec.values`) merged over the values beneath, as
+/// `--set` entries that set each of its leaves under [`CLOUD_CONFIG_KEYS`] (below the
+/// subchart key `alias` when set): Helm's merge of a values file replaces leaves and merges
+/// maps, which is what setting each leaf does. A leaf's line carries its value exactly (keys
+/// and values escaped for Helm's parser; strings as `--set-string`, other scalars typed).
+fn values_file_entries(
+    root: &Value,
+    path: &[Seg],
+    alias: Option<&str>,
+    cancel: &Cancel,
+) -> Result<Vec<Override>, SetFailure> {
+    let mut out = Vec::new();
+    let Some(values) = get(root, path).and_then(Value::as_object) else {
+        return Ok(out);
+    };
+    let base: Vec<String> = alias.map(|a| vec![a.to_owned()]).unwrap_or_default();
+    let scope = match alias {
+        Some(alias) => values.get(alias).and_then(Value::as_object),
+        None => Some(values),
+    };
+    let Some(scope) = scope else {
+        return Ok(out);
+    };
+    let mut budget = SetBudget::new(cancel.clone());
+    // (keys from the values root, value): an explicit stack, no recursion.
+    let mut stack: Vec<(Vec<Seg>, &Value)> = CLOUD_CONFIG_KEYS
+        .iter()
+        .rev()
+        .filter_map(|k| scope.get(*k).map(|v| (vec![Seg::key(k)], v)))
+        .collect();
+    while let Some((keys_here, value)) = stack.pop() {
+        let mut full: Vec<Seg> = base.iter().map(|k| Seg::key(k)).collect();
+        full.extend(keys_here.iter().cloned());
+        if full.len() > strvals::MAX_SET_PATH_DEPTH {
+            let mut value_path = path.to_vec();
+            value_path.extend(full);
+            let name = display(&value_path);
+            let o = Override {
+                line: String::new(),
+                typing: Typing::Typed,
+                paths: Vec::new(),
+                value_path,
+                name,
+            };
+            return Err(SetFailure::of(
+                &o,
+                StrvalsError::OverLimit(strvals::SetLimit::Depth),
+            ));
+        }
+        match value {
+            Value::Object(map) if !map.is_empty() => {
+                for (k, v) in map.iter().rev() {
+                    let mut next = keys_here.clone();
+                    next.push(Seg::key(k));
+                    stack.push((next, v));
+                }
+                continue;
+            }
+            Value::Array(list) if !list.is_empty() => {
+                for (i, v) in list.iter().enumerate().rev() {
+                    let mut next = keys_here.clone();
+                    next.push(Seg::Index(i));
+                    stack.push((next, v));
+                }
+                continue;
+            }
+            _ => {}
+        }
+        let (typing, text) = match value {
+            Value::String(s) => (Typing::Strings, escaped_set_text(s)),
+            Value::Object(_) | Value::Array(_) => continue,
+            other => (Typing::Typed, other.to_string()),
+        };
+        let key_text = set_key_text(&full);
+        let mut value_path = path.to_vec();
+        value_path.extend(full);
+        let name = display(&value_path);
+        out.push(parsed(
+            format!("{key_text}={text}"),
+            typing,
+            value_path,
+            name,
+            &mut budget,
+        )?);
+    }
+    Ok(out)
+}
+
+/// `path` as a `--set` key: keys joined with `.`, each with `\`, `.`, `[`, `,` and `=`
+/// escaped, list indexes as `[i]`.
+fn set_key_text(path: &[Seg]) -> String {
+    let mut out = String::new();
+    for seg in path {
+        match seg {
+            Seg::Key(k) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(&escaped_set_text(k));
+            }
+            Seg::Index(i) => out.push_str(&format!("[{i}]")),
+        }
+    }
+    out
+}
+
+/// `text` with every character Helm's `--set` parser treats specially escaped with `\`.
+fn escaped_set_text(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '\\' | '.' | '[' | ']' | ',' | '=' | '{' | '}') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// The `--set`-like entries in `source`, each with the values paths it sets, in the order
