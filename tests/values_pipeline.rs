@@ -35,7 +35,8 @@ fn validate(object: &Value) -> (bool, String) {
         &Metrics::new(),
     );
     assert_eq!(reply.status, 200);
-    let response = serde_json::from_slice::<Value>(&reply.body).expect("review")["response"].clone();
+    let response =
+        serde_json::from_slice::<Value>(&reply.body).expect("review")["response"].clone();
     let allowed = response["allowed"].as_bool().expect("allowed");
     let mut text = response["status"]["message"]
         .as_str()
@@ -151,7 +152,9 @@ fn helm_controller_types_true_false_and_null_in_any_case() {
     // "FALSE" is typed by helm-controller (it lowercases): --set, applied before the
     // --set-string "true" of the escaped key. Helm renders true.
     let escaped = SERIAL.replacen("cloudConfig", "cloud\\Config", 1);
-    admitted(&helm_chart(json!({SERIAL: "FALSE", escaped.clone(): "true"})));
+    admitted(&helm_chart(
+        json!({SERIAL: "FALSE", escaped.clone(): "true"}),
+    ));
     // And "TRUE" typed before a --set-string "no" of the escaped key: no wins.
     denied_for_serial_calls(&helm_chart(json!({SERIAL: "TRUE", escaped: "no"})));
 }
@@ -258,7 +261,10 @@ fn unseen(object: &Value, source: &str) {
             && m.contains(source)),
         "{items:?}"
     );
-    assert!(!items.iter().any(|(level, _, _)| *level == Level::Error), "{items:?}");
+    assert!(
+        !items.iter().any(|(level, _, _)| *level == Level::Error),
+        "{items:?}"
+    );
 }
 
 #[test]
@@ -283,7 +289,10 @@ fn flux_chart_values_files_are_unseen() {
             "sourceRef": {"kind": "HelmRepository", "name": "cpo"},
             "valuesFiles": ["values.yaml", "values-prod.yaml"]}},
             "values": {"cloudConfig": {"global": {"auth-url": "https://k"}}}}});
-    unseen(&object, "values files values.yaml, values-prod.yaml of the chart source");
+    unseen(
+        &object,
+        "values files values.yaml, values-prod.yaml of the chart source",
+    );
     let mut single = object.clone();
     single["spec"]["chart"]["spec"]
         .as_object_mut()

@@ -596,7 +596,16 @@ fn read(
     match overrides {
         Ok(overrides) if argo => argo_orders(overrides)
             .into_iter()
-            .filter_map(|order| read_ordered(object_name, root, place.clone(), values_file, Ok(order), cancel))
+            .filter_map(|order| {
+                read_ordered(
+                    object_name,
+                    root,
+                    place.clone(),
+                    values_file,
+                    Ok(order),
+                    cancel,
+                )
+            })
             .collect(),
         overrides => read_ordered(object_name, root, place, values_file, overrides, cancel)
             .into_iter()
@@ -721,7 +730,10 @@ fn unseen_sources_at(root: &Value, references: &[Seg]) -> Option<String> {
     if last == "valuesFile" {
         // Flux's deprecated single values file of the chart source.
         let file = field.as_str().filter(|f| !f.is_empty())?;
-        return Some(format!("values file {} of the chart source", shown_entry(file)));
+        return Some(format!(
+            "values file {} of the chart source",
+            shown_entry(file)
+        ));
     }
     let list = field.as_array()?;
     if list.is_empty() {
@@ -749,7 +761,11 @@ fn unseen_sources_at(root: &Value, references: &[Seg]) -> Option<String> {
 /// chart's cloud config (`cloudConfig…` or `cloudConfigContents`, below the subchart key
 /// `alias` when set) from files this run cannot see; None when none does. A name Helm's parser
 /// cannot read is counted as one that does (Helm would stop on it).
-fn file_parameters_touching(root: &Value, parameters: &[Seg], alias: Option<&str>) -> Option<String> {
+fn file_parameters_touching(
+    root: &Value,
+    parameters: &[Seg],
+    alias: Option<&str>,
+) -> Option<String> {
     let list = get(root, parameters)?.as_array()?;
     let mut named = Vec::new();
     for parameter in list {
@@ -757,8 +773,11 @@ fn file_parameters_touching(root: &Value, parameters: &[Seg], alias: Option<&str
             continue;
         };
         let path = parameter.get("path").and_then(Value::as_str).unwrap_or("");
-        let assigned =
-            strvals::parse_into(&format!("{name}=x"), &mut serde_json::Map::new(), Typing::Strings);
+        let assigned = strvals::parse_into(
+            &format!("{name}=x"),
+            &mut serde_json::Map::new(),
+            Typing::Strings,
+        );
         let touches = match assigned {
             Err(_) => true,
             Ok(assigned) => assigned.iter().any(|a| {
@@ -1370,7 +1389,11 @@ fn argo_orders(overrides: Vec<Override>) -> Vec<Vec<Override>> {
                 .iter()
                 .rposition(|o| o.typing == group)
                 .map_or(0, |p| p + 1);
-            let at = if group == Typing::Strings { order.len().max(at) } else { at };
+            let at = if group == Typing::Strings {
+                order.len().max(at)
+            } else {
+                at
+            };
             order.insert(at, overrides[last].clone());
             order
         })
@@ -2339,7 +2362,9 @@ mod tests {
         // `spec.values` is merged last: its cloudConfigContents and secret switch are final.
         let (gvk, o) = release(json!({"cloudConfigContents":"[Global]\n"}));
         assert_eq!(
-            find(&gvk, &o, &charts(), &Cancel::never())[0].text.as_deref(),
+            find(&gvk, &o, &charts(), &Cancel::never())[0]
+                .text
+                .as_deref(),
             Ok("[Global]\n")
         );
         let (gvk, o) = release(json!({"secret":{"enabled":false}}));
@@ -2568,7 +2593,10 @@ mod tests {
         );
         // A list value and a comma escaped by helm-controller stay one value.
         let (gvk, o) = chart(json!({"cloudConfig.global.region": "a,b"}));
-        let text = find(&gvk, &o, &charts(), &Cancel::never())[0].text.clone().unwrap();
+        let text = find(&gvk, &o, &charts(), &Cancel::never())[0]
+            .text
+            .clone()
+            .unwrap();
         assert!(text.contains("region = \"a,b\""), "{text}");
         // A path Helm cannot read: the site says so and nothing is edited.
         for key in ["cloudConfig.loadBalancer[x]", "cloudConfig..a", "a[0]b"] {

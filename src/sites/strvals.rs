@@ -793,7 +793,12 @@ mod tests {
         let past = format!("a{}=1", "[0]".repeat(MAX_SET_PATH_DEPTH));
         assert_eq!(parse(&past), Err(StrvalsError::OverLimit(SetLimit::Depth)));
         // Keys after indexes, which Helm's level does not count, count here.
-        let keys = format!("{}=1", "a[0].".repeat(MAX_SET_PATH_DEPTH / 2 + 1).trim_end_matches('.'));
+        let keys = format!(
+            "{}=1",
+            "a[0]."
+                .repeat(MAX_SET_PATH_DEPTH / 2 + 1)
+                .trim_end_matches('.')
+        );
         assert_eq!(parse(&keys), Err(StrvalsError::OverLimit(SetLimit::Depth)));
         // The shape: thousands of indexes are refused, not a stack overflow, even on
         // a small stack.
@@ -816,7 +821,10 @@ mod tests {
             let line = format!("cloudConfig.global.k{i}=v");
             parse_into_within(&line, &mut map, Typing::Typed, &mut budget).unwrap();
         }
-        assert_eq!(map["cloudConfig"]["global"].as_object().map(Map::len), Some(20_000));
+        assert_eq!(
+            map["cloudConfig"]["global"].as_object().map(Map::len),
+            Some(20_000)
+        );
     }
 
     #[test]
