@@ -183,7 +183,7 @@ fn percent_decoded(text: &str) -> String {
 }
 
 /// A display path: `spec.sources[1].helm.values` (a key longer than 80 characters is cut,
-/// see [`shown_entry`]).
+/// with `…`).
 pub fn display(path: &[Seg]) -> String {
     let mut out = String::new();
     for seg in path {
