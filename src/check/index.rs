@@ -32,7 +32,7 @@ use serde_json::{Map, Value};
 use super::input::{Content, Input};
 use crate::sites::decode_base64_like_go;
 use crate::sites::helm::{FLUX_DEFAULT_VALUES_KEY, describe_values_reference};
-use crate::sites::strvals::ListBudget;
+use crate::sites::strvals::SetBudget;
 use crate::yaml::{self, Seg};
 
 /// The ConfigMaps and Secrets of one run, by kind and name.
@@ -865,7 +865,7 @@ impl ValuesIndex {
         let mut sources = Vec::new();
         let mut layers = Vec::new();
         // The references' `targetPath`s are applied to one release's values: one list budget.
-        let mut budget = ListBudget::default();
+        let mut budget = SetBudget::default();
         for reference in references {
             let field = |k: &str| reference.get(k).and_then(Value::as_str);
             let optional = reference.get("optional").and_then(Value::as_bool) == Some(true);
@@ -1207,7 +1207,7 @@ fn merge_maps(base: &mut Value, over: Value) {
 /// and escapes included), as `--set-string` with the quotes trimmed when the value is in
 /// single or double quotes, else typed. False, with `values` unchanged, where Helm's parser
 /// fails (Flux then fails the release too).
-fn set_at_path(values: &mut Value, path: &str, value: &str, budget: &mut ListBudget) -> bool {
+fn set_at_path(values: &mut Value, path: &str, value: &str, budget: &mut SetBudget) -> bool {
     use crate::sites::strvals::{Typing, parse_into_within};
     let quoted = |q: char| value.starts_with(q) && value.ends_with(q);
     let (typing, value) = if quoted('\'') || quoted('"') {
@@ -1365,19 +1365,19 @@ mod tests {
             &mut values,
             "extraEnv[1].name",
             "x",
-            &mut ListBudget::default()
+            &mut SetBudget::default()
         ));
         assert!(set_at_path(
             &mut values,
             "cloudConfig.loadBalancer.a\\.b",
             "'true'",
-            &mut ListBudget::default()
+            &mut SetBudget::default()
         ));
         assert!(set_at_path(
             &mut values,
             "cloudConfig.loadBalancer.provider-requires-serial-api-calls",
             "true",
-            &mut ListBudget::default()
+            &mut SetBudget::default()
         ));
         assert_eq!(
             values,
@@ -1391,13 +1391,13 @@ mod tests {
             &mut values,
             "a[x]",
             "1",
-            &mut ListBudget::default()
+            &mut SetBudget::default()
         ));
         assert!(!set_at_path(
             &mut values,
             "cloudConfig.global.region.x",
             "1",
-            &mut ListBudget::default()
+            &mut SetBudget::default()
         ));
         assert_eq!(values, before);
     }

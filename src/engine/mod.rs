@@ -360,7 +360,8 @@ impl Engine {
         };
         let namespace = subject.namespace_of(object);
         let (found, embedded) =
-            sites::find_with_embedded(subject.kind, object, &self.policies.sites);
+            sites::find_with_embedded_within(subject.kind, object, &self.policies.sites, cancel);
+        cancel.check()?;
         // Read only for objects that hold a cloud config; one read per object.
         let ccm_version = (!found.is_empty())
             .then(|| {
@@ -682,10 +683,9 @@ impl Engine {
             Err(e @ SiteError::TooManyCarriers { .. }) => {
                 (Some(Limit::Carriers), Some(e.to_string()))
             }
-            Err(e @ SiteError::SetTooLarge { .. }) => (
-                Some(Limit::Yaml(crate::yaml::Limit::Nodes)),
-                Some(e.to_string()),
-            ),
+            Err(e @ SiteError::SetTooLarge { limit, .. }) => {
+                (Some(Limit::Yaml(limit.yaml_limit())), Some(e.to_string()))
+            }
             Err(SiteError::Yaml { error, .. }) => (error.limit.map(Limit::Yaml), None),
             _ => (None, None),
         };

@@ -30,12 +30,13 @@ use serde_json::Value;
 
 use super::object_data::TextField;
 use super::render::{self, Origin};
-use super::strvals::{self, ListBudget, StrvalsError, Typing};
+use super::strvals::{self, SetBudget, StrvalsError, Typing};
 use super::values::{
     Overridden, Override, RenderedValues, UnseenValues, ValuesAt, ValuesText, ValuesTextContents,
     ValuesTextRendered,
 };
 use super::{FoundConfig, Holder, SiteError};
+use crate::budget::Cancel;
 use crate::yaml::{self, Seg};
 
 /// Largest Helm values string (`valuesContent`, Argo `helm.values`) stackgate parses for the
@@ -72,11 +73,18 @@ struct ValuesPlace {
     path: Vec<Seg>,
     /// The values are a YAML string (HelmChart `valuesContent`, Argo `helm.values`), not a map.
     yaml_string: bool,
-    /// Where values beneath these are named but not held (Flux `spec.valuesFrom`, Argo CD
-    /// `helm.valueFiles`).
-    unseen: Option<Vec<Seg>>,
+    /// Where values beneath these are named but not held (Flux `spec.valuesFrom` and
+    /// `spec.chart.spec.valuesFiles` / `valuesFile`, Argo CD `helm.valueFiles`).
+    unseen: Vec<Vec<Seg>>,
+    /// Where values set on top of everything are named but not held: Argo CD
+    /// `helm.fileParameters` (Helm's `--set-file`, applied after every `--set-string`).
+    unseen_on_top: Option<Vec<Seg>>,
     /// Where values set on top of these are (HelmChart `spec.set`, Argo CD `helm.parameters`).
     overrides: Option<OverrideSource>,
+    /// Structured values Helm reads as a values file after these (RKE2/k3s HelmChart and
+    /// HelmChartConfig `spec.values`, mounted as `values-*-001-*-Values.yaml` after the
+    /// `valuesContent` file by helm-controller's `setValuesSecret`).
+    values_over: Option<Vec<Seg>>,
     /// The CCM chart is a subchart of the chart these values are for, under this key: `path`
     /// ends with it, and overrides are read below it.
     alias: Option<String>,
@@ -100,25 +108,86 @@ pub fn chart_names(sites: &super::SitesDocument) -> Vec<String> {
 
 /// Whether a chart reference (`name`, `repo/name`, `./charts/name`, `oci://…/name`,
 /// `https://…/name-1.2.3.tgz`) names one of `charts`.
+///
+/// The reference is normalised first, as the tools that fetch it read it: a URL's `?query`
+/// and `#fragment` dropped (`….tgz?raw=true`), `%XX` escapes decoded, `.` and empty path
+/// segments and `..` applied (an Argo CD path `charts/name/.`), an OCI `:tag` or `@digest`
+/// dropped; an archive name `name-<version>.tgz` (`.tgz` and `.tar.gz` in any case, the
+/// version with or without a leading `v`) names `name`.
 pub fn chart_matches(reference: &str, charts: &[String]) -> bool {
-    let last = reference
-        .trim()
-        .trim_end_matches('/')
-        .rsplit('/')
-        .next()
-        .unwrap_or_default();
-    let last = last.split([':', '@']).next().unwrap_or_default();
+    let Some(last) = chart_reference_name(reference) else {
+        return false;
+    };
     charts.iter().any(|c| {
-        last == c
-            || last
-                .strip_suffix(".tgz")
+        last == *c
+            || archive_stem(&last)
                 .and_then(|stem| stem.strip_prefix(c.as_str()))
                 .and_then(|rest| rest.strip_prefix('-'))
+                .map(|version| version.strip_prefix(['v', 'V']).unwrap_or(version))
                 .is_some_and(|version| version.starts_with(|ch: char| ch.is_ascii_digit()))
     })
 }
 
-/// A display path: `spec.sources[1].helm.values`.
+/// The last path segment of a chart reference, normalised (see [`chart_matches`]).
+fn chart_reference_name(reference: &str) -> Option<String> {
+    let reference = reference.trim();
+    // A URL's query and fragment are not part of the file's name.
+    let reference = reference.split(['?', '#']).next().unwrap_or_default();
+    let mut segments: Vec<&str> = Vec::new();
+    for segment in reference.split('/') {
+        match segment {
+            "" | "." => {}
+            ".." => {
+                segments.pop();
+            }
+            s => segments.push(s),
+        }
+    }
+    let last = segments.last()?;
+    let last = percent_decoded(last);
+    // An OCI reference's tag or digest (`name:2.31.1`, `name@sha256:…`).
+    let name = last.split([':', '@']).next().unwrap_or_default();
+    (!name.is_empty()).then(|| name.to_owned())
+}
+
+/// `name` without a `.tgz` or `.tar.gz` suffix in any case; None without one.
+fn archive_stem(name: &str) -> Option<&str> {
+    let lower = name.to_ascii_lowercase();
+    [".tgz", ".tar.gz"]
+        .iter()
+        .find(|suffix| lower.ends_with(*suffix))
+        .map(|suffix| &name[..name.len() - suffix.len()])
+}
+
+/// `%XX` escapes decoded (as a URL's path is); invalid escapes and non-UTF-8 results kept as
+/// written.
+fn percent_decoded(text: &str) -> String {
+    if !text.contains('%') {
+        return text.to_owned();
+    }
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%'
+            && let (Some(h), Some(l)) = (
+                bytes.get(i + 1).copied().and_then(hex),
+                bytes.get(i + 2).copied().and_then(hex),
+            )
+        {
+            out.push(u8::try_from(h * 16 + l).unwrap_or(b'%'));
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8(out).unwrap_or_else(|_| text.to_owned())
+}
+
+/// A display path: `spec.sources[1].helm.values` (a key longer than 80 characters is cut,
+/// with `…`).
 pub fn display(path: &[Seg]) -> String {
     let mut out = String::new();
     for seg in path {
@@ -127,7 +196,7 @@ pub fn display(path: &[Seg]) -> String {
                 if !out.is_empty() {
                     out.push('.');
                 }
-                out.push_str(k);
+                out.push_str(&shown_entry(k));
             }
             Seg::Index(i) => out.push_str(&format!("[{i}]")),
         }
@@ -227,13 +296,26 @@ fn values_places(
     let Some((chart, path, yaml_string)) = single else {
         return Vec::new();
     };
-    let ours = chart.is_some_and(|c| chart_matches(c, charts));
+    let ours = chart.is_some_and(|c| chart_matches(c, charts))
+        || (gvk.group == "helm.cattle.io"
+            && gvk.kind == "HelmChartConfig"
+            && holds_ccm_values(get(root, &keys(path))));
     let mut place = ValuesPlace {
         path: keys(path),
         yaml_string,
-        unseen: (gvk.group == "helm.toolkit.fluxcd.io").then(|| keys(&["spec", "valuesFrom"])),
+        unseen: if gvk.group == "helm.toolkit.fluxcd.io" {
+            vec![
+                keys(&["spec", "valuesFrom"]),
+                keys(&["spec", "chart", "spec", "valuesFiles"]),
+                keys(&["spec", "chart", "spec", "valuesFile"]),
+            ]
+        } else {
+            Vec::new()
+        },
+        unseen_on_top: None,
         overrides: (gvk.kind == "HelmChart" && gvk.group == "helm.cattle.io")
             .then(|| OverrideSource::HelmChartSet(keys(&["spec", "set"]))),
+        values_over: (gvk.group == "helm.cattle.io").then(|| keys(&["spec", "values"])),
         alias: None,
     };
     if gvk.kind == VALUES_FILE_KIND
@@ -260,6 +342,22 @@ fn values_places(
         return vec![place];
     }
     if ours { vec![place] } else { Vec::new() }
+}
+
+/// Whether a values string holds the CCM chart's own values, read structurally: a top-level
+/// `cloudConfig` or `cloudConfigContents` key, however it is spelled in YAML.
+///
+/// A RKE2/k3s HelmChartConfig customises the HelmChart of its name, which need not be named
+/// after the chart it installs (`occm` installing `openstack-cloud-controller-manager`); the
+/// webhook sees the HelmChartConfig alone and cannot tell which chart that HelmChart installs.
+/// Values with the CCM chart's own top-level keys are taken as the CCM chart's (no other chart
+/// known to stackgate renders a `cloudConfig`), so a `false` in them is never admitted in
+/// silence; `stackgate check` merges the pair when both are in its inputs.
+fn holds_ccm_values(raw: Option<&Value>) -> bool {
+    text_values(raw, None)
+        .as_ref()
+        .and_then(Value::as_object)
+        .is_some_and(|m| m.contains_key("cloudConfig") || m.contains_key("cloudConfigContents"))
 }
 
 /// The key under which structured `values` hold the CCM chart's values as a subchart of an
@@ -294,25 +392,16 @@ fn text_values(raw: Option<&Value>, alias: Option<&str>) -> Option<Value> {
 }
 
 /// The subchart key of the CCM chart's values inside a values string of an umbrella chart
-/// (see [`subchart_alias`]). The string is parsed only when a line starts with one of the
-/// chart names and a colon, so other charts' values strings cost a scan, not a parse.
+/// (see [`subchart_alias`]). The string is read with the YAML reader (within its caps and
+/// [`MAX_VALUES_TEXT_BYTES`]), so the key is found however YAML spells it: quoted, flow-style,
+/// `? key`, anchored, tagged or escaped. Scanning lines for the bare key missed all of these.
 fn umbrella_text_alias(raw: Option<&Value>, charts: &[String], ours: bool) -> Option<String> {
-    let text = raw?.as_str().filter(|t| t.len() <= MAX_VALUES_TEXT_BYTES)?;
-    let names_a_chart = text.lines().any(|line| {
-        charts.iter().any(|chart| {
-            line.strip_prefix(chart.as_str())
-                .is_some_and(|rest| rest.trim_start().starts_with(':'))
-        })
-    });
-    if !names_a_chart {
-        return None;
-    }
     subchart_alias(text_values(raw, None).as_ref(), charts, ours)
 }
 
 /// k0s `ClusterConfig` (at `at` in the object: empty for the ClusterConfig itself): each
-/// `spec.extensions.helm.charts[]` whose `chartname` names the chart; its `values` is a YAML
-/// string.
+/// `spec.extensions.helm.charts[]` whose `chartname` names the chart, or whose `values` (a YAML
+/// string) hold the chart's values under its subchart key (an umbrella chart).
 fn k0s_places(root: &Value, charts: &[String], at: &[&str]) -> Vec<ValuesPlace> {
     let Some(list) = at
         .iter()
@@ -322,28 +411,37 @@ fn k0s_places(root: &Value, charts: &[String], at: &[&str]) -> Vec<ValuesPlace> 
     else {
         return Vec::new();
     };
-    list.iter()
-        .enumerate()
-        .filter(|(_, chart)| {
-            chart
-                .get("chartname")
-                .and_then(Value::as_str)
-                .is_some_and(|c| chart_matches(c, charts))
-        })
-        .map(|(i, _)| {
-            let mut path = keys(at);
-            path.extend(keys(&["spec", "extensions", "helm", "charts"]));
-            path.push(Seg::Index(i));
-            path.push(Seg::key("values"));
-            ValuesPlace {
-                path,
-                yaml_string: true,
-                unseen: None,
-                overrides: None,
-                alias: None,
-            }
-        })
-        .collect()
+    let mut out = Vec::new();
+    for (i, chart) in list.iter().enumerate() {
+        let ours = chart
+            .get("chartname")
+            .and_then(Value::as_str)
+            .is_some_and(|c| chart_matches(c, charts));
+        let mut path = keys(at);
+        path.extend(keys(&["spec", "extensions", "helm", "charts"]));
+        path.push(Seg::Index(i));
+        path.push(Seg::key("values"));
+        // An umbrella chart whose values hold the CCM chart's under its subchart key; past
+        // the carrier cap nothing more is parsed.
+        let alias = if out.len() > MAX_CARRIERS_PER_OBJECT {
+            None
+        } else {
+            umbrella_text_alias(chart.get("values"), charts, ours)
+        };
+        if !ours && alias.is_none() {
+            continue;
+        }
+        out.push(ValuesPlace {
+            path,
+            yaml_string: true,
+            unseen: Vec::new(),
+            unseen_on_top: None,
+            overrides: None,
+            values_over: None,
+            alias,
+        });
+    }
+    out
 }
 
 /// Argo CD: `spec.source` and each `spec.sources[]` whose chart (or path) names the chart;
@@ -375,6 +473,8 @@ fn argo_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
         parameters.extend(keys(&["helm", "parameters"]));
         let mut value_files = base.clone();
         value_files.extend(keys(&["helm", "valueFiles"]));
+        let mut file_parameters = base.clone();
+        file_parameters.extend(keys(&["helm", "fileParameters"]));
         let values_object = helm.and_then(|h| h.get("valuesObject"));
         if let Some(alias) = subchart_alias(values_object, charts, ours) {
             let mut path = base.clone();
@@ -382,8 +482,10 @@ fn argo_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
             out.push(ValuesPlace {
                 path,
                 yaml_string: false,
-                unseen: Some(value_files),
+                unseen: vec![value_files],
+                unseen_on_top: Some(file_parameters),
                 overrides: Some(OverrideSource::ArgoParameters(parameters)),
+                values_over: None,
                 alias: Some(alias),
             });
             continue;
@@ -403,8 +505,10 @@ fn argo_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
             out.push(ValuesPlace {
                 path,
                 yaml_string: true,
-                unseen: Some(value_files),
+                unseen: vec![value_files],
+                unseen_on_top: Some(file_parameters),
                 overrides: Some(OverrideSource::ArgoParameters(parameters)),
+                values_over: None,
                 alias: Some(alias),
             });
             continue;
@@ -422,8 +526,10 @@ fn argo_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
             ValuesPlace {
                 path,
                 yaml_string,
-                unseen: Some(value_files.clone()),
+                unseen: vec![value_files.clone()],
+                unseen_on_top: Some(file_parameters.clone()),
                 overrides: Some(OverrideSource::ArgoParameters(parameters.clone())),
+                values_over: None,
                 alias: None,
             }
         };
@@ -457,6 +563,7 @@ pub(super) fn find(
     gvk: &GroupVersionKind,
     object: &DynamicObject,
     charts: &[String],
+    cancel: &Cancel,
 ) -> Vec<FoundConfig> {
     let object_name = object_name(gvk, object);
     let places = values_places(gvk, object, charts);
@@ -478,23 +585,58 @@ pub(super) fn find(
     let values_file = is_values_file(gvk);
     places
         .into_iter()
-        .filter_map(|place| read(&object_name, root, place, values_file))
+        .flat_map(|place| read(&object_name, root, place, values_file, cancel))
         .collect()
 }
 
 /// Reads the values at `place` and finds the cloud config in them (none when the chart would
 /// render no Secret).
+///
+/// Argo CD hands its parameters to Helm in no fixed order within `--set` and within
+/// `--set-string` ([`argo_orders`]): when two of them set the same value, the values are read
+/// once per order that lets a different one win, so a denial holds whichever Helm gets.
 fn read(
     object_name: &str,
     root: &Value,
     place: ValuesPlace,
     values_file: bool,
+    cancel: &Cancel,
+) -> Vec<FoundConfig> {
+    let overrides = place_overrides(root, &place, cancel);
+    let argo = matches!(place.overrides, Some(OverrideSource::ArgoParameters(_)));
+    match overrides {
+        Ok(overrides) if argo => argo_orders(overrides)
+            .into_iter()
+            .filter_map(|order| {
+                read_ordered(
+                    object_name,
+                    root,
+                    place.clone(),
+                    values_file,
+                    Ok(order),
+                    cancel,
+                )
+            })
+            .collect(),
+        overrides => read_ordered(object_name, root, place, values_file, overrides, cancel)
+            .into_iter()
+            .collect(),
+    }
+}
+
+/// [`read`] with the `--set`-like entries in the order Helm applies them.
+fn read_ordered(
+    object_name: &str,
+    root: &Value,
+    place: ValuesPlace,
+    values_file: bool,
+    overrides: Result<Vec<Override>, SetFailure>,
+    cancel: &Cancel,
 ) -> Option<FoundConfig> {
     let existing = existing_segments(root, &place.path);
     let raw = (existing == place.path.len())
         .then(|| get(root, &place.path))
         .flatten();
-    let overrides = place_overrides(root, &place);
     let field = display(&place.path);
     // How messages name a path inside the values: a values file's values are the file.
     let prefix = match (values_file, place.yaml_string) {
@@ -516,9 +658,13 @@ fn read(
         Ok(overrides) => overrides,
         Err(failure) => return Some(failure.site(object)),
     };
-    if let Some(references) = &place.unseen
-        && let Some(sources) = unseen_sources(root, references)
+    if let Some(parameters) = &place.unseen_on_top
+        && let Some(sources) = file_parameters_touching(root, parameters, place.alias.as_deref())
     {
+        // Helm reads these files last, over everything here: nothing here decides.
+        return Some(unseen_site(object, parameters, sources));
+    }
+    if let Some((references, sources)) = unseen_sources(root, &place.unseen) {
         // The values here are merged over the unseen ones: they decide alone only with
         // `cloudConfigContents` or the Secret switched off.
         let top = if place.yaml_string {
@@ -527,7 +673,7 @@ fn read(
             Some(raw.cloned().unwrap_or(Value::Null))
         };
         if let Some(top) = top {
-            let merged = match merged_with(&top, &overrides) {
+            let merged = match merged_with(&top, &overrides, cancel) {
                 Ok(merged) => merged,
                 Err(failure) => return Some(failure.site(object)),
             };
@@ -535,25 +681,17 @@ fn read(
                 return None;
             }
             if contents(&merged).is_none() {
-                let location = display(references);
-                let error = SiteError::Unseen {
-                    location: location.clone(),
-                    sources,
-                };
-                let carrier = UnseenValues {
-                    path: references.clone(),
-                };
-                return Some(FoundConfig::new(object, location, Err(error), carrier));
+                return Some(unseen_site(object, &references, sources));
             }
         }
     }
     if place.yaml_string {
         let subchart = place.alias.as_deref();
-        return read_values_text(object, at, field, raw, overrides, subchart);
+        return read_values_text(object, at, field, raw, overrides, subchart, cancel);
     }
     let values = raw.cloned().unwrap_or(Value::Null);
     if !overrides.is_empty() {
-        let merged = match merged_with(&values, &overrides) {
+        let merged = match merged_with(&values, &overrides, cancel) {
             Ok(merged) => merged,
             Err(failure) => return Some(failure.site(object)),
         };
@@ -563,19 +701,119 @@ fn read(
     renders_secret(&values).then(|| in_values_map(object, at, values))
 }
 
-/// What messages say values come from, when `references` (a Flux `spec.valuesFrom` list or
-/// an Argo CD `helm.valueFiles` list) names any.
-fn unseen_sources(root: &Value, references: &[Seg]) -> Option<String> {
-    let list = get(root, references)?.as_array()?;
+/// The site that says values come from `sources`, named at `references`, which this run
+/// cannot see: nothing is rendered or edited.
+fn unseen_site(object: String, references: &[Seg], sources: String) -> FoundConfig {
+    let location = display(references);
+    let error = SiteError::Unseen {
+        location: location.clone(),
+        sources,
+    };
+    let carrier = UnseenValues {
+        path: references.to_vec(),
+    };
+    FoundConfig::new(object, location, Err(error), carrier)
+}
+
+/// Of the fields in `references` (a Flux `spec.valuesFrom` list, `spec.chart.spec.valuesFiles`
+/// list or `valuesFile` string, an Argo CD `helm.valueFiles` list), the first that names any
+/// values, and what messages say all of them name.
+fn unseen_sources(root: &Value, references: &[Vec<Seg>]) -> Option<(Vec<Seg>, String)> {
+    let mut first = None;
+    let mut said = Vec::new();
+    for path in references {
+        let Some(sources) = unseen_sources_at(root, path) else {
+            continue;
+        };
+        first.get_or_insert_with(|| path.clone());
+        said.push(sources);
+    }
+    Some((first?, said.join("; ")))
+}
+
+/// What messages say the field at `references` names, when it names any values.
+fn unseen_sources_at(root: &Value, references: &[Seg]) -> Option<String> {
+    let field = get(root, references)?;
+    let last = match references.last() {
+        Some(Seg::Key(k)) => k.as_str(),
+        _ => "",
+    };
+    if last == "valuesFile" {
+        // Flux's deprecated single values file of the chart source.
+        let file = field.as_str().filter(|f| !f.is_empty())?;
+        return Some(format!(
+            "values file {} of the chart source",
+            shown_entry(file)
+        ));
+    }
+    let list = field.as_array()?;
     if list.is_empty() {
         return None;
     }
-    if matches!(references.last(), Some(Seg::Key(k)) if k == "valueFiles") {
-        let files: Vec<&str> = list.iter().filter_map(Value::as_str).collect();
-        let source = display(&references[..references.len().saturating_sub(2)]);
-        return Some(format!("value files {} of {source}", files.join(", ")));
+    let files = || {
+        list.iter()
+            .filter_map(Value::as_str)
+            .map(shown_entry)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match last {
+        "valueFiles" => {
+            let source = display(&references[..references.len().saturating_sub(2)]);
+            Some(format!("value files {} of {source}", files()))
+        }
+        // Flux: files of the chart source that replace the chart's own values.yaml.
+        "valuesFiles" => Some(format!("values files {} of the chart source", files())),
+        _ => values_from_sources(root),
     }
-    values_from_sources(root)
+}
+
+/// What messages say of the Argo CD `helm.fileParameters` at `parameters` that set the CCM
+/// chart's cloud config (`cloudConfig…` or `cloudConfigContents`, below the subchart key
+/// `alias` when set) from files this run cannot see; None when none does. A name Helm's parser
+/// cannot read is counted as one that does (Helm would stop on it).
+fn file_parameters_touching(
+    root: &Value,
+    parameters: &[Seg],
+    alias: Option<&str>,
+) -> Option<String> {
+    let list = get(root, parameters)?.as_array()?;
+    let mut named = Vec::new();
+    for parameter in list {
+        let Some(name) = parameter.get("name").and_then(Value::as_str) else {
+            continue;
+        };
+        let path = parameter.get("path").and_then(Value::as_str).unwrap_or("");
+        let assigned = strvals::parse_into(
+            &format!("{name}=x"),
+            &mut serde_json::Map::new(),
+            Typing::Strings,
+        );
+        let touches = match assigned {
+            Err(_) => true,
+            Ok(assigned) => assigned.iter().any(|a| {
+                let keys = match alias {
+                    Some(alias) => match a.path.split_first() {
+                        Some((Seg::Key(k), rest)) if k == alias => rest,
+                        _ => return false,
+                    },
+                    None => a.path.as_slice(),
+                };
+                matches!(keys.first(), Some(Seg::Key(k)) if k == "cloudConfig" || k == "cloudConfigContents")
+            }),
+        };
+        if touches {
+            named.push(format!("{} from {}", shown_entry(name), shown_entry(path)));
+        }
+    }
+    if named.is_empty() {
+        return None;
+    }
+    let source = display(&parameters[..parameters.len().saturating_sub(2)]);
+    Some(format!(
+        "files set with --set-file ({}) of {source}",
+        named.join(", ")
+    ))
 }
 
 /// The references of a HelmRelease's `spec.valuesFrom`, for messages (None when it has none).
@@ -611,16 +849,18 @@ pub fn describe_values_reference(reference: &Value) -> String {
     out
 }
 
-/// A `--set` value typed as Helm's `strvals` types it: `true`/`false` (any case) booleans,
-/// `null` null, a decimal integer without a leading zero (or `0`) a number, else the string.
+/// A `--set` value typed as Helm's `strvals` types it (`typedVal`): `true`/`false` booleans and
+/// `null` null, compared with Go's `strings.EqualFold` (Unicode simple case folding, so the
+/// long s `ſ` matches `s`: `falſe` is false), a decimal integer without a leading zero (or
+/// `0`) a number, else the string.
 pub fn set_typed(value: &str) -> Value {
-    if value.eq_ignore_ascii_case("true") {
+    if go_equal_fold(value, "true") {
         return Value::Bool(true);
     }
-    if value.eq_ignore_ascii_case("false") {
+    if go_equal_fold(value, "false") {
         return Value::Bool(false);
     }
-    if value.eq_ignore_ascii_case("null") {
+    if go_equal_fold(value, "null") {
         return Value::Null;
     }
     if value == "0" {
@@ -634,6 +874,25 @@ pub fn set_typed(value: &str) -> Value {
     Value::String(value.to_owned())
 }
 
+/// Go's `strings.EqualFold(value, word)` for an ASCII lowercase `word`: the only non-ASCII
+/// characters whose case-folding orbit holds an ASCII letter are the Kelvin sign `K` (k) and
+/// the long s `ſ` (s).
+fn go_equal_fold(value: &str, word: &str) -> bool {
+    let mut chars = value.chars();
+    for w in word.chars() {
+        let Some(c) = chars.next() else {
+            return false;
+        };
+        let same = c.to_ascii_lowercase() == w
+            || (w == 'k' && c == '\u{212A}')
+            || (w == 's' && c == '\u{17F}');
+        if !same {
+            return false;
+        }
+    }
+    chars.next().is_none()
+}
+
 /// The data key Flux reads when a `valuesFrom` reference names none.
 pub const FLUX_DEFAULT_VALUES_KEY: &str = "values.yaml";
 
@@ -645,6 +904,7 @@ fn read_values_text(
     raw: Option<&Value>,
     overrides: Vec<Override>,
     subchart: Option<&str>,
+    cancel: &Cancel,
 ) -> Option<FoundConfig> {
     let yaml = match raw {
         None => "",
@@ -677,7 +937,7 @@ fn read_values_text(
         });
     match parsed {
         Ok(values) if !overrides.is_empty() => {
-            let merged = match merged_with(&values, &overrides) {
+            let merged = match merged_with(&values, &overrides, cancel) {
                 Ok(merged) => merged,
                 Err(failure) => return Some(failure.site(object)),
             };
@@ -787,9 +1047,9 @@ impl SetFailure {
     fn site(self, object: String) -> FoundConfig {
         let error = match self.error {
             // Helm would read these; stackgate stops at its own limit.
-            StrvalsError::TooManyElements => SiteError::SetTooLarge {
+            StrvalsError::OverLimit(limit) => SiteError::SetTooLarge {
                 location: self.name.clone(),
-                limit: strvals::MAX_LIST_GROWTH,
+                limit,
             },
             error => SiteError::SetEntry {
                 location: self.name.clone(),
@@ -808,11 +1068,18 @@ impl SetFailure {
 /// without it and others (another subchart's) dropped. An entry Helm cannot read, or one that
 /// sets the subchart's key itself together with other keys, is a failure: what the chart
 /// renders is then not known.
-fn place_overrides(root: &Value, place: &ValuesPlace) -> Result<Vec<Override>, SetFailure> {
-    let Some(source) = &place.overrides else {
-        return Ok(Vec::new());
+fn place_overrides(
+    root: &Value,
+    place: &ValuesPlace,
+    cancel: &Cancel,
+) -> Result<Vec<Override>, SetFailure> {
+    let mut out = match &place.values_over {
+        Some(path) => values_file_entries(root, path, place.alias.as_deref(), cancel)?,
+        None => Vec::new(),
     };
-    let mut out = overrides_of(root, source)?;
+    if let Some(source) = &place.overrides {
+        out.extend(overrides_of(root, source, cancel)?);
+    }
     if let Some(alias) = &place.alias {
         let prefix = format!("{alias}.");
         let mut kept = Vec::new();
@@ -836,24 +1103,164 @@ fn place_overrides(root: &Value, place: &ValuesPlace) -> Result<Vec<Override>, S
     Ok(out)
 }
 
-/// The `--set`-like entries in `source`, each with the values paths it sets.
-fn overrides_of(root: &Value, source: &OverrideSource) -> Result<Vec<Override>, SetFailure> {
+/// The keys of the chart's values a structured values file can change the cloud config
+/// through (what [`values_file_entries`] reads of it).
+const CLOUD_CONFIG_KEYS: &[&str] = &["cloudConfig", "cloudConfigContents", "secret"];
+
+/// A structured values file (HelmChart `spec.values`) merged over the values beneath, as
+/// `--set` entries that set each of its leaves under [`CLOUD_CONFIG_KEYS`] (below the
+/// subchart key `alias` when set): Helm's merge of a values file replaces leaves and merges
+/// maps, which is what setting each leaf does. A leaf's line carries its value exactly (keys
+/// and values escaped for Helm's parser; strings as `--set-string`, other scalars typed).
+fn values_file_entries(
+    root: &Value,
+    path: &[Seg],
+    alias: Option<&str>,
+    cancel: &Cancel,
+) -> Result<Vec<Override>, SetFailure> {
+    let mut out = Vec::new();
+    let Some(values) = get(root, path).and_then(Value::as_object) else {
+        return Ok(out);
+    };
+    let base: Vec<String> = alias.map(|a| vec![a.to_owned()]).unwrap_or_default();
+    let scope = match alias {
+        Some(alias) => values.get(alias).and_then(Value::as_object),
+        None => Some(values),
+    };
+    let Some(scope) = scope else {
+        return Ok(out);
+    };
+    let mut budget = SetBudget::new(cancel.clone());
+    // (keys from the values root, value): an explicit stack, no recursion.
+    let mut stack: Vec<(Vec<Seg>, &Value)> = CLOUD_CONFIG_KEYS
+        .iter()
+        .rev()
+        .filter_map(|k| scope.get(*k).map(|v| (vec![Seg::key(k)], v)))
+        .collect();
+    while let Some((keys_here, value)) = stack.pop() {
+        let mut full: Vec<Seg> = base.iter().map(|k| Seg::key(k)).collect();
+        full.extend(keys_here.iter().cloned());
+        if full.len() > strvals::MAX_SET_PATH_DEPTH {
+            let mut value_path = path.to_vec();
+            value_path.extend(full);
+            let name = display(&value_path);
+            let o = Override {
+                line: String::new(),
+                typing: Typing::Typed,
+                paths: Vec::new(),
+                value_path,
+                name,
+            };
+            return Err(SetFailure::of(
+                &o,
+                StrvalsError::OverLimit(strvals::SetLimit::Depth),
+            ));
+        }
+        match value {
+            Value::Object(map) if !map.is_empty() => {
+                for (k, v) in map.iter().rev() {
+                    let mut next = keys_here.clone();
+                    next.push(Seg::key(k));
+                    stack.push((next, v));
+                }
+                continue;
+            }
+            Value::Array(list) if !list.is_empty() => {
+                for (i, v) in list.iter().enumerate().rev() {
+                    let mut next = keys_here.clone();
+                    next.push(Seg::Index(i));
+                    stack.push((next, v));
+                }
+                continue;
+            }
+            _ => {}
+        }
+        let (typing, text) = match value {
+            Value::String(s) => (Typing::Strings, escaped_set_text(s)),
+            Value::Object(_) | Value::Array(_) => continue,
+            other => (Typing::Typed, other.to_string()),
+        };
+        let key_text = set_key_text(&full);
+        let mut value_path = path.to_vec();
+        value_path.extend(full);
+        let name = display(&value_path);
+        out.push(parsed(
+            format!("{key_text}={text}"),
+            typing,
+            value_path,
+            name,
+            &mut budget,
+        )?);
+    }
+    Ok(out)
+}
+
+/// `path` as a `--set` key: keys joined with `.`, each with `\`, `.`, `[`, `,` and `=`
+/// escaped, list indexes as `[i]`.
+fn set_key_text(path: &[Seg]) -> String {
+    let mut out = String::new();
+    for seg in path {
+        match seg {
+            Seg::Key(k) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(&escaped_set_text(k));
+            }
+            Seg::Index(i) => out.push_str(&format!("[{i}]")),
+        }
+    }
+    out
+}
+
+/// `text` with every character Helm's `--set` parser treats specially escaped with `\`.
+fn escaped_set_text(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '\\' | '.' | '[' | ']' | ',' | '=' | '{' | '}') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The `--set`-like entries in `source`, each with the values paths it sets, in the order
+/// Helm applies them.
+///
+/// Helm applies every `--set` entry, then every `--set-string` one, whatever their order on
+/// the command line (helm/helm `pkg/cli/values/options.go` `MergeValues`, at commit
+/// e9b85e4de16ad45805843fb121748018cf89094b and in v3.21.4, 813176c51bb5c181dbbd7901298ddcc104cd3417:
+/// values files, `--set-json`, `--set`, `--set-string`, `--set-file`, `--set-literal`).
+///
+/// * RKE2/k3s helm-controller (k3s-io/helm-controller @ 21a911f86f912a79e06e4f1596c54d8237320e6e,
+///   `pkg/controllers/chart/chart.go` `args`, `typedVal`, `escapeComma`): `spec.set` keys in
+///   sorted order; an integer, or a string that is `true`, `false` or `null` in any case
+///   (`strings.ToLower`), is passed as `--set key=value`; any other string as
+///   `--set-string key=value` with its unescaped commas escaped.
+/// * Argo CD (argoproj/argo-cd @ 37ee0097cf851bc2dd7665fc081bbce61a7e836e,
+///   `reposerver/repository/repository.go` `helmTemplate`, `util/helm/cmd.go` `template`,
+///   `cleanSetParameters`): each `helm.parameters` entry goes into a map by name, `--set-string`
+///   with `forceString: true`, else `--set` (a later entry of the same name replaces an earlier
+///   one), values with commas escaped unless they are a `{...}` list.
+fn overrides_of(
+    root: &Value,
+    source: &OverrideSource,
+    cancel: &Cancel,
+) -> Result<Vec<Override>, SetFailure> {
     let mut out = Vec::new();
     // One budget for all entries: each is parsed on its own, but together they are one
     // document's growth.
-    let mut budget = ListBudget::default();
+    let mut budget = SetBudget::new(cancel.clone());
     match source {
         OverrideSource::HelmChartSet(path) => {
             let Some(map) = get(root, path).and_then(Value::as_object) else {
                 return Ok(out);
             };
-            // helm-controller sorts the keys; "true"/"false" go to `--set` (typed), other
-            // strings to `--set-string` with their commas escaped, integers to `--set`.
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
-            for (key, value) in entries {
+            // The map's keys are sorted already (a BTreeMap), as helm-controller sorts them.
+            for (key, value) in map {
                 let (typing, text) = match value {
-                    Value::String(s) if s == "true" || s == "false" => (Typing::Typed, s.clone()),
+                    Value::String(s) if helm_controller_typed(s) => (Typing::Typed, s.clone()),
                     Value::String(s) => {
                         (Typing::Strings, strvals::escape_commas_helm_controller(s))
                     }
@@ -862,7 +1269,7 @@ fn overrides_of(root: &Value, source: &OverrideSource) -> Result<Vec<Override>, 
                 };
                 let mut value_path = path.clone();
                 value_path.push(Seg::key(key));
-                let name = format!("{}[\"{key}\"]", display(path));
+                let name = format!("{}[\"{}\"]", display(path), shown_entry(key));
                 out.push(parsed(
                     format!("{key}={text}"),
                     typing,
@@ -876,7 +1283,23 @@ fn overrides_of(root: &Value, source: &OverrideSource) -> Result<Vec<Override>, 
             let Some(list) = get(root, path).and_then(Value::as_array) else {
                 return Ok(out);
             };
+            // (typing, name) → the last entry of that name: Argo CD's two maps.
+            let mut last: std::collections::HashMap<(bool, &str), usize> =
+                std::collections::HashMap::new();
             for (i, parameter) in list.iter().enumerate() {
+                let (Some(name), Some(_)) = (
+                    parameter.get("name").and_then(Value::as_str),
+                    parameter.get("value").and_then(Value::as_str),
+                ) else {
+                    continue;
+                };
+                let force = parameter.get("forceString").and_then(Value::as_bool) == Some(true);
+                last.insert((force, name), i);
+            }
+            let mut kept: Vec<usize> = last.into_values().collect();
+            kept.sort_unstable();
+            for i in kept {
+                let parameter = &list[i];
                 let (Some(name), Some(value)) = (
                     parameter.get("name").and_then(Value::as_str),
                     parameter.get("value").and_then(Value::as_str),
@@ -892,14 +1315,108 @@ fn overrides_of(root: &Value, source: &OverrideSource) -> Result<Vec<Override>, 
                 };
                 let mut at = path.clone();
                 at.push(Seg::Index(i));
-                let shown = format!("{} ({name})", display(&at));
+                let shown = format!("{} ({})", display(&at), shown_entry(name));
                 at.push(Seg::key("value"));
                 let line = format!("{name}={}", strvals::escape_commas_argo(value));
                 out.push(parsed(line, typing, at, shown, &mut budget)?);
             }
         }
     }
+    // Helm's order: every `--set`, then every `--set-string` (a stable sort keeps each
+    // group's own order).
+    out.sort_by_key(|o| match o.typing {
+        Typing::Typed => 0,
+        Typing::Strings => 1,
+    });
     Ok(out)
+}
+
+/// Most characters of a `--set` key shown in messages.
+const MAX_SHOWN_ENTRY_CHARS: usize = 80;
+
+/// A `--set` key as messages show it: cut after [`MAX_SHOWN_ENTRY_CHARS`] characters (a
+/// hostile key is tens of kilobytes; the answer must stay short enough to read).
+fn shown_entry(key: &str) -> String {
+    match key.char_indices().nth(MAX_SHOWN_ENTRY_CHARS) {
+        Some((cut, _)) => format!("{}…", &key[..cut]),
+        None => key.to_owned(),
+    }
+}
+
+/// Most orders of Argo CD parameters read for one values carrier ([`argo_orders`]).
+const MAX_ARGO_ORDERS: usize = 4;
+
+/// The orders in which Helm may get Argo CD's parameters (already in Helm's group order,
+/// `--set` then `--set-string`).
+///
+/// Argo CD keeps them in two Go maps by name (argoproj/argo-cd @
+/// 37ee0097cf851bc2dd7665fc081bbce61a7e836e, `util/helm/cmd.go` `template`: `for key, val :=
+/// range opts.Set`), and Go iterates a map in random order: within a group, two parameters
+/// whose paths are the same or one inside the other (`a.b` and `a\.b` are not; `a.b` and
+/// `a.\b` are) end in either order. One order is returned when no two conflict; else, for each
+/// conflicting parameter (up to [`MAX_ARGO_ORDERS`]), the order that applies it last in its
+/// group, so each one's value is seen winning.
+fn argo_orders(overrides: Vec<Override>) -> Vec<Vec<Override>> {
+    use std::collections::HashMap;
+    // Each path set, by group, to the first parameter that sets it.
+    let mut owner: HashMap<(bool, &[Seg]), usize> = HashMap::new();
+    for (i, o) in overrides.iter().enumerate() {
+        let group = o.typing == Typing::Strings;
+        for p in &o.paths {
+            owner.entry((group, p.as_slice())).or_insert(i);
+        }
+    }
+    // Both sides of each clash (a path of one at or below a path another set first).
+    let mut conflicting = std::collections::BTreeSet::new();
+    for (i, o) in overrides.iter().enumerate() {
+        let group = o.typing == Typing::Strings;
+        for p in &o.paths {
+            for n in 1..=p.len() {
+                if let Some(&j) = owner.get(&(group, &p[..n]))
+                    && j != i
+                {
+                    conflicting.insert(i);
+                    conflicting.insert(j);
+                }
+            }
+        }
+    }
+    if conflicting.is_empty() {
+        return vec![overrides];
+    }
+    conflicting
+        .into_iter()
+        .take(MAX_ARGO_ORDERS)
+        .map(|last| {
+            let group = overrides[last].typing;
+            let mut order: Vec<Override> = Vec::with_capacity(overrides.len());
+            for (i, o) in overrides.iter().enumerate() {
+                if i != last {
+                    order.push(o.clone());
+                }
+            }
+            // After the last of its group.
+            let at = order
+                .iter()
+                .rposition(|o| o.typing == group)
+                .map_or(0, |p| p + 1);
+            let at = if group == Typing::Strings {
+                order.len().max(at)
+            } else {
+                at
+            };
+            order.insert(at, overrides[last].clone());
+            order
+        })
+        .collect()
+}
+
+/// Whether helm-controller passes a `spec.set` string value as `--set` (typed) rather than
+/// `--set-string`: `true`, `false` or `null` in any case (its `typedVal`, which lowercases the
+/// string). Integers are typed too, but only when written as numbers: a quoted `"1"` is a
+/// string of an `IntOrString`, passed as `--set-string`.
+fn helm_controller_typed(value: &str) -> bool {
+    matches!(value.to_lowercase().as_str(), "true" | "false" | "null")
 }
 
 /// One entry read with Helm's parser (on its own, for the paths it sets and the errors of
@@ -909,7 +1426,7 @@ fn parsed(
     typing: Typing,
     value_path: Vec<Seg>,
     name: String,
-    budget: &mut ListBudget,
+    budget: &mut SetBudget,
 ) -> Result<Override, SetFailure> {
     let mut o = Override {
         line,
@@ -929,12 +1446,16 @@ fn parsed(
 
 /// `values` with the overrides applied in order, as Helm applies `--set` over the values
 /// files (a values root that is not a map is taken as empty, as Helm refuses it anyway).
-fn merged_with(values: &Value, overrides: &[Override]) -> Result<Value, SetFailure> {
+fn merged_with(
+    values: &Value,
+    overrides: &[Override],
+    cancel: &Cancel,
+) -> Result<Value, SetFailure> {
     let mut merged = match values {
         Value::Object(map) => map.clone(),
         _ => serde_json::Map::new(),
     };
-    let mut budget = ListBudget::default();
+    let mut budget = SetBudget::new(cancel.clone());
     for o in overrides {
         strvals::parse_into_within(&o.line, &mut merged, o.typing, &mut budget)
             .map_err(|error| SetFailure::of(o, error))?;
@@ -984,11 +1505,7 @@ fn in_values_over(
             origins: origins.clone(),
         }),
     };
-    let carrier = Overridden {
-        inner,
-        origins,
-        overrides,
-    };
+    let carrier = Overridden::new(inner, origins, overrides);
     FoundConfig::new(object, location, ini, carrier)
 }
 
@@ -1085,7 +1602,7 @@ pub fn helm_controller_extra_args_all(
         let raw = get(root, &place.path);
         // `--set`-like entries apply on top; one Helm cannot read is reported by the
         // cloud-config site, and nothing is claimed here.
-        let Ok(overrides) = place_overrides(root, &place) else {
+        let Ok(overrides) = place_overrides(root, &place, &Cancel::never()) else {
             continue;
         };
         let field = shown(&place.path);
@@ -1116,7 +1633,7 @@ pub fn helm_controller_extra_args_all(
                 pointer(&p).to_string(),
             )
         };
-        let Ok(merged) = merged_with(&values, &overrides) else {
+        let Ok(merged) = merged_with(&values, &overrides, &Cancel::never()) else {
             continue;
         };
         let Some(args) = merged.get("controllerExtraArgs").and_then(extra_args) else {
@@ -1250,14 +1767,14 @@ pub fn chart_values_all(gvk: &GroupVersionKind, object: &DynamicObject) -> Vec<C
         let mut set_entries = Vec::new();
         let values = match &place.overrides {
             Some(OverrideSource::HelmChartSet(_)) => {
-                let Ok(overrides) = place_overrides(root, &place) else {
+                let Ok(overrides) = place_overrides(root, &place, &Cancel::never()) else {
                     continue;
                 };
                 set_entries = overrides.iter().map(set_entry).collect();
                 if overrides.is_empty() {
                     values
                 } else {
-                    match merged_with(&values, &overrides) {
+                    match merged_with(&values, &overrides, &Cancel::never()) {
                         Ok(merged) => merged,
                         Err(_) => continue,
                     }
@@ -1312,10 +1829,19 @@ fn outside_values(root: &Value, path: &[Seg]) -> (Option<String>, Vec<(String, S
     match path {
         [Seg::Key(spec), Seg::Key(values)] if spec == "spec" && values == "values" => {
             let from = root.pointer("/spec/valuesFrom");
-            (
-                non_empty(from).then(|| "spec.valuesFrom".to_owned()),
-                Vec::new(),
-            )
+            let files = root.pointer("/spec/chart/spec/valuesFiles");
+            let file = root
+                .pointer("/spec/chart/spec/valuesFile")
+                .and_then(Value::as_str)
+                .is_some_and(|f| !f.is_empty());
+            let merged = if non_empty(from) {
+                Some("spec.valuesFrom".to_owned())
+            } else if non_empty(files) {
+                Some("spec.chart.spec.valuesFiles".to_owned())
+            } else {
+                file.then(|| "spec.chart.spec.valuesFile".to_owned())
+            };
+            (merged, Vec::new())
         }
         [base @ .., Seg::Key(helm), _] if helm == "helm" => {
             let mut helm_path = base.to_vec();
@@ -1643,13 +2169,29 @@ mod tests {
             "./charts/openstack-cloud-controller-manager/",
             "oci://registry.example/charts/openstack-cloud-controller-manager:2.31.1",
             "https://example/openstack-cloud-controller-manager-2.31.1.tgz",
+            // Issue 23: other spellings of the same chart.
+            "https://github.com/o/r/blob/main/openstack-cloud-controller-manager-2.31.1.tgz?raw=true",
+            "https://example/openstack-cloud-controller-manager-2.31.1.tgz#sha256=abc",
+            "https://example/openstack-cloud-controller-manager-2.31.1.TGZ",
+            "https://example/openstack-cloud-controller-manager-v2.31.1.tgz",
+            "https://example/openstack-cloud-controller-manager-2.31.1.tar.gz",
+            "https://example/openstack%2Dcloud-controller-manager-2.31.1.tgz",
+            "charts/openstack-cloud-controller-manager/.",
+            "charts/openstack-cloud-controller-manager/templates/..",
+            "charts/openstack-cloud-controller-manager//",
+            "oci://registry.example/charts/openstack-cloud-controller-manager@sha256:0123",
         ] {
             assert!(chart_matches(r, &c), "{r}");
         }
         for r in [
             "openstack-cinder-csi",
             "openstack-cloud-controller-manager-extra",
+            "https://example/openstack-cloud-controller-manager-extra-2.31.1.tgz",
+            "charts/openstack-cloud-controller-manager/templates",
+            "charts/openstack-cloud-controller-manager/..",
+            "https://example/x.tgz?openstack-cloud-controller-manager",
             "",
+            ".",
         ] {
             assert!(!chart_matches(r, &c), "{r}");
         }
@@ -1663,7 +2205,7 @@ mod tests {
             "spec":{"chart":{"spec":{"chart":"openstack-cloud-controller-manager"}},
                     "values":{"cloudConfig":{"global":{"region":"r"},"loadBalancer":null}}}}),
         );
-        let found = find(&gvk, &o, &charts());
+        let found = find(&gvk, &o, &charts(), &Cancel::never());
         assert_eq!(found.len(), 1);
         let f = &found[0];
         assert_eq!(f.location, "spec.values.cloudConfig");
@@ -1695,7 +2237,7 @@ mod tests {
             "metadata":{"name":"occm","namespace":"kube-system"},
             "spec":{"chart":{"spec":{"chart":"openstack-cloud-controller-manager"}}}}),
         );
-        let found = find(&gvk, &o, &charts());
+        let found = find(&gvk, &o, &charts(), &Cancel::never());
         let ops = serial_calls_patch(&found[0]);
         assert_eq!(
             ops,
@@ -1706,7 +2248,7 @@ mod tests {
             "metadata":{"name":"occm"},
             "spec":{"chart":{"spec":{"chart":"openstack-cloud-controller-manager"}},"values":{"secret":{"create":false}}}}),
         );
-        assert!(find(&gvk, &o, &charts()).is_empty());
+        assert!(find(&gvk, &o, &charts(), &Cancel::never()).is_empty());
     }
 
     #[test]
@@ -1715,7 +2257,7 @@ mod tests {
         let (gvk, o) = obj(json!({"apiVersion":"helm.cattle.io/v1","kind":"HelmChart",
             "metadata":{"name":"occm","namespace":"kube-system"},
             "spec":{"chart":"openstack-cloud-controller-manager","valuesContent": values}}));
-        let found = find(&gvk, &o, &charts());
+        let found = find(&gvk, &o, &charts(), &Cancel::never());
         let f = &found[0];
         assert_eq!(
             f.describe(Some(6)),
@@ -1753,11 +2295,11 @@ mod tests {
         let (gvk, o) = obj(json!({"apiVersion":"helm.cattle.io/v1","kind":"HelmChart",
             "metadata":{"name":"occm","namespace":"kube-system"},
             "spec":{"chart":"openstack-cloud-controller-manager","set": set}}));
-        let found = find(&gvk, &o, &charts());
+        let found = find(&gvk, &o, &charts(), &Cancel::never());
         assert_eq!(found.len(), 1);
         let error = found[0].text.as_ref().expect_err("over the limit");
         assert!(
-            matches!(error, SiteError::SetTooLarge { location, limit: 100_000 }
+            matches!(error, SiteError::SetTooLarge { location, limit: strvals::SetLimit::Nodes }
                 if location == "spec.set[\"k01[65536]\"]"),
             "{error:?}"
         );
@@ -1776,7 +2318,7 @@ mod tests {
                 {"chart":"openstack-cloud-controller-manager","helm":{"values": contents}}]}}),
         );
         // Beside a valuesObject, Argo CD ignores the values string: it is not read.
-        let found = find(&gvk, &o, &charts());
+        let found = find(&gvk, &o, &charts(), &Cancel::never());
         assert_eq!(found.len(), 2);
         assert_eq!(
             found[0].location,
@@ -1818,7 +2360,7 @@ mod tests {
             )
         };
         let (gvk, o) = release(json!({"cloudConfig":{"global":{"region":"r"}}}));
-        let found = find(&gvk, &o, &charts());
+        let found = find(&gvk, &o, &charts(), &Cancel::never());
         assert_eq!(found.len(), 1);
         assert_eq!(
             found[0].text.clone().unwrap_err().to_string(),
@@ -1831,11 +2373,13 @@ mod tests {
         // `spec.values` is merged last: its cloudConfigContents and secret switch are final.
         let (gvk, o) = release(json!({"cloudConfigContents":"[Global]\n"}));
         assert_eq!(
-            find(&gvk, &o, &charts())[0].text.as_deref(),
+            find(&gvk, &o, &charts(), &Cancel::never())[0]
+                .text
+                .as_deref(),
             Ok("[Global]\n")
         );
         let (gvk, o) = release(json!({"secret":{"enabled":false}}));
-        assert!(find(&gvk, &o, &charts()).is_empty());
+        assert!(find(&gvk, &o, &charts(), &Cancel::never()).is_empty());
     }
 
     #[test]
@@ -1846,7 +2390,7 @@ mod tests {
                 "valuesContent":"cloudConfig:\n  global:\n    region: r\n",
                 "set":{"cloudConfig.loadBalancer.lb-method":"ROUND_ROBIN",
                     "cloudConfig.global.region":"s", "replicas": 2}}}));
-        let found = find(&gvk, &o, &charts());
+        let found = find(&gvk, &o, &charts(), &Cancel::never());
         assert_eq!(found.len(), 1);
         let f = &found[0];
         let text = f.text.clone().unwrap();
@@ -1892,7 +2436,7 @@ mod tests {
         let (gvk, o) = obj(json!({"apiVersion":"helm.cattle.io/v1","kind":"HelmChart",
             "metadata":{"name":"occm"},
             "spec":{"chart":"openstack-cloud-controller-manager","set":{"secret.enabled":"false"}}}));
-        assert!(find(&gvk, &o, &charts()).is_empty());
+        assert!(find(&gvk, &o, &charts(), &Cancel::never()).is_empty());
     }
 
     #[test]
@@ -1909,7 +2453,7 @@ mod tests {
             json!({"openstack-cloud-controller-manager":{"cloudConfig":{"global":{"region":"r"}}},
                 "cloudConfig": {"ignored": true}}),
         );
-        let found = find(&gvk, &o, &charts());
+        let found = find(&gvk, &o, &charts(), &Cancel::never());
         assert_eq!(found.len(), 1);
         assert_eq!(
             found[0].location,
@@ -1926,9 +2470,9 @@ mod tests {
             "cluster-addons",
             json!({"openstack-cloud-controller-manager":{"enabled":false,"cloudConfig":{}}}),
         );
-        assert!(find(&gvk, &o, &charts()).is_empty());
+        assert!(find(&gvk, &o, &charts(), &Cancel::never()).is_empty());
         let (gvk, o) = release("podinfo", json!({"cloudConfig":{"global":{"region":"r"}}}));
-        assert!(find(&gvk, &o, &charts()).is_empty());
+        assert!(find(&gvk, &o, &charts(), &Cancel::never()).is_empty());
     }
 
     #[test]
@@ -1939,7 +2483,7 @@ mod tests {
             "spec":{"chart":"cluster-addons","valuesContent": values,
                 "set":{"openstack-cloud-controller-manager.cloudConfig.loadBalancer.lb-method":"ROUND_ROBIN",
                     "cloudConfig.loadBalancer.lb-method":"SOURCE_IP"}}}));
-        let found = find(&gvk, &o, &charts());
+        let found = find(&gvk, &o, &charts(), &Cancel::never());
         assert_eq!(found.len(), 1);
         let f = &found[0];
         assert_eq!(
@@ -1979,7 +2523,7 @@ mod tests {
             "spec":{"source":{"chart":"cluster-addons","helm":{"values":
                 "openstack-cloud-controller-manager:\n  cloudConfigContents: |\n    [Global]\n    region = r\n"}}}}),
         );
-        let found = find(&gvk, &o, &charts());
+        let found = find(&gvk, &o, &charts(), &Cancel::never());
         assert_eq!(found.len(), 1);
         assert_eq!(
             found[0].describe(Some(2)),
@@ -1992,7 +2536,7 @@ mod tests {
             "metadata":{"name":"addons","namespace":"kube-system"},
             "spec":{"valuesContent":"openstack-cloud-controller-manager:\n  enabled: false\n"}}),
         );
-        assert!(find(&gvk, &o, &charts()).is_empty());
+        assert!(find(&gvk, &o, &charts(), &Cancel::never()).is_empty());
     }
 
     #[test]
@@ -2005,7 +2549,7 @@ mod tests {
                 {"name":"occm","chartname":"openstack/openstack-cloud-controller-manager",
                  "values":"cloudConfig:\n  loadBalancer:\n    provider-requires-serial-api-calls: false\n"}]}}}}),
         );
-        let found = find(&gvk, &o, &charts());
+        let found = find(&gvk, &o, &charts(), &Cancel::never());
         assert_eq!(found.len(), 1);
         assert_eq!(
             found[0].describe(Some(
@@ -2029,6 +2573,15 @@ mod tests {
         assert_eq!(set_typed("12"), json!(12));
         assert_eq!(set_typed("012"), json!("012"));
         assert_eq!(set_typed("x"), json!("x"));
+        // Go's EqualFold: any case, and the long s folds to s.
+        assert_eq!(set_typed("TRUE"), json!(true));
+        assert_eq!(set_typed("nUlL"), json!(null));
+        assert_eq!(set_typed("fal\u{17F}e"), json!(false));
+        assert_eq!(set_typed("fals"), json!("fals"));
+        assert_eq!(set_typed("falsee"), json!("falsee"));
+        // helm-controller's typedVal lowercases: only these three words are typed strings.
+        assert!(helm_controller_typed("FaLsE") && helm_controller_typed("NULL"));
+        assert!(!helm_controller_typed("1") && !helm_controller_typed("off"));
     }
 
     #[test]
@@ -2043,7 +2596,7 @@ mod tests {
         // List paths outside cloudConfig are followed and change nothing it renders.
         let (gvk, o) = chart(json!({"tolerations[0].key": "x",
             "extraEnv[1].provider-requires-serial-api-calls": "false"}));
-        let found = find(&gvk, &o, &charts());
+        let found = find(&gvk, &o, &charts(), &Cancel::never());
         let text = found[0].text.clone().unwrap();
         assert!(
             text.contains("provider-requires-serial-api-calls = \"true\""),
@@ -2051,12 +2604,15 @@ mod tests {
         );
         // A list value and a comma escaped by helm-controller stay one value.
         let (gvk, o) = chart(json!({"cloudConfig.global.region": "a,b"}));
-        let text = find(&gvk, &o, &charts())[0].text.clone().unwrap();
+        let text = find(&gvk, &o, &charts(), &Cancel::never())[0]
+            .text
+            .clone()
+            .unwrap();
         assert!(text.contains("region = \"a,b\""), "{text}");
         // A path Helm cannot read: the site says so and nothing is edited.
         for key in ["cloudConfig.loadBalancer[x]", "cloudConfig..a", "a[0]b"] {
             let (gvk, o) = chart(json!({ key: "false" }));
-            let found = find(&gvk, &o, &charts());
+            let found = find(&gvk, &o, &charts(), &Cancel::never());
             assert_eq!(found.len(), 1, "{key}");
             let err = found[0].text.clone().unwrap_err();
             assert!(matches!(err, SiteError::SetEntry { .. }), "{key}: {err}");
@@ -2077,7 +2633,7 @@ mod tests {
         let (gvk, o) =
             chart(json!({"cloudConfig.loadBalancer.provider-requires-serial-api-calls.x": "1"}));
         assert!(matches!(
-            find(&gvk, &o, &charts())[0].text,
+            find(&gvk, &o, &charts(), &Cancel::never())[0].text,
             Err(SiteError::SetEntry { .. })
         ));
     }
@@ -2123,7 +2679,7 @@ mod tests {
             json!({"apiVersion":"helm.cattle.io/v1","kind":"HelmChart","metadata":{"name":"x"},
             "spec":{"chart":"openstack-cloud-controller-manager","valuesContent":"a: [secret-value\n"}}),
         );
-        let found = find(&gvk, &o, &charts());
+        let found = find(&gvk, &o, &charts(), &Cancel::never());
         let err = found[0].text.clone().unwrap_err().to_string();
         assert!(
             err.starts_with("spec.valuesContent is not valid YAML"),

@@ -28,6 +28,7 @@ use json_patch::PatchOperation;
 use kube::core::{DynamicObject, GroupVersionKind};
 use serde::{Deserialize, Serialize};
 
+use crate::budget::Cancel;
 use crate::cloudconf::{Document, IniEdit};
 use crate::yaml;
 
@@ -210,16 +211,16 @@ pub enum SiteError {
         /// The label that names it.
         label: String,
     },
-    /// `--set`-like entries that together grow the values' lists past stackgate's limit
-    /// ([`strvals::MAX_LIST_GROWTH`]; Helm would read them): nothing was merged.
-    #[error(
-        "the --set entries grow the values' lists by more than {limit} elements, over stackgate's limit for them"
-    )]
+    /// `--set`-like entries past one of stackgate's limits for them (Helm would read them:
+    /// a path longer than [`strvals::MAX_SET_PATH_DEPTH`], or more than
+    /// [`strvals::MAX_SET_NODES`] keys and list elements added to one values document):
+    /// nothing was merged.
+    #[error("the --set entries hold {limit}, over stackgate's limit for them (at {location})")]
     SetTooLarge {
         /// The entry where the limit was reached (`spec.set["a[65536]"]`).
         location: String,
-        /// The limit, in list elements.
-        limit: usize,
+        /// Which limit.
+        limit: strvals::SetLimit,
     },
     /// A `--set`-like entry (HelmChart `spec.set`, Argo CD `helm.parameters`) that Helm's
     /// `strvals` parser cannot read ([`strvals`]): Helm would stop there, so what the chart
@@ -382,6 +383,17 @@ pub fn find(
     object: &DynamicObject,
     sites: &SitesDocument,
 ) -> Vec<FoundConfig> {
+    find_within(gvk, object, sites, &Cancel::never())
+}
+
+/// [`find`] that stops reading Helm values (`--set` entries, merges) once `cancel` fires; what
+/// it then returns is not an answer, and the caller checks the flag before using it.
+pub fn find_within(
+    gvk: &GroupVersionKind,
+    object: &DynamicObject,
+    sites: &SitesDocument,
+    cancel: &Cancel,
+) -> Vec<FoundConfig> {
     match data_kind(gvk) {
         Some(kind) => {
             let mut found = object_data::find(kind, object, sites);
@@ -396,7 +408,7 @@ pub fn find(
         }
         None => {
             let charts = helm::chart_names(sites);
-            let mut found = helm::find(gvk, object, &charts);
+            let mut found = helm::find(gvk, object, &charts, cancel);
             found.extend(delivery::find(gvk, object, sites, &charts));
             found
         }
@@ -410,8 +422,19 @@ pub fn find_with_embedded(
     object: &DynamicObject,
     sites: &SitesDocument,
 ) -> (Vec<FoundConfig>, Vec<payload::EmbeddedObject>) {
+    find_with_embedded_within(gvk, object, sites, &Cancel::never())
+}
+
+/// [`find_with_embedded`] that stops reading Helm values once `cancel` fires (see
+/// [`find_within`]).
+pub fn find_with_embedded_within(
+    gvk: &GroupVersionKind,
+    object: &DynamicObject,
+    sites: &SitesDocument,
+    cancel: &Cancel,
+) -> (Vec<FoundConfig>, Vec<payload::EmbeddedObject>) {
     let Some(kind) = data_kind(gvk) else {
-        return (find(gvk, object, sites), Vec::new());
+        return (find_within(gvk, object, sites, cancel), Vec::new());
     };
     // The same sites, in the same order, as `find`.
     let mut found = object_data::find(kind, object, sites);

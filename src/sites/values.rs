@@ -10,6 +10,7 @@
 //! `cloudConfigContents` in structured values is a plain string field of the object
 //! ([`super::object_data::TextField`]).
 
+use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use json_patch::{AddOperation, PatchOperation, ReplaceOperation};
@@ -538,22 +539,21 @@ pub(super) struct Override {
 }
 
 impl Override {
-    /// Whether it sets exactly the one values path `keys` (gcfg matches the last key, a
-    /// cloud-config key, without regard to case).
-    fn sets_only(&self, keys: &[String]) -> bool {
+    /// The one values path it sets, when that is made of keys only, as [`Overridden`] looks
+    /// it up (the last key, a cloud-config key gcfg matches without regard to case, in ASCII
+    /// lowercase).
+    fn only_keys(&self) -> Option<Vec<String>> {
         let [path] = self.paths.as_slice() else {
-            return false;
+            return None;
         };
-        path.len() == keys.len()
-            && path
-                .iter()
-                .zip(keys)
-                .enumerate()
-                .all(|(i, (seg, key))| match seg {
-                    Seg::Key(k) if i + 1 == keys.len() => k.eq_ignore_ascii_case(key),
-                    Seg::Key(k) => k == key,
-                    Seg::Index(_) => false,
-                })
+        let keys: Option<Vec<String>> = path
+            .iter()
+            .map(|seg| match seg {
+                Seg::Key(k) => Some(k.clone()),
+                Seg::Index(_) => None,
+            })
+            .collect();
+        keys.map(|keys| lookup_key(&keys))
     }
 
     /// Whether it sets anything at or below the top-level values key `key`.
@@ -571,14 +571,32 @@ impl Override {
 #[derive(Debug)]
 pub(super) struct Overridden {
     /// The carrier of the values beneath (its origins are those of the merged values).
-    pub(super) inner: Box<dyn Carrier>,
+    inner: Box<dyn Carrier>,
     /// The origin of each line rendered from the merged values.
-    pub(super) origins: Vec<Origin>,
+    origins: Vec<Origin>,
     /// The overrides, in the order they apply.
-    pub(super) overrides: Vec<Override>,
+    overrides: Vec<Override>,
+    /// The last override that sets exactly one values path of keys, by that path (its last
+    /// key in ASCII lowercase, as gcfg matches key names), built on first use: looking each
+    /// rendered line up by scanning every override was quadratic.
+    by_path: OnceLock<HashMap<Vec<String>, usize>>,
 }
 
 impl Overridden {
+    /// `inner`'s values with `overrides` on top, rendered with `origins`.
+    pub(super) fn new(
+        inner: Box<dyn Carrier>,
+        origins: Vec<Origin>,
+        overrides: Vec<Override>,
+    ) -> Self {
+        Overridden {
+            inner,
+            origins,
+            overrides,
+            by_path: OnceLock::new(),
+        }
+    }
+
     /// The last override that sets the values path of `line` (gcfg matches key names
     /// without regard to case).
     fn override_of(&self, line: Option<usize>) -> Option<&Override> {
@@ -587,8 +605,28 @@ impl Overridden {
     }
 
     fn find(&self, path: &[String]) -> Option<&Override> {
-        self.overrides.iter().rev().find(|o| o.sets_only(path))
+        let index = self.by_path.get_or_init(|| {
+            let mut index = HashMap::new();
+            for (i, o) in self.overrides.iter().enumerate() {
+                if let Some(key) = o.only_keys() {
+                    index.insert(key, i);
+                }
+            }
+            index
+        });
+        index
+            .get(&lookup_key(path))
+            .and_then(|&i| self.overrides.get(i))
     }
+}
+
+/// A values path as [`Overridden`] indexes it: the last key in ASCII lowercase.
+fn lookup_key(path: &[String]) -> Vec<String> {
+    let mut key = path.to_vec();
+    if let Some(last) = key.last_mut() {
+        *last = last.to_ascii_lowercase();
+    }
+    key
 }
 
 impl Carrier for Overridden {
