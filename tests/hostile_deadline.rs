@@ -167,7 +167,6 @@ async fn a_crs_payload_past_its_deadline_stops_evaluating() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the cancel checks inside the values pipeline from branch h23-values"]
 async fn a_helmchart_with_20000_set_entries_past_its_deadline_stops_evaluating() {
     stops_at_the_deadline(helmchart_set()).await;
 }

@@ -343,7 +343,6 @@ fn index_chain(n: usize) -> String {
 }
 
 #[test]
-#[ignore = "needs the strvals depth cap from branch h23-values"]
 fn argo_parameter_index_chains_are_refused_by_a_cap() {
     let object = format!(
         r#"{{"apiVersion":"argoproj.io/v1alpha1","kind":"Application","metadata":{{"name":"occm","namespace":"argocd"}},"spec":{{"project":"default","destination":{{"namespace":"kube-system","server":"https://kubernetes.default.svc"}},"source":{{"chart":"openstack-cloud-controller-manager","repoURL":"https://kubernetes.github.io/cloud-provider-openstack","targetRevision":"2.31.1","helm":{{"parameters":[{{"name":{},"value":"1"}}]}}}}}}}}"#,
@@ -364,7 +363,6 @@ fn argo_parameter_index_chains_are_refused_by_a_cap() {
 }
 
 #[test]
-#[ignore = "needs the strvals depth cap from branch h23-values"]
 fn helmchart_set_index_chains_are_refused_by_a_cap() {
     let object = format!(
         r#"{{"apiVersion":"helm.cattle.io/v1","kind":"HelmChart","metadata":{{"name":"openstack-cloud-controller-manager","namespace":"kube-system"}},"spec":{{"chart":"openstack-cloud-controller-manager","targetNamespace":"kube-system","set":{{{}:"1"}}}}}}"#,
