@@ -13,6 +13,7 @@
 //! ([`render`]) so the rules run unchanged, and edits go back as JSON Patch `add`s on the
 //! values or as a minimal edit of a values string ([`crate::yaml::edit`]).
 
+pub mod goquote;
 pub mod helm;
 pub mod labelled_values;
 mod object_data;
