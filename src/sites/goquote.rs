@@ -14,8 +14,7 @@
 //! `tests/helm_differential.rs` quotes every code point with it and writes the table, and checks
 //! every code point against it on each CI run.
 
-#[path = "goquote_tables.rs"]
-mod tables;
+use super::goquote_tables as tables;
 
 pub use tables::GO_VERSION;
 
