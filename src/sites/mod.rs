@@ -14,6 +14,8 @@
 //! values or as a minimal edit of a values string ([`crate::yaml::edit`]).
 
 pub mod delivery;
+pub mod goquote;
+mod goquote_tables;
 pub mod helm;
 pub mod labelled_values;
 mod object_data;

@@ -52,9 +52,16 @@ pub struct RenderError {
 }
 
 /// Renders `cloudConfig` (the value of the `cloudConfig` key, or null when absent).
+///
+/// Byte for byte what the chart writes (checked against `helm template` by
+/// `tests/helm_differential.rs`): each section is its header followed by one line per key,
+/// sections are separated by a blank line, and the text ends without a newline after the last
+/// section (the helper's trailing `{{- end }}` trims it). The one difference is the deliberate
+/// one in the module docs: an empty `[BlockStorage]` is left out.
 pub fn render(cloud_config: Option<&Value>) -> Result<Rendered, RenderError> {
     let mut text = String::new();
     let mut lines = Vec::new();
+    let mut previous: Option<&'static str> = None;
     for (values_key, header) in SECTIONS {
         let section = cloud_config.and_then(|c| c.get(values_key));
         let entries = match section {
@@ -69,22 +76,22 @@ pub fn render(cloud_config: Option<&Value>) -> Result<Rendered, RenderError> {
         if *values_key == "blockStorage" && entries.is_none_or(|m| m.is_empty()) {
             continue;
         }
-        text.push_str(&format!("[{header}]\n"));
+        if let Some(previous) = previous {
+            // The blank line between two sections belongs to the one before it.
+            text.push_str("\n\n");
+            lines.push(Origin::Section(previous));
+        }
+        previous = Some(values_key);
+        text.push_str(&format!("[{header}]"));
         lines.push(Origin::Section(values_key));
         if let Some(entries) = entries {
             // serde_json's map is ordered by key (byte order), like Go's sorted map range.
             for (key, value) in entries {
-                let rendered = quote(value);
-                if rendered.is_empty() {
-                    text.push_str(&format!("{key} = \n"));
-                } else {
-                    text.push_str(&format!("{key} = {rendered}\n"));
-                }
+                // `{{ $key }} = {{ $value | quote }}`: a null value leaves `key = `.
+                text.push_str(&format!("\n{key} = {}", quote(value)));
                 lines.push(Origin::Key(values_key, key.clone()));
             }
         }
-        text.push('\n');
-        lines.push(Origin::Section(values_key));
     }
     Ok(Rendered { text, lines })
 }
@@ -177,41 +184,10 @@ pub fn go_float(f: f64) -> String {
     out
 }
 
-/// Go's `strconv.Quote`.
+/// Go's `strconv.Quote`, with the printable characters of the Go release that builds Helm
+/// ([`super::goquote`]).
 pub fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{7}' => out.push_str("\\a"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{b}' => out.push_str("\\v"),
-            c if go_printable(c) => out.push(c),
-            c if (c as u32) < 0x80 => out.push_str(&format!("\\x{:02x}", c as u32)),
-            c if (c as u32) < 0x10000 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push_str(&format!("\\U{:08x}", c as u32)),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// An approximation of Go's `strconv.IsPrint`: letters, marks, numbers, punctuation, symbols
-/// and the ASCII space. Controls, non-ASCII spaces and the common format characters are not.
-fn go_printable(c: char) -> bool {
-    if c == ' ' {
-        return true;
-    }
-    if c.is_control() || c.is_whitespace() {
-        return false;
-    }
-    !matches!(c, '\u{ad}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2064}' | '\u{feff}')
+    super::goquote::quote(s)
 }
 
 #[cfg(test)]
@@ -231,7 +207,7 @@ mod tests {
             r.text,
             "[Global]\nauth-url = \"https://k/v3\"\nregion = \"RegionOne\"\n\n[Networking]\n\n\
              [LoadBalancer]\nmax-shared-lb = \"10\"\nprovider-requires-serial-api-calls = \"true\"\nsubnet-id = \"s\"\n\n\
-             [Metadata]\n\n[Route]\n\n"
+             [Metadata]\n\n[Route]"
         );
         assert_eq!(
             r.lines[7],

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Differential test against real Helm (tests/helm_differential.rs): installs Helm with
+# .ci/install-helm.sh (the pinned Helm v3.17.2, built with go1.23.7) and runs the ignored
+# tests that need it — 12,000 generated cases compared byte for byte with `helm template`,
+# and every Unicode code point through Helm's `quote`.
+#
+#   .ci/helm-differential.sh [TOOLS_DIR]     default TOOLS_DIR: target/tools
+#
+# More cases / another seed: STACKGATE_HELM_DIFF_CASES=30000 STACKGATE_HELM_DIFF_SEED=7.
+# Fails loudly (non-zero exit) if Helm cannot be installed or any case disagrees.
+set -euo pipefail
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo_root"
+tools="${1:-target/tools}"
+
+helm="$(bash .ci/install-helm.sh "$tools" | tail -n1)"
+[ -x "$helm" ] || { echo "helm-differential.sh: no helm binary at '$helm'" >&2; exit 1; }
+
+STACKGATE_HELM="$helm" cargo test --locked --test helm_differential -- --ignored --nocapture \
+    --test-threads 1
