@@ -1497,6 +1497,12 @@ fn rbac_is_least_privilege() {
                 pair("glance.openstack.org", "glances"),
                 pair("manila.openstack.org", "manilas"),
                 pair("k0s.k0sproject.io", "clusterconfigs"),
+                pair("controlplane.cluster.x-k8s.io", "k0smotroncontrolplanes"),
+                pair("controlplane.cluster.x-k8s.io", "k0scontrolplanes"),
+                pair("k0smotron.io", "clusters"),
+                pair("addons.stackhpc.com", "helmreleases"),
+                pair("addons.stackhpc.com", "manifests"),
+                pair("application.giantswarm.io", "apps"),
                 pair("wgpolicyk8s.io", "policyreports"),
                 pair("wgpolicyk8s.io", "clusterpolicyreports"),
                 pair("openreports.io", "reports"),
@@ -1516,6 +1522,12 @@ fn rbac_is_least_privilege() {
                 pair("helm.cattle.io", "helmcharts"),
                 pair("helm.cattle.io", "helmchartconfigs"),
                 pair("k0s.k0sproject.io", "clusterconfigs"),
+                pair("controlplane.cluster.x-k8s.io", "k0smotroncontrolplanes"),
+                pair("controlplane.cluster.x-k8s.io", "k0scontrolplanes"),
+                pair("k0smotron.io", "clusters"),
+                pair("addons.stackhpc.com", "helmreleases"),
+                pair("addons.stackhpc.com", "manifests"),
+                pair("application.giantswarm.io", "apps"),
                 pair("core.openstack.org", "openstackversions"),
                 pair("glance.openstack.org", "glances"),
                 pair("manila.openstack.org", "manilas"),
@@ -1543,6 +1555,11 @@ fn rbac_is_least_privilege() {
                         | "helmcharts"
                         | "helmchartconfigs"
                         | "clusterconfigs"
+                        | "k0smotroncontrolplanes"
+                        | "k0scontrolplanes"
+                        | "clusters"
+                        | "manifests"
+                        | "apps"
                         | "glances"
                         | "manilas"
                 );

@@ -3,9 +3,11 @@
 //! The webhook only sees writes, so a cloud config stored before stackgate was installed is
 //! never checked until someone writes it again. The audit lists every object a site or rule
 //! covers ([`targets`]): the ConfigMaps and Secrets the `CloudConfigSites` document names (by
-//! name, by its label, and by its values label: the CCM chart's values), the GitOps objects that carry the CCM chart's values (Flux
-//! `HelmRelease`, Argo CD `Application`, RKE2/k3s `HelmChart` and `HelmChartConfig`, k0s
-//! `ClusterConfig`), the
+//! name, by its label, and by its values label: the CCM chart's values), every kind the
+//! registry of delivery paths ([`crate::sites::delivery::REGISTRY`]) names outside the core
+//! group (Flux `HelmRelease`, Argo CD `Application`, RKE2/k3s `HelmChart` and
+//! `HelmChartConfig`, k0s `ClusterConfig`, k0smotron control planes and `Cluster`s, Azimuth's
+//! addon `HelmRelease` and `Manifests`, Giant Swarm `App`s), the
 //! workloads that run the CCM (`DaemonSet`, `Deployment`) and the openstack-k8s-operators
 //! service kinds the release catalog governs (with the `OpenStackVersion` objects listed
 //! first, so the release rules see the same facts as the webhook's watcher), and, when the
@@ -198,6 +200,70 @@ fn target(group: &str, version: &str, kind: &str, covered_by: &'static str) -> T
 const VALUES_LABEL_COVERED_BY: &str =
     "the CCM chart's values label (valuesLabel) of the CloudConfigSites policy";
 
+/// Why the objects of the delivery-path registry's API groups are audited.
+const DELIVERY_COVERED_BY: &str = "a delivery path of the CCM's cloud config (sites)";
+
+/// One target per kind the registry of delivery paths ([`sites::delivery::REGISTRY`]) asks
+/// the audit to list outside the core group (the ConfigMaps and Secrets are selected by the
+/// `CloudConfigSites` document above), in registry order: adding a delivery path to the
+/// registry adds it here. The path's other served versions are the fallbacks (Flux serves
+/// `HelmRelease` as v2, v2beta2 and v2beta1), and the plural is the one the path's webhook
+/// registration names (Azimuth's `Manifests` is `manifests`, not the `manifestses` an
+/// English rule would give).
+fn delivery_targets() -> Vec<Target> {
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for path in sites::delivery::REGISTRY {
+        for audit in path.audit {
+            let sites::delivery::Audit::Listed(group, version, kind) = *audit else {
+                continue;
+            };
+            if group.is_empty() || !seen.insert((group, kind)) {
+                continue;
+            }
+            let plural = registered_plural(path, group, kind);
+            let resource_of = |version: &str| {
+                let gvk = GroupVersionKind::gvk(group, version, kind);
+                match plural {
+                    Some(plural) => ApiResource::from_gvk_with_plural(&gvk, plural),
+                    None => ApiResource::from_gvk(&gvk),
+                }
+            };
+            out.push(Target {
+                resource: resource_of(version),
+                fallbacks: path
+                    .versions
+                    .iter()
+                    .filter(|v| **v != version)
+                    .map(|v| resource_of(v))
+                    .collect(),
+                selection: Selection::All,
+                covered_by: DELIVERY_COVERED_BY,
+            });
+        }
+    }
+    out
+}
+
+/// The resource a delivery path's webhook registration names for `kind` of `group`: the
+/// kind in lower case, plural (`s`, `es`) or as it is (`manifests`).
+fn registered_plural(
+    path: &sites::delivery::DeliveryPath,
+    group: &str,
+    kind: &str,
+) -> Option<&'static str> {
+    let lower = kind.to_ascii_lowercase();
+    let registrations = path.webhook.ok()?;
+    registrations
+        .iter()
+        .filter(|r| r.group == group)
+        .flat_map(|r| r.resources.iter().copied())
+        .find(|r| {
+            r.strip_prefix(lower.as_str())
+                .is_some_and(|rest| matches!(rest, "" | "s" | "es"))
+        })
+}
+
 /// Every kind the policies cover, in the order the audit lists them.
 pub fn targets(engine: &Engine) -> Vec<Target> {
     let policies = engine.policies();
@@ -254,44 +320,7 @@ pub fn targets(engine: &Engine) -> Vec<Target> {
             "ClusterResourceSet payload Secrets (sites)",
         )
     });
-    out.push(Target {
-        fallbacks: vec![
-            resource("helm.toolkit.fluxcd.io", "v2beta2", "HelmRelease"),
-            resource("helm.toolkit.fluxcd.io", "v2beta1", "HelmRelease"),
-        ],
-        ..target(
-            "helm.toolkit.fluxcd.io",
-            "v2",
-            "HelmRelease",
-            "the CCM chart's values (sites)",
-        )
-    });
-    out.push(target(
-        "argoproj.io",
-        "v1alpha1",
-        "Application",
-        "the CCM chart's values (sites)",
-    ));
-    out.push(target(
-        "helm.cattle.io",
-        "v1",
-        "HelmChart",
-        "the CCM chart's values (sites)",
-    ));
-    out.push(target(
-        "helm.cattle.io",
-        "v1",
-        "HelmChartConfig",
-        "the CCM chart's values (sites)",
-    ));
-    // k0s keeps the CCM chart's values in its ClusterConfig (spec.extensions.helm.charts),
-    // which the webhook reads (sites::helm, `k0s.k0sproject.io` ClusterConfig).
-    out.push(target(
-        "k0s.k0sproject.io",
-        "v1beta1",
-        "ClusterConfig",
-        "the CCM chart's values (sites)",
-    ));
+    out.extend(delivery_targets());
     out.push(target(
         "apps",
         "v1",
