@@ -1,7 +1,8 @@
 //! `stackgate check --format json` and `--format sarif` carry each finding's code, in the form
 //! `stackgate explain` reads (`<family>/<code>`, or an engine code alone), taken from the
 //! engine's structured findings: a denial and a warning each show theirs, SARIF keeps the rule
-//! family as its `ruleId` and puts the code in `properties.code`, and `stackgate explain` accepts
+//! family as its `ruleId`, puts the code in `properties.code` and names the rule's codes in its
+//! `help`, and `stackgate explain` accepts
 //! every code the reports print.
 
 use std::process::Command;
@@ -96,8 +97,18 @@ fn sarif_results_keep_the_rule_as_rule_id_and_carry_the_code() {
         })
         .collect();
     for (file, level, rule, code) in [
-        (DENIAL, "error", "serial-lb-api-calls", "serial-lb-api-calls/false"),
-        (WARNING, "warning", "serial-lb-api-calls", "serial-lb-api-calls/missing"),
+        (
+            DENIAL,
+            "error",
+            "serial-lb-api-calls",
+            "serial-lb-api-calls/false",
+        ),
+        (
+            WARNING,
+            "warning",
+            "serial-lb-api-calls",
+            "serial-lb-api-calls/missing",
+        ),
         (WARNING, "note", "serial-lb-api-calls", "mutation"),
     ] {
         assert!(
@@ -116,6 +127,11 @@ fn sarif_results_keep_the_rule_as_rule_id_and_carry_the_code() {
         .map(|r| str_at(r, "/id"))
         .collect();
     assert_eq!(rules, ["serial-lb-api-calls"]);
+    // Code scanning shows the rule's help, not a result's properties: it names the codes.
+    let help = str_at(&sarif, "/runs/0/tool/driver/rules/0/help/text");
+    for code in ["serial-lb-api-calls/false", "serial-lb-api-calls/missing"] {
+        assert!(help.contains(code), "{code} not in the rule's help: {help}");
+    }
     // The JSON and SARIF reports give the same codes, finding for finding.
     let json: Vec<String> = json_codes(&check("json"))
         .into_iter()

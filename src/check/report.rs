@@ -505,10 +505,24 @@ pub fn sarif_as(report: &Report, policies: &PolicySet, face: &Face) -> String {
                 "fullDescription": {"text": description},
             });
             if let (Some(p), Some(r)) = (policy, rule.as_object_mut()) {
-                r.insert(
-                    "help".to_owned(),
-                    json!({"text": format!("Source: {}", p.source.trim())}),
-                );
+                let mut help = format!("Source: {}", p.source.trim());
+                // Code scanning shows a rule's help, not a result's properties: name the codes
+                // a result's `properties.code` can hold, and how to read about one.
+                let codes: Vec<String> = p
+                    .rule
+                    .family()
+                    .codes
+                    .iter()
+                    .map(|c| format!("{}/{c}", p.rule.as_str()))
+                    .collect();
+                if !codes.is_empty() {
+                    let _ = write!(
+                        help,
+                        "\nFinding codes (in each result's properties.code; `stackgate explain CODE` explains one): {}.",
+                        codes.join(", ")
+                    );
+                }
+                r.insert("help".to_owned(), json!({"text": help}));
             }
             rule
         })
