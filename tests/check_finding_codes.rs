@@ -156,3 +156,39 @@ fn explain_accepts_every_code_the_reports_print() {
         assert!(stdout.starts_with(&code), "explain {code}:\n{stdout}");
     }
 }
+
+#[test]
+fn an_exemption_has_no_code() {
+    // The warning input's Secret, exempted from the policy that warns about it.
+    let exempted = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(WARNING),
+    )
+    .expect("read the fixture")
+    .replacen(
+        "  namespace: kube-system\n",
+        "  namespace: kube-system\n  annotations:\n    stackgate.dev/exempt.serial-lb-api-calls: \"tested\"\n",
+        1,
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stackgate"))
+        .args(["check", "--format", "json", "-"])
+        .env("STACKGATE_LOG_LEVEL", "off")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run stackgate");
+    std::io::Write::write_all(&mut child.stdin.take().expect("stdin"), exempted.as_bytes())
+        .expect("write stdin");
+    let out = child.wait_with_output().expect("stackgate ends");
+    let report: Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    let results = report["results"].as_array().expect("results");
+    let exemption = results
+        .iter()
+        .find(|r| r["kind"] == "exemption")
+        .unwrap_or_else(|| panic!("no exemption in {results:?}"));
+    assert_eq!(exemption["rule"], "serial-lb-api-calls");
+    assert_eq!(exemption["code"], Value::Null);
+    assert!(
+        results.iter().all(|r| r["kind"] != "warning"),
+        "the exempted warning is not reported: {results:?}"
+    );
+}
