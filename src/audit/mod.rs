@@ -1295,6 +1295,7 @@ impl Run<'_> {
             kind: ItemKind::Warning,
             policy: RESTART_RULE.to_owned(),
             rule: RESTART_RULE.to_owned(),
+            code: None,
             line: 0,
             message: stale.message(),
             fixed_by_patch: false,

@@ -74,6 +74,9 @@ pub struct Item {
     pub policy: String,
     /// Rule family (`serial-lb-api-calls`).
     pub rule: String,
+    /// The finding's code: one of the rule family's codes or an engine code
+    /// ([`Finding::code`]); `None` for an exemption and for findings a face adds itself.
+    pub code: Option<&'static str>,
     /// 1-based line in the input.
     pub line: usize,
     /// The engine's message (never contains configuration values).
@@ -397,6 +400,7 @@ pub fn verdict_items(
                 kind,
                 policy: f.policy.clone(),
                 rule: f.rule.as_str().to_owned(),
+                code: Some(f.code),
                 line: line(f),
                 message: f.message.clone(),
                 fixed_by_patch: f.fixed_by_patch,
@@ -411,6 +415,7 @@ pub fn verdict_items(
         kind: ItemKind::Exemption,
         policy: e.policy.clone(),
         rule: e.rule.as_str().to_owned(),
+        code: None,
         line: exemption_line,
         message: format!(
             "exempted from policy {} by annotation: {}",

@@ -418,6 +418,7 @@ pub fn json(report: &Report) -> String {
                 "level": i.level.as_str(),
                 "kind": i.kind.as_str(),
                 "rule": i.rule,
+                "code": explain_code(i),
                 "policy": i.policy,
                 "object": o.object,
                 "message": i.message,
@@ -543,10 +544,24 @@ pub fn sarif_as(report: &Report, policies: &PolicySet, face: &Face) -> String {
                 "fullDescription": {"text": description},
             });
             if let (Some(p), Some(r)) = (policy, rule.as_object_mut()) {
-                r.insert(
-                    "help".to_owned(),
-                    json!({"text": format!("Source: {}", p.source.trim())}),
-                );
+                let mut help = format!("Source: {}", p.source.trim());
+                // Code scanning shows a rule's help, not a result's properties: name the codes
+                // a result's `properties.code` can hold, and how to read about one.
+                let codes: Vec<String> = p
+                    .rule
+                    .family()
+                    .codes
+                    .iter()
+                    .map(|c| format!("{}/{c}", p.rule.as_str()))
+                    .collect();
+                if !codes.is_empty() {
+                    let _ = write!(
+                        help,
+                        "\nFinding codes (in each result's properties.code; `stackgate explain CODE` explains one): {}.",
+                        codes.join(", ")
+                    );
+                }
+                r.insert("help".to_owned(), json!({"text": help}));
             }
             rule
         })
@@ -583,13 +598,17 @@ pub fn sarif_as(report: &Report, policies: &PolicySet, face: &Face) -> String {
         }
         for o in &f.objects {
             for i in &o.items {
+                let mut properties = json!({"policy": i.policy, "object": o.object, "kind": i.kind.as_str(), "fixedByPatch": i.fixed_by_patch});
+                if let (Some(code), Some(p)) = (explain_code(i), properties.as_object_mut()) {
+                    p.insert("code".to_owned(), json!(code));
+                }
                 results.push(json!({
                     "ruleId": i.rule,
                     "ruleIndex": index_of(&i.rule),
                     "level": i.level.as_str(),
                     "message": {"text": format!("{}{}", split_attribution(i).0, policy_suffix(i))},
                     "locations": [location(i.file.as_deref().unwrap_or(&f.name), i.line.max(1), None)],
-                    "properties": {"policy": i.policy, "object": o.object, "kind": i.kind.as_str(), "fixedByPatch": i.fixed_by_patch},
+                    "properties": properties,
                 }));
             }
         }
@@ -624,6 +643,18 @@ fn split_attribution(i: &Item) -> (&str, Option<&str>) {
         }
         None => (&i.message, None),
     }
+}
+
+/// The finding's code in the form `stackgate explain` reads: `<family>/<code>` for a code of
+/// the item's rule family (codes are closed per family but not unique across families), the
+/// code alone for an engine code (`mutation`, `oversized`, ...). Read from the item's
+/// structured code, never from its message; `None` for exemptions and a face's own findings.
+fn explain_code(i: &Item) -> Option<String> {
+    let code = i.code?;
+    Some(match crate::rules::RuleId::parse(&i.rule) {
+        Some(rule) if rule.family().codes.contains(&code) => format!("{}/{code}", rule.as_str()),
+        _ => code.to_owned(),
+    })
 }
 
 /// ` (policy NAME)` when the policy's name differs from its rule's (a custom policy), which
