@@ -70,11 +70,6 @@ const KNOWN_GAPS: &[(&str, &str)] = &[
          to --set (typed); stackgate reads them as --set-string",
     ),
     (
-        "set:both-typings-same-path",
-        "issue 23 item 1: Helm applies every --set before every --set-string; stackgate applies \
-         Argo CD parameters in list order, so a forceString one listed first loses",
-    ),
-    (
         "umbrella:hidden-assignment",
         "a second assignment hidden in an umbrella chart's spec.set key \
          (`<sub>.a=1,<sub>.cloudConfig...=x`) keeps its subchart prefix in stackgate, so the \
