@@ -2139,6 +2139,7 @@ fn gitops_webhooks_register_every_kind_the_engine_reads() {
 /// included), writes the report APIs `audit.reportApi` names, and lists Secrets cluster-wide
 /// only when `audit.listSecrets` asks for it.
 #[test]
+#[ignore = "needs the rendered chart in target/chart-render: run .ci/chart.sh (installs Helm)"]
 fn audit_rbac_follows_the_report_api_and_the_audit_targets() {
     let renders = load_renders();
     let cluster_rules = |r: &Render| -> BTreeMap<(String, String), BTreeSet<String>> {
