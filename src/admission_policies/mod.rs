@@ -223,11 +223,34 @@ pub fn gate_structure() -> String {
 /// A section chunk (text after a `\n[` split) that is a `[LoadBalancer]` header.
 const LB_CHUNK: &str = r"(?i)^[ \t]*loadbalancer[ \t]*\]";
 
-/// Sections only the OpenStack CCM reads, as `\n[` chunks: a shared site (OpenShift's
-/// `cloud-provider-config`) is edited only when one is there (a subset of the engine's
-/// `is_openstack_config`, which also knows `[Global]` keys).
-const OPENSTACK_CHUNK: &str =
-    r"(?i)^[ \t]*(?:loadbalancer|blockstorage|metadata|networking|route)[ \t]*\]";
+/// Whether gated text `t` is recognisably an OpenStack CCM config, as the engine's
+/// `cloudconf::schema::is_openstack_config` decides it: a section only the OpenStack CCM has,
+/// or a `[Global]` key only it reads. A shared site (OpenShift's `cloud-provider-config`) is
+/// edited only then.
+fn openstack_config_cel(t: &str) -> String {
+    use crate::cloudconf::schema::{OPENSTACK_ONLY_GLOBAL_KEYS, OPENSTACK_ONLY_SECTIONS};
+    let alternatives = |names: &[&str]| {
+        names
+            .iter()
+            .map(|n| regex_escape(&n.to_ascii_lowercase()))
+            .collect::<Vec<_>>()
+            .join("|")
+    };
+    let section = format!(
+        r"(?i)^[ \t]*(?:{})[ \t]*\]",
+        alternatives(OPENSTACK_ONLY_SECTIONS)
+    );
+    let global_key = format!(
+        r"(?mi)^[ \t]*(?:{})[ \t]*(?:=[^\n]*)?$",
+        alternatives(OPENSTACK_ONLY_GLOBAL_KEYS)
+    );
+    format!(
+        "('\\n' + {t}).split('\\n[').exists(c, c.matches({section}) || (c.matches({global}) && c.matches({global_key})))",
+        section = cel_str(&section),
+        global = cel_str(r"(?i)^[ \t]*global[ \t]*\]"),
+        global_key = cel_str(&global_key),
+    )
+}
 
 /// The lines assigning `key` (any case), in a text of joined `[LoadBalancer]` chunks.
 fn assignment_regex(key: &str) -> String {
@@ -613,11 +636,11 @@ fn configmap_mutation_variables(sites: &ConfigMapSites) -> Vec<Value> {
         "missingKeys",
         format!(
             "variables.siteKeys.filter(k, {gate} && size({lb}.findAll({assign})) == 0 && \
-             (!(k in variables.sharedKeys) || ('\\n' + object.data[k]).split('\\n[').exists(c, c.matches({openstack}))))",
+             (!(k in variables.sharedKeys) || {openstack}))",
             gate = gate_cel("object.data[k]"),
             lb = lb_text_cel("object.data[k]"),
             assign = cel_str(&assignment_regex(serial::KEY)),
-            openstack = cel_str(OPENSTACK_CHUNK),
+            openstack = openstack_config_cel("object.data[k]"),
         ),
     ));
     vars
