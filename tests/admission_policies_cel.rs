@@ -620,3 +620,196 @@ fn configmap_policies_never_deny_what_the_engine_admits_and_agree_on_plain_ini()
     assert!(counts.policy_denied > 500, "{counts:?}");
     assert!(counts.policy_mutated > 500, "{counts:?}");
 }
+
+/// A random JSON scalar for a chart value of the two decided keys.
+const BOOLISH: &[&str] = &[
+    "false",
+    "\"false\"",
+    "\"no\"",
+    "\"Off\"",
+    "0",
+    "\"0\"",
+    "0.0",
+    "true",
+    "\"true\"",
+    "\"yes\"",
+    "1",
+    "null",
+    "\"\"",
+    "\" false\"",
+    "\"maybe\"",
+    "\"FALSE\"",
+];
+
+/// Structured CCM chart values in Flux HelmReleases and Argo CD Applications. Returns
+/// (name, object, plain): `plain` when the object was built to meet every condition under
+/// which the policies decide (chart named plainly, structured `cloudConfig` with plain keys
+/// and scalars, Secret rendered, nothing merged from elsewhere).
+fn gitops_objects(count: usize, seed: u64) -> Vec<(String, Value, bool)> {
+    let mut rng = Rng(seed);
+    let mut out = Vec::new();
+    for i in 0..count {
+        let mut plain = true;
+        let mut lb = serde_json::Map::new();
+        for key in [
+            "provider-requires-serial-api-calls",
+            "use-octavia",
+            "Provider-Requires-Serial-API-Calls",
+            "lb-provider",
+        ] {
+            if rng.next() % 2 == 0 {
+                let v: Value = serde_json::from_str(rng.pick(BOOLISH)).unwrap();
+                lb.insert(key.to_owned(), v);
+            }
+        }
+        if lb.contains_key("Provider-Requires-Serial-API-Calls")
+            && !lb.contains_key("provider-requires-serial-api-calls")
+        {
+            // The policies read the exact key only; the chart renders this one too.
+            plain = false;
+        }
+        let mut cloud_config =
+            json!({"global": {"auth-url": "https://keystone:5000/v3", "region": "RegionOne"}});
+        if rng.next() % 6 != 0 {
+            cloud_config["loadBalancer"] = Value::Object(lb);
+        }
+        match rng.next() % 14 {
+            // A key that injects lines into the rendered config, after [LoadBalancer].
+            0 => {
+                plain = false;
+                cloud_config["route"] =
+                    json!({"x\n[LoadBalancer]\nprovider-requires-serial-api-calls": "true"});
+            }
+            1 => {
+                plain = false;
+                cloud_config["global"]["tenant-name"] = json!("caf\u{e9} \"q\"");
+            }
+            2 => {
+                plain = false;
+                cloud_config["blockStorage"] = json!("not a map");
+            }
+            3 => cloud_config["metadata"] = json!({"search-order": "configDrive,metadataService"}),
+            _ => {}
+        }
+        let mut values = json!({"cloudConfig": cloud_config});
+        match rng.next() % 12 {
+            0 => {
+                plain = false;
+                values["cloudConfigContents"] =
+                    json!("[LoadBalancer]\nprovider-requires-serial-api-calls = true\n");
+            }
+            1 => {
+                plain = false;
+                values["secret"] = json!({"create": false});
+            }
+            2 => {
+                plain = false;
+                values["secret"] = json!({"enabled": "false"});
+            }
+            3 => values["secret"] = json!({"enabled": true, "name": "cloud-config"}),
+            4 => {
+                plain = false;
+                values = json!({"openstack-cloud-controller-manager": values});
+            }
+            _ => {}
+        }
+        let chart = match rng.next() % 10 {
+            0 => {
+                plain = false;
+                "other-chart"
+            }
+            1 => {
+                plain = false;
+                "openstack-cloud-controller-manager-2.31.0.tgz"
+            }
+            2 => "cpo/openstack-cloud-controller-manager",
+            3 => "oci://registry.example/charts/openstack-cloud-controller-manager",
+            _ => "openstack-cloud-controller-manager",
+        };
+        let namespace = rng.pick(&["kube-system", "flux-system", "argocd"]);
+        let mut annotations = serde_json::Map::new();
+        if rng.next() % 15 == 0 {
+            plain = false;
+            let policy = rng.pick(&[SERIAL_POLICY, KNOWN_BAD_POLICY]);
+            let reason = rng.pick(&["tested on amphora", "  "]);
+            annotations.insert(format!("stackgate.dev/exempt.{policy}"), json!(reason));
+        }
+        let object = if rng.next() % 2 == 0 {
+            let mut spec = json!({"interval": "10m", "values": values});
+            if rng.next() % 5 == 0 {
+                spec["chartRef"] = json!({"kind": "OCIRepository", "name": chart});
+            } else {
+                spec["chart"] = json!({"spec": {"chart": chart, "sourceRef": {"kind": "HelmRepository", "name": "cpo"}}});
+            }
+            match rng.next() % 8 {
+                0 => {
+                    plain = false;
+                    spec["valuesFrom"] = json!([{"kind": "Secret", "name": "occm-values"}]);
+                }
+                1 => spec["valuesFrom"] = json!([]),
+                _ => {}
+            }
+            json!({
+                "apiVersion": rng.pick(&["helm.toolkit.fluxcd.io/v2", "helm.toolkit.fluxcd.io/v2beta2", "helm.toolkit.fluxcd.io/v2beta1"]),
+                "kind": "HelmRelease",
+                "metadata": {"name": format!("occm-{i}"), "namespace": namespace, "annotations": annotations},
+                "spec": spec,
+            })
+        } else {
+            let mut helm = json!({"valuesObject": values});
+            match rng.next() % 10 {
+                0 => {
+                    plain = false;
+                    helm["parameters"] = json!([{"name": "cloudConfig.loadBalancer.provider-requires-serial-api-calls", "value": "true"}]);
+                }
+                1 => {
+                    plain = false;
+                    helm["valueFiles"] = json!(["values-prod.yaml"]);
+                }
+                2 => helm["values"] = json!("cloudConfig: {}\n"),
+                _ => {}
+            }
+            let field = if rng.next() % 6 == 0 { "path" } else { "chart" };
+            let mut source = json!({"repoURL": "https://kubernetes.github.io/cloud-provider-openstack", "targetRevision": "2.31.0", "helm": helm});
+            source[field] = json!(chart);
+            let mut spec =
+                json!({"project": "default", "destination": {"namespace": "kube-system"}});
+            if rng.next() % 3 == 0 {
+                // The mutating policy edits `spec.source` only.
+                plain = false;
+                let other = json!({"repoURL": "https://example.org/charts", "chart": "other", "targetRevision": "1.0.0"});
+                spec["sources"] = json!([other, source]);
+            } else {
+                spec["source"] = source;
+            }
+            json!({
+                "apiVersion": "argoproj.io/v1alpha1",
+                "kind": "Application",
+                "metadata": {"name": format!("occm-{i}"), "namespace": namespace, "annotations": annotations},
+                "spec": spec,
+            })
+        };
+        out.push((format!("gitops-{i:04}"), object, plain));
+    }
+    out
+}
+
+/// Flux HelmReleases and Argo CD Applications with structured chart values.
+#[test]
+fn chart_values_policies_never_deny_what_the_engine_admits_and_agree_on_plain_values() {
+    let harness = Harness::new();
+    let mut counts = Counts::default();
+    for (name, object, plain) in gitops_objects(2000, 0x5EED_0026) {
+        harness.compare(
+            &format!("{name} {object}"),
+            &object,
+            plain,
+            "chart-values",
+            &mut counts,
+        );
+    }
+    assert_sound("structured chart values", &counts);
+    assert!(counts.decided_by_gate * 5 > counts.objects, "{counts:?}");
+    assert!(counts.policy_denied > 200, "{counts:?}");
+    assert!(counts.policy_mutated > 100, "{counts:?}");
+}

@@ -675,14 +675,18 @@ fn section_keys() -> String {
 
 /// Whether values map `v` is one the policies decide: the Secret is rendered, no
 /// `cloudConfigContents`, and `cloudConfig` is a map whose rendered sections are maps of plain
-/// gcfg names to plain printable-ASCII scalars.
+/// gcfg names to plain printable-ASCII scalars or null (the chart renders `key = `). The
+/// comprehension variables (`section`, `entry`) differ from every caller's (`source`): CEL
+/// shadows an outer variable of the same name.
 fn plain_values(v: &str) -> String {
     format!(
         "has({v}.cloudConfig) && !has({v}.cloudConfigContents) && \
          (!has({v}.secret) || ((!has({v}.secret.enabled) || {v}.secret.enabled == true) && \
          (!has({v}.secret.create) || {v}.secret.create == true))) && \
-         {sections}.all(s, !(s in {v}.cloudConfig) || {v}.cloudConfig[s].all(k, k.matches({ident}) && \
-         string({v}.cloudConfig[s][k]).matches('^[ -~]*$')))",
+         {sections}.all(section, !(section in {v}.cloudConfig) || \
+         {v}.cloudConfig[section].all(entry, entry.matches({ident}) && \
+         ({v}.cloudConfig[section][entry] == null || \
+         string({v}.cloudConfig[section][entry]).matches('^[ -~]*$'))))",
         sections = section_keys(),
         ident = cel_str(&format!("^{IDENT}$")),
     )
@@ -716,8 +720,8 @@ fn gitops_variables() -> Vec<Value> {
     };
     let sources = "(has(object.spec.source) ? [object.spec.source] : []) + (has(object.spec.sources) ? object.spec.sources : [])";
     let application = format!(
-        "object.kind == 'Application' && has(object.spec) && size({sources}) <= {MAX_DECIDED_SOURCES} ? ({sources}).filter(s, {ok}).map(s, s.helm.valuesObject) : []",
-        ok = source_ok("s"),
+        "object.kind == 'Application' && has(object.spec) && size({sources}) <= {MAX_DECIDED_SOURCES} ? ({sources}).filter(source, {ok}).map(source, source.helm.valuesObject) : []",
+        ok = source_ok("source"),
     );
     let single_source = format!(
         "object.kind == 'Application' && has(object.spec) && has(object.spec.source) && size({sources}) <= {MAX_DECIDED_SOURCES} && {ok}",
