@@ -300,3 +300,308 @@ fn chart_copy_is_current() {
          --kube-version 1.36 > charts/stackgate/files/admission-policies.yaml`"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// End to end on a real kube-apiserver
+
+/// A child process killed when the test ends.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// POSTs `body` to `path` (`?dryRun=All` when `dry_run`): the created object, or the
+/// apiserver's refusal message.
+async fn create(
+    client: &kube::Client,
+    path: &str,
+    body: &Value,
+    dry_run: bool,
+) -> Result<Value, String> {
+    let uri = if dry_run {
+        format!("{path}?dryRun=All")
+    } else {
+        path.to_owned()
+    };
+    let request = http::Request::post(uri)
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(body).unwrap())
+        .unwrap();
+    client
+        .request::<Value>(request)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Retries `create` (dry run) until `done` holds for its answer (policies load
+/// asynchronously), for at most 60 s; returns the last answer.
+async fn until(
+    client: &kube::Client,
+    path: &str,
+    body: &Value,
+    done: impl Fn(&Result<Value, String>) -> bool,
+) -> Result<Value, String> {
+    let mut last = create(client, path, body, true).await;
+    for _ in 0..120 {
+        if done(&last) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        last = create(client, path, body, true).await;
+    }
+    last
+}
+
+fn configmap(name: &str, text: &str) -> Value {
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "kube-system", "labels": {"stackgate.dev/cloud-config": "cloud.conf"}},
+        "data": {"cloud.conf": text},
+    })
+}
+
+fn helm_release(name: &str, load_balancer: Value) -> Value {
+    serde_json::json!({
+        "apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+        "metadata": {"name": name, "namespace": "kube-system"},
+        "spec": {
+            "interval": "10m",
+            "chart": {"spec": {"chart": "openstack-cloud-controller-manager", "sourceRef": {"kind": "HelmRepository", "name": "cpo"}}},
+            "values": {"cloudConfig": {"global": {"auth-url": "https://keystone:5000/v3"}, "loadBalancer": load_balancer}},
+        },
+    })
+}
+
+/// With no stackgate pod at all, a real kube-apiserver loaded with the generated policies
+/// refuses an explicit false in a labelled ConfigMap and in a HelmRelease's structured values,
+/// admits what the webhook admits, and (1.36, `KUBE_VERSION` >= 1.34 with the beta served)
+/// adds the setting to a plain config and to structured values.
+///
+/// Skips unless `KUBE_APISERVER_BIN` names a kube-apiserver (1.30+; see the project's notes on
+/// building one) and `ETCD_BIN` (default `etcd`) and `openssl` run. `KUBE_VERSION` (default
+/// 1.36) picks the generated API versions.
+#[tokio::test]
+async fn real_apiserver_refuses_false_and_adds_the_setting() {
+    let Some(apiserver) = std::env::var_os("KUBE_APISERVER_BIN") else {
+        eprintln!("skipped: KUBE_APISERVER_BIN is not set");
+        return;
+    };
+    let etcd = std::env::var_os("ETCD_BIN").unwrap_or_else(|| "etcd".into());
+    let kube_version: KubeVersion = std::env::var("KUBE_VERSION")
+        .unwrap_or_else(|_| "1.36".to_owned())
+        .parse()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name);
+    let (etcd_port, peer_port, secure_port) = (free_port(), free_port(), free_port());
+    let _etcd = Child(
+        Command::new(&etcd)
+            .args(["--name", "default", "--data-dir"])
+            .arg(path("etcd"))
+            .arg(format!("--listen-client-urls=http://127.0.0.1:{etcd_port}"))
+            .arg(format!(
+                "--advertise-client-urls=http://127.0.0.1:{etcd_port}"
+            ))
+            .arg(format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"))
+            .arg(format!(
+                "--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"
+            ))
+            .arg(format!(
+                "--initial-cluster=default=http://127.0.0.1:{peer_port}"
+            ))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(path("etcd.log")).unwrap())
+            .spawn()
+            .expect("ETCD_BIN (or etcd on PATH) runs"),
+    );
+    let key = Command::new("openssl")
+        .args([
+            "ecparam",
+            "-genkey",
+            "-name",
+            "prime256v1",
+            "-noout",
+            "-out",
+        ])
+        .arg(path("sa.pem"))
+        .status()
+        .expect("openssl runs");
+    assert!(key.success());
+    let token = "stackgate-e2e-token";
+    std::fs::write(
+        path("tokens.csv"),
+        format!("{token},admin,admin,system:masters\n"),
+    )
+    .unwrap();
+    let _apiserver = Child(
+        Command::new(&apiserver)
+            .arg(format!("--etcd-servers=http://127.0.0.1:{etcd_port}"))
+            .args(["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1"])
+            .arg(format!("--secure-port={secure_port}"))
+            .arg(format!("--cert-dir={}", path("certs").display()))
+            .arg(format!(
+                "--token-auth-file={}",
+                path("tokens.csv").display()
+            ))
+            .arg("--authorization-mode=RBAC")
+            .arg("--service-account-issuer=https://kubernetes.default.svc")
+            .arg(format!(
+                "--service-account-key-file={}",
+                path("sa.pem").display()
+            ))
+            .arg(format!(
+                "--service-account-signing-key-file={}",
+                path("sa.pem").display()
+            ))
+            .args([
+                "--service-cluster-ip-range=10.96.0.0/16",
+                "--endpoint-reconciler-type=none",
+                "--disable-admission-plugins=ServiceAccount",
+                "--enable-priority-and-fairness=false",
+            ])
+            .args(match kube_version.mutating_api() {
+                Some("admissionregistration.k8s.io/v1beta1") => vec![
+                    "--feature-gates=MutatingAdmissionPolicy=true",
+                    "--runtime-config=admissionregistration.k8s.io/v1beta1=true",
+                ],
+                _ => vec![],
+            })
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(path("apiserver.log")).unwrap())
+            .spawn()
+            .expect("KUBE_APISERVER_BIN runs"),
+    );
+    let mut config = kube::Config::new(format!("https://127.0.0.1:{secure_port}").parse().unwrap());
+    config.accept_invalid_certs = true;
+    config.headers.push((
+        http::header::AUTHORIZATION,
+        format!("Bearer {token}").parse().unwrap(),
+    ));
+    let client = kube::Client::try_from(config).unwrap();
+    let mut ready = false;
+    for _ in 0..120 {
+        let request = http::Request::get("/readyz").body(Vec::new()).unwrap();
+        if client
+            .request_text(request)
+            .await
+            .is_ok_and(|t| t.trim() == "ok")
+        {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    assert!(
+        ready,
+        "the apiserver did not get ready: {}",
+        std::fs::read_to_string(path("apiserver.log")).unwrap_or_default()
+    );
+
+    // A HelmRelease CRD (schemaless values, as Flux's).
+    let crd = serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "helmreleases.helm.toolkit.fluxcd.io"},
+        "spec": {
+            "group": "helm.toolkit.fluxcd.io", "scope": "Namespaced",
+            "names": {"kind": "HelmRelease", "plural": "helmreleases", "singular": "helmrelease", "listKind": "HelmReleaseList"},
+            "versions": [{"name": "v2", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}],
+        },
+    });
+    create(
+        &client,
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        &crd,
+        false,
+    )
+    .await
+    .unwrap();
+
+    let objects = generate(&PolicySet::embedded().unwrap())
+        .objects(kube_version)
+        .unwrap();
+    for object in &objects {
+        let api = object["apiVersion"].as_str().unwrap();
+        let plural = format!("{}s", object["kind"].as_str().unwrap().to_ascii_lowercase());
+        create(&client, &format!("/apis/{api}/{plural}"), object, false)
+            .await
+            .unwrap_or_else(|e| panic!("creating {}: {e}", object["metadata"]["name"]));
+    }
+
+    let configmaps = "/api/v1/namespaces/kube-system/configmaps";
+    let refused = |r: &Result<Value, String>| {
+        r.as_ref()
+            .is_err_and(|e| e.contains("provider-requires-serial-api-calls"))
+    };
+    // Refused: an explicit false, and Off after true (the last assignment wins).
+    for (name, text) in [
+        (
+            "false",
+            "[Global]\nregion = r\n[LoadBalancer]\nprovider-requires-serial-api-calls = false\n",
+        ),
+        (
+            "off-after-true",
+            "[LoadBalancer]\nprovider-requires-serial-api-calls = true\n[loadbalancer]\nprovider-requires-serial-api-calls = Off\n",
+        ),
+    ] {
+        let answer = until(&client, configmaps, &configmap(name, text), refused).await;
+        assert!(refused(&answer), "{name}: {answer:?}");
+    }
+    // Admitted unchanged: false then a later TRUE, and a config outside the gate.
+    for (name, text) in [
+        (
+            "true-last",
+            "[LoadBalancer]\nprovider-requires-serial-api-calls = false\nprovider-requires-serial-api-calls = TRUE\n",
+        ),
+        (
+            "continuation",
+            "[LoadBalancer]\nprovider-requires-serial-api-calls = false\\\n\n",
+        ),
+    ] {
+        let answer = create(&client, configmaps, &configmap(name, text), true).await;
+        let data = answer.unwrap_or_else(|e| panic!("{name}: {e}"))["data"]["cloud.conf"].clone();
+        assert_eq!(data, text, "{name}");
+    }
+    let releases = "/apis/helm.toolkit.fluxcd.io/v2/namespaces/kube-system/helmreleases";
+    let release = helm_release(
+        "occm",
+        serde_json::json!({"provider-requires-serial-api-calls": false}),
+    );
+    let answer = until(&client, releases, &release, refused).await;
+    assert!(refused(&answer), "HelmRelease: {answer:?}");
+
+    if kube_version.mutating_api().is_some() {
+        let plain = "[Global]\nregion = r\n";
+        let answer = until(&client, configmaps, &configmap("plain", plain), |r| {
+            r.as_ref().is_ok_and(|o| o["data"]["cloud.conf"] != plain)
+        })
+        .await;
+        assert_eq!(
+            answer.unwrap()["data"]["cloud.conf"],
+            format!("{plain}[LoadBalancer]\nprovider-requires-serial-api-calls = true\n")
+        );
+        let release = helm_release("occm-plain", serde_json::json!({"lb-provider": "amphora"}));
+        let answer = until(&client, releases, &release, |r| {
+            r.as_ref().is_ok_and(|o| {
+                !o["spec"]["values"]["cloudConfig"]["loadBalancer"]["provider-requires-serial-api-calls"].is_null()
+            })
+        })
+        .await;
+        assert_eq!(
+            answer.unwrap()["spec"]["values"]["cloudConfig"]["loadBalancer"]["provider-requires-serial-api-calls"],
+            true
+        );
+    }
+}

@@ -561,7 +561,7 @@ fn plain_ini_configs(count: usize, seed: u64) -> Vec<(String, String)> {
     (0..count)
         .map(|i| {
             let mut lines: Vec<String> = Vec::new();
-            if rng.next() % 4 == 0 {
+            if rng.next().is_multiple_of(4) {
                 lines.push(rng.pick(NOISE).to_owned());
             }
             for _ in 0..1 + rng.next() % 4 {
@@ -576,12 +576,12 @@ fn plain_ini_configs(count: usize, seed: u64) -> Vec<(String, String)> {
                     lines.push(line);
                 }
             }
-            if rng.next() % 10 == 0 {
+            if rng.next().is_multiple_of(10) {
                 let at = (rng.next() % (lines.len() as u64 + 1)) as usize;
                 lines.insert(at, rng.pick(OFF_GATE).to_owned());
             }
             let mut text = lines.join("\n");
-            if rng.next() % 3 != 0 {
+            if !rng.next().is_multiple_of(3) {
                 text.push('\n');
             }
             (format!("plain-{i:04}"), text)
@@ -657,7 +657,7 @@ fn gitops_objects(count: usize, seed: u64) -> Vec<(String, Value, bool)> {
             "Provider-Requires-Serial-API-Calls",
             "lb-provider",
         ] {
-            if rng.next() % 2 == 0 {
+            if rng.next().is_multiple_of(2) {
                 let v: Value = serde_json::from_str(rng.pick(BOOLISH)).unwrap();
                 lb.insert(key.to_owned(), v);
             }
@@ -670,7 +670,7 @@ fn gitops_objects(count: usize, seed: u64) -> Vec<(String, Value, bool)> {
         }
         let mut cloud_config =
             json!({"global": {"auth-url": "https://keystone:5000/v3", "region": "RegionOne"}});
-        if rng.next() % 6 != 0 {
+        if !rng.next().is_multiple_of(6) {
             cloud_config["loadBalancer"] = Value::Object(lb);
         }
         match rng.next() % 14 {
@@ -728,15 +728,15 @@ fn gitops_objects(count: usize, seed: u64) -> Vec<(String, Value, bool)> {
         };
         let namespace = rng.pick(&["kube-system", "flux-system", "argocd"]);
         let mut annotations = serde_json::Map::new();
-        if rng.next() % 15 == 0 {
+        if rng.next().is_multiple_of(15) {
             plain = false;
             let policy = rng.pick(&[SERIAL_POLICY, KNOWN_BAD_POLICY]);
             let reason = rng.pick(&["tested on amphora", "  "]);
             annotations.insert(format!("stackgate.dev/exempt.{policy}"), json!(reason));
         }
-        let object = if rng.next() % 2 == 0 {
+        let object = if rng.next().is_multiple_of(2) {
             let mut spec = json!({"interval": "10m", "values": values});
-            if rng.next() % 5 == 0 {
+            if rng.next().is_multiple_of(5) {
                 spec["chartRef"] = json!({"kind": "OCIRepository", "name": chart});
             } else {
                 spec["chart"] = json!({"spec": {"chart": chart, "sourceRef": {"kind": "HelmRepository", "name": "cpo"}}});
@@ -769,12 +769,16 @@ fn gitops_objects(count: usize, seed: u64) -> Vec<(String, Value, bool)> {
                 2 => helm["values"] = json!("cloudConfig: {}\n"),
                 _ => {}
             }
-            let field = if rng.next() % 6 == 0 { "path" } else { "chart" };
+            let field = if rng.next().is_multiple_of(6) {
+                "path"
+            } else {
+                "chart"
+            };
             let mut source = json!({"repoURL": "https://kubernetes.github.io/cloud-provider-openstack", "targetRevision": "2.31.0", "helm": helm});
             source[field] = json!(chart);
             let mut spec =
                 json!({"project": "default", "destination": {"namespace": "kube-system"}});
-            if rng.next() % 3 == 0 {
+            if rng.next().is_multiple_of(3) {
                 // The mutating policy edits `spec.source` only.
                 plain = false;
                 let other = json!({"repoURL": "https://example.org/charts", "chart": "other", "targetRevision": "1.0.0"});
