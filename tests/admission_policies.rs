@@ -534,7 +534,11 @@ async fn real_apiserver_refuses_false_and_adds_the_setting() {
         .unwrap();
     for object in &objects {
         let api = object["apiVersion"].as_str().unwrap();
-        let plural = format!("{}s", object["kind"].as_str().unwrap().to_ascii_lowercase());
+        let kind = object["kind"].as_str().unwrap().to_ascii_lowercase();
+        let plural = match kind.strip_suffix('y') {
+            Some(stem) => format!("{stem}ies"),
+            None => format!("{kind}s"),
+        };
         create(&client, &format!("/apis/{api}/{plural}"), object, false)
             .await
             .unwrap_or_else(|e| panic!("creating {}: {e}", object["metadata"]["name"]));
