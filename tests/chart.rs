@@ -2238,6 +2238,7 @@ fn audit_rbac_follows_the_report_api_and_the_audit_targets() {
         Some(&verbs(&["list", "watch"]))
     );
     assert_eq!(report_api_env(or).as_deref(), Some("openreports"));
+}
 
 /// `admissionPolicies.enabled`: the generated policies are rendered only for a Kubernetes
 /// version that serves their API, equal to what `stackgate policies --output
