@@ -63,24 +63,7 @@ const ALIAS: &str = "ccm";
 /// tracked. Cases with one of these features are still generated, run and reported (so the
 /// numbers show when a fix lands), but do not fail the test; every other case must agree.
 /// Each entry must still produce at least one mismatch, so a fixed gap is taken off the list.
-const KNOWN_GAPS: &[(&str, &str)] = &[
-    (
-        "helmchart:typed-word",
-        "issue 23 item 1: helm-controller's typedVal sends `null`, `NULL`, `TRUE`, `False`, ... \
-         to --set (typed); stackgate reads them as --set-string",
-    ),
-    (
-        "umbrella:hidden-assignment",
-        "a second assignment hidden in an umbrella chart's spec.set key \
-         (`<sub>.a=1,<sub>.cloudConfig...=x`) keeps its subchart prefix in stackgate, so the \
-         value it sets is lost (h23-values: helm.rs place_overrides)",
-    ),
-    (
-        "umbrella:key-spelling-in-values-string",
-        "issue 23 item 2: a values string's subchart key is found only when written bare at \
-         the start of a line",
-    ),
-];
+const KNOWN_GAPS: &[(&str, &str)] = &[];
 
 // ---------------------------------------------------------------------------------------------
 // Deterministic randomness

@@ -422,3 +422,37 @@ fn helm_chart_structured_values_are_merged_over_values_content() {
     object["spec"]["set"] = json!({SERIAL: "false"});
     denied_for_serial_calls(&object);
 }
+
+#[test]
+fn an_assignment_hidden_in_an_umbrella_charts_set_key_is_scoped_to_the_subchart() {
+    // An umbrella chart's `spec.set` key with a second assignment hidden in it: Helm parses
+    // the whole `--set` entry at the umbrella's root, so both assignments land under the
+    // subchart key. With `false` hidden in a key that sorts after the plain `true` one (both
+    // typed: --set, in helm-controller's sorted order), the CCM reads false.
+    let sub = "openstack-cloud-controller-manager";
+    let plain = format!("{sub}.{SERIAL}");
+    let hidden = format!("{sub}.zzz=1,{sub}.{SERIAL}");
+    // The values string beneath spells the subchart key bare, quoted or in flow style.
+    for values in [
+        format!("{sub}:\n  cloudConfig:\n    global:\n      auth-url: https://keystone:5000/v3\n"),
+        format!(
+            "\"{sub}\": {{cloudConfig: {{global: {{auth-url: 'https://keystone:5000/v3'}}}}}}\n"
+        ),
+    ] {
+        let umbrella = |set: Value| {
+            json!({"apiVersion": "helm.cattle.io/v1", "kind": "HelmChart",
+                "metadata": {"name": "platform", "namespace": "kube-system"},
+                "spec": {"chart": "example/platform", "valuesContent": values, "set": set}})
+        };
+        denied_for_serial_calls(&umbrella(
+            json!({plain.clone(): "true", hidden.clone(): "false"}),
+        ));
+        // A `--set-string` "off" hidden the same way counts too.
+        denied_for_serial_calls(&umbrella(json!({hidden.clone(): "off"})));
+        // And the other way round: the hidden `TRUE` (typed by helm-controller, which
+        // lowercases) is the last word over a plain false.
+        admitted(&umbrella(
+            json!({plain.clone(): "false", hidden.clone(): "TRUE"}),
+        ));
+    }
+}

@@ -5,7 +5,7 @@
 //! |---|---|---|
 //! | Flux `HelmRelease` (`helm.toolkit.fluxcd.io` v2, v2beta2, v2beta1) | `spec.chart.spec.chart`, else `spec.chartRef.name` | `spec.values` (structured); with `spec.valuesFrom`, values this object does not hold (`SiteError::Unseen`) unless `spec.values` decides alone |
 //! | Argo CD `Application` (`argoproj.io/v1alpha1`) | `spec.source.chart` (or the last segment of `spec.source.path`), same for each `spec.sources[]` | `helm.valuesObject` (structured), `helm.values` (YAML string), each with `helm.parameters` on top (`--set`, or `--set-string` with `forceString`) |
-//! | RKE2/k3s `HelmChart` (`helm.cattle.io/v1`) | `spec.chart` (name, `repo/name`, URL or OCI reference) | `spec.valuesContent` (YAML string) with `spec.set` on top (helm-controller: `"true"`/`"false"` and integers typed, other strings `--set-string`) |
+//! | RKE2/k3s `HelmChart` (`helm.cattle.io/v1`) | `spec.chart` (name, `repo/name`, URL or OCI reference) | `spec.valuesContent` (YAML string) with `spec.set` on top (helm-controller: `true`, `false`, `null` in any case and integers typed, other strings `--set-string`) |
 //! | k0s `ClusterConfig` (`k0s.k0sproject.io`) | `spec.extensions.helm.charts[].chartname` | that entry's `values` (YAML string) |
 //! | RKE2/k3s `HelmChartConfig` (`helm.cattle.io/v1`) | `metadata.name` (it customises the HelmChart of that name) | `spec.valuesContent` (YAML string) |
 //! | a plain values file (`stackgate check --values-for`) | the flag | the whole file |
@@ -1064,10 +1064,11 @@ impl SetFailure {
 }
 
 /// The `--set`-like entries of `place` in the order Helm applies them, each read with Helm's
-/// `strvals` parser. Below an umbrella chart's subchart key, entries under that key are kept
-/// without it and others (another subchart's) dropped. An entry Helm cannot read, or one that
-/// sets the subchart's key itself together with other keys, is a failure: what the chart
-/// renders is then not known.
+/// `strvals` parser. Below an umbrella chart's subchart key, entries under that key are kept,
+/// scoped to it (each applied whole at the umbrella's root: the override's `scope`),
+/// and others (another subchart's) dropped. An entry Helm cannot read, or one that sets the
+/// subchart's key itself or keys outside it together with keys under it, is a failure: what
+/// the chart renders is then not known.
 fn place_overrides(
     root: &Value,
     place: &ValuesPlace,
@@ -1081,7 +1082,6 @@ fn place_overrides(
         out.extend(overrides_of(root, source, cancel)?);
     }
     if let Some(alias) = &place.alias {
-        let prefix = format!("{alias}.");
         let mut kept = Vec::new();
         for mut o in out {
             let under =
@@ -1089,10 +1089,14 @@ fn place_overrides(
             if !o.touches(alias) {
                 continue;
             }
-            if !o.paths.iter().all(under) || !o.line.starts_with(&prefix) {
+            if !o.paths.iter().all(under) {
                 return Err(SetFailure::of(&o, StrvalsError::WrongType));
             }
-            o.line = o.line[prefix.len()..].to_owned();
+            // The line stays whole: Helm reads it at the umbrella's root, so a second
+            // assignment hidden in it (`<sub>.a=1,<sub>.cloudConfig...=x`) lands under the
+            // subchart key too (helm/helm `pkg/cli/values/options.go` `MergeValues` parses
+            // each --set entry into the release's values, which are the umbrella's).
+            o.scope = Some(alias.clone());
             for p in &mut o.paths {
                 p.remove(0);
             }
@@ -1146,6 +1150,7 @@ fn values_file_entries(
             let name = display(&value_path);
             let o = Override {
                 line: String::new(),
+                scope: None,
                 typing: Typing::Typed,
                 paths: Vec::new(),
                 value_path,
@@ -1430,6 +1435,7 @@ fn parsed(
 ) -> Result<Override, SetFailure> {
     let mut o = Override {
         line,
+        scope: None,
         typing,
         paths: Vec::new(),
         value_path,
@@ -1457,8 +1463,22 @@ fn merged_with(
     };
     let mut budget = SetBudget::new(cancel.clone());
     for o in overrides {
-        strvals::parse_into_within(&o.line, &mut merged, o.typing, &mut budget)
+        let Some(scope) = &o.scope else {
+            strvals::parse_into_within(&o.line, &mut merged, o.typing, &mut budget)
+                .map_err(|error| SetFailure::of(o, error))?;
+            continue;
+        };
+        // At the umbrella's root, with the subchart's values under its key; the subchart
+        // gets what is under that key afterwards ([`place_overrides`] keeps only lines whose
+        // every path is below it).
+        let mut root = serde_json::Map::new();
+        root.insert(scope.clone(), Value::Object(std::mem::take(&mut merged)));
+        strvals::parse_into_within(&o.line, &mut root, o.typing, &mut budget)
             .map_err(|error| SetFailure::of(o, error))?;
+        merged = match root.remove(scope) {
+            Some(Value::Object(map)) => map,
+            _ => return Err(SetFailure::of(o, StrvalsError::WrongType)),
+        };
     }
     Ok(Value::Object(merged))
 }

@@ -524,8 +524,12 @@ impl Carrier for UnseenValues {
 #[derive(Debug, Clone)]
 pub(super) struct Override {
     /// The `--set` text Helm parses (`key=value`, commas escaped as the controller escapes
-    /// them); below an umbrella chart's subchart key, without it.
+    /// them), as written: below an umbrella chart's subchart key, still with it (see `scope`).
     pub(super) line: String,
+    /// Below an umbrella chart, the subchart key: Helm parses the whole line at the
+    /// umbrella's root (every assignment in it, a hidden `<sub>.a=1,<sub>.b=2` too) and the
+    /// subchart gets what lands under this key. `None`: the line is parsed at the chart's root.
+    pub(super) scope: Option<String>,
     /// `--set` or `--set-string`.
     pub(super) typing: Typing,
     /// The values paths it sets (`[cloudConfig, loadBalancer, subnet-id]`; list indexes
