@@ -55,6 +55,11 @@ RENDERS=(
     "minimal|stackgate|stackgate|minimal|"
     "rollout|stackgate|stackgate|rollout|"
     "other-namespace|sg|platform-admission|other-namespace|--kube-version 1.33.1"
+    "admission-policies-1.29|stackgate|stackgate|admission-policies|--kube-version 1.29.0"
+    "admission-policies-1.30|stackgate|stackgate|admission-policies|--kube-version 1.30.0"
+    "admission-policies-1.34-beta|stackgate|stackgate|admission-policies|--kube-version 1.34.0 --api-versions admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy"
+    "admission-policies-1.36|stackgate|stackgate|admission-policies|--kube-version 1.36.0"
+    "webhook-free|stackgate|stackgate|webhook-free|--kube-version 1.36.0"
 )
 
 step "helm lint --strict (default values and every ci/*-values.yaml)"

@@ -12,6 +12,7 @@
 //! See `ARCHITECTURE.md` for the code map and the invariants.
 
 pub mod admission;
+pub mod admission_policies;
 pub mod audit;
 pub mod budget;
 pub mod check;

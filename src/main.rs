@@ -8,7 +8,8 @@ use clap::Parser as _;
 
 use stackgate::check::CheckOptions;
 use stackgate::cli::{
-    AuditArgs, CheckArgs, Cli, Command, KubeMode, OpenShiftPlatformMode, PolicyArgs, ServeArgs,
+    AuditArgs, CheckArgs, Cli, Command, KubeMode, OpenShiftPlatformMode, PoliciesArgs,
+    PoliciesOutput, PolicyArgs, ServeArgs,
 };
 use stackgate::cluster_config::watcher::CloudConfigMetrics;
 use stackgate::cluster_config::{CloudConfigSource, ConfigFactCell};
@@ -136,9 +137,17 @@ fn audit(args: &AuditArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(code))
 }
 
-fn print_policies(args: &PolicyArgs) -> anyhow::Result<ExitCode> {
-    let set = load_policies(args)?;
-    print!("# effective policy set ({})\n{}", set.origin, set.to_yaml());
+fn print_policies(args: &PoliciesArgs) -> anyhow::Result<ExitCode> {
+    let set = load_policies(&args.policy)?;
+    match args.output {
+        PoliciesOutput::PolicySet => {
+            print!("# effective policy set ({})\n{}", set.origin, set.to_yaml());
+        }
+        PoliciesOutput::AdmissionPolicies => {
+            let generated = stackgate::admission_policies::generate(&set);
+            print!("{}", generated.to_yaml(args.kube_version)?);
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 

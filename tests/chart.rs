@@ -682,6 +682,11 @@ fn every_document_parses_into_kubernetes_types() {
                     assert_eq!(api, "cert-manager.io/v1", "{}: {kind}", r.name)
                 }
                 "ServiceMonitor" => assert_eq!(api, "monitoring.coreos.com/v1", "{}", r.name),
+                // Checked in admission_policies_render_where_served_and_match_the_generator.
+                "ValidatingAdmissionPolicy"
+                | "ValidatingAdmissionPolicyBinding"
+                | "MutatingAdmissionPolicy"
+                | "MutatingAdmissionPolicyBinding" => {}
                 other => panic!("{}: unexpected kind {other} (add it to this test)", r.name),
             }
             let meta = meta_of(doc);
@@ -692,7 +697,7 @@ fn every_document_parses_into_kubernetes_types() {
                     | "CustomResourceDefinition"
                     | "MutatingWebhookConfiguration"
                     | "ValidatingWebhookConfiguration"
-            );
+            ) || kind.contains("AdmissionPolicy");
             if cluster_scoped {
                 assert!(
                     meta.namespace.is_none(),
@@ -724,7 +729,10 @@ fn every_document_parses_into_kubernetes_types() {
 #[test]
 #[ignore = "needs the rendered chart in target/chart-render: run .ci/chart.sh (installs Helm)"]
 fn webhooks_are_narrow_short_and_fail_as_documented() {
-    for r in load_renders() {
+    for r in load_renders()
+        .into_iter()
+        .filter(|r| r.name != "webhook-free")
+    {
         let service: Service = r.one("Service");
         let fullname = service.metadata.name.clone().expect("service name");
         let cert_manager = !r.of_kind("Certificate").is_empty();
@@ -932,7 +940,10 @@ fn webhooks_are_narrow_short_and_fail_as_documented() {
 #[test]
 #[ignore = "needs the rendered chart in target/chart-render: run .ci/chart.sh (installs Helm)"]
 fn every_cloud_config_site_is_matched() {
-    for r in load_renders() {
+    for r in load_renders()
+        .into_iter()
+        .filter(|r| r.name != "webhook-free")
+    {
         let files: BTreeMap<String, String> = match r.maybe_one::<ConfigMap>("ConfigMap") {
             Some(cm) => cm.data.unwrap_or_default().into_iter().collect(),
             None => dir_files(&repo().join("charts/stackgate/files/policies"), "yaml")
@@ -2002,7 +2013,10 @@ fn gitops_webhooks_register_every_kind_the_engine_reads() {
         assert!(engine_acts_on(o), "the engine does not read {}", o["kind"]);
     }
     let mut checked = 0;
-    for r in load_renders() {
+    for r in load_renders()
+        .into_iter()
+        .filter(|r| r.name != "webhook-free")
+    {
         let validating = r.one::<ValidatingWebhookConfiguration>("ValidatingWebhookConfiguration");
         let mutating = r.maybe_one::<MutatingWebhookConfiguration>("MutatingWebhookConfiguration");
         let mut hooks = validating_hooks(&validating);
@@ -2071,4 +2085,159 @@ fn gitops_webhooks_register_every_kind_the_engine_reads() {
         }
     }
     assert!(checked >= 10, "only {checked} gitops webhooks checked");
+}
+
+/// `admissionPolicies.enabled`: the generated policies are rendered only for a Kubernetes
+/// version that serves their API, equal to what `stackgate policies --output
+/// admission-policies` generates for it, bound to the namespaces the webhooks see; the
+/// webhook-free mode renders no webhook configuration.
+#[test]
+#[ignore = "needs the rendered chart in target/chart-render: run .ci/chart.sh (installs Helm)"]
+fn admission_policies_render_where_served_and_match_the_generator() {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    use stackgate::admission_policies::{KubeVersion, generate};
+
+    let renders = load_renders();
+    let policy_kinds = [
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+        "MutatingAdmissionPolicy",
+        "MutatingAdmissionPolicyBinding",
+    ];
+    let generated = generate(&stackgate::policy::PolicySet::embedded().unwrap());
+    let of_kinds = |r: &Render, kinds: &[&str]| -> Vec<Value> {
+        r.docs
+            .iter()
+            .filter(|d| kinds.contains(&d["kind"].as_str().unwrap_or_default()))
+            .cloned()
+            .collect()
+    };
+    // Off by default.
+    assert!(of_kinds(render(&renders, "default"), &policy_kinds).is_empty());
+    // 1.29 serves no v1, and v1beta1 is off by default there.
+    assert!(of_kinds(render(&renders, "admission-policies-1.29"), &policy_kinds).is_empty());
+
+    for (name, version, mutating_api) in [
+        ("admission-policies-1.30", "1.30", None),
+        (
+            "admission-policies-1.34-beta",
+            "1.34",
+            Some("admissionregistration.k8s.io/v1beta1"),
+        ),
+        (
+            "admission-policies-1.36",
+            "1.36",
+            Some("admissionregistration.k8s.io/v1"),
+        ),
+        (
+            "webhook-free",
+            "1.36",
+            Some("admissionregistration.k8s.io/v1"),
+        ),
+    ] {
+        let r = render(&renders, name);
+        let rendered = of_kinds(r, &policy_kinds);
+        let version: KubeVersion = version.parse().unwrap();
+        let mut expected = generated.objects(version).unwrap();
+        if mutating_api.is_none() {
+            expected.retain(|o| !o["kind"].as_str().unwrap().starts_with("Mutating"));
+        }
+        assert_eq!(rendered.len(), expected.len(), "{name}");
+        // Helm orders documents by kind; pair them by kind and name.
+        for got in &rendered {
+            let want = expected
+                .iter()
+                .find(|w| {
+                    w["kind"] == got["kind"] && w["metadata"]["name"] == got["metadata"]["name"]
+                })
+                .unwrap_or_else(|| {
+                    panic!(
+                        "{name}: unexpected {} {}",
+                        got["kind"], got["metadata"]["name"]
+                    )
+                });
+            let kind = got["kind"].as_str().unwrap();
+            let what = format!("{name}: {kind} {}", got["metadata"]["name"]);
+            assert_eq!(got["kind"], want["kind"], "{what}");
+            assert_eq!(got["metadata"]["name"], want["metadata"]["name"], "{what}");
+            let api = got["apiVersion"].as_str().unwrap();
+            if kind.starts_with("Mutating") {
+                assert_eq!(Some(api), mutating_api, "{what}");
+            } else {
+                assert_eq!(api, "admissionregistration.k8s.io/v1", "{what}");
+            }
+            assert_eq!(
+                got["metadata"]["labels"]["app.kubernetes.io/instance"], r.release,
+                "{what}"
+            );
+            assert!(
+                got["metadata"]["namespace"].is_null(),
+                "{what}: cluster-scoped"
+            );
+            if kind.ends_with("Binding") {
+                // Bound to what the webhooks see: never the release namespace, nor sandbox
+                // (webhooks.excludeNamespaces in the values), nor an exempted namespace.
+                let selector: LabelSelector = serde_json::from_value(
+                    got["spec"]["matchResources"]["namespaceSelector"].clone(),
+                )
+                .unwrap();
+                let excluded = |ns: &str| {
+                    selector.match_expressions.iter().flatten().any(|e| {
+                        e.key == "kubernetes.io/metadata.name"
+                            && e.operator == "NotIn"
+                            && e.values.iter().flatten().any(|v| v == ns)
+                    })
+                };
+                assert!(
+                    excluded(&r.namespace),
+                    "{what}: binds the release namespace"
+                );
+                if name != "webhook-free" {
+                    assert!(excluded("sandbox"), "{what}: binds an excluded namespace");
+                }
+                assert!(
+                    !excluded("kube-system") && ns_admitted(&selector, "kube-system"),
+                    "{what}"
+                );
+                assert!(
+                    selector
+                        .match_expressions
+                        .iter()
+                        .flatten()
+                        .any(|e| { e.key == "stackgate.dev/ignore" && e.operator == "NotIn" }),
+                    "{what}: exempted namespaces are bound"
+                );
+                let mut got_spec = got["spec"].clone();
+                let mut want_spec = want["spec"].clone();
+                got_spec.as_object_mut().unwrap().remove("matchResources");
+                want_spec.as_object_mut().unwrap().remove("matchResources");
+                assert_eq!(got_spec, want_spec, "{what}");
+            } else {
+                assert_eq!(got["spec"], want["spec"], "{what}");
+            }
+            match kind {
+                "ValidatingAdmissionPolicy" => roundtrip::<ValidatingAdmissionPolicy>(name, got),
+                "ValidatingAdmissionPolicyBinding" => {
+                    roundtrip::<ValidatingAdmissionPolicyBinding>(name, got)
+                }
+                _ => {}
+            }
+        }
+    }
+
+    // Webhook-free: the policies and no webhook configuration.
+    let free = render(&renders, "webhook-free");
+    assert!(
+        of_kinds(
+            free,
+            &[
+                "MutatingWebhookConfiguration",
+                "ValidatingWebhookConfiguration"
+            ]
+        )
+        .is_empty()
+    );
+    assert!(!of_kinds(free, &["ValidatingAdmissionPolicy"]).is_empty());
 }

@@ -909,7 +909,7 @@ fn generated(count: usize, seed: u64) -> Vec<String> {
 }
 
 /// The whole corpus: (name, text).
-fn corpus() -> Vec<(String, String)> {
+pub(crate) fn corpus() -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = FIXTURES
         .iter()
         .map(|(n, t)| ((*n).to_owned(), (*t).to_owned()))

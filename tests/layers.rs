@@ -40,8 +40,9 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("rules", &["rules"]),
     // 3: which rules run where, in which mode, with which parameters.
     ("policy", &["policy"]),
-    // 4: runs the policies' rules over one object.
-    ("engine", &["engine"]),
+    // 4: runs the policies' rules over one object; compiles what it can of them into
+    // Kubernetes admission policies (CEL).
+    ("engine", &["engine", "admission_policies"]),
     // 5: connect the engine to the outside world: admission reviews, Git files, the
     // OpenStack APIs, the OpenStackVersion watcher, Prometheus.
     (

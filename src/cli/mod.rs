@@ -49,8 +49,8 @@ pub struct Cli {
 pub enum Command {
     /// Run the HTTPS admission webhook (POST /mutate, POST /validate) and the admin listener.
     Serve(Box<ServeArgs>),
-    /// Print the effective policy set as YAML.
-    Policies(PolicyArgs),
+    /// Print the effective policy set as YAML, or the admission policies generated from it.
+    Policies(PoliciesArgs),
     /// Print every rule: what it prevents, its source and an example denial (Markdown).
     Rules(PolicyArgs),
     /// Check manifests and Helm values offline with the webhook's engine and policies.
@@ -69,6 +69,48 @@ pub struct PolicyArgs {
     /// Directory of policy YAML files; replaces the embedded default set.
     #[arg(long, env = "STACKGATE_POLICIES", value_name = "DIR")]
     pub policies: Option<PathBuf>,
+}
+
+/// `stackgate policies`: what to print.
+#[derive(Debug, Clone, Args)]
+pub struct PoliciesArgs {
+    /// Where policies come from.
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    /// `policy-set`: the effective policy set; `admission-policies`: the
+    /// ValidatingAdmissionPolicies (and MutatingAdmissionPolicies, for a version that serves
+    /// them) generated from it, with their bindings.
+    #[arg(
+        long,
+        env = "STACKGATE_POLICIES_OUTPUT",
+        value_enum,
+        default_value = "policy-set"
+    )]
+    pub output: PoliciesOutput,
+    /// Kubernetes version the admission policies are for (`1.30`, `v1.36.2`): picks the API
+    /// versions (ValidatingAdmissionPolicy v1 from 1.30, v1beta1 on 1.28-1.29;
+    /// MutatingAdmissionPolicy v1 from 1.36, v1beta1 on 1.34-1.35).
+    #[arg(
+        long,
+        env = "STACKGATE_KUBE_VERSION",
+        default_value = crate::admission_policies::DEFAULT_KUBE_VERSION,
+        value_parser = parse_kube_version
+    )]
+    pub kube_version: crate::admission_policies::KubeVersion,
+}
+
+/// What `stackgate policies` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PoliciesOutput {
+    /// The effective policy set (YAML).
+    PolicySet,
+    /// Kubernetes admission policies generated from it (YAML).
+    AdmissionPolicies,
+}
+
+fn parse_kube_version(s: &str) -> Result<crate::admission_policies::KubeVersion, String> {
+    s.parse()
+        .map_err(|e: crate::admission_policies::AdmissionPoliciesError| e.to_string())
 }
 
 /// Logging flags.
@@ -163,6 +205,34 @@ mod tests {
     fn cli_is_consistent() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn policies_output_defaults_and_kube_version() {
+        let Command::Policies(args) = parse(&["stackgate", "policies"]).command else {
+            panic!("not policies");
+        };
+        assert_eq!(args.output, PoliciesOutput::PolicySet);
+        assert_eq!(
+            args.kube_version,
+            crate::admission_policies::DEFAULT_KUBE_VERSION
+                .parse()
+                .unwrap()
+        );
+        let argv = [
+            "stackgate",
+            "policies",
+            "--output",
+            "admission-policies",
+            "--kube-version",
+            "v1.36.2",
+        ];
+        let Command::Policies(args) = parse(&argv).command else {
+            panic!("not policies");
+        };
+        assert_eq!(args.output, PoliciesOutput::AdmissionPolicies);
+        assert_eq!(args.kube_version.minor, 36);
+        assert!(Cli::try_parse_from(["stackgate", "policies", "--kube-version", "x"]).is_err());
     }
 
     #[test]

@@ -807,7 +807,7 @@ pub fn would_start(text: &str) -> bool {
 /// Sections only the OpenStack CCM's config has (other providers' gcfg configs use
 /// `[Global]` and their own names: vSphere `[VirtualCenter "…"]`, `[Workspace]`, `[Disk]`,
 /// `[Network]`; GCE `[global]`; AWS `[Global]`).
-const OPENSTACK_ONLY_SECTIONS: &[&str] = &[
+pub const OPENSTACK_ONLY_SECTIONS: &[&str] = &[
     "LoadBalancer",
     "LoadBalancerClass",
     "BlockStorage",
@@ -819,7 +819,7 @@ const OPENSTACK_ONLY_SECTIONS: &[&str] = &[
 /// `[Global]` keys only the OpenStack CCM reads. Keys other providers also use in `[Global]`
 /// (vSphere's `secret-name`, `secret-namespace`, `ca-file`, `password`; GCE's `project-id`),
 /// and generic ones another provider might (`region`), are left out on purpose.
-const OPENSTACK_ONLY_GLOBAL_KEYS: &[&str] = &[
+pub const OPENSTACK_ONLY_GLOBAL_KEYS: &[&str] = &[
     "auth-url",
     "username",
     "user-id",

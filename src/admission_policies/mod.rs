@@ -1,0 +1,947 @@
+//! Kubernetes admission policies generated from the effective policy set: the part of
+//! stackgate that runs inside the apiserver, with no stackgate pod in the path.
+//!
+//! [`generate`] turns a [`PolicySet`] (its policies and its sites document) into
+//! `ValidatingAdmissionPolicy` objects and their bindings and, for a Kubernetes version that
+//! serves them, `MutatingAdmissionPolicy` objects and theirs. They decide a subset of what
+//! the webhook decides, written in CEL (the apiserver's expression language):
+//!
+//! * an explicit false for `[LoadBalancer] provider-requires-serial-api-calls` (policies of
+//!   the `serial-lb-api-calls` rule) and `[LoadBalancer] use-octavia` (policies of the
+//!   `known-bad-lb-settings` rule), in the cloud config of a named or labelled **ConfigMap**
+//!   site, and in the structured values of the `openstack-cloud-controller-manager` chart in a
+//!   Flux `HelmRelease` (`spec.values`) or an Argo CD `Application` (`helm.valuesObject`,
+//!   `cloudConfig.loadBalancer`, the exact JSON path);
+//! * the missing serial setting added (mutating policies) to such a ConfigMap config and to
+//!   such `HelmRelease` and `Application` (`spec.source`) values.
+//!
+//! The rule they must keep: **never deny or rewrite what the webhook admits unchanged**.
+//! gcfg is not a regular language, so a ConfigMap config is decided only when it passes the
+//! *plain INI gate* ([`PLAIN_INI_GATE`]), a text CEL can read exactly; anything else is left
+//! to the webhook. Structured values are decided only when every key the chart renders is a
+//! plain gcfg name and every value a plain scalar (no line can be injected through a key),
+//! the Secret is rendered, no `cloudConfigContents` replaces the map and no values come from
+//! elsewhere (`valuesFrom`, `valueFiles`, `parameters`). Secrets are not decided at all:
+//! admission CEL on 1.34 and 1.36 has no base64 decoder. An evaluation error admits
+//! (`failurePolicy: Ignore`). `docs/admission-policies.md` lists what stays webhook-only.
+//!
+//! Pure: no IO; the CLI prints the objects and the chart ships them (`files/`).
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde_json::{Value, json};
+
+use crate::policy::{EXEMPT_ANNOTATION_PREFIX, Mode, Policy, PolicySet, SiteKind};
+use crate::rules::{known_bad, serial};
+use crate::sites::helm::DEFAULT_CHARTS;
+
+/// Errors of the generator (the only boundary of this module).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AdmissionPoliciesError {
+    /// The version text is not `MAJOR.MINOR` (optionally `v`-prefixed, patch ignored).
+    #[error("{0:?} is not a Kubernetes version like 1.30 or v1.36.2")]
+    BadVersion(String),
+    /// The version serves no ValidatingAdmissionPolicy API stackgate generates for.
+    #[error(
+        "Kubernetes {0} serves no ValidatingAdmissionPolicy API stackgate generates for \
+         (v1beta1 from 1.28, v1 from 1.30); use the webhook"
+    )]
+    Unsupported(KubeVersion),
+}
+
+/// A Kubernetes minor version, which decides the admission API versions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct KubeVersion {
+    /// Major (1).
+    pub major: u32,
+    /// Minor.
+    pub minor: u32,
+}
+
+/// The version `stackgate policies --output admission-policies` assumes: the first with
+/// `ValidatingAdmissionPolicy` v1 (GA).
+pub const DEFAULT_KUBE_VERSION: &str = "1.30";
+
+impl FromStr for KubeVersion {
+    type Err = AdmissionPoliciesError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || AdmissionPoliciesError::BadVersion(s.to_owned());
+        let text = s.trim();
+        let text = text.strip_prefix('v').unwrap_or(text);
+        let mut parts = text.split('.');
+        let major = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
+        // The minor may carry a suffix (`30+`, as some clusters report it).
+        let minor_text = parts.next().ok_or_else(bad)?;
+        let digits: String = minor_text
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        let minor = digits.parse().map_err(|_| bad())?;
+        Ok(KubeVersion { major, minor })
+    }
+}
+
+impl fmt::Display for KubeVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
+impl KubeVersion {
+    fn at_least(self, minor: u32) -> bool {
+        self.major > 1 || (self.major == 1 && self.minor >= minor)
+    }
+
+    /// The `admissionregistration.k8s.io` version of ValidatingAdmissionPolicy to use.
+    pub fn validating_api(self) -> Option<&'static str> {
+        if self.at_least(30) {
+            Some("admissionregistration.k8s.io/v1")
+        } else if self.at_least(28) {
+            Some("admissionregistration.k8s.io/v1beta1")
+        } else {
+            None
+        }
+    }
+
+    /// The version of MutatingAdmissionPolicy: v1 from 1.36 (on by default), v1beta1 on 1.34
+    /// and 1.35 (served only with the `MutatingAdmissionPolicy` feature gate and
+    /// `--runtime-config=admissionregistration.k8s.io/v1beta1=true`).
+    pub fn mutating_api(self) -> Option<&'static str> {
+        if self.at_least(36) {
+            Some("admissionregistration.k8s.io/v1")
+        } else if self.at_least(34) {
+            Some("admissionregistration.k8s.io/v1beta1")
+        } else {
+            None
+        }
+    }
+}
+
+/// The generated objects, by kind.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AdmissionPolicies {
+    /// ValidatingAdmissionPolicy objects (apiVersion v1; see [`AdmissionPolicies::objects`]).
+    pub validating: Vec<Value>,
+    /// Their bindings.
+    pub validating_bindings: Vec<Value>,
+    /// MutatingAdmissionPolicy objects (apiVersion v1).
+    pub mutating: Vec<Value>,
+    /// Their bindings.
+    pub mutating_bindings: Vec<Value>,
+}
+
+const V1: &str = "admissionregistration.k8s.io/v1";
+
+impl AdmissionPolicies {
+    /// Every object for `version`, apiVersions set; mutating ones only when it serves them.
+    pub fn objects(&self, version: KubeVersion) -> Result<Vec<Value>, AdmissionPoliciesError> {
+        let validating = version
+            .validating_api()
+            .ok_or(AdmissionPoliciesError::Unsupported(version))?;
+        let with = |objects: &[Value], api: &str| {
+            objects
+                .iter()
+                .map(|o| {
+                    let mut o = o.clone();
+                    o["apiVersion"] = Value::String(api.to_owned());
+                    o
+                })
+                .collect::<Vec<_>>()
+        };
+        let mut out = with(&self.validating, validating);
+        out.extend(with(&self.validating_bindings, validating));
+        if let Some(mutating) = version.mutating_api() {
+            out.extend(with(&self.mutating, mutating));
+            out.extend(with(&self.mutating_bindings, mutating));
+        }
+        Ok(out)
+    }
+
+    /// The objects as YAML documents (JSON is YAML), with a header comment.
+    pub fn to_yaml(&self, version: KubeVersion) -> Result<String, AdmissionPoliciesError> {
+        let objects = self.objects(version)?;
+        let mut out = format!(
+            "# stackgate admission policies for Kubernetes {version} (generated by `stackgate \
+             policies --output admission-policies`)\n"
+        );
+        if version.mutating_api() == Some("admissionregistration.k8s.io/v1beta1") {
+            out.push_str(
+                "# MutatingAdmissionPolicy v1beta1 is served only with the \
+                 MutatingAdmissionPolicy feature gate and \
+                 --runtime-config=admissionregistration.k8s.io/v1beta1=true\n",
+            );
+        }
+        for o in objects {
+            out.push_str("---\n");
+            out.push_str(&serde_json::to_string_pretty(&o).unwrap_or_default());
+            out.push('\n');
+        }
+        Ok(out)
+    }
+}
+
+/// Largest ConfigMap cloud config the policies decide, in bytes: keeps the CEL cost of a
+/// decision far below the apiserver's per-evaluation budget (a larger text is the webhook's).
+pub const MAX_DECIDED_TEXT_BYTES: usize = 65_536;
+
+/// Most Argo CD sources an Application may list for the policies to decide it (the engine
+/// reads at most `sites::helm::MAX_CARRIERS_PER_OBJECT` values carriers).
+const MAX_DECIDED_SOURCES: usize = crate::sites::helm::MAX_CARRIERS_PER_OBJECT;
+
+/// A gcfg section or variable name as the gate admits it: an ASCII letter, then ASCII letters,
+/// digits and `-` (gcfg's identifier, restricted to ASCII).
+const IDENT: &str = "[A-Za-z][A-Za-z0-9-]*";
+
+/// The plain INI gate, two regular expressions over the whole text (RE2 and Rust `regex` read
+/// them alike): this one for the characters, [`gate_structure`] for the lines. A text passes
+/// when:
+///
+/// * it holds only tab, newline and printable ASCII other than `"` and `\` (so no quotes, no
+///   escapes, no continuation lines, no CR, no Unicode, hence no case-folding surprises);
+/// * every line is one of: blank (spaces and tabs), a comment (`;` or `#` after optional
+///   blanks), a section header `[Name]` at the start of the line (blanks allowed inside the
+///   brackets, a comment after it; no subsection), or a variable `name` / `name = value`
+///   (optional leading blanks; the value is anything on the line: gcfg ends it at `;` or `#`);
+/// * no variable comes before the first header.
+///
+/// Every such text is one gcfg parses (tested against the engine's parser), with
+/// `\n[` marking exactly the section headers, which is what the policies' CEL relies on.
+pub const PLAIN_INI_GATE: &str = r"^[\t\n\x20\x21\x23-\x5b\x5d-\x7e]*$";
+
+/// The structural half of the gate (lines), see [`PLAIN_INI_GATE`].
+pub fn gate_structure() -> String {
+    let blank_or_comment = r"[ \t]*(?:[;#][^\n]*)?";
+    let header = format!(r"\[[ \t]*{IDENT}[ \t]*\][ \t]*(?:[;#][^\n]*)?");
+    let variable = format!(r"[ \t]*{IDENT}[ \t]*(?:=[^\n]*)?");
+    format!(
+        r"^(?:{blank_or_comment}\n)*(?:{header}(?:\n(?:{header}|{variable}|{blank_or_comment}))*|{blank_or_comment})$"
+    )
+}
+
+/// A section chunk (text after a `\n[` split) that is a `[LoadBalancer]` header.
+const LB_CHUNK: &str = r"(?i)^[ \t]*loadbalancer[ \t]*\]";
+
+/// Whether gated text `t` is recognisably an OpenStack CCM config, as the engine's
+/// `cloudconf::schema::is_openstack_config` decides it: a section only the OpenStack CCM has,
+/// or a `[Global]` key only it reads. A shared site (OpenShift's `cloud-provider-config`) is
+/// edited only then.
+fn openstack_config_cel(t: &str) -> String {
+    use crate::cloudconf::schema::{OPENSTACK_ONLY_GLOBAL_KEYS, OPENSTACK_ONLY_SECTIONS};
+    let alternatives = |names: &[&str]| {
+        names
+            .iter()
+            .map(|n| regex_escape(&n.to_ascii_lowercase()))
+            .collect::<Vec<_>>()
+            .join("|")
+    };
+    let section = format!(
+        r"(?i)^[ \t]*(?:{})[ \t]*\]",
+        alternatives(OPENSTACK_ONLY_SECTIONS)
+    );
+    let global_key = format!(
+        r"(?mi)^[ \t]*(?:{})[ \t]*(?:=[^\n]*)?$",
+        alternatives(OPENSTACK_ONLY_GLOBAL_KEYS)
+    );
+    format!(
+        "('\\n' + {t}).split('\\n[').exists(c, c.matches({section}) || (c.matches({global}) && c.matches({global_key})))",
+        section = cel_str(&section),
+        global = cel_str(r"(?i)^[ \t]*global[ \t]*\]"),
+        global_key = cel_str(&global_key),
+    )
+}
+
+/// The lines assigning `key` (any case), in a text of joined `[LoadBalancer]` chunks.
+fn assignment_regex(key: &str) -> String {
+    format!(r"(?mi)^[ \t]*{}[ \t]*(?:=[^\n]*)?$", regex_escape(key))
+}
+
+fn regex_escape(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c.to_string()
+            } else {
+                format!("\\{c}")
+            }
+        })
+        .collect()
+}
+
+/// A CEL string literal for `s`.
+pub fn cel_str(s: &str) -> String {
+    let mut out = String::from("'");
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\'' => out.push_str("\\'"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
+/// The gcfg bool literals that read as false (`cloudconf::parse_bool`), lower case.
+const FALSE_LITERALS: &str = "['false', 'no', 'off', '0']";
+
+/// What a generated policy decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Decided {
+    /// `[LoadBalancer] provider-requires-serial-api-calls` false.
+    Serial,
+    /// `[LoadBalancer] use-octavia` false.
+    UseOctavia,
+}
+
+impl Decided {
+    fn key(self) -> &'static str {
+        match self {
+            Decided::Serial => serial::KEY,
+            Decided::UseOctavia => "use-octavia",
+        }
+    }
+
+    fn of(policy: &Policy) -> Option<Decided> {
+        if policy.rule == serial::FAMILY.id {
+            Some(Decided::Serial)
+        } else if policy.rule == known_bad::FAMILY.id {
+            Some(Decided::UseOctavia)
+        } else {
+            None
+        }
+    }
+
+    fn message(self, policy: &Policy, carrier: &str) -> String {
+        let what = match self {
+            Decided::Serial => format!(
+                "{carrier} sets [LoadBalancer] {} to false: without serial calls the CCM sends \
+                 fully-populated load-balancer creates and batch member updates, which Octavia \
+                 providers race on (409 \"immutable\", objects stuck in PENDING_*). Fix: set it \
+                 to true",
+                serial::KEY
+            ),
+            Decided::UseOctavia => format!(
+                "{carrier} sets [LoadBalancer] use-octavia to false, which asks for Neutron \
+                 LBaaS v2 (deprecated, leaks admin-owned resources; CCM v1.26.0 and later \
+                 ignore it). Fix: delete the setting"
+            ),
+        };
+        let exempt = match policy.exemption_annotation() {
+            Some(key) => format!(" To exempt this object, annotate it with {key}=\"<reason>\"."),
+            None => String::new(),
+        };
+        format!(
+            "stackgate policy {} (in-process admission policy): {what}.{exempt} Source: {}",
+            policy.name,
+            policy.source.trim()
+        )
+    }
+}
+
+/// Builds the admission policies of `set`: one ValidatingAdmissionPolicy per enabled policy
+/// of a decided rule and carrier group (ConfigMaps; GitOps objects), and one
+/// MutatingAdmissionPolicy per group for `serial-lb-api-calls` policies in enforce or warn
+/// mode.
+pub fn generate(set: &PolicySet) -> AdmissionPolicies {
+    let mut out = AdmissionPolicies::default();
+    for policy in &set.policies {
+        let Some(decided) = Decided::of(policy) else {
+            continue;
+        };
+        let actions: &[&str] = match policy.mode {
+            Mode::Enforce => &["Deny"],
+            Mode::Warn => &["Warn"],
+            Mode::Audit => &["Audit"],
+            Mode::Off => continue,
+        };
+        let common = common_variables(policy);
+        let configmap_name = format!("stackgate-{}-configmaps", policy.name);
+        let sites = configmap_site_keys(set, false);
+        if let Some(sites) = sites {
+            let mut variables = common.clone();
+            variables.extend(configmap_variables(&sites, decided));
+            let expression = format!(
+                "!variables.inScope || variables.exempt || !variables.lastAssignments.exists(l, {})",
+                is_false_assignment("l")
+            );
+            out.validating.push(validating_policy(
+                &configmap_name,
+                policy,
+                configmap_rules(),
+                Vec::new(),
+                variables,
+                &expression,
+                decided.message(policy, "a ConfigMap cloud config"),
+            ));
+            out.validating_bindings
+                .push(binding(&configmap_name, Some(actions)));
+        }
+        let gitops_name = format!("stackgate-{}-chart-values", policy.name);
+        let mut variables = common.clone();
+        variables.extend(gitops_variables());
+        let expression = format!(
+            "!variables.inScope || variables.exempt || !variables.valuesDecided.exists(v, {})",
+            structured_false("v", decided.key())
+        );
+        out.validating.push(validating_policy(
+            &gitops_name,
+            policy,
+            gitops_rules(),
+            vec![spec_changed()],
+            variables,
+            &expression,
+            decided.message(
+                policy,
+                "the openstack-cloud-controller-manager chart's values (cloudConfig.loadBalancer)",
+            ),
+        ));
+        out.validating_bindings
+            .push(binding(&gitops_name, Some(actions)));
+
+        if decided == Decided::Serial && matches!(policy.mode, Mode::Enforce | Mode::Warn) {
+            if let Some(sites) = configmap_site_keys(set, true) {
+                let name = format!("stackgate-{}-configmaps-add", policy.name);
+                let mut variables = common.clone();
+                variables.extend(configmap_mutation_variables(&sites));
+                out.mutating.push(mutating_policy(
+                    &name,
+                    configmap_rules(),
+                    Vec::new(),
+                    variables,
+                    &configmap_patch(),
+                ));
+                out.mutating_bindings.push(binding(&name, None));
+            }
+            let name = format!("stackgate-{}-chart-values-add", policy.name);
+            let mut variables = common;
+            variables.extend(gitops_variables());
+            out.mutating.push(mutating_policy(
+                &name,
+                gitops_rules(),
+                vec![spec_changed()],
+                variables,
+                &values_patch(),
+            ));
+            out.mutating_bindings.push(binding(&name, None));
+        }
+    }
+    out
+}
+
+fn var(name: &str, expression: String) -> Value {
+    json!({"name": name, "expression": expression})
+}
+
+/// `inScope` (the policy's namespaces) and `exempt` (its annotation with a non-empty reason,
+/// as `engine::exemption_reason` reads it).
+fn common_variables(policy: &Policy) -> Vec<Value> {
+    let namespace = "(has(object.metadata.namespace) ? object.metadata.namespace : '')";
+    let list = |names: &[String]| {
+        let items: Vec<String> = names.iter().map(|n| cel_str(n)).collect();
+        format!("[{}]", items.join(", "))
+    };
+    let mut scope = Vec::new();
+    if !policy.scope.namespaces.is_empty() {
+        scope.push(format!("{namespace} in {}", list(&policy.scope.namespaces)));
+    }
+    if !policy.scope.exclude_namespaces.is_empty() {
+        scope.push(format!(
+            "!({namespace} in {})",
+            list(&policy.scope.exclude_namespaces)
+        ));
+    }
+    let in_scope = if scope.is_empty() {
+        "true".to_owned()
+    } else {
+        scope.join(" && ")
+    };
+    let exempt = match policy.exemption_annotation() {
+        Some(key) => {
+            let key = cel_str(&key);
+            format!(
+                "has(object.metadata.annotations) && {key} in object.metadata.annotations && \
+                 object.metadata.annotations[{key}].trim() != ''"
+            )
+        }
+        None => "false".to_owned(),
+    };
+    debug_assert!(EXEMPT_ANNOTATION_PREFIX.starts_with("stackgate.dev/"));
+    vec![var("inScope", in_scope), var("exempt", exempt)]
+}
+
+/// A named ConfigMap site, or the label that makes any ConfigMap one.
+#[derive(Debug, Clone)]
+struct ConfigMapSites {
+    /// (namespace, name, key, shared with other platforms).
+    named: Vec<(String, String, String, bool)>,
+    label: Option<String>,
+}
+
+/// The ConfigMap sites of `set` (`mutable_only`: those stackgate may edit); None when there
+/// are none.
+fn configmap_site_keys(set: &PolicySet, mutable_only: bool) -> Option<ConfigMapSites> {
+    let named: Vec<_> = set
+        .sites
+        .sites
+        .iter()
+        .filter(|s| s.kind == SiteKind::ConfigMap && (s.mutate || !mutable_only))
+        .map(|s| {
+            (
+                s.namespace.clone(),
+                s.name.clone(),
+                s.key.clone(),
+                s.other_platforms,
+            )
+        })
+        .collect();
+    let label = set.sites.label.clone();
+    (!named.is_empty() || label.is_some()).then_some(ConfigMapSites { named, label })
+}
+
+fn configmap_rules() -> Value {
+    json!({"resourceRules": [{
+        "apiGroups": [""],
+        "apiVersions": ["v1"],
+        "operations": ["CREATE", "UPDATE"],
+        "resources": ["configmaps"],
+    }]})
+}
+
+fn gitops_rules() -> Value {
+    json!({"resourceRules": [
+        {
+            "apiGroups": ["helm.toolkit.fluxcd.io"],
+            "apiVersions": ["v2", "v2beta2", "v2beta1"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": ["helmreleases"],
+        },
+        {
+            "apiGroups": ["argoproj.io"],
+            "apiVersions": ["v1alpha1"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": ["applications"],
+        },
+    ]})
+}
+
+/// The webhook for GitOps objects is called on UPDATE only when `spec` changed (the chart's
+/// `spec-changed` matchCondition): the policies do the same, so they never refuse a metadata
+/// update the webhook would not even see.
+fn spec_changed() -> Value {
+    json!({
+        "name": "spec-changed",
+        "expression": "request.operation != 'UPDATE' || !has(object.spec) || !has(oldObject.spec) || object.spec != oldObject.spec",
+    })
+}
+
+/// `siteKeys`: the data keys of this ConfigMap that are sites (named for its namespace and
+/// name, and the key its site label names). `sharedKeys`: those of sites other platforms share.
+fn site_key_variables(sites: &ConfigMapSites) -> Vec<Value> {
+    let ns = "(has(object.metadata.namespace) ? object.metadata.namespace : '')";
+    let name = "(has(object.metadata.name) ? object.metadata.name : '')";
+    let mut parts = Vec::new();
+    let mut shared = Vec::new();
+    for (namespace, object, key, other_platforms) in &sites.named {
+        let part = format!(
+            "({ns} == {} && {name} == {} ? [{}] : [])",
+            cel_str(namespace),
+            cel_str(object),
+            cel_str(key)
+        );
+        if *other_platforms {
+            shared.push(part.clone());
+        }
+        parts.push(part);
+    }
+    if let Some(label) = &sites.label {
+        let label = cel_str(label);
+        parts.push(format!(
+            "(has(object.metadata.labels) && {label} in object.metadata.labels ? \
+             [object.metadata.labels[{label}]] : [])"
+        ));
+    }
+    let join = |v: &[String]| {
+        if v.is_empty() {
+            "[]".to_owned()
+        } else {
+            v.join(" + ")
+        }
+    };
+    vec![
+        var(
+            "siteKeys",
+            format!(
+                "({}).filter(k, has(object.data) && k in object.data)",
+                join(&parts)
+            ),
+        ),
+        var("sharedKeys", join(&shared)),
+    ]
+}
+
+/// The two regular expressions of the gate, applied to `t`.
+fn gate_cel(t: &str) -> String {
+    format!(
+        "size({t}) <= {MAX_DECIDED_TEXT_BYTES} && {t}.matches({}) && {t}.matches({})",
+        cel_str(PLAIN_INI_GATE),
+        cel_str(&gate_structure())
+    )
+}
+
+/// The text of every `[LoadBalancer]` section of `t` (a gated text), joined.
+fn lb_text_cel(t: &str) -> String {
+    format!(
+        "('\\n' + {t}).split('\\n[').filter(c, c.matches({})).join('\\n')",
+        cel_str(LB_CHUNK)
+    )
+}
+
+fn configmap_variables(sites: &ConfigMapSites, decided: Decided) -> Vec<Value> {
+    let mut vars = site_key_variables(sites);
+    vars.push(var(
+        "plainTexts",
+        format!(
+            "variables.siteKeys.map(k, object.data[k]).filter(t, {})",
+            gate_cel("t")
+        ),
+    ));
+    vars.push(var(
+        "lastAssignments",
+        format!(
+            "variables.plainTexts.map(t, {}.findAll({})).filter(a, size(a) > 0).map(a, a[size(a) - 1])",
+            lb_text_cel("t"),
+            cel_str(&assignment_regex(decided.key()))
+        ),
+    ));
+    vars
+}
+
+/// Whether an assignment line `l` (`key = value`, or a bare `key`, which is true) sets a false
+/// literal: gcfg ends an unquoted value at `;` or `#` and trims blanks around it.
+fn is_false_assignment(l: &str) -> String {
+    format!(
+        "{l}.contains('=') && {l}.substring({l}.indexOf('=') + 1).split(';')[0].split('#')[0].trim().lowerAscii() in {FALSE_LITERALS}"
+    )
+}
+
+/// The keys (`missingKeys`) of mutable ConfigMap sites whose plain config lacks the serial
+/// setting in every `[LoadBalancer]` section.
+fn configmap_mutation_variables(sites: &ConfigMapSites) -> Vec<Value> {
+    let mut vars = site_key_variables(sites);
+    vars.push(var(
+        "missingKeys",
+        format!(
+            "variables.siteKeys.filter(k, {gate} && size({lb}.findAll({assign})) == 0 && \
+             (!(k in variables.sharedKeys) || {openstack}))",
+            gate = gate_cel("object.data[k]"),
+            lb = lb_text_cel("object.data[k]"),
+            assign = cel_str(&assignment_regex(serial::KEY)),
+            openstack = openstack_config_cel("object.data[k]"),
+        ),
+    ));
+    vars
+}
+
+fn configmap_patch() -> String {
+    let line = format!("[LoadBalancer]\n{} = true\n", serial::KEY);
+    format!(
+        "!variables.inScope || variables.exempt ? [] : variables.missingKeys.map(k, JSONPatch{{op: 'replace', path: '/data/' + jsonpatch.escapeKey(k), value: object.data[k] + (size(object.data[k]) == 0 || object.data[k].endsWith('\\n') ? '' : '\\n') + {}}})",
+        cel_str(&line)
+    )
+}
+
+/// Whether chart reference `c` names the CCM chart: its last `/` segment is the chart name
+/// (a subset of `sites::helm::chart_matches`, which also knows versions and `.tgz` files).
+fn ours_cel(c: &str) -> String {
+    let names: Vec<String> = DEFAULT_CHARTS.iter().map(|n| regex_escape(n)).collect();
+    format!(
+        "{c}.matches({})",
+        cel_str(&format!("^(?:.*/)?(?:{})$", names.join("|")))
+    )
+}
+
+/// The chart's section keys (`sites::render::SECTIONS`).
+fn section_keys() -> String {
+    let keys: Vec<String> = crate::sites::render::SECTIONS
+        .iter()
+        .map(|(k, _)| cel_str(k))
+        .collect();
+    format!("[{}]", keys.join(", "))
+}
+
+/// Whether values map `v` is one the policies decide: the Secret is rendered, no
+/// `cloudConfigContents`, and `cloudConfig` is a map whose rendered sections are maps of plain
+/// gcfg names to plain printable-ASCII scalars or null (the chart renders `key = `). The
+/// comprehension variables (`section`, `entry`) differ from every caller's (`source`): CEL
+/// shadows an outer variable of the same name.
+fn plain_values(v: &str) -> String {
+    format!(
+        "has({v}.cloudConfig) && !has({v}.cloudConfigContents) && \
+         (!has({v}.secret) || ((!has({v}.secret.enabled) || {v}.secret.enabled == true) && \
+         (!has({v}.secret.create) || {v}.secret.create == true))) && \
+         {sections}.all(section, !(section in {v}.cloudConfig) || \
+         {v}.cloudConfig[section].all(entry, entry.matches({ident}) && \
+         ({v}.cloudConfig[section][entry] == null || \
+         string({v}.cloudConfig[section][entry]).matches('^[ -~]*$'))))",
+        sections = section_keys(),
+        ident = cel_str(&format!("^{IDENT}$")),
+    )
+}
+
+/// `valuesDecided`: the structured values maps of the CCM chart this object holds that the
+/// policies decide. HelmRelease: `spec.values` with no `valuesFrom`. Application: the
+/// `valuesObject` of each source naming the chart with no `valueFiles`, `parameters` or
+/// `fileParameters`, in an Application of at most `MAX_DECIDED_SOURCES` sources.
+/// `sourceValues`: the same for `spec.source` only (what the mutating policy edits).
+fn gitops_variables() -> Vec<Value> {
+    let empty = |f: &str| format!("(!has({f}) || size({f}) == 0)");
+    let release_chart = "(has(object.spec.chart) && has(object.spec.chart.spec) && has(object.spec.chart.spec.chart) ? object.spec.chart.spec.chart : (has(object.spec.chartRef) && has(object.spec.chartRef.name) ? object.spec.chartRef.name : ''))";
+    let release = format!(
+        "object.kind == 'HelmRelease' && has(object.spec) && {ours} && has(object.spec.values) && {no_from} && {plain} ? [object.spec.values] : []",
+        ours = ours_cel(release_chart),
+        no_from = empty("object.spec.valuesFrom"),
+        plain = plain_values("object.spec.values"),
+    );
+    let source_ok = |s: &str| {
+        format!(
+            "{ours} && has({s}.helm) && has({s}.helm.valuesObject) && {files} && {params} && {fparams} && {plain}",
+            ours = ours_cel(&format!(
+                "(has({s}.chart) ? {s}.chart : (has({s}.path) ? {s}.path : ''))"
+            )),
+            files = empty(&format!("{s}.helm.valueFiles")),
+            params = empty(&format!("{s}.helm.parameters")),
+            fparams = empty(&format!("{s}.helm.fileParameters")),
+            plain = plain_values(&format!("{s}.helm.valuesObject")),
+        )
+    };
+    let sources = "(has(object.spec.source) ? [object.spec.source] : []) + (has(object.spec.sources) ? object.spec.sources : [])";
+    let application = format!(
+        "object.kind == 'Application' && has(object.spec) && size({sources}) <= {MAX_DECIDED_SOURCES} ? ({sources}).filter(source, {ok}).map(source, source.helm.valuesObject) : []",
+        ok = source_ok("source"),
+    );
+    let single_source = format!(
+        "object.kind == 'Application' && has(object.spec) && has(object.spec.source) && size({sources}) <= {MAX_DECIDED_SOURCES} && {ok}",
+        ok = source_ok("object.spec.source"),
+    );
+    vec![
+        var("valuesDecided", format!("({release}) + ({application})")),
+        var("releaseValues", format!("size({release}) > 0")),
+        var("sourceValues", single_source),
+    ]
+}
+
+/// Whether decided values map `v` sets `cloudConfig.loadBalancer[key]` to a false literal
+/// (the chart quotes it; gcfg reads the quoted text).
+fn structured_false(v: &str, key: &str) -> String {
+    let key = cel_str(key);
+    format!(
+        "has({v}.cloudConfig.loadBalancer) && {key} in {v}.cloudConfig.loadBalancer && \
+         string({v}.cloudConfig.loadBalancer[{key}]).lowerAscii() in {FALSE_LITERALS}"
+    )
+}
+
+/// JSON Patch adding the serial setting where decided values lack it (no key that folds to
+/// it in `cloudConfig.loadBalancer`).
+fn values_patch() -> String {
+    let key = cel_str(serial::KEY);
+    let escaped = cel_str(&serial::KEY.replace('~', "~0").replace('/', "~1"));
+    let missing = |v: &str| {
+        format!(
+            "(!has({v}.cloudConfig.loadBalancer) || !{v}.cloudConfig.loadBalancer.exists(k, k.lowerAscii() == {key}))"
+        )
+    };
+    let ops = |v: &str, base: &str| {
+        format!(
+            "has({v}.cloudConfig.loadBalancer) ? [JSONPatch{{op: 'add', path: '{base}/cloudConfig/loadBalancer/' + {escaped}, value: true}}] : [JSONPatch{{op: 'add', path: '{base}/cloudConfig/loadBalancer', value: {{{key}: true}}}}]"
+        )
+    };
+    let release = "object.spec.values";
+    let source = "object.spec.source.helm.valuesObject";
+    format!(
+        "!variables.inScope || variables.exempt ? [] : \
+         (variables.releaseValues && {rm} ? ({rops}) : \
+         (variables.sourceValues && {sm} ? ({sops}) : []))",
+        rm = missing(release),
+        rops = ops(release, "/spec/values"),
+        sm = missing(source),
+        sops = ops(source, "/spec/source/helm/valuesObject"),
+    )
+}
+
+fn validating_policy(
+    name: &str,
+    policy: &Policy,
+    constraints: Value,
+    match_conditions: Vec<Value>,
+    variables: Vec<Value>,
+    expression: &str,
+    message: String,
+) -> Value {
+    let mut spec = json!({
+        "failurePolicy": "Ignore",
+        "matchConstraints": constraints,
+        "variables": variables,
+        "validations": [{
+            "expression": expression,
+            "message": message,
+            "reason": "Invalid",
+        }],
+    });
+    if !match_conditions.is_empty() {
+        spec["matchConditions"] = Value::Array(match_conditions);
+    }
+    json!({
+        "apiVersion": V1,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {
+            "name": name,
+            "labels": {"app.kubernetes.io/managed-by": "stackgate"},
+            "annotations": {"stackgate.dev/policy": policy.name, "stackgate.dev/rule": policy.rule.as_str()},
+        },
+        "spec": spec,
+    })
+}
+
+fn mutating_policy(
+    name: &str,
+    constraints: Value,
+    match_conditions: Vec<Value>,
+    variables: Vec<Value>,
+    expression: &str,
+) -> Value {
+    let mut spec = json!({
+        "failurePolicy": "Ignore",
+        "reinvocationPolicy": "Never",
+        "matchConstraints": constraints,
+        "variables": variables,
+        "mutations": [{
+            "patchType": "JSONPatch",
+            "jsonPatch": {"expression": expression},
+        }],
+    });
+    if !match_conditions.is_empty() {
+        spec["matchConditions"] = Value::Array(match_conditions);
+    }
+    json!({
+        "apiVersion": V1,
+        "kind": "MutatingAdmissionPolicy",
+        "metadata": {
+            "name": name,
+            "labels": {"app.kubernetes.io/managed-by": "stackgate"},
+        },
+        "spec": spec,
+    })
+}
+
+/// A binding of policy `name` (validation actions for a ValidatingAdmissionPolicy). Namespaces
+/// labelled `stackgate.dev/ignore=true` are left out, as the webhooks leave them out.
+fn binding(name: &str, actions: Option<&[&str]>) -> Value {
+    let kind = if actions.is_some() {
+        "ValidatingAdmissionPolicyBinding"
+    } else {
+        "MutatingAdmissionPolicyBinding"
+    };
+    let mut spec = json!({
+        "policyName": name,
+        "matchResources": {
+            "namespaceSelector": {"matchExpressions": [
+                {"key": "stackgate.dev/ignore", "operator": "NotIn", "values": ["true"]},
+            ]},
+        },
+    });
+    if let Some(actions) = actions {
+        spec["validationActions"] = json!(actions);
+    }
+    json!({
+        "apiVersion": V1,
+        "kind": kind,
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "stackgate"}},
+        "spec": spec,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions() {
+        let v = |s: &str| s.parse::<KubeVersion>().unwrap();
+        assert_eq!(
+            v("1.30"),
+            KubeVersion {
+                major: 1,
+                minor: 30
+            }
+        );
+        assert_eq!(
+            v("v1.36.2"),
+            KubeVersion {
+                major: 1,
+                minor: 36
+            }
+        );
+        assert_eq!(
+            v("1.31+"),
+            KubeVersion {
+                major: 1,
+                minor: 31
+            }
+        );
+        assert!("1".parse::<KubeVersion>().is_err());
+        assert!("one.two".parse::<KubeVersion>().is_err());
+        assert_eq!(v("1.27").validating_api(), None);
+        assert_eq!(
+            v("1.29").validating_api(),
+            Some("admissionregistration.k8s.io/v1beta1")
+        );
+        assert_eq!(v("1.30").validating_api(), Some(V1));
+        assert_eq!(v("1.33").mutating_api(), None);
+        assert_eq!(
+            v("1.34").mutating_api(),
+            Some("admissionregistration.k8s.io/v1beta1")
+        );
+        assert_eq!(v("1.36").mutating_api(), Some(V1));
+    }
+
+    #[test]
+    fn cel_literals_escape() {
+        assert_eq!(cel_str("a'b\\c\n"), "'a\\'b\\\\c\\n'");
+    }
+
+    #[test]
+    fn objects_follow_the_version() {
+        let set = PolicySet::embedded().unwrap();
+        let generated = generate(&set);
+        let kinds = |v: &str| -> Vec<(String, String)> {
+            generated
+                .objects(v.parse().unwrap())
+                .unwrap()
+                .iter()
+                .map(|o| {
+                    (
+                        o["apiVersion"].as_str().unwrap().to_owned(),
+                        o["kind"].as_str().unwrap().to_owned(),
+                    )
+                })
+                .collect()
+        };
+        let on_130 = kinds("1.30");
+        assert!(on_130.iter().all(|(_, k)| !k.starts_with("Mutating")));
+        assert!(on_130.iter().any(|(_, k)| k == "ValidatingAdmissionPolicy"));
+        let on_136 = kinds("1.36");
+        assert!(
+            on_136
+                .iter()
+                .any(|(a, k)| k == "MutatingAdmissionPolicy" && a == V1)
+        );
+        assert!(matches!(
+            generated.objects("1.27".parse().unwrap()),
+            Err(AdmissionPoliciesError::Unsupported(_))
+        ));
+    }
+}

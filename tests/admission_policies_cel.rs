@@ -1,0 +1,819 @@
+//! Differential test: the CEL of the generated admission policies against the engine's
+//! verdicts.
+//!
+//! The generated ValidatingAdmissionPolicies and MutatingAdmissionPolicies are evaluated with
+//! a CEL implementation from crates.io (`cel`, with its strings extension: `split`, `join`,
+//! `trim`, `lowerAscii`, `indexOf`, `substring`, and `matches`) over:
+//!
+//! * every text of the gcfg differential corpus (`tests/gcfg_differential.rs`: the fixtures,
+//!   hand-written corner cases, 3,000 generated variants, code-point names and the webhook's
+//!   own edits of them), as a labelled ConfigMap site and as OpenShift's
+//!   `openshift-config/cloud-provider-config`;
+//! * generated Flux HelmReleases and Argo CD Applications with structured CCM chart values
+//!   (false in every spelling, chart references, `valuesFrom`, `cloudConfigContents`, the
+//!   Secret switched off, keys that inject lines, parameters, several sources).
+//!
+//! The Kubernetes CEL library functions the crate lacks are added here as test-side
+//! extensions with Go's semantics: `findAll` (Go `FindAllString`, with Rust's `regex`, whose
+//! syntax matches RE2 for the expressions generated) and `jsonpatch.escapeKey`; and the
+//! `JSONPatch{…}` object literal is read as a map literal. An evaluation error counts as
+//! "admitted / unchanged", as `failurePolicy: Ignore` makes it.
+//!
+//! Asserted: zero policy denials where the engine admits (or denies for another reason), zero
+//! mutations where the engine would not patch, the policies' mutation leaves nothing for the
+//! engine to add; and on every text that passes the plain INI gate the policy and the engine
+//! agree exactly (counts printed with `--nocapture`).
+
+#[path = "gcfg_differential.rs"]
+#[allow(dead_code)]
+mod gcfg_differential;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cel::extractors::This;
+use cel::{Context, Env, ExecutionError, Value as CelValue};
+use kube::core::{DynamicObject, GroupVersionKind};
+use serde_json::{Value, json};
+use stackgate::admission_policies::{self, AdmissionPolicies};
+use stackgate::engine::{Engine, Operation, Subject, Verdict};
+use stackgate::policy::PolicySet;
+
+const SERIAL_POLICY: &str = "serial-lb-api-calls";
+const KNOWN_BAD_POLICY: &str = "known-bad-lb-settings";
+
+// ---------------------------------------------------------------------------------------------
+// A CEL evaluator with the Kubernetes functions the crate lacks
+
+thread_local! {
+    static REGEXES: RefCell<HashMap<String, regex::Regex>> = RefCell::new(HashMap::new());
+}
+
+/// Kubernetes' `<string>.findAll(<regex>)`: every non-overlapping match, as Go's
+/// `FindAllString(s, -1)`.
+fn find_all(This(s): This<Arc<String>>, re: Arc<String>) -> Result<CelValue, ExecutionError> {
+    REGEXES.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        if !cache.contains_key(re.as_str()) {
+            let compiled = regex::Regex::new(&re)
+                .map_err(|e| ExecutionError::function_error("findAll", e.to_string()))?;
+            cache.insert(re.to_string(), compiled);
+        }
+        let compiled = &cache[re.as_str()];
+        let found: Vec<CelValue> = compiled
+            .find_iter(&s)
+            .map(|m| CelValue::from(m.as_str().to_owned()))
+            .collect();
+        Ok(CelValue::from(found))
+    })
+}
+
+/// Kubernetes' `jsonpatch.escapeKey`: `~` → `~0`, `/` → `~1`.
+fn escape_key(key: Arc<String>) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+fn env() -> Arc<Env> {
+    let mut env = Env::stdlib();
+    env.add_extension(cel::extensions::strings).unwrap();
+    Arc::new(env)
+}
+
+/// Kubernetes' `<string>.matches(<regex>)` (RE2 `MatchString`: a match anywhere), with the
+/// compiled expression cached: the crate's own `matches` compiles it on every call, which
+/// makes 30,000 evaluations of the gate take minutes in a debug build.
+fn matches_cached(This(s): This<Arc<String>>, re: Arc<String>) -> Result<bool, ExecutionError> {
+    REGEXES.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        if !cache.contains_key(re.as_str()) {
+            let compiled = regex::Regex::new(&re)
+                .map_err(|e| ExecutionError::function_error("matches", e.to_string()))?;
+            cache.insert(re.to_string(), compiled);
+        }
+        Ok(cache[re.as_str()].is_match(&s))
+    })
+}
+
+/// The two test-side rewrites of generated CEL: `JSONPatch{op: …, path: …, value: …}` read as
+/// a map literal, and `.matches(` calls routed to [`matches_cached`].
+fn adapted(expression: &str) -> String {
+    expression
+        .replace("JSONPatch{op: ", "{'op': ")
+        .replace(", path: ", ", 'path': ")
+        .replace(", value: ", ", 'value': ")
+        .replace(".matches(", ".matchesCached(")
+}
+
+thread_local! {
+    static PROGRAMS: RefCell<HashMap<String, Arc<cel::Program>>> = RefCell::new(HashMap::new());
+}
+
+/// `expression` compiled once per thread.
+fn program(env: &Arc<Env>, expression: &str) -> Arc<cel::Program> {
+    PROGRAMS.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        Arc::clone(cache.entry(expression.to_owned()).or_insert_with(|| {
+            let compiled = env.compile(&adapted(expression)).unwrap_or_else(|e| {
+                panic!("generated CEL does not parse: {e:?}\n{expression}");
+            });
+            Arc::new(compiled)
+        }))
+    })
+}
+
+/// One admission request as CEL sees it.
+struct Request<'a> {
+    object: &'a Value,
+    old_object: Option<&'a Value>,
+    operation: &'a str,
+}
+
+/// Evaluates `expression` with `object`, `oldObject`, `request` and `variables`; None on any
+/// error (the policies fail open).
+fn eval(
+    env: &Arc<Env>,
+    request: &Request<'_>,
+    variables: &Value,
+    expression: &str,
+) -> Option<Value> {
+    let program = program(env, expression);
+    let mut ctx = Context::with_env(Arc::clone(env));
+    ctx.add_function("findAll", find_all).unwrap();
+    ctx.add_function("matchesCached", matches_cached).unwrap();
+    ctx.add_function("jsonpatch.escapeKey", escape_key).unwrap();
+    ctx.add_variable("object", request.object.clone()).unwrap();
+    ctx.add_variable(
+        "oldObject",
+        request.old_object.cloned().unwrap_or(Value::Null),
+    )
+    .unwrap();
+    let namespace = request.object["metadata"]["namespace"].clone();
+    ctx.add_variable(
+        "request",
+        json!({"operation": request.operation, "namespace": namespace}),
+    )
+    .unwrap();
+    ctx.add_variable("variables", variables.clone()).unwrap();
+    let value = program.execute(&ctx).ok()?;
+    value.json().ok()
+}
+
+/// The resource a test object is written as.
+fn resource_of(object: &Value) -> &'static str {
+    match object["kind"].as_str() {
+        Some("ConfigMap") => "configmaps",
+        Some("HelmRelease") => "helmreleases",
+        Some("Application") => "applications",
+        other => panic!("no resource for {other:?}"),
+    }
+}
+
+/// Whether `policy`'s matchConstraints and matchConditions select the request, and its
+/// variables evaluated in order (an erroring variable is left out: using it errors).
+fn prepare(env: &Arc<Env>, policy: &Value, request: &Request<'_>) -> Option<Value> {
+    let resource = resource_of(request.object);
+    let matched = policy["spec"]["matchConstraints"]["resourceRules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| {
+            r["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|x| x == resource)
+                && r["operations"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|o| o == request.operation)
+        });
+    if !matched {
+        return None;
+    }
+    let no_variables = json!({});
+    for condition in policy["spec"]["matchConditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let expression = condition["expression"].as_str().unwrap();
+        if eval(env, request, &no_variables, expression) != Some(Value::Bool(true)) {
+            return None;
+        }
+    }
+    let mut variables = serde_json::Map::new();
+    for v in policy["spec"]["variables"].as_array().into_iter().flatten() {
+        let (name, expression) = (
+            v["name"].as_str().unwrap(),
+            v["expression"].as_str().unwrap(),
+        );
+        if let Some(value) = eval(env, request, &Value::Object(variables.clone()), expression) {
+            variables.insert(name.to_owned(), value);
+        }
+    }
+    Some(Value::Object(variables))
+}
+
+/// Whether the ValidatingAdmissionPolicy refuses the request.
+fn denies(env: &Arc<Env>, policy: &Value, request: &Request<'_>) -> bool {
+    let Some(variables) = prepare(env, policy, request) else {
+        return false;
+    };
+    policy["spec"]["validations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|v| {
+            eval(env, request, &variables, v["expression"].as_str().unwrap())
+                == Some(Value::Bool(false))
+        })
+}
+
+/// The object after the MutatingAdmissionPolicy (None: unchanged).
+fn mutated(env: &Arc<Env>, policy: &Value, request: &Request<'_>) -> Option<Value> {
+    let variables = prepare(env, policy, request)?;
+    let mut object = request.object.clone();
+    let mut changed = false;
+    for m in policy["spec"]["mutations"].as_array().unwrap() {
+        let expression = m["jsonPatch"]["expression"].as_str().unwrap();
+        let Some(ops) = eval(env, request, &variables, expression) else {
+            continue;
+        };
+        let ops = ops.as_array().unwrap();
+        if ops.is_empty() {
+            continue;
+        }
+        let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops.clone())).unwrap();
+        json_patch::patch(&mut object, &patch).expect("the policy's JSON Patch applies");
+        changed = true;
+    }
+    changed.then_some(object)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The engine's side
+
+fn gvk_of(object: &Value) -> GroupVersionKind {
+    let api = object["apiVersion"].as_str().unwrap();
+    let (group, version) = api.rsplit_once('/').unwrap_or(("", api));
+    GroupVersionKind::gvk(group, version, object["kind"].as_str().unwrap())
+}
+
+fn engine_verdict(engine: &Engine, object: &Value) -> Verdict {
+    let gvk = gvk_of(object);
+    let dynamic: DynamicObject = serde_json::from_value(object.clone()).unwrap();
+    let mut subject = Subject::create(&gvk, &dynamic);
+    subject.operation = Operation::Create;
+    engine.evaluate(&subject)
+}
+
+fn engine_denies(verdict: &Verdict, policy: &str, code: &str) -> bool {
+    verdict
+        .denials
+        .iter()
+        .any(|f| f.policy == policy && f.code == code)
+}
+
+fn engine_mutates(verdict: &Verdict, policy: &str) -> bool {
+    verdict.mutations.iter().any(|f| f.policy == policy) && !verdict.patch.is_empty()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The comparison
+
+struct Harness {
+    env: Arc<Env>,
+    engine: Engine,
+    generated: AdmissionPolicies,
+}
+
+#[derive(Default, Debug)]
+struct Counts {
+    objects: usize,
+    decided_by_gate: usize,
+    policy_denied: usize,
+    engine_denied: usize,
+    agree_on_gated: usize,
+    disagree_on_gated: Vec<String>,
+    /// Policy denied, engine did not (must stay empty).
+    wrong_denials: Vec<String>,
+    policy_mutated: usize,
+    engine_mutated: usize,
+    /// Policy rewrote, engine would not (must stay empty).
+    wrong_mutations: Vec<String>,
+    /// After the policy's mutation the engine still adds or refuses something (must stay empty).
+    incomplete_mutations: Vec<String>,
+}
+
+impl Harness {
+    fn new() -> Self {
+        let set = PolicySet::embedded().unwrap();
+        Harness {
+            env: env(),
+            generated: admission_policies::generate(&set),
+            engine: Engine::new(set),
+        }
+    }
+
+    fn validating(&self, name: &str) -> &Value {
+        self.generated
+            .validating
+            .iter()
+            .find(|p| p["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no policy {name}"))
+    }
+
+    fn mutating(&self, name: &str) -> &Value {
+        self.generated
+            .mutating
+            .iter()
+            .find(|p| p["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no policy {name}"))
+    }
+
+    /// Compares one object; `gated`: whether the policies claim to decide it exactly.
+    fn compare(&self, label: &str, object: &Value, gated: bool, group: &str, counts: &mut Counts) {
+        counts.objects += 1;
+        if gated {
+            counts.decided_by_gate += 1;
+        }
+        let request = Request {
+            object,
+            old_object: None,
+            operation: "CREATE",
+        };
+        let verdict = engine_verdict(&self.engine, object);
+        let mut all_agree = true;
+        for (policy, code) in [
+            (SERIAL_POLICY, "false"),
+            (KNOWN_BAD_POLICY, "use-octavia-false"),
+        ] {
+            let vap = self.validating(&format!("stackgate-{policy}-{group}"));
+            let policy_says = denies(&self.env, vap, &request);
+            let engine_says = engine_denies(&verdict, policy, code);
+            counts.policy_denied += usize::from(policy_says);
+            counts.engine_denied += usize::from(engine_says);
+            if policy_says && !engine_says {
+                counts.wrong_denials.push(format!("{policy}: {label}"));
+            }
+            all_agree &= policy_says == engine_says;
+        }
+        let map = self.mutating(&format!("stackgate-{SERIAL_POLICY}-{group}-add"));
+        let after = mutated(&self.env, map, &request);
+        let engine_patches = engine_mutates(&verdict, SERIAL_POLICY);
+        counts.engine_mutated += usize::from(engine_patches);
+        if let Some(after) = &after {
+            counts.policy_mutated += 1;
+            if !engine_patches {
+                counts.wrong_mutations.push(label.to_owned());
+            }
+            let again = engine_verdict(&self.engine, after);
+            let serial_left = again
+                .mutations
+                .iter()
+                .chain(&again.denials)
+                .any(|f| f.policy == SERIAL_POLICY);
+            if serial_left {
+                counts.incomplete_mutations.push(label.to_owned());
+            }
+        }
+        all_agree &= after.is_some() == engine_patches;
+        if gated {
+            if all_agree {
+                counts.agree_on_gated += 1;
+            } else {
+                counts.disagree_on_gated.push(label.to_owned());
+            }
+        }
+    }
+}
+
+fn gate_passes(text: &str) -> bool {
+    text.len() <= admission_policies::MAX_DECIDED_TEXT_BYTES
+        && regex::Regex::new(admission_policies::PLAIN_INI_GATE)
+            .unwrap()
+            .is_match(text)
+        && regex::Regex::new(&admission_policies::gate_structure())
+            .unwrap()
+            .is_match(text)
+}
+
+fn labelled_configmap(text: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "ccm-cloud-config",
+            "namespace": "kube-system",
+            "labels": {"stackgate.dev/cloud-config": "cloud.conf"},
+        },
+        "data": {"cloud.conf": text},
+    })
+}
+
+fn openshift_configmap(text: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "cloud-provider-config", "namespace": "openshift-config"},
+        "data": {"config": text, "ca-bundle.pem": ""},
+    })
+}
+
+fn report(what: &str, counts: &Counts) {
+    println!(
+        "{what}: {} objects, {} pass the gate; denials policy {} / engine {}; mutations policy \
+         {} / engine {}; agreement on gated {}/{}",
+        counts.objects,
+        counts.decided_by_gate,
+        counts.policy_denied,
+        counts.engine_denied,
+        counts.policy_mutated,
+        counts.engine_mutated,
+        counts.agree_on_gated,
+        counts.decided_by_gate
+    );
+}
+
+fn assert_sound(what: &str, counts: &Counts) {
+    report(what, counts);
+    let show = |v: &[String]| v.iter().take(10).cloned().collect::<Vec<_>>().join("\n  ");
+    assert!(
+        counts.wrong_denials.is_empty(),
+        "{what}: {} policy denials the engine does not make:\n  {}",
+        counts.wrong_denials.len(),
+        show(&counts.wrong_denials)
+    );
+    assert!(
+        counts.wrong_mutations.is_empty(),
+        "{what}: {} policy rewrites the engine would not make:\n  {}",
+        counts.wrong_mutations.len(),
+        show(&counts.wrong_mutations)
+    );
+    assert!(
+        counts.incomplete_mutations.is_empty(),
+        "{what}: {} policy rewrites after which the engine still adds or refuses:\n  {}",
+        counts.incomplete_mutations.len(),
+        show(&counts.incomplete_mutations)
+    );
+    assert!(
+        counts.disagree_on_gated.is_empty(),
+        "{what}: {} texts pass the gate but policy and engine disagree:\n  {}",
+        counts.disagree_on_gated.len(),
+        show(&counts.disagree_on_gated)
+    );
+}
+
+/// Deterministic SplitMix64.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        items[(self.next() % items.len() as u64) as usize]
+    }
+}
+
+/// Configs built to sit on both sides of the gate's decisions: the two keys in `[LoadBalancer]`
+/// headers of every spelling, bool literals in every case with blanks, comments and junk,
+/// repeated assignments, look-alike keys, the keys in other sections and in comments, and a
+/// few lines the gate refuses (quotes, continuations, CR, Unicode, a subsection).
+fn plain_ini_configs(count: usize, seed: u64) -> Vec<(String, String)> {
+    const HEADERS: &[&str] = &[
+        "[LoadBalancer]",
+        "[loadbalancer]",
+        "[LOADBALANCER]",
+        "[ LoadBalancer ]",
+        "[LoadBalancer] ; lb",
+        "[\tLoadBalancer]",
+        "[Global]",
+        "[BlockStorage]",
+        "[LoadBalancerClass]",
+        "[Metadata]",
+        "[LoadBalancers]",
+    ];
+    const KEYS: &[&str] = &[
+        "provider-requires-serial-api-calls",
+        "PROVIDER-REQUIRES-SERIAL-API-CALLS",
+        "Provider-Requires-Serial-API-Calls",
+        "use-octavia",
+        "Use-Octavia",
+        "provider-requires-serial-api-calls-x",
+        "use-octavias",
+        "lb-provider",
+        "auth-url",
+    ];
+    const VALUES: &[&str] = &[
+        "true",
+        "false",
+        "FALSE",
+        "False",
+        "no",
+        "No",
+        "off",
+        "OFF",
+        "0",
+        "1",
+        "yes",
+        "on",
+        "",
+        " false ",
+        "false ; comment",
+        "false#x",
+        "fa lse",
+        "f",
+        "00",
+        "-0",
+        "maybe",
+        "[x]",
+        "false=true",
+        "true ; false",
+        "x;false",
+    ];
+    const NOISE: &[&str] = &[
+        "",
+        "; provider-requires-serial-api-calls = false",
+        "# use-octavia = false",
+        "   ",
+        "region = RegionOne",
+        "\tsubnet-id = abc",
+        "name = a[b]c",
+        "lb-method = SOURCE_IP_PORT",
+    ];
+    const OFF_GATE: &[&str] = &[
+        "provider-requires-serial-api-calls = \"false\"",
+        "provider-requires-serial-api-calls = tr\\\nue",
+        "use-octavia = false\r",
+        "region = r\u{e9}gion",
+        "[LoadBalancer \"x\"]",
+        "  [LoadBalancer]",
+    ];
+    let mut rng = Rng(seed);
+    (0..count)
+        .map(|i| {
+            let mut lines: Vec<String> = Vec::new();
+            if rng.next().is_multiple_of(4) {
+                lines.push(rng.pick(NOISE).to_owned());
+            }
+            for _ in 0..1 + rng.next() % 4 {
+                lines.push(rng.pick(HEADERS).to_owned());
+                for _ in 0..rng.next() % 5 {
+                    let line = match rng.next() % 6 {
+                        0 => rng.pick(NOISE).to_owned(),
+                        1 => rng.pick(KEYS).to_owned(),
+                        2 => format!("{}={}", rng.pick(KEYS), rng.pick(VALUES)),
+                        _ => format!("  {} = {}", rng.pick(KEYS), rng.pick(VALUES)),
+                    };
+                    lines.push(line);
+                }
+            }
+            if rng.next().is_multiple_of(10) {
+                let at = (rng.next() % (lines.len() as u64 + 1)) as usize;
+                lines.insert(at, rng.pick(OFF_GATE).to_owned());
+            }
+            let mut text = lines.join("\n");
+            if !rng.next().is_multiple_of(3) {
+                text.push('\n');
+            }
+            (format!("plain-{i:04}"), text)
+        })
+        .collect()
+}
+
+/// The gcfg differential corpus and the plain-INI configs, as labelled ConfigMaps and as
+/// OpenShift's shared site.
+#[test]
+fn configmap_policies_never_deny_what_the_engine_admits_and_agree_on_plain_ini() {
+    let harness = Harness::new();
+    let mut counts = Counts::default();
+    let mut corpus = gcfg_differential::corpus();
+    corpus.extend(plain_ini_configs(3000, 0x5EED_0025));
+    for (name, text) in &corpus {
+        let gated = gate_passes(text);
+        harness.compare(
+            name,
+            &labelled_configmap(text),
+            gated,
+            "configmaps",
+            &mut counts,
+        );
+        harness.compare(
+            &format!("openshift {name}"),
+            &openshift_configmap(text),
+            gated,
+            "configmaps",
+            &mut counts,
+        );
+    }
+    assert_sound("gcfg corpus as ConfigMaps", &counts);
+    // The gate must leave a real share of the corpus to the policies, and they must act on it.
+    assert!(counts.decided_by_gate * 10 > counts.objects, "{counts:?}");
+    assert!(counts.policy_denied > 500, "{counts:?}");
+    assert!(counts.policy_mutated > 500, "{counts:?}");
+}
+
+/// A random JSON scalar for a chart value of the two decided keys.
+const BOOLISH: &[&str] = &[
+    "false",
+    "\"false\"",
+    "\"no\"",
+    "\"Off\"",
+    "0",
+    "\"0\"",
+    "0.0",
+    "true",
+    "\"true\"",
+    "\"yes\"",
+    "1",
+    "null",
+    "\"\"",
+    "\" false\"",
+    "\"maybe\"",
+    "\"FALSE\"",
+];
+
+/// Structured CCM chart values in Flux HelmReleases and Argo CD Applications. Returns
+/// (name, object, plain): `plain` when the object was built to meet every condition under
+/// which the policies decide (chart named plainly, structured `cloudConfig` with plain keys
+/// and scalars, Secret rendered, nothing merged from elsewhere).
+fn gitops_objects(count: usize, seed: u64) -> Vec<(String, Value, bool)> {
+    let mut rng = Rng(seed);
+    let mut out = Vec::new();
+    for i in 0..count {
+        let mut plain = true;
+        let mut lb = serde_json::Map::new();
+        for key in [
+            "provider-requires-serial-api-calls",
+            "use-octavia",
+            "Provider-Requires-Serial-API-Calls",
+            "lb-provider",
+        ] {
+            if rng.next().is_multiple_of(2) {
+                let v: Value = serde_json::from_str(rng.pick(BOOLISH)).unwrap();
+                lb.insert(key.to_owned(), v);
+            }
+        }
+        if lb.contains_key("Provider-Requires-Serial-API-Calls")
+            && !lb.contains_key("provider-requires-serial-api-calls")
+        {
+            // The policies read the exact key only; the chart renders this one too.
+            plain = false;
+        }
+        let mut cloud_config =
+            json!({"global": {"auth-url": "https://keystone:5000/v3", "region": "RegionOne"}});
+        if !rng.next().is_multiple_of(6) {
+            cloud_config["loadBalancer"] = Value::Object(lb);
+        }
+        match rng.next() % 14 {
+            // A key that injects lines into the rendered config, after [LoadBalancer].
+            0 => {
+                plain = false;
+                cloud_config["route"] =
+                    json!({"x\n[LoadBalancer]\nprovider-requires-serial-api-calls": "true"});
+            }
+            1 => {
+                plain = false;
+                cloud_config["global"]["tenant-name"] = json!("caf\u{e9} \"q\"");
+            }
+            2 => {
+                plain = false;
+                cloud_config["blockStorage"] = json!("not a map");
+            }
+            3 => cloud_config["metadata"] = json!({"search-order": "configDrive,metadataService"}),
+            _ => {}
+        }
+        let mut values = json!({"cloudConfig": cloud_config});
+        match rng.next() % 12 {
+            0 => {
+                plain = false;
+                values["cloudConfigContents"] =
+                    json!("[LoadBalancer]\nprovider-requires-serial-api-calls = true\n");
+            }
+            1 => {
+                plain = false;
+                values["secret"] = json!({"create": false});
+            }
+            2 => {
+                plain = false;
+                values["secret"] = json!({"enabled": "false"});
+            }
+            3 => values["secret"] = json!({"enabled": true, "name": "cloud-config"}),
+            4 => {
+                plain = false;
+                values = json!({"openstack-cloud-controller-manager": values});
+            }
+            _ => {}
+        }
+        let chart = match rng.next() % 10 {
+            0 => {
+                plain = false;
+                "other-chart"
+            }
+            1 => {
+                plain = false;
+                "openstack-cloud-controller-manager-2.31.0.tgz"
+            }
+            2 => "cpo/openstack-cloud-controller-manager",
+            3 => "oci://registry.example/charts/openstack-cloud-controller-manager",
+            _ => "openstack-cloud-controller-manager",
+        };
+        let namespace = rng.pick(&["kube-system", "flux-system", "argocd"]);
+        let mut annotations = serde_json::Map::new();
+        if rng.next().is_multiple_of(15) {
+            plain = false;
+            let policy = rng.pick(&[SERIAL_POLICY, KNOWN_BAD_POLICY]);
+            let reason = rng.pick(&["tested on amphora", "  "]);
+            annotations.insert(format!("stackgate.dev/exempt.{policy}"), json!(reason));
+        }
+        let object = if rng.next().is_multiple_of(2) {
+            let mut spec = json!({"interval": "10m", "values": values});
+            if rng.next().is_multiple_of(5) {
+                spec["chartRef"] = json!({"kind": "OCIRepository", "name": chart});
+            } else {
+                spec["chart"] = json!({"spec": {"chart": chart, "sourceRef": {"kind": "HelmRepository", "name": "cpo"}}});
+            }
+            match rng.next() % 8 {
+                0 => {
+                    plain = false;
+                    spec["valuesFrom"] = json!([{"kind": "Secret", "name": "occm-values"}]);
+                }
+                1 => spec["valuesFrom"] = json!([]),
+                _ => {}
+            }
+            json!({
+                "apiVersion": rng.pick(&["helm.toolkit.fluxcd.io/v2", "helm.toolkit.fluxcd.io/v2beta2", "helm.toolkit.fluxcd.io/v2beta1"]),
+                "kind": "HelmRelease",
+                "metadata": {"name": format!("occm-{i}"), "namespace": namespace, "annotations": annotations},
+                "spec": spec,
+            })
+        } else {
+            let mut helm = json!({"valuesObject": values});
+            match rng.next() % 10 {
+                0 => {
+                    plain = false;
+                    helm["parameters"] = json!([{"name": "cloudConfig.loadBalancer.provider-requires-serial-api-calls", "value": "true"}]);
+                }
+                1 => {
+                    plain = false;
+                    helm["valueFiles"] = json!(["values-prod.yaml"]);
+                }
+                2 => helm["values"] = json!("cloudConfig: {}\n"),
+                _ => {}
+            }
+            let field = if rng.next().is_multiple_of(6) {
+                "path"
+            } else {
+                "chart"
+            };
+            let mut source = json!({"repoURL": "https://kubernetes.github.io/cloud-provider-openstack", "targetRevision": "2.31.0", "helm": helm});
+            source[field] = json!(chart);
+            let mut spec =
+                json!({"project": "default", "destination": {"namespace": "kube-system"}});
+            if rng.next().is_multiple_of(3) {
+                // The mutating policy edits `spec.source` only.
+                plain = false;
+                let other = json!({"repoURL": "https://example.org/charts", "chart": "other", "targetRevision": "1.0.0"});
+                spec["sources"] = json!([other, source]);
+            } else {
+                spec["source"] = source;
+            }
+            json!({
+                "apiVersion": "argoproj.io/v1alpha1",
+                "kind": "Application",
+                "metadata": {"name": format!("occm-{i}"), "namespace": namespace, "annotations": annotations},
+                "spec": spec,
+            })
+        };
+        out.push((format!("gitops-{i:04}"), object, plain));
+    }
+    out
+}
+
+/// Flux HelmReleases and Argo CD Applications with structured chart values.
+#[test]
+fn chart_values_policies_never_deny_what_the_engine_admits_and_agree_on_plain_values() {
+    let harness = Harness::new();
+    let mut counts = Counts::default();
+    for (name, object, plain) in gitops_objects(2000, 0x5EED_0026) {
+        harness.compare(
+            &format!("{name} {object}"),
+            &object,
+            plain,
+            "chart-values",
+            &mut counts,
+        );
+    }
+    assert_sound("structured chart values", &counts);
+    assert!(counts.decided_by_gate * 5 > counts.objects, "{counts:?}");
+    assert!(counts.policy_denied > 200, "{counts:?}");
+    assert!(counts.policy_mutated > 100, "{counts:?}");
+}
