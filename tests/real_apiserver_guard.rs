@@ -1,0 +1,586 @@
+//! The control-plane guard through a real kube-apiserver: `kubectl delete machines -l
+//! cluster.x-k8s.io/control-plane` (one DELETE per Machine, in turn) on a three-node control
+//! plane with a healthy API load balancer must leave one Machine standing.
+//!
+//! Needs `KUBE_APISERVER_BIN` and `ETCD_BIN` (a kube-apiserver ≥ 1.30 and an etcd 3.4+);
+//! without them the test prints why and passes. It is never the only test of this behaviour:
+//! `tests/guard_openstack.rs` (`deleting_every_control_plane_machine_together_admits_only_what_the_lb_can_lose`,
+//! `machines_already_being_deleted_do_not_count_as_serving`) covers it with fakes.
+//!
+//! What runs: etcd and kube-apiserver as child processes on free loopback ports (own temporary
+//! directory, token auth with a `system:masters` token, no controllers), the `stackgate` binary
+//! as a child (`serve --lb-guard on`, reading the apiserver through a kubeconfig), and a fake
+//! Keystone + Octavia in this process answering with the shapes of `tests/fixtures/keystone`
+//! and `tests/fixtures/octavia`. CRDs are minimal, schema-less stand-ins for CAPI's Machine and
+//! Cluster and CAPO's OpenStackCluster; the Machines carry CAPI's finalizer, so a deleted
+//! Machine stays with a `deletionTimestamp`, as with a running Cluster API.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode as AxumStatus;
+use axum::response::{IntoResponse, Response as AxumResponse};
+use axum::routing::{get, post};
+use base64::Engine as _;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::time::Instant;
+
+const NS: &str = "cluster-a";
+const LB_ID: &str = "a7f7b5c4-1e0d-4b8e-9c3f-6d2e1f0a9b87";
+const LB_NAME: &str = "k8s-clusterapi-cluster-cluster-a-cluster-a-kubeapi";
+const MACHINES: [&str; 3] = [
+    "cluster-a-control-plane-m0",
+    "cluster-a-control-plane-m1",
+    "cluster-a-control-plane-m2",
+];
+/// How long the apiserver may take to become ready on a loaded 2-core machine (3–6 s idle).
+const START_DEADLINE: Duration = Duration::from_secs(90);
+/// How long a new webhook configuration may take to reach the apiserver's admission chain.
+const WEBHOOK_DEADLINE: Duration = Duration::from_secs(30);
+
+// ------------------------------------------------------------------------------------------
+// Child processes
+
+/// A child process killed (and reaped) on drop.
+struct Proc {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Proc {
+    fn spawn(mut command: Command, log: PathBuf) -> Self {
+        let out = std::fs::File::create(&log).unwrap();
+        let err = out.try_clone().unwrap();
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {command:?}: {e}"));
+        Self { child, log }
+    }
+
+    /// The last lines of its output, for failure messages.
+    fn tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// The binaries, or why the test does not run.
+fn binaries() -> Result<(PathBuf, PathBuf), String> {
+    let get = |name: &str| -> Result<PathBuf, String> {
+        let path = std::env::var_os(name)
+            .map(PathBuf::from)
+            .ok_or_else(|| format!("{name} is not set"))?;
+        if path.is_file() {
+            Ok(path)
+        } else {
+            Err(format!("{name}={} is not a file", path.display()))
+        }
+    };
+    Ok((get("KUBE_APISERVER_BIN")?, get("ETCD_BIN")?))
+}
+
+/// etcd + kube-apiserver in `dir`; returns the processes and a client for the apiserver.
+async fn start_apiserver(
+    apiserver: &Path,
+    etcd: &Path,
+    dir: &Path,
+) -> (Proc, Proc, kube::Client, PathBuf) {
+    let ca = common::Ca::new("real-apiserver test CA");
+    let leaf = ca.server_leaf();
+    let sa = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let (sa_key, sa_pub) = (sa.serialize_pem(), sa.public_key_pem());
+    let token = format!("test-token-{}", std::process::id());
+    for (name, content) in [
+        ("ca.crt", ca.cert_pem.as_str()),
+        ("apiserver.crt", leaf.chain_pem.as_str()),
+        ("apiserver.key", leaf.key_pem.as_str()),
+        ("sa.key", sa_key.as_str()),
+        ("sa.pub", sa_pub.as_str()),
+        (
+            "tokens.csv",
+            &format!("{token},admin,admin-uid,system:masters\n"),
+        ),
+    ] {
+        std::fs::write(dir.join(name), content).unwrap();
+    }
+    let (client_port, peer_port, secure_port) = (free_port(), free_port(), free_port());
+    let mut command = Command::new(etcd);
+    command
+        .arg("--data-dir")
+        .arg(dir.join("etcd"))
+        .args(["--name", "default"])
+        .arg(format!(
+            "--listen-client-urls=http://127.0.0.1:{client_port}"
+        ))
+        .arg(format!(
+            "--advertise-client-urls=http://127.0.0.1:{client_port}"
+        ))
+        .arg(format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"))
+        .arg(format!(
+            "--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"
+        ))
+        .arg(format!(
+            "--initial-cluster=default=http://127.0.0.1:{peer_port}"
+        ));
+    let etcd = Proc::spawn(command, dir.join("etcd.log"));
+    let file = |name: &str| dir.join(name);
+    let mut command = Command::new(apiserver);
+    command
+        .arg(format!("--etcd-servers=http://127.0.0.1:{client_port}"))
+        .args([
+            "--bind-address",
+            "127.0.0.1",
+            "--advertise-address",
+            "127.0.0.1",
+        ])
+        .arg(format!("--secure-port={secure_port}"))
+        .arg("--tls-cert-file")
+        .arg(file("apiserver.crt"))
+        .arg("--tls-private-key-file")
+        .arg(file("apiserver.key"))
+        .arg("--client-ca-file")
+        .arg(file("ca.crt"))
+        .arg("--token-auth-file")
+        .arg(file("tokens.csv"))
+        .args(["--authorization-mode", "RBAC"])
+        .args(["--service-account-issuer", "https://kubernetes.default.svc"])
+        .arg("--service-account-key-file")
+        .arg(file("sa.pub"))
+        .arg("--service-account-signing-key-file")
+        .arg(file("sa.key"))
+        .args(["--service-cluster-ip-range", "10.96.0.0/16"])
+        .args(["--endpoint-reconciler-type", "none"])
+        .args(["--disable-admission-plugins", "ServiceAccount"])
+        .arg("--enable-priority-and-fairness=false");
+    let mut apiserver = Proc::spawn(command, dir.join("apiserver.log"));
+
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster:\n    \
+             server: https://127.0.0.1:{secure_port}\n    certificate-authority: {}\n\
+             users:\n- name: admin\n  user:\n    token: {token}\ncontexts:\n- name: local\n  \
+             context: {{cluster: local, user: admin}}\ncurrent-context: local\n",
+            file("ca.crt").display()
+        ),
+    )
+    .unwrap();
+    let config = kube::Config::from_custom_kubeconfig(
+        Kubeconfig::read_from(&kubeconfig).unwrap(),
+        &KubeConfigOptions::default(),
+    )
+    .await
+    .unwrap();
+    let client = kube::Client::try_from(config).unwrap();
+    let deadline = Instant::now() + START_DEADLINE;
+    loop {
+        let ready = client
+            .request_text(http::Request::get("/readyz").body(Vec::new()).unwrap())
+            .await;
+        if matches!(ready.as_deref(), Ok("ok")) {
+            break;
+        }
+        let exited = apiserver.child.try_wait().ok().flatten();
+        assert!(
+            Instant::now() < deadline && exited.is_none(),
+            "kube-apiserver not ready (exited: {exited:?}) within {START_DEADLINE:?}: {ready:?}\n--- apiserver\n{}\n--- etcd\n{}",
+            apiserver.tail(),
+            etcd.tail()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    (etcd, apiserver, client, kubeconfig)
+}
+
+/// `stackgate serve --lb-guard on` reading the apiserver through `kubeconfig`; returns the
+/// process, its webhook address and the CA of its generated serving certificate.
+async fn start_stackgate(dir: &Path, kubeconfig: &Path) -> (Proc, SocketAddr, String) {
+    let (addr, admin): (SocketAddr, SocketAddr) = (
+        ([127, 0, 0, 1], free_port()).into(),
+        ([127, 0, 0, 1], free_port()).into(),
+    );
+    let ca_path = dir.join("stackgate-ca.pem");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_stackgate"));
+    command
+        .env("KUBECONFIG", kubeconfig)
+        .args(["serve", "--kube", "off", "--lb-guard", "on"])
+        // Every review reads Octavia: the counter below proves the guard judged it.
+        .args(["--octavia-cache-ttl", "0s", "--log-level", "info"])
+        .arg(format!("--listen={addr}"))
+        .arg(format!("--admin-listen={admin}"))
+        .arg("--generated-ca-out")
+        .arg(&ca_path);
+    let child = Proc::spawn(command, dir.join("stackgate.log"));
+    let deadline = Instant::now() + START_DEADLINE;
+    loop {
+        if matches!(common::admin_get(admin, "/readyz").await, Ok((s, _, _)) if s.is_success()) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "stackgate not ready: {}",
+            child.tail()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ca = std::fs::read_to_string(&ca_path).unwrap();
+    (child, addr, ca)
+}
+
+// ------------------------------------------------------------------------------------------
+// Fake Keystone + Octavia (shapes from tests/fixtures, as in tests/guard_openstack.rs)
+
+struct Fake {
+    base: String,
+    octavia_calls: AtomicUsize,
+}
+
+fn fixture(rel: &str) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(rel);
+    serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap()
+}
+
+async fn tokens(State(fake): State<Arc<Fake>>) -> AxumResponse {
+    let mut token = fixture("keystone/auth-application-credential-response.json");
+    token["token"]["catalog"].as_array_mut().unwrap().push(
+        json!({"type": "load-balancer", "name": "octavia", "id": "lb-service",
+            "endpoints": [{"interface": "public", "region_id": "RegionOne", "region": "RegionOne",
+                "url": format!("{}/load-balancer/", fake.base), "id": "e1"}]}),
+    );
+    (
+        AxumStatus::CREATED,
+        [("x-subject-token", "gAAAAABfake-token")],
+        axum::Json(token),
+    )
+        .into_response()
+}
+
+/// Octavia's status tree: every control-plane member `ACTIVE` and `ONLINE`, named as CAPO
+/// names them (`<pool>-<OpenStackMachine>`), with Octavia's own `health_monitor` key.
+async fn lb_status(State(fake): State<Arc<Fake>>) -> AxumResponse {
+    fake.octavia_calls.fetch_add(1, Ordering::SeqCst);
+    let mut tree = fixture("octavia/loadbalancer-status-response.json");
+    let pool_name = format!("{LB_NAME}-6443");
+    let members: Vec<Value> = MACHINES
+        .iter()
+        .zip(11..)
+        .map(|(machine, host)| {
+            json!({"name": format!("{pool_name}-{machine}"), "address": format!("10.6.0.{host}"),
+                "protocol_port": 6443, "id": format!("member-{host}"),
+                "provisioning_status": "ACTIVE", "operating_status": "ONLINE"})
+        })
+        .collect();
+    let lb = &mut tree["statuses"]["loadbalancer"];
+    lb["id"] = json!(LB_ID);
+    lb["name"] = json!(LB_NAME);
+    for pointer in ["/listeners/0/pools/0", "/pools/0"] {
+        let pool = lb.pointer_mut(pointer).unwrap();
+        pool["name"] = json!(pool_name);
+        pool["members"] = json!(members);
+        if let Some(monitor) = pool.as_object_mut().unwrap().remove("healthmonitor") {
+            pool["health_monitor"] = monitor;
+        }
+    }
+    axum::Json(tree).into_response()
+}
+
+async fn fake_openstack() -> Arc<Fake> {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let fake = Arc::new(Fake {
+        base: format!("http://{}", listener.local_addr().unwrap()),
+        octavia_calls: AtomicUsize::new(0),
+    });
+    let router = Router::new()
+        .route("/identity/v3/auth/tokens", post(tokens))
+        .route(
+            &format!("/load-balancer/v2/lbaas/loadbalancers/{LB_ID}/status"),
+            get(lb_status),
+        )
+        .with_state(Arc::clone(&fake));
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    fake
+}
+
+// ------------------------------------------------------------------------------------------
+// Objects
+
+fn crd(group: &str, kind: &str, plural: &str) -> Value {
+    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {"group": group, "scope": "Namespaced",
+            "names": {"plural": plural, "singular": kind.to_lowercase(), "kind": kind,
+                "listKind": format!("{kind}List")},
+            "versions": [{"name": "v1beta1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object",
+                    "x-kubernetes-preserve-unknown-fields": true}}}]}})
+}
+
+fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+fn machine(name: &str, host: u8) -> Value {
+    json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",
+        "metadata": {"name": name, "namespace": NS,
+            "finalizers": ["machine.cluster.x-k8s.io"],
+            "labels": {"cluster.x-k8s.io/cluster-name": "cluster-a",
+                "cluster.x-k8s.io/control-plane": "",
+                "cluster.x-k8s.io/control-plane-name": "cluster-a-control-plane"}},
+        "spec": {"clusterName": "cluster-a", "bootstrap": {"dataSecretName": name},
+            "infrastructureRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+                "kind": "OpenStackMachine", "name": name, "namespace": NS}},
+        "status": {"addresses": [{"type": "InternalIP", "address": format!("10.6.0.{host}")}]}})
+}
+
+async fn create(client: &kube::Client, ar: &ApiResource, namespace: Option<&str>, object: Value) {
+    let api: Api<DynamicObject> = match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, ar),
+        None => Api::all_with(client.clone(), ar),
+    };
+    let object: DynamicObject = serde_json::from_value(object).unwrap();
+    api.create(&PostParams::default(), &object)
+        .await
+        .unwrap_or_else(|e| panic!("create {:?}: {e}", object.metadata.name));
+}
+
+/// The cluster: CRDs, namespace, identity Secret, Cluster, OpenStackCluster with the load
+/// balancer in its status, three control-plane Machines.
+async fn create_cluster(client: &kube::Client, fake: &Fake) {
+    let crds = resource(
+        "apiextensions.k8s.io",
+        "v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+    );
+    for (group, kind, plural) in [
+        ("cluster.x-k8s.io", "Machine", "machines"),
+        ("cluster.x-k8s.io", "Cluster", "clusters"),
+        (
+            "infrastructure.cluster.x-k8s.io",
+            "OpenStackCluster",
+            "openstackclusters",
+        ),
+    ] {
+        create(client, &crds, None, crd(group, kind, plural)).await;
+    }
+    let machines = resource("cluster.x-k8s.io", "v1beta1", "Machine", "machines");
+    let deadline = Instant::now() + START_DEADLINE;
+    // A CRD serves once it is Established: list until it answers.
+    while Api::<DynamicObject>::all_with(client.clone(), &machines)
+        .list(&ListParams::default())
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "the Machine CRD never served");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let namespaces = resource("", "v1", "Namespace", "namespaces");
+    create(
+        client,
+        &namespaces,
+        None,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}),
+    )
+    .await;
+    let clouds = format!(
+        "clouds:\n  openstack:\n    auth:\n      auth_url: {}/identity\n      \
+         application_credential_id: 3e1f0a2b\n      application_credential_secret: s3cret\n    \
+         auth_type: v3applicationcredential\n    region_name: RegionOne\n    interface: public\n",
+        fake.base
+    );
+    let secrets = resource("", "v1", "Secret", "secrets");
+    create(
+        client,
+        &secrets,
+        Some(NS),
+        json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "cluster-a-cloud-config", "namespace": NS},
+            "data": {"clouds.yaml": base64::engine::general_purpose::STANDARD.encode(clouds)}}),
+    )
+    .await;
+    let clusters = resource("cluster.x-k8s.io", "v1beta1", "Cluster", "clusters");
+    create(
+        client,
+        &clusters,
+        Some(NS),
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+            "metadata": {"name": "cluster-a", "namespace": NS},
+            "spec": {"infrastructureRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+                "kind": "OpenStackCluster", "name": "cluster-a"}}}),
+    )
+    .await;
+    let oscs = resource(
+        "infrastructure.cluster.x-k8s.io",
+        "v1beta1",
+        "OpenStackCluster",
+        "openstackclusters",
+    );
+    create(
+        client,
+        &oscs,
+        Some(NS),
+        json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "OpenStackCluster",
+            "metadata": {"name": "cluster-a", "namespace": NS},
+            "spec": {"apiServerLoadBalancer": {"enabled": true},
+                "identityRef": {"cloudName": "openstack", "name": "cluster-a-cloud-config"}},
+            "status": {"ready": true, "apiServerLoadBalancer": {"id": LB_ID, "name": LB_NAME,
+                "ip": "203.0.113.10", "internalIP": "10.6.0.53"}}}),
+    )
+    .await;
+    for (name, host) in MACHINES.iter().zip(11..) {
+        create(client, &machines, Some(NS), machine(name, host)).await;
+    }
+}
+
+/// stackgate's webhook for control-plane Machine DELETEs, as the chart registers it (but
+/// `failurePolicy: Fail`, so that a webhook not yet called cannot pass for an admission).
+fn webhook(addr: SocketAddr, ca_pem: &str) -> Value {
+    json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "stackgate"},
+        "webhooks": [{"name": "control-plane-guard.validate.stackgate.dev",
+            "admissionReviewVersions": ["v1"], "sideEffects": "None", "failurePolicy": "Fail",
+            "timeoutSeconds": 10,
+            "clientConfig": {"url": format!("https://{addr}/validate"),
+                "caBundle": base64::engine::general_purpose::STANDARD.encode(ca_pem)},
+            "rules": [{"apiGroups": ["cluster.x-k8s.io"], "apiVersions": ["v1beta1", "v1beta2"],
+                "operations": ["DELETE"], "resources": ["machines"], "scope": "Namespaced"}],
+            "objectSelector": {"matchExpressions": [
+                {"key": "cluster.x-k8s.io/control-plane", "operator": "Exists"}]}}]})
+}
+
+// ------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_delete_of_every_control_plane_machine_leaves_one_standing() {
+    let (apiserver_bin, etcd_bin) = match binaries() {
+        Ok(found) => found,
+        Err(why) => {
+            eprintln!(
+                "skipped: {why} (set KUBE_APISERVER_BIN and ETCD_BIN to run against a real \
+                 kube-apiserver; tests/guard_openstack.rs covers the behaviour with fakes)"
+            );
+            return;
+        }
+    };
+    common::setup();
+    let dir = tempfile::tempdir().unwrap();
+    let (_etcd, _apiserver, client, kubeconfig) =
+        start_apiserver(&apiserver_bin, &etcd_bin, dir.path()).await;
+    let fake = fake_openstack().await;
+    create_cluster(&client, &fake).await;
+    let (stackgate, addr, ca) = start_stackgate(dir.path(), &kubeconfig).await;
+    let vwcs = resource(
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingWebhookConfiguration",
+        "validatingwebhookconfigurations",
+    );
+    create(&client, &vwcs, None, webhook(addr, &ca)).await;
+
+    let machines: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        NS,
+        &resource("cluster.x-k8s.io", "v1beta1", "Machine", "machines"),
+    );
+    // Until the apiserver calls the webhook: a server-side dry run of one deletion (judged,
+    // never recorded by the guard, nothing changes) reads Octavia once it does.
+    let deadline = Instant::now() + WEBHOOK_DEADLINE;
+    while fake.octavia_calls.load(Ordering::SeqCst) == 0 {
+        let dry = DeleteParams {
+            dry_run: true,
+            ..DeleteParams::default()
+        };
+        let answer = machines.delete(MACHINES[0], &dry).await;
+        assert!(answer.is_ok(), "dry run refused: {answer:?}");
+        assert!(
+            Instant::now() < deadline,
+            "the apiserver never called the webhook\n--- stackgate\n{}",
+            stackgate.tail()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let before = machines.list(&ListParams::default()).await.unwrap();
+    assert!(
+        before
+            .items
+            .iter()
+            .all(|m| m.metadata.deletion_timestamp.is_none()),
+        "the dry runs deleted nothing"
+    );
+
+    // `kubectl delete machines -l cluster.x-k8s.io/control-plane`: list by the label, then one
+    // DELETE per Machine in turn.
+    let selected = machines
+        .list(&ListParams::default().labels("cluster.x-k8s.io/control-plane"))
+        .await
+        .unwrap();
+    assert_eq!(selected.items.len(), 3);
+    let mut refused = Vec::new();
+    for m in &selected.items {
+        let name = m.metadata.name.clone().unwrap();
+        if let Err(e) = machines.delete(&name, &DeleteParams::default()).await {
+            refused.push((name, e.to_string()));
+        }
+    }
+    let after = machines.list(&ListParams::default()).await.unwrap();
+    let standing: Vec<String> = after
+        .items
+        .iter()
+        .filter(|m| m.metadata.deletion_timestamp.is_none())
+        .filter_map(|m| m.metadata.name.clone())
+        .collect();
+    assert_eq!(
+        standing.len(),
+        1,
+        "one control-plane Machine must stay: standing {standing:?}, refused {refused:#?}\n--- stackgate\n{}",
+        stackgate.tail()
+    );
+    assert_eq!(refused.len(), 1, "{refused:#?}");
+    let (name, message) = &refused[0];
+    assert_eq!(name, &standing[0]);
+    assert!(
+        message.contains("control-plane-guard.validate.stackgate.dev")
+            && message.contains(&format!(
+                "Refusing to delete control-plane Machine {NS}/{name}"
+            ))
+            && message.contains("this Machine's member is the last one serving"),
+        "{message}"
+    );
+    assert!(
+        !message.contains("s3cret") && !stackgate.tail().contains("s3cret"),
+        "credential leaked"
+    );
+}
