@@ -365,6 +365,27 @@ fn umbrella_keys_in_every_yaml_spelling_are_read() {
 }
 
 #[test]
+fn an_umbrella_values_string_padded_past_the_cap_is_over_the_limit_not_silent() {
+    // Issue 22/23: an umbrella's values string over the 64 KiB values-text cap is not parsed;
+    // padding must not hide the CCM subchart's `false` from the check.
+    let padding = "# padding\n".repeat(8_000);
+    let values = format!(
+        "{padding}openstack-cloud-controller-manager:\n  cloudConfig:\n    loadBalancer:\n      provider-requires-serial-api-calls: false\n"
+    );
+    let chart = json!({"apiVersion": "helm.cattle.io/v1", "kind": "HelmChart",
+        "metadata": {"name": "platform", "namespace": "kube-system"},
+        "spec": {"chart": "example/platform", "valuesContent": values}});
+    let (allowed, text) = validate(&chart);
+    assert!(!allowed, "{text}");
+    assert!(text.contains("over stackgate's limit"), "{text}");
+    // Another chart's large values that never name the CCM chart stay none of its business.
+    let other = json!({"apiVersion": "helm.cattle.io/v1", "kind": "HelmChart",
+        "metadata": {"name": "dashboards", "namespace": "monitoring"},
+        "spec": {"chart": "example/dashboards", "valuesContent": padding}});
+    admitted(&other);
+}
+
+#[test]
 fn a_helm_chart_config_named_after_another_helm_chart_is_read_by_its_values() {
     // Issue 23 item 6: HelmChart `occm` installs the CCM chart; its HelmChartConfig `occm`
     // is all the webhook sees. Values with the chart's own top-level keys are its values.

@@ -395,7 +395,21 @@ fn text_values(raw: Option<&Value>, alias: Option<&str>) -> Option<Value> {
 /// (see [`subchart_alias`]). The string is read with the YAML reader (within its caps and
 /// [`MAX_VALUES_TEXT_BYTES`]), so the key is found however YAML spells it: quoted, flow-style,
 /// `? key`, anchored, tagged or escaped. Scanning lines for the bare key missed all of these.
+///
+/// A string over [`MAX_VALUES_TEXT_BYTES`] is not parsed; when it names the chart anywhere it
+/// is taken as an umbrella's values under that key, so the site reports it as over
+/// stackgate's limit instead of padding hiding the subchart's values in silence. A key
+/// spelled only with YAML escapes in such a string is not found.
 fn umbrella_text_alias(raw: Option<&Value>, charts: &[String], ours: bool) -> Option<String> {
+    if !ours
+        && let Some(text) = raw.and_then(Value::as_str)
+        && text.len() > MAX_VALUES_TEXT_BYTES
+    {
+        return charts
+            .iter()
+            .find(|chart| text.contains(chart.as_str()))
+            .cloned();
+    }
     subchart_alias(text_values(raw, None).as_ref(), charts, ours)
 }
 
