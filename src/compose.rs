@@ -1,5 +1,5 @@
-//! The composition root of `stackgate serve`: the one place that turns the `serve` flags
-//! into a running server.
+//! The composition roots of the commands that reach the cluster: `stackgate serve` (the one
+//! place that turns the `serve` flags into a running server) and `stackgate audit`.
 //!
 //! It creates at most one Kubernetes client (only when a component needs the cluster) and
 //! hands it to the components that asked for it:
@@ -23,7 +23,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 
 use crate::audit::background::{AuditMetrics, BackgroundConfig};
-use crate::cli::{KubeMode, OpenShiftPlatformMode, ServeArgs};
+use crate::cli::{AuditArgs, KubeMode, OpenShiftPlatformMode, ServeArgs};
 use crate::cluster_config::watcher::CloudConfigMetrics;
 use crate::cluster_config::{CloudConfigSource, ConfigFactCell, ConfigObject, ConfigObjectError};
 use crate::engine::Engine;
@@ -365,6 +365,45 @@ impl BackgroundAudit {
             )),
         );
     }
+}
+
+/// `stackgate audit`: connects to the cluster and audits it with `engine`, writing the
+/// report to stdout and, on a terminal, progress to stderr. Returns the exit code: 0 clean,
+/// 1 denials (or warnings with --fail-on warning), 2 no cluster access or a listing error.
+pub fn audit(args: &AuditArgs, engine: &Engine) -> Result<u8, ComposeError> {
+    use std::io::IsTerminal as _;
+    let options = crate::audit::AuditOptions::from(args);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(ComposeError::Runtime)?;
+    Ok(runtime.block_on(async {
+        let client = match kube::Client::try_default().await {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!(
+                    "stackgate audit: no cluster access (kubeconfig or in-cluster service \
+                     account): {e}"
+                );
+                return 2;
+            }
+        };
+        let terminal = std::io::stderr().is_terminal();
+        let mut progress = |kind: &str, objects: usize| {
+            if terminal {
+                eprint!("\r\x1b[Kstackgate audit: listing {kind}; {objects} objects audited");
+            }
+        };
+        let mut output = std::io::stdout().lock();
+        let result = crate::audit::run(&client, engine, &options, &mut output, &mut progress).await;
+        if terminal {
+            eprint!("\r\x1b[K");
+        }
+        result.unwrap_or_else(|e| {
+            eprintln!("stackgate audit: {e}");
+            2
+        })
+    }))
 }
 
 /// Completes on SIGTERM (what the kubelet sends) or Ctrl-C.

@@ -6,9 +6,7 @@ use anyhow::Context as _;
 use clap::Parser as _;
 
 use stackgate::check::CheckOptions;
-use stackgate::cli::{
-    AuditArgs, CheckArgs, Cli, Command, PoliciesArgs, PoliciesOutput, PolicyArgs,
-};
+use stackgate::cli::{Cli, Command, PoliciesArgs, PoliciesOutput, PolicyArgs};
 use stackgate::engine::Engine;
 use stackgate::policy::PolicySet;
 
@@ -26,8 +24,18 @@ fn main() -> ExitCode {
             .and_then(|set| Ok(stackgate::compose::serve(*args, set)?))
             .map(|()| ExitCode::SUCCESS),
         Command::Policies(args) => print_policies(&args),
-        Command::Check(args) => check(&args),
-        Command::Audit(args) => audit(&args),
+        Command::Check(args) => face("check", &args.policy, |engine| {
+            let (mut input, mut output) = (std::io::stdin().lock(), std::io::stdout().lock());
+            let options = CheckOptions::from(&*args);
+            let run = stackgate::check::run(&options, engine, &mut input, &mut output);
+            Ok(run.unwrap_or_else(|e| {
+                eprintln!("stackgate check: {e}");
+                2
+            }))
+        }),
+        Command::Audit(args) => face("audit", &args.policy, |engine| {
+            Ok(stackgate::compose::audit(&args, engine)?)
+        }),
         Command::Rules(args) => load_policies(&args).map(|set| {
             print!("{}", stackgate::engine::docs::markdown(&Engine::new(set)));
             ExitCode::SUCCESS
@@ -58,73 +66,21 @@ fn load_policies(args: &PolicyArgs) -> anyhow::Result<PolicySet> {
     }
 }
 
-/// `stackgate check`: exit 0 clean, 1 denials (or warnings with --fail-on warning), 2 usage,
-/// policy or parse errors.
-fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
-    let policies = match load_policies(&args.policy) {
-        Ok(p) => p,
+/// `check` and `audit` exit 2 when the policies do not load; otherwise `run` gives the code:
+/// 0 clean, 1 denials (or warnings with --fail-on warning), 2 usage, parse, connection or
+/// listing errors.
+fn face(
+    name: &str,
+    args: &PolicyArgs,
+    run: impl FnOnce(&Engine) -> anyhow::Result<u8>,
+) -> anyhow::Result<ExitCode> {
+    match load_policies(args) {
+        Ok(set) => Ok(ExitCode::from(run(&Engine::new(set))?)),
         Err(e) => {
-            eprintln!("stackgate check: {e:#}");
-            return Ok(ExitCode::from(2));
+            eprintln!("stackgate {name}: {e:#}");
+            Ok(ExitCode::from(2))
         }
-    };
-    let engine = Engine::new(policies);
-    let (mut input, mut output) = (std::io::stdin().lock(), std::io::stdout().lock());
-    let options = CheckOptions::from(args);
-    let code =
-        stackgate::check::run(&options, &engine, &mut input, &mut output).unwrap_or_else(|e| {
-            eprintln!("stackgate check: {e}");
-            2
-        });
-    Ok(ExitCode::from(code))
-}
-
-/// `stackgate audit`: exit 0 clean, 1 denials (or warnings with --fail-on warning), 2 usage,
-/// policy, connection or listing errors.
-fn audit(args: &AuditArgs) -> anyhow::Result<ExitCode> {
-    use std::io::IsTerminal as _;
-    let policies = match load_policies(&args.policy) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("stackgate audit: {e:#}");
-            return Ok(ExitCode::from(2));
-        }
-    };
-    let engine = Engine::new(policies);
-    let options = stackgate::audit::AuditOptions::from(args);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    let code = runtime.block_on(async {
-        let client = match kube::Client::try_default().await {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!(
-                    "stackgate audit: no cluster access (kubeconfig or in-cluster service \
-                     account): {e}"
-                );
-                return 2;
-            }
-        };
-        let terminal = std::io::stderr().is_terminal();
-        let mut progress = |kind: &str, objects: usize| {
-            if terminal {
-                eprint!("\r\x1b[Kstackgate audit: listing {kind}; {objects} objects audited");
-            }
-        };
-        let mut output = std::io::stdout().lock();
-        let result =
-            stackgate::audit::run(&client, &engine, &options, &mut output, &mut progress).await;
-        if terminal {
-            eprint!("\r\x1b[K");
-        }
-        result.unwrap_or_else(|e| {
-            eprintln!("stackgate audit: {e}");
-            2
-        })
-    });
-    Ok(ExitCode::from(code))
+    }
 }
 
 fn print_policies(args: &PoliciesArgs) -> anyhow::Result<ExitCode> {
