@@ -39,6 +39,10 @@ use crate::server::{self, AppState, ServerConfig, ServerError};
 /// server has stopped.
 const RUNTIME_SHUTDOWN_TIMEOUT: Duration = Duration::from_millis(200);
 
+/// The log target of every line logged here: the binary's, which these lines had before
+/// the composition root moved out of `main.rs` (log filters and JSON readers select by it).
+const LOG_TARGET: &str = "stackgate";
+
 /// How long stopping the background tasks may take once they are aborted: an abort takes
 /// effect at the task's next await, which a task busy on a worker thread reaches late.
 const TASK_STOP_TIMEOUT: Duration = Duration::from_millis(200);
@@ -99,7 +103,7 @@ impl Tasks {
                 if let Err(error) = task.await
                     && error.is_panic()
                 {
-                    tracing::error!(task = name, "background task panicked");
+                    tracing::error!(target: LOG_TARGET, task = name, "background task panicked");
                 }
             }
         };
@@ -111,6 +115,7 @@ impl Tasks {
 /// SIGTERM or Ctrl-C, drains, and stops every background task.
 pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
     tracing::info!(
+        target: LOG_TARGET,
         origin = %policies.origin,
         policies = policies.policies.len(),
         sites = policies.sites.sites.len(),
@@ -168,7 +173,7 @@ pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
         let guard = guard_config.zip(client()).map(|(guard_config, client)| {
             let guard = Guard::new(client, guard_config);
             guard.metrics().register(metrics.registry_mut());
-            tracing::info!("control-plane load-balancer guard on");
+            tracing::info!(target: LOG_TARGET, "control-plane load-balancer guard on");
             Arc::new(guard)
         });
         let auditor = background_audit.zip(client()).map(|(config, client)| {
@@ -177,12 +182,13 @@ pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
             component
         });
         if let Some(component) = &cloud_config {
-            tracing::info!(object = %component.object.describe(), "cloud config: watching");
+            tracing::info!(target: LOG_TARGET, object = %component.object.describe(), "cloud config: watching");
         }
         let platform = platform.and_then(|component| match cluster.as_ref()? {
             Ok(client) => Some((component, client.clone())),
             Err(error) => {
                 tracing::warn!(
+                    target: LOG_TARGET,
                     %error,
                     "--openshift-platform auto without cluster access (in-cluster config or \
                      kubeconfig): cloud configs are judged by their content alone"
@@ -276,7 +282,7 @@ struct PlatformWatcher {
 impl PlatformWatcher {
     fn start(self, client: kube::Client, state: &Arc<AppState>, tasks: &mut Tasks) {
         let gate = state.add_readiness_gate("openshift-platform");
-        tracing::info!("openshift platform: watching Infrastructure cluster");
+        tracing::info!(target: LOG_TARGET, "openshift platform: watching Infrastructure cluster");
         tasks.add(
             "openshift-platform watcher",
             tokio::spawn(crate::platform::watcher::run(
@@ -305,11 +311,12 @@ impl ReleaseWatcher {
     ) {
         let client = match (self.mode, cluster) {
             (KubeMode::Off, _) | (_, None) => {
-                tracing::info!("--kube off: release annotations use the static release table only");
+                tracing::info!(target: LOG_TARGET, "--kube off: release annotations use the static release table only");
                 return;
             }
             (KubeMode::Auto, Some(Err(error))) => {
                 tracing::warn!(
+                    target: LOG_TARGET,
                     %error,
                     "no cluster access (in-cluster config or kubeconfig): release annotations \
                      use the static release table only"
@@ -349,6 +356,7 @@ impl BackgroundAudit {
 
     fn start(self, state: &Arc<AppState>, tasks: &mut Tasks) {
         tracing::info!(
+            target: LOG_TARGET,
             lease = %format!("{}/{}", self.config.lease_namespace, self.config.lease_name),
             identity = %self.config.identity,
             period_seconds = self.config.period.as_secs(),
@@ -419,7 +427,7 @@ async fn shutdown_signal() {
                 }
             }
             Err(error) => {
-                tracing::warn!(%error, "cannot listen for SIGTERM; only Ctrl-C stops the server");
+                tracing::warn!(target: LOG_TARGET, %error, "cannot listen for SIGTERM; only Ctrl-C stops the server");
                 let _ = ctrl_c.await;
             }
         }
