@@ -19,6 +19,7 @@ pub mod check;
 pub mod cli;
 pub mod cloudconf;
 pub mod cluster_config;
+pub mod compose;
 pub mod engine;
 pub mod guard;
 pub mod metrics;

@@ -60,7 +60,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     // 6: what a user runs.
-    ("faces", &["server", "cli"]),
+    ("faces", &["server", "cli", "compose"]),
 ];
 
 /// Submodules that are units of their own instead of part of their top-level module. A

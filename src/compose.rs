@@ -1,0 +1,469 @@
+//! The composition roots of the commands that reach the cluster: `stackgate serve` (the one
+//! place that turns the `serve` flags into a running server) and `stackgate audit`.
+//!
+//! It creates at most one Kubernetes client (only when a component needs the cluster) and
+//! hands it to the components that asked for it:
+//!
+//! | component | flag | cluster access missing |
+//! |---|---|---|
+//! | load-balancer guard | `--lb-guard on` | start-up error |
+//! | background audit | `--background-audit` | start-up error |
+//! | cloud-config fact watcher | `--cloud-config-object` | start-up error |
+//! | OpenShift platform fact watcher | `--openshift-platform auto` | warning, off |
+//! | release watcher | `--kube auto` | warning, off |
+//!
+//! Each component registers its metrics before the server state exists, adds its fact
+//! source while the state is built, and then adds its readiness gate and spawns its task
+//! into [`Tasks`], which the root stops when the server has drained: no task outlives
+//! the server.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+
+use crate::audit::background::{AuditMetrics, BackgroundConfig};
+use crate::cli::{AuditArgs, KubeMode, OpenShiftPlatformMode, ServeArgs};
+use crate::cluster_config::watcher::CloudConfigMetrics;
+use crate::cluster_config::{CloudConfigSource, ConfigFactCell, ConfigObject, ConfigObjectError};
+use crate::engine::Engine;
+use crate::guard::{Guard, GuardSource};
+use crate::metrics::Metrics;
+use crate::platform::watcher::PlatformMetrics;
+use crate::platform::{PlatformCell, PlatformSource};
+use crate::policy::PolicySet;
+use crate::releases::watcher::WatchConfig;
+use crate::server::{self, AppState, ServerConfig, ServerError};
+
+/// How long the runtime may wait for its tasks (blocking evaluations included) after the
+/// server has stopped.
+const RUNTIME_SHUTDOWN_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// The log target of every line logged here: the binary's, which these lines had before
+/// the composition root moved out of `main.rs` (log filters and JSON readers select by it).
+const LOG_TARGET: &str = "stackgate";
+
+/// How long stopping the background tasks may take once they are aborted: an abort takes
+/// effect at the task's next await, which a task busy on a worker thread reaches late.
+const TASK_STOP_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// Why `stackgate serve` could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ComposeError {
+    /// `--cloud-config-object` does not name an object.
+    #[error("--cloud-config-object / STACKGATE_CLOUD_CONFIG_OBJECT")]
+    CloudConfigObject(#[source] ConfigObjectError),
+    /// A component asked for explicitly has no cluster access.
+    #[error("{flag} needs cluster access (in-cluster service account or kubeconfig)")]
+    ClusterAccess {
+        /// The flag that asked for the component.
+        flag: &'static str,
+        /// Why the client could not be created.
+        #[source]
+        source: kube::Error,
+    },
+    /// The async runtime could not start.
+    #[error("starting the async runtime")]
+    Runtime(#[source] std::io::Error),
+    /// The server failed (binding, certificates).
+    #[error("serving")]
+    Serve(#[source] ServerError),
+}
+
+/// The server's background tasks, each with a name; [`Tasks::stop`] ends them all.
+#[derive(Debug, Default)]
+pub struct Tasks {
+    running: Vec<(&'static str, JoinHandle<()>)>,
+}
+
+impl Tasks {
+    /// Takes ownership of a spawned task.
+    pub fn add(&mut self, name: &'static str, task: JoinHandle<()>) {
+        self.running.push((name, task));
+    }
+
+    /// Number of tasks owned.
+    pub fn len(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Whether no task is owned.
+    pub fn is_empty(&self) -> bool {
+        self.running.is_empty()
+    }
+
+    /// Aborts every task and waits (at most 200 ms) until they are gone;
+    /// a task that had panicked is logged.
+    pub async fn stop(self) {
+        for (_, task) in &self.running {
+            task.abort();
+        }
+        let joined = async {
+            for (name, task) in self.running {
+                if let Err(error) = task.await
+                    && error.is_panic()
+                {
+                    tracing::error!(target: LOG_TARGET, task = name, "background task panicked");
+                }
+            }
+        };
+        let _ = tokio::time::timeout(TASK_STOP_TIMEOUT, joined).await;
+    }
+}
+
+/// `stackgate serve`: builds the components `args` ask for around `policies`, serves until
+/// SIGTERM or Ctrl-C, drains, and stops every background task.
+pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
+    tracing::info!(
+        target: LOG_TARGET,
+        origin = %policies.origin,
+        policies = policies.policies.len(),
+        sites = policies.sites.sites.len(),
+        "policies loaded"
+    );
+    let mut metrics = Metrics::new();
+    metrics.set_policies_loaded(policies.policies.len());
+    // Registration order is the order of /metrics; it is kept from before the root existed.
+    let cloud_config = args
+        .cloud_config()
+        .map_err(ComposeError::CloudConfigObject)?
+        .map(CloudConfigWatcher::new);
+    if let Some(component) = &cloud_config {
+        component.metrics.register(metrics.registry_mut());
+    }
+    let platform =
+        (args.openshift_platform == OpenShiftPlatformMode::Auto).then(PlatformWatcher::default);
+    if let Some(component) = &platform {
+        component.metrics.register(metrics.registry_mut());
+    }
+    let guard_config = args.guard.config();
+    let background_audit = args.background_audit.config(std::env::var("HOSTNAME").ok());
+    let releases = ReleaseWatcher {
+        mode: args.kube,
+        resync: args.release_resync,
+    };
+    let config = ServerConfig::from(&args);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(ComposeError::Runtime)?;
+    let served = runtime.block_on(async move {
+        // The first component that cannot run without the cluster names the flag to fix.
+        let required_by = [
+            (guard_config.is_some(), "--lb-guard on"),
+            (background_audit.is_some(), "--background-audit"),
+            (cloud_config.is_some(), "--cloud-config-object"),
+        ]
+        .into_iter()
+        .find_map(|(wanted, flag)| wanted.then_some(flag));
+        let wanted = required_by.is_some() || platform.is_some() || releases.mode == KubeMode::Auto;
+        let cluster = match wanted {
+            false => None,
+            true => match (kube::Client::try_default().await, required_by) {
+                (Err(source), Some(flag)) => {
+                    return Err(ComposeError::ClusterAccess { flag, source });
+                }
+                (cluster, _) => Some(cluster),
+            },
+        };
+        let client = || match &cluster {
+            Some(Ok(client)) => Some(client.clone()),
+            _ => None,
+        };
+        let guard = guard_config.zip(client()).map(|(guard_config, client)| {
+            let guard = Guard::new(client, guard_config);
+            guard.metrics().register(metrics.registry_mut());
+            tracing::info!(target: LOG_TARGET, "control-plane load-balancer guard on");
+            Arc::new(guard)
+        });
+        let auditor = background_audit.zip(client()).map(|(config, client)| {
+            let component = BackgroundAudit::new(config, client, &metrics);
+            component.metrics.register(metrics.registry_mut());
+            component
+        });
+        if let Some(component) = &cloud_config {
+            tracing::info!(target: LOG_TARGET, object = %component.object.describe(), "cloud config: watching");
+        }
+        let platform = platform.and_then(|component| match cluster.as_ref()? {
+            Ok(client) => Some((component, client.clone())),
+            Err(error) => {
+                tracing::warn!(
+                    target: LOG_TARGET,
+                    %error,
+                    "--openshift-platform auto without cluster access (in-cluster config or \
+                     kubeconfig): cloud configs are judged by their content alone"
+                );
+                None
+            }
+        });
+
+        let mut state = AppState::new(Engine::new(policies), metrics);
+        if let Some(guard) = guard {
+            state = state.with_fact_source(Arc::new(GuardSource::new(guard)));
+        }
+        if let Some(component) = &cloud_config {
+            state =
+                state.with_fact_source(Arc::new(CloudConfigSource::new(component.cell.clone())));
+        }
+        if let Some((component, _)) = &platform {
+            // Last: the server asks the first source that wants a review, and the others
+            // never want the ConfigMaps this one is for.
+            state = state.with_fact_source(Arc::new(PlatformSource::new(component.cell.clone())));
+        }
+        let state = Arc::new(state);
+
+        let mut tasks = Tasks::default();
+        if let Some((component, client)) = platform {
+            component.start(client, &state, &mut tasks);
+        }
+        if let Some(component) = cloud_config {
+            // Present only when a client exists: without one the start-up failed above.
+            if let Some(client) = client() {
+                component.start(client, &state, &mut tasks);
+            }
+        }
+        releases.start(cluster.as_ref(), &state, &mut tasks);
+        if let Some(component) = auditor {
+            component.start(&state, &mut tasks);
+        }
+
+        let served = server::run(config, state, shutdown_signal()).await;
+        tasks.stop().await;
+        served.map_err(ComposeError::Serve)
+    });
+    // Dropping a runtime waits for every blocking task; an evaluation past its deadline may
+    // still be running there (cancelled, but not yet at a check). The server has drained
+    // and answered everything it will answer, so do not wait for it: the process must be
+    // gone within --shutdown-grace (plus about a second) of the listener closing.
+    runtime.shutdown_timeout(RUNTIME_SHUTDOWN_TIMEOUT);
+    served
+}
+
+/// The cloud-config fact watcher (`--cloud-config-object`): its cell feeds the
+/// `CloudConfigSource`, the `cloud-config` gate holds /readyz until the first read.
+struct CloudConfigWatcher {
+    object: ConfigObject,
+    cell: ConfigFactCell,
+    metrics: CloudConfigMetrics,
+}
+
+impl CloudConfigWatcher {
+    fn new(object: ConfigObject) -> Self {
+        Self {
+            cell: ConfigFactCell::new(&object),
+            object,
+            metrics: CloudConfigMetrics::default(),
+        }
+    }
+
+    fn start(self, client: kube::Client, state: &Arc<AppState>, tasks: &mut Tasks) {
+        let gate = state.add_readiness_gate("cloud-config");
+        tasks.add(
+            "cloud-config watcher",
+            tokio::spawn(crate::cluster_config::watcher::run(
+                client,
+                self.object,
+                self.cell,
+                self.metrics,
+                move || gate.set(true),
+            )),
+        );
+    }
+}
+
+/// The OpenShift platform fact watcher (`--openshift-platform auto`): its cell feeds the
+/// `PlatformSource`, the `openshift-platform` gate holds /readyz until the first read.
+#[derive(Default)]
+struct PlatformWatcher {
+    cell: PlatformCell,
+    metrics: PlatformMetrics,
+}
+
+impl PlatformWatcher {
+    fn start(self, client: kube::Client, state: &Arc<AppState>, tasks: &mut Tasks) {
+        let gate = state.add_readiness_gate("openshift-platform");
+        tracing::info!(target: LOG_TARGET, "openshift platform: watching Infrastructure cluster");
+        tasks.add(
+            "openshift-platform watcher",
+            tokio::spawn(crate::platform::watcher::run(
+                client,
+                self.cell,
+                self.metrics,
+                move || gate.set(true),
+            )),
+        );
+    }
+}
+
+/// The OpenStackVersion watcher (`--kube auto`): a readiness gate holds /readyz until the
+/// first list, and every snapshot swaps the engine ([`AppState::watch_releases`]).
+struct ReleaseWatcher {
+    mode: KubeMode,
+    resync: Duration,
+}
+
+impl ReleaseWatcher {
+    fn start(
+        self,
+        cluster: Option<&Result<kube::Client, kube::Error>>,
+        state: &Arc<AppState>,
+        tasks: &mut Tasks,
+    ) {
+        let client = match (self.mode, cluster) {
+            (KubeMode::Off, _) | (_, None) => {
+                tracing::info!(target: LOG_TARGET, "--kube off: release annotations use the static release table only");
+                return;
+            }
+            (KubeMode::Auto, Some(Err(error))) => {
+                tracing::warn!(
+                    target: LOG_TARGET,
+                    %error,
+                    "no cluster access (in-cluster config or kubeconfig): release annotations \
+                     use the static release table only"
+                );
+                return;
+            }
+            (KubeMode::Auto, Some(Ok(client))) => client.clone(),
+        };
+        let config = WatchConfig {
+            resync: self.resync,
+            ..WatchConfig::default()
+        };
+        let metrics = state.metrics.releases().clone();
+        tasks.add(
+            "release watcher",
+            state.watch_releases(client, config, metrics),
+        );
+    }
+}
+
+/// The background audit (`--background-audit`): audits the cluster on a lease, with the
+/// engine the server currently serves.
+struct BackgroundAudit {
+    config: BackgroundConfig,
+    client: kube::Client,
+    metrics: AuditMetrics,
+}
+
+impl BackgroundAudit {
+    fn new(config: BackgroundConfig, client: kube::Client, server_metrics: &Metrics) -> Self {
+        Self {
+            config,
+            client,
+            metrics: AuditMetrics::default().counting_limits_in(server_metrics.input_limits()),
+        }
+    }
+
+    fn start(self, state: &Arc<AppState>, tasks: &mut Tasks) {
+        tracing::info!(
+            target: LOG_TARGET,
+            lease = %format!("{}/{}", self.config.lease_namespace, self.config.lease_name),
+            identity = %self.config.identity,
+            period_seconds = self.config.period.as_secs(),
+            "background audit on"
+        );
+        let state = Arc::clone(state);
+        tasks.add(
+            "background audit",
+            tokio::spawn(crate::audit::background::run(
+                self.client,
+                self.config,
+                self.metrics,
+                move || state.engine.load_full(),
+            )),
+        );
+    }
+}
+
+/// `stackgate audit`: connects to the cluster and audits it with `engine`, writing the
+/// report to stdout and, on a terminal, progress to stderr. Returns the exit code: 0 clean,
+/// 1 denials (or warnings with --fail-on warning), 2 no cluster access or a listing error.
+pub fn audit(args: &AuditArgs, engine: &Engine) -> Result<u8, ComposeError> {
+    use std::io::IsTerminal as _;
+    let options = crate::audit::AuditOptions::from(args);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(ComposeError::Runtime)?;
+    Ok(runtime.block_on(async {
+        let client = match kube::Client::try_default().await {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!(
+                    "stackgate audit: no cluster access (kubeconfig or in-cluster service \
+                     account): {e}"
+                );
+                return 2;
+            }
+        };
+        let terminal = std::io::stderr().is_terminal();
+        let mut progress = |kind: &str, objects: usize| {
+            if terminal {
+                eprint!("\r\x1b[Kstackgate audit: listing {kind}; {objects} objects audited");
+            }
+        };
+        let mut output = std::io::stdout().lock();
+        let result = crate::audit::run(&client, engine, &options, &mut output, &mut progress).await;
+        if terminal {
+            eprint!("\r\x1b[K");
+        }
+        result.unwrap_or_else(|e| {
+            eprintln!("stackgate audit: {e}");
+            2
+        })
+    }))
+}
+
+/// Completes on SIGTERM (what the kubelet sends) or Ctrl-C.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(error) => {
+                tracing::warn!(target: LOG_TARGET, %error, "cannot listen for SIGTERM; only Ctrl-C stops the server");
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::Tasks;
+
+    /// Stopping the tasks ends every one of them, even one that would run forever: what it
+    /// holds is dropped by the time `stop` returns, so nothing outlives the server.
+    #[tokio::test]
+    async fn stop_ends_every_task() {
+        let held = Arc::new(());
+        let mut tasks = Tasks::default();
+        for name in ["forever", "also forever"] {
+            let held = Arc::clone(&held);
+            tasks.add(
+                name,
+                tokio::spawn(async move {
+                    let _held = held;
+                    std::future::pending::<()>().await;
+                }),
+            );
+        }
+        tasks.add("done", tokio::spawn(async {}));
+        assert_eq!(tasks.len(), 3);
+        assert_eq!(Arc::strong_count(&held), 3);
+        tasks.stop().await;
+        assert_eq!(Arc::strong_count(&held), 1);
+    }
+}
