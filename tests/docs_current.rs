@@ -29,3 +29,60 @@ fn every_policy_file_is_embedded_and_the_directory_loads_the_same_set() {
     );
     assert_eq!(from_dir.sites, embedded.sites);
 }
+
+/// Every label value of `stackgate_input_limits_total` in the sources: the `=> "label"` arms of
+/// the `Limit` enums' `as_str` (engine, YAML reader, audit) and the adapter's
+/// `input_limit("label")` calls.
+fn input_limit_labels() -> std::collections::BTreeSet<String> {
+    fn walk(dir: &std::path::Path, labels: &mut std::collections::BTreeSet<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, labels);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                for line in std::fs::read_to_string(&path).unwrap().lines() {
+                    let after = if line.contains("Limit::") && line.contains("=> \"") {
+                        line.split_once("=> \"").map(|(_, a)| a)
+                    } else {
+                        line.split_once("input_limit(\"").map(|(_, a)| a)
+                    };
+                    if let Some((label, _)) = after.and_then(|a| a.split_once('"')) {
+                        labels.insert(label.to_string());
+                    }
+                }
+            }
+        }
+    }
+    let mut labels = std::collections::BTreeSet::new();
+    walk(
+        std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/src")),
+        &mut labels,
+    );
+    labels
+}
+
+#[test]
+fn docs_limits_md_names_every_input_limit_label() {
+    let labels = input_limit_labels();
+    for known in [
+        "decoded_bytes",
+        "cloud_config_bytes",
+        "yaml_depth",
+        "audit_page_bytes",
+    ] {
+        assert!(
+            labels.contains(known),
+            "the source scan lost {known}: {labels:?}"
+        );
+    }
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/limits.md");
+    let doc = std::fs::read_to_string(path).unwrap();
+    let missing: Vec<_> = labels
+        .iter()
+        .filter(|l| !doc.contains(&format!("\"{l}\"")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/limits.md has no row for stackgate_input_limits_total labels {missing:?}"
+    );
+}
