@@ -54,7 +54,7 @@ pub struct LimitLabels {
     /// Which cap on untrusted input was reached, a closed set: the engine's (`Limit::as_str`
     /// in `engine`: `cloud_config_bytes`, `values_text_bytes`, `yaml_nodes`,
     /// `yaml_alias_expansion`, `yaml_depth`, `values_carriers`, `findings`) and the adapter's
-    /// (`decoded_bytes`, `json_depth`, `response_bytes`). README "Limits" has one row each.
+    /// (`decoded_bytes`, `json_depth`, `response_bytes`). `docs/limits.md` has one row each.
     pub limit: &'static str,
 }
 
