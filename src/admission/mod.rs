@@ -283,7 +283,7 @@ fn not_decoded(
             metrics.input_limit("decoded_bytes");
             let reason = format!(
                 "{error}, so stackgate cannot tell whether it holds a known-bad setting \
-                 (stackgate's decoded-memory cap, README \"Limits\"); split the values or move \
+                 (stackgate's decoded-memory cap, docs/limits.md); split the values or move \
                  them to a ConfigMap or Secret referenced by valuesFrom"
             );
             (
@@ -295,7 +295,7 @@ fn not_decoded(
             metrics.input_limit("json_depth");
             let reason = format!(
                 "{error}, so stackgate cannot tell whether it holds a known-bad setting \
-                 (README \"Limits\")"
+                 (docs/limits.md)"
             );
             (
                 unread(webhook, body, &reason, Some((413, "RequestEntityTooLarge"))),
