@@ -1,11 +1,11 @@
 //! Work stops at the deadline (issue 22, item 2): a review that is slow to evaluate, sent with
-//! the apiserver's `?timeout=1s`, gets its deadline answer, and then the server stops working
-//! on it: the child's CPU time (`/proc/<pid>/stat`, utime + stime) hardly grows after the
-//! answer, and a following large review is evaluated, not refused with 429 because the
+//! a `?timeout=` shorter than the evaluation, gets its deadline answer, and then the server
+//! stops working on it: the child's CPU time (`/proc/<pid>/stat`, utime + stime) hardly
+//! grows after the answer, and a following large review is evaluated, not refused with 429 because the
 //! abandoned evaluation still holds the large-evaluation permit.
 //!
 //! Against the real binary as a child (`stackgate serve --kube off`), debug build: the shapes
-//! take several seconds to evaluate there, well past the 1 s deadline. Bounds are generous
+//! take far longer than the 100 ms budget of `?timeout=200ms` there. Bounds are generous
 //! for a shared 2-core machine; the issue's target (CPU stops within 50 ms of the answer) is
 //! measured on the release build (BENCHMARKS.md). Linux only: elsewhere the tests print why
 //! they skip.
@@ -108,13 +108,14 @@ fn cpu(pid: u32) -> Duration {
     Duration::from_secs_f64(procfs::cpu_ticks(pid) as f64 / procfs::clock_ticks_per_second())
 }
 
-/// Sends `slow` with `?timeout=1s`, expects the deadline answer, then checks the CPU the
+/// Sends `slow` with `?timeout=200ms` (a 100 ms budget: the apiserver never sends less than
+/// 1 s, but a fast quiet machine evaluated these shapes within 1 s), expects the deadline answer, then checks the CPU the
 /// server uses in the next second and that a large review after it is evaluated.
 async fn stops_at_the_deadline(slow: Vec<u8>) {
     if !has_proc_status() {
         return;
     }
-    // The server's own deadline is long: the apiserver's `?timeout=1s` is what cuts it. One
+    // The server's own deadline is long: the `?timeout=` is what cuts it. One
     // large evaluation at a time, so an abandoned one that keeps its permit shows as a 429.
     let server =
         ChildServer::start(&["--request-timeout", "30s", "--max-large-evaluations", "1"]).await;
@@ -126,7 +127,7 @@ async fn stops_at_the_deadline(slow: Vec<u8>) {
     let sent = Instant::now();
     let (status, bytes) = tokio::time::timeout(
         Duration::from_secs(60),
-        client.request(http::Method::POST, "/validate?timeout=1s", slow),
+        client.request(http::Method::POST, "/validate?timeout=200ms", slow),
     )
     .await
     .expect("answered")
