@@ -912,15 +912,7 @@ impl Run<'_> {
             omitted: Counts::default(),
         }
         .counts();
-        let o = &mut self.omitted;
-        o.files += one.files;
-        o.objects += one.objects;
-        o.errors += one.errors;
-        o.warnings += one.warnings;
-        o.notes += one.notes;
-        o.problems += one.problems;
-        o.fixable += one.fixable;
-        o.skipped += one.skipped;
+        self.omitted += one;
     }
 
     /// Reads one kind page by page within the caps of [`page::ReadLimits`] and hands each

@@ -88,6 +88,22 @@ pub struct Counts {
     pub not_written: usize,
 }
 
+/// Adds every count: the entries a bounded report left out are counted with those it lists.
+impl std::ops::AddAssign for Counts {
+    fn add_assign(&mut self, other: Counts) {
+        self.files += other.files;
+        self.objects += other.objects;
+        self.errors += other.errors;
+        self.warnings += other.warnings;
+        self.notes += other.notes;
+        self.problems += other.problems;
+        self.fixable += other.fixable;
+        self.fixed += other.fixed;
+        self.skipped += other.skipped;
+        self.not_written += other.not_written;
+    }
+}
+
 impl Report {
     /// All items with their file, in order.
     fn items(&self) -> impl Iterator<Item = (&FileReport, &ObjectResult, &Item)> {
@@ -127,15 +143,7 @@ impl Report {
                 Level::Note => c.notes += 1,
             }
         }
-        let o = &self.omitted;
-        c.files += o.files;
-        c.objects += o.objects;
-        c.errors += o.errors;
-        c.warnings += o.warnings;
-        c.notes += o.notes;
-        c.problems += o.problems;
-        c.fixable += o.fixable;
-        c.skipped += o.skipped;
+        c += self.omitted;
         c
     }
 
