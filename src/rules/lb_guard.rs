@@ -470,26 +470,26 @@ fn describe_machine(machine: &DynamicObject) -> String {
 }
 
 fn unavailable(what: &str, reason: &str, unknown: WhenUnknown) -> Violation {
-    // Warnings are cut at 256 characters by the admission adapter: the outcome and the reason
-    // come first.
-    let (severity, message) = match unknown {
+    let (severity, short, fix, why) = match unknown {
         WhenUnknown::Admit => (
             Severity::Warn,
+            "admitted without checking the API load balancer (params.unknown is admit)",
+            "check that every member is ACTIVE and another one is ONLINE",
             format!(
-                "Admitted without checking the API load balancer (params.unknown is admit): \
-                 {reason}. Deleting {what} while a load-balancer member is pending or the last \
-                 one serving can take the cluster API offline ({INCIDENT}); check that every \
-                 member is ACTIVE and another one is ONLINE."
+                "{reason}. Deleting {what} while a load-balancer member is pending or the last \
+                 one serving can take the cluster API offline ({INCIDENT})."
             ),
         ),
         WhenUnknown::Deny => (
             Severity::Deny,
+            "deletion refused: the API load balancer could not be checked (params.unknown is \
+             deny)",
+            "wait; Cluster API retries the deletion",
             format!(
-                "Refusing to delete {what}: the API load balancer could not be checked \
-                 (params.unknown is deny): {reason}. Deleting a control-plane node while a \
-                 load-balancer member is pending or the last one serving can take the cluster \
-                 API offline ({INCIDENT}). Cluster API retries the deletion; it goes through \
-                 once the load balancer can be checked."
+                "{reason}. Deleting a control-plane node while a load-balancer member is \
+                 pending or the last one serving can take the cluster API offline ({INCIDENT}). \
+                 Cluster API retries the deletion; it goes through once the load balancer can \
+                 be checked."
             ),
         ),
     };
@@ -498,7 +498,11 @@ fn unavailable(what: &str, reason: &str, unknown: WhenUnknown) -> Violation {
         code: CODE_UNAVAILABLE,
         line: None,
         pointer: None,
-        message,
+        location: Some(what.to_owned()),
+        what: short.to_owned(),
+        fix: fix.to_owned(),
+        why,
+        notes: Vec::new(),
         fixed_by_edit: false,
     }
 }
@@ -669,16 +673,20 @@ fn refusal(what: &str, lb: &LoadBalancerStatus, problems: Problems) -> Violation
         code: CODE_NOT_READY,
         line: None,
         pointer: None,
-        message: format!(
-            "Refusing to delete {what}: the API {} is not ready for it: {}. Deleting a \
-             control-plane node while a load-balancer member is pending, failed, or the last one \
-             serving can take the cluster API offline ({INCIDENT}: an amphorav2 member stayed \
-             PENDING_CREATE while the load balancer was ACTIVE, and every control-plane node was \
-             rotated out). Cluster API retries the deletion; it goes through once every other \
-             member is ACTIVE and another member is ONLINE.",
+        location: Some(what.to_owned()),
+        what: "deletion refused: an API load-balancer member is not ready".to_owned(),
+        fix: "wait; Cluster API retries the deletion".to_owned(),
+        why: format!(
+            "The API {} is not ready for it: {}. Deleting a control-plane node while a \
+             load-balancer member is pending, failed, or the last one serving can take the \
+             cluster API offline ({INCIDENT}: an amphorav2 member stayed PENDING_CREATE while \
+             the load balancer was ACTIVE, and every control-plane node was rotated out). \
+             Cluster API retries the deletion; it goes through once every other member is \
+             ACTIVE and another member is ONLINE.",
             lb_label(lb),
             listed.join("; ")
         ),
+        notes: Vec::new(),
         fixed_by_edit: false,
     }
 }

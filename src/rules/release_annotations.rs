@@ -160,15 +160,18 @@ pub fn check(
             code: CODE_AMBIGUOUS,
             line: None,
             pointer: None,
-            message: format!(
-                "{what}: namespace {namespace} has {count} OpenStackVersions ({}, {}{}); \
-                 openstack-operator supports one per namespace, so stackgate cannot tell which \
-                 release applies and neither adds nor checks release annotations. Fix: delete \
-                 the extra OpenStackVersion.",
+            location: Some(what.clone()),
+            what: format!(
+                "namespace {namespace} has {count} OpenStackVersions ({}, {}{})",
                 names[0],
                 names[1],
                 if count > 2 { ", …" } else { "" }
             ),
+            fix: "delete the extra OpenStackVersion".to_owned(),
+            why: "openstack-operator supports one per namespace, so stackgate cannot tell which \
+                  release applies and neither adds nor checks release annotations."
+                .to_owned(),
+            notes: Vec::new(),
             fixed_by_edit: false,
         });
     }
@@ -194,35 +197,38 @@ pub fn check(
         } else {
             Severity::Warn
         };
-        let ratchet_note = if enforce && unchanged {
-            " This request does not change the annotation, so this is a warning although the \
-             policy enforces contradictions."
-        } else {
-            ""
-        };
+        let ratchet = enforce && unchanged;
         match (value, &expected) {
             (Some(v), _) => match go_parse_bool(v) {
                 None => {
-                    let fix = match &expected {
-                        Some(e) => format!(
-                            "set it to \"{}\" ({}), or remove it and stackgate adds that value",
-                            e.write, e.explanation
+                    let (fix, expected_note) = match &expected {
+                        Some(e) => (
+                            format!(
+                                "set it to \"{}\" or remove it (stackgate adds that value)",
+                                e.write
+                            ),
+                            format!(" The release expects \"{}\": {}.", e.write, e.explanation),
                         ),
-                        None => "set it to \"true\" or \"false\", or remove it".to_owned(),
+                        None => (
+                            "set it to \"true\" or \"false\", or remove it".to_owned(),
+                            String::new(),
+                        ),
                     };
                     out.violations.push(Violation {
                         severity: Severity::Deny,
                         code: CODE_UNPARSABLE,
                         line: None,
                         pointer: Some(pointer_text),
-                        message: format!(
-                            "{what}: annotation {key}={} {UNPARSABLE}: the service operator reads \
-                             it with Go strconv.ParseBool, which accepts exactly {GO_BOOL_ACCEPTED}; \
-                             any other value fails its reconcile and the service is not deployed. \
-                             Fix: {fix}. Sources: {}.",
-                            echo(v),
+                        location: Some(format!("{what} annotation {key}")),
+                        what: format!("{} {UNPARSABLE}", echo(v)),
+                        fix,
+                        why: format!(
+                            "The service operator reads it with Go strconv.ParseBool, which \
+                             accepts exactly {GO_BOOL_ACCEPTED}; any other value fails its \
+                             reconcile and the service is not deployed.{expected_note} Sources: {}.",
                             mapping.source.trim()
                         ),
+                        notes: Vec::new(),
                         fixed_by_edit: false,
                     });
                 }
@@ -235,21 +241,21 @@ pub fn check(
                             code: CODE_CONTRADICTION,
                             line: None,
                             pointer: Some(pointer_text),
-                            message: format!(
-                                "{what}: annotation {key}={} {CONTRADICTION}: {}. {} \
-                                 openstack-operator rewrites this annotation from the release's \
-                                 ServiceDefaults on every reconcile of the CRs it manages, so the \
-                                 two would fight and the service would be redeployed each time. \
-                                 Fix: set it to \"{}\" or remove it (stackgate then adds \"{}\").{} \
-                                 Sources: {}.",
-                                echo(v),
-                                e.explanation,
+                            location: Some(format!("{what} annotation {key}")),
+                            what: format!("{} {CONTRADICTION}: {}", echo(v), e.explanation),
+                            fix: format!(
+                                "set it to \"{}\" or remove it (stackgate then adds \"{}\")",
+                                e.write, e.write
+                            ),
+                            why: format!(
+                                "{} openstack-operator rewrites this annotation from the \
+                                 release's ServiceDefaults on every reconcile of the CRs it \
+                                 manages, so the two would fight and the service would be \
+                                 redeployed each time. Sources: {}.",
                                 mapping.effect.trim(),
-                                e.write,
-                                e.write,
-                                ratchet_note,
                                 mapping.source.trim()
                             ),
+                            notes: ratchet_note(ratchet),
                             fixed_by_edit: false,
                         });
                     }
@@ -278,18 +284,20 @@ pub fn check(
                         code: CODE_CONTRADICTION,
                         line: None,
                         pointer: Some(pointer_text),
-                        message: format!(
-                            "{what}: annotation {key} is missing, which the service operator \
-                             reads as \"{}\"; that {CONTRADICTION}: {}. {} Fix: add {key}: \"{}\" \
-                             (the stackgate mutating webhook adds it; seeing this from the \
-                             validating webhook means the mutation did not run).{} Sources: {}.",
-                            mapping.when_absent,
-                            e.explanation,
+                        location: Some(format!("{what} annotation {key}")),
+                        what: format!(
+                            "missing, which the service operator reads as \"{}\"; that \
+                             {CONTRADICTION}: {}",
+                            mapping.when_absent, e.explanation
+                        ),
+                        fix: format!("add {key}: \"{}\"", e.write),
+                        why: format!(
+                            "{} The stackgate mutating webhook adds it; seeing this from the \
+                             validating webhook means the mutation did not run. Sources: {}.",
                             mapping.effect.trim(),
-                            e.write,
-                            ratchet_note,
                             mapping.source.trim()
                         ),
+                        notes: ratchet_note(ratchet),
                         fixed_by_edit: true,
                     });
                 }
@@ -405,6 +413,19 @@ fn describe(kind: &str, namespace: &str, req: &Subject<'_>, object: &DynamicObje
         format!("{kind} {name}")
     } else {
         format!("{kind} {namespace}/{name}")
+    }
+}
+
+/// The note of a contradiction the request does not change (ratcheting).
+fn ratchet_note(ratchet: bool) -> Vec<String> {
+    if ratchet {
+        vec![
+            "This request does not change the annotation, so this is a warning although the \
+             policy enforces contradictions."
+                .to_owned(),
+        ]
+    } else {
+        Vec::new()
     }
 }
 
