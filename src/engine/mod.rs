@@ -1208,6 +1208,10 @@ mod tests {
                 namespace: Some("tenant".into()),
                 name: "hostile".into(),
             }),
+            text: Text {
+                what: format!("finding {i}"),
+                ..Text::default()
+            },
             message: format!("finding {i}"),
             fixed_by_patch: false,
         }
@@ -1275,13 +1279,14 @@ mod tests {
             assert_eq!((a.policy.as_str(), b.policy.as_str()), ("a", "b"));
             assert_eq!((a.rule.as_str(), b.rule.as_str()), (rule(0), rule(1)));
             assert_eq!(
-                a.message,
+                a.first_line(),
                 format!(
-                    "… and 3 more findings of policy a (rule {}) on this object; run \
-                     `stackgate check` on it to see them all",
+                    "… and 3 more findings of policy a (rule {}) on this object. Fix: run \
+                     `stackgate check` on it to see them all.",
                     rule(0)
                 )
             );
+            assert_eq!(a.message, a.text.full("a", a.rule, CODE_MORE));
             assert!(
                 b.message.starts_with(&format!(
                     "… and 1 more finding of policy b (rule {})",

@@ -371,10 +371,7 @@ pub fn caveat_note(caveat: &str) -> String {
 fn default_name(source: &NameSource, name: &str, explicit: bool, severity: Severity) -> Violation {
     let what = match (name.is_empty(), explicit) {
         (true, _) => "the OpenStack CCM runs with an empty cluster name".to_owned(),
-        (false, _) => format!(
-            "the OpenStack CCM runs with the default cluster name {}",
-            shown(name)
-        ),
+        (false, _) => format!("the CCM runs with the default cluster name {}", shown(name)),
     };
     let unset = if explicit {
         String::new()
@@ -388,9 +385,9 @@ fn default_name(source: &NameSource, name: &str, explicit: bool, severity: Sever
         pointer: Some(source.pointer.clone()),
         location: Some(source.location.clone()),
         what,
-        fix: format!("set {FLAG} (chart: cluster.name) to a name unique in the OpenStack project"),
+        fix: format!("set {FLAG} (chart: cluster.name) to a name unique in the project"),
         why: format!(
-            "{unset}The CCM names Octavia load balancers after it and adopts every load balancer \
+            "{unset}The OpenStack CCM names Octavia load balancers after it and adopts every load balancer \
              whose name matches, so two clusters in one OpenStack project that keep the default \
              take over and rewrite each other's load balancers ({SOURCES}). Set it before the \
              first Service of type LoadBalancer exists (renaming later recreates every load \

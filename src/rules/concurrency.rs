@@ -342,9 +342,9 @@ mod tests {
             assert_eq!(used.value, FlagValue::Reference, "{args:?}");
             let v = violation("x", "/p".into(), used.value, Severity::Deny).unwrap();
             assert_eq!(v.severity, Severity::Warn, "{args:?}");
-            assert!(v.message.contains(FLAG), "{}", v.message);
-            assert!(!v.message.contains("SYNCS"), "{}", v.message);
-            assert!(!v.message.contains("fail"), "{}", v.message);
+            assert!(v.message().contains(FLAG), "{}", v.message());
+            assert!(!v.message().contains("SYNCS"), "{}", v.message());
+            assert!(!v.message().contains("fail"), "{}", v.message());
         }
         // `$$(X)` is the escaped literal `$(X)`, which pflag cannot parse.
         assert_eq!(

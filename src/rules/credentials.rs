@@ -170,7 +170,7 @@ mod tests {
             let out = run(&text, true);
             assert_eq!(out.violations.len(), 1, "{key}");
             assert_eq!(out.violations[0].line, Some(3));
-            assert!(!out.violations[0].message.contains("s3cr3t-value"));
+            assert!(!out.violations[0].message().contains("s3cr3t-value"));
             assert!(run(&text, false).violations.is_empty(), "{key} in a Secret");
         }
     }
@@ -185,7 +185,7 @@ mod tests {
             let out = run(text, true);
             assert_eq!(out.violations.len(), 1, "{text:?}");
             assert_eq!(out.violations[0].line, Some(2), "{text:?}");
-            assert!(!out.violations[0].message.contains("s3cr3t-value"));
+            assert!(!out.violations[0].message().contains("s3cr3t-value"));
         }
         let out = run("[Global]\npassword=one-value\npassword=two-value\n", true);
         let lines: Vec<_> = out.violations.iter().map(|v| v.line).collect();

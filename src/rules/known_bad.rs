@@ -89,7 +89,7 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
                 ),
                 None => (
                     provider.line,
-                    "lb-method is not set, so the CCM uses ROUND_ROBIN",
+                    "lb-method is not set (the CCM uses ROUND_ROBIN)",
                     None,
                 ),
             };
@@ -105,7 +105,7 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
                 line: Some(line),
                 location: None,
                 what: format!("[LoadBalancer] lb-provider = ovn but {what}"),
-                fix: "set `lb-method = SOURCE_IP_PORT` under [LoadBalancer]".to_owned(),
+                fix: "set `lb-method = SOURCE_IP_PORT`".to_owned(),
                 why: "Octavia's OVN provider rejects every other algorithm (\"OVN provider does \
                       not support ROUND_ROBIN algorithm\"), so every LoadBalancer Service fails."
                     .to_owned(),
@@ -165,7 +165,7 @@ mod tests {
         let out = run("[LoadBalancer]\nlb-provider = ovn\n");
         assert!(
             out.violations[0]
-                .message
+                .message()
                 .contains("lb-method = SOURCE_IP_PORT")
         );
     }

@@ -845,7 +845,7 @@ mod tests {
         ]);
         let out = run(&m, &facts, WhenUnknown::Deny);
         assert_eq!(out.violations.len(), 1);
-        assert!(out.violations[0].message.contains("last one serving"));
+        assert!(out.violations[0].message().contains("last one serving"));
     }
 
     #[test]
@@ -899,7 +899,7 @@ mod tests {
         let one = lb(vec![member("a", "10.0.0.9", ACTIVE, ONLINE)]);
         let out = run(&m, &one, WhenUnknown::Admit);
         assert_eq!(out.violations.len(), 1);
-        assert!(out.violations[0].message.contains("cannot be told apart"));
+        assert!(out.violations[0].message().contains("cannot be told apart"));
         let two = lb(vec![
             member("a", "10.0.0.9", ACTIVE, ONLINE),
             member("b", "10.0.0.8", ACTIVE, ONLINE),
@@ -935,7 +935,7 @@ mod tests {
         o.leaving.push(leaving("m-3", LeavingWhy::JustAdmitted));
         let out = run(&m, &facts, WhenUnknown::Deny);
         assert_eq!(out.violations.len(), 1);
-        let message = &out.violations[0].message;
+        let message = &out.violations[0].message();
         assert!(
             message.contains("already being deleted are gone (m-2, m-3)"),
             "{message}"
@@ -976,12 +976,12 @@ mod tests {
         assert_eq!(out.violations.len(), 1);
         assert!(
             out.violations[0]
-                .message
+                .message()
                 .contains("pool k-8132: this Machine's member is the last one serving"),
             "{}",
-            out.violations[0].message
+            out.violations[0].message()
         );
-        assert!(!out.violations[0].message.contains("pool k-6443"));
+        assert!(!out.violations[0].message().contains("pool k-6443"));
     }
 
     #[test]
@@ -1001,7 +1001,7 @@ mod tests {
             member("k-6443-m-3", "10.0.0.3", "PENDING_CREATE", "OFFLINE"),
         ]);
         let out = run(&m, &facts, WhenUnknown::Deny);
-        assert!(out.violations[0].message.contains("PENDING_CREATE"));
+        assert!(out.violations[0].message().contains("PENDING_CREATE"));
     }
 
     #[test]
@@ -1022,7 +1022,7 @@ mod tests {
         };
         let out = check(&subject, None, &unavailable, WhenUnknown::Deny);
         assert_eq!(out.violations[0].severity, Severity::Deny);
-        assert!(out.violations[0].message.contains("Machine ns/m-1"));
+        assert!(out.violations[0].message().contains("Machine ns/m-1"));
         let out = check(&subject, None, &unavailable, WhenUnknown::Admit);
         assert_eq!(out.violations[0].severity, Severity::Warn);
         let worker = GuardFacts::NotApplicable {
@@ -1047,6 +1047,6 @@ mod tests {
             infra_name: Some("m-1".into()),
         });
         let out = check(&subject, None, &facts, WhenUnknown::Admit);
-        assert!(out.violations[0].message.contains("last one serving"));
+        assert!(out.violations[0].message().contains("last one serving"));
     }
 }

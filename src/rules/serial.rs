@@ -172,7 +172,7 @@ mod tests {
             ccm_version: None,
         });
         assert_eq!(out.violations.len(), 1);
-        let message = &out.violations[0].message;
+        let message = &out.violations[0].message();
         assert!(message.contains("is not set in these values"), "{message}");
         assert!(
             message.contains("unless another values source"),
@@ -240,6 +240,6 @@ mod tests {
     fn invalid_literal_is_denied_without_echoing_it() {
         let out = run(&format!("[LoadBalancer]\n{KEY}=sure-thing\n"));
         assert_eq!(out.violations[0].severity, Severity::Deny);
-        assert!(!out.violations[0].message.contains("sure-thing"));
+        assert!(!out.violations[0].message().contains("sure-thing"));
     }
 }
