@@ -161,7 +161,7 @@ fn the_command_prints_the_explanation_and_fails_on_an_unknown_code() {
     assert!(
         contains(
             &out,
-            "Fix: set `lb-method = SOURCE_IP_PORT` under [LoadBalancer]"
+            "Fix: set `lb-method = SOURCE_IP_PORT`"
         ),
         "{out}"
     );

@@ -98,7 +98,7 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
                 (
                     format!("[{SECTION}] {KEY} is not set (default false)"),
                     format!(
-                        "The CCM then uses its default (false). {WHY} Add `{KEY} = true` under \
+                        "{WHY} Add `{KEY} = true` under \
                          [{SECTION}] (the stackgate mutating webhook adds it where it may edit \
                          the object)."
                     ),
