@@ -362,7 +362,9 @@ fn validate_response(
             .iter()
             .map(Finding::denial_text)
             .collect::<Vec<_>>()
-            .join("\n");
+            // Each denial is several lines (first line, why, exemption, attribution): a blank
+            // line between two keeps them apart.
+            .join("\n\n");
         let mut response = response.deny(message);
         response.result.code = 403;
         response.result.reason = "Forbidden".to_owned();

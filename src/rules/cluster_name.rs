@@ -376,7 +376,7 @@ fn default_name(source: &NameSource, name: &str, explicit: bool, severity: Sever
     let unset = if explicit {
         String::new()
     } else {
-        format!("Nothing here sets {FLAG} or the chart's cluster.name. ")
+        format!("The default applies: nothing here sets {FLAG} or the chart's cluster.name. ")
     };
     Violation {
         severity,

@@ -208,14 +208,12 @@ pub fn violation(
         FlagValue::Int(n) if n <= 1 => return None,
         FlagValue::Int(n) => (
             CODE_PARALLEL,
-            format!("{FLAG}={n} runs {n} Service syncs at once"),
-            "remove the flag (default 1) or set it to 1".to_owned(),
-            format!(
-                "{FLAG}={n} lets the CCM reconcile {n} Services (and node syncs) at once. \
-                 Octavia answers 409 \"immutable\" to every call on a load balancer while one \
-                 of its children is PENDING_*, and Services sharing a load balancer then \
-                 collide. The default is 1."
-            ),
+            format!("{FLAG}={n} lets the CCM reconcile {n} Services at once"),
+            "set it to 1 (default) or remove it".to_owned(),
+            "The CCM then also runs node syncs in parallel. Octavia answers 409 \"immutable\" \
+             to every call on a load balancer while one of its children is PENDING_*, and \
+             Services sharing a load balancer then collide. The default is 1."
+                .to_owned(),
             severity,
         ),
         FlagValue::Invalid => (

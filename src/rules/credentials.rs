@@ -93,10 +93,11 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
                 pointer: None,
                 line: Some(entry.line),
                 location: None,
-                what: format!("[Global] {key}: a credential in a ConfigMap (value not shown)"),
+                what: format!("[Global] {key} holds a credential (value not shown)"),
                 fix: "move it to a Secret and rotate it".to_owned(),
                 why: format!(
-                    "Anyone who can read ConfigMaps in this namespace can read it{repeated}. \
+                    "It is in a ConfigMap, which anyone who can read ConfigMaps in this \
+                     namespace can read{repeated}. \
                      Move it to a Secret (e.g. kube-system/cloud-config, key cloud.conf) or to \
                      clouds.yaml with `use-clouds = true`, and rotate the credential."
                 ),

@@ -226,7 +226,7 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
         };
         let (what, fix) = match &ignored.suggestion {
             Some(s) => (
-                format!("{name}: unknown {kind}, silently ignored"),
+                format!("{name}: silently ignored"),
                 format!("did you mean `{s}`?"),
             ),
             None => (
@@ -247,8 +247,8 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
                 "has an empty value".to_owned()
             };
             notes.push(format!(
-                "The line before {key}: gcfg does not continue a value on the next line, so if \
-                 this line is that value, write it after `=` on that line."
+                "If this line is a value: the line before {key}, and gcfg does not continue a \
+                 value on the next line, so write it after `=` on that line."
             ));
         }
         ignored_names.push(Violation {
@@ -259,10 +259,16 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
             location: None,
             what,
             fix,
-            why: format!(
-                "gcfg drops what the CCM does not read without an error: {why}, so the setting \
-                 has no effect."
-            ),
+            why: match &ignored.suggestion {
+                Some(_) => format!(
+                    "Unknown {kind}: gcfg drops what the CCM does not read without an error, so \
+                     the setting has no effect."
+                ),
+                None => format!(
+                    "gcfg drops what the CCM does not read without an error: {why}, so the \
+                     setting has no effect."
+                ),
+            },
             notes,
             fixed_by_edit: false,
         });
@@ -339,7 +345,7 @@ fn silent_values(
             CODE_TLS_INSECURE,
             e.line,
             (
-                "[Global] tls-insecure is neither `true` nor `false`".to_owned(),
+                "[Global] tls-insecure is neither exactly `true` nor `false`".to_owned(),
                 "write true or false".to_owned(),
                 "The CCM reads it as a string and turns certificate verification off only for \
                  exactly `true` (so `True`, `yes` or `1` keep it on)"
@@ -376,8 +382,8 @@ fn silent_values(
                         e.line,
                         (
                             format!(
-                                "[LoadBalancer] lb-provider = {} needs CCM {since}; this object \
-                                 deploys an older one",
+                                "[LoadBalancer] lb-provider = {} is supported from CCM {since}, \
+                                 older than this object deploys",
                                 known.value
                             ),
                             format!(
@@ -441,7 +447,7 @@ fn newer_keys(doc: &Document, version: &crate::sites::helm::CcmVersion, out: &mu
                 line: Some(e.line),
                 location: None,
                 what: format!(
-                    "[{}] {} needs CCM {since}; this object deploys an older one",
+                    "[{}] {} is read from CCM {since}, newer than this object deploys",
                     section.name, key.name
                 ),
                 fix: format!("deploy CCM {since} or later (chart 2.{minor}.0)"),

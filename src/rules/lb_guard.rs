@@ -470,10 +470,12 @@ fn describe_machine(machine: &DynamicObject) -> String {
 }
 
 fn unavailable(what: &str, reason: &str, unknown: WhenUnknown) -> Violation {
+    // The first line names the outcome (admitted or refused) and the Machine; the reason
+    // follows.
     let (severity, short, fix, why) = match unknown {
         WhenUnknown::Admit => (
             Severity::Warn,
-            "admitted without checking the API load balancer (params.unknown is admit)",
+            "Admitted without checking the API load balancer (params.unknown is admit)".to_owned(),
             "check that every member is ACTIVE and another one is ONLINE",
             format!(
                 "{reason}. Deleting {what} while a load-balancer member is pending or the last \
@@ -482,14 +484,13 @@ fn unavailable(what: &str, reason: &str, unknown: WhenUnknown) -> Violation {
         ),
         WhenUnknown::Deny => (
             Severity::Deny,
-            "deletion refused: the API load balancer could not be checked (params.unknown is \
-             deny)",
+            format!("Refusing to delete {what}: the API load balancer could not be checked"),
             "wait; Cluster API retries the deletion",
             format!(
-                "{reason}. Deleting a control-plane node while a load-balancer member is \
-                 pending or the last one serving can take the cluster API offline ({INCIDENT}). \
-                 Cluster API retries the deletion; it goes through once the load balancer can \
-                 be checked."
+                "params.unknown is deny: {reason}. Deleting a control-plane node while a \
+                 load-balancer member is pending or the last one serving can take the cluster \
+                 API offline ({INCIDENT}). Cluster API retries the deletion; it goes through \
+                 once the load balancer can be checked."
             ),
         ),
     };
@@ -498,8 +499,8 @@ fn unavailable(what: &str, reason: &str, unknown: WhenUnknown) -> Violation {
         code: CODE_UNAVAILABLE,
         line: None,
         pointer: None,
-        location: Some(what.to_owned()),
-        what: short.to_owned(),
+        location: None,
+        what: short,
         fix: fix.to_owned(),
         why,
         notes: Vec::new(),
@@ -673,8 +674,8 @@ fn refusal(what: &str, lb: &LoadBalancerStatus, problems: Problems) -> Violation
         code: CODE_NOT_READY,
         line: None,
         pointer: None,
-        location: Some(what.to_owned()),
-        what: "deletion refused: an API load-balancer member is not ready".to_owned(),
+        location: None,
+        what: format!("Refusing to delete {what}: an API load-balancer member is not ready"),
         fix: "wait; Cluster API retries the deletion".to_owned(),
         why: format!(
             "The API {} is not ready for it: {}. Deleting a control-plane node while a \

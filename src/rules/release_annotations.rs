@@ -219,8 +219,8 @@ pub fn check(
                         code: CODE_UNPARSABLE,
                         line: None,
                         pointer: Some(pointer_text),
-                        location: Some(format!("{what} annotation {key}")),
-                        what: format!("{} {UNPARSABLE}", echo(v)),
+                        location: Some(what.clone()),
+                        what: format!("annotation {key}={} {UNPARSABLE}", echo(v)),
                         fix,
                         why: format!(
                             "The service operator reads it with Go strconv.ParseBool, which \
@@ -241,17 +241,18 @@ pub fn check(
                             code: CODE_CONTRADICTION,
                             line: None,
                             pointer: Some(pointer_text),
-                            location: Some(format!("{what} annotation {key}")),
-                            what: format!("{} {CONTRADICTION}: {}", echo(v), e.explanation),
+                            location: Some(what.clone()),
+                            what: format!("annotation {key}={} {CONTRADICTION}", echo(v)),
                             fix: format!(
                                 "set it to \"{}\" or remove it (stackgate then adds \"{}\")",
                                 e.write, e.write
                             ),
                             why: format!(
-                                "{} openstack-operator rewrites this annotation from the \
+                                "{}. {} openstack-operator rewrites this annotation from the \
                                  release's ServiceDefaults on every reconcile of the CRs it \
                                  manages, so the two would fight and the service would be \
                                  redeployed each time. Sources: {}.",
+                                upper_first(e.explanation.as_str()),
                                 mapping.effect.trim(),
                                 mapping.source.trim()
                             ),
@@ -284,16 +285,17 @@ pub fn check(
                         code: CODE_CONTRADICTION,
                         line: None,
                         pointer: Some(pointer_text),
-                        location: Some(format!("{what} annotation {key}")),
+                        location: Some(what.clone()),
                         what: format!(
-                            "missing, which the service operator reads as \"{}\"; that \
-                             {CONTRADICTION}: {}",
-                            mapping.when_absent, e.explanation
+                            "annotation {key} is missing, which the service operator reads as \
+                             \"{}\"; that {CONTRADICTION}",
+                            mapping.when_absent
                         ),
                         fix: format!("add {key}: \"{}\"", e.write),
                         why: format!(
-                            "{} The stackgate mutating webhook adds it; seeing this from the \
+                            "{}. {} The stackgate mutating webhook adds it; seeing this from the \
                              validating webhook means the mutation did not run. Sources: {}.",
+                            upper_first(e.explanation.as_str()),
                             mapping.effect.trim(),
                             mapping.source.trim()
                         ),
@@ -413,6 +415,15 @@ fn describe(kind: &str, namespace: &str, req: &Subject<'_>, object: &DynamicObje
         format!("{kind} {name}")
     } else {
         format!("{kind} {namespace}/{name}")
+    }
+}
+
+/// `s` with its first letter in upper case (a clause made a sentence).
+fn upper_first(s: &str) -> String {
+    let mut chars = s.chars();
+    match chars.next() {
+        Some(c) => c.to_uppercase().chain(chars).collect(),
+        None => String::new(),
     }
 }
 
