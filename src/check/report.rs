@@ -645,6 +645,21 @@ fn short_and_source(i: &Item) -> (String, Option<&str>) {
     }
 }
 
+/// A finding's text on one line with its attribution (JUnit, which has no sources section);
+/// an item without parts is its message.
+fn attributed_line(i: &Item) -> String {
+    match &i.text {
+        Some(text) => format!(
+            "{} (policy {}, rule {}; source: {})",
+            text.one_line(),
+            i.policy,
+            i.rule,
+            text.source
+        ),
+        None => i.message.clone(),
+    }
+}
+
 /// A SARIF result's text: the first line (where, what, `Fix:`) and the why.
 fn sarif_text(i: &Item) -> String {
     match &i.text {
@@ -783,7 +798,7 @@ pub fn junit_as(report: &Report, face: &Face) -> String {
                             at(face, i.file.as_deref().unwrap_or(&f.name), i.line),
                             i.level.as_str(),
                             i.rule,
-                            i.message
+                            attributed_line(i)
                         )
                     })
                     .collect();
@@ -814,7 +829,7 @@ pub fn junit_as(report: &Report, face: &Face) -> String {
                             at(face, i.file.as_deref().unwrap_or(&f.name), i.line),
                             i.level.as_str(),
                             i.rule,
-                            i.message
+                            attributed_line(i)
                         )
                     })
                     .collect();
