@@ -7,8 +7,8 @@
 //! object is evaluated again. A finding the verdict says the patch fixes must be gone; one it
 //! says the patch does not fix must still be there.
 
-use kube::core::admission::{AdmissionRequest, AdmissionReview};
 use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionReview};
 use serde_json::{Value, json};
 use stackgate::engine::{Engine, Finding, Verdict};
 use stackgate::policy::{Mode, PolicySet};
@@ -90,7 +90,8 @@ fn assert_fixed_by_patch_is_true(engine: &Engine, object: &Value) -> Verdict {
             .iter()
             .any(|g| g.policy == f.policy && g.code == f.code && g.anchor == f.anchor);
         assert_eq!(
-            still, !f.fixed_by_patch,
+            still,
+            !f.fixed_by_patch,
             "{}/{} fixed_by_patch = {} but after the patch it is {}: {}",
             f.policy,
             f.code,
@@ -179,4 +180,123 @@ fn two_exempted_policies_on_one_object_are_both_recorded() {
     let plain = evaluate(&engine, &editable(CONFIG, json!({})));
     find(&plain, "serial-lb-api-calls");
     find(&plain, "known-bad-lb-settings");
+}
+
+/// The captured Glance CREATE and OpenStackVersion (tests/fixtures/captured): an object
+/// family's patch (release-annotations adds a missing annotation) next to a violation it does
+/// not fix (another annotation that contradicts the release).
+mod object_family {
+    use super::*;
+    use stackgate::releases::{Snapshot, VersionState};
+    use std::sync::Arc;
+
+    fn fixture(rel: &str) -> Value {
+        let path = format!("{}/tests/fixtures/{rel}", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        serde_json::from_str(&text).expect("fixture is JSON")
+    }
+
+    fn engine(mode: Mode) -> Engine {
+        let osv =
+            fixture("captured/openstackversion/validate-update-openstack-status-subresource.json")
+                ["request"]["object"]
+                .clone();
+        let osv: DynamicObject = serde_json::from_value(osv).expect("an object");
+        let snapshot =
+            Snapshot::from_versions(
+                [VersionState::from_object(&osv).expect("an OpenStackVersion")],
+            );
+        let mut set = PolicySet::embedded().expect("embedded policies");
+        for p in set.policies.iter_mut() {
+            if p.name == "release-annotations" {
+                p.mode = mode;
+            }
+        }
+        Engine::with_releases(set, Arc::new(snapshot))
+    }
+
+    fn evaluate(engine: &Engine, review: &Value) -> Verdict {
+        let review: AdmissionReview<DynamicObject> =
+            serde_json::from_value(review.clone()).expect("review");
+        let request: AdmissionRequest<DynamicObject> = review.try_into().expect("request");
+        engine.evaluate(&stackgate::admission::subject_of(&request))
+    }
+
+    /// The Glance CREATE with `glance.openstack.org/wsgi: "false"` (the release says true)
+    /// and no `location-api` annotation (the patch adds it).
+    fn review() -> Value {
+        let mut review = fixture("captured/glance/mutate-create-glance.json");
+        review["request"]["object"]["metadata"]["annotations"] =
+            json!({"glance.openstack.org/wsgi": "false"});
+        review
+    }
+
+    #[test]
+    fn the_patch_fixes_the_missing_annotation_not_the_contradiction() {
+        let engine = engine(Mode::Enforce);
+        let review = review();
+        let verdict = evaluate(&engine, &review);
+        assert!(!verdict.patch.is_empty(), "{verdict:?}");
+        let contradiction = findings(&verdict)
+            .into_iter()
+            .find(|f| f.code == "contradiction")
+            .unwrap_or_else(|| panic!("no contradiction: {verdict:?}"));
+        assert!(!contradiction.fixed_by_patch, "{}", contradiction.message);
+        let mut patched = review.clone();
+        json_patch::patch(&mut patched["request"]["object"], &verdict.patch)
+            .expect("the patch applies");
+        let after = evaluate(&engine, &patched);
+        assert!(
+            findings(&after)
+                .iter()
+                .any(|f| f.code == "contradiction" && f.anchor == contradiction.anchor),
+            "{after:?}"
+        );
+        assert!(after.patch.is_empty(), "the patch was complete: {after:?}");
+    }
+
+    /// An initialized OpenStackVersion whose release has no ServiceDefaults: openstack-operator
+    /// writes "false" for `glance.openstack.org/wsgi`, and a missing annotation (read as true)
+    /// contradicts it, a finding the patch fixes where the mode lets it patch.
+    fn legacy_engine(mode: Mode) -> Engine {
+        let osv = json!({
+            "apiVersion": "core.openstack.org/v1beta1", "kind": "OpenStackVersion",
+            "metadata": {"name": "openstack", "namespace": "openstack"},
+            "spec": {"targetVersion": "18.0.0"},
+            "status": {"availableVersion": "18.0.1", "deployedVersion": "18.0.0",
+                       "availableServiceDefaults": {"18.0.1": {"glanceWsgi": "true"}}},
+        });
+        let osv: DynamicObject = serde_json::from_value(osv).expect("an object");
+        let snapshot =
+            Snapshot::from_versions(
+                [VersionState::from_object(&osv).expect("an OpenStackVersion")],
+            );
+        let mut set = PolicySet::embedded().expect("embedded policies");
+        for p in set.policies.iter_mut() {
+            if p.name == "release-annotations" {
+                p.mode = mode;
+            }
+        }
+        Engine::with_releases(set, Arc::new(snapshot))
+    }
+
+    #[test]
+    fn a_missing_annotation_is_fixed_by_the_patch_only_where_one_is_made() {
+        let review = fixture("captured/glance/mutate-create-glance.json");
+        let enforced = legacy_engine(Mode::Enforce);
+        let verdict = evaluate(&enforced, &review);
+        let missing = find(&verdict, "release-annotations");
+        assert!(missing.fixed_by_patch, "{}", missing.message);
+        let mut patched = review.clone();
+        json_patch::patch(&mut patched["request"]["object"], &verdict.patch)
+            .expect("the patch applies");
+        assert!(findings(&evaluate(&enforced, &patched)).is_empty());
+        // Audit mode: the same finding, no patch, so no claim.
+        let audited = evaluate(&legacy_engine(Mode::Audit), &review);
+        assert!(audited.patch.is_empty(), "{audited:?}");
+        assert!(audited.mutations.is_empty(), "{audited:?}");
+        let missing = find(&audited, "release-annotations");
+        assert!(audited.audits.contains(missing), "{audited:?}");
+        assert!(!missing.fixed_by_patch, "{}", missing.message);
+    }
 }

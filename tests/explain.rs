@@ -159,10 +159,7 @@ fn the_command_prints_the_explanation_and_fails_on_an_unknown_code() {
     let (ok, out, _) = stackgate(&["explain", "known-bad-lb-settings/ovn-lb-method"]);
     assert!(ok);
     assert!(
-        contains(
-            &out,
-            "Fix: set `lb-method = SOURCE_IP_PORT`"
-        ),
+        contains(&out, "Fix: set `lb-method = SOURCE_IP_PORT`"),
         "{out}"
     );
     assert!(contains(&out, "Sources:"), "{out}");

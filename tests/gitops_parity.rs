@@ -63,7 +63,10 @@ fn webhook(engine: &Engine, which: Webhook, object: &Value) -> Value {
 /// The webhook's warning text for a finding (see `admission::short`).
 /// The warning the webhook sends for a `check` item: `stackgate POLICY: <first line>`.
 fn short(policy: &str, item: &stackgate::check::Item) -> String {
-    let text = item.text.as_ref().expect("a finding's item carries its parts");
+    let text = item
+        .text
+        .as_ref()
+        .expect("a finding's item carries its parts");
     text.warning(policy)
 }
 

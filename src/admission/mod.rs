@@ -29,7 +29,6 @@ use crate::metrics::Metrics;
 /// The only AdmissionReview version stackgate speaks.
 pub const ADMISSION_V1: &str = "admission.k8s.io/v1";
 
-
 /// Added to the warnings of a mutated cloud config: the change is stored, but the running
 /// CCM reads its cloud config only at start (cloud-provider-openstack openstack.go l.181-192,
 /// domain-facts §1.6), and the chart's `checksum/config` rolls its pods only for the chart's
@@ -250,10 +249,7 @@ fn answer(
             "allowed"
         }
         Webhook::Validate if verdict.denied() => {
-            let first = verdict
-                .denials
-                .first()
-                .map_or("", Finding::denial_text);
+            let first = verdict.denials.first().map_or("", Finding::denial_text);
             response = response.deny(format!(
                 "{first}\n… the full answer ({size} bytes) is over stackgate's \
                  {MAX_RESPONSE_BYTES}-byte response cap; run `stackgate check` on the object"

@@ -280,7 +280,10 @@ fn render(engine: &Engine, family: &'static Family, code: &'static str) -> Strin
                     parts.push(("Note", note.clone()));
                 }
                 if let Some(key) = &text.exemption {
-                    parts.push(("Exempt", format!("annotate the object with {key}=\"<reason>\"")));
+                    parts.push((
+                        "Exempt",
+                        format!("annotate the object with {key}=\"<reason>\""),
+                    ));
                 }
                 for (label, part) in parts {
                     let _ = writeln!(out, "{}", wrap(&format!("{label}: {part}"), "    "));

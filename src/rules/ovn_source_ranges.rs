@@ -218,8 +218,7 @@ fn check(input: &ObjectInput<'_>) -> RuleOutput {
             line: None,
             pointer: Some(pointer.clone()),
             location: Some(format!("{service} {what}")),
-            what: "ignored by the CCM: lb-provider = ovn without manage-security-groups"
-                .to_owned(),
+            what: "ignored by the CCM: lb-provider = ovn without manage-security-groups".to_owned(),
             fix: "set manage-security-groups = true in the cloud config".to_owned(),
             why: format!(
                 "The cluster's cloud config ({}) has [LoadBalancer] lb-provider = ovn without \

@@ -56,7 +56,10 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
             let (fix, note) = if why.is_stackgate_limit() {
                 ("write the values without the anchors and aliases", "")
             } else {
-                ("fix the syntax", " The CCM would fail to start on this file.")
+                (
+                    "fix the syntax",
+                    " The CCM would fail to start on this file.",
+                )
             };
             out.violations.push(Violation {
                 severity: Severity::Deny,
