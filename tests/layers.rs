@@ -44,11 +44,13 @@ const LAYERS: &[(&str, &[&str])] = &[
     // Kubernetes admission policies (CEL).
     ("engine", &["engine", "admission_policies"]),
     // 5: connect the engine to the outside world: admission reviews, Git files, the
-    // OpenStack APIs, the OpenStackVersion watcher, Prometheus.
+    // OpenStack APIs, the OpenStackVersion watcher, Prometheus; and the report (findings
+    // as data, rendered as text, JSON, SARIF or JUnit) that `check` and `audit` share.
     (
         "adapters",
         &[
             "admission",
+            "report",
             "check",
             "cluster_config",
             "platform",

@@ -38,7 +38,7 @@
 //! [`background`] is the same audit inside `stackgate serve`: one replica elected with a
 //! Lease re-audits on a period and publishes PolicyReports.
 //!
-//! The report is `check`'s ([`crate::check::report`]): the same text, JSON, SARIF and JUnit
+//! The report is `check`'s ([`crate::report`]): the same text, JSON, SARIF and JUnit
 //! formats and exit codes, with `kind/namespace/name` in place of a file name.
 
 pub mod background;
@@ -55,11 +55,14 @@ use kube::api::ListParams;
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::{Value, json};
 
-use crate::check::evaluate::{ObjectResult, Problem, verdict_items};
-use crate::check::report::{self, Counts, Face, MaskMode};
-use crate::check::{FailOn, FileReport, Format, Item, ItemKind, Level, Report};
 use crate::engine::{Engine, Facts, Subject, Verdict};
 use crate::releases::{Snapshot, VersionState};
+use crate::report::mask::{self, MaskMode};
+use crate::report::render::{self, Face};
+use crate::report::{
+    Counts, FailOn, FileReport, Format, Item, ItemKind, Level, ObjectResult, Problem, Report,
+    verdict_items,
+};
 use crate::rules::Operation;
 use crate::rules::ovn_source_ranges::{self, CloudConfigFact, LbSettings};
 use crate::sites::{self, SiteKind};
@@ -631,10 +634,10 @@ pub async fn run(
         }
     }
     let rendered = match options.format {
-        Format::Text => report::text_as(&audit.report, !options.no_diff, &AUDIT),
-        Format::Json => report::json(&audit.report),
-        Format::Sarif => report::sarif_as(&audit.report, engine.policies(), &AUDIT),
-        Format::Junit => report::junit_as(&audit.report, &AUDIT),
+        Format::Text => render::text_as(&audit.report, !options.no_diff, &AUDIT),
+        Format::Json => render::json(&audit.report),
+        Format::Sarif => render::sarif_as(&audit.report, engine.policies(), &AUDIT),
+        Format::Junit => render::junit_as(&audit.report, &AUDIT),
     };
     out.write_all(rendered.as_bytes())
         .map_err(AuditError::Output)?;
@@ -1424,7 +1427,7 @@ fn fix_diff(
             } else {
                 MaskMode::File { secret_lines: &[] }
             };
-            out.push_str(&report::masked_diff(old_text, new_text, &label, mode));
+            out.push_str(&mask::masked_diff(old_text, new_text, &label, mode));
         }
     }
     for op in patch {
