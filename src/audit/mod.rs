@@ -1403,31 +1403,25 @@ fn fix_diff(
 ) -> String {
     let mut out = String::new();
     let mut covered: Vec<String> = Vec::new();
-    let after = serde_json::to_value(object).ok().and_then(|mut v| {
-        json_patch::patch(&mut v, patch).ok()?;
-        serde_json::from_value::<DynamicObject>(v).ok()
-    });
-    if let Some(after) = after {
-        let sites = &engine.policies().sites;
-        let found_after = sites::find(gvk, &after, sites);
-        for site in sites::find(gvk, object, sites) {
-            let Some(new) = found_after.iter().find(|s| s.pointer() == site.pointer()) else {
-                continue;
-            };
-            let (Ok(old_text), Ok(new_text)) = (&site.text, &new.text) else {
-                continue;
-            };
-            if old_text == new_text {
-                continue;
-            }
-            covered.push(site.pointer());
-            let label = format!("{} {}", site.object, site.location);
-            let mode = if site.secret {
-                MaskMode::SecretIni
-            } else {
-                MaskMode::File { secret_lines: &[] }
-            };
-            out.push_str(&mask::masked_diff(old_text, new_text, &label, mode));
+    if let Ok(written) = serde_json::to_value(object) {
+        let diffs = mask::site_diffs(
+            gvk,
+            object,
+            &written,
+            patch,
+            &engine.policies().sites,
+            |site| format!("{} {}", site.object, site.location),
+            |site| {
+                if site.secret {
+                    MaskMode::SecretIni
+                } else {
+                    MaskMode::File { secret_lines: &[] }
+                }
+            },
+        );
+        for (pointer, diff) in diffs {
+            covered.push(pointer);
+            out.push_str(&diff);
         }
     }
     for op in patch {

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use super::index::{Merge, Place, Resolved, ValuesIndex};
 use super::input::ValuesTarget;
 use crate::engine::{self, Engine, Facts, Finding, Subject, Verdict};
-use crate::report::mask::{MaskMode, masked_diff};
+use crate::report::mask::{MaskMode, site_diffs};
 use crate::report::{Item, ObjectResult, Problem, verdict_items};
 use crate::sites::helm::{VALUES_FILE_API_VERSION, VALUES_FILE_KIND, VALUES_FILE_SUBCHART_KEY};
 use crate::sites::{self, Anchor, FoundConfig};
@@ -247,9 +247,25 @@ pub fn check_text_in(
                 Err(_) => fixable_in_place = false,
             }
             if is_secret {
-                let found = sites::find(&kind, &object, &engine.policies().sites);
-                secret_diffs =
-                    secret_ini_diffs(name, &kind, &c.json, &found, &verdict.patch, engine);
+                // Masked diffs of each cloud config the Secret's patch changes.
+                let label = |site: &FoundConfig| {
+                    format!(
+                        "{name} ({} {}, decoded; values masked)",
+                        site.object, site.location
+                    )
+                };
+                secret_diffs = site_diffs(
+                    &kind,
+                    &object,
+                    &c.json,
+                    &verdict.patch,
+                    &engine.policies().sites,
+                    label,
+                    |_| MaskMode::SecretIni,
+                )
+                .into_iter()
+                .map(|(_, diff)| diff)
+                .collect();
             }
         }
         checked.objects.push(ObjectResult {
@@ -676,43 +692,6 @@ fn apply_to_text(text: &str, c: &Candidate, patch: &[PatchOperation]) -> Result<
         expected
     };
     if got == want { Ok(current) } else { Err(()) }
-}
-
-/// Masked diffs of each cloud config a Secret's patch changes.
-fn secret_ini_diffs(
-    name: &str,
-    gvk: &GroupVersionKind,
-    object: &Value,
-    found: &[FoundConfig],
-    patch: &[PatchOperation],
-    engine: &Engine,
-) -> Vec<String> {
-    let mut patched = object.clone();
-    if json_patch::patch(&mut patched, patch).is_err() {
-        return Vec::new();
-    }
-    let Ok(after_obj) = serde_json::from_value::<DynamicObject>(patched) else {
-        return Vec::new();
-    };
-    let after = sites::find(gvk, &after_obj, &engine.policies().sites);
-    let mut out = Vec::new();
-    for site in found {
-        let Some(new) = after.iter().find(|s| s.pointer() == site.pointer()) else {
-            continue;
-        };
-        let (Ok(old_text), Ok(new_text)) = (&site.text, &new.text) else {
-            continue;
-        };
-        if old_text == new_text {
-            continue;
-        }
-        let label = format!(
-            "{name} ({} {}, decoded; values masked)",
-            site.object, site.location
-        );
-        out.push(masked_diff(old_text, new_text, &label, MaskMode::SecretIni));
-    }
-    out
 }
 
 /// Whether an object is a core `v1` Secret.

@@ -4,6 +4,12 @@
 
 use std::fmt::Write as _;
 
+use json_patch::PatchOperation;
+use kube::core::{DynamicObject, GroupVersionKind};
+use serde_json::Value;
+
+use crate::sites::{self, FoundConfig, SitesDocument};
+
 /// Whether a key names a credential (its value is never shown).
 pub fn sensitive_key(key: &str) -> bool {
     let k = key.trim().trim_matches(['"', '\'']).to_ascii_lowercase();
@@ -77,6 +83,45 @@ pub fn masked_diff(old: &str, new: &str, label: &str, mode: MaskMode<'_>) -> Str
     }
     if !out.is_empty() && !out.ends_with('\n') {
         out.push('\n');
+    }
+    out
+}
+
+/// Masked diffs of each cloud config that `patch` changes, with the pointer of its site: the
+/// sites of `before` (the object as evaluated), found again in `written` (the object as
+/// written, which the patch applies to) with the patch applied, matched by pointer, and
+/// diffed when their text changed. `label` and `mode` say how each site's diff is headed and
+/// masked. Empty when the patch does not apply.
+pub fn site_diffs(
+    gvk: &GroupVersionKind,
+    before: &DynamicObject,
+    written: &Value,
+    patch: &[PatchOperation],
+    sites: &SitesDocument,
+    label: impl Fn(&FoundConfig) -> String,
+    mode: impl Fn(&FoundConfig) -> MaskMode<'static>,
+) -> Vec<(String, String)> {
+    let mut patched = written.clone();
+    if json_patch::patch(&mut patched, patch).is_err() {
+        return Vec::new();
+    }
+    let Ok(after_obj) = serde_json::from_value::<DynamicObject>(patched) else {
+        return Vec::new();
+    };
+    let after = sites::find(gvk, &after_obj, sites);
+    let mut out = Vec::new();
+    for site in sites::find(gvk, before, sites) {
+        let Some(new) = after.iter().find(|s| s.pointer() == site.pointer()) else {
+            continue;
+        };
+        let (Ok(old_text), Ok(new_text)) = (&site.text, &new.text) else {
+            continue;
+        };
+        if old_text == new_text {
+            continue;
+        }
+        let diff = masked_diff(old_text, new_text, &label(&site), mode(&site));
+        out.push((site.pointer(), diff));
     }
     out
 }
