@@ -38,8 +38,9 @@
 //! [`background`] is the same audit inside `stackgate serve`: one replica elected with a
 //! Lease re-audits on a period and publishes PolicyReports.
 //!
-//! The report is `check`'s ([`crate::report`]): the same text, JSON, SARIF and JUnit
-//! formats and exit codes, with `kind/namespace/name` in place of a file name.
+//! The report is the one `check` renders too ([`crate::report`]): the same text, JSON,
+//! SARIF and JUnit formats and exit codes, with `kind/namespace/name` in place of a file
+//! name.
 
 pub mod background;
 pub mod fix;
