@@ -412,4 +412,67 @@ mod tests {
         assert!(d.len() < 2_000, "{}", d.len());
         assert!(d.contains("more bytes not shown"), "{d}");
     }
+
+    /// A Secret at the default site (`kube-system/cloud-config`, key `cloud.conf`).
+    fn secret(conf: &str) -> Value {
+        use base64::Engine as _;
+        serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "cloud-config", "namespace": "kube-system"},
+            "data": {"cloud.conf": base64::engine::general_purpose::STANDARD.encode(conf)}})
+    }
+
+    #[test]
+    fn site_diffs_diff_each_config_the_patch_changes_masked_with_its_pointer() {
+        let sites: SitesDocument =
+            serde_saphyr::from_str(include_str!("../../policies/cloud-config-sites.yaml")).unwrap();
+        let gvk = GroupVersionKind::gvk("", "v1", "Secret");
+        let old = "[Global]\npassword = hunter2\n[LoadBalancer]\nsubnet-id = s\n";
+        let new = format!("{old}provider-requires-serial-api-calls = true\n");
+        let written = secret(old);
+        let before: DynamicObject = serde_json::from_value(written.clone()).unwrap();
+        let replace = |value: &Value| -> Vec<PatchOperation> {
+            serde_json::from_value(serde_json::json!([{"op": "replace",
+                "path": "/data/cloud.conf", "value": value["data"]["cloud.conf"]}]))
+            .unwrap()
+        };
+        let diffs = |patch: &[PatchOperation]| {
+            site_diffs(
+                &gvk,
+                &before,
+                &written,
+                patch,
+                &sites,
+                |site| format!("{} {}", site.object, site.location),
+                |_| MaskMode::SecretIni,
+            )
+        };
+
+        let changed = diffs(&replace(&secret(&new)));
+        assert_eq!(changed.len(), 1, "{changed:?}");
+        let (pointer, diff) = &changed[0];
+        assert_eq!(pointer, "/data/cloud.conf");
+        assert!(
+            diff.starts_with("--- a/Secret kube-system/cloud-config data[\"cloud.conf\"]\n"),
+            "{diff}"
+        );
+        assert!(
+            diff.contains("\n+provider-requires-serial-api-calls = true\n"),
+            "{diff}"
+        );
+        assert!(
+            !diff.contains("hunter2") && !diff.contains("= s\n"),
+            "{diff}"
+        );
+
+        // The same text written again, a patch elsewhere, a patch that does not apply: none.
+        assert!(diffs(&replace(&secret(old))).is_empty());
+        let label: Vec<PatchOperation> = serde_json::from_value(serde_json::json!([{"op": "add",
+            "path": "/metadata/labels", "value": {"a": "b"}}]))
+        .unwrap();
+        assert!(diffs(&label).is_empty());
+        let missing: Vec<PatchOperation> = serde_json::from_value(serde_json::json!([{"op":
+            "replace", "path": "/spec/x", "value": 1}]))
+        .unwrap();
+        assert!(diffs(&missing).is_empty());
+    }
 }
