@@ -13,7 +13,11 @@
 //! path into the crate (`use crate::…` including grouped, multi-line uses; inline paths such
 //! as `crate::sites::helm::object_name(…)`; `super::` and `self::` paths; paths through a
 //! declared child module or through a name imported from the crate), maps every file and
-//! every path to a *unit*, and checks the resulting graph against [`LAYERS`].
+//! every path to a *unit*, and checks the resulting graph against [`LAYERS`]. It also maps
+//! every path to the *file* that defines what it names and fails on a loop between files
+//! (`evaluate.rs` using `report.rs` while `report.rs` uses `evaluate.rs`), inside a unit or
+//! across units, naming each file and line of the loop; a module's own file (`mod.rs`) using
+//! the modules it declares is left out, since it is their front.
 //!
 //! Run it with `cargo test --test layers`. It uses std only: no parser crate, nothing new
 //! to build. The lexer is not a Rust parser, so the tests at the bottom pin down what it
@@ -358,7 +362,7 @@ fn crate_references(file_module: &[String], source: &str) -> Vec<Reference> {
 
 /// The paths into the crate in one file: those [`crate_references`] returns, and every path
 /// that starts with a name imported from the crate, whatever unit it reaches (for the file
-/// graph: `helm::pointer(…)` after `use super::helm` reaches `sites/helm.rs`).
+/// graph: `helm::chart_names(…)` after `use super::helm` reaches `sites/helm.rs`).
 struct FileReferences {
     direct: Vec<Reference>,
     through_imports: Vec<Reference>,
@@ -676,8 +680,8 @@ struct SourceScan {
 }
 
 /// The file that holds the item at an absolute path: the file of the longest prefix of the
-/// path that is a module with a file of its own (`sites::helm::pointer` is in
-/// `src/sites/helm.rs`; an inline `mod tests` is part of its file). `None` for the crate root.
+/// path that is a module with a file of its own (`sites::path::pointer` is in
+/// `src/sites/path.rs`; an inline `mod tests` is part of its file). `None` for the crate root.
 fn file_of<'a>(files: &'a BTreeMap<Vec<String>, String>, path: &[String]) -> Option<&'a str> {
     (1..=path.len())
         .rev()
