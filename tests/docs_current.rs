@@ -86,3 +86,25 @@ fn docs_limits_md_names_every_input_limit_label() {
         "docs/limits.md has no row for stackgate_input_limits_total labels {missing:?}"
     );
 }
+
+#[test]
+fn docs_flags_md_is_the_output_of_stackgate_docs_flags() {
+    let expected = stackgate::cli::reference::flags_markdown();
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/flags.md");
+    let actual = std::fs::read_to_string(path).unwrap();
+    assert!(
+        actual == expected,
+        "docs/flags.md is stale: run `cargo run -q -- docs flags > docs/flags.md`"
+    );
+}
+
+#[test]
+fn docs_metrics_md_is_the_output_of_stackgate_docs_metrics() {
+    let expected = stackgate::cli::reference::metrics_markdown();
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md");
+    let actual = std::fs::read_to_string(path).unwrap();
+    assert!(
+        actual == expected,
+        "docs/metrics.md is stale: run `cargo run -q -- docs metrics > docs/metrics.md`"
+    );
+}

@@ -17,6 +17,8 @@ mod audit;
 mod check;
 pub mod explain;
 mod guard;
+pub mod reference;
+pub mod run;
 mod serve;
 
 use std::path::PathBuf;
@@ -61,6 +63,9 @@ pub enum Command {
     /// Explain a finding code (e.g. `serial-lb-api-calls/false`): what, why, fix, exemption
     /// and the upstream sources.
     Explain(ExplainArgs),
+    /// Print a generated reference page of `docs/` (`flags`, `metrics`).
+    #[command(hide = true)]
+    Docs(reference::DocsArgs),
 }
 
 /// Where policies come from.
