@@ -46,7 +46,6 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Policies(args) => run::policies(&args)?,
         Command::Rules(args) => run::rules(&args)?,
         Command::Explain(args) => run::explain(&args)?,
-        Command::Docs(args) => run::docs(&args),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -63,9 +63,6 @@ pub enum Command {
     /// Explain a finding code (e.g. `serial-lb-api-calls/false`): what, why, fix, exemption
     /// and the upstream sources.
     Explain(ExplainArgs),
-    /// Print a generated reference page of `docs/` (`flags`, `metrics`).
-    #[command(hide = true)]
-    Docs(reference::DocsArgs),
 }
 
 /// Where policies come from.

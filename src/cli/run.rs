@@ -1,5 +1,4 @@
-//! The commands that need no cluster: `check`, `policies`, `rules`, `explain` and the hidden
-//! `docs`, and the policy loading every command shares. `serve` and `audit` run in
+//! The commands that need no cluster: `check`, `policies`, `rules` and `explain`, and the policy loading every command shares. `serve` and `audit` run in
 //! [`crate::compose`]; `main` dispatches to both and prints a [`RunError`] with its sources.
 
 use std::path::PathBuf;
@@ -10,7 +9,6 @@ use crate::engine::Engine;
 use crate::policy::{PolicyError, PolicySet};
 
 use super::explain::{ExplainArgs, ExplainError};
-use super::reference::{DocsArgs, DocsPage};
 use super::{CheckArgs, PoliciesArgs, PoliciesOutput, PolicyArgs};
 
 /// Why a command could not do its work (the binary prints it and exits 1).
@@ -101,14 +99,6 @@ pub fn explain(args: &ExplainArgs) -> Result<(), RunError> {
     let engine = Engine::new(load_policies(&args.policy)?);
     print!("{}", super::explain::explain(&engine, &args.code)?);
     Ok(())
-}
-
-/// `stackgate docs PAGE` (hidden): prints a generated reference page of `docs/`.
-pub fn docs(args: &DocsArgs) {
-    match args.page {
-        DocsPage::Flags => print!("{}", super::reference::flags_markdown()),
-        DocsPage::Metrics => print!("{}", super::reference::metrics_markdown()),
-    }
 }
 
 /// `error` and its sources joined by `: ` (how the binary prints every error).
