@@ -52,7 +52,9 @@ pub use clouds::{CloudAuth, Redacted};
 pub use cluster::MAX_CONTROL_PLANE_MACHINES;
 pub use error::{CloudsError, GuardError, OpenStackError, Service};
 pub use ledger::{ADMITTED_TTL, MAX_CLUSTERS, MAX_PER_CLUSTER};
-pub use metrics::{GuardMetrics, outcome};
+pub use metrics::{
+    CacheLabels, CallLabels, DecisionLabels, ErrorLabels, GuardMetrics, UnavailableLabels, outcome,
+};
 pub use openstack::{CACHE_ENTRIES, MAX_BODY_BYTES, parse_status_tree};
 pub use probe::{MachineDelete, probe};
 pub use source::GuardSource;
