@@ -347,7 +347,7 @@ async fn hostile(shape: &str, n: usize) {
         &mut |_: &str, _: usize| {},
     )
     .await;
-    let text = stackgate::check::report::text_as(&audited.report, true, &audit::AUDIT);
+    let text = stackgate::report::render::text_as(&audited.report, true, &audit::AUDIT);
     let took = started.elapsed();
     let peak = status_kib("VmHWM:");
     let c = audited.report.counts();

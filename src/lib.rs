@@ -26,6 +26,7 @@ pub mod metrics;
 pub mod platform;
 pub mod policy;
 pub mod releases;
+pub mod report;
 pub mod rules;
 pub mod server;
 pub mod sites;

@@ -1,14 +1,12 @@
-//! `stackgate` binary: install the crypto provider, parse the command line, run.
+//! `stackgate` binary: install the crypto provider, parse the command line, set up logging
+//! and dispatch. The commands run in `stackgate::cli::run` and `stackgate::compose`.
 
 use std::process::ExitCode;
 
-use anyhow::Context as _;
 use clap::Parser as _;
 
-use stackgate::check::CheckOptions;
-use stackgate::cli::{Cli, Command, PoliciesArgs, PoliciesOutput, PolicyArgs};
-use stackgate::engine::Engine;
-use stackgate::policy::PolicySet;
+use stackgate::cli::run::{self, face_engine, load_policies};
+use stackgate::cli::{Cli, Command};
 
 fn main() -> ExitCode {
     // Exactly one rustls provider (ring) is compiled in; installing it explicitly keeps
@@ -19,36 +17,7 @@ fn main() -> ExitCode {
         eprintln!("stackgate: {error}");
         return ExitCode::from(2);
     }
-    let result = match cli.command {
-        Command::Serve(args) => load_policies(&args.policy)
-            .and_then(|set| Ok(stackgate::compose::serve(*args, set)?))
-            .map(|()| ExitCode::SUCCESS),
-        Command::Policies(args) => print_policies(&args),
-        Command::Check(args) => face("check", &args.policy, |engine| {
-            let (mut input, mut output) = (std::io::stdin().lock(), std::io::stdout().lock());
-            let options = CheckOptions::from(&*args);
-            let run = stackgate::check::run(&options, engine, &mut input, &mut output);
-            Ok(run.unwrap_or_else(|e| {
-                eprintln!("stackgate check: {e}");
-                2
-            }))
-        }),
-        Command::Audit(args) => face("audit", &args.policy, |engine| {
-            Ok(stackgate::compose::audit(&args, engine)?)
-        }),
-        Command::Rules(args) => load_policies(&args).map(|set| {
-            print!("{}", stackgate::engine::docs::markdown(&Engine::new(set)));
-            ExitCode::SUCCESS
-        }),
-        Command::Explain(args) => load_policies(&args.policy).and_then(|set| {
-            print!(
-                "{}",
-                stackgate::cli::explain::explain(&Engine::new(set), &args.code)?
-            );
-            Ok(ExitCode::SUCCESS)
-        }),
-    };
-    match result {
+    match dispatch(cli.command) {
         Ok(code) => code,
         Err(error) => {
             tracing::error!(error = format!("{error:#}"), "stackgate failed");
@@ -58,41 +27,25 @@ fn main() -> ExitCode {
     }
 }
 
-fn load_policies(args: &PolicyArgs) -> anyhow::Result<PolicySet> {
-    match &args.policies {
-        Some(dir) => PolicySet::load_dir(dir)
-            .with_context(|| format!("loading policies from --policies {}", dir.display())),
-        None => PolicySet::embedded().context("loading the embedded default policies"),
-    }
-}
-
-/// `check` and `audit` exit 2 when the policies do not load; otherwise `run` gives the code:
-/// 0 clean, 1 denials (or warnings with --fail-on warning), 2 usage, parse, connection or
-/// listing errors.
-fn face(
-    name: &str,
-    args: &PolicyArgs,
-    run: impl FnOnce(&Engine) -> anyhow::Result<u8>,
-) -> anyhow::Result<ExitCode> {
-    match load_policies(args) {
-        Ok(set) => Ok(ExitCode::from(run(&Engine::new(set))?)),
-        Err(e) => {
-            eprintln!("stackgate {name}: {e:#}");
-            Ok(ExitCode::from(2))
+/// Runs `command`. An error (printed with its sources) exits 1; `check` and `audit` give
+/// their own codes: 0 clean, 1 denials (or warnings with --fail-on warning), 2 when the
+/// policies do not load and on usage, parse, connection or listing errors.
+fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Serve(args) => {
+            let set = load_policies(&args.policy)?;
+            stackgate::compose::serve(*args, set)?;
         }
-    }
-}
-
-fn print_policies(args: &PoliciesArgs) -> anyhow::Result<ExitCode> {
-    let set = load_policies(&args.policy)?;
-    match args.output {
-        PoliciesOutput::PolicySet => {
-            print!("# effective policy set ({})\n{}", set.origin, set.to_yaml());
+        Command::Check(args) => return Ok(ExitCode::from(run::check(&args))),
+        Command::Audit(args) => {
+            return Ok(ExitCode::from(match face_engine("audit", &args.policy) {
+                Ok(engine) => stackgate::compose::audit(&args, &engine)?,
+                Err(code) => code,
+            }));
         }
-        PoliciesOutput::AdmissionPolicies => {
-            let generated = stackgate::admission_policies::generate(&set);
-            print!("{}", generated.to_yaml(args.kube_version)?);
-        }
+        Command::Policies(args) => run::policies(&args)?,
+        Command::Rules(args) => run::rules(&args)?,
+        Command::Explain(args) => run::explain(&args)?,
     }
     Ok(ExitCode::SUCCESS)
 }

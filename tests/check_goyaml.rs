@@ -4,10 +4,11 @@
 //! file reads back, by the same reader, as the webhook's patched object.
 
 use clap::Parser;
-use stackgate::check::{self, CheckOptions, ItemKind};
+use stackgate::check::{self, CheckOptions};
 use stackgate::cli::CheckArgs;
 use stackgate::engine::Engine;
 use stackgate::policy::PolicySet;
+use stackgate::report::{ItemKind, Report};
 use stackgate::yaml;
 
 #[derive(Parser)]
@@ -16,7 +17,7 @@ struct Cmd {
     args: CheckArgs,
 }
 
-fn check_file(name: &str, text: &str, fix: bool) -> (check::Report, String) {
+fn check_file(name: &str, text: &str, fix: bool) -> (Report, String) {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join(name);
     std::fs::write(&path, text).unwrap();

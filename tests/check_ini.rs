@@ -5,10 +5,11 @@
 use std::path::Path;
 
 use clap::Parser;
-use stackgate::check::{self, CheckOptions, ItemKind};
+use stackgate::check::{self, CheckOptions};
 use stackgate::cli::CheckArgs;
 use stackgate::engine::Engine;
 use stackgate::policy::PolicySet;
+use stackgate::report::ItemKind;
 
 const CONF: &str = "[Global]\nauth-url = https://keystone.example.test:5000/v3\n\
                     password = canary-Zq7-secret\nregion = RegionOne\n[LoadBalancer]\n\

@@ -7,10 +7,11 @@ use std::path::PathBuf;
 
 use base64::Engine as _;
 use clap::Parser;
-use stackgate::check::{self, CheckOptions, Level, Report};
+use stackgate::check::{self, CheckOptions};
 use stackgate::cli::CheckArgs;
 use stackgate::engine::Engine;
 use stackgate::policy::PolicySet;
+use stackgate::report::{Level, Report};
 
 const LABELLED: &str = "tests/fixtures/gitops/carriers/opencenter-labelled-values";
 

@@ -15,11 +15,12 @@ use base64::Engine as _;
 use clap::Parser;
 use serde_json::{Value, json};
 use stackgate::admission::{self, Webhook};
-use stackgate::check::{self, CheckOptions, ItemKind};
+use stackgate::check::{self, CheckOptions};
 use stackgate::cli::CheckArgs;
 use stackgate::engine::Engine;
 use stackgate::metrics::Metrics;
 use stackgate::policy::PolicySet;
+use stackgate::report::{Item, ItemKind, Report};
 
 #[derive(Parser)]
 struct Cmd {
@@ -52,7 +53,7 @@ fn webhook(engine: &Engine, which: Webhook, object: &Value) -> Value {
 
 /// `check` over one file holding `text` (named `name`): every item of every object, as
 /// `(kind, message)`.
-fn check_file(name: &str, text: &str, extra: &[&str]) -> (check::Report, Vec<(ItemKind, String)>) {
+fn check_file(name: &str, text: &str, extra: &[&str]) -> (Report, Vec<(ItemKind, String)>) {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join(name);
     std::fs::write(&path, text).expect("write");
@@ -289,7 +290,7 @@ fn a_release_reading_a_sops_encrypted_secret_says_its_values_are_unseen() {
             .unwrap_or("")
             .starts_with("encrypted")
     );
-    let items: Vec<&check::Item> = report
+    let items: Vec<&Item> = report
         .files
         .iter()
         .flat_map(|f| &f.objects)
@@ -339,7 +340,7 @@ fn helm_template_of_the_upstream_chart_with_serial_set_gives_no_warning() {
     }
     let report =
         check::check(&options(&[&path], &[]), &engine, &mut std::io::empty()).expect("check runs");
-    let items: Vec<&check::Item> = report.files[0]
+    let items: Vec<&Item> = report.files[0]
         .objects
         .iter()
         .flat_map(|o| &o.items)
@@ -422,7 +423,7 @@ fn an_ini_config_with_placeholders_is_read_as_ini_with_unknown_values() {
             .expect("the INI file");
         assert!(file.template.is_none(), "{:?}", file.template);
         assert!(file.problems.is_empty(), "{:?}", file.problems);
-        let items: Vec<&check::Item> = file.objects.iter().flat_map(|o| &o.items).collect();
+        let items: Vec<&Item> = file.objects.iter().flat_map(|o| &o.items).collect();
         assert!(!file.objects.is_empty(), "read as INI");
         assert!(
             items.iter().all(|i| i.kind != ItemKind::Denial),

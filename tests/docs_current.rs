@@ -86,3 +86,34 @@ fn docs_limits_md_names_every_input_limit_label() {
         "docs/limits.md has no row for stackgate_input_limits_total labels {missing:?}"
     );
 }
+
+/// Compares a generated page with its checked-in file; with `STACKGATE_BLESS=1` rewrites
+/// the file instead.
+fn check_generated(file: &str, expected: &str) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+    if std::env::var_os("STACKGATE_BLESS").is_some() {
+        std::fs::write(&path, expected).unwrap();
+        return;
+    }
+    let actual = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        actual == expected,
+        "{file} is stale: run `STACKGATE_BLESS=1 cargo test --locked --test docs_current`"
+    );
+}
+
+#[test]
+fn docs_flags_md_is_generated_from_the_command_line() {
+    check_generated(
+        "docs/flags.md",
+        &stackgate::cli::reference::flags_markdown(),
+    );
+}
+
+#[test]
+fn docs_metrics_md_is_generated_from_the_metrics_registry() {
+    check_generated(
+        "docs/metrics.md",
+        &stackgate::cli::reference::metrics_markdown(),
+    );
+}

@@ -17,11 +17,12 @@ use common::*;
 use http::StatusCode;
 use serde_json::{Value, json};
 use stackgate::admission::{self, Webhook};
-use stackgate::check::{self, CheckOptions, ItemKind};
+use stackgate::check::{self, CheckOptions};
 use stackgate::cli::CheckArgs;
 use stackgate::engine::Engine;
 use stackgate::metrics::Metrics;
 use stackgate::policy::PolicySet;
+use stackgate::report::ItemKind;
 use stackgate::yaml;
 
 const REPO: &str = "tests/fixtures/capo-crs/repo";

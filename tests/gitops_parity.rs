@@ -16,11 +16,12 @@ use base64::Engine as _;
 use clap::Parser;
 use serde_json::Value;
 use stackgate::admission::{self, Webhook};
-use stackgate::check::{self, CheckOptions, ItemKind, Level};
+use stackgate::check::{self, CheckOptions};
 use stackgate::cli::CheckArgs;
 use stackgate::engine::Engine;
 use stackgate::metrics::Metrics;
 use stackgate::policy::PolicySet;
+use stackgate::report::{ItemKind, Level};
 use stackgate::yaml;
 
 const REPO: &str = "tests/fixtures/gitops/repo";
@@ -62,7 +63,7 @@ fn webhook(engine: &Engine, which: Webhook, object: &Value) -> Value {
 
 /// The webhook's warning text for a finding (see `admission::short`).
 /// The warning the webhook sends for a `check` item: `stackgate POLICY: <first line>`.
-fn short(policy: &str, item: &stackgate::check::Item) -> String {
+fn short(policy: &str, item: &stackgate::report::Item) -> String {
     let text = item
         .text
         .as_ref()

@@ -13,7 +13,11 @@
 //! path into the crate (`use crate::…` including grouped, multi-line uses; inline paths such
 //! as `crate::sites::helm::object_name(…)`; `super::` and `self::` paths; paths through a
 //! declared child module or through a name imported from the crate), maps every file and
-//! every path to a *unit*, and checks the resulting graph against [`LAYERS`].
+//! every path to a *unit*, and checks the resulting graph against [`LAYERS`]. It also maps
+//! every path to the *file* that defines what it names and fails on a loop between files
+//! (`evaluate.rs` using `report.rs` while `report.rs` uses `evaluate.rs`), inside a unit or
+//! across units, naming each file and line of the loop; a module's own file (`mod.rs`) using
+//! the modules it declares is left out, since it is their front.
 //!
 //! Run it with `cargo test --test layers`. It uses std only: no parser crate, nothing new
 //! to build. The lexer is not a Rust parser, so the tests at the bottom pin down what it
@@ -44,11 +48,13 @@ const LAYERS: &[(&str, &[&str])] = &[
     // Kubernetes admission policies (CEL).
     ("engine", &["engine", "admission_policies"]),
     // 5: connect the engine to the outside world: admission reviews, Git files, the
-    // OpenStack APIs, the OpenStackVersion watcher, Prometheus.
+    // OpenStack APIs, the OpenStackVersion watcher, Prometheus; and the report (findings
+    // as data, rendered as text, JSON, SARIF or JUnit) that `check` and `audit` share.
     (
         "adapters",
         &[
             "admission",
+            "report",
             "check",
             "cluster_config",
             "platform",
@@ -351,6 +357,18 @@ struct UseLeaf {
 /// `use` (those only count when they lead to a different unit than the `use` did, such as
 /// `releases::watcher::run` after `use crate::releases`, so one dependency is reported once).
 fn crate_references(file_module: &[String], source: &str) -> Vec<Reference> {
+    scan_references(file_module, source).direct
+}
+
+/// The paths into the crate in one file: those [`crate_references`] returns, and every path
+/// that starts with a name imported from the crate, whatever unit it reaches (for the file
+/// graph: `helm::chart_names(…)` after `use super::helm` reaches `sites/helm.rs`).
+struct FileReferences {
+    direct: Vec<Reference>,
+    through_imports: Vec<Reference>,
+}
+
+fn scan_references(file_module: &[String], source: &str) -> FileReferences {
     let lexemes = lex(source);
     let mut extractor = Extractor {
         child_modules: declared_child_modules(&lexemes),
@@ -360,9 +378,13 @@ fn crate_references(file_module: &[String], source: &str) -> Vec<Reference> {
         inline_modules: Vec::new(),
         brace_depth: 0,
         references: Vec::new(),
+        through_imports: Vec::new(),
     };
     extractor.run();
-    extractor.references
+    FileReferences {
+        direct: extractor.references,
+        through_imports: extractor.through_imports,
+    }
 }
 
 /// The names in `mod name;` declarations: the files `name.rs` or `name/mod.rs` below this
@@ -394,6 +416,8 @@ struct Extractor<'a> {
     inline_modules: Vec<(String, usize)>,
     brace_depth: usize,
     references: Vec<Reference>,
+    /// Every path in code that starts with a name imported from the crate, unfiltered.
+    through_imports: Vec<Reference>,
 }
 
 impl Extractor<'_> {
@@ -469,11 +493,17 @@ impl Extractor<'_> {
                 break;
             }
         }
+        let line = self.lexemes[start].line;
         if let Some(path) = self.resolve(&segments) {
-            self.references.push(Reference {
-                line: self.lexemes[start].line,
-                path,
-            });
+            self.references.push(Reference { line, path });
+        }
+        if let Some((first, rest)) = segments.split_first()
+            && !self.child_modules.contains(first)
+            && let Some(imported) = self.imports.get(first)
+        {
+            let mut path = imported.clone();
+            path.extend_from_slice(rest);
+            self.through_imports.push(Reference { line, path });
         }
         i
     }
@@ -642,6 +672,21 @@ struct SourceScan {
     /// Every scanned file, relative to the crate root, with its unit.
     file_units: Vec<(String, String)>,
     edges: Vec<Edge>,
+    /// References from one file to another: `from` and `to` are files (`src/sites/helm.rs`).
+    /// A module's own file using the files of modules inside it (`sites/mod.rs` calling
+    /// `helm::sites`, re-exporting `pub use helm::X`) is left out: that file declares those
+    /// modules and is their front, so its children using its shared types is no loop.
+    file_edges: Vec<Edge>,
+}
+
+/// The file that holds the item at an absolute path: the file of the longest prefix of the
+/// path that is a module with a file of its own (`sites::path::pointer` is in
+/// `src/sites/path.rs`; an inline `mod tests` is part of its file). `None` for the crate root.
+fn file_of<'a>(files: &'a BTreeMap<Vec<String>, String>, path: &[String]) -> Option<&'a str> {
+    (1..=path.len())
+        .rev()
+        .find_map(|len| files.get(&path[..len]))
+        .map(String::as_str)
 }
 
 fn rust_files_under(dir: &Path, files: &mut Vec<PathBuf>) {
@@ -656,6 +701,35 @@ fn rust_files_under(dir: &Path, files: &mut Vec<PathBuf>) {
     }
 }
 
+/// The files that the file `display` (the module `module`) uses, one edge per line and file,
+/// without the files of modules inside `module` (see [`SourceScan::file_edges`]).
+fn file_edges_of(
+    module: &[String],
+    display: &str,
+    references: &FileReferences,
+    module_files: &BTreeMap<Vec<String>, String>,
+) -> BTreeSet<Edge> {
+    let mut file_edges = BTreeSet::new();
+    for reference in references.direct.iter().chain(&references.through_imports) {
+        let inside_this_module = reference.path.len() > module.len()
+            && reference.path[..module.len()] == module[..]
+            && file_of(module_files, &reference.path[..=module.len()])
+                .is_some_and(|child| child != display);
+        match file_of(module_files, &reference.path) {
+            Some(to) if to != display && !inside_this_module => {
+                file_edges.insert(Edge {
+                    from: display.to_owned(),
+                    to: to.to_owned(),
+                    file: display.to_owned(),
+                    line: reference.line,
+                });
+            }
+            _ => {}
+        }
+    }
+    file_edges
+}
+
 fn scan_source_tree() -> SourceScan {
     let crate_root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let src = crate_root.join("src");
@@ -663,9 +737,29 @@ fn scan_source_tree() -> SourceScan {
     rust_files_under(&src, &mut files);
     files.sort();
 
+    let display_of = |file: &Path| {
+        file.strip_prefix(crate_root)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/")
+    };
+    // Every module that has a file, so a path can be mapped to the file it leads into.
+    let module_files: BTreeMap<Vec<String>, String> = files
+        .iter()
+        .map(|file| {
+            (
+                module_path_of(file.strip_prefix(&src).unwrap()),
+                display_of(file),
+            )
+        })
+        .filter(|(module, _)| {
+            !module.is_empty() && module[..] != [BINARY_ROOT.trim_end_matches(".rs")]
+        })
+        .collect();
     let mut scan = SourceScan {
         file_units: Vec::new(),
         edges: Vec::new(),
+        file_edges: Vec::new(),
     };
     for file in files {
         let relative_to_src = file.strip_prefix(&src).unwrap();
@@ -677,15 +771,14 @@ fn scan_source_tree() -> SourceScan {
         let Some(from) = unit_of(&module) else {
             continue;
         };
-        let display = file
-            .strip_prefix(crate_root)
-            .unwrap()
-            .to_string_lossy()
-            .replace('\\', "/");
+        let display = display_of(&file);
         let source = std::fs::read_to_string(&file)
             .unwrap_or_else(|e| panic!("read {}: {e}", file.display()));
+        let references = scan_references(&module, &source);
+        scan.file_edges
+            .extend(file_edges_of(&module, &display, &references, &module_files));
         let mut edges = BTreeSet::new();
-        for reference in crate_references(&module, &source) {
+        for reference in references.direct {
             match unit_of(&reference.path) {
                 Some(to) if to != from => {
                     edges.insert(Edge {
@@ -703,6 +796,8 @@ fn scan_source_tree() -> SourceScan {
     }
     // Report in reading order: by file, then line.
     scan.edges
+        .sort_by(|a, b| (&a.file, a.line, &a.to).cmp(&(&b.file, b.line, &b.to)));
+    scan.file_edges
         .sort_by(|a, b| (&a.file, a.line, &a.to).cmp(&(&b.file, b.line, &b.to)));
     scan
 }
@@ -862,6 +957,56 @@ fn check_layers(file_units: &[(String, String)], edges: &[Edge]) -> (usize, Stri
     (count, report)
 }
 
+/// Checks the file graph: returns the number of file cycles (groups of files that use each
+/// other in a loop, inside a unit or across units) and a report naming each edge of each
+/// loop with its file and line.
+fn check_file_cycles(file_edges: &[Edge]) -> (usize, String) {
+    let cycles = cycles(file_edges);
+    let mut report = String::new();
+    if cycles.is_empty() {
+        return (0, report);
+    }
+    report.push_str(
+        "File cycles: these files use each other in a loop (a file A that uses B while B uses \
+         A, directly or through other files), so none of them can be read or moved on its \
+         own. Break each loop at one of the lines listed: move the items both sides need \
+         into a file of their own that uses neither, or into the file that uses them. (A \
+         module's own file, such as `sites/mod.rs`, may use the files of the modules it \
+         declares while they use it: it is their front.)\n",
+    );
+    for members in &cycles {
+        let names: Vec<&str> = members.iter().map(String::as_str).collect();
+        let _ = writeln!(report, "  file cycle among {}:", names.join(", "));
+        // One entry per pair of files, with the first lines (enough to find the use).
+        let mut pairs: BTreeMap<(&str, &str), Vec<usize>> = BTreeMap::new();
+        for edge in file_edges
+            .iter()
+            .filter(|edge| members.contains(&edge.from) && members.contains(&edge.to))
+        {
+            pairs
+                .entry((&edge.from, &edge.to))
+                .or_default()
+                .push(edge.line);
+        }
+        for ((from, to), lines) in &pairs {
+            let shown: Vec<String> = lines.iter().take(5).map(usize::to_string).collect();
+            let more = match lines.len() {
+                n if n > 5 => format!(" and {} more", n - 5),
+                _ => String::new(),
+            };
+            let _ = writeln!(
+                report,
+                "    {from}:{}: uses {to} (line{} {}{more})",
+                lines[0],
+                if lines.len() == 1 { "" } else { "s" },
+                shown.join(", ")
+            );
+        }
+    }
+    report.push('\n');
+    (cycles.len(), report)
+}
+
 // ---------------------------------------------------------------------------------------
 // The check on src/
 // ---------------------------------------------------------------------------------------
@@ -879,6 +1024,17 @@ fn src_follows_the_layer_table() {
 }
 
 #[test]
+fn src_has_no_file_cycles() {
+    let scan = scan_source_tree();
+    let (count, report) = check_file_cycles(&scan.file_edges);
+    assert!(
+        count == 0,
+        "\n{report}{count} file cycle(s). Files may use each other in one direction only, \
+         even inside one unit.\n"
+    );
+}
+
+#[test]
 fn the_scan_of_src_finds_the_crate_edges() {
     // If the extractor broke and found nothing, the layer check would pass vacuously.
     let scan = scan_source_tree();
@@ -890,6 +1046,13 @@ fn the_scan_of_src_finds_the_crate_edges() {
     assert!(
         scan.edges.len() > 30,
         "only {} references between units found in src/: the extractor is broken",
+        scan.edges.len()
+    );
+    assert!(
+        scan.file_edges.len() > scan.edges.len(),
+        "only {} references between files found in src/ (fewer than the {} between units): \
+         the file graph is broken",
+        scan.file_edges.len(),
         scan.edges.len()
     );
     let units: BTreeSet<&str> = scan
@@ -1159,6 +1322,125 @@ fn the_checker_rejects_upward_edges_cycles_and_unplaced_units() {
     );
     assert!(
         report.contains("src/check.rs:8: check -> guard (layer 5 -> 5: in the cycle, same layer)"),
+        "{report}"
+    );
+}
+
+/// The file graph of a few files, as the scan builds it from their source.
+fn file_graph(files: &[(&str, &str)]) -> Vec<Edge> {
+    let module_files: BTreeMap<Vec<String>, String> = files
+        .iter()
+        .map(|(path, _)| (module_path_of(Path::new(path)), format!("src/{path}")))
+        .collect();
+    let mut edges = Vec::new();
+    for (path, source) in files {
+        let module = module_path_of(Path::new(path));
+        let references = scan_references(&module, source);
+        edges.extend(file_edges_of(
+            &module,
+            &format!("src/{path}"),
+            &references,
+            &module_files,
+        ));
+    }
+    edges
+}
+
+#[test]
+fn file_edges_come_from_uses_bodies_and_imported_names() {
+    let edges = file_graph(&[
+        (
+            "sites/mod.rs",
+            "pub mod helm;\npub mod values;\npub use helm::Carrier;\n",
+        ),
+        (
+            "sites/helm.rs",
+            "use super::values;\nfn f() { values::read(); super::Anchor::Object; }\n",
+        ),
+        (
+            "sites/values.rs",
+            "fn g() {\n    let p = super::helm::pointer(&[]);\n}\n",
+        ),
+        (
+            "sites/object_data.rs",
+            "use crate::sites::helm::{self as h};\nfn k() { h::Seg; }\n",
+        ),
+    ]);
+    let mut found: Vec<(&str, usize, &str)> = edges
+        .iter()
+        .map(|e| (e.file.as_str(), e.line, e.to.as_str()))
+        .collect();
+    found.sort();
+    assert_eq!(
+        found,
+        [
+            // sites/mod.rs uses its own children: left out.
+            ("src/sites/helm.rs", 1, "src/sites/values.rs"),
+            ("src/sites/helm.rs", 2, "src/sites/mod.rs"),
+            ("src/sites/helm.rs", 2, "src/sites/values.rs"),
+            ("src/sites/object_data.rs", 1, "src/sites/helm.rs"),
+            ("src/sites/object_data.rs", 2, "src/sites/helm.rs"),
+            ("src/sites/values.rs", 2, "src/sites/helm.rs"),
+        ]
+    );
+}
+
+#[test]
+fn the_file_checker_names_each_loop_with_its_files_and_lines() {
+    // helm.rs and values.rs use each other (one of them from a function body); mod.rs and
+    // its children do not form a loop; a chain without a way back is fine.
+    let edges = file_graph(&[
+        (
+            "sites/mod.rs",
+            "pub mod helm;\npub mod values;\npub use helm::X;\n",
+        ),
+        (
+            "sites/helm.rs",
+            "use super::values::ValuesAt;\nuse super::Anchor;\n",
+        ),
+        (
+            "sites/values.rs",
+            "use super::Anchor;\nfn g() {\n    super::helm::pointer(&[]);\n}\n",
+        ),
+        (
+            "check/evaluate.rs",
+            "use crate::sites::helm;\nuse super::report::Item;\n",
+        ),
+        ("check/report.rs", "use crate::sites::values;\n"),
+    ]);
+    let (count, report) = check_file_cycles(&edges);
+    assert_eq!(count, 1, "{report}");
+    assert!(
+        report.contains("file cycle among src/sites/helm.rs, src/sites/values.rs:"),
+        "{report}"
+    );
+    assert!(
+        report.contains("src/sites/helm.rs:1: uses src/sites/values.rs (line 1)"),
+        "{report}"
+    );
+    assert!(
+        report.contains("src/sites/values.rs:3: uses src/sites/helm.rs (line 3)"),
+        "{report}"
+    );
+    assert!(!report.contains("src/sites/mod.rs"), "{report}");
+    assert!(!report.contains("check/"), "{report}");
+
+    // One more line closes a loop through three files.
+    let edges = file_graph(&[
+        ("check/evaluate.rs", "use super::report::Item;\n"),
+        ("check/report.rs", "use super::mask::masked_diff;\n"),
+        ("check/mask.rs", "fn f() { super::evaluate::locate(); }\n"),
+    ]);
+    let (count, report) = check_file_cycles(&edges);
+    assert_eq!(count, 1, "{report}");
+    assert!(
+        report.contains(
+            "file cycle among src/check/evaluate.rs, src/check/mask.rs, src/check/report.rs:"
+        ),
+        "{report}"
+    );
+    assert!(
+        report.contains("src/check/mask.rs:1: uses src/check/evaluate.rs (line 1)"),
         "{report}"
     );
 }

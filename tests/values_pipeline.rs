@@ -9,11 +9,12 @@ mod review;
 use clap::Parser;
 use serde_json::{Value, json};
 use stackgate::admission::{self, Webhook};
-use stackgate::check::{self, CheckOptions, Level, Report};
+use stackgate::check::{self, CheckOptions};
 use stackgate::cli::CheckArgs;
 use stackgate::engine::Engine;
 use stackgate::metrics::Metrics;
 use stackgate::policy::PolicySet;
+use stackgate::report::{Level, Report};
 
 #[derive(Parser)]
 struct Cmd {

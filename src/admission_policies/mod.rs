@@ -655,7 +655,7 @@ fn configmap_patch() -> String {
 }
 
 /// Whether chart reference `c` names the CCM chart: its last `/` segment is the chart name
-/// (a subset of `sites::helm::chart_matches`, which also knows versions and `.tgz` files).
+/// (a subset of `sites::chart::chart_matches`, which also knows versions and `.tgz` files).
 fn ours_cel(c: &str) -> String {
     let names: Vec<String> = DEFAULT_CHARTS.iter().map(|n| regex_escape(n)).collect();
     format!(

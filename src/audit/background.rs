@@ -53,10 +53,9 @@ use tokio::task::JoinHandle;
 
 use super::page::ReadLimits;
 use super::{Audit, AuditOptions, RESTART_RULE, Selection, Tally, Target, audit, resource_label};
-use crate::check::evaluate::ObjectResult;
-use crate::check::{Level, Report};
 use crate::engine::Engine;
 use crate::metrics::LimitLabels;
+use crate::report::{Level, ObjectResult, Report};
 use prometheus_client::metrics::counter::Counter;
 
 /// The name of every report stackgate writes (one per namespace, one cluster report).

@@ -38,8 +38,9 @@
 //! [`background`] is the same audit inside `stackgate serve`: one replica elected with a
 //! Lease re-audits on a period and publishes PolicyReports.
 //!
-//! The report is `check`'s ([`crate::check::report`]): the same text, JSON, SARIF and JUnit
-//! formats and exit codes, with `kind/namespace/name` in place of a file name.
+//! The report is the one `check` renders too ([`crate::report`]): the same text, JSON,
+//! SARIF and JUnit formats and exit codes, with `kind/namespace/name` in place of a file
+//! name.
 
 pub mod background;
 pub mod fix;
@@ -55,11 +56,14 @@ use kube::api::ListParams;
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::{Value, json};
 
-use crate::check::evaluate::{ObjectResult, Problem, verdict_items};
-use crate::check::report::{self, Counts, Face, MaskMode};
-use crate::check::{FailOn, FileReport, Format, Item, ItemKind, Level, Report};
 use crate::engine::{Engine, Facts, Subject, Verdict};
 use crate::releases::{Snapshot, VersionState};
+use crate::report::mask::{self, MaskMode};
+use crate::report::render::{self, Face};
+use crate::report::{
+    Counts, FailOn, FileReport, Format, Item, ItemKind, Level, ObjectResult, Problem, Report,
+    verdict_items,
+};
 use crate::rules::Operation;
 use crate::rules::ovn_source_ranges::{self, CloudConfigFact, LbSettings};
 use crate::sites::{self, SiteKind};
@@ -631,10 +635,10 @@ pub async fn run(
         }
     }
     let rendered = match options.format {
-        Format::Text => report::text_as(&audit.report, !options.no_diff, &AUDIT),
-        Format::Json => report::json(&audit.report),
-        Format::Sarif => report::sarif_as(&audit.report, engine.policies(), &AUDIT),
-        Format::Junit => report::junit_as(&audit.report, &AUDIT),
+        Format::Text => render::text_as(&audit.report, !options.no_diff, &AUDIT),
+        Format::Json => render::json(&audit.report),
+        Format::Sarif => render::sarif_as(&audit.report, engine.policies(), &AUDIT),
+        Format::Junit => render::junit_as(&audit.report, &AUDIT),
     };
     out.write_all(rendered.as_bytes())
         .map_err(AuditError::Output)?;
@@ -1401,31 +1405,25 @@ fn fix_diff(
 ) -> String {
     let mut out = String::new();
     let mut covered: Vec<String> = Vec::new();
-    let after = serde_json::to_value(object).ok().and_then(|mut v| {
-        json_patch::patch(&mut v, patch).ok()?;
-        serde_json::from_value::<DynamicObject>(v).ok()
-    });
-    if let Some(after) = after {
-        let sites = &engine.policies().sites;
-        let found_after = sites::find(gvk, &after, sites);
-        for site in sites::find(gvk, object, sites) {
-            let Some(new) = found_after.iter().find(|s| s.pointer() == site.pointer()) else {
-                continue;
-            };
-            let (Ok(old_text), Ok(new_text)) = (&site.text, &new.text) else {
-                continue;
-            };
-            if old_text == new_text {
-                continue;
-            }
-            covered.push(site.pointer());
-            let label = format!("{} {}", site.object, site.location);
-            let mode = if site.secret {
-                MaskMode::SecretIni
-            } else {
-                MaskMode::File { secret_lines: &[] }
-            };
-            out.push_str(&report::masked_diff(old_text, new_text, &label, mode));
+    if let Ok(written) = serde_json::to_value(object) {
+        let diffs = mask::site_diffs(
+            gvk,
+            object,
+            &written,
+            patch,
+            &engine.policies().sites,
+            |site| format!("{} {}", site.object, site.location),
+            |site| {
+                if site.secret {
+                    MaskMode::SecretIni
+                } else {
+                    MaskMode::File { secret_lines: &[] }
+                }
+            },
+        );
+        for (pointer, diff) in diffs {
+            covered.push(pointer);
+            out.push_str(&diff);
         }
     }
     for op in patch {

@@ -8,119 +8,12 @@ use serde_json::{Value, json};
 use super::index::{Merge, Place, Resolved, ValuesIndex};
 use super::input::ValuesTarget;
 use crate::engine::{self, Engine, Facts, Finding, Subject, Verdict};
+use crate::report::mask::{MaskMode, site_diffs};
+use crate::report::{Item, ObjectResult, Problem, verdict_items};
 use crate::sites::helm::{VALUES_FILE_API_VERSION, VALUES_FILE_KIND, VALUES_FILE_SUBCHART_KEY};
 use crate::sites::{self, Anchor, FoundConfig};
 use crate::yaml::edit::{self as yamledit, Change};
 use crate::yaml::{self, Node, Seg};
-
-/// How serious an item is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Level {
-    /// Informational: a mutation the webhook would make, an audit finding, an exemption.
-    Note,
-    /// A warning the webhook would return.
-    Warning,
-    /// A denial.
-    Error,
-}
-
-impl Level {
-    /// `error`, `warning`, `note` (the SARIF level names).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Level::Note => "note",
-            Level::Warning => "warning",
-            Level::Error => "error",
-        }
-    }
-}
-
-/// What an item is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ItemKind {
-    /// The validating webhook would deny.
-    Denial,
-    /// The webhook would warn.
-    Warning,
-    /// A policy in audit mode found this.
-    Audit,
-    /// The mutating webhook would make this change.
-    Mutation,
-    /// An exemption annotation admitted a finding.
-    Exemption,
-}
-
-impl ItemKind {
-    /// Lowercase name used in JSON output.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ItemKind::Denial => "denial",
-            ItemKind::Warning => "warning",
-            ItemKind::Audit => "audit",
-            ItemKind::Mutation => "mutation",
-            ItemKind::Exemption => "exemption",
-        }
-    }
-}
-
-/// One finding, located in the input.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Item {
-    /// Severity.
-    pub level: Level,
-    /// What it is.
-    pub kind: ItemKind,
-    /// Policy name.
-    pub policy: String,
-    /// Rule family (`serial-lb-api-calls`).
-    pub rule: String,
-    /// The finding's code: one of the rule family's codes or an engine code
-    /// ([`Finding::code`]); `None` for an exemption and for findings a face adds itself.
-    pub code: Option<&'static str>,
-    /// 1-based line in the input.
-    pub line: usize,
-    /// The engine's message (never contains configuration values): the full text of `text`.
-    pub message: String,
-    /// The finding's parts ([`engine::Text`]), which the report formats render; None for an
-    /// exemption and for findings a face adds itself (then `message` is all there is).
-    pub text: Option<engine::Text>,
-    /// Whether the webhook's patch fixes it.
-    pub fixed_by_patch: bool,
-    /// When the finding is about a merged value set in another input (a values file, a
-    /// HelmChartConfig): that input's name; `line` is then a line of it.
-    pub file: Option<String>,
-}
-
-/// A problem reading the input (exit code 2).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
-    /// 1-based line (0 when unknown).
-    pub line: usize,
-    /// 1-based column (0 when unknown).
-    pub column: usize,
-    /// What is wrong (never document content).
-    pub message: String,
-}
-
-/// One object of the input and what the engine decided about it.
-#[derive(Debug, Clone)]
-pub struct ObjectResult {
-    /// `HelmRelease kube-system/occm`.
-    pub object: String,
-    /// 1-based line where the object starts.
-    pub line: usize,
-    /// Findings.
-    pub items: Vec<Item>,
-    /// The engine's verdict.
-    pub verdict: Verdict,
-    /// The object as it was evaluated (JSON).
-    pub json: Value,
-    /// Masked unified diffs of the cloud configs of a Secret (shown instead of the file diff,
-    /// which would carry base64 Secret data).
-    pub secret_diffs: Vec<String>,
-    /// Whether the patch could be written into the file as a minimal edit.
-    pub fixable_in_place: bool,
-}
 
 /// The result of checking one input.
 #[derive(Debug, Clone)]
@@ -354,9 +247,25 @@ pub fn check_text_in(
                 Err(_) => fixable_in_place = false,
             }
             if is_secret {
-                let found = sites::find(&kind, &object, &engine.policies().sites);
-                secret_diffs =
-                    secret_ini_diffs(name, &kind, &c.json, &found, &verdict.patch, engine);
+                // Masked diffs of each cloud config the Secret's patch changes.
+                let label = |site: &FoundConfig| {
+                    format!(
+                        "{name} ({} {}, decoded; values masked)",
+                        site.object, site.location
+                    )
+                };
+                secret_diffs = site_diffs(
+                    &kind,
+                    &object,
+                    &c.json,
+                    &verdict.patch,
+                    &engine.policies().sites,
+                    label,
+                    |_| MaskMode::SecretIni,
+                )
+                .into_iter()
+                .map(|(_, diff)| diff)
+                .collect();
             }
         }
         checked.objects.push(ObjectResult {
@@ -376,60 +285,6 @@ pub fn check_text_in(
         checked.shown = Some(shown);
     }
     checked
-}
-
-/// The report items of `verdict`, one per finding, in the order denials (errors), warnings,
-/// audits and mutations (notes), then exemptions (notes). A finding's item is at `line(f)` and
-/// holds its message and fix flag, which `adjust` may change for the carrier (merged values
-/// name their sources; a fix that cannot be written is not one); an exemption is at
-/// `exemption_line`.
-pub fn verdict_items(
-    verdict: &Verdict,
-    line: impl Fn(&Finding) -> usize,
-    exemption_line: usize,
-    mut adjust: impl FnMut(&Finding, &mut Item),
-) -> Vec<Item> {
-    let findings = [
-        (Level::Error, ItemKind::Denial, &verdict.denials),
-        (Level::Warning, ItemKind::Warning, &verdict.warnings),
-        (Level::Note, ItemKind::Audit, &verdict.audits),
-        (Level::Note, ItemKind::Mutation, &verdict.mutations),
-    ];
-    let mut items = Vec::new();
-    for (level, kind, list) in findings {
-        for f in list {
-            let mut item = Item {
-                level,
-                kind,
-                policy: f.policy.clone(),
-                rule: f.rule.as_str().to_owned(),
-                code: Some(f.code),
-                line: line(f),
-                message: f.message.clone(),
-                text: Some(f.text.clone()),
-                fixed_by_patch: f.fixed_by_patch,
-                file: None,
-            };
-            adjust(f, &mut item);
-            items.push(item);
-        }
-    }
-    items.extend(verdict.exemptions.iter().map(|e| Item {
-        level: Level::Note,
-        kind: ItemKind::Exemption,
-        policy: e.policy.clone(),
-        rule: e.rule.as_str().to_owned(),
-        code: None,
-        line: exemption_line,
-        message: format!(
-            "exempted from policy {} by annotation: {}",
-            e.policy, e.reason
-        ),
-        text: None,
-        fixed_by_patch: false,
-        file: None,
-    }));
-    items
 }
 
 /// Adds `note` to an item's notes, and renders its message again.
@@ -852,48 +707,6 @@ fn apply_to_text(text: &str, c: &Candidate, patch: &[PatchOperation]) -> Result<
         expected
     };
     if got == want { Ok(current) } else { Err(()) }
-}
-
-/// Masked diffs of each cloud config a Secret's patch changes.
-fn secret_ini_diffs(
-    name: &str,
-    gvk: &GroupVersionKind,
-    object: &Value,
-    found: &[FoundConfig],
-    patch: &[PatchOperation],
-    engine: &Engine,
-) -> Vec<String> {
-    let mut patched = object.clone();
-    if json_patch::patch(&mut patched, patch).is_err() {
-        return Vec::new();
-    }
-    let Ok(after_obj) = serde_json::from_value::<DynamicObject>(patched) else {
-        return Vec::new();
-    };
-    let after = sites::find(gvk, &after_obj, &engine.policies().sites);
-    let mut out = Vec::new();
-    for site in found {
-        let Some(new) = after.iter().find(|s| s.pointer() == site.pointer()) else {
-            continue;
-        };
-        let (Ok(old_text), Ok(new_text)) = (&site.text, &new.text) else {
-            continue;
-        };
-        if old_text == new_text {
-            continue;
-        }
-        let label = format!(
-            "{name} ({} {}, decoded; values masked)",
-            site.object, site.location
-        );
-        out.push(super::report::masked_diff(
-            old_text,
-            new_text,
-            &label,
-            super::report::MaskMode::SecretIni,
-        ));
-    }
-    out
 }
 
 /// Whether an object is a core `v1` Secret.

@@ -9,9 +9,10 @@
 
 use serde_json::json;
 
-use super::evaluate::{Checked, ObjectResult, verdict_items};
-use super::report::{self, MaskMode};
+use super::evaluate::Checked;
 use crate::engine::{Engine, Subject};
+use crate::report::mask::{MaskMode, masked_diff};
+use crate::report::{ObjectResult, verdict_items};
 use crate::sites::{CONFIG_FILE_API_VERSION, CONFIG_FILE_KIND};
 
 /// Checks `text`, the content of the INI file `name`.
@@ -48,7 +49,7 @@ pub fn check_ini(engine: &Engine, name: &str, text: &str) -> Checked {
     let secret_diffs = fixed
         .iter()
         .map(|new| {
-            report::masked_diff(
+            masked_diff(
                 text,
                 new,
                 &format!("{name} (values masked)"),

@@ -27,7 +27,6 @@ pub mod facts;
 pub mod index;
 pub mod ini;
 pub mod input;
-pub mod report;
 pub mod sops;
 pub mod template;
 
@@ -35,36 +34,14 @@ use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use clap::ValueEnum;
-
 use crate::engine::Engine;
 use crate::releases::catalog::{self, ReleaseCatalog};
+use crate::report::{self, FileReport, Report, render};
 
-pub use evaluate::{Checked, Item, ItemKind, Level, check_text, check_text_in};
+pub use evaluate::{Checked, check_text, check_text_in};
 pub use input::ValuesFor;
-pub use report::{FileReport, Report};
-
-/// Output formats.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    /// `file:line: level [rule] message`, fixes as unified diffs, and a summary line.
-    Text,
-    /// One JSON document with a summary, the results, the fixes and the input errors.
-    Json,
-    /// SARIF 2.1.0, for GitHub code scanning.
-    Sarif,
-    /// JUnit XML, for CI test reports.
-    Junit,
-}
-
-/// Which findings fail the run (exit code 1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum FailOn {
-    /// Denials only.
-    Error,
-    /// Denials and warnings.
-    Warning,
-}
+/// The output format and failing level, which the `check` flags name.
+pub use report::{FailOn, Format};
 
 /// What `stackgate check` checks and how it reports; the `check` flags fill it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,10 +133,10 @@ pub fn run(
     };
     let report = check(options, engine, stdin)?;
     let rendered = match options.format {
-        Format::Text => report::text(&report, !options.no_diff),
-        Format::Json => report::json(&report),
-        Format::Sarif => report::sarif(&report, engine.policies()),
-        Format::Junit => report::junit(&report),
+        Format::Text => render::text(&report, !options.no_diff),
+        Format::Json => render::json(&report),
+        Format::Sarif => render::sarif(&report, engine.policies()),
+        Format::Junit => render::junit(&report),
     };
     out.write_all(rendered.as_bytes())
         .map_err(CheckError::Output)?;
@@ -270,7 +247,7 @@ pub fn check(
             input::Content::Text(t) => t,
             input::Content::Error(message) => {
                 files.push(FileReport {
-                    problems: vec![evaluate::Problem {
+                    problems: vec![report::Problem {
                         line: 0,
                         column: 0,
                         message: message.clone(),
@@ -314,11 +291,11 @@ pub fn check(
         };
         let checked = check_one(text);
         let diff = checked.shown.as_ref().map(|shown| {
-            report::masked_diff(
+            report::mask::masked_diff(
                 text,
                 shown,
                 &inp.name,
-                report::MaskMode::File {
+                report::mask::MaskMode::File {
                     secret_lines: &checked.secret_lines,
                 },
             )

@@ -20,9 +20,6 @@ use std::path::Path;
 /// File name endings of template files.
 pub const TEMPLATE_EXTENSIONS: &[&str] = &["tpl", "j2", "jinja", "gotmpl"];
 
-/// The SARIF rule id (and text tag) of a skipped template.
-pub const TEMPLATE_RULE: &str = "template-skipped";
-
 /// A template marker: the syntax it belongs to, and its opening and closing text.
 struct Marker {
     name: &'static str,

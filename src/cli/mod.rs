@@ -17,6 +17,8 @@ mod audit;
 mod check;
 pub mod explain;
 mod guard;
+pub mod reference;
+pub mod run;
 mod serve;
 
 use std::path::PathBuf;

@@ -297,7 +297,7 @@ impl fmt::Debug for CloudAuth {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CloudAuth")
             .field("cloud", &self.cloud)
-            .field("auth_url", &super::openstack::mask_url(&self.auth_url))
+            .field("auth_url", &mask_url(&self.auth_url))
             .field("region", &self.region)
             .field("interface", &self.interface)
             .field("method", &self.method)
@@ -400,6 +400,19 @@ fn go_format_float32(f: f64) -> String {
         format!("{int}.{frac}")
     };
     format!("{sign}{body}")
+}
+
+/// `url` with the user information of its authority (`user:password@`) replaced by `***@`,
+/// for messages and logs. Works on text that does not parse as a URL too.
+pub fn mask_url(url: &str) -> String {
+    // Without a scheme, everything up to the path counts as the authority.
+    let rest_start = url.find("://").map_or(0, |i| i + 3);
+    let rest = &url[rest_start..];
+    let authority_len = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..authority_len].rfind('@') {
+        Some(at) => format!("{}***{}", &url[..rest_start], &rest[at..]),
+        None => url.to_owned(),
+    }
 }
 
 #[cfg(test)]

@@ -47,12 +47,15 @@ use std::time::Duration;
 use rustls::RootCertStore;
 use tokio::time::{Instant, timeout_at};
 
+pub use clouds::mask_url;
 pub use clouds::{CloudAuth, Redacted};
 pub use cluster::MAX_CONTROL_PLANE_MACHINES;
 pub use error::{CloudsError, GuardError, OpenStackError, Service};
 pub use ledger::{ADMITTED_TTL, MAX_CLUSTERS, MAX_PER_CLUSTER};
-pub use metrics::{GuardMetrics, outcome};
-pub use openstack::{CACHE_ENTRIES, MAX_BODY_BYTES, mask_url, parse_status_tree};
+pub use metrics::{
+    CacheLabels, CallLabels, DecisionLabels, ErrorLabels, GuardMetrics, UnavailableLabels, outcome,
+};
+pub use openstack::{CACHE_ENTRIES, MAX_BODY_BYTES, parse_status_tree};
 pub use probe::{MachineDelete, probe};
 pub use source::GuardSource;
 

@@ -37,7 +37,7 @@ use serde::Deserialize;
 use tokio::time::{Instant, timeout_at};
 
 use super::cache::TtlCache;
-use super::clouds::{CloudAuth, Redacted};
+use super::clouds::{CloudAuth, Redacted, mask_url};
 use super::cluster::{CredentialKey, Identity};
 use super::error::{OpenStackError, Service};
 use super::metrics::GuardMetrics;
@@ -388,19 +388,6 @@ fn url_error(what: &'static str, url: &str) -> OpenStackError {
     OpenStackError::Url {
         what,
         url: mask_url(url),
-    }
-}
-
-/// `url` with the user information of its authority (`user:password@`) replaced by `***@`,
-/// for messages and logs. Works on text that does not parse as a URL too.
-pub fn mask_url(url: &str) -> String {
-    // Without a scheme, everything up to the path counts as the authority.
-    let rest_start = url.find("://").map_or(0, |i| i + 3);
-    let rest = &url[rest_start..];
-    let authority_len = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    match rest[..authority_len].rfind('@') {
-        Some(at) => format!("{}***{}", &url[..rest_start], &rest[at..]),
-        None => url.to_owned(),
     }
 }
 

@@ -500,7 +500,7 @@ pub(super) fn find(
     let root = &object.data;
     let names_chart = |reference: Option<&str>| {
         reference.is_some_and(|r| {
-            super::helm::chart_matches(r, charts) || r.trim().ends_with(GIANT_SWARM_APP_CHART)
+            super::chart::chart_matches(r, charts) || r.trim().ends_with(GIANT_SWARM_APP_CHART)
         })
     };
     let (field, sources) = match (gvk.group.as_str(), gvk.kind.as_str()) {

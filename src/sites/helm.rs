@@ -24,11 +24,12 @@
 //! back to the object and write edits are in `values.rs` (and `object_data.rs` for
 //! `cloudConfigContents` in structured values, a plain string field).
 
-use jsonptr::PointerBuf;
 use kube::core::{DynamicObject, GroupVersionKind};
 use serde_json::Value;
 
+use super::chart::chart_matches;
 use super::object_data::TextField;
+use super::path::{display, pointer, shown_entry};
 use super::render::{self, Origin};
 use super::strvals::{self, SetBudget, StrvalsError, Typing};
 use super::values::{
@@ -104,112 +105,6 @@ pub fn chart_names(sites: &super::SitesDocument) -> Vec<String> {
     // The sites document has no chart list yet: use the default.
     let _ = sites;
     DEFAULT_CHARTS.iter().map(|s| (*s).to_owned()).collect()
-}
-
-/// Whether a chart reference (`name`, `repo/name`, `./charts/name`, `oci://…/name`,
-/// `https://…/name-1.2.3.tgz`) names one of `charts`.
-///
-/// The reference is normalised first, as the tools that fetch it read it: a URL's `?query`
-/// and `#fragment` dropped (`….tgz?raw=true`), `%XX` escapes decoded, `.` and empty path
-/// segments and `..` applied (an Argo CD path `charts/name/.`), an OCI `:tag` or `@digest`
-/// dropped; an archive name `name-<version>.tgz` (`.tgz` and `.tar.gz` in any case, the
-/// version with or without a leading `v`) names `name`.
-pub fn chart_matches(reference: &str, charts: &[String]) -> bool {
-    let Some(last) = chart_reference_name(reference) else {
-        return false;
-    };
-    charts.iter().any(|c| {
-        last == *c
-            || archive_stem(&last)
-                .and_then(|stem| stem.strip_prefix(c.as_str()))
-                .and_then(|rest| rest.strip_prefix('-'))
-                .map(|version| version.strip_prefix(['v', 'V']).unwrap_or(version))
-                .is_some_and(|version| version.starts_with(|ch: char| ch.is_ascii_digit()))
-    })
-}
-
-/// The last path segment of a chart reference, normalised (see [`chart_matches`]).
-fn chart_reference_name(reference: &str) -> Option<String> {
-    let reference = reference.trim();
-    // A URL's query and fragment are not part of the file's name.
-    let reference = reference.split(['?', '#']).next().unwrap_or_default();
-    let mut segments: Vec<&str> = Vec::new();
-    for segment in reference.split('/') {
-        match segment {
-            "" | "." => {}
-            ".." => {
-                segments.pop();
-            }
-            s => segments.push(s),
-        }
-    }
-    let last = segments.last()?;
-    let last = percent_decoded(last);
-    // An OCI reference's tag or digest (`name:2.31.1`, `name@sha256:…`).
-    let name = last.split([':', '@']).next().unwrap_or_default();
-    (!name.is_empty()).then(|| name.to_owned())
-}
-
-/// `name` without a `.tgz` or `.tar.gz` suffix in any case; None without one.
-fn archive_stem(name: &str) -> Option<&str> {
-    let lower = name.to_ascii_lowercase();
-    [".tgz", ".tar.gz"]
-        .iter()
-        .find(|suffix| lower.ends_with(*suffix))
-        .map(|suffix| &name[..name.len() - suffix.len()])
-}
-
-/// `%XX` escapes decoded (as a URL's path is); invalid escapes and non-UTF-8 results kept as
-/// written.
-fn percent_decoded(text: &str) -> String {
-    if !text.contains('%') {
-        return text.to_owned();
-    }
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        if bytes[i] == b'%'
-            && let (Some(h), Some(l)) = (
-                bytes.get(i + 1).copied().and_then(hex),
-                bytes.get(i + 2).copied().and_then(hex),
-            )
-        {
-            out.push(u8::try_from(h * 16 + l).unwrap_or(b'%'));
-            i += 3;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8(out).unwrap_or_else(|_| text.to_owned())
-}
-
-/// A display path: `spec.sources[1].helm.values` (a key longer than 80 characters is cut,
-/// with `…`).
-pub fn display(path: &[Seg]) -> String {
-    let mut out = String::new();
-    for seg in path {
-        match seg {
-            Seg::Key(k) => {
-                if !out.is_empty() {
-                    out.push('.');
-                }
-                out.push_str(&shown_entry(k));
-            }
-            Seg::Index(i) => out.push_str(&format!("[{i}]")),
-        }
-    }
-    out
-}
-
-/// The JSON pointer of a path.
-pub fn pointer(path: &[Seg]) -> PointerBuf {
-    PointerBuf::from_tokens(path.iter().map(|s| match s {
-        Seg::Key(k) => k.clone(),
-        Seg::Index(i) => i.to_string(),
-    }))
 }
 
 fn keys(path: &[&str]) -> Vec<Seg> {
@@ -863,50 +758,6 @@ pub fn describe_values_reference(reference: &Value) -> String {
     out
 }
 
-/// A `--set` value typed as Helm's `strvals` types it (`typedVal`): `true`/`false` booleans and
-/// `null` null, compared with Go's `strings.EqualFold` (Unicode simple case folding, so the
-/// long s `ſ` matches `s`: `falſe` is false), a decimal integer without a leading zero (or
-/// `0`) a number, else the string.
-pub fn set_typed(value: &str) -> Value {
-    if go_equal_fold(value, "true") {
-        return Value::Bool(true);
-    }
-    if go_equal_fold(value, "false") {
-        return Value::Bool(false);
-    }
-    if go_equal_fold(value, "null") {
-        return Value::Null;
-    }
-    if value == "0" {
-        return Value::from(0);
-    }
-    if !value.starts_with('0')
-        && let Ok(n) = value.parse::<i64>()
-    {
-        return Value::from(n);
-    }
-    Value::String(value.to_owned())
-}
-
-/// Go's `strings.EqualFold(value, word)` for an ASCII lowercase `word`: the only non-ASCII
-/// characters whose case-folding orbit holds an ASCII letter are the Kelvin sign `K` (k) and
-/// the long s `ſ` (s).
-fn go_equal_fold(value: &str, word: &str) -> bool {
-    let mut chars = value.chars();
-    for w in word.chars() {
-        let Some(c) = chars.next() else {
-            return false;
-        };
-        let same = c.to_ascii_lowercase() == w
-            || (w == 'k' && c == '\u{212A}')
-            || (w == 's' && c == '\u{17F}');
-        if !same {
-            return false;
-        }
-    }
-    chars.next().is_none()
-}
-
 /// The data key Flux reads when a `valuesFrom` reference names none.
 pub const FLUX_DEFAULT_VALUES_KEY: &str = "values.yaml";
 
@@ -1348,18 +1199,6 @@ fn overrides_of(
         Typing::Strings => 1,
     });
     Ok(out)
-}
-
-/// Most characters of a `--set` key shown in messages.
-const MAX_SHOWN_ENTRY_CHARS: usize = 80;
-
-/// A `--set` key as messages show it: cut after [`MAX_SHOWN_ENTRY_CHARS`] characters (a
-/// hostile key is tens of kilobytes; the answer must stay short enough to read).
-fn shown_entry(key: &str) -> String {
-    match key.char_indices().nth(MAX_SHOWN_ENTRY_CHARS) {
-        Some((cut, _)) => format!("{}…", &key[..cut]),
-        None => key.to_owned(),
-    }
 }
 
 /// Most orders of Argo CD parameters read for one values carrier ([`argo_orders`]).
@@ -2603,16 +2442,16 @@ mod tests {
 
     #[test]
     fn set_values_typed_as_helm_types_them() {
-        assert_eq!(set_typed("False"), json!(false));
-        assert_eq!(set_typed("12"), json!(12));
-        assert_eq!(set_typed("012"), json!("012"));
-        assert_eq!(set_typed("x"), json!("x"));
+        assert_eq!(strvals::set_typed("False"), json!(false));
+        assert_eq!(strvals::set_typed("12"), json!(12));
+        assert_eq!(strvals::set_typed("012"), json!("012"));
+        assert_eq!(strvals::set_typed("x"), json!("x"));
         // Go's EqualFold: any case, and the long s folds to s.
-        assert_eq!(set_typed("TRUE"), json!(true));
-        assert_eq!(set_typed("nUlL"), json!(null));
-        assert_eq!(set_typed("fal\u{17F}e"), json!(false));
-        assert_eq!(set_typed("fals"), json!("fals"));
-        assert_eq!(set_typed("falsee"), json!("falsee"));
+        assert_eq!(strvals::set_typed("TRUE"), json!(true));
+        assert_eq!(strvals::set_typed("nUlL"), json!(null));
+        assert_eq!(strvals::set_typed("fal\u{17F}e"), json!(false));
+        assert_eq!(strvals::set_typed("fals"), json!("fals"));
+        assert_eq!(strvals::set_typed("falsee"), json!("falsee"));
         // helm-controller's typedVal lowercases: only these three words are typed strings.
         assert!(helm_controller_typed("FaLsE") && helm_controller_typed("NULL"));
         assert!(!helm_controller_typed("1") && !helm_controller_typed("off"));

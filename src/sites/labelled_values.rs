@@ -25,8 +25,9 @@ use json_patch::{PatchOperation, ReplaceOperation};
 use kube::core::DynamicObject;
 use serde_json::Value;
 
-use super::helm::{self, MAX_VALUES_TEXT_BYTES, pointer};
+use super::helm::{self, MAX_VALUES_TEXT_BYTES};
 use super::object_data::Encoding;
+use super::path::pointer;
 use super::values::{ValuesAt, ValuesText};
 use super::{Anchor, Carrier, FoundConfig, Holder, SiteError, SiteKind, SitesDocument};
 use crate::cloudconf::{Document, IniEdit};

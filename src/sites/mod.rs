@@ -13,12 +13,14 @@
 //! ([`render`]) so the rules run unchanged, and edits go back as JSON Patch `add`s on the
 //! values or as a minimal edit of a values string ([`crate::yaml::edit`]).
 
+pub mod chart;
 pub mod delivery;
 pub mod goquote;
 mod goquote_tables;
 pub mod helm;
 pub mod labelled_values;
 mod object_data;
+mod path;
 pub mod payload;
 pub mod render;
 pub mod strvals;

@@ -7,7 +7,7 @@ use json_patch::{PatchOperation, ReplaceOperation};
 use kube::core::DynamicObject;
 use serde_json::Value;
 
-use super::helm::pointer;
+use super::path::pointer;
 use super::{Anchor, Carrier, FoundConfig, Holder, SiteError, SiteKind, SitesDocument};
 use crate::cloudconf::{Document, IniEdit};
 use crate::yaml::Seg;

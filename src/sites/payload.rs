@@ -51,8 +51,8 @@ use json_patch::{PatchOperation, ReplaceOperation};
 use kube::core::{DynamicObject, GroupVersionKind};
 use serde_json::Value;
 
-use super::helm::pointer;
 use super::object_data::Encoding;
+use super::path::pointer;
 use super::{Anchor, Carrier, FoundConfig, Holder, SiteError, SiteKind, SitesDocument};
 use crate::cloudconf::{Document, IniEdit};
 use crate::yaml::edit::{self as yamledit, Change};

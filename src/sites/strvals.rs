@@ -311,7 +311,7 @@ impl Parser<'_> {
     fn typed(&self, text: String) -> Value {
         match self.typing {
             Typing::Strings => Value::String(text),
-            Typing::Typed => super::helm::set_typed(&text),
+            Typing::Typed => set_typed(&text),
         }
     }
 
@@ -579,6 +579,50 @@ fn go_atoi(text: &str) -> Option<i64> {
         return None;
     }
     text.parse().ok()
+}
+
+/// A `--set` value typed as Helm's `strvals` types it (`typedVal`): `true`/`false` booleans and
+/// `null` null, compared with Go's `strings.EqualFold` (Unicode simple case folding, so the
+/// long s `ſ` matches `s`: `falſe` is false), a decimal integer without a leading zero (or
+/// `0`) a number, else the string.
+pub fn set_typed(value: &str) -> Value {
+    if go_equal_fold(value, "true") {
+        return Value::Bool(true);
+    }
+    if go_equal_fold(value, "false") {
+        return Value::Bool(false);
+    }
+    if go_equal_fold(value, "null") {
+        return Value::Null;
+    }
+    if value == "0" {
+        return Value::from(0);
+    }
+    if !value.starts_with('0')
+        && let Ok(n) = value.parse::<i64>()
+    {
+        return Value::from(n);
+    }
+    Value::String(value.to_owned())
+}
+
+/// Go's `strings.EqualFold(value, word)` for an ASCII lowercase `word`: the only non-ASCII
+/// characters whose case-folding orbit holds an ASCII letter are the Kelvin sign `K` (k) and
+/// the long s `ſ` (s).
+fn go_equal_fold(value: &str, word: &str) -> bool {
+    let mut chars = value.chars();
+    for w in word.chars() {
+        let Some(c) = chars.next() else {
+            return false;
+        };
+        let same = c.to_ascii_lowercase() == w
+            || (w == 'k' && c == '\u{212A}')
+            || (w == 's' && c == '\u{17F}');
+        if !same {
+            return false;
+        }
+    }
+    chars.next().is_none()
 }
 
 #[cfg(test)]

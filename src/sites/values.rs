@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 use json_patch::{AddOperation, PatchOperation, ReplaceOperation};
 use serde_json::{Map, Value};
 
-use super::helm::pointer;
+use super::path::{self, pointer};
 use super::render::{self, Origin};
 use super::strvals::Typing;
 use super::{Anchor, Carrier, Holder};
@@ -511,7 +511,7 @@ impl Carrier for UnseenValues {
     }
 
     fn describe(&self, _line: Option<usize>) -> String {
-        super::helm::display(&self.path)
+        path::display(&self.path)
     }
 
     fn holder(&self) -> Holder {
