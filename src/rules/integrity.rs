@@ -95,7 +95,8 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
             } else {
                 let fix = match why {
                     Unreadable::Parse(e) if e.message == UNDERSCORE => "replace '_' with '-'",
-                    _ => "fix the line named here",
+                    Unreadable::Parse(_) => "fix the line named here",
+                    Unreadable::Site(_) => "correct the value named here",
                 };
                 let underscore = match why {
                     Unreadable::Parse(e) if e.message == UNDERSCORE => {
@@ -106,7 +107,7 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
                 };
                 (
                     fix,
-                    format!("The CCM would fail to start (\"failed to read config\").{underscore}"),
+                    format!("gcfg stops at it: \"failed to read config\".{underscore}"),
                 )
             };
             out.violations.push(Violation {
@@ -115,7 +116,11 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
                 pointer: None,
                 line: why.line(),
                 location: None,
-                what: why.to_string(),
+                what: if why.is_stackgate_limit() {
+                    why.to_string()
+                } else {
+                    format!("{why}; the CCM would fail to start")
+                },
                 fix: fix.to_owned(),
                 why: why_text,
                 notes: Vec::new(),
