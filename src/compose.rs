@@ -4,6 +4,9 @@
 //! It creates at most one Kubernetes client (only when a component needs the cluster) and
 //! hands it to the components that asked for it:
 //!
+//! A fact source or watcher starts only when an enabled policy needs its fact
+//! ([`PolicySet::needed_facts`]); its flag alone does not start it.
+//!
 //! | component | flag | cluster access missing |
 //! |---|---|---|
 //! | load-balancer guard | `--lb-guard on` | start-up error |
@@ -27,6 +30,7 @@ use crate::cli::{AuditArgs, KubeMode, OpenShiftPlatformMode, ServeArgs};
 use crate::cluster_config::watcher::CloudConfigMetrics;
 use crate::cluster_config::{CloudConfigSource, ConfigFactCell, ConfigObject, ConfigObjectError};
 use crate::engine::Engine;
+use crate::facts::FactId;
 use crate::guard::{Guard, GuardSource};
 use crate::metrics::Metrics;
 use crate::platform::watcher::PlatformMetrics;
@@ -123,20 +127,28 @@ pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
     );
     let mut metrics = Metrics::new();
     metrics.set_policies_loaded(policies.policies.len());
+    // A fact is fed only when an enabled policy needs it (its family declares it, or the site
+    // policy shares a site with other platforms), whatever the flags ask.
+    let needed = policies.needed_facts();
     // Registration order is the order of /metrics; it is kept from before the root existed.
     let cloud_config = args
         .cloud_config()
         .map_err(ComposeError::CloudConfigObject)?
+        .filter(|_| feeds(&needed, FactId::CloudConfig, "--cloud-config-object"))
         .map(CloudConfigWatcher::new);
     if let Some(component) = &cloud_config {
         component.metrics.register(metrics.registry_mut());
     }
-    let platform =
-        (args.openshift_platform == OpenShiftPlatformMode::Auto).then(PlatformWatcher::default);
+    let platform = (args.openshift_platform == OpenShiftPlatformMode::Auto
+        && feeds(&needed, FactId::Platform, "--openshift-platform auto"))
+    .then(PlatformWatcher::default);
     if let Some(component) = &platform {
         component.metrics.register(metrics.registry_mut());
     }
-    let guard_config = args.guard.config();
+    let guard_config = args
+        .guard
+        .config()
+        .filter(|_| feeds(&needed, FactId::ControlPlaneLoadBalancer, "--lb-guard on"));
     let background_audit = args.background_audit.config(std::env::var("HOSTNAME").ok());
     let releases = ReleaseWatcher {
         mode: args.kube,
@@ -206,8 +218,7 @@ pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
                 state.with_fact_source(Arc::new(CloudConfigSource::new(component.cell.clone())));
         }
         if let Some((component, _)) = &platform {
-            // Last: the server asks the first source that wants a review, and the others
-            // never want the ConfigMaps this one is for.
+            // Every source that wants a review contributes; the order is the merge order.
             state = state.with_fact_source(Arc::new(PlatformSource::new(component.cell.clone())));
         }
         let state = Arc::new(state);
@@ -237,6 +248,20 @@ pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
     // gone within --shutdown-grace (plus about a second) of the listener closing.
     runtime.shutdown_timeout(RUNTIME_SHUTDOWN_TIMEOUT);
     served
+}
+
+/// Whether the fact source a flag asks for is started: only when `needed` (the facts the
+/// enabled policies need) holds `fact`. Otherwise the flag is logged as having no effect.
+fn feeds(needed: &[FactId], fact: FactId, flag: &str) -> bool {
+    let feeds = needed.contains(&fact);
+    if !feeds {
+        tracing::info!(
+            target: LOG_TARGET,
+            fact = %fact,
+            "{flag}: no enabled policy needs this fact, so it is not gathered"
+        );
+    }
+    feeds
 }
 
 /// The cloud-config fact watcher (`--cloud-config-object`): its cell feeds the
@@ -442,7 +467,46 @@ async fn shutdown_signal() {
 mod tests {
     use std::sync::Arc;
 
-    use super::Tasks;
+    use super::{FactId, Tasks, feeds};
+    use crate::policy::{Mode, PolicySet};
+    use crate::rules::{lb_guard, ovn_source_ranges};
+
+    /// The default policies need every fact, so every flag starts its source; turning a
+    /// family's policies off stops its fact from being fed.
+    #[test]
+    fn only_facts_that_enabled_policies_need_are_fed() {
+        let mut policies = PolicySet::embedded().expect("embedded policies");
+        let needed = policies.needed_facts();
+        assert_eq!(
+            needed,
+            [
+                FactId::CloudConfig,
+                FactId::Platform,
+                FactId::ControlPlaneLoadBalancer
+            ]
+        );
+        assert!(feeds(&needed, FactId::CloudConfig, "--cloud-config-object"));
+        for policy in &mut policies.policies {
+            if policy.rule == ovn_source_ranges::FAMILY.id || policy.rule == lb_guard::FAMILY.id {
+                policy.mode = Mode::Off;
+            }
+        }
+        let needed = policies.needed_facts();
+        assert_eq!(needed, [FactId::Platform]);
+        assert!(!feeds(
+            &needed,
+            FactId::CloudConfig,
+            "--cloud-config-object"
+        ));
+        assert!(!feeds(
+            &needed,
+            FactId::ControlPlaneLoadBalancer,
+            "--lb-guard on"
+        ));
+        assert!(!policies.family_needs(FactId::CloudConfig));
+        policies.sites.sites.retain(|site| !site.other_platforms);
+        assert!(policies.needed_facts().is_empty());
+    }
 
     /// Stopping the tasks ends every one of them, even one that would run forever: what it
     /// holds is dropped by the time `stop` returns, so nothing outlives the server.

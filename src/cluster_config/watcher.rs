@@ -3,7 +3,7 @@
 //! * List and watch in the object's namespace with the field selector
 //!   `metadata.name=<name>`, so the ServiceAccount needs `get`, `list` and `watch` on that one
 //!   object only (RBAC `resourceNames` allows list/watch with a matching name selector).
-//! * Every version is reduced to its [`crate::rules::ovn_source_ranges::LbSettings`] at once;
+//! * Every version is reduced to its [`crate::facts::cloud_config::LbSettings`] at once;
 //!   the text is never kept or logged.
 //! * A complete list without the object, or its deletion, makes the fact "does not exist"
 //!   (the family then warns that it cannot see the config; it never guesses).
@@ -20,7 +20,7 @@ use std::pin::pin;
 use std::sync::atomic::AtomicI64;
 
 use futures::StreamExt;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -31,7 +31,6 @@ use prometheus_client::registry::Registry;
 
 use super::{ConfigFactCell, ConfigObject};
 use crate::rules::ovn_source_ranges::CloudConfigFact;
-use crate::sites::SiteKind;
 
 /// Labels of `stackgate_cloud_config_syncs_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -73,13 +72,11 @@ impl CloudConfigMetrics {
     }
 }
 
-/// The API resource of the object's kind.
-fn api_resource(kind: SiteKind) -> ApiResource {
-    let (kind, plural) = match kind {
-        SiteKind::Secret => ("Secret", "secrets"),
-        SiteKind::ConfigMap => ("ConfigMap", "configmaps"),
-    };
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", kind), plural)
+/// The API resource and field selector of what the fact describes ([`ConfigObject::watch`]).
+fn api_of(object: &ConfigObject) -> (ApiResource, String) {
+    let watch = object.watch();
+    let resource = ApiResource::from_gvk_with_plural(&watch.resource.gvk(), watch.resource.plural);
+    (resource, watch.field_selector())
 }
 
 /// Watches `object` until the task is aborted, keeping `cell` current. `on_first` runs once,
@@ -93,15 +90,15 @@ pub async fn run<F>(
 ) where
     F: FnOnce() + Send + 'static,
 {
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(client, &object.namespace, &api_resource(object.kind));
-    let config = watcher::Config::default().fields(&format!("metadata.name={}", object.name));
+    let (resource, fields) = api_of(&object);
+    let api: Api<DynamicObject> = Api::namespaced_with(client, &object.namespace, &resource);
+    let config = watcher::Config::default().fields(&fields);
     let stream = watcher::watcher(api, config).default_backoff();
     let mut stream = pin!(stream);
     let mut on_first = Some(on_first);
     let mut listed: Option<CloudConfigFact> = None;
     let mut refused_logged = false;
-    let absent = || CloudConfigFact::Unavailable(format!("{} does not exist", object.describe()));
+    let absent = || object.absent();
     while let Some(item) = stream.next().await {
         match item {
             Ok(Event::Init) => listed = None,
@@ -143,13 +140,7 @@ pub async fn run<F>(
                         );
                         refused_logged = true;
                     }
-                    metrics.set(
-                        &cell,
-                        CloudConfigFact::Unavailable(format!(
-                            "{} cannot be read by stackgate (HTTP {code}: RBAC)",
-                            object.describe()
-                        )),
-                    );
+                    metrics.set(&cell, object.refused(code));
                     if let Some(first) = on_first.take() {
                         first();
                     }

@@ -21,7 +21,7 @@ use std::pin::pin;
 use std::sync::atomic::AtomicI64;
 
 use futures::StreamExt;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -30,7 +30,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use super::{INFRASTRUCTURE_NAME, PlatformCell, PlatformFact};
+use super::{PlatformCell, PlatformFact};
 
 /// Labels of `stackgate_openshift_platform_syncs_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -72,12 +72,10 @@ impl PlatformMetrics {
     }
 }
 
-/// The API resource `infrastructures.config.openshift.io/v1`.
+/// The API resource `infrastructures.config.openshift.io/v1` ([`crate::facts::platform::watch`]).
 pub fn api_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("config.openshift.io", "v1", "Infrastructure"),
-        "infrastructures",
-    )
+    let resource = crate::facts::platform::watch().resource;
+    ApiResource::from_gvk_with_plural(&resource.gvk(), resource.plural)
 }
 
 /// Watches `Infrastructure/cluster` until the task is aborted or the API turns out not to be
@@ -87,7 +85,8 @@ where
     F: FnOnce() + Send + 'static,
 {
     let api: Api<DynamicObject> = Api::all_with(client, &api_resource());
-    let config = watcher::Config::default().fields(&format!("metadata.name={INFRASTRUCTURE_NAME}"));
+    let config =
+        watcher::Config::default().fields(&crate::facts::platform::watch().field_selector());
     let stream = watcher::watcher(api, config).default_backoff();
     let mut stream = pin!(stream);
     let mut on_first = Some(on_first);
