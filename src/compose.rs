@@ -25,15 +25,16 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
+use crate::admission::FactSource;
 use crate::audit::background::{AuditMetrics, BackgroundConfig};
 use crate::cli::{AuditArgs, KubeMode, OpenShiftPlatformMode, ServeArgs};
-use crate::cluster_config::watcher::CloudConfigMetrics;
 use crate::cluster_config::{CloudConfigSource, ConfigFactCell, ConfigObject, ConfigObjectError};
 use crate::engine::Engine;
-use crate::facts::FactId;
+use crate::fact_watcher::FactMetrics;
+use crate::facts::platform::Infrastructure;
+use crate::facts::{FactId, WatchedFact};
 use crate::guard::{Guard, GuardSource};
 use crate::metrics::Metrics;
-use crate::platform::watcher::PlatformMetrics;
 use crate::platform::{PlatformCell, PlatformSource};
 use crate::policy::PolicySet;
 use crate::releases::watcher::WatchConfig;
@@ -135,13 +136,13 @@ pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
         .cloud_config()
         .map_err(ComposeError::CloudConfigObject)?
         .filter(|_| feeds(&needed, FactId::CloudConfig, "--cloud-config-object"))
-        .map(CloudConfigWatcher::new);
+        .map(FactWatcher::cloud_config);
     if let Some(component) = &cloud_config {
         component.metrics.register(metrics.registry_mut());
     }
     let platform = (args.openshift_platform == OpenShiftPlatformMode::Auto
         && feeds(&needed, FactId::Platform, "--openshift-platform auto"))
-    .then(PlatformWatcher::default);
+    .then(FactWatcher::platform);
     if let Some(component) = &platform {
         component.metrics.register(metrics.registry_mut());
     }
@@ -193,9 +194,6 @@ pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
             component.metrics.register(metrics.registry_mut());
             component
         });
-        if let Some(component) = &cloud_config {
-            tracing::info!(target: LOG_TARGET, object = %component.object.describe(), "cloud config: watching");
-        }
         let platform = platform.and_then(|component| match cluster.as_ref()? {
             Ok(client) => Some((component, client.clone())),
             Err(error) => {
@@ -213,13 +211,12 @@ pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
         if let Some(guard) = guard {
             state = state.with_fact_source(Arc::new(GuardSource::new(guard)));
         }
+        // Every source that wants a review contributes; the order is the merge order.
         if let Some(component) = &cloud_config {
-            state =
-                state.with_fact_source(Arc::new(CloudConfigSource::new(component.cell.clone())));
+            state = state.with_fact_source(Arc::clone(&component.source));
         }
         if let Some((component, _)) = &platform {
-            // Every source that wants a review contributes; the order is the merge order.
-            state = state.with_fact_source(Arc::new(PlatformSource::new(component.cell.clone())));
+            state = state.with_fact_source(Arc::clone(&component.source));
         }
         let state = Arc::new(state);
 
@@ -264,55 +261,61 @@ fn feeds(needed: &[FactId], fact: FactId, flag: &str) -> bool {
     feeds
 }
 
-/// The cloud-config fact watcher (`--cloud-config-object`): its cell feeds the
-/// `CloudConfigSource`, the `cloud-config` gate holds /readyz until the first read.
-struct CloudConfigWatcher {
-    object: ConfigObject,
-    cell: ConfigFactCell,
-    metrics: CloudConfigMetrics,
+/// A watched fact (`--cloud-config-object`, `--openshift-platform auto`): the generic fact
+/// watcher ([`crate::fact_watcher`]) keeps the cell its fact source reads current, and a
+/// readiness gate named after the fact (`cloud-config`, `openshift-platform`) holds /readyz
+/// until the first definite answer.
+struct FactWatcher<W: WatchedFact> {
+    fact: W,
+    store: Box<dyn Fn(W::Fact) + Send + Sync>,
+    source: Arc<dyn FactSource>,
+    metrics: FactMetrics<W>,
 }
 
-impl CloudConfigWatcher {
-    fn new(object: ConfigObject) -> Self {
+impl FactWatcher<ConfigObject> {
+    fn cloud_config(object: ConfigObject) -> Self {
+        let cell = ConfigFactCell::new(&object);
         Self {
-            cell: ConfigFactCell::new(&object),
-            object,
-            metrics: CloudConfigMetrics::default(),
+            fact: object,
+            source: Arc::new(CloudConfigSource::new(cell.clone())),
+            store: Box::new(move |fact| cell.set(fact)),
+            metrics: FactMetrics::default(),
         }
     }
+}
 
-    fn start(self, client: kube::Client, state: &Arc<AppState>, tasks: &mut Tasks) {
-        let gate = state.add_readiness_gate("cloud-config");
-        tasks.add(
-            "cloud-config watcher",
-            tokio::spawn(crate::cluster_config::watcher::run(
-                client,
-                self.object,
-                self.cell,
-                self.metrics,
-                move || gate.set(true),
-            )),
-        );
+impl FactWatcher<Infrastructure> {
+    fn platform() -> Self {
+        let cell = PlatformCell::default();
+        Self {
+            fact: Infrastructure,
+            source: Arc::new(PlatformSource::new(cell.clone())),
+            store: Box::new(move |fact| cell.set(fact)),
+            metrics: FactMetrics::default(),
+        }
     }
 }
 
-/// The OpenShift platform fact watcher (`--openshift-platform auto`): its cell feeds the
-/// `PlatformSource`, the `openshift-platform` gate holds /readyz until the first read.
-#[derive(Default)]
-struct PlatformWatcher {
-    cell: PlatformCell,
-    metrics: PlatformMetrics,
-}
-
-impl PlatformWatcher {
+impl<W: WatchedFact> FactWatcher<W> {
     fn start(self, client: kube::Client, state: &Arc<AppState>, tasks: &mut Tasks) {
-        let gate = state.add_readiness_gate("openshift-platform");
-        tracing::info!(target: LOG_TARGET, "openshift platform: watching Infrastructure cluster");
+        let gate = state.add_readiness_gate(W::ID.as_str());
+        tracing::info!(
+            target: LOG_TARGET,
+            object = %self.fact.describe(),
+            "{}: watching",
+            W::LOG_LABEL
+        );
+        let task = match W::ID {
+            FactId::CloudConfig => "cloud-config watcher",
+            FactId::Platform => "openshift-platform watcher",
+            FactId::ControlPlaneLoadBalancer => "fact watcher",
+        };
         tasks.add(
-            "openshift-platform watcher",
-            tokio::spawn(crate::platform::watcher::run(
+            task,
+            tokio::spawn(crate::fact_watcher::run(
                 client,
-                self.cell,
+                self.fact,
+                self.store,
                 self.metrics,
                 move || gate.set(true),
             )),

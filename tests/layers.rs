@@ -52,6 +52,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "check",
             "cluster_config",
             "platform",
+            "fact_watcher",
             "guard",
             "audit",
             "releases::watcher",

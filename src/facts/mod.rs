@@ -171,3 +171,116 @@ impl Collector {
         self.cloud_configs.fact(holder, undecidable)
     }
 }
+
+/// A fact kept current by watching one object ([`Watch`]): everything the generic watcher
+/// of `serve` needs to know about it, as data and pure functions. The watcher lists and
+/// watches the object, hands each version to [`WatchedFact::reduce`] and stores the result.
+pub trait WatchedFact: Send + Sync + 'static {
+    /// The fact.
+    type Fact: Clone + std::fmt::Debug + Send + Sync + 'static;
+    /// Which fact it is.
+    const ID: FactId;
+    /// The stem of the watcher's metrics: `stackgate_<stem>_syncs_total{outcome}` and
+    /// `stackgate_<stem>_known`.
+    const METRICS: &'static str;
+    /// Help of the syncs counter.
+    const SYNCS_HELP: &'static str;
+    /// Help of the known gauge.
+    const KNOWN_HELP: &'static str;
+    /// How log lines name the fact (`cloud config`).
+    const LOG_LABEL: &'static str;
+    /// What the families do while the fact cannot be read, for the refusal log line.
+    const WITHOUT: &'static str;
+    /// Whether a refusal (401/403) is logged at error (a misconfiguration that leaves a
+    /// family only warning) rather than at warn.
+    const REFUSAL_IS_ERROR: bool;
+
+    /// The object to watch.
+    fn watch(&self) -> Watch;
+    /// The object, for log lines (never its content).
+    fn describe(&self) -> String;
+    /// The fact one stored version of the object gives.
+    fn reduce(&self, object: &DynamicObject) -> Self::Fact;
+    /// The fact when a complete list does not hold the object, or it was deleted.
+    fn absent(&self) -> Self::Fact;
+    /// The fact when the API server refuses to show the object (HTTP `code`).
+    fn refused(&self, code: u16) -> Self::Fact;
+    /// The fact when the API server does not serve the resource at all (404 on list or
+    /// watch); the watch then ends. None: a 404 is an error like any other, retried.
+    fn not_served(&self) -> Option<Self::Fact> {
+        None
+    }
+    /// Whether `fact` is known (the `known` gauge).
+    fn is_known(fact: &Self::Fact) -> bool;
+}
+
+impl WatchedFact for cloud_config::ConfigObject {
+    type Fact = cloud_config::CloudConfigFact;
+    const ID: FactId = FactId::CloudConfig;
+    const METRICS: &'static str = "cloud_config";
+    const SYNCS_HELP: &'static str =
+        "Cloud-config object watcher outcomes: lists, events, deletion, refusals, errors";
+    const KNOWN_HELP: &'static str =
+        "1 while the configured cloud config is read and valid for the rules, else 0";
+    const LOG_LABEL: &'static str = "cloud config";
+    const WITHOUT: &'static str = "rules that need it warn that they cannot see it";
+    const REFUSAL_IS_ERROR: bool = true;
+
+    fn watch(&self) -> Watch {
+        cloud_config::ConfigObject::watch(self)
+    }
+    fn describe(&self) -> String {
+        cloud_config::ConfigObject::describe(self)
+    }
+    fn reduce(&self, object: &DynamicObject) -> Self::Fact {
+        self.fact_of(object)
+    }
+    fn absent(&self) -> Self::Fact {
+        cloud_config::ConfigObject::absent(self)
+    }
+    fn refused(&self, code: u16) -> Self::Fact {
+        cloud_config::ConfigObject::refused(self, code)
+    }
+    fn is_known(fact: &Self::Fact) -> bool {
+        matches!(fact, cloud_config::CloudConfigFact::Known(s) if s.readable)
+    }
+}
+
+impl WatchedFact for platform::Infrastructure {
+    type Fact = platform::PlatformFact;
+    const ID: FactId = FactId::Platform;
+    const METRICS: &'static str = "openshift_platform";
+    const SYNCS_HELP: &'static str = "OpenShift Infrastructure watcher outcomes: lists, events, \
+                                      deletion, refusals, absent API, errors";
+    const KNOWN_HELP: &'static str =
+        "1 while the cluster's platform is known from the OpenShift Infrastructure object";
+    const LOG_LABEL: &'static str = "openshift platform";
+    const WITHOUT: &'static str = "cloud configs are judged by their content alone";
+    const REFUSAL_IS_ERROR: bool = false;
+
+    fn watch(&self) -> Watch {
+        platform::watch()
+    }
+    fn describe(&self) -> String {
+        format!("Infrastructure {}", platform::INFRASTRUCTURE_NAME)
+    }
+    fn reduce(&self, object: &DynamicObject) -> Self::Fact {
+        platform::PlatformFact::of_infrastructure(object)
+    }
+    fn absent(&self) -> Self::Fact {
+        platform::PlatformFact::Unknown("Infrastructure cluster does not exist".to_owned())
+    }
+    fn refused(&self, code: u16) -> Self::Fact {
+        platform::PlatformFact::Unknown(format!(
+            "Infrastructure cluster cannot be read by stackgate (HTTP {code}: RBAC)"
+        ))
+    }
+    fn not_served(&self) -> Option<Self::Fact> {
+        Some(platform::PlatformFact::Unknown(
+            "infrastructures.config.openshift.io is not served".to_owned(),
+        ))
+    }
+    fn is_known(fact: &Self::Fact) -> bool {
+        fact.platform().is_some()
+    }
+}

@@ -22,6 +22,11 @@ pub const INFRASTRUCTURES: Resource = Resource {
 /// The name of the one `Infrastructure` object OpenShift keeps.
 pub const INFRASTRUCTURE_NAME: &str = "cluster";
 
+/// The fact's watched object, `Infrastructure/cluster` (there is no other), as a
+/// [`super::WatchedFact`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Infrastructure;
+
 /// What to watch: the one cluster-scoped `Infrastructure` object `cluster`.
 pub fn watch() -> Watch {
     Watch {
