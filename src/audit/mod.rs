@@ -59,7 +59,7 @@ use crate::check::evaluate::{ObjectResult, Problem, verdict_items};
 use crate::check::report::{self, Counts, Face, MaskMode};
 use crate::check::{FailOn, FileReport, Format, Item, ItemKind, Level, Report};
 use crate::engine::{Engine, Facts, Subject, Verdict};
-use crate::facts::{Collector, FactId};
+use crate::facts::Collector;
 use crate::releases::{Snapshot, VersionState};
 use crate::rules::Operation;
 use crate::rules::ovn_source_ranges;
@@ -523,20 +523,14 @@ pub async fn audit(
     let engine = run.with_release_facts(engine, progress).await;
     // The fact pre-pass: the targets the facts are reduced from are listed first, whatever
     // order `targets` gives, and every other object is evaluated with the facts they make.
-    let (feeding, rest): (Vec<Target>, Vec<Target>) = targets(&engine)
-        .into_iter()
-        .partition(Target::lists_cloud_config_sites);
+    let (feeding, rest) = fact_pre_pass(targets(&engine));
     run.collector = Some(Collector::new(&engine.policies().needed_facts()));
     for target in feeding {
         if run.list_target(&engine, &target, progress).await {
             run.done.push(target);
         }
     }
-    run.facts = run
-        .collector
-        .take()
-        .map(cloud_config_facts)
-        .unwrap_or_default();
+    run.facts = run.collector.take().map(reduced_facts).unwrap_or_default();
     for target in rest {
         if run.list_target(&engine, &target, progress).await {
             run.done.push(target);
@@ -683,17 +677,22 @@ struct Run<'a> {
     limits: BTreeMap<AuditLimit, usize>,
 }
 
-/// The cloud-config fact of the cluster, reduced as `check` reduces its input: none found
-/// leaves it unknown (the rule says it cannot see the config), disagreeing ones make it
+/// The targets split for the fact pre-pass: those the facts are reduced from (the cluster's
+/// own cloud-config sites), in their order, then every other one, in its order.
+fn fact_pre_pass(targets: Vec<Target>) -> (Vec<Target>, Vec<Target>) {
+    targets
+        .into_iter()
+        .partition(Target::lists_cloud_config_sites)
+}
+
+/// The facts of the cluster, reduced as `check` reduces its input: e.g. no cloud config found
+/// leaves that fact unknown (the rule says it cannot see the config), disagreeing ones make it
 /// unavailable, since the audit cannot tell which one the CCM reads.
-fn cloud_config_facts(collector: Collector) -> Facts {
-    collector
-        .cloud_config(
-            "this cluster holds",
-            "the audit cannot tell which one the CCM reads",
-        )
-        .map(|fact| Facts::of_fact(FactId::CloudConfig, fact))
-        .unwrap_or_default()
+fn reduced_facts(collector: Collector) -> Facts {
+    Facts::of_reduced(collector.reduced(
+        "this cluster holds",
+        "the audit cannot tell which one the CCM reads",
+    ))
 }
 
 /// Why a list or get failed, for the report; `None` for 404 (not served or not there).
@@ -1416,4 +1415,26 @@ fn fix_diff(
         let _ = writeln!(out, "  JSON Patch: {verb} {path} (value not shown)");
     }
     out
+}
+
+#[cfg(test)]
+mod fact_tests {
+    use super::*;
+    use crate::policy::PolicySet;
+
+    /// Whatever order the targets come in, the cloud-config sites are listed before the
+    /// Services judged by their settings, and nothing is lost or listed twice.
+    #[test]
+    fn the_fact_pre_pass_does_not_depend_on_listing_order() {
+        let engine = Engine::new(PolicySet::embedded().expect("embedded policies"));
+        let mut all = targets(&engine);
+        all.reverse();
+        let count = all.len();
+        let (feeding, rest) = fact_pre_pass(all);
+        assert!(!feeding.is_empty());
+        assert!(feeding.iter().all(Target::lists_cloud_config_sites));
+        assert!(!rest.iter().any(Target::lists_cloud_config_sites));
+        assert!(rest.iter().any(|t| t.resource.kind == "Service"));
+        assert_eq!(feeding.len() + rest.len(), count);
+    }
 }

@@ -5,7 +5,7 @@
 //! [`Facts`] out; the reducers are [`crate::facts`]'s, shared with `audit`.
 
 use crate::engine::{Engine, Facts};
-use crate::facts::{Collector, FactId};
+use crate::facts::Collector;
 use crate::yaml;
 
 use super::evaluate::{candidates_of, object_of};
@@ -26,13 +26,10 @@ pub fn from_inputs(inputs: &[Input<'_>], engine: &Engine) -> Facts {
         return Facts::default();
     }
     collect(inputs, engine, &mut collector);
-    match collector.cloud_config(
+    Facts::of_reduced(collector.reduced(
         "this input holds",
         "check cannot tell which cluster the Service belongs to",
-    ) {
-        Some(fact) => Facts::of_fact(FactId::CloudConfig, fact),
-        None => Facts::default(),
-    }
+    ))
 }
 
 /// Adds every object of `inputs` to `collector`, named by its input.

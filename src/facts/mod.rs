@@ -19,6 +19,9 @@
 pub mod cloud_config;
 pub mod platform;
 
+use std::any::Any;
+use std::sync::Arc;
+
 use kube::core::{DynamicObject, GroupVersionKind};
 
 use crate::sites::SitesDocument;
@@ -161,16 +164,20 @@ impl Collector {
         }
     }
 
-    /// The cloud-config fact, with `holder` naming where the configs were found ("this input
-    /// holds") and `undecidable` why the face cannot choose when they disagree.
-    pub fn cloud_config(
-        self,
-        holder: &str,
-        undecidable: &str,
-    ) -> Option<cloud_config::CloudConfigFact> {
-        self.cloud_configs.fact(holder, undecidable)
+    /// Every fact the objects told, with `holder` naming where they were found ("this input
+    /// holds") and `undecidable` why the face cannot choose when they disagree. A fact the
+    /// objects do not tell is left out (unknown).
+    pub fn reduced(self, holder: &str, undecidable: &str) -> Vec<Reduced> {
+        let mut out: Vec<Reduced> = Vec::new();
+        if let Some(fact) = self.cloud_configs.fact(holder, undecidable) {
+            out.push((FactId::CloudConfig, Arc::new(fact)));
+        }
+        out
     }
 }
+
+/// One reduced fact, typed by its id (each fact's file names its type).
+pub type Reduced = (FactId, Arc<dyn Any + Send + Sync>);
 
 /// A fact kept current by watching one object ([`Watch`]): everything the generic watcher
 /// of `serve` needs to know about it, as data and pure functions. The watcher lists and

@@ -246,15 +246,22 @@ impl Facts {
 
     /// `fact` for every registered family that declares it needs it ([`Family::facts`]).
     pub fn of_fact<T: Any + Send + Sync>(fact: FactId, value: T) -> Self {
-        let value: Arc<dyn Any + Send + Sync> = Arc::new(value);
-        Facts {
-            by_family: FAMILIES
-                .iter()
-                .filter(|family| family.facts.contains(&fact))
-                .map(|family| (family.id, Arc::clone(&value)))
-                .collect(),
-            platform: None,
+        Self::of_reduced(vec![(fact, Arc::new(value))])
+    }
+
+    /// The facts a face reduced from its input ([`crate::facts::Collector::reduced`]), each
+    /// for every registered family that declares it.
+    pub fn of_reduced(reduced: Vec<crate::facts::Reduced>) -> Self {
+        let mut facts = Facts::default();
+        for (fact, value) in reduced {
+            facts.by_family.extend(
+                FAMILIES
+                    .iter()
+                    .filter(|family| family.facts.contains(&fact))
+                    .map(|family| (family.id, Arc::clone(&value))),
+            );
         }
+        facts
     }
 
     /// Adds `other`'s facts (every source that gathered for one review contributes); a
