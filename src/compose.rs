@@ -305,13 +305,8 @@ impl<W: WatchedFact> FactWatcher<W> {
             "{}: watching",
             W::LOG_LABEL
         );
-        let task = match W::ID {
-            FactId::CloudConfig => "cloud-config watcher",
-            FactId::Platform => "openshift-platform watcher",
-            FactId::ControlPlaneLoadBalancer => "fact watcher",
-        };
         tasks.add(
-            task,
+            W::TASK,
             tokio::spawn(crate::fact_watcher::run(
                 client,
                 self.fact,

@@ -196,6 +196,8 @@ pub trait WatchedFact: Send + Sync + 'static {
     const KNOWN_HELP: &'static str;
     /// How log lines name the fact (`cloud config`).
     const LOG_LABEL: &'static str;
+    /// The name of the watcher's task (`cloud-config watcher`).
+    const TASK: &'static str;
     /// What the families do while the fact cannot be read, for the refusal log line.
     const WITHOUT: &'static str;
     /// Whether a refusal (401/403) is logged at error (a misconfiguration that leaves a
@@ -230,6 +232,7 @@ impl WatchedFact for cloud_config::ConfigObject {
     const KNOWN_HELP: &'static str =
         "1 while the configured cloud config is read and valid for the rules, else 0";
     const LOG_LABEL: &'static str = "cloud config";
+    const TASK: &'static str = "cloud-config watcher";
     const WITHOUT: &'static str = "rules that need it warn that they cannot see it";
     const REFUSAL_IS_ERROR: bool = true;
 
@@ -262,6 +265,7 @@ impl WatchedFact for platform::Infrastructure {
     const KNOWN_HELP: &'static str =
         "1 while the cluster's platform is known from the OpenShift Infrastructure object";
     const LOG_LABEL: &'static str = "openshift platform";
+    const TASK: &'static str = "openshift-platform watcher";
     const WITHOUT: &'static str = "cloud configs are judged by their content alone";
     const REFUSAL_IS_ERROR: bool = false;
 
