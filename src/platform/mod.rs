@@ -48,8 +48,8 @@ impl PlatformCell {
 }
 
 /// The platform fact as a [`FactSource`]: wants ConfigMap reviews (the shared sites are
-/// ConfigMaps) while the platform is known, and answers from the cell at once. Register it
-/// after the other sources: the server asks the first source that wants a review.
+/// ConfigMaps) while the platform is known, and answers from the cell at once. Every source
+/// that wants a review contributes ([`crate::admission::AllOf`]).
 #[derive(Debug, Clone)]
 pub struct PlatformSource {
     cell: PlatformCell,
