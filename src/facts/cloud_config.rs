@@ -315,6 +315,8 @@ mod tests {
         assert!(ConfigObject::parse("Pod/a/b", "k").is_err());
         assert!(ConfigObject::parse("Secret/a", "k").is_err());
         assert!(ConfigObject::parse("Secret/a/b/c", "k").is_err());
+        assert!(ConfigObject::parse("Secret//b", "k").is_err());
+        assert!(ConfigObject::parse("Secret/a/", "k").is_err());
         assert!(ConfigObject::parse("ConfigMap/a/b", "").is_err());
     }
 
@@ -345,6 +347,30 @@ mod tests {
             "metadata": {"name": "cloud-config"}, "data": {}}))
             .unwrap();
         assert!(format!("{:?}", o.fact_of(&missing)).contains("is not set"));
+    }
+
+    /// A site shared with other platforms gives settings only when it holds an OpenStack
+    /// config; another platform's gcfg there is not the cluster's OpenStack cloud config.
+    #[test]
+    fn shared_sites_give_settings_only_for_openstack_configs() {
+        let policies = crate::policy::PolicySet::embedded().expect("embedded policies");
+        let gvk = GroupVersionKind::gvk("", "v1", "ConfigMap");
+        let settings_of_text = |text: &str| {
+            let object: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "cloud-provider-config", "namespace": "openshift-config"},
+                "data": {"config": text}}))
+            .unwrap();
+            settings_of(&gvk, &object, Some("a.yaml"), &policies.sites)
+        };
+        let openstack = settings_of_text(
+            "[Global]\nauth-url = https://keystone\n[LoadBalancer]\nlb-provider = ovn\n",
+        );
+        assert_eq!(openstack.len(), 1, "{openstack:?}");
+        assert!(openstack[0].ovn);
+        assert!(openstack[0].source.ends_with(" in a.yaml"), "{openstack:?}");
+        let vsphere = settings_of_text("[Global]\nsecret-name = vsphere-creds\n");
+        assert!(vsphere.is_empty(), "{vsphere:?}");
     }
 
     fn settings(source: &str, ovn: bool) -> LbSettings {
