@@ -295,3 +295,34 @@ impl WatchedFact for platform::Infrastructure {
         fact.platform().is_some()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A watched fact's name is its readiness gate on `/readyz` and its watcher's metric
+    /// stem: both are kept from before the facts were data (operators' probes and alerts
+    /// name them).
+    #[test]
+    fn watched_facts_keep_their_gate_and_metric_names() {
+        assert_eq!(
+            <cloud_config::ConfigObject as WatchedFact>::ID.to_string(),
+            "cloud-config"
+        );
+        assert_eq!(
+            <cloud_config::ConfigObject as WatchedFact>::METRICS,
+            "cloud_config"
+        );
+        assert_eq!(
+            <platform::Infrastructure as WatchedFact>::ID.to_string(),
+            "openshift-platform"
+        );
+        assert_eq!(
+            <platform::Infrastructure as WatchedFact>::METRICS,
+            "openshift_platform"
+        );
+        let names: std::collections::BTreeSet<&str> =
+            FactId::ALL.iter().map(|f| f.as_str()).collect();
+        assert_eq!(names.len(), FactId::ALL.len(), "fact names are unique");
+    }
+}
