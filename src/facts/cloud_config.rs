@@ -353,7 +353,12 @@ mod tests {
     /// config; another platform's gcfg there is not the cluster's OpenStack cloud config.
     #[test]
     fn shared_sites_give_settings_only_for_openstack_configs() {
-        let policies = crate::policy::PolicySet::embedded().expect("embedded policies");
+        // The default sites document's shared site (policies/cloud-config-sites.yaml).
+        let sites: crate::sites::SitesDocument = serde_json::from_value(json!({
+            "apiVersion": "stackgate.dev/v1alpha1", "kind": "CloudConfigSites",
+            "sites": [{"kind": "ConfigMap", "namespace": "openshift-config",
+                       "name": "cloud-provider-config", "key": "config", "otherPlatforms": true}]}))
+        .expect("a sites document");
         let gvk = GroupVersionKind::gvk("", "v1", "ConfigMap");
         let settings_of_text = |text: &str| {
             let object: DynamicObject = serde_json::from_value(json!({
@@ -361,7 +366,7 @@ mod tests {
                 "metadata": {"name": "cloud-provider-config", "namespace": "openshift-config"},
                 "data": {"config": text}}))
             .unwrap();
-            settings_of(&gvk, &object, Some("a.yaml"), &policies.sites)
+            settings_of(&gvk, &object, Some("a.yaml"), &sites)
         };
         let openstack = settings_of_text(
             "[Global]\nauth-url = https://keystone\n[LoadBalancer]\nlb-provider = ovn\n",
