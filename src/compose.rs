@@ -4,6 +4,9 @@
 //! It creates at most one Kubernetes client (only when a component needs the cluster) and
 //! hands it to the components that asked for it:
 //!
+//! A fact source or watcher starts only when an enabled policy needs its fact
+//! ([`PolicySet::needed_facts`]); its flag alone does not start it.
+//!
 //! | component | flag | cluster access missing |
 //! |---|---|---|
 //! | load-balancer guard | `--lb-guard on` | start-up error |
@@ -22,14 +25,16 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
+use crate::admission::FactSource;
 use crate::audit::background::{AuditMetrics, BackgroundConfig};
 use crate::cli::{AuditArgs, KubeMode, OpenShiftPlatformMode, ServeArgs};
-use crate::cluster_config::watcher::CloudConfigMetrics;
 use crate::cluster_config::{CloudConfigSource, ConfigFactCell, ConfigObject, ConfigObjectError};
 use crate::engine::Engine;
+use crate::fact_watcher::FactMetrics;
+use crate::facts::platform::Infrastructure;
+use crate::facts::{FactId, WatchedFact};
 use crate::guard::{Guard, GuardSource};
 use crate::metrics::Metrics;
-use crate::platform::watcher::PlatformMetrics;
 use crate::platform::{PlatformCell, PlatformSource};
 use crate::policy::PolicySet;
 use crate::releases::watcher::WatchConfig;
@@ -123,20 +128,28 @@ pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
     );
     let mut metrics = Metrics::new();
     metrics.set_policies_loaded(policies.policies.len());
+    // A fact is fed only when an enabled policy needs it (its family declares it, or the site
+    // policy shares a site with other platforms), whatever the flags ask.
+    let needed = policies.needed_facts();
     // Registration order is the order of /metrics; it is kept from before the root existed.
     let cloud_config = args
         .cloud_config()
         .map_err(ComposeError::CloudConfigObject)?
-        .map(CloudConfigWatcher::new);
+        .filter(|_| feeds(&needed, FactId::CloudConfig, "--cloud-config-object"))
+        .map(FactWatcher::cloud_config);
     if let Some(component) = &cloud_config {
         component.metrics.register(metrics.registry_mut());
     }
-    let platform =
-        (args.openshift_platform == OpenShiftPlatformMode::Auto).then(PlatformWatcher::default);
+    let platform = (args.openshift_platform == OpenShiftPlatformMode::Auto
+        && feeds(&needed, FactId::Platform, "--openshift-platform auto"))
+    .then(FactWatcher::platform);
     if let Some(component) = &platform {
         component.metrics.register(metrics.registry_mut());
     }
-    let guard_config = args.guard.config();
+    let guard_config = args
+        .guard
+        .config()
+        .filter(|_| feeds(&needed, FactId::ControlPlaneLoadBalancer, "--lb-guard on"));
     let background_audit = args.background_audit.config(std::env::var("HOSTNAME").ok());
     let releases = ReleaseWatcher {
         mode: args.kube,
@@ -181,9 +194,6 @@ pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
             component.metrics.register(metrics.registry_mut());
             component
         });
-        if let Some(component) = &cloud_config {
-            tracing::info!(target: LOG_TARGET, object = %component.object.describe(), "cloud config: watching");
-        }
         let platform = platform.and_then(|component| match cluster.as_ref()? {
             Ok(client) => Some((component, client.clone())),
             Err(error) => {
@@ -201,14 +211,12 @@ pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
         if let Some(guard) = guard {
             state = state.with_fact_source(Arc::new(GuardSource::new(guard)));
         }
+        // Every source that wants a review contributes; the order is the merge order.
         if let Some(component) = &cloud_config {
-            state =
-                state.with_fact_source(Arc::new(CloudConfigSource::new(component.cell.clone())));
+            state = state.with_fact_source(Arc::clone(&component.source));
         }
         if let Some((component, _)) = &platform {
-            // Last: the server asks the first source that wants a review, and the others
-            // never want the ConfigMaps this one is for.
-            state = state.with_fact_source(Arc::new(PlatformSource::new(component.cell.clone())));
+            state = state.with_fact_source(Arc::clone(&component.source));
         }
         let state = Arc::new(state);
 
@@ -239,55 +247,70 @@ pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
     served
 }
 
-/// The cloud-config fact watcher (`--cloud-config-object`): its cell feeds the
-/// `CloudConfigSource`, the `cloud-config` gate holds /readyz until the first read.
-struct CloudConfigWatcher {
-    object: ConfigObject,
-    cell: ConfigFactCell,
-    metrics: CloudConfigMetrics,
-}
-
-impl CloudConfigWatcher {
-    fn new(object: ConfigObject) -> Self {
-        Self {
-            cell: ConfigFactCell::new(&object),
-            object,
-            metrics: CloudConfigMetrics::default(),
-        }
-    }
-
-    fn start(self, client: kube::Client, state: &Arc<AppState>, tasks: &mut Tasks) {
-        let gate = state.add_readiness_gate("cloud-config");
-        tasks.add(
-            "cloud-config watcher",
-            tokio::spawn(crate::cluster_config::watcher::run(
-                client,
-                self.object,
-                self.cell,
-                self.metrics,
-                move || gate.set(true),
-            )),
+/// Whether the fact source a flag asks for is started: only when `needed` (the facts the
+/// enabled policies need) holds `fact`. Otherwise the flag is logged as having no effect.
+fn feeds(needed: &[FactId], fact: FactId, flag: &str) -> bool {
+    let feeds = needed.contains(&fact);
+    if !feeds {
+        tracing::info!(
+            target: LOG_TARGET,
+            fact = %fact,
+            "{flag}: no enabled policy needs this fact, so it is not gathered"
         );
     }
+    feeds
 }
 
-/// The OpenShift platform fact watcher (`--openshift-platform auto`): its cell feeds the
-/// `PlatformSource`, the `openshift-platform` gate holds /readyz until the first read.
-#[derive(Default)]
-struct PlatformWatcher {
-    cell: PlatformCell,
-    metrics: PlatformMetrics,
+/// A watched fact (`--cloud-config-object`, `--openshift-platform auto`): the generic fact
+/// watcher ([`crate::fact_watcher`]) keeps the cell its fact source reads current, and a
+/// readiness gate named after the fact (`cloud-config`, `openshift-platform`) holds /readyz
+/// until the first definite answer.
+struct FactWatcher<W: WatchedFact> {
+    fact: W,
+    store: Box<dyn Fn(W::Fact) + Send + Sync>,
+    source: Arc<dyn FactSource>,
+    metrics: FactMetrics<W>,
 }
 
-impl PlatformWatcher {
+impl FactWatcher<ConfigObject> {
+    fn cloud_config(object: ConfigObject) -> Self {
+        let cell = ConfigFactCell::new(&object);
+        Self {
+            fact: object,
+            source: Arc::new(CloudConfigSource::new(cell.clone())),
+            store: Box::new(move |fact| cell.set(fact)),
+            metrics: FactMetrics::default(),
+        }
+    }
+}
+
+impl FactWatcher<Infrastructure> {
+    fn platform() -> Self {
+        let cell = PlatformCell::default();
+        Self {
+            fact: Infrastructure,
+            source: Arc::new(PlatformSource::new(cell.clone())),
+            store: Box::new(move |fact| cell.set(fact)),
+            metrics: FactMetrics::default(),
+        }
+    }
+}
+
+impl<W: WatchedFact> FactWatcher<W> {
     fn start(self, client: kube::Client, state: &Arc<AppState>, tasks: &mut Tasks) {
-        let gate = state.add_readiness_gate("openshift-platform");
-        tracing::info!(target: LOG_TARGET, "openshift platform: watching Infrastructure cluster");
+        let gate = state.add_readiness_gate(W::ID.as_str());
+        tracing::info!(
+            target: LOG_TARGET,
+            object = %self.fact.describe(),
+            "{}: watching",
+            W::LOG_LABEL
+        );
         tasks.add(
-            "openshift-platform watcher",
-            tokio::spawn(crate::platform::watcher::run(
+            W::TASK,
+            tokio::spawn(crate::fact_watcher::run(
                 client,
-                self.cell,
+                self.fact,
+                self.store,
                 self.metrics,
                 move || gate.set(true),
             )),
@@ -442,7 +465,46 @@ async fn shutdown_signal() {
 mod tests {
     use std::sync::Arc;
 
-    use super::Tasks;
+    use super::{FactId, Tasks, feeds};
+    use crate::policy::{Mode, PolicySet};
+    use crate::rules::{lb_guard, ovn_source_ranges};
+
+    /// The default policies need every fact, so every flag starts its source; turning a
+    /// family's policies off stops its fact from being fed.
+    #[test]
+    fn only_facts_that_enabled_policies_need_are_fed() {
+        let mut policies = PolicySet::embedded().expect("embedded policies");
+        let needed = policies.needed_facts();
+        assert_eq!(
+            needed,
+            [
+                FactId::CloudConfig,
+                FactId::Platform,
+                FactId::ControlPlaneLoadBalancer
+            ]
+        );
+        assert!(feeds(&needed, FactId::CloudConfig, "--cloud-config-object"));
+        for policy in &mut policies.policies {
+            if policy.rule == ovn_source_ranges::FAMILY.id || policy.rule == lb_guard::FAMILY.id {
+                policy.mode = Mode::Off;
+            }
+        }
+        let needed = policies.needed_facts();
+        assert_eq!(needed, [FactId::Platform]);
+        assert!(!feeds(
+            &needed,
+            FactId::CloudConfig,
+            "--cloud-config-object"
+        ));
+        assert!(!feeds(
+            &needed,
+            FactId::ControlPlaneLoadBalancer,
+            "--lb-guard on"
+        ));
+        assert!(!policies.family_needs(FactId::CloudConfig));
+        policies.sites.sites.retain(|site| !site.other_platforms);
+        assert!(policies.needed_facts().is_empty());
+    }
 
     /// Stopping the tasks ends every one of them, even one that would run forever: what it
     /// holds is dropped by the time `stop` returns, so nothing outlives the server.

@@ -21,6 +21,8 @@ pub mod cloudconf;
 pub mod cluster_config;
 pub mod compose;
 pub mod engine;
+pub mod fact_watcher;
+pub mod facts;
 pub mod guard;
 pub mod metrics;
 pub mod platform;

@@ -1587,7 +1587,12 @@ async fn a_load_balancer_service_is_judged_against_the_clusters_cloud_config() {
     let engine = engine();
     let secret: DynamicObject = serde_json::from_value(cloud_config_secret_with(ovn)).unwrap();
     let secret_gvk = GroupVersionKind::gvk("", "v1", "Secret");
-    let settings = stackgate::check::facts::settings_of(&secret_gvk, &secret, None, &engine);
+    let settings = stackgate::facts::cloud_config::settings_of(
+        &secret_gvk,
+        &secret,
+        None,
+        &engine.policies().sites,
+    );
     assert_eq!(settings.len(), 1, "{settings:?}");
     let facts = stackgate::engine::Facts::of(
         stackgate::rules::ovn_source_ranges::FAMILY.id,

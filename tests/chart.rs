@@ -2394,3 +2394,157 @@ fn admission_policies_render_where_served_and_match_the_generator() {
     );
     assert!(!of_kinds(free, &["ValidatingAdmissionPolicy"]).is_empty());
 }
+
+/// The object a render's Deployment asks `serve` to watch for `fact`, from its environment
+/// (`STACKGATE_CLOUD_CONFIG_OBJECT`, `STACKGATE_OPENSHIFT_PLATFORM=auto`), or None when the
+/// render does not feed the fact.
+fn watched_by(c: &Container, fact: stackgate::facts::FactId) -> Option<stackgate::facts::Watch> {
+    use stackgate::facts::{FactId, cloud_config, platform};
+    match fact {
+        FactId::CloudConfig => {
+            let object = env_value(c, "STACKGATE_CLOUD_CONFIG_OBJECT")?;
+            let key = env_value(c, "STACKGATE_CLOUD_CONFIG_KEY")
+                .unwrap_or_else(|| cloud_config::DEFAULT_KEY.to_owned());
+            let object = cloud_config::ConfigObject::parse(&object, &key)
+                .unwrap_or_else(|e| panic!("STACKGATE_CLOUD_CONFIG_OBJECT: {e}"));
+            Some(object.watch())
+        }
+        FactId::Platform => (env_value(c, "STACKGATE_OPENSHIFT_PLATFORM").as_deref()
+            == Some("auto"))
+        .then(platform::watch),
+        FactId::ControlPlaneLoadBalancer => None,
+    }
+}
+
+/// Every fact an enabled default policy needs (`PolicySet::needed_facts`) that a render's
+/// `serve` watches is readable by its ServiceAccount: a Role in the object's namespace (a
+/// ClusterRole for a cluster-scoped object), bound to the ServiceAccount, grants get, list and
+/// watch on the resource the fact describes, for its object's name. Otherwise the watcher only
+/// logs refusals and the family warns that it cannot see the fact.
+#[test]
+#[ignore = "needs the rendered chart in target/chart-render: run .ci/chart.sh (installs Helm)"]
+fn rbac_grants_every_watched_fact_an_enabled_default_policy_needs() {
+    use stackgate::facts::{FactId, Feed};
+    let renders = load_renders();
+    let needed = stackgate::policy::PolicySet::embedded()
+        .expect("embedded policies")
+        .needed_facts();
+    let watched_facts: Vec<FactId> = needed
+        .iter()
+        .copied()
+        .filter(|fact| matches!(fact.feed(), Feed::Watched(_)))
+        .collect();
+    assert!(
+        watched_facts.contains(&FactId::CloudConfig) && watched_facts.contains(&FactId::Platform),
+        "{watched_facts:?}"
+    );
+    let mut exercised = BTreeSet::new();
+    for r in &renders {
+        let Some(deployment) = r.maybe_one::<Deployment>("Deployment") else {
+            continue;
+        };
+        let pod = deployment
+            .spec
+            .and_then(|s| s.template.spec)
+            .expect("pod spec");
+        let c = &pod.containers[0];
+        let sa = pod
+            .service_account_name
+            .clone()
+            .unwrap_or_else(|| "default".to_owned());
+        let bound = |kind: &str, name: &str, namespace: Option<&str>| {
+            let subject_ok = |subjects: &Option<Vec<k8s_openapi::api::rbac::v1::Subject>>| {
+                subjects.iter().flatten().any(|s| {
+                    s.kind == "ServiceAccount"
+                        && s.name == sa
+                        && s.namespace.as_deref() == Some(r.namespace.as_str())
+                })
+            };
+            match namespace {
+                None => r
+                    .typed::<ClusterRoleBinding>("ClusterRoleBinding")
+                    .iter()
+                    .any(|b| {
+                        b.role_ref.kind == kind
+                            && b.role_ref.name == name
+                            && subject_ok(&b.subjects)
+                    }),
+                Some(ns) => r.typed::<RoleBinding>("RoleBinding").iter().any(|b| {
+                    b.metadata.namespace.as_deref() == Some(ns)
+                        && b.role_ref.kind == kind
+                        && b.role_ref.name == name
+                        && subject_ok(&b.subjects)
+                }),
+            }
+        };
+        for fact in &watched_facts {
+            let Some(watch) = watched_by(c, *fact) else {
+                continue;
+            };
+            let Feed::Watched(resources) = fact.feed() else {
+                unreachable!("filtered above");
+            };
+            assert!(
+                resources.contains(&watch.resource),
+                "{}: {fact} watches {:?}, which the fact does not describe",
+                r.name,
+                watch.resource
+            );
+            exercised.insert(*fact);
+            let grants = |rule: &PolicyRule| {
+                let verbs: BTreeSet<&str> = rule.verbs.iter().map(String::as_str).collect();
+                rule.api_groups
+                    .iter()
+                    .flatten()
+                    .any(|g| g == watch.resource.group)
+                    && rule
+                        .resources
+                        .iter()
+                        .flatten()
+                        .any(|res| res == watch.resource.plural)
+                    && rule
+                        .resource_names
+                        .as_ref()
+                        .is_none_or(|names| names.contains(&watch.name))
+                    && ["get", "list", "watch"].iter().all(|v| verbs.contains(v))
+            };
+            let granted = match &watch.namespace {
+                None => r
+                    .typed::<ClusterRole>("ClusterRole")
+                    .into_iter()
+                    .filter(|role| role.rules.iter().flatten().any(grants))
+                    .any(|role| {
+                        bound(
+                            "ClusterRole",
+                            role.metadata.name.as_deref().unwrap_or(""),
+                            None,
+                        )
+                    }),
+                Some(ns) => r
+                    .typed::<Role>("Role")
+                    .into_iter()
+                    .filter(|role| role.metadata.namespace.as_deref() == Some(ns.as_str()))
+                    .filter(|role| role.rules.iter().flatten().any(grants))
+                    .any(|role| {
+                        bound(
+                            "Role",
+                            role.metadata.name.as_deref().unwrap_or(""),
+                            Some(ns),
+                        )
+                    }),
+            };
+            assert!(
+                granted,
+                "{}: the {fact} fact watches {} {}/{} {:?}, but no Role bound to the \
+                 ServiceAccount {sa} grants get, list and watch on it",
+                r.name, watch.resource.plural, watch.resource.group, watch.name, watch.namespace
+            );
+        }
+    }
+    // Not vacuous: some render feeds each watched fact.
+    assert_eq!(
+        exercised.into_iter().collect::<Vec<_>>(),
+        watched_facts,
+        "a watched fact no render feeds"
+    );
+}

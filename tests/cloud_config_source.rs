@@ -148,7 +148,9 @@ async fn the_watched_secret_decides_services_over_https() {
             "{metrics}"
         );
         assert!(
-            metrics.contains("stackgate_cloud_config_known 1"),
+            metrics
+                .lines()
+                .any(|line| line == "stackgate_cloud_config_known 1"),
             "{metrics}"
         );
         assert!(!metrics.contains("canary"), "{metrics}");
@@ -185,7 +187,9 @@ async fn a_refusal_opens_readiness_and_the_rule_only_warns() {
             "{metrics}"
         );
         assert!(
-            metrics.contains("stackgate_cloud_config_known 0"),
+            metrics
+                .lines()
+                .any(|line| line == "stackgate_cloud_config_known 0"),
             "{metrics}"
         );
         run.task.abort();

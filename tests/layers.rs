@@ -39,7 +39,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("foundation", &["budget", "yaml", "cloudconf", "telemetry"]),
     // 1: where configuration is carried in an object (sites), and the release facts as
     // data: the catalog and the snapshot, not the watcher that fills it.
-    ("carriers and facts data", &["sites", "releases"]),
+    ("carriers and facts data", &["sites", "releases", "facts"]),
     // 2: the checks themselves, pure functions over carriers and facts.
     ("rules", &["rules"]),
     // 3: which rules run where, in which mode, with which parameters.
@@ -58,6 +58,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "check",
             "cluster_config",
             "platform",
+            "fact_watcher",
             "guard",
             "audit",
             "releases::watcher",

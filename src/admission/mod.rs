@@ -20,7 +20,7 @@ mod facts;
 mod observe;
 
 pub use decode::{DecodeError, Decoded, MAX_DECODED_BYTES, MAX_JSON_DEPTH, decode_review};
-pub use facts::{FactSource, Gather, Gathered, KnownFacts, body_mentions};
+pub use facts::{AllOf, FactSource, Gather, Gathered, KnownFacts, body_mentions};
 
 use crate::budget::Cancel;
 use crate::engine::{self, Engine, Facts, Finding, Subject, Verdict};

@@ -57,6 +57,7 @@ use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::{Value, json};
 
 use crate::engine::{Engine, Facts, Subject, Verdict};
+use crate::facts::Collector;
 use crate::releases::{Snapshot, VersionState};
 use crate::report::mask::{self, MaskMode};
 use crate::report::render::{self, Face};
@@ -65,7 +66,7 @@ use crate::report::{
     verdict_items,
 };
 use crate::rules::Operation;
-use crate::rules::ovn_source_ranges::{self, CloudConfigFact, LbSettings};
+use crate::rules::ovn_source_ranges;
 use crate::sites::{self, SiteKind};
 use page::{ReadError, ReadLimits};
 
@@ -381,10 +382,6 @@ impl Target {
             // cluster's cloud config.
             && self.covered_by != VALUES_LABEL_COVERED_BY
     }
-
-    fn lists_services(&self) -> bool {
-        self.resource.group.is_empty() && self.resource.kind == "Service"
-    }
 }
 
 /// `kind/namespace/name` (`kind/name` for cluster-scoped objects): the audit's file name.
@@ -518,8 +515,7 @@ pub async fn audit(
         done: Vec::new(),
         requests: 0,
         objects: 0,
-        cloud_configs: CloudConfigsSeen::default(),
-        collect_cloud_configs: false,
+        collector: None,
         facts: Facts::default(),
         omitted: Counts::default(),
         kept_findings: 0,
@@ -529,11 +525,17 @@ pub async fn audit(
         limits: BTreeMap::new(),
     };
     let engine = run.with_release_facts(engine, progress).await;
-    for target in targets(&engine) {
-        run.collect_cloud_configs = target.lists_cloud_config_sites();
-        if target.lists_services() {
-            run.facts = cloud_config_facts(std::mem::take(&mut run.cloud_configs));
+    // The fact pre-pass: the targets the facts are reduced from are listed first, whatever
+    // order `targets` gives, and every other object is evaluated with the facts they make.
+    let (feeding, rest) = fact_pre_pass(targets(&engine));
+    run.collector = Some(Collector::new(&engine.policies().needed_facts()));
+    for target in feeding {
+        if run.list_target(&engine, &target, progress).await {
+            run.done.push(target);
         }
+    }
+    run.facts = run.collector.take().map(reduced_facts).unwrap_or_default();
+    for target in rest {
         if run.list_target(&engine, &target, progress).await {
             run.done.push(target);
         }
@@ -664,10 +666,8 @@ struct Run<'a> {
     done: Vec<Target>,
     requests: usize,
     objects: usize,
-    /// The load-balancer settings of the cloud configs listed so far.
-    cloud_configs: CloudConfigsSeen,
-    /// Whether the target being listed is one of the cluster's cloud-config sites.
-    collect_cloud_configs: bool,
+    /// The facts being reduced, during the fact pre-pass (the cluster's cloud-config sites).
+    collector: Option<Collector>,
     /// The facts objects are evaluated with (the cloud config, once the sites are listed).
     facts: Facts,
     /// Entries past the report caps: counted, not listed.
@@ -681,48 +681,22 @@ struct Run<'a> {
     limits: BTreeMap<AuditLimit, usize>,
 }
 
-/// The cloud-config fact of the cluster, reduced as `check` reduces its input: none found
-/// leaves it unknown (the rule says it cannot see the config), disagreeing ones make it
+/// The targets split for the fact pre-pass: those the facts are reduced from (the cluster's
+/// own cloud-config sites), in their order, then every other one, in its order.
+fn fact_pre_pass(targets: Vec<Target>) -> (Vec<Target>, Vec<Target>) {
+    targets
+        .into_iter()
+        .partition(Target::lists_cloud_config_sites)
+}
+
+/// The facts of the cluster, reduced as `check` reduces its input: e.g. no cloud config found
+/// leaves that fact unknown (the rule says it cannot see the config), disagreeing ones make it
 /// unavailable, since the audit cannot tell which one the CCM reads.
-fn cloud_config_facts(found: CloudConfigsSeen) -> Facts {
-    let CloudConfigsSeen {
-        first,
-        other,
-        count,
-    } = found;
-    let fact = match (first, other) {
-        (None, _) => return Facts::default(),
-        (Some(first), None) => CloudConfigFact::Known(first),
-        // The words of `check::facts::fact_of`, with the count of every config seen.
-        (Some(first), Some(other)) => CloudConfigFact::Unavailable(format!(
-            "this cluster holds {count} cloud configs whose load-balancer settings differ, e.g. \
-             {} and {}, and the audit cannot tell which one the CCM reads",
-            first.source, other.source
-        )),
-    };
-    Facts::of(ovn_source_ranges::FAMILY.id, fact)
-}
-
-/// The cluster's cloud configs as the fact needs them, in constant space: the first, the
-/// first that disagrees with it, and how many there are.
-#[derive(Debug, Default)]
-struct CloudConfigsSeen {
-    first: Option<LbSettings>,
-    other: Option<LbSettings>,
-    count: usize,
-}
-
-impl CloudConfigsSeen {
-    fn add(&mut self, settings: LbSettings) {
-        self.count += 1;
-        match &self.first {
-            None => self.first = Some(settings),
-            Some(first) if self.other.is_none() && !settings.agrees_with(first) => {
-                self.other = Some(settings);
-            }
-            Some(_) => {}
-        }
-    }
+fn reduced_facts(collector: Collector) -> Facts {
+    Facts::of_reduced(collector.reduced(
+        "this cluster holds",
+        "the audit cannot tell which one the CCM reads",
+    ))
 }
 
 /// Why a list or get failed, for the report; `None` for 404 (not served or not there).
@@ -1254,10 +1228,8 @@ impl Run<'_> {
                 self.workloads.push(workload);
             }
         }
-        if self.collect_cloud_configs {
-            for settings in crate::check::facts::settings_of(gvk, &object, None, engine) {
-                self.cloud_configs.add(settings);
-            }
+        if let Some(collector) = &mut self.collector {
+            collector.add(gvk, &object, None, &engine.policies().sites);
         }
         let (result, diff) = evaluate_update_with(engine, ar, gvk, &object, &self.facts);
         let listed_before = self.files.len();
@@ -1442,4 +1414,26 @@ fn fix_diff(
         let _ = writeln!(out, "  JSON Patch: {verb} {path} (value not shown)");
     }
     out
+}
+
+#[cfg(test)]
+mod fact_tests {
+    use super::*;
+    use crate::policy::PolicySet;
+
+    /// Whatever order the targets come in, the cloud-config sites are listed before the
+    /// Services judged by their settings, and nothing is lost or listed twice.
+    #[test]
+    fn the_fact_pre_pass_does_not_depend_on_listing_order() {
+        let engine = Engine::new(PolicySet::embedded().expect("embedded policies"));
+        let mut all = targets(&engine);
+        all.reverse();
+        let count = all.len();
+        let (feeding, rest) = fact_pre_pass(all);
+        assert!(!feeding.is_empty());
+        assert!(feeding.iter().all(Target::lists_cloud_config_sites));
+        assert!(!rest.iter().any(Target::lists_cloud_config_sites));
+        assert!(rest.iter().any(|t| t.resource.kind == "Service"));
+        assert_eq!(feeding.len() + rest.len(), count);
+    }
 }

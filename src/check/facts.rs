@@ -1,15 +1,11 @@
-//! Facts about the cluster for `check`, derived from the whole input: what the webhook learns
-//! from the live cluster (the cloud config the `ovn-source-ranges` family reads) is taken here
-//! from the cloud configs found in the checked files (a Secret or ConfigMap site, or the CCM
-//! chart's values). Pure: the texts in, [`Facts`] out. `audit` reduces the cloud-config
-//! objects it lists the same way ([`settings_of`], [`fact_of`]).
+//! `check`'s fact feeder: the facts the enabled policies need ([`crate::facts`]), reduced from
+//! the whole input. What the webhook learns from the live cluster (the cloud config the
+//! `ovn-source-ranges` family reads) is taken here from the cloud configs found in the checked
+//! files (a Secret or ConfigMap site, or the CCM chart's values). Pure: the texts in,
+//! [`Facts`] out; the reducers are [`crate::facts`]'s, shared with `audit`.
 
-use kube::core::{DynamicObject, GroupVersionKind};
-
-use crate::cloudconf::{Document, schema};
 use crate::engine::{Engine, Facts};
-use crate::rules::ovn_source_ranges::{self, CloudConfigFact, LbSettings};
-use crate::sites;
+use crate::facts::Collector;
 use crate::yaml;
 
 use super::evaluate::{candidates_of, object_of};
@@ -25,20 +21,19 @@ pub fn from_inputs(inputs: &[Input<'_>], engine: &Engine) -> Facts {
     if !(names("Service") && names("LoadBalancer")) {
         return Facts::default();
     }
-    let found = cloud_configs(inputs, engine);
-    match fact_of(
-        found,
+    let mut collector = Collector::new(&engine.policies().needed_facts());
+    if collector.is_empty() {
+        return Facts::default();
+    }
+    collect(inputs, engine, &mut collector);
+    Facts::of_reduced(collector.reduced(
         "this input holds",
         "check cannot tell which cluster the Service belongs to",
-    ) {
-        Some(fact) => Facts::of(ovn_source_ranges::FAMILY.id, fact),
-        None => Facts::default(),
-    }
+    ))
 }
 
-/// The load-balancer settings of every OpenStack cloud config in `inputs`.
-fn cloud_configs(inputs: &[Input<'_>], engine: &Engine) -> Vec<LbSettings> {
-    let mut out = Vec::new();
+/// Adds every object of `inputs` to `collector`, named by its input.
+fn collect(inputs: &[Input<'_>], engine: &Engine, collector: &mut Collector) {
     for (name, text, values_chart) in inputs {
         // Unparseable files are reported by the evaluation itself.
         let Ok(docs) = yaml::parse_stream(text) else {
@@ -52,66 +47,17 @@ fn cloud_configs(inputs: &[Input<'_>], engine: &Engine) -> Vec<LbSettings> {
                 let Some((kind, object)) = object_of(&c.json) else {
                     continue;
                 };
-                out.extend(settings_of(&kind, &object, Some(name), engine));
+                collector.add(&kind, &object, Some(name), &engine.policies().sites);
             }
         }
     }
-    out
-}
-
-/// The load-balancer settings of every OpenStack cloud config one object carries (its
-/// sites under the `CloudConfigSites` policy), each named by its site and, when given, the
-/// place the object was read from (`in a.yaml`). Shared by `check` and `audit`.
-pub fn settings_of(
-    kind: &GroupVersionKind,
-    object: &DynamicObject,
-    place: Option<&str>,
-    engine: &Engine,
-) -> Vec<LbSettings> {
-    let mut out = Vec::new();
-    for site in sites::find(kind, object, &engine.policies().sites) {
-        let Ok(ini) = &site.text else {
-            continue;
-        };
-        let source = match place {
-            Some(place) => format!("{} in {place}", site.describe(None)),
-            None => site.describe(None),
-        };
-        match Document::parse(ini) {
-            Ok(doc) => {
-                if site.other_platforms && !schema::is_openstack_config(&doc) {
-                    continue;
-                }
-                out.push(LbSettings::from_document(source, &doc));
-            }
-            Err(_) => out.push(LbSettings::from_ini(source, ini)),
-        }
-    }
-    out
-}
-
-/// One fact from the cloud configs found: none when there is none (the family then says it
-/// sees no config); the settings when they all agree; unavailable when they disagree, since
-/// then the face cannot tell which one applies. `holder` names where they were found ("this
-/// input holds"), `undecidable` says why the face cannot choose.
-pub fn fact_of(found: Vec<LbSettings>, holder: &str, undecidable: &str) -> Option<CloudConfigFact> {
-    let first = found.first()?;
-    if let Some(other) = found.iter().find(|s| !s.agrees_with(first)) {
-        return Some(CloudConfigFact::Unavailable(format!(
-            "{holder} {} cloud configs whose load-balancer settings differ, e.g. {} and {}, \
-             and {undecidable}",
-            found.len(),
-            first.source,
-            other.source
-        )));
-    }
-    found.into_iter().next().map(CloudConfigFact::Known)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::policy::PolicySet;
+    use crate::rules::ovn_source_ranges::{self, CloudConfigFact};
 
     fn engine() -> Engine {
         Engine::new(PolicySet::embedded().expect("embedded policies"))

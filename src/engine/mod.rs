@@ -539,6 +539,7 @@ impl Engine {
             cancel.check()?;
             self.evaluate_site(
                 &run,
+                &context,
                 &site,
                 object,
                 namespace,
@@ -785,9 +786,11 @@ impl Engine {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn evaluate_site(
         &self,
         run: &Run<'_>,
+        context: &Context<'_>,
         site: &FoundConfig,
         object: &DynamicObject,
         namespace: Option<&str>,
@@ -938,7 +941,7 @@ impl Engine {
                     // (integrity, when it is on).
                     continue;
                 }
-                let output = check(&view, &policy.params);
+                let output = check(&view, &policy.params, context);
                 if output.is_empty() {
                     continue;
                 }

@@ -1,6 +1,7 @@
 //! The guard as a fact source: control-plane Machine DELETEs on `/validate`, while an
-//! enabled `control-plane-lb-guard` policy exists, gather the API load balancer's state
-//! before the engine evaluates them.
+//! enabled policy's family needs [`FactId::ControlPlaneLoadBalancer`] (the
+//! `control-plane-lb-guard` family declares it), gather the API load balancer's state before
+//! the engine evaluates them, per review and with IO.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -11,7 +12,8 @@ use tokio::time::Instant;
 use super::{Guard, GuardError, MachineDelete, Reserved};
 use crate::admission::{FactSource, Gather, Gathered, Webhook};
 use crate::engine::{Engine, Facts};
-use crate::rules::lb_guard::{FAMILY, GuardFacts};
+use crate::facts::FactId;
+use crate::rules::lb_guard::GuardFacts;
 
 /// The guard, registered with the server as a [`FactSource`].
 #[derive(Debug, Clone)]
@@ -31,7 +33,12 @@ impl FactSource for GuardSource {
             return None;
         }
         let machine = super::probe(body)?;
-        engine.policies().for_rule(FAMILY.id).next()?;
+        if !engine
+            .policies()
+            .family_needs(FactId::ControlPlaneLoadBalancer)
+        {
+            return None;
+        }
         Some(Arc::new(MachineGather {
             guard: Arc::clone(&self.0),
             machine,
@@ -49,7 +56,7 @@ impl MachineGather {
     fn gathered(&self, facts: GuardFacts, reserved: Reserved) -> Gathered {
         let guard = Arc::clone(&self.guard);
         Gathered {
-            facts: Facts::of(FAMILY.id, facts.clone()),
+            facts: Facts::of_fact(FactId::ControlPlaneLoadBalancer, facts.clone()),
             observe: Box::new(move |verdict| {
                 guard.metrics().observe(&facts, verdict);
                 // A denied DELETE will not happen: it no longer counts against the others.

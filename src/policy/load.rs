@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::{API_VERSION, Policy, RuleId, SitesDocument};
+use crate::facts::FactId;
 use crate::releases::{self, ReleaseCatalog};
 use crate::rules::{FAMILIES, ParamsInput, yaml_error_message};
 
@@ -206,6 +207,30 @@ impl PolicySet {
         }
         next.releases = catalog;
         Ok(next)
+    }
+
+    /// The facts about the cluster this set needs, in [`FactId`] order: those the families of
+    /// its enabled policies declare ([`crate::rules::Family::facts`]), and the platform when
+    /// a site is shared with other platforms (`otherPlatforms`). Each face feeds only these.
+    pub fn needed_facts(&self) -> Vec<FactId> {
+        let mut needed: BTreeSet<FactId> = self
+            .policies
+            .iter()
+            .filter(|p| p.mode != super::Mode::Off)
+            .flat_map(|p| p.rule.family().facts.iter().copied())
+            .collect();
+        if self.sites.sites.iter().any(|site| site.other_platforms) {
+            needed.insert(FactId::Platform);
+        }
+        needed.into_iter().collect()
+    }
+
+    /// Whether an enabled policy's family reads `fact` (cheap: no allocation, for the request
+    /// path).
+    pub fn family_needs(&self, fact: FactId) -> bool {
+        self.policies
+            .iter()
+            .any(|p| p.mode != super::Mode::Off && p.rule.family().facts.contains(&fact))
     }
 
     /// The enabled policies of one rule family.

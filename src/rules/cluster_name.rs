@@ -38,6 +38,7 @@ use crate::sites::helm::{self, ChartValues};
 pub static FAMILY: Family = Family {
     id: RuleId::new("cluster-name"),
     check: Check::Object(check),
+    facts: &[],
     params: &["ccmImages", "ccmArgs", "defaultName"],
     parse_params: parse_params::<ClusterNameParams>,
     codes: &[CODE_DEFAULT, CODE_RENAMED, CODE_UNKNOWN],

@@ -27,6 +27,7 @@ use super::{
 pub static FAMILY: Family = Family {
     id: RuleId::new("ccm-concurrency"),
     check: Check::Object(check_object),
+    facts: &[],
     params: &["ccmImages", "ccmArgs"],
     parse_params: parse_params::<ConcurrencyParams>,
     codes: &[CODE_PARALLEL, CODE_INVALID, CODE_REFERENCE],

@@ -13,7 +13,8 @@ use crate::cloudconf::{eq_fold, schema};
 /// The family: reads each cloud config held by a ConfigMap.
 pub static FAMILY: Family = Family {
     id: RuleId::new("credential-placement"),
-    check: Check::CloudConfig(|view, _| check(view)),
+    check: Check::CloudConfig(|view, _, _| check(view)),
+    facts: &[],
     params: &[],
     parse_params: parse_params::<NoParams>,
     codes: &[CODE_CREDENTIAL, CODE_WRAPPED_CREDENTIAL],

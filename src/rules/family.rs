@@ -14,6 +14,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::{ConfigView, FAMILIES, RuleOutput, Subject};
+use crate::facts::FactId;
+pub use crate::facts::platform::Platform;
 use crate::releases::{ReleaseCatalog, Snapshot};
 
 /// The ids of [`FAMILIES`], for error messages that list them.
@@ -79,6 +81,10 @@ pub struct Family {
     pub id: RuleId,
     /// What the family reads, and its check.
     pub check: Check,
+    /// The facts about the cluster its check reads from [`Context::facts`]: each face feeds
+    /// only the facts that its enabled policies' families declare (`serve` starts their
+    /// watchers, `check` and `audit` reduce them from their input).
+    pub facts: &'static [FactId],
     /// The names of its parameters (`params.<name>` in a policy), so that a parameter of
     /// another family is reported as such.
     pub params: &'static [&'static str],
@@ -112,7 +118,7 @@ impl Family {
 #[derive(Debug, Clone, Copy)]
 pub enum Check {
     /// Each cloud config a site finds in a created or updated object.
-    CloudConfig(fn(&ConfigView<'_>, &Params) -> RuleOutput),
+    CloudConfig(fn(&ConfigView<'_>, &Params, &Context<'_>) -> RuleOutput),
     /// The created or updated object.
     Object(fn(&ObjectInput<'_>) -> RuleOutput),
     /// The object of a DELETE (the request's old object), with facts an adapter gathered.
@@ -238,6 +244,39 @@ impl Facts {
         }
     }
 
+    /// `fact` for every registered family that declares it needs it ([`Family::facts`]).
+    pub fn of_fact<T: Any + Send + Sync>(fact: FactId, value: T) -> Self {
+        Self::of_reduced(vec![(fact, Arc::new(value))])
+    }
+
+    /// The facts a face reduced from its input ([`crate::facts::Collector::reduced`]), each
+    /// for every registered family that declares it.
+    pub fn of_reduced(reduced: Vec<crate::facts::Reduced>) -> Self {
+        let mut facts = Facts::default();
+        for (fact, value) in reduced {
+            facts.by_family.extend(
+                FAMILIES
+                    .iter()
+                    .filter(|family| family.facts.contains(&fact))
+                    .map(|family| (family.id, Arc::clone(&value))),
+            );
+        }
+        facts
+    }
+
+    /// Adds `other`'s facts (every source that gathered for one review contributes); a
+    /// family's first fact and the first known platform win.
+    pub fn merge(&mut self, other: Facts) {
+        for (rule, fact) in other.by_family {
+            if !self.by_family.iter().any(|(r, _)| *r == rule) {
+                self.by_family.push((rule, fact));
+            }
+        }
+        if self.platform.is_none() {
+            self.platform = other.platform;
+        }
+    }
+
     /// Facts that say only which platform the cluster runs on.
     pub fn of_platform(platform: Platform) -> Self {
         Facts {
@@ -268,29 +307,6 @@ impl std::fmt::Debug for Facts {
             list.entry(platform);
         }
         list.finish()
-    }
-}
-
-/// The infrastructure platform the cluster runs on, as the OpenShift `Infrastructure`
-/// object `cluster` reports it (`status.platformStatus.type`, e.g. `OpenStack`, `VSphere`,
-/// `GCP`, `None`). Only a known platform is a fact; unknown is the absence of one.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Platform {
-    /// `OpenStack`.
-    OpenStack,
-    /// Any other platform type, as reported (`VSphere`, `GCP`, `AWS`, `None`, ...).
-    Other(String),
-}
-
-impl Platform {
-    /// The platform of a reported type (`OpenStack` is matched exactly, as OpenShift's
-    /// `PlatformType` constants are spelled).
-    pub fn from_type(platform_type: &str) -> Self {
-        if platform_type == "OpenStack" {
-            Platform::OpenStack
-        } else {
-            Platform::Other(platform_type.to_owned())
-        }
     }
 }
 
@@ -327,6 +343,29 @@ impl Example {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fact_reaches_the_families_that_declare_it_and_sources_merge() {
+        let facts = Facts::of_fact(FactId::CloudConfig, 7_u8);
+        for family in FAMILIES {
+            assert_eq!(
+                facts.get::<u8>(family.id).is_some(),
+                family.facts.contains(&FactId::CloudConfig),
+                "{}",
+                family.id
+            );
+        }
+        let mut merged = Facts::of_platform(Platform::OpenStack);
+        merged.merge(facts);
+        merged.merge(Facts::of_fact(FactId::CloudConfig, 8_u8));
+        merged.merge(Facts::of_platform(Platform::Other("VSphere".into())));
+        assert_eq!(merged.platform(), Some(&Platform::OpenStack));
+        let reader = FAMILIES
+            .iter()
+            .find(|f| f.facts.contains(&FactId::CloudConfig))
+            .expect("a family reads the cloud-config fact");
+        assert_eq!(merged.get::<u8>(reader.id), Some(&7));
+    }
 
     #[test]
     fn ids_are_unique_and_round_trip() {

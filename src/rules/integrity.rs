@@ -37,7 +37,8 @@ const UNDERSCORE: &str = "illegal character U+005F";
 /// by it.
 pub static FAMILY: Family = Family {
     id: RuleId::new("cloud-config-integrity"),
-    check: Check::CloudConfig(|view, _| check(view)),
+    check: Check::CloudConfig(|view, _, _| check(view)),
+    facts: &[],
     params: &[],
     parse_params: parse_params::<NoParams>,
     codes: &[

@@ -15,7 +15,8 @@ use crate::cloudconf::parse_bool;
 /// The family: reads each cloud config.
 pub static FAMILY: Family = Family {
     id: RuleId::new("known-bad-lb-settings"),
-    check: Check::CloudConfig(|view, _| check(view)),
+    check: Check::CloudConfig(|view, _, _| check(view)),
+    facts: &[],
     params: &[],
     parse_params: parse_params::<NoParams>,
     codes: &[CODE_USE_OCTAVIA_FALSE, CODE_OVN_LB_METHOD],

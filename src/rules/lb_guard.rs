@@ -39,12 +39,14 @@ use super::{
     Check, Example, Facts, Family, ObjectInput, Operation, RuleId, RuleOutput, Severity, Subject,
     Violation, parse_params,
 };
+use crate::facts::FactId;
 
 /// The family: reads control-plane Machine DELETEs, with the load-balancer facts the guard
 /// adapter (`crate::guard`) gathers before evaluation.
 pub static FAMILY: Family = Family {
     id: RuleId::new("control-plane-lb-guard"),
     check: Check::Delete(check_delete),
+    facts: &[FactId::ControlPlaneLoadBalancer],
     params: &["unknown"],
     parse_params: parse_params::<GuardParams>,
     codes: &[CODE_NOT_READY, CODE_UNAVAILABLE],

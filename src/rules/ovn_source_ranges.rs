@@ -22,12 +22,14 @@ use super::{
     Check, Example, Facts, Family, NoParams, ObjectInput, RuleId, RuleOutput, Severity, Violation,
     parse_params,
 };
-use crate::cloudconf::{Document, parse_bool};
+use crate::facts::FactId;
+pub use crate::facts::cloud_config::{CloudConfigFact, LbSettings};
 
 /// The family: reads Services of type LoadBalancer, with the cluster's cloud config as a fact.
 pub static FAMILY: Family = Family {
     id: RuleId::new("ovn-source-ranges"),
     check: Check::Object(check),
+    facts: &[FactId::CloudConfig],
     params: &[],
     parse_params: parse_params::<NoParams>,
     codes: &[CODE_IGNORED, CODE_LB_METHOD, CODE_UNSEEN],
@@ -69,67 +71,6 @@ const SOURCES: &str = "cloud-provider-openstack pkg/openstack/loadbalancer.go (s
                        need manage-security-groups with OVN); gardener-extension-provider-openstack #1398";
 const METHOD_SOURCES: &str = "cloud-provider-openstack PR #2988 (annotation honoured from v1.34.0); \
                               azimuth-cloud/capi-helm-charts #421";
-
-/// The cluster's cloud config, as this family needs it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CloudConfigFact {
-    /// The configured cloud config was read.
-    Known(LbSettings),
-    /// It could not be read: why, naming the object, never its content.
-    Unavailable(String),
-}
-
-/// The settings of a cloud config this family reads (nothing secret).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LbSettings {
-    /// Where it was read, e.g. `Secret kube-system/cloud-config key cloud.conf`.
-    pub source: String,
-    /// Whether the text is valid gcfg (else the CCM does not start; `cloud-config-integrity`
-    /// reports it where the config is written).
-    pub readable: bool,
-    /// `[LoadBalancer] lb-provider = ovn` (case-insensitive, as the CCM compares it).
-    pub ovn: bool,
-    /// `[LoadBalancer] manage-security-groups` is true (absent or not a boolean: false).
-    pub manage_security_groups: bool,
-}
-
-impl LbSettings {
-    /// Reads the settings from the INI text of a cloud config found at `source`.
-    pub fn from_ini(source: String, text: &str) -> Self {
-        let Ok(doc) = Document::parse(text) else {
-            return LbSettings {
-                source,
-                readable: false,
-                ovn: false,
-                manage_security_groups: false,
-            };
-        };
-        Self::from_document(source, &doc)
-    }
-
-    /// Reads the settings from a parsed cloud config.
-    pub fn from_document(source: String, doc: &Document) -> Self {
-        let value = |key: &str| {
-            doc.effective("LoadBalancer", None, key)
-                .and_then(|e| e.value.as_deref().map(|v| v.trim().to_owned()))
-        };
-        LbSettings {
-            source,
-            readable: true,
-            ovn: value("lb-provider").is_some_and(|v| v.eq_ignore_ascii_case("ovn")),
-            // A key without `=` is true in gcfg; an absent key is false.
-            manage_security_groups: doc
-                .effective("LoadBalancer", None, "manage-security-groups")
-                .is_some_and(|e| parse_bool(e.value.as_deref()) == Some(true)),
-        }
-    }
-
-    /// The same settings, read from another place: equal when the decisions agree.
-    pub fn agrees_with(&self, other: &LbSettings) -> bool {
-        (self.readable, self.ovn, self.manage_security_groups)
-            == (other.readable, other.ovn, other.manage_security_groups)
-    }
-}
 
 /// What a Service asks of the load balancer, as far as this family reads it.
 struct ServiceAsks {
@@ -290,27 +231,5 @@ fn unseen(service: &str, asks: &ServiceAsks, why: &str) -> Violation {
         ),
         notes: Vec::new(),
         fixed_by_edit: false,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn settings_from_ini() {
-        let s = LbSettings::from_ini(
-            "x".into(),
-            "[LoadBalancer]\nlb-provider = OVN\nmanage-security-groups = yes\n",
-        );
-        assert!(s.readable && s.ovn && s.manage_security_groups);
-        let s = LbSettings::from_ini(
-            "x".into(),
-            "[LoadBalancer]\nlb-provider = ovn\nmanage-security-groups = maybe\n",
-        );
-        assert!(s.ovn && !s.manage_security_groups);
-        let s = LbSettings::from_ini("x".into(), "[LoadBalancer]\nlb-provider = amphora\n");
-        assert!(!s.ovn);
-        assert!(!LbSettings::from_ini("x".into(), "[LoadBalancer\n").readable);
     }
 }

@@ -45,6 +45,7 @@ use crate::releases::{
 pub static FAMILY: Family = Family {
     id: RuleId::new("release-annotations"),
     check: Check::Object(check_object),
+    facts: &[],
     params: &["namespaceReleases", "enforceContradictions"],
     parse_params,
     codes: &[CODE_UNPARSABLE, CODE_CONTRADICTION, CODE_AMBIGUOUS],

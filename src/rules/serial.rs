@@ -14,7 +14,8 @@ use crate::cloudconf::parse_bool;
 /// The family: reads each cloud config, adds the key where it is missing.
 pub static FAMILY: Family = Family {
     id: RuleId::new("serial-lb-api-calls"),
-    check: Check::CloudConfig(|view, _| check(view)),
+    check: Check::CloudConfig(|view, _, _| check(view)),
+    facts: &[],
     params: &[],
     parse_params: parse_params::<NoParams>,
     codes: &[CODE_UNREADABLE, CODE_MISSING, CODE_FALSE, CODE_INVALID],

@@ -102,16 +102,24 @@ impl AppState {
         ))
     }
 
-    /// What to gather before evaluating `body`: the first fact source that wants it, when
-    /// the engine answers (no custom handler). With no source this is one length check.
+    /// What to gather before evaluating `body`: every fact source that wants it contributes
+    /// (their facts are merged), when the engine answers (no custom handler). With no source
+    /// this is one length check.
     pub(crate) fn gather_for(&self, webhook: Webhook, body: &[u8]) -> Option<Arc<dyn Gather>> {
         if self.fact_sources.is_empty() || self.handler.is_some() {
             return None;
         }
         let engine = self.engine.load();
-        self.fact_sources
+        let mut wanted: Vec<Arc<dyn Gather>> = self
+            .fact_sources
             .iter()
-            .find_map(|source| source.wants(webhook, body, &engine))
+            .filter_map(|source| source.wants(webhook, body, &engine))
+            .collect();
+        match wanted.len() {
+            0 => None,
+            1 => wanted.pop(),
+            _ => Some(Arc::new(admission::AllOf(wanted))),
+        }
     }
 
     /// [`Self::review`], or with the facts a source gathered.
