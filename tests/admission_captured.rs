@@ -600,8 +600,8 @@ fn operator_managed_copy_is_validated_but_never_patched() {
         assert_eq!(validate["allowed"], false, "{name}: {validate}");
         let message = validate["status"]["message"].as_str().unwrap_or_default();
         let serial = message
-            .lines()
-            .find(|m| m.contains("(policy serial-lb-api-calls,"))
+            .split("\n\n")
+            .find(|m| m.contains("Policy serial-lb-api-calls,"))
             .unwrap_or_else(|| panic!("{name}: no serial denial: {message}"));
         for needle in [
             "ConfigMap openshift-cloud-controller-manager/cloud-conf",

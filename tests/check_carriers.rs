@@ -643,7 +643,7 @@ fn cluster_name_set_on_top_of_the_values_is_seen() {
     let messages = names(&report);
     assert_eq!(messages.len(), 1, "{messages:?}");
     assert!(
-        messages[0].1.contains("HelmChart kube-system/occm spec.set[\"cluster.name\"]: the OpenStack CCM runs with the default cluster name"),
+        messages[0].1.contains("HelmChart kube-system/occm spec.set[\"cluster.name\"]: the CCM runs with the default cluster name"),
         "{messages:?}"
     );
     assert!(!messages[0].1.contains("HelmChartConfig"), "{messages:?}");

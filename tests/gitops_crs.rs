@@ -234,7 +234,7 @@ fn webhook_and_check_agree_and_fix_writes_the_webhook_patch() {
             let mut webhook_denials: Vec<&str> = v["status"]["message"]
                 .as_str()
                 .unwrap_or_default()
-                .split('\n')
+                .split("\n\n")
                 .collect();
             let mut cli_sorted = cli_denials.clone();
             webhook_denials.sort_unstable();
@@ -285,7 +285,7 @@ async fn a_crs_secret_over_https_is_denied_and_patched_in_its_payload() {
     let v = &v["response"];
     assert_eq!(v["allowed"], false);
     let message = v["status"]["message"].as_str().expect("denial message");
-    assert_eq!(message.split('\n').count(), 3, "{message}");
+    assert_eq!(message.split("\n\n").count(), 3, "{message}");
     assert!(message.contains(
         "ClusterResourceSet payload data[\"cloud-config-secret.yaml\"] document 1 (Secret \
          kube-system/cloud-config stringData[\"cloud.conf\"]) line 7"

@@ -34,7 +34,7 @@ fn serial_messages(response: &Value) -> Vec<String> {
     let mut out: Vec<String> = response["status"]["message"]
         .as_str()
         .unwrap_or_default()
-        .split('\n')
+        .split("\n\n")
         .filter(|m| m.contains("rule serial-lb-api-calls"))
         .map(str::to_owned)
         .collect();

@@ -62,14 +62,13 @@ fn webhook(engine: &Engine, which: Webhook, object: &Value) -> Value {
 }
 
 /// The webhook's warning text for a finding (see `admission::short`).
-fn short(policy: &str, message: &str) -> String {
-    let full = format!("stackgate {policy}: {message}");
-    if full.chars().count() <= 256 {
-        return full;
-    }
-    let mut cut: String = full.chars().take(255).collect();
-    cut.push('…');
-    cut
+/// The warning the webhook sends for a `check` item: `stackgate POLICY: <first line>`.
+fn short(policy: &str, item: &stackgate::report::Item) -> String {
+    let text = item
+        .text
+        .as_ref()
+        .expect("a finding's item carries its parts");
+    text.warning(policy)
 }
 
 fn copy_dir(from: &Path, to: &Path) {
@@ -174,7 +173,7 @@ fn parity(repo: &str) -> (usize, usize) {
                 let mut webhook_denials: Vec<&str> = v["status"]["message"]
                     .as_str()
                     .unwrap_or_default()
-                    .split('\n')
+                    .split("\n\n")
                     .collect();
                 let mut cli_sorted = cli_denials.clone();
                 webhook_denials.sort_unstable();
@@ -193,7 +192,7 @@ fn parity(repo: &str) -> (usize, usize) {
                 .items
                 .iter()
                 .filter(|i| i.kind == ItemKind::Warning)
-                .map(|i| short(&i.policy, &i.message))
+                .map(|i| short(&i.policy, i))
                 .collect();
             webhook_warnings.sort();
             cli_warnings.sort();

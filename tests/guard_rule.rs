@@ -201,7 +201,7 @@ fn the_incident_a_member_pending_create_while_the_lb_is_active_is_denied() {
         INCIDENT,
         "Cluster API retries",
         "stackgate.dev/exempt.control-plane-lb-guard",
-        "policy control-plane-lb-guard",
+        "Policy control-plane-lb-guard",
     ] {
         assert!(m.contains(needle), "{needle:?} missing from {m}");
     }
@@ -436,7 +436,7 @@ fn unknown_facts_follow_params_unknown() {
     assert_eq!(v.warnings.len(), 1, "{v:#?}");
     assert!(v.warnings[0].message.contains(reason));
     assert!(v.warnings[0].message.starts_with(
-        "Admitted without checking the API load balancer (params.unknown is admit): Octavia"
+        "Admitted without checking the API load balancer (params.unknown is admit). Fix:"
     ));
     let v = eval(
         &engine_with("enforce", "deny"),

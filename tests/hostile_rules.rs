@@ -113,7 +113,7 @@ fn assert_bounded(name: &str, text: &str) {
         let warnings = response["warnings"].as_array().map_or(0, Vec::len);
         let denials = response["status"]["message"]
             .as_str()
-            .map_or(0, |m| m.lines().count());
+            .map_or(0, |m| m.split("\n\n").count());
         assert!(
             warnings + denials <= bound,
             "{name} in a {carrier}: {warnings} warnings, {denials} denials"

@@ -4,9 +4,9 @@
 //!
 //! - each denial's first line: at most [`FIRST_LINE_MAX`] characters, and it carries the fix
 //!   (`Fix:`), so the reader needs nothing else to act;
-//! - each warning: whole within kubectl's [`KUBECTL_WARNING_MAX`]-character cut. stackgate cuts a
-//!   longer one itself (the attribution first, then the end, marked `…`), so a warning that ends
-//!   in `…` lost its end, often the fix.
+//! - each warning: whole within kubectl's [`KUBECTL_WARNING_MAX`]-character cut. A warning is
+//!   `stackgate POLICY: <first line>`; stackgate cuts a longer one itself (marked `…`), so a
+//!   warning that ends in `…` lost its end, often the fix.
 //!
 //! `measure` prints one row per message (`cargo test --test message_length -- --nocapture`).
 
@@ -181,16 +181,6 @@ fn every_example_is_measured() {
 /// The target of issue 27: every denial's first line is short and carries the fix, and no
 /// warning is cut.
 #[test]
-#[ignore = "messages are too long today (measured on the documentation examples, 2026-11-25): \
-            denials whose first line is over 200 chars: cloud-config-integrity/fatal (795), \
-            serial-lb-api-calls/false (833), known-bad-lb-settings/ovn-lb-method (717), \
-            credential-placement/credential (717), ovn-source-ranges/source-ranges-ignored \
-            (1139), release-annotations/unparsable (1118), control-plane-lb-guard/lb-not-ready \
-            (1424); with no `Fix:` at all: cloud-config-integrity/fatal, \
-            control-plane-lb-guard/lb-not-ready; warnings stackgate cuts at 256 chars, losing the \
-            fix: ccm-concurrency/parallel-syncs, cluster-name/default-name, \
-            serial-lb-api-calls/missing. Missing: a first line that leads with the fix, composed \
-            in src/engine and src/rules"]
 fn first_lines_lead_with_the_fix_and_warnings_fit_kubectl() {
     let problems: Vec<String> = measure()
         .iter()

@@ -29,9 +29,6 @@ use crate::metrics::Metrics;
 /// The only AdmissionReview version stackgate speaks.
 pub const ADMISSION_V1: &str = "admission.k8s.io/v1";
 
-/// Kubernetes may truncate warnings longer than this; ours are cut at a character boundary.
-const WARNING_MAX_CHARS: usize = 256;
-
 /// Added to the warnings of a mutated cloud config: the change is stored, but the running
 /// CCM reads its cloud config only at start (cloud-provider-openstack openstack.go l.181-192,
 /// domain-facts §1.6), and the chart's `checksum/config` rolls its pods only for the chart's
@@ -252,7 +249,7 @@ fn answer(
             "allowed"
         }
         Webhook::Validate if verdict.denied() => {
-            let first = verdict.denials.first().map_or("", |d| d.message.as_str());
+            let first = verdict.denials.first().map_or("", Finding::denial_text);
             response = response.deny(format!(
                 "{first}\n… the full answer ({size} bytes) is over stackgate's \
                  {MAX_RESPONSE_BYTES}-byte response cap; run `stackgate check` on the object"
@@ -359,9 +356,11 @@ fn validate_response(
         let message = verdict
             .denials
             .iter()
-            .map(|d| d.message.as_str())
+            .map(Finding::denial_text)
             .collect::<Vec<_>>()
-            .join("\n");
+            // Each denial is several lines (first line, why, exemption, attribution): a blank
+            // line between two keeps them apart.
+            .join("\n\n");
         let mut response = response.deny(message);
         response.result.code = 403;
         response.result.reason = "Forbidden".to_owned();
@@ -379,29 +378,11 @@ fn with_audit(mut response: AdmissionResponse, verdict: &Verdict) -> AdmissionRe
     response
 }
 
-/// A warning short enough for kubectl: the policy name and the message, cut at
-/// [`WARNING_MAX_CHARS`] characters. Messages put what, where and the suggested fix first;
-/// when the whole does not fit, the trailing `(policy …, rule …; source: …)` goes first (the
-/// policy is named up front and `stackgate rules` lists the sources), then the end is cut.
+/// A warning short enough for kubectl: the finding's [`Finding::warning_text`]
+/// (`stackgate POLICY: <location>: <what>. Fix: <fix>`); `stackgate explain` has the rest.
 /// Denials are not shortened.
 fn short(f: &Finding) -> String {
-    let prefix = format!("stackgate {}: ", f.policy);
-    let full = format!("{prefix}{}", f.message);
-    if full.chars().count() <= WARNING_MAX_CHARS {
-        return full;
-    }
-    let tail = crate::engine::attribution_start(&f.policy, f.rule);
-    let body = match f.message.rfind(&tail) {
-        Some(at) if f.message.ends_with(')') => f.message.get(..at).unwrap_or(&f.message),
-        _ => &f.message,
-    };
-    let shorter = format!("{prefix}{body}");
-    if shorter.chars().count() <= WARNING_MAX_CHARS {
-        return shorter;
-    }
-    let mut cut: String = shorter.chars().take(WARNING_MAX_CHARS - 1).collect();
-    cut.push('…');
-    cut
+    f.warning_text()
 }
 
 fn encode(mut response: AdmissionResponse) -> Reply {

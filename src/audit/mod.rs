@@ -1266,6 +1266,7 @@ impl Run<'_> {
             code: None,
             line: 0,
             message: stale.message(),
+            text: None,
             fixed_by_patch: false,
             file: None,
         };

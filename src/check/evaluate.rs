@@ -189,7 +189,7 @@ pub fn check_text_in(
             };
             let place = values_path(f, resolved).and_then(|p| resolved.place_of(&p));
             if merge == Merge::HelmChartConfig {
-                item.message = helm_chart_message(&item.message);
+                helm_chart_text(item);
             }
             if let (Some(sources), engine::Anchor::CloudConfig { .. }) = (&merged_from, &f.anchor) {
                 add_note(item, &merged_note(sources, merge, fixable));
@@ -287,14 +287,23 @@ pub fn check_text_in(
     checked
 }
 
-/// Adds `note` to an item's message, before the policy attribution (which the text report
-/// shows once per rule, not per finding).
+/// Adds `note` to an item's notes, and renders its message again.
 fn add_note(item: &mut Item, note: &str) {
-    let at = crate::rules::RuleId::parse(&item.rule)
-        .map(|rule| engine::attribution_start(&item.policy, rule))
-        .and_then(|start| item.message.rfind(&start))
-        .unwrap_or(item.message.len());
-    item.message.insert_str(at, &format!(" {note}"));
+    if let Some(text) = &mut item.text {
+        text.notes.push(note.to_owned());
+    }
+    rerender(item);
+}
+
+/// Renders an item's message from its parts after a face changed them.
+fn rerender(item: &mut Item) {
+    if let (Some(text), Some(code), Some(rule)) = (
+        &item.text,
+        item.code,
+        crate::rules::RuleId::parse(&item.rule),
+    ) {
+        item.message = text.full(&item.policy, rule, code);
+    }
 }
 
 /// What a finding about values merged from `valuesFrom` or `valueFiles` adds to its message:
@@ -329,23 +338,29 @@ fn merged_note(sources: &[String], merge: Merge, fixable: bool) -> String {
     )
 }
 
-/// A message about a HelmChart evaluated with its HelmChartConfig: without the caveat that a
+/// A finding about a HelmChart evaluated with its HelmChartConfig: without the caveat that a
 /// HelmChartConfig may set what this write does not show (it is merged in), and without the
 /// line of the merged values text (not a line of any file; the item's line is).
-fn helm_chart_message(message: &str) -> String {
-    let caveat = format!(" ({})", crate::rules::cluster_name::HELMCHARTCONFIG_CAVEAT);
-    let mut out = message.replace(&caveat, "");
-    while let Some(start) = out.find(" (line ") {
-        let rest = &out[start + 7..];
-        let digits = rest.chars().take_while(char::is_ascii_digit).count();
-        if digits > 0 && rest[digits..].starts_with(" of the values)") {
-            let end = start + 7 + digits + " of the values)".len();
-            out.replace_range(start..end, "");
-        } else {
-            break;
+fn helm_chart_text(item: &mut Item) {
+    let Some(text) = &mut item.text else {
+        return;
+    };
+    let caveat =
+        crate::rules::cluster_name::caveat_note(crate::rules::cluster_name::HELMCHARTCONFIG_CAVEAT);
+    text.notes.retain(|n| *n != caveat);
+    if let Some(location) = &mut text.location {
+        while let Some(start) = location.find(" (line ") {
+            let rest = &location[start + 7..];
+            let digits = rest.chars().take_while(char::is_ascii_digit).count();
+            if digits > 0 && rest[digits..].starts_with(" of the values)") {
+                let end = start + 7 + digits + " of the values)".len();
+                location.replace_range(start..end, "");
+            } else {
+                break;
+            }
         }
     }
-    out
+    rerender(item);
 }
 
 /// The values keys a finding about a resolved object is about, when known: the node its

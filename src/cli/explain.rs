@@ -262,9 +262,32 @@ fn render(engine: &Engine, family: &'static Family, code: &'static str) -> Strin
                 let _ = writeln!(
                     out,
                     "\n  Example: what stackgate answers for the family's documentation input \
-                     (docs/rules.md):\n\n{}",
-                    wrap(&f.message, "    ")
+                     (docs/rules.md):\n"
                 );
+                let text = &f.text;
+                let mut parts: Vec<(&str, String)> = Vec::new();
+                if let Some(location) = &text.location {
+                    parts.push(("Where", location.clone()));
+                }
+                parts.push(("What", text.what.clone()));
+                if !text.fix.is_empty() {
+                    parts.push(("Fix", text.fix.clone()));
+                }
+                if !text.why.is_empty() {
+                    parts.push(("Why", text.why.clone()));
+                }
+                for note in &text.notes {
+                    parts.push(("Note", note.clone()));
+                }
+                if let Some(key) = &text.exemption {
+                    parts.push((
+                        "Exempt",
+                        format!("annotate the object with {key}=\"<reason>\""),
+                    ));
+                }
+                for (label, part) in parts {
+                    let _ = writeln!(out, "{}", wrap(&format!("{label}: {part}"), "    "));
+                }
             }
             None => {
                 let _ = writeln!(

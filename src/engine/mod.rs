@@ -54,14 +54,169 @@ pub struct Finding {
     pub anchor: Anchor,
     /// The object it is about.
     pub subject: Arc<ObjectRef>,
-    /// The full message: what, where, why, how to fix or exempt, and the source.
+    /// The parts of its message, which each face renders ([`Finding::first_line`],
+    /// [`Finding::denial_text`], [`Finding::warning_text`], [`Text::one_line`]).
+    pub text: Text,
+    /// The full text ([`Text::full`]): first line, why, notes, exemption and attribution, one
+    /// per line. What audit annotations and the JSON `message` carry.
     pub message: String,
     /// Whether the verdict's patch fixes it. The validating webhook still reports it: by the
     /// time it runs, a missing fix means the mutation did not happen.
     pub fixed_by_patch: bool,
 }
 
+/// The parts of a finding's message. No part ever holds a value of a Secret.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Text {
+    /// Where: the object, field, INI line and where that line is written
+    /// (`ConfigMap kube-system/cloud-config data["cloud.conf"] line 5`).
+    pub location: Option<String>,
+    /// What is wrong (short, no final period).
+    pub what: String,
+    /// The action that fixes it (short, no final period); empty for a mutation note.
+    pub fix: String,
+    /// Why it matters, with the upstream reference; may be long.
+    pub why: String,
+    /// Further caveats, each a sentence.
+    pub notes: Vec<String>,
+    /// The annotation that exempts the object, when the policy allows exemptions.
+    pub exemption: Option<String>,
+    /// The policy's upstream sources.
+    pub source: String,
+}
+
+impl Text {
+    /// `<location>: <what>. Fix: <fix>`: what kubectl users read first, and all they need to
+    /// act (at most ~200 characters for the documentation examples, `tests/message_length.rs`).
+    pub fn first_line(&self) -> String {
+        let mut out = match &self.location {
+            Some(location) => format!("{location}: {}", self.what),
+            None => self.what.clone(),
+        };
+        end_sentence(&mut out);
+        if !self.fix.is_empty() {
+            out.push_str(" Fix: ");
+            out.push_str(&self.fix);
+            end_sentence(&mut out);
+        }
+        out
+    }
+
+    /// The first line, the why and the notes, then the exemption hint, on one line: a
+    /// report row that names the source once per rule (`check`'s text report).
+    pub fn one_line(&self) -> String {
+        let mut out = self.first_line();
+        for part in std::iter::once(&self.why).chain(&self.notes) {
+            let part = part.trim();
+            if !part.is_empty() {
+                out.push(' ');
+                out.push_str(part);
+                end_sentence(&mut out);
+            }
+        }
+        if let Some(key) = &self.exemption {
+            out.push_str(&format!(
+                " To exempt this object, annotate it with {key}=\"<reason>\"."
+            ));
+        }
+        out
+    }
+
+    /// The full text, one part per line: first line, why, notes, how to exempt, and the
+    /// attribution `Policy NAME, rule RULE (stackgate explain RULE/CODE); source: …`.
+    pub fn full(&self, policy: &str, rule: RuleId, code: &str) -> String {
+        let mut lines = vec![self.first_line()];
+        lines.extend(
+            std::iter::once(&self.why)
+                .chain(&self.notes)
+                .map(|p| p.trim())
+                .filter(|p| !p.is_empty())
+                .map(|p| {
+                    let mut p = p.to_owned();
+                    end_sentence(&mut p);
+                    p
+                }),
+        );
+        if let Some(key) = &self.exemption {
+            lines.push(format!("To exempt: annotate it with {key}=\"<reason>\"."));
+        }
+        lines.push(format!(
+            "Policy {policy}, rule {} (stackgate explain {}); source: {}",
+            rule.as_str(),
+            explain_code(rule, code),
+            self.source.trim()
+        ));
+        lines.join("\n")
+    }
+
+    /// `stackgate POLICY: <first line>`, whole within kubectl's 256 characters for the
+    /// documentation examples (`stackgate explain` has the rest); a longer one (a long key
+    /// from the input) is cut at [`WARNING_MAX_CHARS`], marked `…`.
+    pub fn warning(&self, policy: &str) -> String {
+        let full = format!("stackgate {policy}: {}", self.first_line());
+        if full.chars().count() <= WARNING_MAX_CHARS {
+            return full;
+        }
+        let mut cut: String = full.chars().take(WARNING_MAX_CHARS - 1).collect();
+        cut.push('…');
+        cut
+    }
+
+    /// Cuts every part at [`MAX_MESSAGE_BYTES`] (parts name keys and sections from the input,
+    /// which can be arbitrarily long).
+    fn cut(&mut self) {
+        for part in [&mut self.what, &mut self.fix, &mut self.why]
+            .into_iter()
+            .chain(self.location.as_mut())
+            .chain(self.notes.iter_mut())
+        {
+            cut_message(part);
+        }
+    }
+}
+
+/// The longest warning kubectl shows whole: client-go's warning handler and the apiserver's
+/// admission warning recorder keep at most 256 characters per warning (k8s.io/apiserver
+/// pkg/admission/plugin/webhook/mutating/dispatcher.go and pkg/warning: longer warnings are
+/// truncated).
+pub const WARNING_MAX_CHARS: usize = 256;
+
+/// The code in the form `stackgate explain` reads: `<family>/<code>` for a code of the
+/// family, the code alone for an engine code (`mutation`, `oversized`, ...).
+pub fn explain_code(rule: RuleId, code: &str) -> String {
+    if rule.family().codes.contains(&code) {
+        format!("{}/{code}", rule.as_str())
+    } else {
+        code.to_owned()
+    }
+}
+
+/// Ends a sentence with a period unless it already ends with punctuation.
+fn end_sentence(s: &mut String) {
+    let trimmed = s.trim_end().len();
+    s.truncate(trimmed);
+    if !s.is_empty() && !s.ends_with(['.', '!', '?', '…']) {
+        s.push('.');
+    }
+}
+
 impl Finding {
+    /// The first line: `<location>: <what>. Fix: <fix>`.
+    pub fn first_line(&self) -> String {
+        self.text.first_line()
+    }
+
+    /// The denial the validating webhook answers: the full text, one part per line
+    /// ([`Text::full`], rendered once and cut at [`MAX_MESSAGE_BYTES`]).
+    pub fn denial_text(&self) -> &str {
+        &self.message
+    }
+
+    /// The warning kubectl shows: `stackgate POLICY: <first line>`.
+    pub fn warning_text(&self) -> String {
+        self.text.warning(&self.policy)
+    }
+
     /// Line in the cloud config, when there is one.
     pub fn line(&self) -> Option<usize> {
         match &self.anchor {
@@ -234,24 +389,32 @@ impl Run<'_> {
             .get_or_init(|| Arc::new(self.subject.reference()))
     }
 
-    /// A finding of `policy` about this run's subject.
+    /// A finding of `policy` about this run's subject: `text` with the policy's exemption
+    /// annotation and source added (a mutation note has no exemption: it is no finding to
+    /// exempt), and the full message rendered from them.
     fn finding(
         &self,
         policy: &Policy,
         code: &'static str,
         anchor: Anchor,
-        message: String,
+        mut text: Text,
         fixed_by_patch: bool,
     ) -> Finding {
         let subject = self
             .reference
             .get_or_init(|| Arc::new(self.subject.reference()));
+        if code != CODE_MUTATION {
+            text.exemption = policy.exemption_annotation();
+        }
+        text.source = policy.source.trim().to_owned();
+        let message = text.full(&policy.name, policy.rule, code);
         Finding {
             policy: policy.name.clone(),
             rule: policy.rule,
             code,
             anchor,
             subject: Arc::clone(subject),
+            text,
             message,
             fixed_by_patch,
         }
@@ -513,8 +676,11 @@ impl Engine {
                         },
                         None => Anchor::Object,
                     };
-                    let message = compose(policy, &v.message);
-                    let f = finding(v.code, anchor, message, patched && v.fixed_by_edit);
+                    let text = Text {
+                        location: v.location.clone(),
+                        ..text_of(v)
+                    };
+                    let f = finding(v.code, anchor, text, patched && v.fixed_by_edit);
                     record(policy, v.severity, f, verdict);
                 }
                 if !applies {
@@ -525,10 +691,13 @@ impl Engine {
                         Some(pointer) => Anchor::Field { pointer },
                         None => Anchor::Object,
                     };
-                    let message = format!("{} (policy {})", m.message, policy.name);
+                    let text = Text {
+                        what: m.message,
+                        ..Text::default()
+                    };
                     verdict
                         .mutations
-                        .push(finding(CODE_MUTATION, anchor, message, true));
+                        .push(finding(CODE_MUTATION, anchor, text, true));
                 }
                 // Two policies of one family may both create a missing parent (e.g. an empty
                 // `metadata.annotations`); applying that twice would drop the first one's keys.
@@ -550,16 +719,21 @@ impl Engine {
                         line,
                         trace: inner.trace(line),
                     };
-                    // Workload messages begin with the inner object's name; others (chart
-                    // values) do not, and get it in the location.
-                    let named = v.message.starts_with(&format!("{} ", inner.reference()));
-                    let located = format!(
-                        "{} {}: {}",
-                        run.outer(),
-                        inner.describe(line, named),
-                        v.message
-                    );
-                    let f = finding(v.code, anchor, compose(policy, &located), false);
+                    // Workload locations begin with the inner object's name; others (chart
+                    // values) do not, and get it in the payload's description.
+                    let named = v
+                        .location
+                        .as_deref()
+                        .is_some_and(|l| l.starts_with(&format!("{} ", inner.reference())));
+                    let mut location = format!("{} {}", run.outer(), inner.describe(line, named));
+                    if let Some(own) = &v.location {
+                        location = format!("{location}: {own}");
+                    }
+                    let text = Text {
+                        location: Some(location),
+                        ..text_of(v)
+                    };
+                    let f = finding(v.code, anchor, text, false);
                     record(policy, v.severity, f, verdict);
                 }
             }
@@ -573,14 +747,17 @@ impl Engine {
                     trace: site.trace(line),
                 };
                 for v in &output.violations {
-                    let mut message = format!("{}: {}.", site.describe(v.line), v.message);
+                    let mut text = Text {
+                        location: Some(site.describe(v.line)),
+                        ..text_of(v)
+                    };
                     if !site.mutable
                         && let Some(note) = &site.note
                     {
-                        message.push_str(&format!(" Note: this object is validated only: {note}."));
+                        text.notes
+                            .push(format!("Note: this object is validated only: {note}."));
                     }
-                    let message = compose(policy, &message);
-                    let f = finding(v.code, at(v.line), message, edits_apply && v.fixed_by_edit);
+                    let f = finding(v.code, at(v.line), text, edits_apply && v.fixed_by_edit);
                     record(policy, v.severity, f, verdict);
                 }
                 let (true, Some(doc)) = (edits_apply, doc) else {
@@ -590,18 +767,18 @@ impl Engine {
                     let (copy, applied) = edited.get_or_insert_with(|| (doc.clone(), Vec::new()));
                     let summary = copy.set(edit.section, edit.key, edit.value);
                     applied.push(edit.clone());
-                    let message = format!(
-                        "stackgate set [{}] {} = {} in {} (policy {})",
-                        edit.section,
-                        edit.key,
-                        edit.value,
-                        site.describe(Some(summary.line)),
-                        policy.name
-                    );
+                    let text = Text {
+                        location: Some(site.describe(Some(summary.line))),
+                        what: format!(
+                            "stackgate set [{}] {} = {}",
+                            edit.section, edit.key, edit.value
+                        ),
+                        ..Text::default()
+                    };
                     verdict.mutations.push(finding(
                         CODE_MUTATION,
                         at(Some(summary.line)),
-                        message,
+                        text,
                         true,
                     ));
                 }
@@ -627,41 +804,58 @@ impl Engine {
         }
         // Sites whose values stackgate cannot see or read as Helm would: one warning, no rule.
         let unreadable = match &site.text {
-            Err(unseen @ SiteError::Unseen { .. }) => Some((
+            Err(SiteError::Unseen { location, sources }) => Some((
                 CODE_UNSEEN,
-                format!(
-                    "{} {unseen}, so stackgate cannot check the cloud config the chart renders \
-                     and makes no claim about it. Check that those values set \
-                     cloudConfig.loadBalancer.provider-requires-serial-api-calls: true and a \
-                     config the CCM accepts: run `stackgate check` over a tree that holds them \
-                     (the values files, or the objects and the kustomization that generates \
-                     them), or pipe the built stream in (`kustomize build DIR | stackgate check \
-                     -`); {}",
-                    site.object,
-                    self.labelling_hint()
-                ),
+                Text {
+                    location: Some(format!("{} {location}", site.object)),
+                    what: format!(
+                        "values come from {sources}, which this run cannot see, so stackgate \
+                         cannot check the rendered cloud config"
+                    ),
+                    fix: "run `stackgate check` where those values are".to_owned(),
+                    why: format!(
+                        "stackgate makes no claim about the cloud config the chart renders from \
+                         values it cannot see. Check that those values set \
+                         cloudConfig.loadBalancer.provider-requires-serial-api-calls: true and a \
+                         config the CCM accepts: run `stackgate check` over a tree that holds \
+                         them (the values files, or the objects and the kustomization that \
+                         generates them), or pipe the built stream in (`kustomize build DIR | \
+                         stackgate check -`); {}",
+                        self.labelling_hint()
+                    ),
+                    ..Text::default()
+                },
             )),
             Err(SiteError::ValuesKeyMissing { location, label }) => Some((
                 CODE_VALUES_KEY_MISSING,
-                format!(
-                    "{} has no {location}, the key its label {label} names for the \
-                     openstack-cloud-controller-manager chart's values, so there are no values \
-                     here to check, and a Flux HelmRelease whose valuesFrom names that key fails \
-                     to reconcile (unless the reference is optional). Fix: set the label to the \
-                     key that holds the values, or add the key",
-                    site.object
-                ),
+                Text {
+                    location: Some(site.object.clone()),
+                    what: format!("no {location}, the key its label {label} names"),
+                    fix: "set the label to the key that holds the values, or add the key"
+                        .to_owned(),
+                    why: "The label names the key that holds the \
+                          openstack-cloud-controller-manager chart's values, so there are no \
+                          values here to check, and a Flux HelmRelease whose valuesFrom names \
+                          that key fails to reconcile (unless the reference is optional)."
+                        .to_owned(),
+                    ..Text::default()
+                },
             )),
             // Helm stops at such an entry: nothing is rendered from these values, and which
             // config the CCM keeps is not known here.
             Err(entry @ SiteError::SetEntry { .. }) => Some((
                 CODE_UNSEEN,
-                format!(
-                    "{} {entry}, so stackgate cannot tell what the chart renders and makes no \
-                     claim about the cloud config. Write it as Helm's --set reads it \
-                     (`a.b=value`, `list[0]=value`, `a\\.b` for a dot inside a key)",
-                    site.object
-                ),
+                Text {
+                    location: Some(site.object.clone()),
+                    what: entry.to_string(),
+                    fix: "write it as Helm's --set reads it (`a.b=value`, `list[0]=value`, \
+                          `a\\.b` for a dot inside a key)"
+                        .to_owned(),
+                    why: "Helm stops at such an entry, so stackgate cannot tell what the chart \
+                          renders and makes no claim about the cloud config."
+                        .to_owned(),
+                    ..Text::default()
+                },
             )),
             _ => None,
         };
@@ -700,11 +894,16 @@ impl Engine {
             verdict.reached(limit);
         }
         if let Some(what) = oversized {
-            let text = format!(
-                "{}: {what}, so stackgate cannot check it. A CCM cloud config and the CCM \
-                 chart's values are a few KiB: remove what does not belong there",
-                site.describe(None)
-            );
+            let text = Text {
+                location: Some(site.describe(None)),
+                what: format!("{what}, so stackgate cannot check it"),
+                fix: "remove what does not belong there".to_owned(),
+                why: "A CCM cloud config and the CCM chart's values are a few KiB; stackgate \
+                      refuses to read more, so that a hostile object cannot cost it hundreds \
+                      of MiB."
+                    .to_owned(),
+                ..Text::default()
+            };
             let kind = (Severity::Deny, CODE_OVERSIZED);
             self.evaluate_unreadable_site(run, site, object, namespace, kind, text, verdict);
             return;
@@ -809,6 +1008,7 @@ fn limit_findings(verdict: &mut Verdict) {
         &mut verdict.mutations,
     ] {
         for f in list.iter_mut() {
+            f.text.cut();
             cut_message(&mut f.message);
         }
         if list.len() <= MAX_FINDINGS_PER_LIST {
@@ -825,16 +1025,29 @@ fn limit_findings(verdict: &mut Verdict) {
             }
         }
         for (first, n) in summaries {
-            list.push(Finding {
-                code: CODE_MORE,
-                anchor: Anchor::Object,
-                message: format!(
-                    "… and {n} more finding{} of policy {} (rule {}) on this object; run \
-                     `stackgate check` on it to see them all",
+            let text = Text {
+                location: None,
+                what: format!(
+                    "… and {n} more finding{} of policy {} (rule {}) on this object",
                     if n == 1 { "" } else { "s" },
                     first.policy,
                     first.rule.as_str()
                 ),
+                fix: "run `stackgate check` on it to see them all".to_owned(),
+                why: format!(
+                    "A verdict lists at most {MAX_FINDINGS_PER_LIST} findings of one kind, so \
+                     that an answer stays small whatever the object holds."
+                ),
+                notes: Vec::new(),
+                exemption: first.text.exemption.clone(),
+                source: first.text.source.clone(),
+            };
+            let message = text.full(&first.policy, first.rule, CODE_MORE);
+            list.push(Finding {
+                code: CODE_MORE,
+                anchor: Anchor::Object,
+                text,
+                message,
                 ..first
             });
         }
@@ -888,7 +1101,7 @@ impl Engine {
         object: &DynamicObject,
         namespace: Option<&str>,
         (severity, code): (Severity, &'static str),
-        text: String,
+        text: Text,
         verdict: &mut Verdict,
     ) {
         let Some(policy) = FAMILIES
@@ -907,7 +1120,7 @@ impl Engine {
             line: None,
             trace: site.trace(None),
         };
-        let finding = run.finding(policy, code, anchor, compose(policy, &text), false);
+        let finding = run.finding(policy, code, anchor, text, false);
         record(policy, severity, finding, verdict);
     }
 }
@@ -954,28 +1167,17 @@ fn exemption_reason(policy: &Policy, object: &DynamicObject) -> Option<String> {
     (!reason.is_empty()).then(|| reason.to_owned())
 }
 
-/// Appends the exemption hint and the source to a located message.
-fn compose(policy: &Policy, located: &str) -> String {
-    let mut out = located.trim_end().to_owned();
-    if !out.ends_with('.') {
-        out.push('.');
+/// The parts a rule wrote (the engine adds location, exemption and source).
+fn text_of(v: &crate::rules::Violation) -> Text {
+    Text {
+        location: None,
+        what: v.what.clone(),
+        fix: v.fix.clone(),
+        why: v.why.clone(),
+        notes: v.notes.clone(),
+        exemption: None,
+        source: String::new(),
     }
-    if let Some(key) = policy.exemption_annotation() {
-        out.push_str(&format!(
-            " To exempt this object, annotate it with {key}=\"<reason>\"."
-        ));
-    }
-    out.push_str(&attribution_start(&policy.name, policy.rule));
-    out.push_str(policy.source.trim());
-    out.push(')');
-    out
-}
-
-/// How the attribution the engine appends to a policy's message begins:
-/// ` (policy NAME, rule RULE; source: ` (the source and `)` follow). Shorter renderings of a
-/// message (kubectl warnings) find it with this.
-pub fn attribution_start(policy: &str, rule: RuleId) -> String {
-    format!(" (policy {policy}, rule {}; source: ", rule.as_str())
 }
 
 /// An object with only the subject's kind, name and namespace: what a DELETE review without
@@ -1009,6 +1211,10 @@ mod tests {
                 namespace: Some("tenant".into()),
                 name: "hostile".into(),
             }),
+            text: Text {
+                what: format!("finding {i}"),
+                ..Text::default()
+            },
             message: format!("finding {i}"),
             fixed_by_patch: false,
         }
@@ -1076,13 +1282,14 @@ mod tests {
             assert_eq!((a.policy.as_str(), b.policy.as_str()), ("a", "b"));
             assert_eq!((a.rule.as_str(), b.rule.as_str()), (rule(0), rule(1)));
             assert_eq!(
-                a.message,
+                a.first_line(),
                 format!(
-                    "… and 3 more findings of policy a (rule {}) on this object; run \
-                     `stackgate check` on it to see them all",
+                    "… and 3 more findings of policy a (rule {}) on this object. Fix: run \
+                     `stackgate check` on it to see them all.",
                     rule(0)
                 )
             );
+            assert_eq!(a.message, a.text.full("a", a.rule, CODE_MORE));
             assert!(
                 b.message.starts_with(&format!(
                     "… and 1 more finding of policy b (rule {})",

@@ -83,8 +83,11 @@ pub struct Item {
     pub code: Option<&'static str>,
     /// 1-based line in the input.
     pub line: usize,
-    /// The engine's message (never contains configuration values).
+    /// The engine's message (never contains configuration values): the full text of `text`.
     pub message: String,
+    /// The finding's parts ([`crate::engine::Text`]), which the report formats render; None
+    /// for an exemption and for findings a face adds itself (then `message` is all there is).
+    pub text: Option<crate::engine::Text>,
     /// Whether the webhook's patch fixes it.
     pub fixed_by_patch: bool,
     /// When the finding is about a merged value set in another input (a values file, a
@@ -151,6 +154,7 @@ pub fn verdict_items(
                 code: Some(f.code),
                 line: line(f),
                 message: f.message.clone(),
+                text: Some(f.text.clone()),
                 fixed_by_patch: f.fixed_by_patch,
                 file: None,
             };
@@ -169,6 +173,7 @@ pub fn verdict_items(
             "exempted from policy {} by annotation: {}",
             e.policy, e.reason
         ),
+        text: None,
         fixed_by_patch: false,
         file: None,
     }));

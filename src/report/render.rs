@@ -78,7 +78,7 @@ pub fn text_as(report: &Report, show_diffs: bool, face: &Face) -> String {
         }
         for o in &f.objects {
             for i in &o.items {
-                let (message, source) = split_attribution(i);
+                let (message, source) = short_and_source(i);
                 if let Some(source) = source
                     && !sources.iter().any(|(r, _)| *r == i.rule)
                 {
@@ -460,7 +460,7 @@ pub fn sarif_as(report: &Report, policies: &PolicySet, face: &Face) -> String {
                     "ruleId": i.rule,
                     "ruleIndex": index_of(&i.rule),
                     "level": i.level.as_str(),
-                    "message": {"text": format!("{}{}", split_attribution(i).0, policy_suffix(i))},
+                    "message": {"text": format!("{}{}", sarif_text(i), policy_suffix(i))},
                     "locations": [location(i.file.as_deref().unwrap_or(&f.name), i.line.max(1), None)],
                     "properties": properties,
                 }));
@@ -482,20 +482,36 @@ pub fn sarif_as(report: &Report, policies: &PolicySet, face: &Face) -> String {
     serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n"
 }
 
-/// A finding's message without the attribution the engine appends (` (policy P, rule R;
-/// source: S)`), and the source S. Short renderings (text, SARIF results) show the source
-/// once per rule instead. A message without the attribution is returned whole.
-fn split_attribution(i: &Item) -> (&str, Option<&str>) {
-    let Some(rule) = crate::rules::RuleId::parse(&i.rule) else {
-        return (&i.message, None);
-    };
-    let start = crate::engine::attribution_start(&i.policy, rule);
-    match i.message.rfind(&start) {
-        Some(at) => {
-            let source = i.message[at + start.len()..].strip_suffix(')');
-            (&i.message[..at], source)
-        }
-        None => (&i.message, None),
+/// A finding's text on one line without its attribution (the text report names the source
+/// once per rule), and the source; an item without parts is its message.
+fn short_and_source(i: &Item) -> (String, Option<&str>) {
+    match &i.text {
+        Some(text) => (text.one_line(), Some(text.source.as_str())),
+        None => (i.message.clone(), None),
+    }
+}
+
+/// A finding's text on one line with its attribution (JUnit, which has no sources section);
+/// an item without parts is its message.
+fn attributed_line(i: &Item) -> String {
+    match &i.text {
+        Some(text) => format!(
+            "{} (policy {}, rule {}; source: {})",
+            text.one_line(),
+            i.policy,
+            i.rule,
+            text.source
+        ),
+        None => i.message.clone(),
+    }
+}
+
+/// A SARIF result's text: the first line (where, what, `Fix:`) and the why.
+fn sarif_text(i: &Item) -> String {
+    match &i.text {
+        Some(text) if !text.why.is_empty() => format!("{} {}", text.first_line(), text.why),
+        Some(text) => text.first_line(),
+        None => i.message.clone(),
     }
 }
 
@@ -628,7 +644,7 @@ pub fn junit_as(report: &Report, face: &Face) -> String {
                             at(face, i.file.as_deref().unwrap_or(&f.name), i.line),
                             i.level.as_str(),
                             i.rule,
-                            i.message
+                            attributed_line(i)
                         )
                     })
                     .collect();
@@ -659,7 +675,7 @@ pub fn junit_as(report: &Report, face: &Face) -> String {
                             at(face, i.file.as_deref().unwrap_or(&f.name), i.line),
                             i.level.as_str(),
                             i.rule,
-                            i.message
+                            attributed_line(i)
                         )
                     })
                     .collect();

@@ -363,32 +363,38 @@ fn shown(name: &str) -> String {
     }
 }
 
+/// The note a caveat gives a finding (`stackgate check` drops the HelmChartConfig one when it
+/// merges the HelmChartConfig in).
+pub fn caveat_note(caveat: &str) -> String {
+    format!("This holds {caveat}.")
+}
+
 fn default_name(source: &NameSource, name: &str, explicit: bool, severity: Severity) -> Violation {
-    let mut what = match (name.is_empty(), explicit) {
-        (true, _) => "an empty cluster name".to_owned(),
-        (false, true) => format!("the default cluster name {}", shown(name)),
-        (false, false) => format!(
-            "the default cluster name {} (nothing here sets {FLAG} or the chart's cluster.name)",
-            shown(name)
-        ),
+    let what = match (name.is_empty(), explicit) {
+        (true, _) => "the OpenStack CCM runs with an empty cluster name".to_owned(),
+        (false, _) => format!("the CCM runs with the default cluster name {}", shown(name)),
     };
-    if let Some(caveat) = source.caveat {
-        what = format!("{what} ({caveat})");
-    }
+    let unset = if explicit {
+        String::new()
+    } else {
+        format!("The default applies: nothing here sets {FLAG} or the chart's cluster.name. ")
+    };
     Violation {
         severity,
         code: CODE_DEFAULT,
         line: None,
         pointer: Some(source.pointer.clone()),
-        message: format!(
-            "{}: the OpenStack CCM runs with {what}. The CCM names Octavia load balancers after \
-             it and adopts every load balancer whose name matches, so two clusters in one \
-             OpenStack project that keep the default take over and rewrite each other's \
-             load balancers ({SOURCES}). Fix: set {FLAG} (chart: cluster.name) to a name unique \
-             in the OpenStack project, before the first Service of type LoadBalancer exists \
-             (renaming later recreates every load balancer)",
-            source.location
+        location: Some(source.location.clone()),
+        what,
+        fix: format!("set {FLAG} (chart: cluster.name) to a name unique in the project"),
+        why: format!(
+            "{unset}The OpenStack CCM names Octavia load balancers after it and adopts every load balancer \
+             whose name matches, so two clusters in one OpenStack project that keep the default \
+             take over and rewrite each other's load balancers ({SOURCES}). Set it before the \
+             first Service of type LoadBalancer exists (renaming later recreates every load \
+             balancer)."
         ),
+        notes: source.caveat.map(caveat_note).into_iter().collect(),
         fixed_by_edit: false,
     }
 }
@@ -399,17 +405,22 @@ fn renamed(source: &NameSource, was: &str, name: &str) -> Violation {
         code: CODE_RENAMED,
         line: None,
         pointer: Some(source.pointer.clone()),
-        message: format!(
-            "{}: this changes the OpenStack CCM's cluster name from {} to {}. The CCM finds \
-             its Octavia load balancers by that name, so this recreates every Service load \
-             balancer and changes its IP, and leaves the old ones orphaned in Octavia \
-             ({RENAME_SOURCE}; {SOURCES}). Fix: keep {}; rename only in a planned migration \
-             of every LoadBalancer Service",
-            source.location,
+        location: Some(source.location.clone()),
+        what: format!(
+            "this changes the OpenStack CCM's cluster name from {} to {}",
             shown(was),
-            shown(name),
+            shown(name)
+        ),
+        fix: format!(
+            "keep {}; rename only in a planned migration of every LoadBalancer Service",
             shown(was)
         ),
+        why: format!(
+            "The CCM finds its Octavia load balancers by that name, so this recreates every \
+             Service load balancer and changes its IP, and leaves the old ones orphaned in \
+             Octavia ({RENAME_SOURCE}; {SOURCES})."
+        ),
+        notes: Vec::new(),
         fixed_by_edit: false,
     }
 }
@@ -420,15 +431,16 @@ fn unknown(source: &NameSource, why: &str) -> Violation {
         code: CODE_UNKNOWN,
         line: None,
         pointer: Some(source.pointer.clone()),
-        message: format!(
-            "{}: the CCM's {FLAG} {why}, so stackgate cannot check it at admission. The CCM \
-             names and adopts Octavia load balancers by it: the default \"kubernetes\" shared \
-             by two clusters in one OpenStack project makes them take over each other's load \
-             balancers ({SOURCES}), and changing it recreates every load balancer with a new \
-             IP ({RENAME_SOURCE}). Fix: make sure it is a name unique in the project and \
-             unchanged",
-            source.location
+        location: Some(source.location.clone()),
+        what: format!("the CCM's {FLAG} {why}, so stackgate cannot check it at admission"),
+        fix: "make sure it is a name unique in the project and unchanged".to_owned(),
+        why: format!(
+            "The CCM names and adopts Octavia load balancers by it: the default \"kubernetes\" \
+             shared by two clusters in one OpenStack project makes them take over each other's \
+             load balancers ({SOURCES}), and changing it recreates every load balancer with a \
+             new IP ({RENAME_SOURCE})."
         ),
+        notes: Vec::new(),
         fixed_by_edit: false,
     }
 }

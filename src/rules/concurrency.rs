@@ -205,34 +205,34 @@ pub fn violation(
     value: FlagValue,
     severity: Severity,
 ) -> Option<Violation> {
-    let (code, message, severity) = match value {
+    let (code, what, fix, why, severity) = match value {
         FlagValue::Int(n) if n <= 1 => return None,
         FlagValue::Int(n) => (
             CODE_PARALLEL,
-            format!(
-                "{location}: {FLAG}={n} lets the CCM reconcile {n} Services (and node syncs) at once. \
-             Octavia answers 409 \"immutable\" to every call on a load balancer while one of its \
-             children is PENDING_*, and Services sharing a load balancer then collide. Fix: \
-             remove the flag (the default is 1) or set {FLAG}=1"
-            ),
+            format!("{FLAG}={n} lets the CCM reconcile {n} Services at once"),
+            "set it to 1 (default) or remove it".to_owned(),
+            "The CCM then also runs node syncs in parallel. Octavia answers 409 \"immutable\" \
+             to every call on a load balancer while one of its children is PENDING_*, and \
+             Services sharing a load balancer then collide. The default is 1."
+                .to_owned(),
             severity,
         ),
         FlagValue::Invalid => (
             CODE_INVALID,
-            format!(
-                "{location}: {FLAG} has a value that is not an integer, so the CCM would fail to \
-             parse its flags and not start. Fix: remove the flag or set {FLAG}=1"
-            ),
+            format!("{FLAG} has a value that is not an integer"),
+            format!("remove the flag or set {FLAG}=1"),
+            "The CCM would fail to parse its flags and not start.".to_owned(),
             Severity::Deny,
         ),
         FlagValue::Reference => (
             CODE_REFERENCE,
+            format!("the value of {FLAG} is a $(VAR) reference stackgate cannot check"),
+            "make sure it expands to 1, or remove the flag (default 1)".to_owned(),
             format!(
-                "{location}: the value of {FLAG} cannot be checked at admission: it is a $(VAR) \
-             reference that the kubelet expands from the container's environment at start. \
-             Above 1 the CCM reconciles several Services at once and Octavia answers 409 \
-             \"immutable\" to calls on a load balancer with a PENDING_* child. Fix: make sure \
-             it expands to 1, or remove the flag (the default is 1)"
+                "The value of {FLAG} cannot be checked at admission: the kubelet expands the \
+                 $(VAR) reference from the container's environment at start. Above 1 the CCM \
+                 reconciles several Services at once and Octavia answers 409 \"immutable\" to \
+                 calls on a load balancer with a PENDING_* child."
             ),
             Severity::Warn,
         ),
@@ -242,7 +242,11 @@ pub fn violation(
         code,
         line: None,
         pointer: Some(pointer),
-        message,
+        location: Some(location.to_owned()),
+        what,
+        fix,
+        why,
+        notes: Vec::new(),
         fixed_by_edit: false,
     })
 }
@@ -337,9 +341,9 @@ mod tests {
             assert_eq!(used.value, FlagValue::Reference, "{args:?}");
             let v = violation("x", "/p".into(), used.value, Severity::Deny).unwrap();
             assert_eq!(v.severity, Severity::Warn, "{args:?}");
-            assert!(v.message.contains(FLAG), "{}", v.message);
-            assert!(!v.message.contains("SYNCS"), "{}", v.message);
-            assert!(!v.message.contains("fail"), "{}", v.message);
+            assert!(v.message().contains(FLAG), "{}", v.message());
+            assert!(!v.message().contains("SYNCS"), "{}", v.message());
+            assert!(!v.message().contains("fail"), "{}", v.message());
         }
         // `$$(X)` is the escaped literal `$(X)`, which pflag cannot parse.
         assert_eq!(

@@ -93,12 +93,16 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
                 code: CODE_CREDENTIAL,
                 pointer: None,
                 line: Some(entry.line),
-                message: format!(
-                    "[Global] {key} holds a credential (value not shown) in a ConfigMap{repeated}, \
-                     which anyone who can read ConfigMaps in this namespace can read. Fix: move \
-                     it to a Secret (e.g. kube-system/cloud-config, key cloud.conf) or to \
-                     clouds.yaml with `use-clouds = true`, and rotate the credential"
+                location: None,
+                what: format!("[Global] {key} holds a credential (value not shown)"),
+                fix: "move it to a Secret and rotate it".to_owned(),
+                why: format!(
+                    "It is in a ConfigMap, which anyone who can read ConfigMaps in this \
+                     namespace can read{repeated}. \
+                     Move it to a Secret (e.g. kube-system/cloud-config, key cloud.conf) or to \
+                     clouds.yaml with `use-clouds = true`, and rotate the credential."
                 ),
+                notes: Vec::new(),
                 fixed_by_edit: false,
             });
             continue;
@@ -128,14 +132,19 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
                 code: CODE_WRAPPED_CREDENTIAL,
                 pointer: None,
                 line: Some(next.line),
-                message: format!(
-                    "this line is probably the credential of `{key}` on the line before it, \
-                     written on its own line (value not shown): gcfg reads it as a key name, so \
-                     the CCM does not use it, and anyone who can read ConfigMaps in this \
-                     namespace can read it. Fix: move the credential to a Secret (e.g. \
-                     kube-system/cloud-config, key cloud.conf) or to clouds.yaml with \
-                     `use-clouds = true`, write it after `=` on the same line, and rotate it"
+                location: None,
+                what: format!(
+                    "probably the credential of `{key}` on the line before, on its own line \
+                     (value not shown)"
                 ),
+                fix: "move it to a Secret, after `=` on one line, and rotate it".to_owned(),
+                why: "gcfg reads the line as a key name, so the CCM does not use it, and anyone \
+                      who can read ConfigMaps in this namespace can read it. Move the credential \
+                      to a Secret (e.g. kube-system/cloud-config, key cloud.conf) or to \
+                      clouds.yaml with `use-clouds = true`, write it after `=` on the same \
+                      line, and rotate it."
+                    .to_owned(),
+                notes: Vec::new(),
                 fixed_by_edit: false,
             });
         }
@@ -163,7 +172,7 @@ mod tests {
             let out = run(&text, true);
             assert_eq!(out.violations.len(), 1, "{key}");
             assert_eq!(out.violations[0].line, Some(3));
-            assert!(!out.violations[0].message.contains("s3cr3t-value"));
+            assert!(!out.violations[0].message().contains("s3cr3t-value"));
             assert!(run(&text, false).violations.is_empty(), "{key} in a Secret");
         }
     }
@@ -178,7 +187,7 @@ mod tests {
             let out = run(text, true);
             assert_eq!(out.violations.len(), 1, "{text:?}");
             assert_eq!(out.violations[0].line, Some(2), "{text:?}");
-            assert!(!out.violations[0].message.contains("s3cr3t-value"));
+            assert!(!out.violations[0].message().contains("s3cr3t-value"));
         }
         let out = run("[Global]\npassword=one-value\npassword=two-value\n", true);
         let lines: Vec<_> = out.violations.iter().map(|v| v.line).collect();

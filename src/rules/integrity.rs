@@ -86,27 +86,45 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
     let doc = match &view.doc {
         Ok(doc) => *doc,
         Err(why) => {
-            let fix = match why {
-                Unreadable::Parse(e) if e.message == UNDERSCORE => {
-                    "gcfg does not allow '_' in section or key names, and the CCM's keys are \
-                     written with '-': replace '_' with '-' (e.g. lb-method, not lb_method)"
-                }
-                _ => "Fix the line named here",
-            };
-            let message = if why.is_stackgate_limit() {
-                format!(
-                    "{why}; stackgate cannot check these values. Write them without the \
-                     anchors and aliases, or more simply"
+            let (fix, why_text) = if why.is_stackgate_limit() {
+                (
+                    "write the values without the anchors and aliases, or more simply",
+                    "stackgate cannot check these values: they reach one of its caps on \
+                     untrusted input (the CCM itself may read them)."
+                        .to_owned(),
                 )
             } else {
-                format!("{why}; the CCM would fail to start (\"failed to read config\"). {fix}")
+                let fix = match why {
+                    Unreadable::Parse(e) if e.message == UNDERSCORE => "replace '_' with '-'",
+                    Unreadable::Parse(_) => "fix the line named here",
+                    Unreadable::Site(_) => "correct the value named here",
+                };
+                let underscore = match why {
+                    Unreadable::Parse(e) if e.message == UNDERSCORE => {
+                        " gcfg does not allow '_' in section or key names, and the CCM's keys \
+                         are written with '-' (e.g. lb-method, not lb_method)."
+                    }
+                    _ => "",
+                };
+                (
+                    fix,
+                    format!("gcfg stops at it: \"failed to read config\".{underscore}"),
+                )
             };
             out.violations.push(Violation {
                 severity: Severity::Deny,
                 code: CODE_UNREADABLE,
                 pointer: None,
                 line: why.line(),
-                message,
+                location: None,
+                what: if why.is_stackgate_limit() {
+                    why.to_string()
+                } else {
+                    format!("{why}; the CCM would fail to start")
+                },
+                fix: fix.to_owned(),
+                why: why_text,
+                notes: Vec::new(),
                 fixed_by_edit: false,
             });
             return out;
@@ -134,12 +152,16 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
                 code: CODE_FATAL,
                 pointer: None,
                 line: Some(p.line),
-                message: format!(
-                    "{}: the value is a ${{…}} placeholder, substituted before use, so stackgate \
-                     cannot check its type and makes no claim about it (unsubstituted, the CCM \
-                     would not start)",
+                location: None,
+                what: format!(
+                    "{}: a ${{…}} placeholder, not checked",
                     name(&p.section, p.key.as_deref()),
                 ),
+                fix: "make sure it is substituted before the CCM reads the file".to_owned(),
+                why: "The value is substituted before use, so stackgate cannot check its type and \
+                      makes no claim about it (unsubstituted, the CCM would not start)."
+                    .to_owned(),
+                notes: Vec::new(),
                 fixed_by_edit: false,
             });
             continue;
@@ -154,11 +176,15 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
             code: CODE_FATAL,
             pointer: None,
             line: Some(p.line),
-            message: format!(
-                "{}: {}; the CCM would fail to start on this file",
+            location: None,
+            what: format!(
+                "{}: {}; the CCM would not start",
                 name(&p.section, p.key.as_deref()),
-                p.message
+                problem_what(p.kind)
             ),
+            fix: problem_fix(p.kind).to_owned(),
+            why: format!("{}; the CCM would fail to start on this file.", p.message),
+            notes: Vec::new(),
             fixed_by_edit: false,
         });
     }
@@ -198,21 +224,25 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
             }
             IgnoredReason::RemovedKey => "the CCM no longer reads this key",
         };
-        // The suggestion comes first: clients show warnings cut to a few hundred characters.
-        let what = shown_name(&ignored.section, ignored.key.as_deref());
-        let mut message = match &ignored.suggestion {
-            Some(s) => {
-                let unknown = if ignored.key.is_some() {
-                    "key"
-                } else {
-                    "section"
-                };
-                format!("{what}: did you mean `{s}`? Unknown {unknown}, silently ignored")
-            }
-            None => format!("{what}: {why}; it is silently ignored"),
+        let name = shown_name(&ignored.section, ignored.key.as_deref());
+        let kind = if ignored.key.is_some() {
+            "key"
+        } else {
+            "section"
         };
+        let (what, fix) = match &ignored.suggestion {
+            Some(s) => (
+                format!("{name}: silently ignored"),
+                format!("did you mean `{s}`?"),
+            ),
+            None => (
+                format!("{name}: {why}; it is silently ignored"),
+                format!("remove the {kind} or correct its name"),
+            ),
+        };
+        let mut notes = Vec::new();
         if let Some(note) = &ignored.note {
-            message.push_str(&format!(" ({note})"));
+            notes.push(format!("{note}."));
         }
         if ignored.key.is_some()
             && let Some(key) = wrapped.get(&ignored.line)
@@ -222,9 +252,9 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
             } else {
                 "has an empty value".to_owned()
             };
-            message.push_str(&format!(
-                " (the line before {key}: gcfg does not continue a value on the next line, so \
-                 if this line is that value, write it after `=` on that line)"
+            notes.push(format!(
+                "If this line is a value: the line before {key}, and gcfg does not continue a \
+                 value on the next line, so write it after `=` on that line."
             ));
         }
         ignored_names.push(Violation {
@@ -232,7 +262,20 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
             code: CODE_IGNORED,
             pointer: None,
             line: Some(ignored.line),
-            message,
+            location: None,
+            what,
+            fix,
+            why: match &ignored.suggestion {
+                Some(_) => format!(
+                    "Unknown {kind}: gcfg drops what the CCM does not read without an error, so \
+                     the setting has no effect."
+                ),
+                None => format!(
+                    "gcfg drops what the CCM does not read without an error: {why}, so the \
+                     setting has no effect."
+                ),
+            },
+            notes,
             fixed_by_edit: false,
         });
     }
@@ -249,24 +292,27 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
         let credential = CREDENTIAL_KEYS
             .iter()
             .any(|k| k.eq_ignore_ascii_case(entry.key));
-        let what = if credential {
-            "this credential value contains an unquoted ';' or '#' (the value is not shown); the CCM \
-             cuts it there and authenticates with the truncated string"
-                .to_owned()
+        let (what, why) = if credential {
+            (
+                "this credential value contains an unquoted ';' or '#' (value not shown)",
+                "The CCM cuts it there and authenticates with the truncated string.",
+            )
         } else {
-            "the value contains an unquoted ';' or '#', which starts a comment: the CCM cuts the \
-             value there"
-                .to_owned()
+            (
+                "the value contains an unquoted ';' or '#', which starts a comment",
+                "The CCM cuts the value there (gcfg v1.2.3; CPO PR #1960).",
+            )
         };
         truncated.push(Violation {
             severity: Severity::Warn,
             code: CODE_TRUNCATED,
             pointer: None,
             line: Some(entry.line),
-            message: format!(
-                "{}: {what}. Fix: wrap the value in double quotes",
-                shown_name(entry.section, Some(entry.key))
-            ),
+            location: None,
+            what: format!("{}: {what}", shown_name(entry.section, Some(entry.key))),
+            fix: "wrap the value in double quotes".to_owned(),
+            why: why.to_owned(),
+            notes: Vec::new(),
             fixed_by_edit: false,
         });
     }
@@ -283,12 +329,16 @@ fn silent_values(
     ccm_version: Option<&crate::sites::helm::CcmVersion>,
     out: &mut RuleOutput,
 ) {
-    let warn = |code, line, message: String| Violation {
+    let warn = |code, line, (what, fix, why): (String, String, String)| Violation {
         severity: Severity::Warn,
         code,
         pointer: None,
         line: Some(line),
-        message: format!("{message} ({SOURCE_CCM_START})"),
+        location: None,
+        what,
+        fix,
+        why: format!("{why} ({SOURCE_CCM_START})."),
+        notes: Vec::new(),
         fixed_by_edit: false,
     };
     if let Some(e) = doc.effective("Global", None, "tls-insecure")
@@ -300,8 +350,13 @@ fn silent_values(
         out.violations.push(warn(
             CODE_TLS_INSECURE,
             e.line,
-            "[Global] tls-insecure is neither `true` nor `false`: the CCM reads it as a string and turns certificate verification off only for exactly `true` (so `True`, `yes` or `1` keep it on). Fix: write true or false"
-                .to_owned(),
+            (
+                "[Global] tls-insecure is neither exactly `true` nor `false`".to_owned(),
+                "write true or false".to_owned(),
+                "The CCM reads it as a string and turns certificate verification off only for \
+                 exactly `true` (so `True`, `yes` or `1` keep it on)"
+                    .to_owned(),
+            ),
         ));
     }
     if let Some(e) = doc.effective("LoadBalancer", None, "lb-provider")
@@ -311,9 +366,16 @@ fn silent_values(
             None => out.violations.push(warn(
                 CODE_UNSUPPORTED,
                 e.line,
-                format!(
-                    "[LoadBalancer] lb-provider is not a provider the CCM supports ({}; exact case): it only logs \"Unsupported LoadBalancer Provider\" at start and sends the value to Octavia unchanged, and its provider-specific handling (e.g. for `ovn`) does not apply. Fix: use one of those names",
-                    known_list(schema::LB_PROVIDERS)
+                (
+                    "[LoadBalancer] lb-provider is not a provider the CCM supports".to_owned(),
+                    format!(
+                        "use one of {} (exact case)",
+                        known_list(schema::LB_PROVIDERS)
+                    ),
+                    "The CCM only logs \"Unsupported LoadBalancer Provider\" at start and sends \
+                     the value to Octavia unchanged, and its provider-specific handling (e.g. for \
+                     `ovn`) does not apply"
+                        .to_owned(),
                 ),
             )),
             Some(known) => {
@@ -324,10 +386,22 @@ fn silent_values(
                     out.violations.push(warn(
                         CODE_NEEDS_NEWER_CCM,
                         e.line,
-                        format!(
-                            "[LoadBalancer] lb-provider = {} is supported from CCM {since}, but this object deploys an older CCM ({}): that release logs \"Unsupported LoadBalancer Provider\" at start and sends the value to Octavia unchanged. Fix: deploy CCM {since} or later (chart 2.{minor}.0), or use a provider that release supports",
-                            known.value,
-                            shown_range(version),
+                        (
+                            format!(
+                                "[LoadBalancer] lb-provider = {} is supported from CCM {since}, \
+                                 older than this object deploys",
+                                known.value
+                            ),
+                            format!(
+                                "deploy CCM {since} or later (chart 2.{minor}.0), or use a \
+                                 provider that release supports"
+                            ),
+                            format!(
+                                "This object deploys {}: that release logs \"Unsupported \
+                                 LoadBalancer Provider\" at start and sends the value to Octavia \
+                                 unchanged",
+                                shown_range(version)
+                            ),
                         ),
                     ));
                 }
@@ -344,9 +418,13 @@ fn silent_values(
         out.violations.push(warn(
             CODE_UNSUPPORTED,
             e.line,
-            format!(
-                "[LoadBalancer] container-store is not a store the CCM supports ({}; exact case): it only logs \"Unsupported Container Store\" at start. Fix: use one of those names",
-                known_list(schema::CONTAINER_STORES)
+            (
+                "[LoadBalancer] container-store is not a store the CCM supports".to_owned(),
+                format!(
+                    "use one of {} (exact case)",
+                    known_list(schema::CONTAINER_STORES)
+                ),
+                "The CCM only logs \"Unsupported Container Store\" at start".to_owned(),
             ),
         ));
     }
@@ -373,15 +451,18 @@ fn newer_keys(doc: &Document, version: &crate::sites::helm::CcmVersion, out: &mu
                 code: CODE_NEEDS_NEWER_CCM,
                 pointer: None,
                 line: Some(e.line),
-                message: format!(
-                    "[{}] {} is read from CCM {since}, but this object deploys an older CCM \
-                     ({}): that release does not know the key and silently ignores it. Fix: \
-                     deploy CCM {since} or later (chart 2.{minor}.0) \
-                     (cloud-provider-openstack release history, domain-facts §9.1)",
-                    section.name,
-                    key.name,
+                location: None,
+                what: format!(
+                    "[{}] {} is read from CCM {since}, newer than this object deploys",
+                    section.name, key.name
+                ),
+                fix: format!("deploy CCM {since} or later (chart 2.{minor}.0)"),
+                why: format!(
+                    "This object deploys {}: that release does not know the key and silently \
+                     ignores it (cloud-provider-openstack release history, domain-facts §9.1).",
                     shown_range(version),
                 ),
+                notes: Vec::new(),
                 fixed_by_edit: false,
             });
         }
@@ -409,6 +490,37 @@ fn known_list(values: &[schema::KnownValue]) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// A fatal problem in a few words (its full message is the why).
+fn problem_what(kind: schema::ProblemKind) -> &'static str {
+    use schema::ProblemKind as K;
+    match kind {
+        K::InvalidBool => "not a boolean gcfg accepts",
+        K::EmptyBool => "empty value for a boolean",
+        K::BlankValue => "a variable without `=`",
+        K::InvalidInt => "not an integer gcfg accepts",
+        K::SignedUint => "unsigned integer with a sign",
+        K::IntOutOfRange => "integer out of the 64-bit range",
+        K::DurationMissingUnit => "duration without a unit",
+        K::InvalidDuration => "not a Go duration",
+        K::LbVersion => "only `v2` is supported",
+        K::SearchOrder => "not a search order the CCM accepts",
+    }
+}
+
+/// The fix of a fatal problem.
+fn problem_fix(kind: schema::ProblemKind) -> &'static str {
+    use schema::ProblemKind as K;
+    match kind {
+        K::InvalidBool | K::EmptyBool => "write true or false",
+        K::BlankValue => "write `key = value`",
+        K::InvalidInt | K::SignedUint | K::IntOutOfRange => "write decimal digits, e.g. 3",
+        K::DurationMissingUnit => "add a unit, e.g. 5s or 1m",
+        K::InvalidDuration => "write a Go duration, e.g. 5s, 500ms or 1m30s",
+        K::LbVersion => "remove the line or write `lb-version = v2`",
+        K::SearchOrder => "write `configDrive`, `metadataService` or both",
+    }
 }
 
 fn name(section: &str, key: Option<&str>) -> String {

@@ -52,11 +52,14 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
             code: CODE_USE_OCTAVIA_FALSE,
             pointer: None,
             line: Some(e.line),
-            message: "[LoadBalancer] use-octavia = false asks for Neutron LBaaS v2, which is \
-                      deprecated and leaks admin-owned load-balancer resources when Services are \
-                      torn down concurrently; CCM v1.26.0 and later ignore the key and always use \
-                      Octavia, so the setting also misleads. Fix: delete the line"
+            location: None,
+            what: "[LoadBalancer] use-octavia = false asks for Neutron LBaaS v2".to_owned(),
+            fix: "delete the line".to_owned(),
+            why: "Neutron LBaaS v2 is deprecated and leaks admin-owned load-balancer resources \
+                  when Services are torn down concurrently; CCM v1.26.0 and later ignore the key \
+                  and always use Octavia, so the setting also misleads."
                 .to_owned(),
+            notes: Vec::new(),
             fixed_by_edit: false,
         });
     }
@@ -72,19 +75,23 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
             .and_then(|m| m.value.as_deref())
             .is_some_and(|v| v.trim() == "SOURCE_IP_PORT");
         if !ok {
-            let (line, what) = match &method {
-                Some(m) => (m.line, "lb-method is not SOURCE_IP_PORT"),
+            let (line, what, note) = match &method {
+                Some(m) => (m.line, "lb-method is not SOURCE_IP_PORT", None),
                 // One values source of several: another may set it, so it is a warning that
                 // says so, not a claim about the CCM.
                 None if view.values_source => (
                     provider.line,
-                    "lb-method is not set in these values, which are one values source of the \
-                     release: unless another values source or spec.values of the same release \
-                     sets it, which this object does not show, the CCM uses ROUND_ROBIN",
+                    "lb-method is not set in these values",
+                    Some(
+                        "These values are one values source of the release: unless another \
+                         values source or spec.values of the same release sets lb-method, which \
+                         this object does not show, the CCM uses ROUND_ROBIN.",
+                    ),
                 ),
                 None => (
                     provider.line,
-                    "lb-method is not set, so the CCM uses ROUND_ROBIN",
+                    "lb-method is not set (the CCM uses ROUND_ROBIN)",
+                    None,
                 ),
             };
             let missing_here = method.is_none() && view.values_source;
@@ -97,12 +104,13 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
                 code: CODE_OVN_LB_METHOD,
                 pointer: None,
                 line: Some(line),
-                message: format!(
-                    "[LoadBalancer] lb-provider = ovn but {what}: Octavia's OVN provider rejects \
-                     every other algorithm (\"OVN provider does not support ROUND_ROBIN \
-                     algorithm\"), so every LoadBalancer Service fails. Fix: set \
-                     `lb-method = SOURCE_IP_PORT` under [LoadBalancer]"
-                ),
+                location: None,
+                what: format!("[LoadBalancer] lb-provider = ovn but {what}"),
+                fix: "set `lb-method = SOURCE_IP_PORT`".to_owned(),
+                why: "Octavia's OVN provider rejects every other algorithm (\"OVN provider does \
+                      not support ROUND_ROBIN algorithm\"), so every LoadBalancer Service fails."
+                    .to_owned(),
+                notes: note.map(str::to_owned).into_iter().collect(),
                 fixed_by_edit: false,
             });
         }
@@ -158,7 +166,7 @@ mod tests {
         let out = run("[LoadBalancer]\nlb-provider = ovn\n");
         assert!(
             out.violations[0]
-                .message
+                .message()
                 .contains("lb-method = SOURCE_IP_PORT")
         );
     }

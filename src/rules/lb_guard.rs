@@ -472,23 +472,24 @@ fn describe_machine(machine: &DynamicObject) -> String {
 }
 
 fn unavailable(what: &str, reason: &str, unknown: WhenUnknown) -> Violation {
-    // Warnings are cut at 256 characters by the admission adapter: the outcome and the reason
-    // come first.
-    let (severity, message) = match unknown {
+    // The first line names the outcome (admitted or refused) and the Machine; the reason
+    // follows.
+    let (severity, short, fix, why) = match unknown {
         WhenUnknown::Admit => (
             Severity::Warn,
+            "Admitted without checking the API load balancer (params.unknown is admit)".to_owned(),
+            "check that every member is ACTIVE and another one is ONLINE",
             format!(
-                "Admitted without checking the API load balancer (params.unknown is admit): \
-                 {reason}. Deleting {what} while a load-balancer member is pending or the last \
-                 one serving can take the cluster API offline ({INCIDENT}); check that every \
-                 member is ACTIVE and another one is ONLINE."
+                "{reason}. Deleting {what} while a load-balancer member is pending or the last \
+                 one serving can take the cluster API offline ({INCIDENT})."
             ),
         ),
         WhenUnknown::Deny => (
             Severity::Deny,
+            format!("Refusing to delete {what}: the API load balancer could not be checked"),
+            "wait; Cluster API retries the deletion",
             format!(
-                "Refusing to delete {what}: the API load balancer could not be checked \
-                 (params.unknown is deny): {reason}. Deleting a control-plane node while a \
+                "params.unknown is deny: {reason}. Deleting a control-plane node while a \
                  load-balancer member is pending or the last one serving can take the cluster \
                  API offline ({INCIDENT}). Cluster API retries the deletion; it goes through \
                  once the load balancer can be checked."
@@ -500,7 +501,11 @@ fn unavailable(what: &str, reason: &str, unknown: WhenUnknown) -> Violation {
         code: CODE_UNAVAILABLE,
         line: None,
         pointer: None,
-        message,
+        location: None,
+        what: short,
+        fix: fix.to_owned(),
+        why,
+        notes: Vec::new(),
         fixed_by_edit: false,
     }
 }
@@ -671,16 +676,20 @@ fn refusal(what: &str, lb: &LoadBalancerStatus, problems: Problems) -> Violation
         code: CODE_NOT_READY,
         line: None,
         pointer: None,
-        message: format!(
-            "Refusing to delete {what}: the API {} is not ready for it: {}. Deleting a \
-             control-plane node while a load-balancer member is pending, failed, or the last one \
-             serving can take the cluster API offline ({INCIDENT}: an amphorav2 member stayed \
-             PENDING_CREATE while the load balancer was ACTIVE, and every control-plane node was \
-             rotated out). Cluster API retries the deletion; it goes through once every other \
-             member is ACTIVE and another member is ONLINE.",
+        location: None,
+        what: format!("Refusing to delete {what}: an API load-balancer member is not ready"),
+        fix: "wait; Cluster API retries the deletion".to_owned(),
+        why: format!(
+            "The API {} is not ready for it: {}. Deleting a control-plane node while a \
+             load-balancer member is pending, failed, or the last one serving can take the \
+             cluster API offline ({INCIDENT}: an amphorav2 member stayed PENDING_CREATE while \
+             the load balancer was ACTIVE, and every control-plane node was rotated out). \
+             Cluster API retries the deletion; it goes through once every other member is \
+             ACTIVE and another member is ONLINE.",
             lb_label(lb),
             listed.join("; ")
         ),
+        notes: Vec::new(),
         fixed_by_edit: false,
     }
 }
@@ -839,7 +848,7 @@ mod tests {
         ]);
         let out = run(&m, &facts, WhenUnknown::Deny);
         assert_eq!(out.violations.len(), 1);
-        assert!(out.violations[0].message.contains("last one serving"));
+        assert!(out.violations[0].message().contains("last one serving"));
     }
 
     #[test]
@@ -893,7 +902,7 @@ mod tests {
         let one = lb(vec![member("a", "10.0.0.9", ACTIVE, ONLINE)]);
         let out = run(&m, &one, WhenUnknown::Admit);
         assert_eq!(out.violations.len(), 1);
-        assert!(out.violations[0].message.contains("cannot be told apart"));
+        assert!(out.violations[0].message().contains("cannot be told apart"));
         let two = lb(vec![
             member("a", "10.0.0.9", ACTIVE, ONLINE),
             member("b", "10.0.0.8", ACTIVE, ONLINE),
@@ -929,7 +938,7 @@ mod tests {
         o.leaving.push(leaving("m-3", LeavingWhy::JustAdmitted));
         let out = run(&m, &facts, WhenUnknown::Deny);
         assert_eq!(out.violations.len(), 1);
-        let message = &out.violations[0].message;
+        let message = &out.violations[0].message();
         assert!(
             message.contains("already being deleted are gone (m-2, m-3)"),
             "{message}"
@@ -970,12 +979,12 @@ mod tests {
         assert_eq!(out.violations.len(), 1);
         assert!(
             out.violations[0]
-                .message
+                .message()
                 .contains("pool k-8132: this Machine's member is the last one serving"),
             "{}",
-            out.violations[0].message
+            out.violations[0].message()
         );
-        assert!(!out.violations[0].message.contains("pool k-6443"));
+        assert!(!out.violations[0].message().contains("pool k-6443"));
     }
 
     #[test]
@@ -995,7 +1004,7 @@ mod tests {
             member("k-6443-m-3", "10.0.0.3", "PENDING_CREATE", "OFFLINE"),
         ]);
         let out = run(&m, &facts, WhenUnknown::Deny);
-        assert!(out.violations[0].message.contains("PENDING_CREATE"));
+        assert!(out.violations[0].message().contains("PENDING_CREATE"));
     }
 
     #[test]
@@ -1016,7 +1025,7 @@ mod tests {
         };
         let out = check(&subject, None, &unavailable, WhenUnknown::Deny);
         assert_eq!(out.violations[0].severity, Severity::Deny);
-        assert!(out.violations[0].message.contains("Machine ns/m-1"));
+        assert!(out.violations[0].message().contains("Machine ns/m-1"));
         let out = check(&subject, None, &unavailable, WhenUnknown::Admit);
         assert_eq!(out.violations[0].severity, Severity::Warn);
         let worker = GuardFacts::NotApplicable {
@@ -1041,6 +1050,6 @@ mod tests {
             infra_name: Some("m-1".into()),
         });
         let out = check(&subject, None, &facts, WhenUnknown::Admit);
-        assert!(out.violations[0].message.contains("last one serving"));
+        assert!(out.violations[0].message().contains("last one serving"));
     }
 }

@@ -121,12 +121,34 @@ pub struct Violation {
     pub line: Option<usize>,
     /// JSON pointer to the offending field, for an object family (None: the whole object).
     pub pointer: Option<String>,
-    /// What is wrong and why (never a value from the config), and how to fix it. A
-    /// cloud-config family's message is located by the engine; an object family's names the
-    /// object and field itself.
-    pub message: String,
+    /// Where, for an object family: the object and field as a user finds them
+    /// (`Deployment kube-system/occm container "occm" args[1]`). None for a cloud-config
+    /// family, whose findings the engine locates in the site (object, field, INI line).
+    pub location: Option<String>,
+    /// What is wrong: one short clause, no final period, never a value of a Secret. The first
+    /// line of every face is `<location>: <what>. Fix: <fix>`, at most ~200 characters.
+    pub what: String,
+    /// The action that fixes it: one short clause, no final period.
+    pub fix: String,
+    /// Why it matters, with the upstream reference the rule relies on; may be long (shown
+    /// after the first line, in denials, reports and `stackgate explain`).
+    pub why: String,
+    /// Further caveats, each a sentence.
+    pub notes: Vec<String>,
     /// Whether the rule's own edit fixes it (then it is not reported where the edit applies).
     pub fixed_by_edit: bool,
+}
+
+impl Violation {
+    /// Every part on one line, for tests that look for a phrase wherever it is.
+    #[cfg(test)]
+    pub(crate) fn message(&self) -> String {
+        let mut parts: Vec<&str> = Vec::new();
+        parts.extend(self.location.as_deref());
+        parts.extend([self.what.as_str(), self.fix.as_str(), self.why.as_str()]);
+        parts.extend(self.notes.iter().map(String::as_str));
+        parts.join(" ")
+    }
 }
 
 /// At most this many findings of one kind (one rule, one cloud config) are reported one by
@@ -217,10 +239,14 @@ impl KindCollector {
             code: self.code,
             line: self.folded_lines.first().copied(),
             pointer: None,
-            message: format!(
-                "and {} more {what}{lines}: the same finding as above, not listed one by one (at most {MAX_FINDINGS_PER_KIND} are). Fix them the same way",
-                self.folded
+            location: None,
+            what: format!("and {} more {what}{lines}", self.folded),
+            fix: "fix them as the findings above".to_owned(),
+            why: format!(
+                "The same finding as above, not listed one by one (at most \
+                 {MAX_FINDINGS_PER_KIND} of one kind are)."
             ),
+            notes: Vec::new(),
             fixed_by_edit: false,
         });
     }

@@ -158,15 +158,19 @@ fn check(input: &ObjectInput<'_>) -> RuleOutput {
             code: CODE_IGNORED,
             line: None,
             pointer: Some(pointer.clone()),
-            message: format!(
-                "{service} {what}: the cluster's cloud config ({}) has [LoadBalancer] \
-                 lb-provider = ovn without manage-security-groups = true, so the OpenStack CCM \
-                 ignores these source ranges with only a warning Event and the load balancer \
-                 stays open to every address ({SOURCES}). Fix: set manage-security-groups = true \
-                 under [LoadBalancer] in {} (the CCM reads it at start: restart it), or drop the \
-                 ranges and restrict access another way",
+            location: Some(format!("{service} {what}")),
+            what: "ignored by the CCM: lb-provider = ovn without manage-security-groups".to_owned(),
+            fix: "set manage-security-groups = true in the cloud config".to_owned(),
+            why: format!(
+                "The cluster's cloud config ({}) has [LoadBalancer] lb-provider = ovn without \
+                 manage-security-groups = true, so the OpenStack CCM ignores these source ranges \
+                 with only a warning Event and the load balancer stays open to every address \
+                 ({SOURCES}). Set manage-security-groups = true under [LoadBalancer] in {} (the \
+                 CCM reads it at start: restart it), or drop the ranges and restrict access \
+                 another way.",
                 settings.source, settings.source
             ),
+            notes: Vec::new(),
             fixed_by_edit: false,
         });
     }
@@ -182,15 +186,18 @@ fn check(input: &ObjectInput<'_>) -> RuleOutput {
                 "/metadata/annotations/{}",
                 LB_METHOD_ANNOTATION.replace('/', "~1")
             )),
-            message: format!(
-                "{service} annotation {LB_METHOD_ANNOTATION} = {shown:?}: the cluster's cloud \
-                 config ({}) uses lb-provider = ovn, and Octavia's OVN provider supports only \
-                 SOURCE_IP_PORT. The OpenStack CCM honours this annotation from v1.34.0, where \
-                 the load balancer then fails to be created; earlier versions ignore the \
-                 annotation and use the config's lb-method ({METHOD_SOURCES}). Fix: set it to \
-                 SOURCE_IP_PORT or remove it",
+            location: Some(format!("{service} annotation {LB_METHOD_ANNOTATION}")),
+            what: format!("{shown:?} with lb-provider = ovn, which supports only SOURCE_IP_PORT"),
+            fix: "set it to SOURCE_IP_PORT or remove it".to_owned(),
+            why: format!(
+                "The cluster's cloud config ({}) uses lb-provider = ovn, and Octavia's OVN \
+                 provider supports only SOURCE_IP_PORT. The OpenStack CCM honours this \
+                 annotation from v1.34.0, where the load balancer then fails to be created; \
+                 earlier versions ignore the annotation and use the config's lb-method \
+                 ({METHOD_SOURCES}).",
                 settings.source
             ),
+            notes: Vec::new(),
             fixed_by_edit: false,
         });
     }
@@ -213,13 +220,16 @@ fn unseen(service: &str, asks: &ServiceAsks, why: &str) -> Violation {
         code: CODE_UNSEEN,
         line: None,
         pointer: Some(pointer),
-        message: format!(
-            "{service} {what}: stackgate cannot see the cluster's cloud config ({why}), so it \
-             cannot tell whether the load balancer uses the OVN provider. With lb-provider = ovn \
-             and no manage-security-groups = true the CCM ignores source ranges (the load \
-             balancer is open to every address), and OVN supports only the SOURCE_IP_PORT \
-             lb-method ({SOURCES}). Fix: check the cluster's [LoadBalancer] settings"
+        location: Some(format!("{service} {what}")),
+        what: format!("stackgate cannot see the cluster's cloud config ({why})"),
+        fix: "check the cluster's [LoadBalancer] settings".to_owned(),
+        why: format!(
+            "So stackgate cannot tell whether the load balancer uses the OVN provider. With \
+             lb-provider = ovn and no manage-security-groups = true the CCM ignores source \
+             ranges (the load balancer is open to every address), and OVN supports only the \
+             SOURCE_IP_PORT lb-method ({SOURCES})."
         ),
+        notes: Vec::new(),
         fixed_by_edit: false,
     }
 }

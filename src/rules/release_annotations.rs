@@ -161,15 +161,18 @@ pub fn check(
             code: CODE_AMBIGUOUS,
             line: None,
             pointer: None,
-            message: format!(
-                "{what}: namespace {namespace} has {count} OpenStackVersions ({}, {}{}); \
-                 openstack-operator supports one per namespace, so stackgate cannot tell which \
-                 release applies and neither adds nor checks release annotations. Fix: delete \
-                 the extra OpenStackVersion.",
+            location: Some(what.clone()),
+            what: format!(
+                "namespace {namespace} has {count} OpenStackVersions ({}, {}{})",
                 names[0],
                 names[1],
                 if count > 2 { ", …" } else { "" }
             ),
+            fix: "delete the extra OpenStackVersion".to_owned(),
+            why: "openstack-operator supports one per namespace, so stackgate cannot tell which \
+                  release applies and neither adds nor checks release annotations."
+                .to_owned(),
+            notes: Vec::new(),
             fixed_by_edit: false,
         });
     }
@@ -195,35 +198,38 @@ pub fn check(
         } else {
             Severity::Warn
         };
-        let ratchet_note = if enforce && unchanged {
-            " This request does not change the annotation, so this is a warning although the \
-             policy enforces contradictions."
-        } else {
-            ""
-        };
+        let ratchet = enforce && unchanged;
         match (value, &expected) {
             (Some(v), _) => match go_parse_bool(v) {
                 None => {
-                    let fix = match &expected {
-                        Some(e) => format!(
-                            "set it to \"{}\" ({}), or remove it and stackgate adds that value",
-                            e.write, e.explanation
+                    let (fix, expected_note) = match &expected {
+                        Some(e) => (
+                            format!(
+                                "set it to \"{}\" or remove it (stackgate adds that value)",
+                                e.write
+                            ),
+                            format!(" The release expects \"{}\": {}.", e.write, e.explanation),
                         ),
-                        None => "set it to \"true\" or \"false\", or remove it".to_owned(),
+                        None => (
+                            "set it to \"true\" or \"false\", or remove it".to_owned(),
+                            String::new(),
+                        ),
                     };
                     out.violations.push(Violation {
                         severity: Severity::Deny,
                         code: CODE_UNPARSABLE,
                         line: None,
                         pointer: Some(pointer_text),
-                        message: format!(
-                            "{what}: annotation {key}={} {UNPARSABLE}: the service operator reads \
-                             it with Go strconv.ParseBool, which accepts exactly {GO_BOOL_ACCEPTED}; \
-                             any other value fails its reconcile and the service is not deployed. \
-                             Fix: {fix}. Sources: {}.",
-                            echo(v),
+                        location: Some(what.clone()),
+                        what: format!("annotation {key}={} {UNPARSABLE}", echo(v)),
+                        fix,
+                        why: format!(
+                            "The service operator reads it with Go strconv.ParseBool, which \
+                             accepts exactly {GO_BOOL_ACCEPTED}; any other value fails its \
+                             reconcile and the service is not deployed.{expected_note} Sources: {}.",
                             mapping.source.trim()
                         ),
+                        notes: Vec::new(),
                         fixed_by_edit: false,
                     });
                 }
@@ -236,21 +242,22 @@ pub fn check(
                             code: CODE_CONTRADICTION,
                             line: None,
                             pointer: Some(pointer_text),
-                            message: format!(
-                                "{what}: annotation {key}={} {CONTRADICTION}: {}. {} \
-                                 openstack-operator rewrites this annotation from the release's \
-                                 ServiceDefaults on every reconcile of the CRs it manages, so the \
-                                 two would fight and the service would be redeployed each time. \
-                                 Fix: set it to \"{}\" or remove it (stackgate then adds \"{}\").{} \
-                                 Sources: {}.",
-                                echo(v),
-                                e.explanation,
+                            location: Some(what.clone()),
+                            what: format!("annotation {key}={} {CONTRADICTION}", echo(v)),
+                            fix: format!(
+                                "set it to \"{}\" or remove it (stackgate then adds \"{}\")",
+                                e.write, e.write
+                            ),
+                            why: format!(
+                                "{}. {} openstack-operator rewrites this annotation from the \
+                                 release's ServiceDefaults on every reconcile of the CRs it \
+                                 manages, so the two would fight and the service would be \
+                                 redeployed each time. Sources: {}.",
+                                upper_first(e.explanation.as_str()),
                                 mapping.effect.trim(),
-                                e.write,
-                                e.write,
-                                ratchet_note,
                                 mapping.source.trim()
                             ),
+                            notes: ratchet_note(ratchet),
                             fixed_by_edit: false,
                         });
                     }
@@ -279,18 +286,21 @@ pub fn check(
                         code: CODE_CONTRADICTION,
                         line: None,
                         pointer: Some(pointer_text),
-                        message: format!(
-                            "{what}: annotation {key} is missing, which the service operator \
-                             reads as \"{}\"; that {CONTRADICTION}: {}. {} Fix: add {key}: \"{}\" \
-                             (the stackgate mutating webhook adds it; seeing this from the \
-                             validating webhook means the mutation did not run).{} Sources: {}.",
-                            mapping.when_absent,
-                            e.explanation,
+                        location: Some(what.clone()),
+                        what: format!(
+                            "annotation {key} is missing, which the service operator reads as \
+                             \"{}\"; that {CONTRADICTION}",
+                            mapping.when_absent
+                        ),
+                        fix: format!("add {key}: \"{}\"", e.write),
+                        why: format!(
+                            "{}. {} The stackgate mutating webhook adds it; seeing this from the \
+                             validating webhook means the mutation did not run. Sources: {}.",
+                            upper_first(e.explanation.as_str()),
                             mapping.effect.trim(),
-                            e.write,
-                            ratchet_note,
                             mapping.source.trim()
                         ),
+                        notes: ratchet_note(ratchet),
                         fixed_by_edit: true,
                     });
                 }
@@ -406,6 +416,28 @@ fn describe(kind: &str, namespace: &str, req: &Subject<'_>, object: &DynamicObje
         format!("{kind} {name}")
     } else {
         format!("{kind} {namespace}/{name}")
+    }
+}
+
+/// `s` with its first letter in upper case (a clause made a sentence).
+fn upper_first(s: &str) -> String {
+    let mut chars = s.chars();
+    match chars.next() {
+        Some(c) => c.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
+/// The note of a contradiction the request does not change (ratcheting).
+fn ratchet_note(ratchet: bool) -> Vec<String> {
+    if ratchet {
+        vec![
+            "This request does not change the annotation, so this is a warning although the \
+             policy enforces contradictions."
+                .to_owned(),
+        ]
+    } else {
+        Vec::new()
     }
 }
 

@@ -45,8 +45,8 @@ pub const SECTION: &str = "LoadBalancer";
 /// The key.
 pub const KEY: &str = "provider-requires-serial-api-calls";
 
-const WHY: &str = "without serial calls the CCM sends fully-populated load-balancer creates and \
-batch member updates, which Octavia providers race on (409 \"immutable\", objects stuck in PENDING_*)";
+const WHY: &str = "Without serial calls the CCM sends fully-populated load-balancer creates and \
+batch member updates, which Octavia providers race on (409 \"immutable\", objects stuck in PENDING_*).";
 
 /// Runs the rule on one cloud config.
 pub fn check(view: &ConfigView<'_>) -> RuleOutput {
@@ -54,23 +54,27 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
     let doc = match &view.doc {
         Ok(doc) => *doc,
         Err(why) => {
+            let (fix, note) = if why.is_stackgate_limit() {
+                ("write the values without the anchors and aliases", "")
+            } else {
+                (
+                    "fix the syntax",
+                    " The CCM would fail to start on this file.",
+                )
+            };
             out.violations.push(Violation {
                 severity: Severity::Deny,
                 code: CODE_UNREADABLE,
                 pointer: None,
                 line: why.line(),
-                message: if why.is_stackgate_limit() {
-                    format!(
-                        "cannot verify [{SECTION}] {KEY}: {why}. Write the values without the \
-                         anchors and aliases; stackgate then adds {KEY} = true if it is missing"
-                    )
-                } else {
-                    format!(
-                        "cannot verify [{SECTION}] {KEY}: {why}. The CCM would fail to start on \
-                         this file. Fix the syntax; stackgate then adds {KEY} = true if it is \
-                         missing"
-                    )
-                },
+                location: None,
+                what: format!("cannot verify [{SECTION}] {KEY}: {why}"),
+                fix: fix.to_owned(),
+                why: format!(
+                    "stackgate cannot read the config to check [{SECTION}] {KEY}.{note} Once it \
+                     reads, stackgate adds {KEY} = true if it is missing."
+                ),
+                notes: Vec::new(),
                 fixed_by_edit: false,
             });
             return out;
@@ -83,27 +87,37 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
                 key: KEY,
                 value: "true",
             });
+            let (what, why) = if view.values_source {
+                (
+                    format!("[{SECTION}] {KEY} is not set in these values"),
+                    format!(
+                        "These values are one values source of the release: unless another \
+                         values source or spec.values of the same release sets it, which this \
+                         object does not show, the CCM uses its default (false). {WHY} Add \
+                         `{KEY} = true` under [{SECTION}] here (the stackgate mutating webhook \
+                         adds it where it may edit the object)."
+                    ),
+                )
+            } else {
+                (
+                    format!("[{SECTION}] {KEY} is not set (default false)"),
+                    format!(
+                        "{WHY} Add `{KEY} = true` under \
+                         [{SECTION}] (the stackgate mutating webhook adds it where it may edit \
+                         the object)."
+                    ),
+                )
+            };
             out.violations.push(Violation {
                 severity: Severity::Warn,
                 code: CODE_MISSING,
                 pointer: None,
                 line: None,
-                message: if view.values_source {
-                    format!(
-                        "[{SECTION}] {KEY} is not set in these values, which are one values \
-                         source of the release: unless another values source or spec.values of \
-                         the same release sets it, which this object does not show, the CCM \
-                         uses its default (false): {WHY}. Fix: add `{KEY} = true` under \
-                         [{SECTION}] here (the stackgate mutating webhook adds it where it may \
-                         edit the object)"
-                    )
-                } else {
-                    format!(
-                        "[{SECTION}] {KEY} is not set, so the CCM uses its default (false): \
-                         {WHY}. Fix: add `{KEY} = true` under [{SECTION}] (the stackgate \
-                         mutating webhook adds it where it may edit the object)"
-                    )
-                },
+                location: None,
+                what,
+                fix: "set it to true".to_owned(),
+                why,
+                notes: Vec::new(),
                 fixed_by_edit: true,
             });
         }
@@ -114,11 +128,14 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
                 code: CODE_FALSE,
                 pointer: None,
                 line: Some(entry.line),
-                message: format!(
-                    "[{SECTION}] {KEY} is set to a false value: {WHY}. Fix: set it to true (or \
-                     delete the line where stackgate's mutating webhook may edit the object: it \
-                     adds the line)"
+                location: None,
+                what: format!("[{SECTION}] {KEY} is set to a false value"),
+                fix: "set it to true".to_owned(),
+                why: format!(
+                    "{WHY} Where stackgate's mutating webhook may edit the object, deleting the \
+                     line also works: it adds the line."
                 ),
+                notes: Vec::new(),
                 fixed_by_edit: false,
             }),
             None => out.violations.push(Violation {
@@ -126,10 +143,13 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
                 code: CODE_INVALID,
                 pointer: None,
                 line: Some(entry.line),
-                message: format!(
-                    "[{SECTION}] {KEY} is not a boolean the CCM accepts (true/yes/on/1 or \
-                     false/no/off/0, any case), so the CCM would fail to start. Fix: set it to true"
-                ),
+                location: None,
+                what: format!("[{SECTION}] {KEY} is not a boolean the CCM accepts"),
+                fix: "set it to true".to_owned(),
+                why: "The CCM accepts true/yes/on/1 or false/no/off/0, any case; on anything else \
+                      it would fail to start."
+                    .to_owned(),
+                notes: Vec::new(),
                 fixed_by_edit: false,
             }),
         },
@@ -156,7 +176,7 @@ mod tests {
             ccm_version: None,
         });
         assert_eq!(out.violations.len(), 1);
-        let message = &out.violations[0].message;
+        let message = &out.violations[0].message();
         assert!(message.contains("is not set in these values"), "{message}");
         assert!(
             message.contains("unless another values source"),
@@ -224,6 +244,6 @@ mod tests {
     fn invalid_literal_is_denied_without_echoing_it() {
         let out = run(&format!("[LoadBalancer]\n{KEY}=sure-thing\n"));
         assert_eq!(out.violations[0].severity, Severity::Deny);
-        assert!(!out.violations[0].message.contains("sure-thing"));
+        assert!(!out.violations[0].message().contains("sure-thing"));
     }
 }
