@@ -393,7 +393,9 @@ struct LeafInfo {
 }
 
 /// Reads the validity period, subject and serial of an X.509 certificate (DER). The error
-/// says what is wrong without quoting the certificate.
+/// says what is wrong without quoting the certificate. Its input has already been parsed by
+/// webpki (`keys_match`) or generated here; x509-parser's own nesting limit is asn1-rs's
+/// `MAX_RECURSION` (50; asn1-rs 0.7.2, `src/ber/parser.rs`).
 fn leaf_info(der: &[u8]) -> Result<LeafInfo, String> {
     let (_, cert) = x509_parser::parse_x509_certificate(der)
         .map_err(|e| format!("the leaf certificate is not X.509 DER x509-parser can read ({e})"))?;
