@@ -65,6 +65,11 @@ pub struct OutcomeLabels {
     pub outcome: &'static str,
 }
 
+/// The empty label set of the certificate gauges: a [`Family`] of them has no series until
+/// one is set, where a plain [`Gauge`] would export 0.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NoLabels {}
+
 /// Labels of `stackgate_connections_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ConnectionLabels {
@@ -114,6 +119,11 @@ pub struct Metrics {
     rejections: Family<ReasonLabels, Counter>,
     input_limits: Family<LimitLabels, Counter>,
     tls_reloads: Family<OutcomeLabels, Counter>,
+    /// notAfter / notBefore of the leaf certificate in service: families without labels so
+    /// that no series exists until a certificate's validity has been read (a plain gauge
+    /// would export 0, an expiry in 1970 that fires the expiry alert, before that).
+    tls_not_after: Family<NoLabels, Gauge<i64, AtomicI64>>,
+    tls_not_before: Family<NoLabels, Gauge<i64, AtomicI64>>,
     connections: Family<ConnectionLabels, Counter>,
     connection_closes: Family<ConnectionCloseLabels, Counter>,
     connections_open: Family<ListenerLabels, Gauge<i64, AtomicI64>>,
@@ -197,6 +207,21 @@ impl Metrics {
             "Certificate reload attempts after a change on disk, by outcome",
             tls_reloads.clone(),
         );
+        let tls_not_after = Family::<NoLabels, Gauge<i64, AtomicI64>>::default();
+        registry.register(
+            "tls_certificate_expiry_timestamp_seconds",
+            "notAfter of the serving (leaf) certificate in service, Unix seconds; set at start \
+             and on each successful reload, absent if it could not be read. Alert on \
+             `stackgate_tls_certificate_expiry_timestamp_seconds - time() < 14 * 86400`",
+            tls_not_after.clone(),
+        );
+        let tls_not_before = Family::<NoLabels, Gauge<i64, AtomicI64>>::default();
+        registry.register(
+            "tls_certificate_not_before_timestamp_seconds",
+            "notBefore of the serving (leaf) certificate in service, Unix seconds (a value in \
+             the future: clients reject the certificate as not yet valid)",
+            tls_not_before.clone(),
+        );
         let connections = Family::<ConnectionLabels, Counter>::default();
         registry.register(
             "connections",
@@ -249,6 +274,8 @@ impl Metrics {
             rejections,
             input_limits,
             tls_reloads,
+            tls_not_after,
+            tls_not_before,
             connections,
             connection_closes,
             connections_open,
@@ -341,6 +368,23 @@ impl Metrics {
         self.tls_reloads
             .get_or_create(&OutcomeLabels { outcome })
             .inc();
+    }
+
+    /// Publishes the validity period (Unix seconds) of the serving certificate now in service.
+    pub fn set_tls_certificate_validity(&self, not_before: i64, not_after: i64) {
+        self.tls_not_before
+            .get_or_create(&NoLabels {})
+            .set(not_before);
+        self.tls_not_after
+            .get_or_create(&NoLabels {})
+            .set(not_after);
+    }
+
+    /// Withdraws the validity gauges: the certificate in service has a validity period that
+    /// could not be read, and the previous one's would be wrong.
+    pub fn clear_tls_certificate_validity(&self) {
+        self.tls_not_before.clear();
+        self.tls_not_after.clear();
     }
 
     /// Counts a connection accepted on `listener` (and opens it in `stackgate_connections_open`

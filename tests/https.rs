@@ -18,6 +18,14 @@ use tokio::net::TcpStream;
 const MUTATE_CREATE: &str = "configmap/mutate-create-cloud-provider-config.json";
 const VALIDATE_CREATE: &str = "configmap/validate-create-cloud-provider-config.json";
 const TLS_RELOAD_FAILURES: &str = "stackgate_tls_reloads_total{outcome=\"failure\"}";
+/// The expiry gauge (no labels: prometheus-client writes `{}`).
+const TLS_EXPIRY: &str = "stackgate_tls_certificate_expiry_timestamp_seconds{}";
+
+/// notAfter of a DER certificate, Unix seconds, as the expiry gauge carries it.
+fn not_after(der: &[u8]) -> f64 {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).unwrap();
+    cert.validity().not_after.timestamp() as f64
+}
 
 // 1. ------------------------------------------------------------------------------------
 
@@ -55,6 +63,8 @@ async fn certificate_rotation_by_kubelet_symlink_swap() {
     };
     let before = Client::connect(server.addr, &options).await.unwrap();
     assert_eq!(before.peer_leaf, server.leaf.cert_der);
+    let text = server.metrics().await;
+    assert_eq!(metric(&text, TLS_EXPIRY), not_after(&server.leaf.cert_der));
 
     server.certs.swap_to(&new_leaf);
     let addr = server.addr;
@@ -72,6 +82,7 @@ async fn certificate_rotation_by_kubelet_symlink_swap() {
     assert_eq!(status, StatusCode::OK);
     let text = server.metrics().await;
     assert!(metric(&text, "stackgate_tls_reloads_total{outcome=\"success\"}") >= 1.0);
+    assert_eq!(metric(&text, TLS_EXPIRY), not_after(&new_leaf.cert_der));
     server.stop().await.unwrap();
 }
 

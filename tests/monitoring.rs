@@ -49,7 +49,7 @@ const EXTERNAL: &[(&str, &str, &[&str])] = &[
     ),
     (
         "certmanager_certificate_expiration_timestamp_seconds",
-        "cert-manager's controller (tls.mode=certManager): stackgate exports no expiry metric",
+        "cert-manager's controller (tls.mode=certManager): the Certificate, beside the pods' own",
         &[
             "name",
             "namespace",
@@ -126,6 +126,7 @@ fn exported() -> Exported {
     metrics.http_rejection("body_too_large");
     metrics.input_limit("findings");
     metrics.tls_reload(false);
+    metrics.set_tls_certificate_validity(1_893_456_000, 1_930_348_800);
     metrics.connection_accepted("webhook");
     metrics.connection_refused("webhook");
     metrics.connection_closed_by_server("webhook", "idle");
@@ -237,6 +238,18 @@ fn the_registry_lists_every_family_the_server_registers() {
         BTreeSet::from(["outcome".to_owned()])
     );
     assert!(labels["stackgate_evaluation_duration_seconds_bucket"].contains("le"));
+    // The certificate gauges: typed gauges (no suffix), no labels but the scrape's.
+    for gauge in [
+        "stackgate_tls_certificate_expiry_timestamp_seconds",
+        "stackgate_tls_certificate_not_before_timestamp_seconds",
+    ] {
+        assert!(names.contains(gauge), "{gauge} not exported");
+        assert!(
+            !names.contains(&format!("{gauge}_total")),
+            "{gauge} is a gauge"
+        );
+        assert_eq!(labels[gauge], BTreeSet::new(), "{gauge}");
+    }
     assert!(
         !labels.contains_key("stackgate_audit_violations"),
         "no series: not checked"
@@ -563,7 +576,11 @@ fn every_dashboard_query_names_an_exported_metric() {
         ),
         ("certificate reloads", "stackgate_tls_reloads_total"),
         (
-            "certificate expiry",
+            "certificate expiry, every TLS mode",
+            "stackgate_tls_certificate_expiry_timestamp_seconds",
+        ),
+        (
+            "cert-manager's certificate expiry",
             "certmanager_certificate_expiration_timestamp_seconds",
         ),
         (

@@ -265,6 +265,7 @@ pub async fn run_with_listeners(
         &config.tls,
         config.client_ca.as_deref(),
         webhook_addr.port(),
+        &state.metrics,
     )?;
     state.set_certs_loaded(true);
     let reload = tls

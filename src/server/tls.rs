@@ -9,11 +9,18 @@
 //! once (never its content), counted as `stackgate_tls_reloads_total{outcome="failure"}`,
 //! and the previous certificate stays in service. If the certificate file changes between
 //! the two reads of one poll (a swap in progress), the poll is skipped without a warning.
+//!
+//! Expiry: whenever a certificate goes into service (at start, generated or from files, and
+//! on each successful reload) its leaf's notBefore/notAfter are published as
+//! `stackgate_tls_certificate_{not_before,expiry}_timestamp_seconds` and logged with its
+//! subject and serial. A failed reload leaves them as they are (the old certificate still
+//! serves); a certificate in service whose validity cannot be read withdraws them, with a
+//! warning, rather than leave the previous certificate's dates on display.
 
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwap;
 use rustls::crypto::CryptoProvider;
@@ -64,11 +71,13 @@ pub(crate) struct Tls {
 
 /// Loads or generates the serving certificate and builds the rustls configuration:
 /// TLS 1.3 and 1.2 only, ALPN `h2` + `http/1.1`, and client-certificate verification when
-/// `client_ca` is given. `webhook_port` only feeds the log hint of the generated mode.
+/// `client_ca` is given. `webhook_port` only feeds the log hint of the generated mode. The
+/// certificate's validity period goes to `metrics`.
 pub(crate) fn setup(
     source: &TlsSource,
     client_ca: Option<&Path>,
     webhook_port: u16,
+    metrics: &Metrics,
 ) -> Result<Tls, ServerError> {
     let provider = provider();
     let (key, reloader_paths) = match source {
@@ -94,6 +103,11 @@ pub(crate) fn setup(
             (certified, None)
         }
     };
+    let origin = match source {
+        TlsSource::Files { cert, .. } => cert.display().to_string(),
+        TlsSource::Generated { .. } => "generated".to_owned(),
+    };
+    publish_validity(&key, &origin, metrics);
     let resolver = Arc::new(ReloadingResolver::new(key));
 
     let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
@@ -317,6 +331,7 @@ impl Reloader {
         }
         match self.build(&observed) {
             Ok(certified) => {
+                publish_validity(&certified, &self.cert.display().to_string(), metrics);
                 self.resolver.current.store(Arc::new(certified));
                 if let (Seen::Bytes(c), Seen::Bytes(k)) = observed {
                     self.applied = (c, k);
@@ -359,5 +374,296 @@ async fn read_seen(path: &Path) -> Seen {
     match tokio::fs::read(path).await {
         Ok(bytes) => Seen::Bytes(bytes),
         Err(e) => Seen::Unreadable(e.kind()),
+    }
+}
+
+/// What the log says about a certificate going into service, and the gauges' values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct LeafInfo {
+    /// notBefore, Unix seconds.
+    not_before: i64,
+    /// notAfter, Unix seconds.
+    not_after: i64,
+    /// notAfter as `openssl x509 -enddate` prints it.
+    not_after_text: String,
+    /// The subject DN, e.g. `CN=stackgate.stackgate.svc`.
+    subject: String,
+    /// The serial number in upper-case hex, as `openssl x509 -serial` prints it.
+    serial: String,
+}
+
+/// Reads the validity period, subject and serial of an X.509 certificate (DER). The error
+/// says what is wrong without quoting the certificate. Its input has already been parsed by
+/// webpki (`keys_match`) or generated here; x509-parser's own nesting limit is asn1-rs's
+/// `MAX_RECURSION` (50; asn1-rs 0.7.2, `src/ber/parser.rs`).
+fn leaf_info(der: &[u8]) -> Result<LeafInfo, String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der)
+        .map_err(|e| format!("the leaf certificate is not X.509 DER x509-parser can read ({e})"))?;
+    let validity = cert.validity();
+    Ok(LeafInfo {
+        not_before: validity.not_before.timestamp(),
+        not_after: validity.not_after.timestamp(),
+        not_after_text: validity.not_after.to_string(),
+        subject: cert.subject().to_string(),
+        serial: cert
+            .raw_serial()
+            .iter()
+            .map(|b| format!("{b:02X}"))
+            .collect(),
+    })
+}
+
+/// Publishes the validity period of the leaf certificate of `certified`, which is going into
+/// service, and logs which certificate it is (`origin`: its file or `generated`). Never logs
+/// the key: only the certificate is read.
+fn publish_validity(certified: &CertifiedKey, origin: &str, metrics: &Metrics) {
+    let info = certified
+        .end_entity_cert()
+        .map_err(|e| e.to_string())
+        .and_then(|der| leaf_info(der));
+    let info = match info {
+        Ok(info) => info,
+        Err(reason) => {
+            metrics.clear_tls_certificate_validity();
+            tracing::warn!(
+                cert = origin,
+                reason,
+                "cannot read the serving certificate's validity period; \
+                 stackgate_tls_certificate_expiry_timestamp_seconds is not exported until a \
+                 certificate with a readable one is loaded"
+            );
+            return;
+        }
+    };
+    metrics.set_tls_certificate_validity(info.not_before, info.not_after);
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    let LeafInfo {
+        not_after_text,
+        subject,
+        serial,
+        ..
+    } = &info;
+    if info.not_after <= now {
+        tracing::warn!(
+            cert = origin,
+            subject,
+            serial,
+            not_after = not_after_text,
+            "the serving certificate in service has EXPIRED: the apiserver refuses it; \
+             rotate it (docs/operations.md#stackgatecertificateexpiring)"
+        );
+    } else if info.not_before > now {
+        tracing::warn!(
+            cert = origin,
+            subject,
+            serial,
+            not_before = info.not_before,
+            "the serving certificate in service is not valid yet (notBefore in the future, \
+             a clock skew?): the apiserver refuses it until then"
+        );
+    } else {
+        tracing::info!(
+            cert = origin,
+            subject,
+            serial,
+            not_after = not_after_text,
+            days_left = (info.not_after - now) / 86_400,
+            "serving certificate in service"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rcgen::{
+        CertificateParams, DistinguishedName, DnType, KeyPair, PKCS_ECDSA_P256_SHA256,
+        SerialNumber, date_time_ymd,
+    };
+
+    const EXPIRY: &str = "stackgate_tls_certificate_expiry_timestamp_seconds";
+    const NOT_BEFORE: &str = "stackgate_tls_certificate_not_before_timestamp_seconds";
+    /// `date -u -d 2030-01-01 +%s` and so on: the dates the test certificates carry.
+    const JAN_1_2030: i64 = 1_893_456_000;
+    const MAR_4_2031: i64 = 1_930_348_800;
+    const MAY_6_2032: i64 = 1_967_414_400;
+    const JAN_1_2025: i64 = 1_735_689_600;
+
+    /// A self-signed certificate for `localhost` (subject `CN=stackgate-test`, serial `0ABC`),
+    /// valid from `from` to `until` (year, month, day, midnight UTC): (certificate PEM, key PEM).
+    fn self_signed(from: (i32, u8, u8), until: (i32, u8, u8)) -> (String, String) {
+        let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
+        let mut params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+        params.not_before = date_time_ymd(from.0, from.1, from.2);
+        params.not_after = date_time_ymd(until.0, until.1, until.2);
+        params.distinguished_name = DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "stackgate-test");
+        params.serial_number = Some(SerialNumber::from(vec![0x0a, 0xbc]));
+        let cert = params.self_signed(&key).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
+    /// The value of the unlabelled gauge `name` on `/metrics` (prometheus-client writes an
+    /// empty label set as `{}`), if it has a series.
+    fn gauge(metrics: &Metrics, name: &str) -> Option<i64> {
+        let text = metrics.encode();
+        let mut values = text.lines().filter_map(|line| {
+            let rest = line.strip_prefix(name)?;
+            rest.strip_prefix("{} ").or_else(|| rest.strip_prefix(' '))
+        });
+        let value = values.next()?.parse().unwrap();
+        assert_eq!(values.next(), None, "one series of {name}:\n{text}");
+        Some(value)
+    }
+
+    fn reloads(metrics: &Metrics, outcome: &str) -> usize {
+        let sample = format!("stackgate_tls_reloads_total{{outcome=\"{outcome}\"}} 1");
+        metrics.encode().lines().filter(|l| *l == sample).count()
+    }
+
+    struct CertFiles {
+        _dir: tempfile::TempDir,
+        cert: PathBuf,
+        key: PathBuf,
+    }
+
+    impl CertFiles {
+        fn new((cert_pem, key_pem): &(String, String)) -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            let files = Self {
+                cert: dir.path().join("tls.crt"),
+                key: dir.path().join("tls.key"),
+                _dir: dir,
+            };
+            files.write(cert_pem.as_bytes(), key_pem.as_bytes());
+            files
+        }
+
+        fn write(&self, cert: &[u8], key: &[u8]) {
+            std::fs::write(&self.cert, cert).unwrap();
+            std::fs::write(&self.key, key).unwrap();
+        }
+
+        fn source(&self) -> TlsSource {
+            TlsSource::Files {
+                cert: self.cert.clone(),
+                key: self.key.clone(),
+            }
+        }
+    }
+
+    #[test]
+    fn a_loaded_certificate_publishes_its_validity() {
+        let files = CertFiles::new(&self_signed((2030, 1, 1), (2031, 3, 4)));
+        let metrics = Metrics::new();
+        assert_eq!(gauge(&metrics, EXPIRY), None, "no series before a load");
+        assert_eq!(gauge(&metrics, NOT_BEFORE), None);
+
+        setup(&files.source(), None, 8443, &metrics).unwrap();
+        assert_eq!(gauge(&metrics, EXPIRY), Some(MAR_4_2031));
+        assert_eq!(gauge(&metrics, NOT_BEFORE), Some(JAN_1_2030));
+    }
+
+    #[test]
+    fn an_expired_certificate_still_loads_and_shows_its_past_expiry() {
+        // rustls serves it (the apiserver is the one to refuse it): the gauge must say so.
+        let files = CertFiles::new(&self_signed((2024, 1, 1), (2025, 1, 1)));
+        let metrics = Metrics::new();
+        setup(&files.source(), None, 8443, &metrics).unwrap();
+        assert_eq!(gauge(&metrics, EXPIRY), Some(JAN_1_2025));
+    }
+
+    #[test]
+    fn the_generated_certificate_publishes_its_validity() {
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = Metrics::new();
+        let source = TlsSource::Generated {
+            ca_out: dir.path().join("ca.crt"),
+        };
+        setup(&source, None, 8443, &metrics).unwrap();
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let now = i64::try_from(now).unwrap();
+        assert!(gauge(&metrics, EXPIRY).unwrap() > now);
+        assert!(gauge(&metrics, NOT_BEFORE).unwrap() <= now);
+    }
+
+    #[tokio::test]
+    async fn a_reload_updates_the_gauge_and_a_broken_one_keeps_it() {
+        let files = CertFiles::new(&self_signed((2030, 1, 1), (2031, 3, 4)));
+        let metrics = Metrics::new();
+        let mut reloader = setup(&files.source(), None, 8443, &metrics)
+            .unwrap()
+            .reloader
+            .unwrap();
+
+        let (cert, key) = self_signed((2030, 1, 1), (2032, 5, 6));
+        files.write(cert.as_bytes(), key.as_bytes());
+        reloader.poll(&metrics).await;
+        assert_eq!(reloads(&metrics, "success"), 1);
+        assert_eq!(gauge(&metrics, EXPIRY), Some(MAY_6_2032));
+
+        // Garbage in place of the certificate: counted, the old certificate and its expiry stay.
+        files.write(
+            b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+            key.as_bytes(),
+        );
+        reloader.poll(&metrics).await;
+        assert_eq!(reloads(&metrics, "failure"), 1);
+        assert_eq!(gauge(&metrics, EXPIRY), Some(MAY_6_2032));
+        assert_eq!(gauge(&metrics, NOT_BEFORE), Some(JAN_1_2030));
+
+        // A valid certificate with a key that is not its own: refused the same way.
+        let (other_cert, _) = self_signed((2030, 1, 1), (2031, 3, 4));
+        files.write(other_cert.as_bytes(), key.as_bytes());
+        reloader.poll(&metrics).await;
+        assert_eq!(gauge(&metrics, EXPIRY), Some(MAY_6_2032));
+        assert_eq!(
+            reloader.resolver.current.load().end_entity_cert().unwrap(),
+            &CertificateDer::from_pem_slice(cert.as_bytes()).unwrap(),
+            "the reloaded certificate still serves"
+        );
+    }
+
+    #[test]
+    fn an_unreadable_validity_withdraws_the_gauges() {
+        let metrics = Metrics::new();
+        metrics.set_tls_certificate_validity(JAN_1_2030, MAR_4_2031);
+        let provider = provider();
+        let (_, key_pem) = self_signed((2030, 1, 1), (2031, 3, 4));
+        let signing_key = provider
+            .key_provider
+            .load_private_key(PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).unwrap())
+            .unwrap();
+        // An INTEGER, not a certificate: rustls takes certificate bytes as they are.
+        let garbage = CertificateDer::from(vec![0x02, 0x01, 0x01]);
+        let certified = CertifiedKey::new(vec![garbage], signing_key);
+        publish_validity(&certified, "test", &metrics);
+        assert_eq!(gauge(&metrics, EXPIRY), None, "no stale expiry on display");
+        assert_eq!(gauge(&metrics, NOT_BEFORE), None);
+    }
+
+    #[test]
+    fn leaf_info_reads_a_certificate_and_refuses_every_truncation() {
+        let (cert_pem, _) = self_signed((2030, 1, 1), (2031, 3, 4));
+        let der = CertificateDer::from_pem_slice(cert_pem.as_bytes()).unwrap();
+        let info = leaf_info(&der).unwrap();
+        assert_eq!((info.not_before, info.not_after), (JAN_1_2030, MAR_4_2031));
+        assert_eq!(info.not_after_text, "Mar  4 00:00:00 2031 +00:00");
+        assert_eq!(info.subject, "CN=stackgate-test");
+        assert_eq!(info.serial, "0ABC");
+        for end in 0..der.len() {
+            let error = leaf_info(&der[..end]).unwrap_err();
+            assert!(
+                error.starts_with("the leaf certificate is not X.509 DER"),
+                "{error}"
+            );
+        }
     }
 }
