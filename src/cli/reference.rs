@@ -263,6 +263,15 @@ fn families_without_samples() -> BTreeMap<&'static str, (String, Vec<String>)> {
             "release_catalog_snapshot_age_seconds",
             ("gauge".to_owned(), Vec::new()),
         ),
+        // Families of gauges with no labels: no series until a certificate's dates are read.
+        (
+            "tls_certificate_expiry_timestamp_seconds",
+            ("gauge".to_owned(), Vec::new()),
+        ),
+        (
+            "tls_certificate_not_before_timestamp_seconds",
+            ("gauge".to_owned(), Vec::new()),
+        ),
         (
             "release_annotations_added",
             family_of(
