@@ -646,9 +646,18 @@ fn giant_swarm_umbrella_values_are_read_and_its_app_is_said_to_be_unseen() {
         "{items:?}"
     );
     // The App that installs it names values in ConfigMaps: unseen, named.
-    let samples = fixture("chart-samples.yaml");
-    let app = samples.split("---\n").last().unwrap_or_default();
-    let (_, items) = check_file("app.yaml", app, &[]);
+    // Picked by kind and group, so samples added to the file change nothing here.
+    let app = stackgate::yaml::parse_stream(&fixture("chart-samples.yaml"))
+        .expect("parses")
+        .iter()
+        .map(|d| d.root.to_json().expect("json"))
+        .find(|v| v["kind"] == "App" && v["apiVersion"] == "application.giantswarm.io/v1alpha1")
+        .expect("chart-samples.yaml holds a Giant Swarm App");
+    let (_, items) = check_file("app.json", &app.to_string(), &[]);
     assert_eq!(items.len(), 1, "{items:?}");
     assert!(items[0].1.contains("ConfigMap cpo-user-values") && items[0].1.contains("cannot see"));
+    assert!(
+        items[0].1.contains("spec.userConfig"),
+        "the field is named: {items:?}"
+    );
 }
