@@ -1514,21 +1514,18 @@ fn rbac_is_least_privilege() {
             // kinds its policies name; it writes its reports and takes its Lease.
             "audit" | "audit-openreports" => {
                 let mut want = audit_delivery_resources();
-                want.extend(
-                    [
-                        pair("", "pods"),
-                        pair("", "services"),
-                        pair("apps", "daemonsets"),
-                        pair("apps", "deployments"),
-                        pair("core.openstack.org", "openstackversions"),
-                        pair("glance.openstack.org", "glances"),
-                        pair("manila.openstack.org", "manilas"),
-                        pair("openreports.io", "reports"),
-                        pair("openreports.io", "clusterreports"),
-                        pair("coordination.k8s.io", "leases"),
-                    ]
-                    .into_iter(),
-                );
+                want.extend([
+                    pair("", "pods"),
+                    pair("", "services"),
+                    pair("apps", "daemonsets"),
+                    pair("apps", "deployments"),
+                    pair("core.openstack.org", "openstackversions"),
+                    pair("glance.openstack.org", "glances"),
+                    pair("manila.openstack.org", "manilas"),
+                    pair("openreports.io", "reports"),
+                    pair("openreports.io", "clusterreports"),
+                    pair("coordination.k8s.io", "leases"),
+                ]);
                 if r.name == "audit" {
                     want.insert(pair("wgpolicyk8s.io", "policyreports"));
                     want.insert(pair("wgpolicyk8s.io", "clusterpolicyreports"));
