@@ -610,6 +610,13 @@ fn azimuth_addon_objects_are_said_to_be_unseen() {
     let other = fixture("azimuth-cloud-config.yaml").replace("name: cloud-config", "name: other");
     let (_, items) = check_file("other.yaml", &other, &[]);
     assert!(items.is_empty(), "{items:?}");
+    // An addon HelmRelease of another chart is not mentioned.
+    let other = fixture("azimuth-openstack-ccm.yaml").replace(
+        "name: openstack-cloud-controller-manager",
+        "name: cinder-csi",
+    );
+    let (_, items) = check_file("other-chart.yaml", &other, &[]);
+    assert!(items.is_empty(), "{items:?}");
 }
 
 #[test]
@@ -660,4 +667,9 @@ fn giant_swarm_umbrella_values_are_read_and_its_app_is_said_to_be_unseen() {
         items[0].1.contains("spec.userConfig"),
         "the field is named: {items:?}"
     );
+    // An App of another chart is not mentioned.
+    let mut other = app.clone();
+    other["spec"]["name"] = json!("ingress-nginx");
+    let (_, items) = check_file("other-app.json", &other.to_string(), &[]);
+    assert!(items.is_empty(), "{items:?}");
 }
