@@ -1378,6 +1378,23 @@ fn deployment_is_ha_locked_down_and_probed_on_the_admin_port() {
     }
 }
 
+/// (group, resource) of every delivery path `stackgate audit` lists, as the path's webhook
+/// registration names them (`src/sites/delivery.rs`): what the audit's RBAC must grant for
+/// the delivery paths, so a new path needs no edit here.
+fn audit_delivery_resources() -> BTreeSet<(String, String)> {
+    use stackgate::sites::delivery::{Audit, REGISTRY};
+    REGISTRY
+        .iter()
+        .filter(|p| p.audit.iter().any(|a| matches!(a, Audit::Listed(..))))
+        .flat_map(|p| p.webhook.ok().into_iter().flatten())
+        .flat_map(|r| {
+            r.resources
+                .iter()
+                .map(|res| (r.group.to_owned(), (*res).to_owned()))
+        })
+        .collect()
+}
+
 /// RBAC: nothing by default; get/list/watch on openstackversions for live release data;
 /// get on clusters, machines (and list), openstackclusters, openstackclusteridentities,
 /// namespaces and (namespaced unless asked) secrets for the guard.
@@ -1493,60 +1510,28 @@ fn rbac_is_least_privilege() {
                 pair("", "secrets"),
             ]
             .into(),
-            "audit" => [
-                pair("", "configmaps"),
-                pair("", "pods"),
-                pair("", "secrets"),
-                pair("", "services"),
-                pair("apps", "daemonsets"),
-                pair("apps", "deployments"),
-                pair("helm.toolkit.fluxcd.io", "helmreleases"),
-                pair("argoproj.io", "applications"),
-                pair("helm.cattle.io", "helmcharts"),
-                pair("helm.cattle.io", "helmchartconfigs"),
-                pair("core.openstack.org", "openstackversions"),
-                pair("glance.openstack.org", "glances"),
-                pair("manila.openstack.org", "manilas"),
-                pair("k0s.k0sproject.io", "clusterconfigs"),
-                pair("controlplane.cluster.x-k8s.io", "k0smotroncontrolplanes"),
-                pair("controlplane.cluster.x-k8s.io", "k0scontrolplanes"),
-                pair("k0smotron.io", "clusters"),
-                pair("addons.stackhpc.com", "helmreleases"),
-                pair("addons.stackhpc.com", "manifests"),
-                pair("application.giantswarm.io", "apps"),
-                pair("wgpolicyk8s.io", "policyreports"),
-                pair("wgpolicyk8s.io", "clusterpolicyreports"),
-                pair("openreports.io", "reports"),
-                pair("openreports.io", "clusterreports"),
-                pair("coordination.k8s.io", "leases"),
-            ]
-            .into(),
-            "audit-openreports" => [
-                pair("", "configmaps"),
-                pair("", "pods"),
-                pair("", "secrets"),
-                pair("", "services"),
-                pair("apps", "daemonsets"),
-                pair("apps", "deployments"),
-                pair("helm.toolkit.fluxcd.io", "helmreleases"),
-                pair("argoproj.io", "applications"),
-                pair("helm.cattle.io", "helmcharts"),
-                pair("helm.cattle.io", "helmchartconfigs"),
-                pair("k0s.k0sproject.io", "clusterconfigs"),
-                pair("controlplane.cluster.x-k8s.io", "k0smotroncontrolplanes"),
-                pair("controlplane.cluster.x-k8s.io", "k0scontrolplanes"),
-                pair("k0smotron.io", "clusters"),
-                pair("addons.stackhpc.com", "helmreleases"),
-                pair("addons.stackhpc.com", "manifests"),
-                pair("application.giantswarm.io", "apps"),
-                pair("core.openstack.org", "openstackversions"),
-                pair("glance.openstack.org", "glances"),
-                pair("manila.openstack.org", "manilas"),
-                pair("openreports.io", "reports"),
-                pair("openreports.io", "clusterreports"),
-                pair("coordination.k8s.io", "leases"),
-            ]
-            .into(),
+            // The audit reads every delivery path it lists (from the registry) and the other
+            // kinds its policies name; it writes its reports and takes its Lease.
+            "audit" | "audit-openreports" => {
+                let mut want = audit_delivery_resources();
+                want.extend([
+                    pair("", "pods"),
+                    pair("", "services"),
+                    pair("apps", "daemonsets"),
+                    pair("apps", "deployments"),
+                    pair("core.openstack.org", "openstackversions"),
+                    pair("glance.openstack.org", "glances"),
+                    pair("manila.openstack.org", "manilas"),
+                    pair("openreports.io", "reports"),
+                    pair("openreports.io", "clusterreports"),
+                    pair("coordination.k8s.io", "leases"),
+                ]);
+                if r.name == "audit" {
+                    want.insert(pair("wgpolicyk8s.io", "policyreports"));
+                    want.insert(pair("wgpolicyk8s.io", "clusterpolicyreports"));
+                }
+                want
+            }
             "ovn-source-ranges" | "ovn-source-ranges-kube-1.27" => [pair("", "secrets")].into(),
             "openshift-platform" => [pair("config.openshift.io", "infrastructures")].into(),
             _ => BTreeSet::new(),
@@ -1555,25 +1540,16 @@ fn rbac_is_least_privilege() {
         if r.name == "audit" {
             // watch on exactly the kinds the background audit re-audits on change (its
             // metadata-only watches); never on Secrets, pods or OpenStackVersions.
+            let mut watched = audit_delivery_resources();
+            watched.remove(&pair("", "secrets"));
+            watched.extend([
+                pair("apps", "daemonsets"),
+                pair("apps", "deployments"),
+                pair("glance.openstack.org", "glances"),
+                pair("manila.openstack.org", "manilas"),
+            ]);
             for (g, res, verbs) in &rules {
-                let watched = matches!(
-                    res.as_str(),
-                    "configmaps"
-                        | "daemonsets"
-                        | "deployments"
-                        | "helmreleases"
-                        | "applications"
-                        | "helmcharts"
-                        | "helmchartconfigs"
-                        | "clusterconfigs"
-                        | "k0smotroncontrolplanes"
-                        | "k0scontrolplanes"
-                        | "clusters"
-                        | "manifests"
-                        | "apps"
-                        | "glances"
-                        | "manilas"
-                );
+                let watched = watched.contains(&(g.clone(), res.clone()));
                 assert_eq!(
                     verbs.contains("watch"),
                     watched,

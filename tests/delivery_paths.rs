@@ -610,6 +610,13 @@ fn azimuth_addon_objects_are_said_to_be_unseen() {
     let other = fixture("azimuth-cloud-config.yaml").replace("name: cloud-config", "name: other");
     let (_, items) = check_file("other.yaml", &other, &[]);
     assert!(items.is_empty(), "{items:?}");
+    // An addon HelmRelease of another chart is not mentioned.
+    let other = fixture("azimuth-openstack-ccm.yaml").replace(
+        "name: openstack-cloud-controller-manager",
+        "name: cinder-csi",
+    );
+    let (_, items) = check_file("other-chart.yaml", &other, &[]);
+    assert!(items.is_empty(), "{items:?}");
 }
 
 #[test]
@@ -646,9 +653,23 @@ fn giant_swarm_umbrella_values_are_read_and_its_app_is_said_to_be_unseen() {
         "{items:?}"
     );
     // The App that installs it names values in ConfigMaps: unseen, named.
-    let samples = fixture("chart-samples.yaml");
-    let app = samples.split("---\n").last().unwrap_or_default();
-    let (_, items) = check_file("app.yaml", app, &[]);
+    // Picked by kind and group, so samples added to the file change nothing here.
+    let app = stackgate::yaml::parse_stream(&fixture("chart-samples.yaml"))
+        .expect("parses")
+        .iter()
+        .map(|d| d.root.to_json().expect("json"))
+        .find(|v| v["kind"] == "App" && v["apiVersion"] == "application.giantswarm.io/v1alpha1")
+        .expect("chart-samples.yaml holds a Giant Swarm App");
+    let (_, items) = check_file("app.json", &app.to_string(), &[]);
     assert_eq!(items.len(), 1, "{items:?}");
     assert!(items[0].1.contains("ConfigMap cpo-user-values") && items[0].1.contains("cannot see"));
+    assert!(
+        items[0].1.contains("spec.userConfig"),
+        "the field is named: {items:?}"
+    );
+    // An App of another chart is not mentioned.
+    let mut other = app.clone();
+    other["spec"]["name"] = json!("ingress-nginx");
+    let (_, items) = check_file("other-app.json", &other.to_string(), &[]);
+    assert!(items.is_empty(), "{items:?}");
 }

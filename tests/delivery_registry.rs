@@ -6,13 +6,21 @@
 //! Run `STACKGATE_BLESS=1 cargo test --test delivery_registry` to rewrite `docs/carriers.md`
 //! after changing the registry.
 
+#[path = "support/review.rs"]
+mod review;
+
 use std::collections::BTreeSet;
 
+use clap::Parser;
 use serde_json::{Value, json};
+use stackgate::admission::{self, Webhook};
 use stackgate::audit;
-use stackgate::engine::{Engine, Subject};
+use stackgate::check::{self, CheckOptions};
+use stackgate::cli::CheckArgs;
+use stackgate::engine::{CODE_UNSEEN, Engine, Subject};
+use stackgate::metrics::Metrics;
 use stackgate::policy::PolicySet;
-use stackgate::sites::delivery::{Audit, REGISTRY};
+use stackgate::sites::delivery::{Audit, REGISTRY, UnseenAt};
 
 fn engine() -> Engine {
     Engine::new(PolicySet::embedded().expect("embedded policies load"))
@@ -264,6 +272,200 @@ fn check_recognises_every_delivery_path_of_the_registry() {
         REGISTRY.len(),
         "a sample without a registry entry"
     );
+}
+
+#[derive(Parser)]
+struct Cmd {
+    #[command(flatten)]
+    args: CheckArgs,
+}
+
+/// What both faces say of `object`: the webhook's warnings (`/validate`, in process) and
+/// `stackgate check`'s items over a file holding it, as `(code, message)`.
+fn both_faces(
+    engine: &Engine,
+    object: &Value,
+) -> (Vec<String>, Vec<(Option<&'static str>, String)>) {
+    let body = review::review_for(object, "registry");
+    let reply = admission::handle(
+        engine,
+        Webhook::Validate,
+        &serde_json::to_vec(&body).expect("encode"),
+        &Metrics::new(),
+    );
+    assert_eq!(reply.status, 200);
+    let response =
+        serde_json::from_slice::<Value>(&reply.body).expect("review")["response"].clone();
+    let warnings = response["warnings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_owned)
+        .collect();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("object.json");
+    std::fs::write(&file, object.to_string()).expect("write");
+    let argv = ["check".to_owned(), file.display().to_string()];
+    let options = CheckOptions::from(&Cmd::try_parse_from(argv).expect("valid flags").args);
+    let report = check::check(&options, engine, &mut std::io::empty()).expect("check runs");
+    let items = report
+        .files
+        .iter()
+        .flat_map(|f| &f.objects)
+        .flat_map(|o| &o.items)
+        .map(|i| (i.code, i.message.clone()))
+        .collect();
+    (warnings, items)
+}
+
+/// The keys of a JSON pointer (`/spec/valuesFrom` → `spec`, `valuesFrom`).
+fn pointer_keys(pointer: &str) -> Vec<String> {
+    pointer
+        .split('/')
+        .skip(1)
+        .map(|k| k.replace("~1", "/").replace("~0", "~"))
+        .collect()
+}
+
+/// How messages name the field at `pointer`: `spec.valuesFrom`, with a key that holds a dot
+/// in brackets (`stringData["cloud-config.yaml"]`).
+fn named(pointer: &str) -> String {
+    let mut out = String::new();
+    for key in pointer_keys(pointer) {
+        if key.contains('.') {
+            out.push_str(&format!("[{key:?}]"));
+        } else {
+            if !out.is_empty() {
+                out.push('.');
+            }
+            out.push_str(&key);
+        }
+    }
+    out
+}
+
+/// `object` with `value` at `pointer`, creating the maps on the way.
+fn set_at(object: &mut Value, pointer: &str, value: Value) {
+    let keys = pointer_keys(pointer);
+    let (last, parents) = keys.split_last().expect("a pointer below the root");
+    let mut at = object;
+    for key in parents {
+        at = at
+            .as_object_mut()
+            .expect("a map on the pointer's way")
+            .entry(key.clone())
+            .or_insert_with(|| json!({}));
+    }
+    at.as_object_mut()
+        .expect("a map at the pointer's parent")
+        .insert(last.clone(), value);
+}
+
+fn remove_at(object: &mut Value, pointer: &str) {
+    let keys = pointer_keys(pointer);
+    let (last, parents) = keys.split_last().expect("a pointer below the root");
+    let parent = format!(
+        "{}{}",
+        if parents.is_empty() { "" } else { "/" },
+        parents.join("/")
+    );
+    if let Some(map) = object.pointer_mut(&parent).and_then(Value::as_object_mut) {
+        map.remove(last);
+    }
+}
+
+/// Every unseen values source a registry entry declares is said to be unseen, by name, by the
+/// webhook and by `stackgate check`: its field set (with a value of its shape) on the entry's
+/// sample makes both faces warn `values-unseen` naming the field, and the sample without it
+/// is read (the serial rule speaks, nothing is unseen) wherever the entry has a read source.
+#[test]
+fn every_unseen_source_of_the_registry_is_said_to_be_unseen_by_both_faces() {
+    let engine = engine();
+    let samples = samples();
+    let mut checked = 0;
+    for path in REGISTRY {
+        let (_, sample) = samples
+            .iter()
+            .find(|(name, _)| *name == path.name)
+            .unwrap_or_else(|| panic!("no sample for registry entry {:?}", path.name));
+        let unseen: Vec<(&str, UnseenAt)> = path
+            .sources
+            .iter()
+            .filter(|s| !s.read)
+            .map(|s| {
+                let at = s.unseen_at.unwrap_or_else(|| {
+                    panic!(
+                        "{}: unseen source {:?} without unseen_at",
+                        path.name, s.field
+                    )
+                });
+                (s.field, at)
+            })
+            .collect();
+        assert!(
+            path.sources
+                .iter()
+                .all(|s| !s.read || s.unseen_at.is_none()),
+            "{}: a read source with unseen_at",
+            path.name
+        );
+        let reads = path.sources.iter().any(|s| s.read);
+        if reads && !unseen.is_empty() {
+            // Without the unseen fields the sample's values are read.
+            let (warnings, items) = both_faces(&engine, sample);
+            assert!(
+                !warnings.iter().any(|w| w.contains("cannot see"))
+                    && warnings
+                        .iter()
+                        .any(|w| w.contains("provider-requires-serial-api-calls")),
+                "{}: the webhook does not read the sample: {warnings:#?}",
+                path.name
+            );
+            assert!(
+                !items.iter().any(|(code, _)| *code == Some(CODE_UNSEEN))
+                    && items
+                        .iter()
+                        .any(|(_, m)| m.contains("provider-requires-serial-api-calls")),
+                "{}: check does not read the sample: {items:#?}",
+                path.name
+            );
+        }
+        for (field, at) in &unseen {
+            let mut object = sample.clone();
+            if !reads {
+                // Only unseen sources: the sample holds one; set each alone.
+                for (_, other) in &unseen {
+                    remove_at(&mut object, other.pointer);
+                }
+            }
+            let example: Value = serde_json::from_str(at.example)
+                .unwrap_or_else(|e| panic!("{}: {field}: example is not JSON: {e}", path.name));
+            set_at(&mut object, at.pointer, example);
+            let named = named(at.pointer);
+            let (warnings, items) = both_faces(&engine, &object);
+            assert!(
+                warnings
+                    .iter()
+                    .any(|w| w.contains(&named) && w.contains("values come from")),
+                "{}: {field} set at {}: no webhook warning says values come from {named}: \
+                 {warnings:#?}",
+                path.name,
+                at.pointer
+            );
+            assert!(
+                items.iter().any(|(code, m)| *code == Some(CODE_UNSEEN)
+                    && m.contains(&named)
+                    && m.contains("cannot see")),
+                "{}: {field} set at {}: no check item says {CODE_UNSEEN} naming {named}: \
+                 {items:#?}",
+                path.name,
+                at.pointer
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 10, "only {checked} unseen sources checked");
 }
 
 #[test]

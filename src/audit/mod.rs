@@ -4,11 +4,8 @@
 //! never checked until someone writes it again. The audit lists every object a site or rule
 //! covers ([`targets`]): the ConfigMaps and Secrets the `CloudConfigSites` document names (by
 //! name, by its label, and by its values label: the CCM chart's values), every kind the
-//! registry of delivery paths ([`crate::sites::delivery::REGISTRY`]) names outside the core
-//! group (Flux `HelmRelease`, Argo CD `Application`, RKE2/k3s `HelmChart` and
-//! `HelmChartConfig`, k0s `ClusterConfig`, k0smotron control planes and `Cluster`s, Azimuth's
-//! addon `HelmRelease` and `Manifests`, Giant Swarm `App`s), the
-//! workloads that run the CCM (`DaemonSet`, `Deployment`) and the openstack-k8s-operators
+//! registry of delivery paths ([`crate::sites::delivery::REGISTRY`]) lists for the audit outside
+//! the core group (the table in `docs/carriers.md`), the workloads that run the CCM (`DaemonSet`, `Deployment`) and the openstack-k8s-operators
 //! service kinds the release catalog governs (with the `OpenStackVersion` objects listed
 //! first, so the release rules see the same facts as the webhook's watcher), and, when the
 //! `ovn-source-ranges` policy is on, the Services, last: they are evaluated with the

@@ -8,8 +8,9 @@
 //! (`charts/stackgate/templates/webhooks.yaml`, rendered), the audit's targets
 //! ([`crate::audit::targets`]), what `stackgate check` recognises (one sample object per entry
 //! goes through the engine) and the carrier table in `docs/carriers.md`
-//! ([`carriers_markdown`]). Adding a delivery path is an entry here, its reader, and its sample
-//! in that test.
+//! ([`carriers_markdown`]); each unseen source ([`UnseenAt`]) is set on the sample and both
+//! the webhook and `check` must say the values are unseen, naming it. Adding a delivery path
+//! is an entry here, its reader, and its sample in that test.
 //!
 //! This module also reads the carriers that only embed another one ([`k0s_config_path`]: a k0s
 //! `ClusterConfig` inside k0smotron and k0sctl objects) and says which objects hold values
@@ -69,6 +70,20 @@ pub struct Source {
     pub operation: Operation,
     /// Whether stackgate reads it where it is written (false: a finding says it is unseen).
     pub read: bool,
+    /// For an unseen source: where it is set and a value of its shape. None for a read one.
+    pub unseen_at: Option<UnseenAt>,
+}
+
+/// Where an unseen values source is set in an object of its delivery path, with a value of the
+/// field's shape: `tests/delivery_registry.rs` sets it on the path's sample object and checks
+/// that the webhook and `stackgate check` say the values are unseen and name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnseenAt {
+    /// JSON pointer from the object's root (`/spec/valuesFrom`). Messages name it dotted
+    /// (`spec.valuesFrom`; a key holding a dot in brackets: `stringData["cloud-config.yaml"]`).
+    pub pointer: &'static str,
+    /// A value of the field's shape, as JSON text.
+    pub example: &'static str,
 }
 
 const fn read(field: &'static str, operation: Operation) -> Source {
@@ -76,14 +91,21 @@ const fn read(field: &'static str, operation: Operation) -> Source {
         field,
         operation,
         read: true,
+        unseen_at: None,
     }
 }
 
-const fn unseen(field: &'static str, operation: Operation) -> Source {
+const fn unseen(
+    field: &'static str,
+    operation: Operation,
+    pointer: &'static str,
+    example: &'static str,
+) -> Source {
     Source {
         field,
         operation,
         read: false,
+        unseen_at: Some(UnseenAt { pointer, example }),
     }
 }
 
@@ -188,6 +210,8 @@ pub const REGISTRY: &[DeliveryPath] = &[
             unseen(
                 "a clusterctl `${VARIABLE}` as the embedded cloud.conf",
                 Operation::EmbeddedManifest,
+                "/stringData/cloud-config.yaml",
+                r#""apiVersion: v1\nkind: Secret\nmetadata:\n  name: cloud-config\n  namespace: kube-system\nstringData:\n  cloud.conf: ${OPENSTACK_CLOUD_PROVIDER_CONF}\n""#,
             ),
         ],
         webhook: Ok(&[Registration {
@@ -206,12 +230,24 @@ pub const REGISTRY: &[DeliveryPath] = &[
         kinds: &["HelmRelease"],
         recognised_by: "`spec.chart.spec.chart` or `spec.chartRef.name` names the CCM chart",
         sources: &[
-            unseen("spec.chart.spec.valuesFiles", Operation::ValuesFile),
+            unseen(
+                "spec.chart.spec.valuesFiles",
+                Operation::ValuesFile,
+                "/spec/chart/spec/valuesFiles",
+                r#"["values.yaml", "values-prod.yaml"]"#,
+            ),
             unseen(
                 "spec.valuesFrom[] (resolved by `check` from the run's objects)",
                 Operation::ValuesFile,
+                "/spec/valuesFrom",
+                r#"[{"kind": "Secret", "name": "occm-values", "valuesKey": "values.yaml"}]"#,
             ),
-            unseen("spec.valuesFrom[].targetPath", Operation::TargetPath),
+            unseen(
+                "spec.valuesFrom[].targetPath",
+                Operation::TargetPath,
+                "/spec/valuesFrom",
+                r#"[{"kind": "Secret", "name": "occm-cloud-conf", "valuesKey": "cloud.conf", "targetPath": "cloudConfigContents"}]"#,
+            ),
             read("spec.values", Operation::ValuesFile),
         ],
         webhook: Ok(&[Registration {
@@ -230,11 +266,21 @@ pub const REGISTRY: &[DeliveryPath] = &[
         kinds: &["Application"],
         recognised_by: "`spec.source(s).chart`, or the last segment of `path`, names the CCM chart",
         sources: &[
-            unseen("helm.valueFiles", Operation::ValuesFile),
+            unseen(
+                "helm.valueFiles",
+                Operation::ValuesFile,
+                "/spec/source/helm/valueFiles",
+                r#"["values-prod.yaml"]"#,
+            ),
             read("helm.values / helm.valuesObject", Operation::ValuesFile),
             read("helm.parameters[]", Operation::Set),
             read("helm.parameters[] with forceString", Operation::SetString),
-            unseen("helm.fileParameters[]", Operation::SetFile),
+            unseen(
+                "helm.fileParameters[]",
+                Operation::SetFile,
+                "/spec/source/helm/fileParameters",
+                r#"[{"name": "cloudConfigContents", "path": "files/cloud.conf"}]"#,
+            ),
         ],
         webhook: Ok(&[Registration {
             group: "argoproj.io",
@@ -369,6 +415,8 @@ pub const REGISTRY: &[DeliveryPath] = &[
         sources: &[unseen(
             "spec.valuesSources[] (template, configMap, secret)",
             Operation::Template,
+            "/spec/valuesSources",
+            r#"[{"secret": {"name": "occm-values", "key": "values.yaml"}}]"#,
         )],
         webhook: Ok(&[Registration {
             group: "addons.stackhpc.com",
@@ -392,6 +440,8 @@ pub const REGISTRY: &[DeliveryPath] = &[
         sources: &[unseen(
             "spec.manifestSources[] (template, configMap, secret)",
             Operation::Template,
+            "/spec/manifestSources",
+            r#"[{"configMap": {"name": "cloud-config-manifests", "key": "secret.yaml"}}]"#,
         )],
         webhook: Ok(&[Registration {
             group: "addons.stackhpc.com",
@@ -416,10 +466,14 @@ pub const REGISTRY: &[DeliveryPath] = &[
             unseen(
                 "spec.config (catalog and cluster ConfigMap / Secret)",
                 Operation::ValuesFile,
+                "/spec/config",
+                r#"{"configMap": {"name": "cpo-cluster-values", "namespace": "org-acme"}}"#,
             ),
             unseen(
                 "spec.userConfig (ConfigMap / Secret)",
                 Operation::ValuesFile,
+                "/spec/userConfig",
+                r#"{"secret": {"name": "cpo-user-secrets", "namespace": "org-acme"}}"#,
             ),
         ],
         webhook: Ok(&[Registration {
@@ -536,19 +590,29 @@ pub(super) fn find(
         ("application.giantswarm.io", "App")
             if names_chart(root.pointer("/spec/name").and_then(Value::as_str)) =>
         {
+            // Each reference is named with its field, and the finding sits at the first field
+            // set (`spec.config` when neither is: the catalog's defaults still apply).
             let mut refs = Vec::new();
-            for (at, what) in [
-                ("/spec/config/configMap/name", "ConfigMap"),
-                ("/spec/config/secret/name", "Secret"),
-                ("/spec/userConfig/configMap/name", "ConfigMap"),
-                ("/spec/userConfig/secret/name", "Secret"),
+            let mut first = None;
+            for (field, what) in [
+                ("config", "configMap"),
+                ("config", "secret"),
+                ("userConfig", "configMap"),
+                ("userConfig", "secret"),
             ] {
-                if let Some(name) = root.pointer(at).and_then(Value::as_str) {
-                    refs.push(format!("{what} {name}"));
+                let at = format!("/spec/{field}/{what}/name");
+                if let Some(name) = root.pointer(&at).and_then(Value::as_str) {
+                    let kind = if what == "secret" {
+                        "Secret"
+                    } else {
+                        "ConfigMap"
+                    };
+                    refs.push(format!("{kind} {name} (spec.{field})"));
+                    first.get_or_insert(field);
                 }
             }
             refs.push("the catalog's and the cluster's default values".to_owned());
-            ("config", refs.join(", "))
+            (first.unwrap_or("config"), refs.join(", "))
         }
         _ => return Vec::new(),
     };

@@ -1,14 +1,12 @@
 //! Helm-values sites: the `openstack-cloud-controller-manager` chart's values inside GitOps
 //! objects, and the chart's `controllerExtraArgs`.
 //!
-//! | object | chart named in | values |
-//! |---|---|---|
-//! | Flux `HelmRelease` (`helm.toolkit.fluxcd.io` v2, v2beta2, v2beta1) | `spec.chart.spec.chart`, else `spec.chartRef.name` | `spec.values` (structured); with `spec.valuesFrom`, values this object does not hold (`SiteError::Unseen`) unless `spec.values` decides alone |
-//! | Argo CD `Application` (`argoproj.io/v1alpha1`) | `spec.source.chart` (or the last segment of `spec.source.path`), same for each `spec.sources[]` | `helm.valuesObject` (structured), `helm.values` (YAML string), each with `helm.parameters` on top (`--set`, or `--set-string` with `forceString`) |
-//! | RKE2/k3s `HelmChart` (`helm.cattle.io/v1`) | `spec.chart` (name, `repo/name`, URL or OCI reference) | `spec.valuesContent` (YAML string) with `spec.set` on top (helm-controller: `true`, `false`, `null` in any case and integers typed, other strings `--set-string`) |
-//! | k0s `ClusterConfig` (`k0s.k0sproject.io`) | `spec.extensions.helm.charts[].chartname` | that entry's `values` (YAML string) |
-//! | RKE2/k3s `HelmChartConfig` (`helm.cattle.io/v1`) | `metadata.name` (it customises the HelmChart of that name) | `spec.valuesContent` (YAML string) |
-//! | a plain values file (`stackgate check --values-for`) | the flag | the whole file |
+//! Which objects these are, where each names the chart and which of its fields hold values (in
+//! Helm's order, and which stackgate cannot see) is the registry of delivery paths
+//! ([`super::delivery::REGISTRY`], generated into `docs/carriers.md`): every entry whose
+//! reader names this file. With values this object does not hold (Flux `spec.valuesFrom`, Argo
+//! CD `helm.valueFiles`, …) the site is unseen (`SiteError::Unseen`) unless the values here
+//! decide alone.
 //!
 //! Inside the values, the chart renders its Secret `cloud.conf` from `cloudConfigContents`
 //! (raw INI) when that is set, else from the structured `cloudConfig` map
