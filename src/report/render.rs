@@ -634,20 +634,19 @@ pub fn junit_as(report: &Report, face: &Face) -> String {
                 continue;
             }
             cases.push_str(">\n");
+            // One line per item, as the text report writes it (with the attribution).
+            let line = |i: &Item| {
+                format!(
+                    "{}: {} [{}] {}",
+                    at(face, i.file.as_deref().unwrap_or(&f.name), i.line),
+                    i.level.as_str(),
+                    i.rule,
+                    attributed_line(i)
+                )
+            };
             if let Some(first) = failing.first() {
                 failures += 1;
-                let body: Vec<String> = failing
-                    .iter()
-                    .map(|i| {
-                        format!(
-                            "{}: {} [{}] {}",
-                            at(face, i.file.as_deref().unwrap_or(&f.name), i.line),
-                            i.level.as_str(),
-                            i.rule,
-                            attributed_line(i)
-                        )
-                    })
-                    .collect();
+                let body: Vec<String> = failing.iter().map(|i| line(i)).collect();
                 let _ = writeln!(
                     cases,
                     "      <failure type=\"{}\" message=\"{}\">{}</failure>",
@@ -667,18 +666,7 @@ pub fn junit_as(report: &Report, face: &Face) -> String {
                 );
             }
             if !other.is_empty() {
-                let body: Vec<String> = other
-                    .iter()
-                    .map(|i| {
-                        format!(
-                            "{}: {} [{}] {}",
-                            at(face, i.file.as_deref().unwrap_or(&f.name), i.line),
-                            i.level.as_str(),
-                            i.rule,
-                            attributed_line(i)
-                        )
-                    })
-                    .collect();
+                let body: Vec<String> = other.iter().map(|i| line(i)).collect();
                 let _ = writeln!(
                     cases,
                     "      <system-out>{}</system-out>",

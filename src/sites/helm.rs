@@ -27,7 +27,7 @@ use serde_json::Value;
 
 use super::chart::chart_matches;
 use super::object_data::TextField;
-use super::path::{display, pointer, shown_entry};
+use super::path::{display, joined, pointer, shown_entry};
 use super::render::{self, Origin};
 use super::strvals::{self, SetBudget, StrvalsError, Typing};
 use super::values::{
@@ -1066,19 +1066,7 @@ fn values_file_entries(
 /// `path` as a `--set` key: keys joined with `.`, each with `\`, `.`, `[`, `,` and `=`
 /// escaped, list indexes as `[i]`.
 fn set_key_text(path: &[Seg]) -> String {
-    let mut out = String::new();
-    for seg in path {
-        match seg {
-            Seg::Key(k) => {
-                if !out.is_empty() {
-                    out.push('.');
-                }
-                out.push_str(&escaped_set_text(k));
-            }
-            Seg::Index(i) => out.push_str(&format!("[{i}]")),
-        }
-    }
-    out
+    joined(path, escaped_set_text)
 }
 
 /// `text` with every character Helm's `--set` parser treats specially escaped with `\`.

@@ -7,6 +7,12 @@ use crate::yaml::Seg;
 /// A display path: `spec.sources[1].helm.values` (a key longer than 80 characters is cut,
 /// with `…`).
 pub fn display(path: &[Seg]) -> String {
+    joined(path, shown_entry)
+}
+
+/// `path` with its keys joined by `.`, each written by `key`, and list indexes as `[i]`:
+/// the dotted form of a display path and of a `--set` key.
+pub fn joined(path: &[Seg], key: impl Fn(&str) -> String) -> String {
     let mut out = String::new();
     for seg in path {
         match seg {
@@ -14,7 +20,7 @@ pub fn display(path: &[Seg]) -> String {
                 if !out.is_empty() {
                     out.push('.');
                 }
-                out.push_str(&shown_entry(k));
+                out.push_str(&key(k));
             }
             Seg::Index(i) => out.push_str(&format!("[{i}]")),
         }
