@@ -206,6 +206,26 @@ mod tests {
         assert_eq!(tally.uncounted(), Tally::default());
     }
 
+    /// Past the namespaces counted one by one, findings are counted together and the
+    /// "more namespaces" count says there were more (a lower bound).
+    #[test]
+    fn namespaces_past_the_counted_ones_are_counted_together() {
+        let mut tally = NamespaceTally::default();
+        for i in 0..MAX_COUNTED_NAMESPACES {
+            tally.add(Some(&i.to_string()), Level::Warning);
+        }
+        tally.add(Some("past-1"), Level::Error);
+        tally.add(Some("past-2"), Level::Warning);
+        tally.add(Some("0"), Level::Error);
+        assert_eq!(tally.uncounted(), Tally { fail: 1, warn: 1 });
+        assert_eq!(tally.get(Some("past-1")), None);
+        assert_eq!(tally.get(Some("0")), Some(Tally { fail: 1, warn: 1 }));
+        assert_eq!(
+            tally.more_namespaces(),
+            MAX_COUNTED_NAMESPACES - MAX_NAMED_NAMESPACES + 1
+        );
+    }
+
     #[test]
     fn a_namespace_tied_with_the_smallest_named_one_does_not_replace_it() {
         let mut tally = NamespaceTally::default();
