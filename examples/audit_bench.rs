@@ -13,6 +13,9 @@
 //! cargo run --release --example audit_bench -- [SCALE]
 //! cargo run --release --example audit_bench -- labelled N   # issue 22: N labelled configs
 //! cargo run --release --example audit_bench -- huge MIB     # issue 22: one MIB MiB object
+//!
+//! cargo run --release --example audit_bench -- namespaces N  # issue 31: N in distinct 60 KB namespaces
+//! cargo run --release --example audit_bench -- drip          # issue 31: a page sent a byte every 2 s
 //! ```
 //!
 //! The issue 22 shapes use a second fake that generates its objects on request (none are
@@ -20,6 +23,12 @@
 //! `stackgate.dev/cloud-config`, each with serial calls off (a denial, a mutation note and a
 //! fix diff each); `huge MIB` serves one labelled ConfigMap of MIB MiB, streamed in 64 KiB
 //! chunks (the fake never holds it), before 1,000 small ones. Every other kind answers 404.
+//!
+//! The issue 31 shapes use the same fake: `namespaces N` serves the N labelled ConfigMaps
+//! each in its own namespace of 60 KB (`BYTES` as a third argument changes it; no real API
+//! server stores a namespace over 63 bytes, a hostile one in front of the audit can send
+//! anything); `drip` answers the labelled ConfigMap list with one byte every 2 s, forever,
+//! and gives the audit 90 s (its default request timeout is 30 s).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -225,10 +234,19 @@ fn status_kib(field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// A small labelled cloud config with serial calls off, as one list item (JSON).
-fn generated_item(i: usize) -> Vec<u8> {
+/// A small labelled cloud config with serial calls off, as one list item (JSON); with
+/// `namespace_bytes`, in its own namespace of that many bytes.
+fn generated_item(i: usize, namespace_bytes: usize) -> Vec<u8> {
+    let namespace = if namespace_bytes > 0 {
+        let mut ns = format!("ns-{i}-");
+        let pad = namespace_bytes.saturating_sub(ns.len());
+        ns.push_str(&"x".repeat(pad));
+        ns
+    } else {
+        format!("ns-{}", i % 100)
+    };
     serde_json::to_vec(&json!({"metadata": {"name": format!("cm-{i}"),
-        "namespace": format!("ns-{}", i % 100), "resourceVersion": "1",
+        "namespace": namespace, "resourceVersion": "1",
         "labels": {"stackgate.dev/cloud-config": "cloud.conf"}},
         "data": {"cloud.conf": "[Global]\nregion=RegionOne\n\n[LoadBalancer]\nprovider-requires-serial-api-calls = false\n"}}))
     .unwrap_or_default()
@@ -244,6 +262,7 @@ fn generated_answer(
     metadata_only: bool,
     count: usize,
     huge_bytes: usize,
+    namespace_bytes: usize,
 ) -> Response<Streamed> {
     use http_body_util::BodyExt as _;
     let full = |body: Vec<u8>, code: u16| {
@@ -295,7 +314,7 @@ fn generated_answer(
             }
             chunks.push(Bytes::from_static(b"\"}}"));
         } else {
-            chunks.push(Bytes::from(generated_item(i)));
+            chunks.push(Bytes::from(generated_item(i, namespace_bytes)));
         }
     }
     chunks.push(Bytes::from_static(b"]}"));
@@ -307,12 +326,30 @@ fn generated_answer(
     Response::new(http_body_util::StreamBody::new(frames).boxed_unsync())
 }
 
+/// The labelled ConfigMap list sent one byte every 2 s, forever (issue 31).
+fn dripped() -> Response<Streamed> {
+    use http_body_util::BodyExt as _;
+    let frames = futures::stream::unfold(0usize, |sent| async move {
+        if sent > 0 {
+            tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        }
+        let byte = b"{\"items\":[".get(sent).copied().unwrap_or(b' ');
+        Some((
+            Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(Bytes::from(vec![byte]))),
+            sent + 1,
+        ))
+    });
+    Response::new(http_body_util::StreamBody::new(frames).boxed_unsync())
+}
+
 /// Runs the audit over the issue 22 fake and prints what it cost.
-async fn hostile(shape: &str, n: usize) {
+async fn hostile(shape: &str, n: usize, namespace_bytes: usize) {
     let (count, huge_bytes) = match shape {
-        "labelled" => (n, 0),
+        "labelled" | "namespaces" => (n, 0),
+        "drip" => (0, 0),
         _ => (1_001, n * 1024 * 1024),
     };
+    let drip = shape == "drip";
     let requests = Arc::new(AtomicUsize::new(0));
     let counter = requests.clone();
     let (service, mut handle) = mock::pair::<Request<Body>, Response<Streamed>>();
@@ -326,12 +363,21 @@ async fn hostile(shape: &str, n: usize) {
                 .get("accept")
                 .and_then(|v| v.to_str().ok())
                 .is_some_and(|v| v.contains("as=PartialObjectMetadataList"));
+            let query = parts.uri.query().unwrap_or("");
+            if drip
+                && parts.uri.path() == "/api/v1/configmaps"
+                && param(query, "labelSelector").is_some_and(|s| s == "stackgate.dev/cloud-config")
+            {
+                send.send_response(dripped());
+                continue;
+            }
             send.send_response(generated_answer(
                 parts.uri.path(),
-                parts.uri.query().unwrap_or(""),
+                query,
                 metadata_only,
                 count,
                 huge_bytes,
+                namespace_bytes,
             ));
         }
     });
@@ -340,13 +386,16 @@ async fn hostile(shape: &str, n: usize) {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
     let baseline = status_kib("VmRSS:");
     let started = Instant::now();
-    let audited = audit::audit(
-        &client,
-        &engine,
-        &AuditOptions::default(),
-        &mut |_: &str, _: usize| {},
-    )
-    .await;
+    let options = AuditOptions::default();
+    let mut progress = |_: &str, _: usize| {};
+    let run = audit::audit(&client, &engine, &options, &mut progress);
+    let Ok(audited) = tokio::time::timeout(std::time::Duration::from_secs(90), run).await else {
+        println!(
+            "{shape}: no report after {:.1} s (stopped waiting)",
+            started.elapsed().as_secs_f64()
+        );
+        return;
+    };
     let text = stackgate::report::render::text_as(&audited.report, true, &audit::AUDIT);
     let took = started.elapsed();
     let peak = status_kib("VmHWM:");
@@ -355,6 +404,10 @@ async fn hostile(shape: &str, n: usize) {
         "{shape} {n}: {count} labelled ConfigMaps{}",
         if huge_bytes > 0 {
             format!(", the first one {n} MiB")
+        } else if namespace_bytes > 0 {
+            format!(", each in its own {namespace_bytes}-byte namespace")
+        } else if drip {
+            ", their list dripped a byte every 2 s".to_owned()
         } else {
             String::new()
         }
@@ -381,12 +434,19 @@ async fn hostile(shape: &str, n: usize) {
 async fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let first = std::env::args().nth(1).unwrap_or_default();
-    if first == "labelled" || first == "huge" {
+    if matches!(first.as_str(), "labelled" | "huge" | "namespaces" | "drip") {
         let n: usize = std::env::args()
             .nth(2)
             .and_then(|s| s.parse().ok())
             .unwrap_or(100_000);
-        return hostile(&first, n).await;
+        let namespace_bytes = match first.as_str() {
+            "namespaces" => std::env::args()
+                .nth(3)
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(60 * 1024),
+            _ => 0,
+        };
+        return hostile(&first, n, namespace_bytes).await;
     }
     let scale: usize = first.parse().unwrap_or(1);
     let fake = Arc::new(cluster(scale));

@@ -73,6 +73,29 @@ struct Cluster {
     slow: Option<(String, Duration)>,
     /// Collections whose lists page in a hostile way.
     runaway: Vec<(String, Runaway)>,
+    /// Lists of this collection (path) are answered one byte every 2 s, forever.
+    drip: Option<String>,
+}
+
+/// A response body of the fake: whole, or dripped.
+type Answer = http_body_util::combinators::UnsyncBoxBody<hyper::body::Bytes, kube::Error>;
+
+/// A list answer that starts like one and then sends a space every 2 s, forever: a reader
+/// that restarts its timeout with every byte never ends it.
+fn dripped() -> Response<Answer> {
+    let frames = futures::stream::unfold(0usize, |sent| async move {
+        if sent > 0 {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        let byte = b"{\"items\":[".get(sent).copied().unwrap_or(b' ');
+        Some((
+            Ok::<_, kube::Error>(hyper::body::Frame::data(hyper::body::Bytes::from(vec![
+                byte,
+            ]))),
+            sent + 1,
+        ))
+    });
+    Response::new(http_body_util::StreamBody::new(frames).boxed_unsync())
 }
 
 /// How a hostile API server pages a collection.
@@ -376,7 +399,7 @@ async fn answer_watch(
     cluster: Arc<Mutex<Cluster>>,
     path: String,
     query: String,
-    send: tower_test::mock::SendResponse<Response<Body>>,
+    send: tower_test::mock::SendResponse<Response<Answer>>,
 ) {
     let collection = collection_of(&path);
     let from: u64 = query_param(&query, "resourceVersion")
@@ -402,7 +425,7 @@ async fn answer_watch(
                 .collect()
         };
         if !lines.is_empty() {
-            send.send_response(Response::new(Body::from(lines)));
+            send.send_response(Response::new(Body::from(lines).boxed_unsync()));
             return;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -411,7 +434,7 @@ async fn answer_watch(
 
 /// A kube client over the fake API server.
 fn client(cluster: Arc<Mutex<Cluster>>) -> kube::Client {
-    let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let (service, mut handle) = mock::pair::<Request<Body>, Response<Answer>>();
     tokio::spawn(async move {
         while let Some((request, send)) = handle.next_request().await {
             let (parts, body) = request.into_parts();
@@ -443,13 +466,18 @@ fn client(cluster: Arc<Mutex<Cluster>>) -> kube::Client {
                 tokio::spawn(answer_watch(cluster.clone(), path, query, send));
                 continue;
             }
+            if method == "GET" && c.drip.as_deref() == Some(collection_of(&path).as_str()) {
+                send.send_response(dripped());
+                continue;
+            }
             let response = if method == "PATCH"
                 && c.requests.last().unwrap().content_type == "application/apply-patch+yaml"
             {
                 c.apply(&path, &body)
             } else {
                 c.answer(&method, &path, &query, &body)
-            };
+            }
+            .map(http_body_util::BodyExt::boxed_unsync);
             let delay = c
                 .slow
                 .as_ref()
@@ -1386,7 +1414,14 @@ async fn the_lease_is_renewed_during_a_slow_audit() {
     let cluster = Arc::new(Mutex::new(c));
     let client = client(cluster.clone());
     let metrics = audit::background::AuditMetrics::default();
-    let config = background_config("stackgate-0");
+    // A slow answer, not a stuck one: within the request timeout.
+    let config = audit::background::BackgroundConfig {
+        limits: ReadLimits {
+            request_timeout: Duration::from_secs(90),
+            ..ReadLimits::default()
+        },
+        ..background_config("stackgate-0")
+    };
     let leader = audit::background::round(&client, &engine(), &config, &metrics, true)
         .await
         .unwrap();
@@ -2214,4 +2249,163 @@ async fn an_object_two_targets_select_is_reported_once() {
             .any(|r| r.path.ends_with("/configmaps/cloud-provider-config"))
     );
     assert!(c.requests.iter().any(|r| r.path == CONFIGMAPS));
+}
+
+// Issue 31: bounded in time and by the namespaces' number and length ------------------------
+
+/// A list page sent one byte every 2 s ends at the request timeout with an input error that
+/// names the kind, and the kinds after it are still audited.
+#[tokio::test]
+async fn a_dripped_list_page_stops_at_the_request_timeout() {
+    let mut c = configmap_cluster(vec![labelled_config("tenant-a", "occm", 0)]);
+    c.add(SECRETS, cloud_config_secret());
+    c.drip = Some(CONFIGMAPS.to_owned());
+    let cluster = Arc::new(Mutex::new(c));
+    let options = AuditOptions {
+        limits: ReadLimits {
+            request_timeout: Duration::from_secs(1),
+            ..ReadLimits::default()
+        },
+        ..AuditOptions::default()
+    };
+    let (code, text) = run_audit(&cluster, &options).await;
+    assert_eq!(code, 2, "{text}");
+    assert!(
+        text.contains(
+            "ConfigMap (v1): error [input] stopped listing configmaps: list request 1 got no \
+             complete answer within the audit's limit of 1s per request (--request-timeout); \
+             its objects were not audited"
+        ),
+        "{text}"
+    );
+    // The Secrets, listed after the ConfigMaps, were audited.
+    assert!(text.contains("Secret/kube-system/cloud-config"), "{text}");
+    assert!(list_requests(&cluster.lock().unwrap(), SECRETS) >= 1);
+}
+
+/// The background audit reads through the same bounded reads: a dripped page ends its kind
+/// at the request timeout, the round publishes, and the cap is counted.
+#[tokio::test]
+async fn the_background_audit_stops_a_dripped_page_and_counts_it() {
+    let mut c = configmap_cluster(vec![labelled_config("tenant-a", "occm", 0)]);
+    c.drip = Some(CONFIGMAPS.to_owned());
+    c.serve(LEASES);
+    c.serve(POLICYREPORTS);
+    c.serve(CLUSTERPOLICYREPORTS);
+    let cluster = Arc::new(Mutex::new(c));
+    let client = client(cluster.clone());
+    let input_limits = prometheus_client::metrics::family::Family::<
+        stackgate::metrics::LimitLabels,
+        prometheus_client::metrics::counter::Counter,
+    >::default();
+    let mut registry = prometheus_client::registry::Registry::with_prefix("stackgate");
+    registry.register("input_limits", "caps", input_limits.clone());
+    let metrics = audit::background::AuditMetrics::default().counting_limits_in(input_limits);
+    let config = audit::background::BackgroundConfig {
+        limits: ReadLimits {
+            request_timeout: Duration::from_secs(1),
+            ..ReadLimits::default()
+        },
+        ..background_config("stackgate-0")
+    };
+    let leader = tokio::time::timeout(
+        TEST_TIMEOUT,
+        audit::background::round(&client, &engine(), &config, &metrics, true),
+    )
+    .await
+    .expect("the round ends")
+    .expect("the round publishes");
+    assert!(leader);
+    let text = support_encoded(&registry);
+    assert!(
+        text.contains("stackgate_input_limits_total{limit=\"audit_request_timeout\"}"),
+        "{text}"
+    );
+}
+
+/// `count` labelled ConfigMaps (a denial each), each in its own namespace of `bytes` bytes.
+fn configs_in_long_namespaces(count: usize, bytes: usize) -> Vec<Value> {
+    (0..count)
+        .map(|i| {
+            let mut ns = format!("ns-{i:05}-");
+            ns.push_str(&"n".repeat(bytes - ns.len()));
+            labelled_config(&ns, &format!("cm-{i}"), 0)
+        })
+        .collect()
+}
+
+async fn audit_of(configs: Vec<Value>, options: &AuditOptions) -> audit::Audit {
+    let cluster = Arc::new(Mutex::new(configmap_cluster(configs)));
+    let client = client(cluster);
+    let mut progress = |_: &str, _: usize| {};
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        audit::audit(&client, &engine(), options, &mut progress),
+    )
+    .await
+    .expect("the audit finishes")
+}
+
+/// Ten times the objects, each in its own 2 KB namespace: the report is the same size, the
+/// namespaces are cut to Kubernetes' 63 bytes, the summary counts every object, and the
+/// PolicyReports name the namespaces with the most findings and count the rest.
+#[tokio::test]
+async fn distinct_long_namespaces_give_a_report_bounded_whatever_their_number() {
+    use audit::tally::MAX_NAMED_NAMESPACES;
+    let options = AuditOptions {
+        max_report_objects: 40,
+        ..AuditOptions::default()
+    };
+    let few = 120;
+    let many = MAX_NAMED_NAMESPACES + 200;
+    let small = audit_of(configs_in_long_namespaces(few, 2048), &options).await;
+    let large = audit_of(configs_in_long_namespaces(many, 2048), &options).await;
+    let text =
+        |a: &audit::Audit| stackgate::report::render::text_as(&a.report, true, &audit::AUDIT);
+    let (small_text, large_text) = (text(&small), text(&large));
+    assert_eq!(large.report.counts().errors, many);
+    assert!(
+        large_text.contains(&format!("{many} errors")),
+        "{large_text}"
+    );
+    // Only the counts in the summary differ.
+    assert!(
+        large_text.len() <= small_text.len() + 64,
+        "{} bytes for {many} objects, {} for {few}",
+        large_text.len(),
+        small_text.len()
+    );
+    // Each listed namespace is cut: its first 63 bytes and `…`, never the 2 KB.
+    let first = configs_in_long_namespaces(1, 2048).remove(0);
+    let namespace = first["metadata"]["namespace"].as_str().unwrap();
+    assert!(!large_text.contains(&namespace[..64]), "not cut");
+    assert!(
+        large_text.contains(&format!("ConfigMap/{}…/cm-0", &namespace[..63])),
+        "{large_text}"
+    );
+    // The tally names the namespaces with the most findings; the others are counted.
+    let named = large.tally.named();
+    assert_eq!(named.len(), MAX_NAMED_NAMESPACES);
+    assert_eq!(large.tally.more_namespaces(), many - MAX_NAMED_NAMESPACES);
+    let reports = audit::background::policy_reports(
+        &large.report,
+        &large.tally,
+        10,
+        k8s_openapi::jiff::Timestamp::now(),
+    );
+    assert_eq!(
+        reports.len(),
+        MAX_NAMED_NAMESPACES + 1,
+        "and the cluster report"
+    );
+    assert_eq!(
+        reports[&None]["metadata"]["annotations"][audit::background::NAMESPACES_LEFT_OUT],
+        (many - MAX_NAMED_NAMESPACES).to_string()
+    );
+    assert!(
+        reports
+            .iter()
+            .filter(|(ns, _)| ns.is_some())
+            .all(|(_, r)| r["summary"]["fail"] == 1)
+    );
 }

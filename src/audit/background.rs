@@ -52,7 +52,10 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use super::page::ReadLimits;
-use super::{Audit, AuditOptions, RESTART_RULE, Selection, Tally, Target, audit, resource_label};
+use super::{
+    Audit, AuditOptions, NamespaceTally, RESTART_RULE, Selection, Tally, Target, audit,
+    resource_label,
+};
 use crate::engine::Engine;
 use crate::metrics::LimitLabels;
 use crate::report::{Level, ObjectResult, Report};
@@ -66,6 +69,9 @@ pub const FIELD_MANAGER: &str = "stackgate";
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 /// Messages in reports are cut at this many characters.
 pub const MAX_MESSAGE_CHARS: usize = 1024;
+/// The cluster report's annotation counting the namespaces with findings that got no report
+/// of their own (past the tally's [`super::tally::MAX_NAMED_NAMESPACES`]).
+pub const NAMESPACES_LEFT_OUT: &str = "stackgate.dev/namespaces-left-out";
 /// Default re-audit period.
 pub const DEFAULT_PERIOD: Duration = Duration::from_secs(600);
 /// Default Lease duration: a holder that does not renew for this long loses the Lease.
@@ -279,7 +285,7 @@ fn item_codes(o: &ObjectResult) -> Vec<Option<&'static str>> {
 /// namespace (`tally`, which also counts the entries the audit's report did not list).
 pub fn policy_reports(
     report: &Report,
-    tally: &BTreeMap<Option<String>, Tally>,
+    tally: &NamespaceTally,
     max_results: usize,
     now: Timestamp,
 ) -> BTreeMap<Option<String>, Value> {
@@ -329,29 +335,35 @@ pub fn policy_reports(
             }
         }
     }
+    // The namespaces of the listed results, and those the tally names (the most findings).
     let namespaces: BTreeSet<Option<String>> = results
         .keys()
         .cloned()
-        .chain(
-            tally
-                .iter()
-                .filter(|(_, t)| t.fail + t.warn > 0)
-                .map(|(ns, _)| ns.clone()),
-        )
+        .chain(tally.named().into_iter().map(|(ns, _)| ns))
         .collect();
-    namespaces
+    let mut reports: BTreeMap<Option<String>, Value> = namespaces
         .into_iter()
         .map(|namespace| {
             let kept = results.remove(&namespace).unwrap_or_default();
             let counted = |r: &str| kept.iter().filter(|v| v["result"] == r).count();
-            let summary = tally.get(&namespace).copied().unwrap_or(Tally {
+            let summary = tally.get(namespace.as_deref()).unwrap_or(Tally {
                 fail: counted("fail"),
                 warn: counted("warn"),
             });
             let report = report_with_summary(namespace.as_deref(), kept, summary);
             (namespace, report)
         })
-        .collect()
+        .collect();
+    // The namespaces past the tally's names get no report of their own: the cluster report
+    // says how many there are.
+    let more = tally.more_namespaces();
+    if more > 0 {
+        let cluster = reports
+            .entry(None)
+            .or_insert_with(|| report_with_summary(None, Vec::new(), Tally::default()));
+        cluster["metadata"]["annotations"][NAMESPACES_LEFT_OUT] = json!(more.to_string());
+    }
+    reports
 }
 
 fn cut(s: &str, max: usize) -> String {

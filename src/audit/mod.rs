@@ -21,7 +21,10 @@
 //! `--max-page-bytes` (a larger page is asked again with half the `limit`), an object over
 //! `--max-object-bytes` is skipped with an input error that names it and its size, a kind is
 //! stopped with an input error when the API server repeats a continue token or keeps paging
-//! past `--max-list-pages`, and the report lists at most `--max-report-objects` entries and
+//! past `--max-list-pages` or a request (its whole answer included) takes longer than
+//! `--request-timeout`, namespaces and names are cut to Kubernetes' limits where they are
+//! read, the per-namespace tally names only the namespaces with the most findings
+//! ([`tally`]), and the report lists at most `--max-report-objects` entries and
 //! `--max-report-findings` findings ([`MAX_REPORT_TEXT_BYTES`] of text): the entries past
 //! them are counted in the summary and the exit code, not listed. A kind that cannot be
 //! listed is reported on its own and the run goes on: 404 (the CRD is not installed) is a
@@ -43,6 +46,7 @@ pub mod background;
 pub mod fix;
 pub mod page;
 pub mod restart;
+pub mod tally;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt::Write as _;
@@ -66,6 +70,7 @@ use crate::rules::Operation;
 use crate::rules::ovn_source_ranges;
 use crate::sites::{self, SiteKind};
 use page::{ReadError, ReadLimits};
+pub use tally::{NamespaceTally, Tally};
 
 /// Objects asked for per list request (`limit`): the most the audit holds at once.
 pub const DEFAULT_PAGE_SIZE: u32 = 250;
@@ -445,21 +450,13 @@ pub struct Audit {
     /// List and get requests made.
     pub requests: usize,
     /// `fail` (denial) and `warn` (warning) findings per namespace (None: cluster-scoped),
-    /// over every object, listed or not: the true summary of each PolicyReport.
-    pub tally: BTreeMap<Option<String>, Tally>,
+    /// over every object, listed or not: the true summary of each PolicyReport. Bounded:
+    /// the namespaces with the most findings are named, the others only counted.
+    pub tally: NamespaceTally,
     /// Denials and warnings per policy, over every object, listed or not.
     pub violations: BTreeMap<String, usize>,
     /// The caps this run reached, with how often.
     pub limits: BTreeMap<AuditLimit, usize>,
-}
-
-/// Denials and warnings of one namespace.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Tally {
-    /// Denials (`fail` results).
-    pub fail: usize,
-    /// Warnings (`warn` results).
-    pub warn: usize,
 }
 
 /// A cap of the audit that was reached (the `limit` label of `stackgate_input_limits_total`).
@@ -474,6 +471,8 @@ pub enum AuditLimit {
     ListPages,
     /// The same continue token twice for one kind.
     ContinueRepeated,
+    /// A request (its whole answer included) over [`page::ReadLimits::request_timeout`].
+    RequestTimeout,
     /// Entries past [`AuditOptions::max_report_objects`], [`AuditOptions::max_report_findings`]
     /// or [`MAX_REPORT_TEXT_BYTES`] (counted, not listed).
     ReportEntries,
@@ -487,6 +486,7 @@ impl AuditLimit {
             AuditLimit::ObjectBytes => "audit_object_bytes",
             AuditLimit::ListPages => "audit_list_pages",
             AuditLimit::ContinueRepeated => "audit_continue_repeated",
+            AuditLimit::RequestTimeout => "audit_request_timeout",
             AuditLimit::ReportEntries => "audit_report_entries",
         }
     }
@@ -517,7 +517,7 @@ pub async fn audit(
         omitted: Counts::default(),
         kept_findings: 0,
         kept_bytes: 0,
-        tally: BTreeMap::new(),
+        tally: NamespaceTally::default(),
         violations: BTreeMap::new(),
         limits: BTreeMap::new(),
     };
@@ -673,9 +673,34 @@ struct Run<'a> {
     kept_findings: usize,
     /// Message and diff bytes of the listed entries.
     kept_bytes: usize,
-    tally: BTreeMap<Option<String>, Tally>,
+    tally: NamespaceTally,
     violations: BTreeMap<String, usize>,
     limits: BTreeMap<AuditLimit, usize>,
+}
+
+/// The bytes an entry adds to the report, as counted against [`MAX_REPORT_TEXT_BYTES`]: its
+/// messages, diff and skip reason, and its names, which every format repeats on each line
+/// of the entry (the entry name and the object's name once for the entry, then once per
+/// finding and per input error).
+fn listed_bytes(file: &FileReport) -> usize {
+    let items = file.objects.iter().map(|o| o.items.len()).sum::<usize>();
+    let object_names = file
+        .objects
+        .iter()
+        .map(|o| o.object.len())
+        .max()
+        .unwrap_or(0);
+    let names = (file.name.len() + object_names) * (1 + items + file.problems.len());
+    names
+        + file.problems.iter().map(|p| p.message.len()).sum::<usize>()
+        + file
+            .objects
+            .iter()
+            .flat_map(|o| &o.items)
+            .map(|i| i.message.len())
+            .sum::<usize>()
+        + file.diff.as_ref().map_or(0, String::len)
+        + file.skipped.as_ref().map_or(0, String::len)
 }
 
 /// The targets split for the fact pre-pass: those the facts are reduced from (the cluster's
@@ -811,13 +836,11 @@ impl Target {
 
 impl Run<'_> {
     /// Counts a denial or warning in its namespace's and its policy's totals.
-    fn count(&mut self, namespace: Option<String>, item: &Item) {
-        let tally = self.tally.entry(namespace).or_default();
-        match item.level {
-            Level::Error => tally.fail += 1,
-            Level::Warning => tally.warn += 1,
-            Level::Note => return,
+    fn count(&mut self, namespace: Option<&str>, item: &Item) {
+        if item.level == Level::Note {
+            return;
         }
+        self.tally.add(namespace, item.level);
         *self.violations.entry(item.policy.clone()).or_default() += 1;
     }
 
@@ -854,19 +877,11 @@ impl Run<'_> {
     fn push(&mut self, file: FileReport) {
         let ns = namespace_of_entry(&file.name);
         for item in file.objects.iter().flat_map(|o| &o.items) {
-            self.count(ns.clone(), item);
+            self.count(ns.as_deref(), item);
         }
         let findings =
             file.problems.len() + file.objects.iter().map(|o| o.items.len()).sum::<usize>();
-        let text = file.problems.iter().map(|p| p.message.len()).sum::<usize>()
-            + file
-                .objects
-                .iter()
-                .flat_map(|o| &o.items)
-                .map(|i| i.message.len())
-                .sum::<usize>()
-            + file.diff.as_ref().map_or(0, String::len)
-            + file.skipped.as_ref().map_or(0, String::len);
+        let text = listed_bytes(&file);
         let fits = self.files.len() < self.options.max_report_objects
             && self.kept_findings + findings <= self.options.max_report_findings
             && self.kept_bytes + text <= MAX_REPORT_TEXT_BYTES;
@@ -927,7 +942,7 @@ impl Run<'_> {
             requests += 1;
             self.requests += 1;
             let params = list_params(selection, limit, token.as_deref());
-            let next = match page::list(self.client, ar, &params, limits.max_page_bytes).await {
+            let next = match page::list(self.client, ar, &params, &limits).await {
                 Ok(page) => {
                     let raw = match page.parse() {
                         Ok(raw) => raw,
@@ -990,8 +1005,7 @@ impl Run<'_> {
                     self.reached(AuditLimit::PageBytes);
                     requests += 1;
                     self.requests += 1;
-                    let named =
-                        page::list_metadata(self.client, ar, &params, limits.max_page_bytes).await;
+                    let named = page::list_metadata(self.client, ar, &params, &limits).await;
                     let parsed = named.as_ref().map_err(ToString::to_string).and_then(|p| {
                         p.parse().map_err(|e| e.to_string()).map(|raw| {
                             let first = raw.items.first().map(|i| page::name_of(i));
@@ -1041,6 +1055,18 @@ impl Run<'_> {
                             Listing::Stopped
                         }
                     };
+                }
+                Err(ReadError::TimedOut { after }) => {
+                    self.reached(AuditLimit::RequestTimeout);
+                    self.kind_problem(
+                        label,
+                        format!(
+                            "stopped listing {plural}: list request {requests} got no complete \
+                             answer within the audit's limit of {after:?} per request \
+                             (--request-timeout); {consequence}"
+                        ),
+                    );
+                    return Listing::Stopped;
                 }
                 Err(error @ ReadError::Decode(_)) => {
                     self.kind_problem(
@@ -1147,9 +1173,9 @@ impl Run<'_> {
     ) -> bool {
         let ar = &target.resource;
         self.requests += 1;
-        let max = self.options.limits.max_object_bytes;
-        let entry = format!("{}/{namespace}/{name}", ar.kind);
-        match page::get(self.client, ar, Some(namespace), name, max).await {
+        let limits = self.options.limits;
+        let entry = entry_of(&ar.kind, Some(namespace), Some(name));
+        match page::get(self.client, ar, Some(namespace), name, &limits).await {
             Ok(Some(mut object)) => {
                 object.types = Some(kube::core::TypeMeta {
                     api_version: ar.api_version.clone(),
@@ -1169,6 +1195,18 @@ impl Run<'_> {
                         "not audited: the object is over the audit's limit of {} per object \
                          (--max-object-bytes); its content was not read ({})",
                         bytes(limit),
+                        target.covered_by
+                    ),
+                );
+                false
+            }
+            Err(ReadError::TimedOut { after }) => {
+                self.reached(AuditLimit::RequestTimeout);
+                self.problem(
+                    entry,
+                    format!(
+                        "not audited: reading it took longer than the audit's limit of {after:?} \
+                         per request (--request-timeout); it was not audited ({})",
                         target.covered_by
                     ),
                 );
@@ -1276,7 +1314,7 @@ impl Run<'_> {
                         .objects
                         .push(bare_result(&stale.entry, vec![item.clone()])),
                 }
-                self.count(ns, &item);
+                self.count(ns.as_deref(), &item);
             }
             None => self.push(FileReport {
                 objects: vec![bare_result(&stale.entry, vec![item])],
@@ -1411,6 +1449,35 @@ fn fix_diff(
         let _ = writeln!(out, "  JSON Patch: {verb} {path} (value not shown)");
     }
     out
+}
+
+#[cfg(test)]
+mod report_cap_tests {
+    use super::*;
+
+    /// The entry's names count against [`MAX_REPORT_TEXT_BYTES`] once per line that repeats
+    /// them, not only its messages: 2,000 entries named with 4 KiB each would otherwise pass
+    /// the cap unseen.
+    #[test]
+    fn an_entrys_names_count_once_per_line() {
+        let name = format!("ConfigMap/{}/cm", "n".repeat(4096));
+        let problem = |message: &str| Problem {
+            line: 0,
+            column: 0,
+            message: message.to_owned(),
+        };
+        let file = FileReport {
+            problems: vec![problem("one"), problem("two")],
+            ..FileReport::new(&name)
+        };
+        // The header line and one line per input error, each with the name.
+        assert_eq!(
+            listed_bytes(&file),
+            name.len() * 3 + "one".len() + "two".len()
+        );
+        let bare = FileReport::new(&name);
+        assert_eq!(listed_bytes(&bare), name.len());
+    }
 }
 
 #[cfg(test)]

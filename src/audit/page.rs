@@ -16,6 +16,7 @@
 //! [`DEFAULT_MAX_OBJECT_BYTES`] never skips an object a real cluster holds.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::time::Duration;
 
 use http_body_util::BodyExt as _;
 use kube::api::ListParams;
@@ -30,6 +31,14 @@ pub const DEFAULT_MAX_OBJECT_BYTES: usize = 4 * 1024 * 1024;
 /// Default for [`ReadLimits::max_list_pages`]: list requests per kind, at most (250 objects
 /// a page: 2.5 million objects of one kind).
 pub const DEFAULT_MAX_LIST_PAGES: usize = 10_000;
+/// Default for [`ReadLimits::request_timeout`]: one request, answer body included.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// A namespace is cut to this many bytes when read: Kubernetes' own limit (a DNS label), so
+/// only a namespace no real API server stores is ever cut.
+pub const MAX_NAMESPACE_BYTES: usize = 63;
+/// A name is cut to this many bytes when read: Kubernetes' limit for names (a DNS
+/// subdomain), so only a name no real API server stores is ever cut.
+pub const MAX_NAME_BYTES: usize = 253;
 /// An error answer (a `Status`) is read up to this many bytes; past it, only its HTTP status
 /// is kept.
 pub const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
@@ -46,6 +55,10 @@ pub struct ReadLimits {
     /// List requests per kind (retries of a smaller page included). Past it, the kind is
     /// stopped with an input error.
     pub max_list_pages: usize,
+    /// Wall time of one request, from sending it to the last byte of its answer. The
+    /// client's own read timeout restarts with every byte, so an answer sent one byte at a
+    /// time would otherwise never end.
+    pub request_timeout: Duration,
 }
 
 impl Default for ReadLimits {
@@ -54,6 +67,7 @@ impl Default for ReadLimits {
             max_page_bytes: DEFAULT_MAX_PAGE_BYTES,
             max_object_bytes: DEFAULT_MAX_OBJECT_BYTES,
             max_list_pages: DEFAULT_MAX_LIST_PAGES,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
         }
     }
 }
@@ -69,6 +83,13 @@ pub enum ReadError {
     TooLarge {
         /// The cap.
         limit: usize,
+    },
+    /// The request and its whole answer took longer than `after`
+    /// ([`ReadLimits::request_timeout`]).
+    #[error("no complete answer within {after:?}")]
+    TimedOut {
+        /// The deadline.
+        after: Duration,
     },
     /// The answer is not the JSON it should be (the reason names no content).
     #[error("the answer is not readable JSON: {0}")]
@@ -150,16 +171,53 @@ impl Classify for serde_json::Error {
 }
 
 /// `namespace` and `name` of a raw object (`None` when it has none or is not an object).
+/// Both are cut as [`decode`] cuts them.
 pub fn name_of(raw: &RawValue) -> (Option<String>, Option<String>) {
     match serde_json::from_str::<NameOnly>(raw.get()) {
-        Ok(n) => (n.metadata.namespace, n.metadata.name),
+        Ok(n) => (
+            n.metadata.namespace.map(|ns| cut(ns, MAX_NAMESPACE_BYTES)),
+            n.metadata.name.map(|name| cut(name, MAX_NAME_BYTES)),
+        ),
         Err(_) => (None, None),
     }
 }
 
-/// Decodes one raw item.
+/// Decodes one raw item, its namespace and name cut to [`MAX_NAMESPACE_BYTES`] and
+/// [`MAX_NAME_BYTES`].
 pub fn decode(raw: &RawValue) -> Result<DynamicObject, ReadError> {
-    serde_json::from_str(raw.get()).map_err(|e| ReadError::Decode(e.classify_string()))
+    let mut object: DynamicObject =
+        serde_json::from_str(raw.get()).map_err(|e| ReadError::Decode(e.classify_string()))?;
+    cut_names(&mut object);
+    Ok(object)
+}
+
+/// Cuts an object's namespace and name to Kubernetes' limits, once, where they are read:
+/// everything the audit keeps or prints about an object (entry names, messages, the
+/// per-namespace tally) is then bounded whatever the API server sends. A real object is
+/// never changed; a cut one ends in `…`, so it cannot be taken for a real name.
+pub fn cut_names(object: &mut DynamicObject) {
+    let meta = &mut object.metadata;
+    if let Some(ns) = meta.namespace.take() {
+        meta.namespace = Some(cut(ns, MAX_NAMESPACE_BYTES));
+    }
+    if let Some(name) = meta.name.take() {
+        meta.name = Some(cut(name, MAX_NAME_BYTES));
+    }
+}
+
+/// `text` itself when it is at most `max` bytes, else its first `max` bytes (at a character
+/// boundary) and `…`.
+fn cut(mut text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let mut at = max;
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    text.truncate(at);
+    text.push('…');
+    text
 }
 
 /// A stable hash of a continue token: the audit remembers tokens by hash, so a hostile
@@ -171,8 +229,19 @@ pub fn token_hash(token: &str) -> u64 {
 }
 
 /// Sends `request` and reads its answer up to `max_bytes` (an error answer up to
-/// [`MAX_ERROR_BODY_BYTES`], returned as the `Status` it holds).
+/// [`MAX_ERROR_BODY_BYTES`], returned as the `Status` it holds), all of it within `timeout`.
 async fn read(
+    client: &kube::Client,
+    request: http::Request<Vec<u8>>,
+    max_bytes: usize,
+    timeout: Duration,
+) -> Result<Vec<u8>, ReadError> {
+    tokio::time::timeout(timeout, read_untimed(client, request, max_bytes))
+        .await
+        .unwrap_or(Err(ReadError::TimedOut { after: timeout }))
+}
+
+async fn read_untimed(
     client: &kube::Client,
     request: http::Request<Vec<u8>>,
     max_bytes: usize,
@@ -224,57 +293,83 @@ fn build(
     result.map_err(|e| ReadError::Api(kube::Error::BuildRequest(e)))
 }
 
-/// One list page of `ar` in every namespace, read within `max_bytes`.
+/// One list page of `ar` in every namespace, read within `limits.max_page_bytes` and
+/// `limits.request_timeout`.
 pub async fn list(
     client: &kube::Client,
     ar: &ApiResource,
     params: &ListParams,
-    max_bytes: usize,
+    limits: &ReadLimits,
 ) -> Result<Page, ReadError> {
-    list_in(client, ar, None, params, max_bytes).await
+    list_in(client, ar, None, params, limits).await
 }
 
-/// One list page of `ar` in `namespace` (every namespace for None), read within `max_bytes`.
+/// One list page of `ar` in `namespace` (every namespace for None), read within
+/// `limits.max_page_bytes` and `limits.request_timeout`.
 pub async fn list_in(
     client: &kube::Client,
     ar: &ApiResource,
     namespace: Option<&str>,
     params: &ListParams,
-    max_bytes: usize,
+    limits: &ReadLimits,
 ) -> Result<Page, ReadError> {
     let request = build(Request::new(DynamicObject::url_path(ar, namespace)).list(params))?;
     Ok(Page {
-        body: read(client, request, max_bytes).await?,
+        body: read(
+            client,
+            request,
+            limits.max_page_bytes,
+            limits.request_timeout,
+        )
+        .await?,
     })
 }
 
-/// One metadata-only list page (`PartialObjectMetadataList`), read within `max_bytes`: how
-/// the audit names an object too large to read and gets the continue token past it.
+/// One metadata-only list page (`PartialObjectMetadataList`), read within
+/// `limits.max_page_bytes` and `limits.request_timeout`: how the audit names an object too
+/// large to read and gets the continue token past it.
 pub async fn list_metadata(
     client: &kube::Client,
     ar: &ApiResource,
     params: &ListParams,
-    max_bytes: usize,
+    limits: &ReadLimits,
 ) -> Result<Page, ReadError> {
     let request = build(Request::new(DynamicObject::url_path(ar, None)).list_metadata(params))?;
     Ok(Page {
-        body: read(client, request, max_bytes).await?,
+        body: read(
+            client,
+            request,
+            limits.max_page_bytes,
+            limits.request_timeout,
+        )
+        .await?,
     })
 }
 
-/// One object by name, read within `max_bytes`; `Ok(None)` on 404.
+/// One object by name, read within `limits.max_object_bytes` and `limits.request_timeout`
+/// (its namespace and name cut as [`decode`] cuts them); `Ok(None)` on 404.
 pub async fn get(
     client: &kube::Client,
     ar: &ApiResource,
     namespace: Option<&str>,
     name: &str,
-    max_bytes: usize,
+    limits: &ReadLimits,
 ) -> Result<Option<DynamicObject>, ReadError> {
     let request =
         build(Request::new(DynamicObject::url_path(ar, namespace)).get(name, &Default::default()))?;
-    match read(client, request, max_bytes).await {
+    match read(
+        client,
+        request,
+        limits.max_object_bytes,
+        limits.request_timeout,
+    )
+    .await
+    {
         Ok(body) => serde_json::from_slice(&body)
-            .map(Some)
+            .map(|mut object| {
+                cut_names(&mut object);
+                Some(object)
+            })
             .map_err(|e| ReadError::Decode(e.classify_string())),
         Err(ReadError::Api(kube::Error::Api(status))) if status.code == 404 => Ok(None),
         Err(e) => Err(e),

@@ -333,14 +333,7 @@ async fn check_workload(
         let gvk = GroupVersionKind::gvk("", "v1", mount.kind);
         let ar = ApiResource::from_gvk(&gvk);
         *requests += 1;
-        let read = page::get(
-            client,
-            &ar,
-            Some(&workload.namespace),
-            &mount.name,
-            limits.max_object_bytes,
-        )
-        .await;
+        let read = page::get(client, &ar, Some(&workload.namespace), &mount.name, limits).await;
         let object = match read {
             Ok(Some(o)) => o,
             // Absent: the pod could not have started with it; nothing to compare.
@@ -410,7 +403,7 @@ async fn check_workload(
         &pods_resource,
         Some(&workload.namespace),
         &ListParams::default().labels(selector).limit(MAX_PODS),
-        limits.max_page_bytes,
+        limits,
     )
     .await
     .map_err(|e| match e {

@@ -57,6 +57,11 @@ pub struct AuditArgs {
     /// continue token) the kind is stopped with an input error.
     #[arg(long, env = "STACKGATE_AUDIT_MAX_LIST_PAGES", value_name = "N", default_value_t = DEFAULT_MAX_LIST_PAGES, value_parser = super::parse_positive)]
     pub max_list_pages: usize,
+    /// Wall time of one API request, its whole answer included: a request past it stops
+    /// its kind (or skips its object) with an input error. The client's own read timeout
+    /// restarts with every byte, so without it an answer sent a byte at a time never ends.
+    #[arg(long, env = "STACKGATE_AUDIT_REQUEST_TIMEOUT", value_name = "DURATION", default_value = REQUEST_TIMEOUT, value_parser = parse_timeout)]
+    pub request_timeout: Duration,
     /// Objects the report lists one by one; the rest are counted in the summary.
     #[arg(long, env = "STACKGATE_AUDIT_MAX_REPORT_OBJECTS", value_name = "N", default_value_t = DEFAULT_MAX_REPORT_OBJECTS, value_parser = super::parse_positive)]
     pub max_report_objects: usize,
@@ -89,6 +94,7 @@ impl From<&AuditArgs> for AuditOptions {
             max_page_bytes,
             max_object_bytes,
             max_list_pages,
+            request_timeout,
             max_report_objects,
             max_report_findings,
             no_diff,
@@ -107,11 +113,24 @@ impl From<&AuditArgs> for AuditOptions {
                 max_page_bytes: *max_page_bytes,
                 max_object_bytes: *max_object_bytes,
                 max_list_pages: *max_list_pages,
+                request_timeout: *request_timeout,
             },
             max_report_objects: *max_report_objects,
             max_report_findings: *max_report_findings,
         }
     }
+}
+
+/// `--request-timeout` and `--background-audit-request-timeout` default, as text
+/// (`page::DEFAULT_REQUEST_TIMEOUT`).
+const REQUEST_TIMEOUT: &str = "30s";
+/// A request timeout: a duration over zero (a zero timeout would stop every kind at once).
+fn parse_timeout(s: &str) -> Result<Duration, String> {
+    let timeout = parse_duration(s)?;
+    if timeout.is_zero() {
+        return Err(format!("{s:?}: a request timeout must be over zero"));
+    }
+    Ok(timeout)
 }
 
 /// `--background-audit-period` default, as text (`background::DEFAULT_PERIOD`).
@@ -176,6 +195,10 @@ pub struct BackgroundAuditArgs {
     /// Bytes of one object's JSON, at most (as `audit --max-object-bytes`).
     #[arg(long = "background-audit-max-object-bytes", env = "STACKGATE_BACKGROUND_AUDIT_MAX_OBJECT_BYTES", value_name = "BYTES", default_value_t = DEFAULT_MAX_OBJECT_BYTES, value_parser = super::parse_positive)]
     pub max_object_bytes: usize,
+    /// Wall time of one API request of the audit, its whole answer included (as `audit
+    /// --request-timeout`).
+    #[arg(id = "background_audit_request_timeout", long = "background-audit-request-timeout", env = "STACKGATE_BACKGROUND_AUDIT_REQUEST_TIMEOUT", value_name = "DURATION", default_value = REQUEST_TIMEOUT, value_parser = parse_timeout)]
+    pub request_timeout: Duration,
 }
 
 impl BackgroundAuditArgs {
@@ -193,6 +216,7 @@ impl BackgroundAuditArgs {
             report_api,
             max_page_bytes,
             max_object_bytes,
+            request_timeout,
         } = self;
         enabled.then(|| BackgroundConfig {
             period: *period,
@@ -210,6 +234,7 @@ impl BackgroundAuditArgs {
                 max_page_bytes: *max_page_bytes,
                 max_object_bytes: *max_object_bytes,
                 max_list_pages: DEFAULT_MAX_LIST_PAGES,
+                request_timeout: *request_timeout,
             },
             report_api: *report_api,
         })
@@ -245,6 +270,7 @@ mod tests {
             "--max-page-bytes=1000",
             "--max-object-bytes=100",
             "--max-list-pages=3",
+            "--request-timeout=1500ms",
             "--max-report-objects=4",
             "--max-report-findings=5",
             "--no-diff",
@@ -264,6 +290,7 @@ mod tests {
                     max_page_bytes: 1000,
                     max_object_bytes: 100,
                     max_list_pages: 3,
+                    request_timeout: Duration::from_millis(1500),
                 },
                 max_report_objects: 4,
                 max_report_findings: 5,
@@ -293,6 +320,34 @@ mod tests {
         assert_eq!(config.identity, "stackgate-0");
         assert_eq!(config.limits, ReadLimits::default());
         assert_eq!(config.report_api, ReportApi::Auto);
+    }
+
+    #[test]
+    fn a_zero_request_timeout_is_refused() {
+        use clap::Parser as _;
+        for argv in [
+            ["stackgate", "audit", "--request-timeout=0s"],
+            [
+                "stackgate",
+                "serve",
+                "--background-audit-request-timeout=0ms",
+            ],
+        ] {
+            let error = crate::cli::Cli::try_parse_from(argv).expect_err("refused");
+            assert!(error.to_string().contains("must be over zero"), "{error}");
+        }
+        let Command::Serve(args) = parse(&[
+            "stackgate",
+            "serve",
+            "--background-audit",
+            "--background-audit-request-timeout=2s",
+        ])
+        .command
+        else {
+            panic!("serve");
+        };
+        let config = args.background_audit.config(None).expect("on");
+        assert_eq!(config.limits.request_timeout, Duration::from_secs(2));
     }
 
     #[test]
