@@ -60,6 +60,7 @@ pub use probe::{MachineDelete, probe};
 pub use source::GuardSource;
 
 use crate::rules::lb_guard::{self, GuardFacts, Leaving, LeavingWhy, Observation};
+use crate::short_text::ShortText;
 use ledger::{ClusterKey, Ledger, Reservation};
 
 /// Default `--openstack-timeout`.
@@ -233,10 +234,7 @@ impl Guard {
         let cluster_name = cluster_name.ok_or(GuardError::NoClusterName)?;
         // Recorded first, under the same lock as reading the others: of two concurrent
         // reviews the later one always counts the earlier one, whatever the calls below cost.
-        let key = ClusterKey {
-            namespace: machine.namespace.clone(),
-            name: cluster_name.clone(),
-        };
+        let key = ClusterKey::new(&machine.namespace, &cluster_name);
         let (admitted, reservation) =
             self.ledger
                 .reserve(&key, &me, machine.dry_run, Instant::now());
@@ -260,7 +258,8 @@ impl Guard {
         let mut leaving: Vec<Leaving> = deleting
             .into_iter()
             .map(|machine| Leaving {
-                machine,
+                machine: machine.digest(),
+                name: Some(ShortText::name(&machine.name)),
                 why: LeavingWhy::Deleting,
             })
             .collect();
@@ -268,6 +267,7 @@ impl Guard {
             if !leaving.iter().any(|l| l.machine.name == machine.name) {
                 leaving.push(Leaving {
                     machine,
+                    name: None,
                     why: LeavingWhy::JustAdmitted,
                 });
             }
