@@ -175,8 +175,8 @@ impl Guard {
         let facts = match result {
             Ok(facts) => {
                 tracing::debug!(
-                    namespace = %machine.namespace,
-                    machine = %machine.name,
+                    namespace = %ShortText::name(&machine.namespace),
+                    machine = %ShortText::name(&machine.name),
                     facts = facts_kind(&facts),
                     dry_run = machine.dry_run,
                     "load-balancer facts gathered"
@@ -200,8 +200,8 @@ impl Guard {
     pub fn unavailable(&self, machine: &MachineDelete, error: &GuardError) -> GuardFacts {
         self.metrics.unavailable(error.metric_reason());
         tracing::warn!(
-            namespace = %machine.namespace,
-            machine = %machine.name,
+            namespace = %ShortText::name(&machine.namespace),
+            machine = %ShortText::name(&machine.name),
             reason = error.metric_reason(),
             %error,
             "load-balancer facts unavailable"
@@ -225,7 +225,8 @@ impl Guard {
                     return Ok(GuardFacts::NotApplicable {
                         reason: format!(
                             "Machine {}/{} is not a control-plane Machine",
-                            machine.namespace, machine.name
+                            ShortText::name(&machine.namespace),
+                            ShortText::name(&machine.name)
                         ),
                     });
                 }
