@@ -31,6 +31,7 @@ pub mod releases;
 pub mod report;
 pub mod rules;
 pub mod server;
+pub mod short_text;
 pub mod sites;
 pub mod telemetry;
 pub mod yaml;

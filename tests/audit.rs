@@ -722,8 +722,8 @@ async fn the_same_messages_as_the_webhook() {
     let subject = stackgate::engine::Subject {
         operation: stackgate::rules::Operation::Update,
         kind: &gvk,
-        namespace: Some("tenant-a"),
-        name: "occm-config",
+        namespace: Some(stackgate::short_text::ShortText::name("tenant-a")),
+        name: stackgate::short_text::ShortText::name("occm-config"),
         subresource: None,
         object: Some(&object),
         old_object: Some(&object),
@@ -735,7 +735,11 @@ async fn the_same_messages_as_the_webhook() {
         // The text report shows the message up to its attribution; the source is printed
         // once per rule at the end.
         let shown = denial.text.one_line();
-        assert!(shown.len() < denial.message.len(), "{}", denial.message);
+        assert!(
+            shown.len() < denial.denial_text().len(),
+            "{}",
+            denial.denial_text()
+        );
         assert!(
             text.contains(&format!(
                 "ConfigMap/tenant-a/occm-config: error [{}] {shown}\n",
@@ -1638,8 +1642,8 @@ async fn a_load_balancer_service_is_judged_against_the_clusters_cloud_config() {
     let subject = stackgate::engine::Subject {
         operation: stackgate::rules::Operation::Update,
         kind: &gvk,
-        namespace: Some("shop"),
-        name: "web",
+        namespace: Some(stackgate::short_text::ShortText::name("shop")),
+        name: stackgate::short_text::ShortText::name("web"),
         subresource: None,
         object: Some(&object),
         old_object: Some(&object),
@@ -1650,10 +1654,10 @@ async fn a_load_balancer_service_is_judged_against_the_clusters_cloud_config() {
     let denial = &verdict.denials[0];
     assert!(
         denial
-            .message
+            .denial_text()
             .contains("lb-provider = ovn without manage-security-groups"),
         "{}",
-        denial.message
+        denial.denial_text()
     );
     let shown = denial.text.one_line();
     assert!(

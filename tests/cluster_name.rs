@@ -68,7 +68,7 @@ fn outcome(verdict: &Verdict) -> (Outcome, String) {
     let ours = |list: &[stackgate::engine::Finding]| {
         list.iter()
             .filter(|f| f.policy == "cluster-name")
-            .map(|f| (f.code, f.message.clone()))
+            .map(|f| (f.code, f.denial_text()))
             .collect::<Vec<_>>()
     };
     let denials = ours(&verdict.denials);

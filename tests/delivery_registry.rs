@@ -249,7 +249,7 @@ fn check_recognises_every_delivery_path_of_the_registry() {
             .warnings
             .iter()
             .chain(&verdict.mutations)
-            .map(|f| f.message.clone())
+            .map(|f| f.denial_text())
             .collect();
         let unseen = path.sources.iter().all(|s| !s.read);
         if unseen {

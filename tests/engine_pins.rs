@@ -97,7 +97,7 @@ fn assert_fixed_by_patch_is_true(engine: &Engine, object: &Value) -> Verdict {
             f.code,
             f.fixed_by_patch,
             if still { "still there" } else { "gone" },
-            f.message
+            f.denial_text()
         );
     }
     verdict
@@ -241,7 +241,11 @@ mod object_family {
             .into_iter()
             .find(|f| f.code == "contradiction")
             .unwrap_or_else(|| panic!("no contradiction: {verdict:?}"));
-        assert!(!contradiction.fixed_by_patch, "{}", contradiction.message);
+        assert!(
+            !contradiction.fixed_by_patch,
+            "{}",
+            contradiction.denial_text()
+        );
         let mut patched = review.clone();
         json_patch::patch(&mut patched["request"]["object"], &verdict.patch)
             .expect("the patch applies");
@@ -286,7 +290,7 @@ mod object_family {
         let enforced = legacy_engine(Mode::Enforce);
         let verdict = evaluate(&enforced, &review);
         let missing = find(&verdict, "release-annotations");
-        assert!(missing.fixed_by_patch, "{}", missing.message);
+        assert!(missing.fixed_by_patch, "{}", missing.denial_text());
         let mut patched = review.clone();
         json_patch::patch(&mut patched["request"]["object"], &verdict.patch)
             .expect("the patch applies");
@@ -297,6 +301,6 @@ mod object_family {
         assert!(audited.mutations.is_empty(), "{audited:?}");
         let missing = find(&audited, "release-annotations");
         assert!(audited.audits.contains(missing), "{audited:?}");
-        assert!(!missing.fixed_by_patch, "{}", missing.message);
+        assert!(!missing.fixed_by_patch, "{}", missing.denial_text());
     }
 }

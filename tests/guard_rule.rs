@@ -122,13 +122,13 @@ fn eval(engine: &Engine, review: &Value, facts: &Facts) -> Verdict {
     engine.evaluate_with(&stackgate::admission::subject_of(&request(review)), facts)
 }
 
-fn denial(verdict: &Verdict) -> &str {
+fn denial(verdict: &Verdict) -> String {
     assert_eq!(verdict.denials.len(), 1, "{verdict:#?}");
     assert_eq!(
         verdict.denials[0].rule,
         stackgate::rules::lb_guard::FAMILY.id
     );
-    &verdict.denials[0].message
+    verdict.denials[0].denial_text()
 }
 
 const HEALTHY: [Member<'static>; 3] = [
@@ -434,8 +434,8 @@ fn unknown_facts_follow_params_unknown() {
     let v = eval(&engine(), &captured(CP_DELETE), &unavailable(reason));
     assert!(v.denials.is_empty());
     assert_eq!(v.warnings.len(), 1, "{v:#?}");
-    assert!(v.warnings[0].message.contains(reason));
-    assert!(v.warnings[0].message.starts_with(
+    assert!(v.warnings[0].denial_text().contains(reason));
+    assert!(v.warnings[0].denial_text().starts_with(
         "Admitted without checking the API load balancer (params.unknown is admit). Fix:"
     ));
     let v = eval(
@@ -570,7 +570,7 @@ fn a_delete_without_old_object_is_unknown_and_follows_params_unknown() {
         let v = eval(&engine(), &review, &unavailable(reason));
         assert!(v.denials.is_empty());
         assert_eq!(v.warnings.len(), 1, "{v:#?}");
-        assert!(v.warnings[0].message.contains(reason));
+        assert!(v.warnings[0].denial_text().contains(reason));
         // Without the guard (no facts) nothing changes for such a review.
         let v = eval(&engine_with("enforce", "deny"), &review, &Facts::default());
         assert_eq!(v, Verdict::default());

@@ -221,14 +221,14 @@ fn folded_findings_say_how_many_more_and_where() {
     let engine = engine();
     let text = lines("[Global]\n", 1_000, |i| format!("unknown-key-{i}=v"));
     let verdict = evaluate(&engine, &configmap_review(&text));
-    let ignored: Vec<&str> = verdict
+    let ignored: Vec<String> = verdict
         .warnings
         .iter()
         .filter(|w| w.policy == "cloud-config-integrity")
-        .map(|w| w.message.as_str())
+        .map(|w| w.denial_text())
         .collect();
     assert_eq!(ignored.len(), MAX_FINDINGS_PER_KIND + 1, "{ignored:#?}");
-    let last = ignored.last().copied().unwrap_or_default();
+    let last = ignored.last().map(String::as_str).unwrap_or_default();
     let more = 1_000 - MAX_FINDINGS_PER_KIND;
     assert!(
         last.contains(&format!(
@@ -244,11 +244,11 @@ fn folded_findings_say_how_many_more_and_where() {
     // Repeated credentials in a ConfigMap: the first ones one by one, then one summary.
     let text = lines("[Global]\n", 1_000, |i| format!("password=s3cr3t-{i}"));
     let verdict = evaluate(&engine, &configmap_review(&text));
-    let denials: Vec<&str> = verdict
+    let denials: Vec<String> = verdict
         .denials
         .iter()
         .filter(|d| d.policy == "credential-placement")
-        .map(|d| d.message.as_str())
+        .map(|d| d.denial_text())
         .collect();
     assert_eq!(denials.len(), MAX_FINDINGS_PER_KIND + 1, "{denials:#?}");
     assert!(
@@ -288,12 +288,12 @@ fn names_that_may_be_values_are_masked_in_secrets_and_configmaps() {
     ] {
         for review in [configmap_review(&text), secret_review(&text)] {
             let verdict = evaluate(&engine, &review);
-            let all: Vec<&str> = verdict
+            let all: Vec<String> = verdict
                 .denials
                 .iter()
                 .chain(&verdict.warnings)
                 .chain(&verdict.audits)
-                .map(|f| f.message.as_str())
+                .map(|f| f.denial_text())
                 .collect();
             assert!(!all.is_empty(), "{text:?}: no finding at all");
             for m in &all {
@@ -333,7 +333,10 @@ fn known_names_and_plausible_typos_are_still_shown() {
     ] {
         let verdict = evaluate(&engine, &secret_review(&text));
         assert!(
-            verdict.warnings.iter().any(|w| w.message.contains(shown)),
+            verdict
+                .warnings
+                .iter()
+                .any(|w| w.denial_text().contains(shown)),
             "{text:?}: {:#?}",
             verdict.warnings
         );
@@ -352,19 +355,23 @@ fn a_credential_written_below_its_key_in_a_configmap_is_denied() {
         .iter()
         .find(|d| d.policy == "credential-placement")
         .unwrap_or_else(|| panic!("no denial: {verdict:#?}"));
-    assert!(denial.message.contains("line 3"), "{}", denial.message);
     assert!(
-        denial.message.contains("credential of `password`"),
+        denial.denial_text().contains("line 3"),
         "{}",
-        denial.message
+        denial.denial_text()
     );
-    assert!(!denial.message.contains(CANARY));
+    assert!(
+        denial.denial_text().contains("credential of `password`"),
+        "{}",
+        denial.denial_text()
+    );
+    assert!(!denial.denial_text().contains(CANARY));
     // In a Secret the credential is where it belongs: only the ignored-line warning.
     let verdict = evaluate(&engine, &secret_review(&text));
     assert!(verdict.denials.is_empty(), "{:#?}", verdict.denials);
     assert!(
         verdict.warnings.iter().any(|w| w
-            .message
+            .denial_text()
             .contains("the line before sets `password` to an empty value")),
         "{:#?}",
         verdict.warnings

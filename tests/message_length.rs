@@ -112,7 +112,7 @@ fn measure() -> Vec<Shown> {
                         family: d.rule.as_str(),
                         code: d.code.to_owned(),
                         kind: "denial",
-                        first_line: d.message.lines().next().unwrap_or("").to_owned(),
+                        first_line: d.denial_text().lines().next().unwrap_or("").to_owned(),
                         cut: false,
                     });
                 }

@@ -53,7 +53,7 @@ fn outcome(verdict: &Verdict) -> (Outcome, String) {
     let ours = |list: &[stackgate::engine::Finding]| {
         list.iter()
             .filter(|f| f.policy == "ovn-source-ranges")
-            .map(|f| (f.code, f.message.clone()))
+            .map(|f| (f.code, f.denial_text()))
             .collect::<Vec<_>>()
     };
     let (denials, warnings) = (ours(&verdict.denials), ours(&verdict.warnings));

@@ -189,7 +189,7 @@ fn live_glance_create_gets_exactly_the_operator_annotations_and_is_then_clean() 
     assert_eq!(v.mutations.len(), 2);
     assert!(
         v.mutations[0]
-            .message
+            .denial_text()
             .contains("OpenStackVersion openstack/openstack")
     );
     // Idempotent.
@@ -237,10 +237,10 @@ fn legacy_empty_service_defaults_give_false_like_the_operator() {
     let w = &v.warnings[0];
     assert!(w.fixed_by_patch);
     assert!(
-        w.message
+        w.denial_text()
             .contains("is missing, which the service operator reads as \"true\"")
     );
-    assert!(w.message.contains("contradicts the release"));
+    assert!(w.denial_text().contains("contradicts the release"));
     assert_clean(&eval(&e, &out));
 }
 
@@ -265,7 +265,7 @@ fn update_in_progress_adds_the_deployed_value_and_accepts_both() {
     assert_eq!(annotation(&out, WSGI).as_deref(), Some("false"));
     assert!(
         v.mutations[0]
-            .message
+            .denial_text()
             .contains("updating from 18.0.0 to 18.0.1")
     );
     // The operator's control-plane stage writes the target's "true": accepted too.
@@ -299,7 +299,7 @@ fn contradiction_is_a_warning_by_default_and_a_denial_when_enforced() {
     assert!(v.denials.is_empty());
     assert!(v.patch.is_empty());
     assert_eq!(v.warnings.len(), 1);
-    let m = &v.warnings[0].message;
+    let m = &v.warnings[0].denial_text();
     for needle in [
         "Glance openstack/glance",
         "glance.openstack.org/wsgi=\"false\" contradicts the release",
@@ -323,7 +323,11 @@ fn contradiction_is_a_warning_by_default_and_a_denial_when_enforced() {
         &review,
     );
     assert_eq!(v.denials.len(), 1, "{v:?}");
-    assert!(v.denials[0].message.contains("contradicts the release"));
+    assert!(
+        v.denials[0]
+            .denial_text()
+            .contains("contradicts the release")
+    );
 
     // In warn mode an enforced contradiction is still only a warning.
     let v = eval(
@@ -356,7 +360,7 @@ fn unparsable_value_is_denied_with_the_accepted_list_even_without_a_release() {
         let review = glance_create_with(Some(json!({WSGI: "yes"})));
         let v = eval(&e, &review);
         assert_eq!(v.denials.len(), 1, "{v:?}");
-        let m = &v.denials[0].message;
+        let m = &v.denials[0].denial_text();
         assert!(
             m.contains("glance.openstack.org/wsgi=\"yes\" cannot be parsed"),
             "{m}"
@@ -382,7 +386,7 @@ fn unchanged_contradiction_on_update_is_only_warned_changed_one_is_denied() {
     assert_eq!(v.warnings.len(), 1);
     assert!(
         v.warnings[0]
-            .message
+            .denial_text()
             .contains("does not change the annotation")
     );
 
@@ -440,7 +444,7 @@ fn several_openstackversions_are_warned_about_and_imply_nothing() {
     assert_eq!(v.warnings.len(), 1);
     assert!(
         v.warnings[0]
-            .message
+            .denial_text()
             .contains("has 2 OpenStackVersions (openstack, second)")
     );
 }
@@ -469,7 +473,7 @@ fn without_a_live_object_the_static_table_serves_where_a_policy_names_the_releas
         );
         assert!(
             v.mutations[0]
-                .message
+                .denial_text()
                 .contains(&format!("release {release} (static release table"))
         );
     }
@@ -777,9 +781,9 @@ fn manila_sharev1_table() {
                 assert!(v.patch.is_empty(), "{name}");
                 for n in needles {
                     assert!(
-                        v.denials[0].message.contains(n),
+                        v.denials[0].denial_text().contains(n),
                         "{name}: {n:?} in {}",
-                        v.denials[0].message
+                        v.denials[0].denial_text()
                     );
                 }
             }
@@ -788,9 +792,9 @@ fn manila_sharev1_table() {
                 assert_eq!(v.warnings.len(), 1, "{name}: {:?}", v.warnings);
                 for n in needles {
                     assert!(
-                        v.warnings[0].message.contains(n),
+                        v.warnings[0].denial_text().contains(n),
                         "{name}: {n:?} in {}",
-                        v.warnings[0].message
+                        v.warnings[0].denial_text()
                     );
                 }
             }
@@ -809,10 +813,10 @@ fn manila_missing_sharev1_means_enabled_to_manila_operator() {
     assert!(v.warnings[0].fixed_by_patch);
     assert!(
         v.warnings[0]
-            .message
+            .denial_text()
             .contains("is missing, which the service operator reads as \"true\""),
         "{}",
-        v.warnings[0].message
+        v.warnings[0].denial_text()
     );
     // With contradictions enforced, an UPDATE that sets the contradicting value is denied,
     // and a stored contradicting value on an unrelated update is only warned about.

@@ -348,13 +348,13 @@ fn each_rule_denies_exactly_what_it_should() {
                 assert_eq!(d.policy, policy, "{name}");
                 for needle in needles {
                     assert!(
-                        d.message.contains(needle),
+                        d.denial_text().contains(needle),
                         "{name}: {needle:?} not in {}",
-                        d.message
+                        d.denial_text()
                     );
                 }
-                assert!(d.message.contains("source:"), "{name}");
-                assert!(!d.message.contains("hunter2"), "{name}");
+                assert!(d.denial_text().contains("source:"), "{name}");
+                assert!(!d.denial_text().contains("hunter2"), "{name}");
             }
             None => assert!(verdict.denials.is_empty(), "{name}: {:#?}", verdict.denials),
         }
@@ -531,12 +531,15 @@ fn silent_ignores_are_warnings_with_suggestions() {
         assert_eq!(verdict.warnings.len(), 1, "{name}: {:#?}", verdict.warnings);
         for needle in needles {
             assert!(
-                verdict.warnings[0].message.contains(needle),
+                verdict.warnings[0].denial_text().contains(needle),
                 "{name}: {needle:?} not in {}",
-                verdict.warnings[0].message
+                verdict.warnings[0].denial_text()
             );
         }
-        assert!(!verdict.warnings[0].message.contains("hunter2"), "{name}");
+        assert!(
+            !verdict.warnings[0].denial_text().contains("hunter2"),
+            "{name}"
+        );
     }
 }
 
@@ -577,7 +580,7 @@ fn warnings_sent_to_clients_keep_line_key_and_suggestion() {
                 if let Some(line) = finding.line() {
                     assert!(sent.contains(&format!("line {line}:")), "{name}: {sent}");
                 }
-                if let Some(hint) = suggestion(&finding.message) {
+                if let Some(hint) = suggestion(&finding.denial_text()) {
                     suggestions += 1;
                     assert!(sent.contains(hint), "{name}: {hint:?} cut from {sent}");
                     // Ending well before the limit, with room for longer object names.
@@ -599,7 +602,7 @@ fn truncated_credential_in_a_secret_is_warned_without_the_value() {
     let verdict = evaluate(&secret_review(&text));
     assert!(verdict.denials.is_empty(), "{:#?}", verdict.denials);
     assert_eq!(verdict.warnings.len(), 1);
-    let m = &verdict.warnings[0].message;
+    let m = &verdict.warnings[0].denial_text();
     assert!(m.contains("line 2") && m.contains("credential"), "{m}");
     assert!(!m.contains("abc") && !m.contains("hunter2"), "{m}");
 }
@@ -621,11 +624,11 @@ fn ccm_concurrency_on_captured_workloads() {
     assert_eq!(d.policy, "ccm-concurrency");
     assert_eq!(d.pointer(), Some("/spec/template/spec/containers/0/args/5"));
     assert!(
-        d.message.contains("--concurrent-service-syncs=4"),
+        d.denial_text().contains("--concurrent-service-syncs=4"),
         "{}",
-        d.message
+        d.denial_text()
     );
-    assert!(d.message.contains("409"), "{}", d.message);
+    assert!(d.denial_text().contains("409"), "{}", d.denial_text());
 
     // The upstream DaemonSet does not set the flag.
     let daemonset = captured("daemonset/validate-create-openstack-cloud-controller-manager.json");
@@ -753,12 +756,16 @@ fn ccm_concurrency_variable_reference_is_warned_not_denied() {
         let w = &verdict.warnings[0];
         assert_eq!(w.policy, "ccm-concurrency");
         assert!(
-            w.message.contains("--concurrent-service-syncs"),
+            w.denial_text().contains("--concurrent-service-syncs"),
             "{}",
-            w.message
+            w.denial_text()
         );
-        assert!(w.message.contains("cannot be checked"), "{}", w.message);
-        assert!(!w.message.contains("fail to"), "{}", w.message);
+        assert!(
+            w.denial_text().contains("cannot be checked"),
+            "{}",
+            w.denial_text()
+        );
+        assert!(!w.denial_text().contains("fail to"), "{}", w.denial_text());
     }
     // `$$(SYNCS)` is the escaped literal `$(SYNCS)`: the CCM cannot parse it.
     let verdict = evaluate_enforced(&deployment_with_args(json!([
@@ -766,7 +773,7 @@ fn ccm_concurrency_variable_reference_is_warned_not_denied() {
         "--concurrent-service-syncs=$$(SYNCS)"
     ])));
     assert_eq!(verdict.denials.len(), 1, "{:#?}", verdict.denials);
-    assert!(verdict.denials[0].message.contains("not start"));
+    assert!(verdict.denials[0].denial_text().contains("not start"));
 }
 
 #[test]
@@ -810,9 +817,11 @@ fn ccm_concurrency_defaults_to_warn() {
         .collect();
     assert_eq!(warnings.len(), 1, "{:#?}", verdict.warnings);
     assert!(
-        warnings[0].message.contains("--concurrent-service-syncs=4"),
+        warnings[0]
+            .denial_text()
+            .contains("--concurrent-service-syncs=4"),
         "{}",
-        warnings[0].message
+        warnings[0].denial_text()
     );
     assert_eq!(
         warnings[0].pointer(),
@@ -827,7 +836,7 @@ fn ccm_concurrency_defaults_to_warn() {
         invalid
             .warnings
             .iter()
-            .any(|w| w.policy == "ccm-concurrency" && w.message.contains("not start")),
+            .any(|w| w.policy == "ccm-concurrency" && w.denial_text().contains("not start")),
         "{:#?}",
         invalid.warnings
     );
@@ -938,9 +947,9 @@ fn provider_newer_than_the_pinned_ccm_is_warned() {
                 assert_eq!(found[0].policy, "cloud-config-integrity");
                 for n in *needles {
                     assert!(
-                        found[0].message.contains(n),
+                        found[0].denial_text().contains(n),
                         "{name}: {n:?} in {}",
-                        found[0].message
+                        found[0].denial_text()
                     );
                 }
             }

@@ -31,6 +31,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::budget::{Cancel, Exhausted};
+use crate::short_text::ShortText;
 use crate::sites::{SiteKind, SitesDocument, payload};
 
 /// Most decoded memory (estimated, see `Cost`) the objects of one review may take. Objects
@@ -199,8 +200,13 @@ pub fn decode_review(
             request_kind: request.request_kind,
             request_resource: request.request_resource,
             request_sub_resource: request.request_sub_resource,
-            name: request.name,
-            namespace: request.namespace,
+            // The request's own name and namespace, bounded once here: the span, the logs,
+            // the Subject and every answer take them from this request.
+            name: ShortText::name(&request.name).into_string(),
+            namespace: request
+                .namespace
+                .as_deref()
+                .map(|ns| ShortText::name(ns).into_string()),
             operation: request.operation,
             user_info: request.user_info,
             object,
@@ -331,11 +337,15 @@ fn prune(
     }
 }
 
+/// The object's metadata, its name and namespace cut where they enter
+/// ([`crate::rules::bound_names`]): every finding and log line names the object.
 fn metadata_of(root: &Value) -> Result<ObjectMeta, DecodeError> {
-    match root.get("metadata") {
-        None | Some(Value::Null) => Ok(ObjectMeta::default()),
-        Some(m) => Ok(ObjectMeta::deserialize(m)?),
-    }
+    let mut meta = match root.get("metadata") {
+        None | Some(Value::Null) => ObjectMeta::default(),
+        Some(m) => ObjectMeta::deserialize(m)?,
+    };
+    crate::rules::bound_names(&mut meta);
+    Ok(meta)
 }
 
 fn into_object(root: Value, metadata: ObjectMeta) -> Result<DynamicObject, DecodeError> {

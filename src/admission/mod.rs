@@ -25,6 +25,7 @@ pub use facts::{AllOf, FactSource, Gather, Gathered, KnownFacts, body_mentions};
 use crate::budget::Cancel;
 use crate::engine::{self, Engine, Facts, Finding, Subject, Verdict};
 use crate::metrics::Metrics;
+use crate::short_text::ShortText;
 
 /// The only AdmissionReview version stackgate speaks.
 pub const ADMISSION_V1: &str = "admission.k8s.io/v1";
@@ -164,13 +165,14 @@ pub fn handle_with(
     (reply, verdict)
 }
 
-/// What identifies a review in logs and metrics; empty when the body was unreadable.
+/// What identifies a review in logs and metrics; empty when the body was unreadable. Every
+/// part is bounded ([`ShortText`]): a span field is written with every log line.
 #[derive(Debug, Default)]
 struct Seen {
-    pub(super) uid: String,
-    pub(super) kind: String,
-    pub(super) namespace: String,
-    pub(super) name: String,
+    pub(super) uid: ShortText,
+    pub(super) kind: ShortText,
+    pub(super) namespace: ShortText,
+    pub(super) name: ShortText,
     pub(super) operation: &'static str,
     pub(super) dry_run: bool,
 }
@@ -195,10 +197,10 @@ fn answer(
     let api_version = decoded.api_version;
     let request = decoded.request;
     let seen = Seen {
-        uid: request.uid.clone(),
-        kind: request.kind.kind.clone(),
-        namespace: request.namespace.clone().unwrap_or_default(),
-        name: request.name.clone(),
+        uid: ShortText::name(&request.uid),
+        kind: ShortText::name(&request.kind.kind),
+        namespace: ShortText::name(request.namespace.as_deref().unwrap_or_default()),
+        name: ShortText::name(&request.name),
         operation: operation_str(&request.operation),
         dry_run: request.dry_run,
     };
@@ -249,7 +251,11 @@ fn answer(
             "allowed"
         }
         Webhook::Validate if verdict.denied() => {
-            let first = verdict.denials.first().map_or("", Finding::denial_text);
+            let first = verdict
+                .denials
+                .first()
+                .map(Finding::denial_text)
+                .unwrap_or_default();
             response = response.deny(format!(
                 "{first}\n… the full answer ({size} bytes) is over stackgate's \
                  {MAX_RESPONSE_BYTES}-byte response cap; run `stackgate check` on the object"
@@ -494,8 +500,8 @@ pub fn subject_of(request: &AdmissionRequest<DynamicObject>) -> Subject<'_> {
             Operation::Connect => engine::Operation::Connect,
         },
         kind: &request.kind,
-        namespace: request.namespace.as_deref(),
-        name: &request.name,
+        namespace: request.namespace.as_deref().map(ShortText::name),
+        name: ShortText::name(&request.name),
         subresource: request.sub_resource.as_deref(),
         object: request.object.as_ref(),
         old_object: request.old_object.as_ref(),

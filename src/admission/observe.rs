@@ -52,7 +52,7 @@ pub(super) fn answered(a: &Answered<'_>, metrics: &Metrics) {
     metrics.request(
         RequestLabels {
             webhook: a.webhook.as_str(),
-            kind: seen.kind.clone(),
+            kind: seen.kind.to_string(),
             operation: seen.operation,
             decision: a.decision,
         },

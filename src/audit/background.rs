@@ -268,7 +268,7 @@ fn item_codes(o: &ObjectResult) -> Vec<Option<&'static str>> {
                 Level::Note => return None,
             };
             match list.get(*n) {
-                Some(f) if f.message == i.message => {
+                Some(f) if f.denial_text() == i.message => {
                     *n += 1;
                     Some(f.code)
                 }

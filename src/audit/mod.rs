@@ -1359,8 +1359,12 @@ pub fn evaluate_update_with(
     let subject = Subject {
         operation: Operation::Update,
         kind: gvk,
-        namespace: object.metadata.namespace.as_deref(),
-        name: object.metadata.name.as_deref().unwrap_or(""),
+        namespace: object
+            .metadata
+            .namespace
+            .as_deref()
+            .map(crate::short_text::ShortText::name),
+        name: crate::short_text::ShortText::name(object.metadata.name.as_deref().unwrap_or("")),
         subresource: None,
         object: Some(object),
         old_object: Some(object),

@@ -517,7 +517,9 @@ pub(super) fn object_of(json: &Value) -> Option<(GroupVersionKind, DynamicObject
     let api_version = text("apiVersion");
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
     let kind = GroupVersionKind::gvk(group, version, text("kind"));
-    let object = serde_json::from_value(json.clone()).ok()?;
+    let mut object: DynamicObject = serde_json::from_value(json.clone()).ok()?;
+    // Bounded once, where the document becomes an object: every finding names it.
+    crate::rules::bound_names(&mut object.metadata);
     Some((kind, object))
 }
 

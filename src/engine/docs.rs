@@ -30,7 +30,11 @@ pub fn markdown(engine: &Engine) -> String {
             policy.source.trim(),
         );
         if let Some(finding) = example_finding(engine, policy) {
-            let _ = write!(out, "\nExample:\n\n```text\n{}\n```\n", finding.message);
+            let _ = write!(
+                out,
+                "\nExample:\n\n```text\n{}\n```\n",
+                finding.denial_text()
+            );
         }
     }
     out

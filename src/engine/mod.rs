@@ -54,12 +54,11 @@ pub struct Finding {
     pub anchor: Anchor,
     /// The object it is about.
     pub subject: Arc<ObjectRef>,
-    /// The parts of its message, which each face renders ([`Finding::first_line`],
-    /// [`Finding::denial_text`], [`Finding::warning_text`], [`Text::one_line`]).
+    /// The parts of its message, which each face renders when it shows the finding
+    /// ([`Finding::first_line`], [`Finding::denial_text`], [`Finding::warning_text`],
+    /// [`Text::one_line`]): nothing is rendered for a finding no face shows (one past
+    /// [`MAX_FINDINGS_PER_LIST`], a warning the validating webhook drops).
     pub text: Text,
-    /// The full text ([`Text::full`]): first line, why, notes, exemption and attribution, one
-    /// per line. What audit annotations and the JSON `message` carry.
-    pub message: String,
     /// Whether the verdict's patch fixes it. The validating webhook still reports it: by the
     /// time it runs, a missing fix means the mutation did not happen.
     pub fixed_by_patch: bool,
@@ -206,10 +205,13 @@ impl Finding {
         self.text.first_line()
     }
 
-    /// The denial the validating webhook answers: the full text, one part per line
-    /// ([`Text::full`], rendered once and cut at [`MAX_MESSAGE_BYTES`]).
-    pub fn denial_text(&self) -> &str {
-        &self.message
+    /// The full text, one part per line ([`Text::full`]: first line, why, notes, exemption
+    /// and attribution), rendered now and cut at [`MAX_MESSAGE_BYTES`]: the denial the
+    /// validating webhook answers, and what audit annotations and the JSON `message` carry.
+    pub fn denial_text(&self) -> String {
+        let mut full = self.text.full(&self.policy, self.rule, self.code);
+        cut_message(&mut full);
+        full
     }
 
     /// The warning kubectl shows: `stackgate POLICY: <first line>`.
@@ -391,7 +393,7 @@ impl Run<'_> {
 
     /// A finding of `policy` about this run's subject: `text` with the policy's exemption
     /// annotation and source added (a mutation note has no exemption: it is no finding to
-    /// exempt), and the full message rendered from them.
+    /// exempt). Nothing is rendered here: the faces render what they show.
     fn finding(
         &self,
         policy: &Policy,
@@ -407,7 +409,6 @@ impl Run<'_> {
             text.exemption = policy.exemption_annotation();
         }
         text.source = policy.source.trim().to_owned();
-        let message = text.full(&policy.name, policy.rule, code);
         Finding {
             policy: policy.name.clone(),
             rule: policy.rule,
@@ -415,7 +416,6 @@ impl Run<'_> {
             anchor,
             subject: Arc::clone(subject),
             text,
-            message,
             fixed_by_patch,
         }
     }
@@ -1007,9 +1007,8 @@ fn limit_findings(verdict: &mut Verdict) {
         &mut verdict.audits,
         &mut verdict.mutations,
     ] {
-        for f in list.iter_mut() {
+        for f in list.iter_mut().take(MAX_FINDINGS_PER_LIST) {
             f.text.cut();
-            cut_message(&mut f.message);
         }
         if list.len() <= MAX_FINDINGS_PER_LIST {
             continue;
@@ -1042,12 +1041,10 @@ fn limit_findings(verdict: &mut Verdict) {
                 exemption: first.text.exemption.clone(),
                 source: first.text.source.clone(),
             };
-            let message = text.full(&first.policy, first.rule, CODE_MORE);
             list.push(Finding {
                 code: CODE_MORE,
                 anchor: Anchor::Object,
                 text,
-                message,
                 ..first
             });
         }
@@ -1134,7 +1131,7 @@ fn record(policy: &Policy, severity: Severity, finding: Finding, verdict: &mut V
             verdict
                 .audit_annotations
                 .entry(format!("{}-finding", policy.name))
-                .or_insert_with(|| finding.message.clone());
+                .or_insert_with(|| finding.denial_text());
             verdict.audits.push(finding);
         }
         (Mode::Off, _) => {}
@@ -1184,9 +1181,9 @@ fn text_of(v: &crate::rules::Violation) -> Text {
 /// `oldObject` says about the object.
 fn named_object(subject: &Subject<'_>) -> DynamicObject {
     let resource = kube::core::ApiResource::from_gvk(subject.kind);
-    let object = DynamicObject::new(subject.name, &resource);
-    match subject.namespace {
-        Some(ns) if !ns.is_empty() => object.within(ns),
+    let object = DynamicObject::new(subject.name.as_str(), &resource);
+    match &subject.namespace {
+        Some(ns) if !ns.is_empty() => object.within(ns.as_str()),
         _ => object,
     }
 }
@@ -1197,6 +1194,7 @@ mod tests {
     //! and one past it. `tests/hostile_rules.rs` shows the cap through `/validate`.
 
     use super::*;
+    use crate::short_text::ShortText;
 
     fn finding(policy: &str, rule: &str, i: usize) -> Finding {
         Finding {
@@ -1207,15 +1205,14 @@ mod tests {
                 pointer: format!("/data/{i}"),
             },
             subject: Arc::new(ObjectRef {
-                kind: "ConfigMap".into(),
-                namespace: Some("tenant".into()),
-                name: "hostile".into(),
+                kind: ShortText::name("ConfigMap"),
+                namespace: Some(ShortText::name("tenant")),
+                name: ShortText::name("hostile"),
             }),
             text: Text {
                 what: format!("finding {i}"),
                 ..Text::default()
             },
-            message: format!("finding {i}"),
             fixed_by_patch: false,
         }
     }
@@ -1289,14 +1286,14 @@ mod tests {
                     rule(0)
                 )
             );
-            assert_eq!(a.message, a.text.full("a", a.rule, CODE_MORE));
+            assert_eq!(a.denial_text(), a.text.full("a", a.rule, CODE_MORE));
             assert!(
-                b.message.starts_with(&format!(
+                b.denial_text().starts_with(&format!(
                     "… and 1 more finding of policy b (rule {})",
                     rule(1)
                 )),
                 "{}",
-                b.message
+                b.denial_text()
             );
         }
         // The cap is reported once, for the metric.
@@ -1307,44 +1304,46 @@ mod tests {
     #[test]
     fn messages_are_cut_at_four_kib_on_a_character_boundary() {
         let at_limit = "x".repeat(MAX_MESSAGE_BYTES);
+        let mut kept = at_limit.clone();
+        cut_message(&mut kept);
+        assert_eq!(kept, at_limit, "at the limit: untouched");
+        // One byte past it: cut to exactly the limit, ending in '…'.
+        let mut long = "z".repeat(MAX_MESSAGE_BYTES + 1);
+        cut_message(&mut long);
+        assert_eq!(long.len(), MAX_MESSAGE_BYTES);
+        assert_eq!(
+            long,
+            format!("{}…", "z".repeat(MAX_MESSAGE_BYTES - '…'.len_utf8()))
+        );
         // 'é' is two bytes: 4093 ASCII bytes then 'é' puts a character across the cut (the
-        // cut keeps MAX - 3 bytes to leave room for the three-byte '…').
-        let across = format!("{}é{}", "x".repeat(MAX_MESSAGE_BYTES - 4), "y".repeat(100));
-        let long = "z".repeat(MAX_MESSAGE_BYTES + 1);
+        // cut keeps MAX - 3 bytes to leave room for the three-byte '…'); the cut moves back
+        // to the character's start.
+        let mut across = format!("{}é{}", "x".repeat(MAX_MESSAGE_BYTES - 4), "y".repeat(100));
+        cut_message(&mut across);
+        assert_eq!(across, format!("{}…", "x".repeat(MAX_MESSAGE_BYTES - 4)));
+    }
+
+    #[test]
+    fn rendered_texts_and_annotations_stay_within_four_kib() {
+        let long = "w".repeat(3 * MAX_MESSAGE_BYTES);
+        let mut hostile = finding("p", rule(0), 0);
+        hostile.text.why = long.clone();
+        hostile.text.notes = vec![long.clone(), long.clone()];
         let mut verdict = Verdict {
-            denials: vec![
-                Finding {
-                    message: at_limit.clone(),
-                    ..finding("p", rule(0), 0)
-                },
-                Finding {
-                    message: across.clone(),
-                    ..finding("p", rule(0), 1)
-                },
-            ],
-            warnings: vec![Finding {
-                message: long.clone(),
-                ..finding("p", rule(0), 2)
-            }],
+            denials: vec![hostile.clone()],
+            warnings: vec![hostile],
             audit_annotations: BTreeMap::from([("p".to_owned(), long.clone())]),
             ..Verdict::default()
         };
         limit_findings(&mut verdict);
-        // At the limit: untouched.
-        assert_eq!(verdict.denials[0].message, at_limit);
-        // One byte past it: cut to exactly the limit, ending in '…'.
-        let cut = &verdict.warnings[0].message;
-        assert_eq!(cut.len(), MAX_MESSAGE_BYTES);
-        assert_eq!(
-            *cut,
-            format!("{}…", "z".repeat(MAX_MESSAGE_BYTES - '…'.len_utf8()))
-        );
-        assert_eq!(verdict.audit_annotations["p"], *cut);
-        // A cut inside 'é' moves back to the character's start.
-        assert_eq!(
-            verdict.denials[1].message,
-            format!("{}…", "x".repeat(MAX_MESSAGE_BYTES - 4))
-        );
+        for f in verdict.denials.iter().chain(&verdict.warnings) {
+            assert!(f.text.why.len() <= MAX_MESSAGE_BYTES);
+            let text = f.denial_text();
+            assert_eq!(text.len(), MAX_MESSAGE_BYTES, "three long parts: cut whole");
+            assert!(text.ends_with('…'));
+            assert!(text.starts_with("finding 0."), "{}", &text[..40]);
+        }
+        assert_eq!(verdict.audit_annotations["p"].len(), MAX_MESSAGE_BYTES);
         // Cutting messages is not the findings cap.
         assert!(verdict.limits.is_empty());
     }

@@ -10,7 +10,9 @@
 //!
 //! Bounds: entries expire after [`ADMITTED_TTL`]; at most [`MAX_CLUSTERS`] clusters and
 //! [`MAX_PER_CLUSTER`] Machines per cluster are held (expired entries go first, then the
-//! soonest to expire). Several replicas do not share the ledger: each counts what it admitted,
+//! soonest to expire). An entry keeps SHA-256 digests of what it records, never request
+//! text ([`MachineDigest`], [`ClusterKey`]): the ledger's memory is its entry count times a
+//! size the request cannot change, and nothing the ledger holds is ever shown. Several replicas do not share the ledger: each counts what it admitted,
 //! and the deletionTimestamp list read from the API covers the rest once it is set.
 
 use std::sync::{Mutex, PoisonError};
@@ -18,7 +20,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::rules::lb_guard::MachineIdentity;
+use crate::rules::lb_guard::{MachineDigest, MachineIdentity, Sha256, sha256};
 
 /// How long an admitted DELETE counts as leaving without a deletionTimestamp: the apiserver
 /// sets it within the same request, so this only has to outlive the request and the next
@@ -29,16 +31,21 @@ pub const MAX_CLUSTERS: usize = 1024;
 /// Machines held per cluster.
 pub const MAX_PER_CLUSTER: usize = 64;
 
-/// A cluster: namespace and name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ClusterKey {
-    pub namespace: String,
-    pub name: String,
+/// A cluster: the digest of its namespace and name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ClusterKey(Sha256);
+
+impl ClusterKey {
+    /// The key of the cluster `name` in `namespace`.
+    pub(crate) fn new(namespace: &str, name: &str) -> Self {
+        // Length-prefixed: `a/bc` and `ab/c` are different clusters.
+        ClusterKey(sha256(&format!("{}:{namespace}/{name}", namespace.len())))
+    }
 }
 
 #[derive(Debug)]
 struct Entry {
-    machine: MachineIdentity,
+    machine: MachineDigest,
     token: u64,
     expires: Instant,
 }
@@ -53,7 +60,7 @@ struct Inner {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Reservation {
     cluster: ClusterKey,
-    machine: String,
+    machine: Sha256,
     token: u64,
 }
 
@@ -72,13 +79,15 @@ impl Ledger {
         machine: &MachineIdentity,
         dry_run: bool,
         now: Instant,
-    ) -> (Vec<MachineIdentity>, Option<Reservation>) {
+    ) -> (Vec<MachineDigest>, Option<Reservation>) {
+        // Hashed before the lock is taken: the lock is held for comparisons only.
+        let machine = machine.digest();
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         for (_, entries) in &mut inner.clusters {
             entries.retain(|e| e.expires > now);
         }
         inner.clusters.retain(|(_, entries)| !entries.is_empty());
-        let others: Vec<MachineIdentity> = inner
+        let others: Vec<MachineDigest> = inner
             .clusters
             .iter()
             .find(|(k, _)| k == cluster)
@@ -114,7 +123,7 @@ impl Ledger {
                         inner.clusters.swap_remove(i);
                     }
                 }
-                inner.clusters.push((cluster.clone(), Vec::new()));
+                inner.clusters.push((*cluster, Vec::new()));
                 inner.clusters.len() - 1
             }
         };
@@ -129,14 +138,15 @@ impl Ledger {
         {
             entries.swap_remove(i);
         }
+        let name = machine.name;
         entries.push(Entry {
-            machine: machine.clone(),
+            machine,
             token,
             expires: now + ADMITTED_TTL,
         });
         let reservation = Reservation {
-            cluster: cluster.clone(),
-            machine: machine.name.clone(),
+            cluster: *cluster,
+            machine: name,
             token,
         };
         (others, Some(reservation))
@@ -169,12 +179,10 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rules::lb_guard::MAX_MACHINE_ADDRESSES;
 
     fn key(name: &str) -> ClusterKey {
-        ClusterKey {
-            namespace: "ns".into(),
-            name: name.into(),
-        }
+        ClusterKey::new("ns", name)
     }
 
     fn machine(name: &str) -> MachineIdentity {
@@ -185,8 +193,18 @@ mod tests {
         }
     }
 
-    fn names(machines: &[MachineIdentity]) -> Vec<&str> {
-        machines.iter().map(|m| m.name.as_str()).collect()
+    /// The names of `machines`, told by their digests among `known`.
+    fn names(machines: &[MachineDigest]) -> Vec<&'static str> {
+        const KNOWN: [&str; 5] = ["a", "b", "c", "d", "e"];
+        machines
+            .iter()
+            .map(|m| {
+                *KNOWN
+                    .iter()
+                    .find(|n| sha256(n) == m.name)
+                    .expect("a machine of this test")
+            })
+            .collect()
     }
 
     #[test]
@@ -232,5 +250,39 @@ mod tests {
         assert!(ledger.len() <= MAX_CLUSTERS + MAX_PER_CLUSTER);
         let inner = ledger.inner.lock().unwrap();
         assert_eq!(inner.clusters.len(), MAX_CLUSTERS);
+    }
+
+    #[test]
+    fn entries_keep_digests_whose_size_does_not_depend_on_the_request() {
+        let long = "x".repeat(1 << 20);
+        let huge = MachineIdentity {
+            name: long.clone(),
+            addresses: vec![long.clone(); 40],
+            infra_name: Some(long.clone()),
+        };
+        let small = MachineIdentity {
+            name: "m".into(),
+            addresses: vec!["10.0.0.1".into(); 40],
+            infra_name: Some("m".into()),
+        };
+        let ledger = Ledger::default();
+        let now = Instant::now();
+        let (_, r) = ledger.reserve(&ClusterKey::new(&long, &long), &huge, false, now);
+        let _ = ledger.reserve(&key("c"), &small, false, now);
+        let inner = ledger.inner.lock().unwrap();
+        let held: Vec<&Entry> = inner.clusters.iter().flat_map(|(_, e)| e).collect();
+        assert_eq!(held.len(), 2);
+        // What is kept is the digests of the strings, at most MAX_MACHINE_ADDRESSES of them:
+        // the same heap for a 1 MiB name as for a one-letter one.
+        assert_eq!(held[0].machine, huge.digest());
+        assert_eq!(held[0].machine.name, sha256(&long));
+        for entry in &held {
+            assert_eq!(entry.machine.addresses.len(), MAX_MACHINE_ADDRESSES);
+            assert!(entry.machine.addresses.capacity() <= MAX_MACHINE_ADDRESSES);
+        }
+        assert_eq!(inner.clusters[0].0, ClusterKey::new(&long, &long));
+        assert_eq!(r.expect("recorded").machine, sha256(&long));
+        // The key is length-prefixed: a namespace/name split differently is another cluster.
+        assert_ne!(ClusterKey::new("a", "bc"), ClusterKey::new("ab", "c"));
     }
 }

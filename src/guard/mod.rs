@@ -60,6 +60,7 @@ pub use probe::{MachineDelete, probe};
 pub use source::GuardSource;
 
 use crate::rules::lb_guard::{self, GuardFacts, Leaving, LeavingWhy, Observation};
+use crate::short_text::ShortText;
 use ledger::{ClusterKey, Ledger, Reservation};
 
 /// Default `--openstack-timeout`.
@@ -174,8 +175,8 @@ impl Guard {
         let facts = match result {
             Ok(facts) => {
                 tracing::debug!(
-                    namespace = %machine.namespace,
-                    machine = %machine.name,
+                    namespace = %ShortText::name(&machine.namespace),
+                    machine = %ShortText::name(&machine.name),
                     facts = facts_kind(&facts),
                     dry_run = machine.dry_run,
                     "load-balancer facts gathered"
@@ -199,8 +200,8 @@ impl Guard {
     pub fn unavailable(&self, machine: &MachineDelete, error: &GuardError) -> GuardFacts {
         self.metrics.unavailable(error.metric_reason());
         tracing::warn!(
-            namespace = %machine.namespace,
-            machine = %machine.name,
+            namespace = %ShortText::name(&machine.namespace),
+            machine = %ShortText::name(&machine.name),
             reason = error.metric_reason(),
             %error,
             "load-balancer facts unavailable"
@@ -224,7 +225,8 @@ impl Guard {
                     return Ok(GuardFacts::NotApplicable {
                         reason: format!(
                             "Machine {}/{} is not a control-plane Machine",
-                            machine.namespace, machine.name
+                            ShortText::name(&machine.namespace),
+                            ShortText::name(&machine.name)
                         ),
                     });
                 }
@@ -233,10 +235,7 @@ impl Guard {
         let cluster_name = cluster_name.ok_or(GuardError::NoClusterName)?;
         // Recorded first, under the same lock as reading the others: of two concurrent
         // reviews the later one always counts the earlier one, whatever the calls below cost.
-        let key = ClusterKey {
-            namespace: machine.namespace.clone(),
-            name: cluster_name.clone(),
-        };
+        let key = ClusterKey::new(&machine.namespace, &cluster_name);
         let (admitted, reservation) =
             self.ledger
                 .reserve(&key, &me, machine.dry_run, Instant::now());
@@ -260,7 +259,8 @@ impl Guard {
         let mut leaving: Vec<Leaving> = deleting
             .into_iter()
             .map(|machine| Leaving {
-                machine,
+                machine: machine.digest(),
+                name: Some(ShortText::name(&machine.name)),
                 why: LeavingWhy::Deleting,
             })
             .collect();
@@ -268,6 +268,7 @@ impl Guard {
             if !leaving.iter().any(|l| l.machine.name == machine.name) {
                 leaving.push(Leaving {
                     machine,
+                    name: None,
                     why: LeavingWhy::JustAdmitted,
                 });
             }

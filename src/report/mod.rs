@@ -153,7 +153,7 @@ pub fn verdict_items(
                 rule: f.rule.as_str().to_owned(),
                 code: Some(f.code),
                 line: line(f),
-                message: f.message.clone(),
+                message: f.denial_text(),
                 text: Some(f.text.clone()),
                 fixed_by_patch: f.fixed_by_patch,
                 file: None,

@@ -40,6 +40,7 @@ use super::{
     Violation, parse_params,
 };
 use crate::facts::FactId;
+use crate::short_text::ShortText;
 
 /// The family: reads control-plane Machine DELETEs, with the load-balancer facts the guard
 /// adapter (`crate::guard`) gathers before evaluation.
@@ -166,10 +167,52 @@ impl Observation {
 /// Another control-plane Machine of the same cluster that is leaving.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Leaving {
-    /// How its member can be recognised.
-    pub machine: MachineIdentity,
+    /// How its member can be recognised (digests: the guard's ledger keeps no request text).
+    pub machine: MachineDigest,
+    /// Its name, when this review read it from the API (a Machine being deleted); a Machine
+    /// known only from the ledger of admitted deletions is counted, not named.
+    pub name: Option<ShortText>,
     /// Why it counts as leaving.
     pub why: LeavingWhy,
+}
+
+/// A SHA-256 digest: what identity comparisons of untrusted strings keep, fixed in size
+/// whatever the string's length (a std hasher's 64 bits would let a tenant craft collisions).
+pub type Sha256 = [u8; 32];
+
+/// The SHA-256 of `text` (`ring::digest`).
+pub fn sha256(text: &str) -> Sha256 {
+    let digest = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
+    let mut out = [0; 32];
+    out.copy_from_slice(digest.as_ref());
+    out
+}
+
+/// What identifies a Machine's members, as digests ([`MachineIdentity::digest`]): the size
+/// is fixed by [`MAX_MACHINE_ADDRESSES`], not by the request, and comparing two is comparing
+/// the strings they were made of.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MachineDigest {
+    /// Of `metadata.name`.
+    pub name: Sha256,
+    /// Of each address in [`normalise_address`]'s form (at most [`MAX_MACHINE_ADDRESSES`]).
+    pub addresses: Vec<Sha256>,
+    /// Of `spec.infrastructureRef.name`.
+    pub infra_name: Option<Sha256>,
+}
+
+impl MachineDigest {
+    /// [`MachineIdentity::owns`], on digests.
+    pub fn owns(&self, pool: &PoolStatus, member: &MemberStatus) -> bool {
+        if let (Some(infra), Some(suffix)) = (&self.infra_name, capo_member_suffix(pool, member)) {
+            return *infra == sha256(suffix);
+        }
+        if member.address.is_empty() {
+            return false;
+        }
+        let address = sha256(&normalise_address(&member.address));
+        self.addresses.contains(&address)
+    }
 }
 
 /// Why a Machine counts as leaving.
@@ -237,6 +280,20 @@ impl MachineIdentity {
             name,
             addresses,
             infra_name,
+        }
+    }
+
+    /// Its digests: what a record of it keeps ([`MachineDigest`]).
+    pub fn digest(&self) -> MachineDigest {
+        let mut addresses: Vec<Sha256> =
+            Vec::with_capacity(self.addresses.len().min(MAX_MACHINE_ADDRESSES));
+        for address in self.addresses.iter().take(MAX_MACHINE_ADDRESSES) {
+            addresses.push(sha256(&normalise_address(address)));
+        }
+        MachineDigest {
+            name: sha256(&self.name),
+            addresses,
+            infra_name: self.infra_name.as_deref().map(sha256),
         }
     }
 
@@ -414,9 +471,9 @@ pub fn check(
             let name = if subject.name.is_empty() {
                 "<unnamed>"
             } else {
-                subject.name
+                subject.name.as_str()
             };
-            let what = match subject.namespace {
+            let what = match &subject.namespace {
                 Some(ns) => format!("Machine {ns}/{name}"),
                 None => format!("Machine {name}"),
             };
@@ -623,7 +680,7 @@ fn assess(me: &MachineIdentity, observation: &Observation) -> Problems {
                 )
             };
             let leaving_note = if leaving_serving > 0 {
-                let names: Vec<&str> = observation
+                let serving_leaving: Vec<&Leaving> = observation
                     .leaving
                     .iter()
                     .filter(|l| {
@@ -631,13 +688,24 @@ fn assess(me: &MachineIdentity, observation: &Observation) -> Problems {
                             .iter()
                             .any(|m| serving(pool, m) && l.machine.owns(pool, m))
                     })
-                    .map(|l| l.machine.name.as_str())
+                    .collect();
+                let mut named: Vec<String> = serving_leaving
+                    .iter()
+                    .filter_map(|l| l.name.as_ref().map(ShortText::to_string))
                     .take(MAX_LISTED)
                     .collect();
+                // Machines known only from the ledger have no name to show: the ledger keeps
+                // digests, and a name shown must come from this review.
+                let unnamed = serving_leaving.iter().filter(|l| l.name.is_none()).count();
+                if unnamed > 0 {
+                    named.push(format!(
+                        "{unnamed} whose deletion this replica admitted moments ago"
+                    ));
+                }
                 format!(
                     " once the members of control-plane Machines already being deleted are \
                      gone ({})",
-                    names.join(", ")
+                    named.join(", ")
                 )
             } else {
                 String::new()
@@ -753,6 +821,7 @@ fn example() -> Example {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::short_text::ShortText;
 
     fn machine(labels: serde_json::Value, extra: serde_json::Value) -> DynamicObject {
         let mut v = serde_json::json!({
@@ -778,8 +847,8 @@ mod tests {
         let subject = Subject {
             operation: Operation::Delete,
             kind: &kind,
-            namespace: Some("ns"),
-            name: "m-1",
+            namespace: Some(ShortText::name("ns")),
+            name: ShortText::name("m-1"),
             subresource: None,
             object: None,
             old_object: Some(m),
@@ -924,7 +993,9 @@ mod tests {
                 name: name.into(),
                 addresses: vec![],
                 infra_name: Some(name.into()),
-            },
+            }
+            .digest(),
+            name: (why == LeavingWhy::Deleting).then(|| ShortText::name(name)),
             why,
         };
         let GuardFacts::Observed(o) = &mut facts else {
@@ -940,7 +1011,10 @@ mod tests {
         assert_eq!(out.violations.len(), 1);
         let message = &out.violations[0].message();
         assert!(
-            message.contains("already being deleted are gone (m-2, m-3)"),
+            message.contains(
+                "already being deleted are gone (m-2, 1 whose deletion this replica admitted \
+                 moments ago)"
+            ),
             "{message}"
         );
         let GuardFacts::Observed(o) = &facts else {
@@ -1013,8 +1087,8 @@ mod tests {
         let subject = Subject {
             operation: Operation::Delete,
             kind: &kind,
-            namespace: Some("ns"),
-            name: "m-1",
+            namespace: Some(ShortText::name("ns")),
+            name: ShortText::name("m-1"),
             subresource: None,
             object: None,
             old_object: None,

@@ -39,7 +39,7 @@ pub static FAMILIES: &[&Family] = &[
     &release_annotations::FAMILY,
     &lb_guard::FAMILY,
 ];
-pub use subject::{ObjectRef, Operation, Subject};
+pub use subject::{ObjectRef, Operation, Subject, bound_names};
 
 pub use crate::cloudconf::IniEdit;
 use crate::cloudconf::{Document, ParseError};

@@ -403,7 +403,7 @@ fn describe(kind: &str, namespace: &str, req: &Subject<'_>, object: &DynamicObje
         .name
         .clone()
         .filter(|n| !n.is_empty())
-        .or_else(|| (!req.name.is_empty()).then(|| req.name.to_owned()))
+        .or_else(|| (!req.name.is_empty()).then(|| req.name.to_string()))
         .or_else(|| {
             object
                 .metadata

@@ -2,7 +2,9 @@
 //! (the admission adapter from a decoded review, `check` from a YAML document), so no caller
 //! fakes an AdmissionReview.
 
-use kube::core::{DynamicObject, GroupVersionKind};
+use kube::core::{DynamicObject, GroupVersionKind, ObjectMeta};
+
+use crate::short_text::ShortText;
 
 /// What the write does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,17 +31,18 @@ impl Operation {
     }
 }
 
-/// One write the engine evaluates.
-#[derive(Debug, Clone, Copy)]
+/// One write the engine evaluates. Its name and namespace are [`ShortText`]: what a finding,
+/// a log line or a metric names is bounded whatever the request held.
+#[derive(Debug, Clone)]
 pub struct Subject<'a> {
     /// What the write does.
     pub operation: Operation,
     /// Group, version and kind of the object.
     pub kind: &'a GroupVersionKind,
     /// Namespace of the request (None or empty for cluster-scoped objects).
-    pub namespace: Option<&'a str>,
+    pub namespace: Option<ShortText>,
     /// Name of the request (empty when the apiserver generates it).
-    pub name: &'a str,
+    pub name: ShortText,
     /// The subresource written (`status`, `scale`), when it is not the object itself.
     pub subresource: Option<&'a str>,
     /// The object as it will be stored (CREATE, UPDATE).
@@ -56,8 +59,8 @@ impl<'a> Subject<'a> {
         Subject {
             operation: Operation::Create,
             kind,
-            namespace: object.metadata.namespace.as_deref(),
-            name: object.metadata.name.as_deref().unwrap_or(""),
+            namespace: object.metadata.namespace.as_deref().map(ShortText::name),
+            name: ShortText::name(object.metadata.name.as_deref().unwrap_or("")),
             subresource: None,
             object: Some(object),
             old_object: None,
@@ -67,38 +70,61 @@ impl<'a> Subject<'a> {
 
     /// The namespace of the request, else of `object` (the apiserver sends both; a document
     /// only the latter).
-    pub fn namespace_of(&self, object: &'a DynamicObject) -> Option<&'a str> {
-        self.namespace.or(object.metadata.namespace.as_deref())
+    pub fn namespace_of<'s>(&'s self, object: &'s DynamicObject) -> Option<&'s str> {
+        self.namespace
+            .as_ref()
+            .map(ShortText::as_str)
+            .or(object.metadata.namespace.as_deref())
     }
 
     /// The object a finding is about: the written object, else the deleted one.
     pub fn reference(&self) -> ObjectRef {
         let object = self.object.or(self.old_object);
-        let namespace = self
-            .namespace
-            .or_else(|| object.and_then(|o| o.metadata.namespace.as_deref()))
-            .filter(|ns| !ns.is_empty());
+        let namespace = match &self.namespace {
+            Some(ns) => Some(ns.clone()),
+            None => object
+                .and_then(|o| o.metadata.namespace.as_deref())
+                .map(ShortText::name),
+        }
+        .filter(|ns| !ns.is_empty());
         let name = object
             .and_then(|o| o.metadata.name.as_deref())
             .filter(|n| !n.is_empty())
-            .unwrap_or(self.name);
+            .map_or_else(|| self.name.clone(), ShortText::name);
         ObjectRef {
-            kind: self.kind.kind.clone(),
-            namespace: namespace.map(str::to_owned),
-            name: name.to_owned(),
+            kind: ShortText::name(&self.kind.kind),
+            namespace,
+            name,
         }
     }
 }
 
-/// Which object a finding is about.
+/// Cuts an object's name, generateName and namespace to [`ShortText::name`], where a face
+/// takes the object from its input (the admission adapter's decoder, `check`'s documents).
+/// Every carrier, rule and report that names the object then names it bounded. The
+/// apiserver never stores a name over the limit (it validates names after the mutating
+/// webhooks ran), so a cut only happens to objects it refuses anyway, and a stored object's
+/// name — what a DELETE names, and what the guard compares — is never cut.
+pub fn bound_names(meta: &mut ObjectMeta) {
+    for field in [&mut meta.name, &mut meta.generate_name, &mut meta.namespace] {
+        if let Some(text) = field.as_mut()
+            && text.len() > crate::short_text::NAME_MAX_BYTES
+        {
+            *text = ShortText::name(text).into_string();
+        }
+    }
+}
+
+/// Which object a finding is about, each part bounded ([`ShortText`]): every finding names
+/// it, so a long name would be multiplied by the number of findings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectRef {
     /// Kind, e.g. `Secret`.
-    pub kind: String,
+    pub kind: ShortText,
     /// Namespace (None for cluster-scoped objects).
-    pub namespace: Option<String>,
+    pub namespace: Option<ShortText>,
     /// Name (empty when not known yet).
-    pub name: String,
+    pub name: ShortText,
 }
 
 impl std::fmt::Display for ObjectRef {
