@@ -86,7 +86,7 @@ pub enum DecodeError {
         /// 1-based column.
         column: usize,
     },
-    /// The request deadline passed while decoding.
+    /// Decoding stopped: the request deadline passed, or the review's memory budget ran out.
     #[error(transparent)]
     Exhausted(#[from] Exhausted),
 }
@@ -325,7 +325,9 @@ fn prune(
         (_, Some(Stop::Budget)) => Err(DecodeError::TooComplex {
             limit: budget.limit,
         }),
-        (_, Some(Stop::Cancelled)) => Err(DecodeError::Exhausted(Exhausted)),
+        (_, Some(Stop::Cancelled)) => Err(DecodeError::Exhausted(
+            budget.cancel.check().err().unwrap_or(Exhausted::Deadline),
+        )),
         (Err(e), None) => Err(DecodeError::json(e)),
         (Ok(v), None) => Ok((v, ctx.spent.get())),
     }
@@ -901,7 +903,7 @@ mod tests {
         cancel.cancel();
         assert!(matches!(
             decode_review(&body, &sites(), MAX_DECODED_BYTES, &cancel),
-            Err(DecodeError::Exhausted(_))
+            Err(DecodeError::Exhausted(Exhausted::Deadline))
         ));
     }
 
