@@ -8,7 +8,12 @@
 //!
 //! ```text
 //! cargo bench --bench engine
+//! cargo bench --bench engine --features counting-allocator   # as `serve` runs: counted
 //! ```
+//!
+//! With the `counting-allocator` feature the bench installs the binary's global allocator
+//! (`alloc_account::Counting`) and runs each iteration inside a memory scope of the default
+//! budget, so the difference between the two runs is the memory budget's overhead.
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -23,6 +28,17 @@ use stackgate::policy::PolicySet;
 
 #[path = "support/cases.rs"]
 mod cases;
+
+#[cfg(feature = "counting-allocator")]
+#[global_allocator]
+static ALLOCATOR: alloc_account::Counting = alloc_account::Counting;
+
+/// The memory account `serve` opens around each review, when the bench counts.
+fn account() -> Option<stackgate::budget::MemoryScope> {
+    cfg!(feature = "counting-allocator").then(|| {
+        stackgate::budget::MemoryScope::enter(stackgate::server::DEFAULT_MAX_EVALUATION_MEMORY)
+    })
+}
 
 /// The engine the load bench's server runs: the embedded policies, with the namespace
 /// `openstack` pinned to a static release so the Glance case is annotated.
@@ -72,7 +88,10 @@ fn bench_engine(c: &mut Criterion) {
             case.about
         );
         group.bench_function(case.name, |b| {
-            b.iter(|| engine.evaluate(black_box(&subject)))
+            b.iter(|| {
+                let _account = account();
+                engine.evaluate(black_box(&subject))
+            })
         });
     }
     group.finish();
@@ -82,7 +101,10 @@ fn bench_engine(c: &mut Criterion) {
         let hook = webhook(case.path);
         group.throughput(Throughput::Bytes(body.len() as u64));
         group.bench_function(case.name, |b| {
-            b.iter(|| admission::handle(&engine, hook, black_box(body), &metrics))
+            b.iter(|| {
+                let _account = account();
+                admission::handle(&engine, hook, black_box(body), &metrics)
+            })
         });
     }
     group.finish();

@@ -1,20 +1,47 @@
 //! The evaluation budget: a cancellation flag shared by the adapter that owns the clock and
-//! the pure evaluation that must stop when the request deadline passes.
+//! the pure evaluation that must stop when the request deadline passes, and the memory
+//! account of the evaluation running on the current thread.
 //!
 //! The engine reads no clock (ARCHITECTURE.md, invariant 1). The webhook sets the flag when
 //! the request deadline passes; long loops in decoding, parsing and the rules call
-//! [`Cancel::check`] and give up with [`Exhausted`]. A review that runs out of budget is
-//! answered by the transport with the failure-policy semantics (mutate admits unchanged with
-//! a warning, validate denies with a retry code), and its evaluation slot is freed as soon as
-//! the evaluation notices the flag.
+//! [`Cancel::check`] and give up with [`Exhausted::Deadline`]. A review that runs out of time
+//! is answered by the transport with the failure-policy semantics (mutate admits unchanged
+//! with a warning, validate denies with a retry code), and its evaluation slot is freed as
+//! soon as the evaluation notices the flag.
+//!
+//! Memory: the binary's global allocator ([`alloc_account::Counting`], installed in
+//! `src/main.rs`) keeps an account of the bytes held by the work running on each thread while
+//! a [`MemoryScope`] is active there. [`Cancel::check`] also fails, with
+//! [`Exhausted::Memory`], once that account's peak passed the scope's limit, so every shape of
+//! input stops at the same per-review budget, whether or not a cap names it. The allocator
+//! cannot refuse an allocation (Rust aborts on allocation failure), so the evaluation stops
+//! at its next check: the overshoot is what it allocates between two checks. Without the
+//! counting allocator (tests, benchmarks without it) the account stays at zero.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// The evaluation ran past its budget (the request deadline passed).
+/// The memory account of the evaluation on the current thread: created with
+/// `MemoryScope::enter(limit_bytes)`, ended when dropped. Evaluations are synchronous, so
+/// everything they allocate from entering to the end is on this thread's account.
+pub use alloc_account::Scope as MemoryScope;
+
+/// Why an evaluation stopped before its end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("the evaluation ran out of time (request deadline passed)")]
-pub struct Exhausted;
+pub enum Exhausted {
+    /// The request deadline passed (the flag fired).
+    #[error("the evaluation ran out of time (request deadline passed)")]
+    Deadline,
+    /// The evaluation held more memory than its per-review budget.
+    #[error(
+        "evaluating this object needed more than {limit} bytes of memory, over stackgate's \
+         limit per review (--max-evaluation-memory)"
+    )]
+    Memory {
+        /// The budget, in bytes.
+        limit: usize,
+    },
+}
 
 /// A cancellation flag: cheap to clone (one `Arc`), cheap to check (one relaxed load).
 #[derive(Debug, Clone, Default)]
@@ -38,18 +65,30 @@ impl Cancel {
         }
     }
 
-    /// Whether the flag has fired.
+    /// Whether the evaluation must stop: the flag has fired, or the current thread's memory
+    /// account is over its limit (see [`Self::check`]).
     pub fn is_cancelled(&self) -> bool {
+        self.fired() || alloc_account::over_limit()
+    }
+
+    /// Whether the flag itself has fired.
+    fn fired(&self) -> bool {
         self.0.as_ref().is_some_and(|f| f.load(Ordering::Relaxed))
     }
 
-    /// `Err(Exhausted)` once the flag has fired; call it in loops over input.
+    /// `Err` once the evaluation must stop; call it in loops over input. Memory comes first:
+    /// a review over its budget would be over it again on a retry, so that is the answer
+    /// that helps. Both conditions are sticky (the flag never resets, the account's peak
+    /// never goes down), so every later check gives the same answer.
     pub fn check(&self) -> Result<(), Exhausted> {
-        if self.is_cancelled() {
-            Err(Exhausted)
-        } else {
-            Ok(())
+        if alloc_account::over_limit() {
+            let limit = alloc_account::usage().map_or(0, |usage| usage.limit);
+            return Err(Exhausted::Memory { limit });
         }
+        if self.fired() {
+            return Err(Exhausted::Deadline);
+        }
+        Ok(())
     }
 }
 
@@ -63,7 +102,8 @@ mod tests {
         let b = a.clone();
         assert!(b.check().is_ok());
         a.cancel();
-        assert_eq!(b.check(), Err(Exhausted));
+        assert_eq!(b.check(), Err(Exhausted::Deadline));
+        assert!(b.is_cancelled());
         let never = Cancel::never();
         never.cancel();
         assert!(never.check().is_ok());

@@ -54,7 +54,8 @@ pub struct LimitLabels {
     /// Which cap on untrusted input was reached, a closed set: the engine's (`Limit::as_str`
     /// in `engine`: `cloud_config_bytes`, `values_text_bytes`, `yaml_nodes`,
     /// `yaml_alias_expansion`, `yaml_depth`, `values_carriers`, `findings`) and the adapter's
-    /// (`decoded_bytes`, `json_depth`, `response_bytes`). `docs/limits.md` has one row each.
+    /// (`decoded_bytes`, `json_depth`, `response_bytes`, `memory`: the per-review memory
+    /// budget). `docs/limits.md` has one row each.
     pub limit: &'static str,
 }
 
@@ -198,7 +199,8 @@ impl Metrics {
         registry.register(
             "input_limits",
             "Reviews in which a cap on untrusted input was reached (decoded bytes, cloud-config \
-             or values size, YAML nodes / alias expansion / depth, findings, response size)",
+             or values size, YAML nodes / alias expansion / depth, findings, response size, \
+             memory per review)",
             input_limits.clone(),
         );
         let tls_reloads = Family::<OutcomeLabels, Counter>::default();

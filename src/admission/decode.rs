@@ -87,7 +87,7 @@ pub enum DecodeError {
         /// 1-based column.
         column: usize,
     },
-    /// The request deadline passed while decoding.
+    /// Decoding stopped: the request deadline passed, or the review's memory budget ran out.
     #[error(transparent)]
     Exhausted(#[from] Exhausted),
 }
@@ -331,7 +331,9 @@ fn prune(
         (_, Some(Stop::Budget)) => Err(DecodeError::TooComplex {
             limit: budget.limit,
         }),
-        (_, Some(Stop::Cancelled)) => Err(DecodeError::Exhausted(Exhausted)),
+        (_, Some(Stop::Cancelled)) => Err(DecodeError::Exhausted(
+            budget.cancel.check().err().unwrap_or(Exhausted::Deadline),
+        )),
         (Err(e), None) => Err(DecodeError::json(e)),
         (Ok(v), None) => Ok((v, ctx.spent.get())),
     }
@@ -911,7 +913,7 @@ mod tests {
         cancel.cancel();
         assert!(matches!(
             decode_review(&body, &sites(), MAX_DECODED_BYTES, &cancel),
-            Err(DecodeError::Exhausted(_))
+            Err(DecodeError::Exhausted(Exhausted::Deadline))
         ));
     }
 

@@ -22,7 +22,7 @@ mod observe;
 pub use decode::{DecodeError, Decoded, MAX_DECODED_BYTES, MAX_JSON_DEPTH, decode_review};
 pub use facts::{AllOf, FactSource, Gather, Gathered, KnownFacts, body_mentions};
 
-use crate::budget::Cancel;
+use crate::budget::{Cancel, Exhausted};
 use crate::engine::{self, Engine, Facts, Finding, Subject, Verdict};
 use crate::metrics::Metrics;
 use crate::short_text::ShortText;
@@ -223,7 +223,8 @@ fn answer(
     let verdict = match engine.evaluate_within(&subject_of(&request), facts, cancel) {
         Ok(verdict) => verdict,
         Err(e) => {
-            return (out_of_time(webhook, body, e), seen, "timeout", None);
+            let (reply, decision) = stopped(webhook, body, e, metrics);
+            return (reply, seen, decision, None);
         }
     };
     let response = AdmissionResponse::from(&request);
@@ -305,18 +306,41 @@ fn not_decoded(
                 "too_complex",
             )
         }
-        DecodeError::Exhausted(e) => (out_of_time(webhook, body, *e), "timeout"),
+        DecodeError::Exhausted(e) => stopped(webhook, body, *e, metrics),
     }
 }
 
-/// The answer for a review whose decoding or evaluation ran past the deadline.
-fn out_of_time(webhook: Webhook, body: &[u8], e: crate::budget::Exhausted) -> Reply {
-    unread(
-        webhook,
-        body,
-        &format!("{e}; retry"),
-        Some((504, "Timeout")),
-    )
+/// The answer and decision label for a review whose decoding or evaluation stopped early:
+/// past the deadline (504, retry), or over the per-review memory budget (413 like the
+/// decoded-bytes cap: a retry would stop again).
+fn stopped(
+    webhook: Webhook,
+    body: &[u8],
+    e: Exhausted,
+    metrics: &Metrics,
+) -> (Reply, &'static str) {
+    match e {
+        Exhausted::Deadline => (
+            unread(
+                webhook,
+                body,
+                &format!("{e}; retry"),
+                Some((504, "Timeout")),
+            ),
+            "timeout",
+        ),
+        Exhausted::Memory { .. } => {
+            metrics.input_limit("memory");
+            let reason = format!(
+                "{e}, so stackgate cannot tell whether it holds a known-bad setting \
+                 (docs/limits.md); make the object smaller"
+            );
+            (
+                unread(webhook, body, &reason, Some((413, "RequestEntityTooLarge"))),
+                "too_complex",
+            )
+        }
+    }
 }
 
 fn mutate_response(

@@ -112,6 +112,12 @@ pub struct ServeArgs {
     /// process may use (the cgroup quota counts). More wait, until their deadline.
     #[arg(long, env = "STACKGATE_MAX_LARGE_EVALUATIONS", default_value_t = server::DEFAULT_MAX_LARGE_EVALUATIONS)]
     pub max_large_evaluations: usize,
+    /// Bytes of memory one review's decoding, evaluation and encoding may hold; past it the
+    /// evaluation stops and the review is answered "over stackgate's limit" (mutate admits
+    /// unchanged with a warning, validate refuses with 413). Bounds the memory of any shape
+    /// of input, capped or not (docs/limits.md).
+    #[arg(long, env = "STACKGATE_MAX_EVALUATION_MEMORY", default_value_t = server::DEFAULT_MAX_EVALUATION_MEMORY, value_parser = parse_positive)]
+    pub max_evaluation_memory: usize,
     /// Policy source.
     #[command(flatten)]
     pub policy: PolicyArgs,
@@ -210,6 +216,7 @@ impl From<&ServeArgs> for ServerConfig {
             write_timeout,
             max_inflight_body_bytes,
             max_large_evaluations,
+            max_evaluation_memory,
             policy: _,
             kube: _,
             release_resync: _,
@@ -247,6 +254,7 @@ impl From<&ServeArgs> for ServerConfig {
             write_timeout: *write_timeout,
             max_inflight_body_bytes: *max_inflight_body_bytes,
             max_large_evaluations: *max_large_evaluations,
+            max_evaluation_memory: *max_evaluation_memory,
             ..ServerConfig::default()
         }
     }
@@ -299,6 +307,10 @@ mod tests {
         assert_eq!(
             args.max_large_evaluations,
             server::DEFAULT_MAX_LARGE_EVALUATIONS
+        );
+        assert_eq!(
+            args.max_evaluation_memory,
+            server::DEFAULT_MAX_EVALUATION_MEMORY
         );
         assert_eq!(args.release_resync, WatchConfig::default().resync);
         assert_eq!(args.cloud_config_key, crate::cluster_config::DEFAULT_KEY);

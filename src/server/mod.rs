@@ -98,6 +98,14 @@ pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// 3 MiB bodies or hundreds of ordinary 5–20 KiB reviews at once; the rest wait (until
 /// their deadline, then the overload answer).
 pub const DEFAULT_MAX_INFLIGHT_BODY_BYTES: usize = 16 * 1024 * 1024;
+/// Default `--max-evaluation-memory`: 32 MiB per review, held by its decoding, evaluation and
+/// encoding together (the counting allocator's account, [`crate::budget::MemoryScope`]).
+/// Evaluations run synchronously, so at most the runtime's worker threads (one per core)
+/// plus `--max-large-evaluations` (one per core) run at once: 4 on 2 cores, so budgets
+/// account for at most 128 MiB, and 16 MiB of bodies in flight and about 15 MiB of idle
+/// process on top keep 16 concurrent 3 MiB reviews under 200 MiB (docs/limits.md, "Memory
+/// per review"). Ordinary reviews hold well under 1 MiB.
+pub const DEFAULT_MAX_EVALUATION_MEMORY: usize = 32 * 1024 * 1024;
 /// Default `--max-large-evaluations`: 0, one per CPU core the process may use (see
 /// [`ServerConfig::max_large_evaluations`]).
 pub const DEFAULT_MAX_LARGE_EVALUATIONS: usize = 0;
@@ -178,6 +186,10 @@ pub struct ServerConfig {
     /// Evaluations of bodies over [`INLINE_MAX_BYTES`] running at once; 0 = one per core the
     /// process may use. They are CPU-bound: more would only hold more decoded objects.
     pub max_large_evaluations: usize,
+    /// Bytes one review's decoding, evaluation and encoding may hold (peak of the counting
+    /// allocator's account on its thread); past it the evaluation stops at its next check and
+    /// the review gets the "over stackgate's limit" answer.
+    pub max_evaluation_memory: usize,
 }
 
 impl Default for ServerConfig {
@@ -206,6 +218,7 @@ impl Default for ServerConfig {
             write_timeout: DEFAULT_WRITE_TIMEOUT,
             max_inflight_body_bytes: DEFAULT_MAX_INFLIGHT_BODY_BYTES,
             max_large_evaluations: DEFAULT_MAX_LARGE_EVALUATIONS,
+            max_evaluation_memory: DEFAULT_MAX_EVALUATION_MEMORY,
         }
     }
 }
@@ -284,6 +297,7 @@ pub async fn run_with_listeners(
         ))),
         max_body_bytes: config.max_body_bytes,
         request_timeout: config.request_timeout,
+        max_evaluation_memory: config.max_evaluation_memory,
     });
     let limits = |max_connections| serve::ConnectionLimits {
         max_connections,

@@ -28,6 +28,11 @@
 //!    permit and the body's bytes are held until the evaluation actually returns, so
 //!    `max_concurrency` and `max_inflight_body_bytes` bound evaluations in flight. The flag
 //!    also fires when the handler is dropped (client gone, shutdown grace over).
+//! 7. Memory: on either path the evaluation runs inside a [`MemoryScope`] of
+//!    `max_evaluation_memory` bytes (the allocator's account of what decoding, evaluation and
+//!    encoding hold on that thread); past it the evaluation stops at its next check and the
+//!    review gets the "over stackgate's limit" answer (`admission`, mutate admits, validate
+//!    413), never the deadline answer.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -49,7 +54,7 @@ use tokio::time::{Instant, timeout_at};
 
 use super::AppState;
 use crate::admission::{Reply, ReviewIdentity, Webhook};
-use crate::budget::Cancel;
+use crate::budget::{Cancel, MemoryScope};
 
 /// Bodies up to this size are evaluated inline on the async worker; larger ones on the
 /// blocking pool. Captured apiserver reviews are 5–20 KiB; 64 KiB of JSON decodes in well
@@ -105,6 +110,8 @@ pub(crate) struct Webhooks {
     pub(crate) large_evaluations: Arc<Semaphore>,
     pub(crate) max_body_bytes: usize,
     pub(crate) request_timeout: Duration,
+    /// Bytes one evaluation may hold (`--max-evaluation-memory`).
+    pub(crate) max_evaluation_memory: usize,
 }
 
 pub(crate) fn router(webhooks: Webhooks) -> Router {
@@ -261,6 +268,7 @@ impl Webhooks {
             // Inline, with no timer: a small body evaluates in microseconds (every rule is
             // linear; BENCHMARKS.md), and a timer task per review cost more than that.
             let answered = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                let _account = MemoryScope::enter(self.max_evaluation_memory);
                 self.state.answer(webhook, &body, gathered, &cancel)
             }));
             drop(held);
@@ -285,8 +293,10 @@ impl Webhooks {
             };
             let task = tokio::task::spawn_blocking({
                 let (state, body, cancel) = (Arc::clone(&self.state), body.clone(), cancel.clone());
+                let memory = self.max_evaluation_memory;
                 move || {
                     let _held = (held, core);
+                    let _account = MemoryScope::enter(memory);
                     state.answer(webhook, &body, gathered, &cancel)
                 }
             });

@@ -706,6 +706,8 @@ pub struct ChildServer {
     pub child: std::process::Child,
     /// Webhook address.
     pub addr: SocketAddr,
+    /// Admin address (`/metrics`).
+    pub admin: SocketAddr,
     /// The generated CA (PEM).
     pub ca: String,
     _dir: tempfile::TempDir,
@@ -753,6 +755,7 @@ impl ChildServer {
         Self {
             child,
             addr,
+            admin,
             ca,
             _dir: dir,
         }
