@@ -59,6 +59,10 @@ fn the_account_is_over_its_limit_once_the_peak_passes_it_and_stays_over() {
     let scope = Scope::enter(1000);
     let at_limit = black_box(vec![0u8; 1000]);
     assert!(!over_limit(), "at the limit is not over it");
+    assert!(
+        !usage().unwrap().over_limit(),
+        "at the limit is not over it"
+    );
     let one_more = black_box(vec![0u8; 1]);
     assert!(over_limit());
     assert!(usage().unwrap().over_limit());
