@@ -149,10 +149,14 @@ fn existing_segments(root: &Value, path: &[Seg]) -> usize {
 }
 
 /// The places in `object` that hold values of the charts in `charts`.
+///
+/// Values strings are parsed here (to find an umbrella chart's subchart key): once `cancel`
+/// fires no more are, and what is returned is not an answer (the caller checks the flag).
 fn values_places(
     gvk: &GroupVersionKind,
     object: &DynamicObject,
     charts: &[String],
+    cancel: &Cancel,
 ) -> Vec<ValuesPlace> {
     let root = content(object);
     // (chart reference, values path, whether a YAML string) for kinds with one place.
@@ -178,11 +182,13 @@ fn values_places(
             ("stackgate.dev", "v1alpha1", VALUES_FILE_KIND) => {
                 Some((str_at(root, &["chart"]), &["values"], false))
             }
-            ("argoproj.io", "v1alpha1", "Application") => return argo_places(root, charts),
-            ("k0s.k0sproject.io", _, "ClusterConfig") => return k0s_places(root, charts, &[]),
+            ("argoproj.io", "v1alpha1", "Application") => return argo_places(root, charts, cancel),
+            ("k0s.k0sproject.io", _, "ClusterConfig") => {
+                return k0s_places(root, charts, &[], cancel);
+            }
             // Objects that embed a k0s ClusterConfig (k0smotron, k0sctl): `delivery.rs`.
             (group, _, kind) => match super::delivery::k0s_config_path(group, kind) {
-                Some(at) => return k0s_places(root, charts, at),
+                Some(at) => return k0s_places(root, charts, at, cancel),
                 None => None,
             },
         };
@@ -192,7 +198,7 @@ fn values_places(
     let ours = chart.is_some_and(|c| chart_matches(c, charts))
         || (gvk.group == "helm.cattle.io"
             && gvk.kind == "HelmChartConfig"
-            && holds_ccm_values(get(root, &keys(path))));
+            && holds_ccm_values(get(root, &keys(path)), cancel));
     let mut place = ValuesPlace {
         path: keys(path),
         yaml_string,
@@ -229,7 +235,9 @@ fn values_places(
         place.alias = Some(alias);
         return vec![place];
     }
-    if yaml_string && let Some(alias) = umbrella_text_alias(get(root, &place.path), charts, ours) {
+    if yaml_string
+        && let Some(alias) = umbrella_text_alias(get(root, &place.path), charts, ours, cancel)
+    {
         // The values string stays the carrier; the CCM's values are under `alias` in it.
         place.alias = Some(alias);
         return vec![place];
@@ -246,8 +254,8 @@ fn values_places(
 /// Values with the CCM chart's own top-level keys are taken as the CCM chart's (no other chart
 /// known to stackgate renders a `cloudConfig`), so a `false` in them is never admitted in
 /// silence; `stackgate check` merges the pair when both are in its inputs.
-fn holds_ccm_values(raw: Option<&Value>) -> bool {
-    text_values(raw, None)
+fn holds_ccm_values(raw: Option<&Value>, cancel: &Cancel) -> bool {
+    text_values(raw, None, cancel)
         .as_ref()
         .and_then(Value::as_object)
         .is_some_and(|m| m.contains_key("cloudConfig") || m.contains_key("cloudConfigContents"))
@@ -274,10 +282,12 @@ fn subchart_alias(values: Option<&Value>, charts: &[String], ours: bool) -> Opti
 
 /// The values in a YAML values string (`raw`), below `alias` when set: None when absent,
 /// not a string, over [`MAX_VALUES_TEXT_BYTES`] or not YAML (the cloud-config site reports
-/// those).
-fn text_values(raw: Option<&Value>, alias: Option<&str>) -> Option<Value> {
+/// those; None too once `cancel` has fired).
+fn text_values(raw: Option<&Value>, alias: Option<&str>, cancel: &Cancel) -> Option<Value> {
     let text = raw?.as_str().filter(|t| t.len() <= MAX_VALUES_TEXT_BYTES)?;
-    let values = yaml::parse_one(text).and_then(|n| n.to_json()).ok()?;
+    let values = yaml::parse_one_within(text, cancel)
+        .and_then(|n| n.to_json())
+        .ok()?;
     match alias {
         Some(alias) => values.get(alias).cloned(),
         None => Some(values),
@@ -293,7 +303,12 @@ fn text_values(raw: Option<&Value>, alias: Option<&str>) -> Option<Value> {
 /// is taken as an umbrella's values under that key, so the site reports it as over
 /// stackgate's limit instead of padding hiding the subchart's values in silence. A key
 /// spelled only with YAML escapes in such a string is not found.
-fn umbrella_text_alias(raw: Option<&Value>, charts: &[String], ours: bool) -> Option<String> {
+fn umbrella_text_alias(
+    raw: Option<&Value>,
+    charts: &[String],
+    ours: bool,
+    cancel: &Cancel,
+) -> Option<String> {
     if !ours
         && let Some(text) = raw.and_then(Value::as_str)
         && text.len() > MAX_VALUES_TEXT_BYTES
@@ -303,13 +318,13 @@ fn umbrella_text_alias(raw: Option<&Value>, charts: &[String], ours: bool) -> Op
             .find(|chart| text.contains(chart.as_str()))
             .cloned();
     }
-    subchart_alias(text_values(raw, None).as_ref(), charts, ours)
+    subchart_alias(text_values(raw, None, cancel).as_ref(), charts, ours)
 }
 
 /// k0s `ClusterConfig` (at `at` in the object: empty for the ClusterConfig itself): each
 /// `spec.extensions.helm.charts[]` whose `chartname` names the chart, or whose `values` (a YAML
 /// string) hold the chart's values under its subchart key (an umbrella chart).
-fn k0s_places(root: &Value, charts: &[String], at: &[&str]) -> Vec<ValuesPlace> {
+fn k0s_places(root: &Value, charts: &[String], at: &[&str], cancel: &Cancel) -> Vec<ValuesPlace> {
     let Some(list) = at
         .iter()
         .try_fold(root, |v, k| v.get(k))
@@ -320,6 +335,9 @@ fn k0s_places(root: &Value, charts: &[String], at: &[&str]) -> Vec<ValuesPlace> 
     };
     let mut out = Vec::new();
     for (i, chart) in list.iter().enumerate() {
+        if cancel.is_cancelled() {
+            break;
+        }
         let ours = chart
             .get("chartname")
             .and_then(Value::as_str)
@@ -333,7 +351,7 @@ fn k0s_places(root: &Value, charts: &[String], at: &[&str]) -> Vec<ValuesPlace> 
         let alias = if out.len() > MAX_CARRIERS_PER_OBJECT {
             None
         } else {
-            umbrella_text_alias(chart.get("values"), charts, ours)
+            umbrella_text_alias(chart.get("values"), charts, ours, cancel)
         };
         if !ours && alias.is_none() {
             continue;
@@ -354,7 +372,7 @@ fn k0s_places(root: &Value, charts: &[String], at: &[&str]) -> Vec<ValuesPlace> 
 /// Argo CD: `spec.source` and each `spec.sources[]` whose chart (or path) names the chart;
 /// `helm.valuesObject` (also when neither is set: that is where values would go), else
 /// `helm.values` (a YAML string).
-fn argo_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
+fn argo_places(root: &Value, charts: &[String], cancel: &Cancel) -> Vec<ValuesPlace> {
     let mut out = Vec::new();
     let mut sources: Vec<Vec<Seg>> = Vec::new();
     if root.pointer("/spec/source").is_some_and(Value::is_object) {
@@ -367,6 +385,9 @@ fn argo_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
     }
     let many_sources = sources.len() > MAX_CARRIERS_PER_OBJECT;
     for base in sources {
+        if cancel.is_cancelled() {
+            break;
+        }
         let Some(source) = get(root, &base) else {
             continue;
         };
@@ -404,7 +425,7 @@ fn argo_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
         let text_alias = if many_sources {
             None
         } else {
-            umbrella_text_alias(values_text, charts, ours)
+            umbrella_text_alias(values_text, charts, ours, cancel)
         };
         if let Some(alias) = text_alias {
             let mut path = base.clone();
@@ -473,7 +494,7 @@ pub(super) fn find(
     cancel: &Cancel,
 ) -> Vec<FoundConfig> {
     let object_name = object_name(gvk, object);
-    let places = values_places(gvk, object, charts);
+    let places = values_places(gvk, object, charts, cancel);
     if places.len() > MAX_CARRIERS_PER_OBJECT {
         // Each values string is parsed with caps of its own; an object with hundreds of them
         // would multiply those caps. None is read, and the object is reported instead (named
@@ -490,10 +511,15 @@ pub(super) fn find(
     }
     let root = content(object);
     let values_file = is_values_file(gvk);
-    places
-        .into_iter()
-        .flat_map(|place| read(&object_name, root, place, values_file, cancel))
-        .collect()
+    let mut found = Vec::new();
+    for place in places {
+        // Each place parses and merges its values: none is started once the flag fired.
+        if cancel.is_cancelled() {
+            break;
+        }
+        found.extend(read(&object_name, root, place, values_file, cancel));
+    }
+    found
 }
 
 /// Reads the values at `place` and finds the cloud config in them (none when the chart would
@@ -514,6 +540,7 @@ fn read(
     match overrides {
         Ok(overrides) if argo => argo_orders(overrides)
             .into_iter()
+            .take_while(|_| !cancel.is_cancelled())
             .filter_map(|order| {
                 read_ordered(
                     object_name,
@@ -575,7 +602,7 @@ fn read_ordered(
         // The values here are merged over the unseen ones: they decide alone only with
         // `cloudConfigContents` or the Secret switched off.
         let top = if place.yaml_string {
-            text_values(raw, place.alias.as_deref())
+            text_values(raw, place.alias.as_deref(), cancel)
         } else {
             Some(raw.cloned().unwrap_or(Value::Null))
         };
@@ -792,7 +819,7 @@ fn read_values_text(
         Some(key) => ValuesText::new(at, yaml, values).under(key),
         None => ValuesText::new(at, yaml, values),
     };
-    let parsed = yaml::parse_one(&yaml)
+    let parsed = yaml::parse_one_within(&yaml, cancel)
         .and_then(|n| n.to_json())
         .map(|values| match subchart {
             Some(key) => values.get(key).cloned().unwrap_or(Value::Null),
@@ -1451,7 +1478,7 @@ pub fn helm_controller_extra_args_all(
         }
     };
     let mut out = Vec::new();
-    let places = values_places(gvk, object, &charts);
+    let places = values_places(gvk, object, &charts, &Cancel::never());
     if places.len() > MAX_CARRIERS_PER_OBJECT {
         // Reported by the cloud-config site (`find`); reading them here would multiply the
         // per-string YAML caps.
@@ -1468,7 +1495,7 @@ pub fn helm_controller_extra_args_all(
         let (values, location, field_pointer) = if place.yaml_string {
             let values = match raw {
                 None | Some(Value::Null) => Value::Null,
-                Some(_) => match text_values(raw, place.alias.as_deref()) {
+                Some(_) => match text_values(raw, place.alias.as_deref(), &Cancel::never()) {
                     Some(values) => values,
                     None => continue,
                 },
@@ -1598,7 +1625,7 @@ pub fn chart_values_all(gvk: &GroupVersionKind, object: &DynamicObject) -> Vec<C
     let charts: Vec<String> = DEFAULT_CHARTS.iter().map(|s| (*s).to_owned()).collect();
     let root = content(object);
     let values_file = is_values_file(gvk);
-    let places = values_places(gvk, object, &charts);
+    let places = values_places(gvk, object, &charts, &Cancel::never());
     if places.len() > MAX_CARRIERS_PER_OBJECT {
         return Vec::new();
     }
@@ -1613,7 +1640,7 @@ pub fn chart_values_all(gvk: &GroupVersionKind, object: &DynamicObject) -> Vec<C
         let values = if place.yaml_string {
             match raw {
                 None | Some(Value::Null) => Value::Null,
-                Some(_) => match text_values(raw, place.alias.as_deref()) {
+                Some(_) => match text_values(raw, place.alias.as_deref(), &Cancel::never()) {
                     Some(values) => values,
                     None => continue,
                 },
@@ -1804,7 +1831,7 @@ pub fn ccm_version(
     object: &DynamicObject,
     charts: &[String],
 ) -> Option<CcmVersion> {
-    let places = values_places(gvk, object, charts);
+    let places = values_places(gvk, object, charts, &Cancel::never());
     let root = content(object);
     // image.tag in a values map wins: the chart renders `default .Chart.AppVersion .Values.image.tag`.
     for place in places.iter().filter(|p| !p.yaml_string) {
@@ -1918,7 +1945,7 @@ pub fn holds_chart_values(
 ) -> bool {
     // An umbrella chart's values are another chart's: the decoder's first reading keeps the
     // CCM subchart's key in them, which is all that is read.
-    values_places(gvk, object, &chart_names(sites))
+    values_places(gvk, object, &chart_names(sites), &Cancel::never())
         .iter()
         .any(|place| place.alias.is_none())
 }
