@@ -630,9 +630,9 @@ fn read_ordered(
             Err(failure) => return Some(failure.site(object)),
         };
         return renders_secret(&merged)
-            .then(|| in_values_over(object, Beneath::Map(at, values), merged, overrides));
+            .then(|| in_values_over(object, Beneath::Map(at, values), merged, overrides, cancel));
     }
-    renders_secret(&values).then(|| in_values_map(object, at, values))
+    renders_secret(&values).then(|| in_values_map(object, at, values, cancel))
 }
 
 /// The site that says values come from `sources`, named at `references`, which this run
@@ -833,12 +833,11 @@ fn read_values_text(
             };
             renders_secret(&merged).then(|| {
                 let beneath = Beneath::Text(text_of(at, yaml, values));
-                in_values_over(object, beneath, merged, overrides)
+                in_values_over(object, beneath, merged, overrides, cancel)
             })
         }
-        Ok(values) => {
-            renders_secret(&values).then(|| in_values_text(object, text_of(at, yaml, values)))
-        }
+        Ok(values) => renders_secret(&values)
+            .then(|| in_values_text(object, text_of(at, yaml, values), cancel)),
         Err(error) => {
             let location = field.clone();
             let error = SiteError::Yaml { location, error };
@@ -870,7 +869,7 @@ fn unread_values_text(
 
 /// The cloud config in structured values: `cloudConfigContents` when set (a string field of
 /// the object), else `cloudConfig` rendered.
-fn in_values_map(object: String, at: ValuesAt, values: Value) -> FoundConfig {
+fn in_values_map(object: String, at: ValuesAt, values: Value, cancel: &Cancel) -> FoundConfig {
     if let Some(contents) = contents(&values) {
         let location = at.name("cloudConfigContents");
         let mut path = at.path;
@@ -878,7 +877,7 @@ fn in_values_map(object: String, at: ValuesAt, values: Value) -> FoundConfig {
         return TextField::found(object, path, location, contents, Holder::HelmValues);
     }
     let location = at.name("cloudConfig");
-    let (text, origins) = render_cloud_config(&values, &location);
+    let (text, origins) = render_cloud_config(&values, &location, cancel);
     let carrier = RenderedValues {
         at,
         values,
@@ -889,7 +888,7 @@ fn in_values_map(object: String, at: ValuesAt, values: Value) -> FoundConfig {
 
 /// The cloud config in a values string: `cloudConfigContents` when set, else `cloudConfig`
 /// rendered.
-pub(super) fn in_values_text(object: String, text: ValuesText) -> FoundConfig {
+pub(super) fn in_values_text(object: String, text: ValuesText, cancel: &Cancel) -> FoundConfig {
     if let Some(contents) = contents(&text.values) {
         let location = text.at.name("cloudConfigContents");
         let ini = match contents {
@@ -901,7 +900,7 @@ pub(super) fn in_values_text(object: String, text: ValuesText) -> FoundConfig {
         return FoundConfig::new(object, location, ini, ValuesTextContents { text });
     }
     let location = text.at.name("cloudConfig");
-    let (ini, origins) = render_cloud_config(&text.values, &location);
+    let (ini, origins) = render_cloud_config(&text.values, &location, cancel);
     FoundConfig::new(object, location, ini, ValuesTextRendered { text, origins })
 }
 
@@ -1357,6 +1356,7 @@ fn in_values_over(
     beneath: Beneath,
     merged: Value,
     overrides: Vec<Override>,
+    cancel: &Cancel,
 ) -> FoundConfig {
     if contents(&merged).is_some()
         && let Some(o) = overrides
@@ -1371,15 +1371,15 @@ fn in_values_over(
     }
     if contents(&merged).is_some() {
         return match beneath {
-            Beneath::Map(at, values) => in_values_map(object, at, values),
-            Beneath::Text(text) => in_values_text(object, text),
+            Beneath::Map(at, values) => in_values_map(object, at, values, cancel),
+            Beneath::Text(text) => in_values_text(object, text, cancel),
         };
     }
     let location = match &beneath {
         Beneath::Map(at, _) => at.name("cloudConfig"),
         Beneath::Text(text) => text.at.name("cloudConfig"),
     };
-    let (ini, origins) = render_cloud_config(&merged, &location);
+    let (ini, origins) = render_cloud_config(&merged, &location, cancel);
     let inner: Box<dyn super::Carrier> = match beneath {
         Beneath::Map(at, values) => Box::new(RenderedValues {
             at,
@@ -1410,8 +1410,12 @@ fn contents(values: &Value) -> Option<&Value> {
 
 /// The INI the chart renders from `cloudConfig` and the origin of each line, or why it
 /// cannot render it.
-fn render_cloud_config(values: &Value, location: &str) -> (Result<String, SiteError>, Vec<Origin>) {
-    match render::render(values.get("cloudConfig")) {
+fn render_cloud_config(
+    values: &Value,
+    location: &str,
+    cancel: &Cancel,
+) -> (Result<String, SiteError>, Vec<Origin>) {
+    match render::render_within(values.get("cloudConfig"), cancel) {
         Ok(rendered) => (Ok(rendered.text), rendered.lines),
         Err(error) => {
             let location = location.to_owned();

@@ -144,6 +144,7 @@ pub(super) fn find(
     let inner = helm::in_values_text(
         object_name.clone(),
         ValuesText::new(at, text, values).minimal_only(),
+        cancel,
     );
     let carrier = LabelledValues {
         inner: Some(inner.carrier.clone()),

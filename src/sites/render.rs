@@ -13,6 +13,7 @@
 //! not read that section and an empty section changes nothing, so rendering it would only
 //! produce a warning about a header the user never wrote.
 
+use crate::budget::Cancel;
 use serde_json::Value;
 
 /// The chart's sections: (values key, INI section name), in rendering order.
@@ -59,6 +60,19 @@ pub struct RenderError {
 /// section (the helper's trailing `{{- end }}` trims it). The one difference is the deliberate
 /// one in the module docs: an empty `[BlockStorage]` is left out.
 pub fn render(cloud_config: Option<&Value>) -> Result<Rendered, RenderError> {
+    render_within(cloud_config, &Cancel::never())
+}
+
+/// How often (in keys rendered) [`render_within`] looks at the cancel flag.
+const CANCEL_CHECK_EVERY: usize = 1024;
+
+/// [`render`] that stops once `cancel` fires (within [`CANCEL_CHECK_EVERY`] keys): structured
+/// values are only bounded by the review's size, a section can hold hundreds of thousands of
+/// keys. What it returns then is cut short and not an answer: the caller checks the flag.
+pub fn render_within(
+    cloud_config: Option<&Value>,
+    cancel: &Cancel,
+) -> Result<Rendered, RenderError> {
     let mut text = String::new();
     let mut lines = Vec::new();
     let mut previous: Option<&'static str> = None;
@@ -87,6 +101,9 @@ pub fn render(cloud_config: Option<&Value>) -> Result<Rendered, RenderError> {
         if let Some(entries) = entries {
             // serde_json's map is ordered by key (byte order), like Go's sorted map range.
             for (key, value) in entries {
+                if lines.len().is_multiple_of(CANCEL_CHECK_EVERY) && cancel.is_cancelled() {
+                    return Ok(Rendered { text, lines });
+                }
                 // `{{ $key }} = {{ $value | quote }}`: a null value leaves `key = `.
                 text.push_str(&format!("\n{key} = {}", quote(value)));
                 lines.push(Origin::Key(values_key, key.clone()));
