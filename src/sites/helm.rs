@@ -298,6 +298,11 @@ fn text_values(raw: Option<&Value>, alias: Option<&str>, cancel: &Cancel) -> Opt
 /// (see [`subchart_alias`]). The string is read with the YAML reader (within its caps and
 /// [`MAX_VALUES_TEXT_BYTES`]), so the key is found however YAML spells it: quoted, flow-style,
 /// `? key`, anchored, tagged or escaped. Scanning lines for the bare key missed all of these.
+/// A string that does not mention a chart name, as written or with its escapes read
+/// ([`super::payload::mentions`], the payload prefilter's sound test), holds no such key and
+/// is not parsed: a k0s config or Argo CD Application with dozens of other charts' values
+/// costs substring scans, not a parse of each (and this runs again for every rule that reads
+/// the chart's values).
 ///
 /// A string over [`MAX_VALUES_TEXT_BYTES`] is not parsed; when it names the chart anywhere it
 /// is taken as an umbrella's values under that key, so the site reports it as over
@@ -318,12 +323,23 @@ fn umbrella_text_alias(
             .find(|chart| text.contains(chart.as_str()))
             .cloned();
     }
+    if let Some(text) = raw.and_then(Value::as_str)
+        && !super::payload::mentions(text, charts)
+    {
+        return None;
+    }
     subchart_alias(text_values(raw, None, cancel).as_ref(), charts, ours)
 }
 
 /// k0s `ClusterConfig` (at `at` in the object: empty for the ClusterConfig itself): each
 /// `spec.extensions.helm.charts[]` whose `chartname` names the chart, or whose `values` (a YAML
 /// string) hold the chart's values under its subchart key (an umbrella chart).
+///
+/// Finding an umbrella key parses a values string, and every rule that reads the chart's
+/// values finds the places again: more than [`MAX_CARRIERS_PER_OBJECT`] strings that would
+/// be parsed (they mention a chart name) are not parsed at all, each is taken as a place, so
+/// the object is reported over the carrier limit instead of costing dozens of parses per
+/// rule.
 fn k0s_places(root: &Value, charts: &[String], at: &[&str], cancel: &Cancel) -> Vec<ValuesPlace> {
     let Some(list) = at
         .iter()
@@ -333,6 +349,15 @@ fn k0s_places(root: &Value, charts: &[String], at: &[&str], cancel: &Cancel) -> 
     else {
         return Vec::new();
     };
+    let parsed = |chart: &Value| {
+        chart
+            .get("values")
+            .and_then(Value::as_str)
+            .is_some_and(|t| {
+                t.len() <= MAX_VALUES_TEXT_BYTES && super::payload::mentions(t, charts)
+            })
+    };
+    let too_many = list.iter().filter(|chart| parsed(chart)).count() > MAX_CARRIERS_PER_OBJECT;
     let mut out = Vec::new();
     for (i, chart) in list.iter().enumerate() {
         if cancel.is_cancelled() {
@@ -348,12 +373,12 @@ fn k0s_places(root: &Value, charts: &[String], at: &[&str], cancel: &Cancel) -> 
         path.push(Seg::key("values"));
         // An umbrella chart whose values hold the CCM chart's under its subchart key; past
         // the carrier cap nothing more is parsed.
-        let alias = if out.len() > MAX_CARRIERS_PER_OBJECT {
+        let alias = if out.len() > MAX_CARRIERS_PER_OBJECT || too_many {
             None
         } else {
             umbrella_text_alias(chart.get("values"), charts, ours, cancel)
         };
-        if !ours && alias.is_none() {
+        if !ours && alias.is_none() && !(too_many && parsed(chart)) {
             continue;
         }
         out.push(ValuesPlace {
@@ -2454,6 +2479,68 @@ mod tests {
             )),
             "ClusterConfig kube-system/k0s spec.extensions.helm.charts[1].values, \
              cloudConfig.loadBalancer.provider-requires-serial-api-calls (line 3 of the values)"
+        );
+    }
+
+    /// A k0s config with `others` other charts whose values mention the CCM chart (in a
+    /// comment: no umbrella key), then the CCM chart with serial `false`.
+    fn k0s_with_mentions(others: usize) -> (GroupVersionKind, DynamicObject) {
+        let mut list: Vec<Value> = (0..others)
+            .map(|i| {
+                json!({"name": format!("app{i}"), "chartname": format!("apps/app{i}"),
+                    "values": "# not openstack-cloud-controller-manager\na: 1\n"})
+            })
+            .collect();
+        list.push(json!({"name": "occm", "chartname": "openstack/openstack-cloud-controller-manager",
+            "values": "cloudConfig:\n  loadBalancer:\n    provider-requires-serial-api-calls: false\n"}));
+        obj(
+            json!({"apiVersion": "k0s.k0sproject.io/v1beta1", "kind": "ClusterConfig",
+            "metadata": {"name": "k0s", "namespace": "kube-system"},
+            "spec": {"extensions": {"helm": {"charts": list}}}}),
+        )
+    }
+
+    #[test]
+    fn k0s_umbrella_keys_spelled_with_escapes_pass_the_prefilter() {
+        // a: invalid YAML that never names the chart (not parsed, so no error). b: its key
+        // spells the chart only with an escape, which the prefilter reads.
+        let (gvk, o) = obj(json!({"apiVersion": "k0s.k0sproject.io/v1beta1",
+            "kind": "ClusterConfig", "metadata": {"name": "k0s", "namespace": "kube-system"},
+            "spec": {"extensions": {"helm": {"charts": [
+                {"name": "a", "chartname": "apps/a", "values": "a: [\n"},
+                {"name": "b", "chartname": "apps/b",
+                 "values": "\"openstack\\x2dcloud-controller-manager\": {cloudConfig: {}}\n"}]}}}}));
+        let places = values_places(&gvk, &o, &charts(), &Cancel::never());
+        // Only b, whose escaped key spells the chart (found by the prefilter's escape reading).
+        assert_eq!(places.len(), 1);
+        assert_eq!(
+            places[0].alias.as_deref(),
+            Some("openstack-cloud-controller-manager")
+        );
+        assert_eq!(
+            display(&places[0].path),
+            "spec.extensions.helm.charts[1].values"
+        );
+    }
+
+    #[test]
+    fn k0s_values_mentioning_the_chart_past_the_carrier_cap_are_not_parsed() {
+        let (gvk, o) = k0s_with_mentions(MAX_CARRIERS_PER_OBJECT);
+        let found = find(&gvk, &o, &charts(), &Cancel::never());
+        assert_eq!(found.len(), 1);
+        assert!(
+            found[0].text.as_ref().is_ok_and(|t| t.contains("false")),
+            "{:?}",
+            found[0].text
+        );
+        let (gvk, o) = k0s_with_mentions(MAX_CARRIERS_PER_OBJECT + 1);
+        let found = find(&gvk, &o, &charts(), &Cancel::never());
+        assert_eq!(found.len(), 1);
+        assert!(
+            matches!(&found[0].text, Err(SiteError::TooManyCarriers { count, .. })
+                if *count == MAX_CARRIERS_PER_OBJECT + 2),
+            "{:?}",
+            found[0].text
         );
     }
 

@@ -88,6 +88,12 @@ pub fn may_hold_site(text: &str, sites: &SitesDocument) -> bool {
     })
 }
 
+/// Whether `text` mentions one of `names`, as written or with its YAML escapes read: a YAML
+/// text without such a mention has no key or value spelling one of them.
+pub(super) fn mentions(text: &str, names: &[String]) -> bool {
+    spellings(text, |text| names.iter().any(|n| text.contains(n.as_str())))
+}
+
 /// Whether `test` holds for `text` as written, or with its escapes read once (YAML in a
 /// payload value) or twice (YAML in a string of an object's raw JSON). Text without a
 /// backslash has no escape, so that is one test.
