@@ -249,6 +249,29 @@ mod tests {
     }
 
     #[test]
+    fn every_key_of_a_large_section_renders_and_a_fired_flag_stops_it() {
+        let keys = 5 * CANCEL_CHECK_EVERY + 7;
+        let global: serde_json::Map<String, Value> =
+            (0..keys).map(|i| (format!("k{i:05}"), json!(i))).collect();
+        let values = json!({"global": global});
+        let key_lines = |r: &Rendered| {
+            r.lines
+                .iter()
+                .filter(|o| matches!(o, Origin::Key(..)))
+                .count()
+        };
+        let full = render(Some(&values)).expect("renders");
+        assert_eq!(key_lines(&full), keys);
+        let last = format!("\nk{:05} = \"{}\"\n", keys - 1, keys - 1);
+        assert!(full.text.contains(&last));
+        let cancel = Cancel::new();
+        cancel.cancel();
+        let cut = render_within(Some(&values), &cancel).expect("cut short");
+        // The flag is looked at every 1024 lines: the header and 1023 keys.
+        assert_eq!(key_lines(&cut), CANCEL_CHECK_EVERY - 1);
+    }
+
+    #[test]
     fn a_section_that_is_not_a_map_cannot_render() {
         assert_eq!(
             render(Some(&json!({"loadBalancer": "x"}))),
