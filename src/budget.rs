@@ -19,7 +19,7 @@
 //! counting allocator (tests, benchmarks without it) the account stays at zero.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// The memory account of the evaluation on the current thread: created with
 /// `MemoryScope::enter(limit_bytes)`, ended when dropped. Evaluations are synchronous, so
@@ -44,18 +44,26 @@ pub enum Exhausted {
 }
 
 /// A cancellation flag: cheap to clone (one `Arc`), cheap to check (one relaxed load).
+/// The second field is set only by [`Cancel::after_looks`] (tests).
 #[derive(Debug, Clone, Default)]
-pub struct Cancel(Option<Arc<AtomicBool>>);
+pub struct Cancel(Option<Arc<AtomicBool>>, Option<Arc<Tripwire>>);
+
+/// The looks at a flag made with [`Cancel::after_looks`], and the look that fires it.
+#[derive(Debug)]
+struct Tripwire {
+    fire_at: usize,
+    looks: AtomicUsize,
+}
 
 impl Cancel {
     /// A flag that can be cancelled with [`Cancel::cancel`].
     pub fn new() -> Self {
-        Self(Some(Arc::new(AtomicBool::new(false))))
+        Self(Some(Arc::new(AtomicBool::new(false))), None)
     }
 
     /// A flag that never fires (the `check` CLI, tests, benchmarks). Same as `default()`.
     pub fn never() -> Self {
-        Self(None)
+        Self(None, None)
     }
 
     /// Fires the flag: every evaluation holding a clone stops at its next check.
@@ -71,8 +79,14 @@ impl Cancel {
         self.fired() || alloc_account::over_limit()
     }
 
-    /// Whether the flag itself has fired.
+    /// Whether the flag itself has fired (a look: counted by a flag made with
+    /// [`Cancel::after_looks`], which fires itself at its chosen look).
     fn fired(&self) -> bool {
+        if let Some(wire) = &self.1
+            && wire.looks.fetch_add(1, Ordering::Relaxed) + 1 >= wire.fire_at
+        {
+            self.cancel();
+        }
         self.0.as_ref().is_some_and(|f| f.load(Ordering::Relaxed))
     }
 
@@ -89,6 +103,24 @@ impl Cancel {
             return Err(Exhausted::Deadline);
         }
         Ok(())
+    }
+
+    /// A flag that fires itself at its `look`-th look ([`Cancel::is_cancelled`] or
+    /// [`Cancel::check`], counted over all clones): tests stop an evaluation at a chosen
+    /// point without a clock, and count with [`Cancel::looks`] how much it still looked after.
+    pub fn after_looks(look: usize) -> Self {
+        let wire = Tripwire {
+            fire_at: look,
+            looks: AtomicUsize::new(0),
+        };
+        Self(Some(Arc::new(AtomicBool::new(false))), Some(Arc::new(wire)))
+    }
+
+    /// The looks at a flag made with [`Cancel::after_looks`] so far (0 for any other flag).
+    pub fn looks(&self) -> usize {
+        self.1
+            .as_ref()
+            .map_or(0, |wire| wire.looks.load(Ordering::Relaxed))
     }
 }
 
@@ -107,5 +139,15 @@ mod tests {
         let never = Cancel::never();
         never.cancel();
         assert!(never.check().is_ok());
+    }
+
+    #[test]
+    fn a_tripwire_fires_at_its_look_for_every_clone() {
+        let a = Cancel::after_looks(3);
+        let b = a.clone();
+        assert_eq!((a.check(), b.is_cancelled()), (Ok(()), false));
+        assert_eq!(b.check(), Err(Exhausted::Deadline));
+        assert!(a.is_cancelled());
+        assert_eq!((a.looks(), Cancel::new().looks()), (4, 0));
     }
 }

@@ -817,3 +817,111 @@ fn chart_values_policies_never_deny_what_the_engine_admits_and_agree_on_plain_va
     assert!(counts.policy_denied > 200, "{counts:?}");
     assert!(counts.policy_mutated > 100, "{counts:?}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Literals (issue 31 item 8a)
+
+/// Namespaces (and other texts) a policy may name that CEL cannot take raw in a literal, or
+/// that read as escapes or line breaks: each must compile and read back as itself.
+const HOSTILE_TEXTS: &[&str] = &[
+    "kube\rsystem",
+    "a\nb",
+    "\r\n",
+    "it's",
+    "'",
+    "' || true || '",
+    "say \"x\"",
+    "back\\slash",
+    "\\",
+    "\\u0041",
+    "\\n",
+    "tab\there",
+    "nul\u{0}",
+    "bell\u{7}",
+    "del\u{7f}",
+    "nel\u{85}",
+    "line\u{2028}sep",
+    "para\u{2029}sep",
+    "bom\u{feff}",
+    "snow☃man",
+    "😀",
+    "",
+];
+
+/// Every CEL expression of the generated policies: match conditions, variables, validations
+/// and mutations.
+fn expressions(generated: &AdmissionPolicies) -> Vec<String> {
+    let mut out = Vec::new();
+    for policy in generated.validating.iter().chain(&generated.mutating) {
+        let spec = &policy["spec"];
+        for list in ["matchConditions", "variables", "validations"] {
+            for item in spec[list].as_array().into_iter().flatten() {
+                out.push(item["expression"].as_str().unwrap().to_owned());
+            }
+        }
+        for m in spec["mutations"].as_array().into_iter().flatten() {
+            out.push(m["jsonPatch"]["expression"].as_str().unwrap().to_owned());
+        }
+    }
+    out
+}
+
+#[test]
+fn cel_literals_of_hostile_texts_compile_and_read_back_as_themselves() {
+    let env = env();
+    let object = labelled_configmap("[Global]\n");
+    let request = Request {
+        object: &object,
+        old_object: None,
+        operation: "CREATE",
+    };
+    for text in HOSTILE_TEXTS {
+        let literal = admission_policies::cel_str(text);
+        assert!(
+            !literal.contains(['\r', '\n', '\u{2028}', '\u{2029}', '\u{85}']),
+            "{text:?}: {literal}"
+        );
+        let read = eval(&env, &request, &json!({}), &literal);
+        assert_eq!(read, Some(json!(text)), "{text:?} as {literal}");
+    }
+}
+
+#[test]
+fn policies_scoped_to_hostile_namespaces_compile_and_match_only_those() {
+    let env = env();
+    for namespace in HOSTILE_TEXTS {
+        let mut set = PolicySet::embedded().unwrap();
+        for policy in &mut set.policies {
+            policy.scope.namespaces = vec![(*namespace).to_owned(), "kube-system\r".to_owned()];
+            policy.scope.exclude_namespaces = vec![format!("{namespace}\u{2028}")];
+        }
+        let generated = admission_policies::generate(&set);
+        for expression in expressions(&generated) {
+            // Panics, naming the expression, when it does not parse.
+            program(&env, &expression);
+        }
+        // The scope reads the namespace as written: in scope there, not one character off.
+        let policy = generated
+            .validating
+            .iter()
+            .find(|p| p["metadata"]["name"] == format!("stackgate-{SERIAL_POLICY}-configmaps"))
+            .expect("the serial ConfigMap policy");
+        let in_scope = |ns: &str| {
+            let mut object = labelled_configmap("[Global]\n");
+            object["metadata"]["namespace"] = json!(ns);
+            let request = Request {
+                object: &object,
+                old_object: None,
+                operation: "CREATE",
+            };
+            prepare(&env, policy, &request).map(|v| v["inScope"].clone())
+        };
+        assert_eq!(in_scope(namespace), Some(json!(true)), "{namespace:?}");
+        assert_eq!(in_scope("kube-system"), Some(json!(false)), "{namespace:?}");
+        assert_eq!(
+            in_scope(&format!("{namespace}\u{2028}")),
+            Some(json!(false)),
+            "{namespace:?}"
+        );
+    }
+}

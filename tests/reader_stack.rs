@@ -153,15 +153,14 @@ fn deep_yaml_is_refused_by_a_cap_not_the_stack() {
             assert!(edited.is_err(), "{shape}: edited");
             parsed.expect_err(shape)
         });
-        // The parser's own nesting limit or stackgate's depth cap; both say where.
+        // Stackgate's depth cap, however the text nests (the parser's own nesting limits
+        // are the cap), and where.
         assert!(error.line >= 1, "{shape}: {error}");
-        if error.limit.is_some() {
-            assert_eq!(error.limit, Some(Limit::Depth), "{shape}: {error}");
-            assert!(
-                error.message.contains(&format!("{MAX_DEPTH} levels")),
-                "{shape}: {error}"
-            );
-        }
+        assert_eq!(error.limit, Some(Limit::Depth), "{shape}: {error}");
+        assert!(
+            error.message.contains(&format!("{MAX_DEPTH} levels")),
+            "{shape}: {error}"
+        );
     }
 }
 
@@ -315,6 +314,34 @@ fn deep_values_strings_and_payloads_are_refused_by_the_yaml_caps() {
         // checked: validate denies it or says why it could not look.
         assert!(response.get("allowed").is_some(), "{carrier}: {response}");
         assert!(!texts(&response).is_empty(), "{carrier}: {response}");
+    }
+}
+
+/// Issue 31 item 6: a short values string nested past 255 flow levels was refused as "not
+/// valid YAML" (the parser's own limit), uncounted; Helm (go-yaml v2, 10 000 levels) reads it.
+/// Up to the cap it is read; past it, the answer says it is over stackgate's limit and the
+/// `yaml_depth` limit is counted.
+#[test]
+fn flow_nesting_past_255_levels_is_read_and_past_the_cap_is_stackgates_limit() {
+    // The root, cloudConfig, global and `deep` take three levels before the flow ones.
+    for (levels, over) in [(256, false), (MAX_DEPTH - 3, false), (MAX_DEPTH - 2, true)] {
+        let values = format!(
+            "cloudConfig:\n  global:\n    deep: {}1{}\n",
+            "{a: ".repeat(levels - 1),
+            "}".repeat(levels - 1)
+        );
+        let (response, metrics) = validate("deep flow values", helmchart(&values));
+        let text = texts(&response);
+        let counted = metrics.contains("stackgate_input_limits_total{limit=\"yaml_depth\"} 1");
+        assert_eq!(counted, over, "{levels} levels: {metrics}");
+        assert!(!text.contains("not valid YAML"), "{levels} levels: {text}");
+        if over {
+            assert!(
+                text.contains("over stackgate's YAML limits")
+                    && text.contains(&format!("deeper than {MAX_DEPTH} levels")),
+                "{levels} levels: {text}"
+            );
+        }
     }
 }
 

@@ -269,15 +269,29 @@ fn regex_escape(s: &str) -> String {
         .collect()
 }
 
-/// A CEL string literal for `s`.
+/// A CEL string literal for `s`: single-quoted, with every character that cannot stand for
+/// itself escaped, so any text (a namespace from a policy, a key, a regular expression) reads
+/// back as exactly `s`. CEL forbids a raw CR or LF inside a quoted literal and reads `\` and
+/// the quote as escapes; other control characters, and the Unicode line and paragraph
+/// separators, the BOM and NEL (line breaks to YAML and to editors), are written as `\u`
+/// escapes so the generated manifest stays one line per expression. Every literal the
+/// generated CEL holds is made here.
 pub fn cel_str(s: &str) -> String {
-    let mut out = String::from("'");
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('\'');
     for c in s.chars() {
         match c {
             '\\' => out.push_str("\\\\"),
             '\'' => out.push_str("\\'"),
+            '"' => out.push_str("\\\""),
             '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
+            c if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}' | '\u{feff}') => {
+                // Controls and these separators are all in the Basic Multilingual Plane.
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
             c => out.push(c),
         }
     }
@@ -756,7 +770,9 @@ fn values_patch() -> String {
     };
     let ops = |v: &str, base: &str| {
         format!(
-            "has({v}.cloudConfig.loadBalancer) ? [JSONPatch{{op: 'add', path: '{base}/cloudConfig/loadBalancer/' + {escaped}, value: true}}] : [JSONPatch{{op: 'add', path: '{base}/cloudConfig/loadBalancer', value: {{{key}: true}}}}]"
+            "has({v}.cloudConfig.loadBalancer) ? [JSONPatch{{op: 'add', path: {inside} + {escaped}, value: true}}] : [JSONPatch{{op: 'add', path: {section}, value: {{{key}: true}}}}]",
+            inside = cel_str(&format!("{base}/cloudConfig/loadBalancer/")),
+            section = cel_str(&format!("{base}/cloudConfig/loadBalancer")),
         )
     };
     let release = "object.spec.values";

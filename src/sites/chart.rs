@@ -4,11 +4,18 @@
 /// Whether a chart reference (`name`, `repo/name`, `./charts/name`, `oci://…/name`,
 /// `https://…/name-1.2.3.tgz`) names one of `charts`.
 ///
-/// The reference is normalised first, as the tools that fetch it read it: a URL's `?query`
-/// and `#fragment` dropped (`….tgz?raw=true`), `%XX` escapes decoded, `.` and empty path
-/// segments and `..` applied (an Argo CD path `charts/name/.`), an OCI `:tag` or `@digest`
-/// dropped; an archive name `name-<version>.tgz` (`.tgz` and `.tar.gz` in any case, the
-/// version with or without a leading `v`) names `name`.
+/// The reference is read as a URL is (RFC 3986), as the tools that fetch it read it: the
+/// `?query` and `#fragment` end the path at their first raw `?` or `#` (`….tgz?raw=true`; a
+/// name only there names nothing), each `/` segment loses its `;parameters`, then is
+/// `%XX`-decoded and split again at the slashes it decodes to (`charts%2Fname`), and `.`,
+/// empty segments and `..` are applied (an Argo CD path `charts/name/.`, a trailing `/`,
+/// `a//b`); an OCI `:tag` or `@digest` is dropped; an archive name `name-<version>.tgz`
+/// (`.tgz` and `.tar.gz` in any case, the version with or without a leading `v`) names
+/// `name`. The name itself is compared as written: chart names are lower case, OCI
+/// repositories must be, and Helm looks names up case-sensitively. `scheme://authority` stays
+/// a segment: only a reference with no path after it (`oci://<chart name>`) is named by it,
+/// which fails closed and is what the generated admission policies read too (their test of a
+/// reference must stay within this one).
 pub fn chart_matches(reference: &str, charts: &[String]) -> bool {
     let Some(last) = chart_reference_name(reference) else {
         return false;
@@ -26,20 +33,23 @@ pub fn chart_matches(reference: &str, charts: &[String]) -> bool {
 /// The last path segment of a chart reference, normalised (see [`chart_matches`]).
 fn chart_reference_name(reference: &str) -> Option<String> {
     let reference = reference.trim();
-    // A URL's query and fragment are not part of the file's name.
+    // A URL's query and fragment are not part of its path.
     let reference = reference.split(['?', '#']).next().unwrap_or_default();
-    let mut segments: Vec<&str> = Vec::new();
-    for segment in reference.split('/') {
-        match segment {
-            "" | "." => {}
-            ".." => {
-                segments.pop();
+    let mut segments: Vec<String> = Vec::new();
+    for raw in reference.split('/') {
+        // `;v=1`: path parameters are not part of the segment's name.
+        let raw = raw.split(';').next().unwrap_or_default();
+        for segment in percent_decoded(raw).split('/') {
+            match segment {
+                "" | "." => {}
+                ".." => {
+                    segments.pop();
+                }
+                s => segments.push(s.to_owned()),
             }
-            s => segments.push(s),
         }
     }
     let last = segments.last()?;
-    let last = percent_decoded(last);
     // An OCI reference's tag or digest (`name:2.31.1`, `name@sha256:…`).
     let name = last.split([':', '@']).next().unwrap_or_default();
     (!name.is_empty()).then(|| name.to_owned())
@@ -79,4 +89,173 @@ fn percent_decoded(text: &str) -> String {
         i += 1;
     }
     String::from_utf8(out).unwrap_or_else(|_| text.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CCM: &str = "openstack-cloud-controller-manager";
+
+    /// Each reference form (issue 31 item 8b), with whether it names the CCM chart.
+    #[test]
+    fn reference_forms_are_read_as_urls() {
+        let charts = vec![CCM.to_owned()];
+        let table: &[(&str, bool)] = &[
+            // oci://
+            (
+                "oci://registry.example/charts/openstack-cloud-controller-manager",
+                true,
+            ),
+            (
+                "oci://registry.example:5000/charts/openstack-cloud-controller-manager:2.31.1",
+                true,
+            ),
+            (
+                "oci://registry.example/openstack-cloud-controller-manager@sha256:0123abcd",
+                true,
+            ),
+            (
+                "OCI://REGISTRY.EXAMPLE/charts/openstack-cloud-controller-manager",
+                true,
+            ),
+            // No path after the host: the host is taken as the chart (fails closed).
+            ("oci://openstack-cloud-controller-manager", true),
+            (
+                "oci://registry.example/charts/other:openstack-cloud-controller-manager",
+                false,
+            ),
+            // https://…/charts and archives
+            (
+                "https://example.com/charts/openstack-cloud-controller-manager",
+                true,
+            ),
+            (
+                "https://example.com/charts/openstack-cloud-controller-manager-2.31.1.tgz",
+                true,
+            ),
+            ("https://example.com/charts", false),
+            ("https://openstack-cloud-controller-manager/charts", false),
+            // repo/chart
+            ("cpo/openstack-cloud-controller-manager", true),
+            ("openstack-cloud-controller-manager", true),
+            ("openstack-cloud-controller-manager/x", false),
+            // ?query and #fragment: stripped; a name only there names nothing
+            (
+                "https://example.com/openstack-cloud-controller-manager-2.31.1.tgz?raw=true",
+                true,
+            ),
+            (
+                "https://example.com/openstack-cloud-controller-manager#readme",
+                true,
+            ),
+            (
+                "https://example.com/index.yaml?chart=openstack-cloud-controller-manager",
+                false,
+            ),
+            (
+                "https://example.com/x.tgz#/openstack-cloud-controller-manager",
+                false,
+            ),
+            (
+                "https://example.com/?openstack-cloud-controller-manager",
+                false,
+            ),
+            ("#openstack-cloud-controller-manager", false),
+            // %2F and %2f: decoded, then split
+            (
+                "oci://registry.example/charts%2Fopenstack-cloud-controller-manager",
+                true,
+            ),
+            (
+                "oci://registry.example/charts%2fopenstack-cloud-controller-manager",
+                true,
+            ),
+            (
+                "https://example.com/a%2Fb%2Fopenstack-cloud-controller-manager-2.31.1.tgz",
+                true,
+            ),
+            (
+                "https://example.com/openstack-cloud-controller-manager%2Fx",
+                false,
+            ),
+            (
+                "https://example.com/openstack%2Dcloud%2Dcontroller%2Dmanager",
+                true,
+            ),
+            (
+                "https://example.com/x%3Fopenstack-cloud-controller-manager",
+                false,
+            ),
+            // ;v=1 path parameters
+            (
+                "https://example.com/charts/openstack-cloud-controller-manager;v=1",
+                true,
+            ),
+            (
+                "https://example.com/openstack-cloud-controller-manager-2.31.1.tgz;v=1",
+                true,
+            ),
+            (
+                "https://example.com/charts;v=1/openstack-cloud-controller-manager",
+                true,
+            ),
+            (
+                "https://example.com/x;openstack-cloud-controller-manager",
+                false,
+            ),
+            // trailing /, double slashes, dot segments
+            (
+                "https://example.com/charts/openstack-cloud-controller-manager/",
+                true,
+            ),
+            ("charts//openstack-cloud-controller-manager//", true),
+            (
+                "https://example.com//openstack-cloud-controller-manager",
+                true,
+            ),
+            ("charts/openstack-cloud-controller-manager/%2E", true),
+            ("charts/openstack-cloud-controller-manager/x/%2E%2E", true),
+            ("charts/openstack-cloud-controller-manager/%2E%2E", false),
+            // uppercase: the name is compared as written (the scheme and host above are not)
+            (
+                "https://example.com/OPENSTACK-CLOUD-CONTROLLER-MANAGER",
+                false,
+            ),
+            (
+                "https://example.com/openstack-cloud-controller-manager-2.31.1.TGZ",
+                true,
+            ),
+            // userinfo
+            (
+                "https://user:p%2Fss@example.com/openstack-cloud-controller-manager",
+                true,
+            ),
+            (
+                "https://user:pass@example.com/charts/openstack-cloud-controller-manager",
+                true,
+            ),
+            (
+                "https://openstack-cloud-controller-manager@example.com/charts",
+                false,
+            ),
+            (
+                "https://user:openstack-cloud-controller-manager@example.com/",
+                false,
+            ),
+            // blanks around the reference
+            ("  cpo/openstack-cloud-controller-manager\n", true),
+            ("", false),
+        ];
+        for (reference, ccm) in table {
+            assert_eq!(chart_matches(reference, &charts), *ccm, "{reference:?}");
+        }
+    }
+
+    #[test]
+    fn escapes_that_are_not_utf8_or_not_escapes_are_kept_as_written() {
+        assert_eq!(percent_decoded("a%ZZb%2"), "a%ZZb%2");
+        assert_eq!(percent_decoded("a%FFb"), "a%FFb");
+        assert_eq!(percent_decoded("%41%62"), "Ab");
+    }
 }

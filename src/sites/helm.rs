@@ -149,10 +149,14 @@ fn existing_segments(root: &Value, path: &[Seg]) -> usize {
 }
 
 /// The places in `object` that hold values of the charts in `charts`.
+///
+/// Values strings are parsed here (to find an umbrella chart's subchart key): once `cancel`
+/// fires no more are, and what is returned is not an answer (the caller checks the flag).
 fn values_places(
     gvk: &GroupVersionKind,
     object: &DynamicObject,
     charts: &[String],
+    cancel: &Cancel,
 ) -> Vec<ValuesPlace> {
     let root = content(object);
     // (chart reference, values path, whether a YAML string) for kinds with one place.
@@ -178,11 +182,13 @@ fn values_places(
             ("stackgate.dev", "v1alpha1", VALUES_FILE_KIND) => {
                 Some((str_at(root, &["chart"]), &["values"], false))
             }
-            ("argoproj.io", "v1alpha1", "Application") => return argo_places(root, charts),
-            ("k0s.k0sproject.io", _, "ClusterConfig") => return k0s_places(root, charts, &[]),
+            ("argoproj.io", "v1alpha1", "Application") => return argo_places(root, charts, cancel),
+            ("k0s.k0sproject.io", _, "ClusterConfig") => {
+                return k0s_places(root, charts, &[], cancel);
+            }
             // Objects that embed a k0s ClusterConfig (k0smotron, k0sctl): `delivery.rs`.
             (group, _, kind) => match super::delivery::k0s_config_path(group, kind) {
-                Some(at) => return k0s_places(root, charts, at),
+                Some(at) => return k0s_places(root, charts, at, cancel),
                 None => None,
             },
         };
@@ -192,7 +198,7 @@ fn values_places(
     let ours = chart.is_some_and(|c| chart_matches(c, charts))
         || (gvk.group == "helm.cattle.io"
             && gvk.kind == "HelmChartConfig"
-            && holds_ccm_values(get(root, &keys(path))));
+            && holds_ccm_values(get(root, &keys(path)), cancel));
     let mut place = ValuesPlace {
         path: keys(path),
         yaml_string,
@@ -229,7 +235,9 @@ fn values_places(
         place.alias = Some(alias);
         return vec![place];
     }
-    if yaml_string && let Some(alias) = umbrella_text_alias(get(root, &place.path), charts, ours) {
+    if yaml_string
+        && let Some(alias) = umbrella_text_alias(get(root, &place.path), charts, ours, cancel)
+    {
         // The values string stays the carrier; the CCM's values are under `alias` in it.
         place.alias = Some(alias);
         return vec![place];
@@ -246,8 +254,8 @@ fn values_places(
 /// Values with the CCM chart's own top-level keys are taken as the CCM chart's (no other chart
 /// known to stackgate renders a `cloudConfig`), so a `false` in them is never admitted in
 /// silence; `stackgate check` merges the pair when both are in its inputs.
-fn holds_ccm_values(raw: Option<&Value>) -> bool {
-    text_values(raw, None)
+fn holds_ccm_values(raw: Option<&Value>, cancel: &Cancel) -> bool {
+    text_values(raw, None, cancel)
         .as_ref()
         .and_then(Value::as_object)
         .is_some_and(|m| m.contains_key("cloudConfig") || m.contains_key("cloudConfigContents"))
@@ -274,10 +282,12 @@ fn subchart_alias(values: Option<&Value>, charts: &[String], ours: bool) -> Opti
 
 /// The values in a YAML values string (`raw`), below `alias` when set: None when absent,
 /// not a string, over [`MAX_VALUES_TEXT_BYTES`] or not YAML (the cloud-config site reports
-/// those).
-fn text_values(raw: Option<&Value>, alias: Option<&str>) -> Option<Value> {
+/// those; None too once `cancel` has fired).
+fn text_values(raw: Option<&Value>, alias: Option<&str>, cancel: &Cancel) -> Option<Value> {
     let text = raw?.as_str().filter(|t| t.len() <= MAX_VALUES_TEXT_BYTES)?;
-    let values = yaml::parse_one(text).and_then(|n| n.to_json()).ok()?;
+    let values = yaml::parse_one_within(text, cancel)
+        .and_then(|n| n.to_json())
+        .ok()?;
     match alias {
         Some(alias) => values.get(alias).cloned(),
         None => Some(values),
@@ -288,12 +298,22 @@ fn text_values(raw: Option<&Value>, alias: Option<&str>) -> Option<Value> {
 /// (see [`subchart_alias`]). The string is read with the YAML reader (within its caps and
 /// [`MAX_VALUES_TEXT_BYTES`]), so the key is found however YAML spells it: quoted, flow-style,
 /// `? key`, anchored, tagged or escaped. Scanning lines for the bare key missed all of these.
+/// A string that does not mention a chart name, as written or with its escapes read
+/// ([`super::payload::mentions`], the payload prefilter's sound test), holds no such key and
+/// is not parsed: a k0s config or Argo CD Application with dozens of other charts' values
+/// costs substring scans, not a parse of each (and this runs again for every rule that reads
+/// the chart's values).
 ///
 /// A string over [`MAX_VALUES_TEXT_BYTES`] is not parsed; when it names the chart anywhere it
 /// is taken as an umbrella's values under that key, so the site reports it as over
 /// stackgate's limit instead of padding hiding the subchart's values in silence. A key
 /// spelled only with YAML escapes in such a string is not found.
-fn umbrella_text_alias(raw: Option<&Value>, charts: &[String], ours: bool) -> Option<String> {
+fn umbrella_text_alias(
+    raw: Option<&Value>,
+    charts: &[String],
+    ours: bool,
+    cancel: &Cancel,
+) -> Option<String> {
     if !ours
         && let Some(text) = raw.and_then(Value::as_str)
         && text.len() > MAX_VALUES_TEXT_BYTES
@@ -303,13 +323,24 @@ fn umbrella_text_alias(raw: Option<&Value>, charts: &[String], ours: bool) -> Op
             .find(|chart| text.contains(chart.as_str()))
             .cloned();
     }
-    subchart_alias(text_values(raw, None).as_ref(), charts, ours)
+    if let Some(text) = raw.and_then(Value::as_str)
+        && !super::payload::mentions(text, charts)
+    {
+        return None;
+    }
+    subchart_alias(text_values(raw, None, cancel).as_ref(), charts, ours)
 }
 
 /// k0s `ClusterConfig` (at `at` in the object: empty for the ClusterConfig itself): each
 /// `spec.extensions.helm.charts[]` whose `chartname` names the chart, or whose `values` (a YAML
 /// string) hold the chart's values under its subchart key (an umbrella chart).
-fn k0s_places(root: &Value, charts: &[String], at: &[&str]) -> Vec<ValuesPlace> {
+///
+/// Finding an umbrella key parses a values string, and every rule that reads the chart's
+/// values finds the places again: more than [`MAX_CARRIERS_PER_OBJECT`] strings that would
+/// be parsed (they mention a chart name) are not parsed at all, each is taken as a place, so
+/// the object is reported over the carrier limit instead of costing dozens of parses per
+/// rule.
+fn k0s_places(root: &Value, charts: &[String], at: &[&str], cancel: &Cancel) -> Vec<ValuesPlace> {
     let Some(list) = at
         .iter()
         .try_fold(root, |v, k| v.get(k))
@@ -318,8 +349,20 @@ fn k0s_places(root: &Value, charts: &[String], at: &[&str]) -> Vec<ValuesPlace> 
     else {
         return Vec::new();
     };
+    let parsed = |chart: &Value| {
+        chart
+            .get("values")
+            .and_then(Value::as_str)
+            .is_some_and(|t| {
+                t.len() <= MAX_VALUES_TEXT_BYTES && super::payload::mentions(t, charts)
+            })
+    };
+    let too_many = list.iter().filter(|chart| parsed(chart)).count() > MAX_CARRIERS_PER_OBJECT;
     let mut out = Vec::new();
     for (i, chart) in list.iter().enumerate() {
+        if cancel.is_cancelled() {
+            break;
+        }
         let ours = chart
             .get("chartname")
             .and_then(Value::as_str)
@@ -330,12 +373,12 @@ fn k0s_places(root: &Value, charts: &[String], at: &[&str]) -> Vec<ValuesPlace> 
         path.push(Seg::key("values"));
         // An umbrella chart whose values hold the CCM chart's under its subchart key; past
         // the carrier cap nothing more is parsed.
-        let alias = if out.len() > MAX_CARRIERS_PER_OBJECT {
+        let alias = if out.len() > MAX_CARRIERS_PER_OBJECT || too_many {
             None
         } else {
-            umbrella_text_alias(chart.get("values"), charts, ours)
+            umbrella_text_alias(chart.get("values"), charts, ours, cancel)
         };
-        if !ours && alias.is_none() {
+        if !ours && alias.is_none() && !(too_many && parsed(chart)) {
             continue;
         }
         out.push(ValuesPlace {
@@ -354,7 +397,7 @@ fn k0s_places(root: &Value, charts: &[String], at: &[&str]) -> Vec<ValuesPlace> 
 /// Argo CD: `spec.source` and each `spec.sources[]` whose chart (or path) names the chart;
 /// `helm.valuesObject` (also when neither is set: that is where values would go), else
 /// `helm.values` (a YAML string).
-fn argo_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
+fn argo_places(root: &Value, charts: &[String], cancel: &Cancel) -> Vec<ValuesPlace> {
     let mut out = Vec::new();
     let mut sources: Vec<Vec<Seg>> = Vec::new();
     if root.pointer("/spec/source").is_some_and(Value::is_object) {
@@ -367,6 +410,9 @@ fn argo_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
     }
     let many_sources = sources.len() > MAX_CARRIERS_PER_OBJECT;
     for base in sources {
+        if cancel.is_cancelled() {
+            break;
+        }
         let Some(source) = get(root, &base) else {
             continue;
         };
@@ -404,7 +450,7 @@ fn argo_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
         let text_alias = if many_sources {
             None
         } else {
-            umbrella_text_alias(values_text, charts, ours)
+            umbrella_text_alias(values_text, charts, ours, cancel)
         };
         if let Some(alias) = text_alias {
             let mut path = base.clone();
@@ -473,7 +519,7 @@ pub(super) fn find(
     cancel: &Cancel,
 ) -> Vec<FoundConfig> {
     let object_name = object_name(gvk, object);
-    let places = values_places(gvk, object, charts);
+    let places = values_places(gvk, object, charts, cancel);
     if places.len() > MAX_CARRIERS_PER_OBJECT {
         // Each values string is parsed with caps of its own; an object with hundreds of them
         // would multiply those caps. None is read, and the object is reported instead (named
@@ -490,10 +536,15 @@ pub(super) fn find(
     }
     let root = content(object);
     let values_file = is_values_file(gvk);
-    places
-        .into_iter()
-        .flat_map(|place| read(&object_name, root, place, values_file, cancel))
-        .collect()
+    let mut found = Vec::new();
+    for place in places {
+        // Each place parses and merges its values: none is started once the flag fired.
+        if cancel.is_cancelled() {
+            break;
+        }
+        found.extend(read(&object_name, root, place, values_file, cancel));
+    }
+    found
 }
 
 /// Reads the values at `place` and finds the cloud config in them (none when the chart would
@@ -514,6 +565,7 @@ fn read(
     match overrides {
         Ok(overrides) if argo => argo_orders(overrides)
             .into_iter()
+            .take_while(|_| !cancel.is_cancelled())
             .filter_map(|order| {
                 read_ordered(
                     object_name,
@@ -575,7 +627,7 @@ fn read_ordered(
         // The values here are merged over the unseen ones: they decide alone only with
         // `cloudConfigContents` or the Secret switched off.
         let top = if place.yaml_string {
-            text_values(raw, place.alias.as_deref())
+            text_values(raw, place.alias.as_deref(), cancel)
         } else {
             Some(raw.cloned().unwrap_or(Value::Null))
         };
@@ -603,9 +655,9 @@ fn read_ordered(
             Err(failure) => return Some(failure.site(object)),
         };
         return renders_secret(&merged)
-            .then(|| in_values_over(object, Beneath::Map(at, values), merged, overrides));
+            .then(|| in_values_over(object, Beneath::Map(at, values), merged, overrides, cancel));
     }
-    renders_secret(&values).then(|| in_values_map(object, at, values))
+    renders_secret(&values).then(|| in_values_map(object, at, values, cancel))
 }
 
 /// The site that says values come from `sources`, named at `references`, which this run
@@ -792,7 +844,7 @@ fn read_values_text(
         Some(key) => ValuesText::new(at, yaml, values).under(key),
         None => ValuesText::new(at, yaml, values),
     };
-    let parsed = yaml::parse_one(&yaml)
+    let parsed = yaml::parse_one_within(&yaml, cancel)
         .and_then(|n| n.to_json())
         .map(|values| match subchart {
             Some(key) => values.get(key).cloned().unwrap_or(Value::Null),
@@ -806,12 +858,11 @@ fn read_values_text(
             };
             renders_secret(&merged).then(|| {
                 let beneath = Beneath::Text(text_of(at, yaml, values));
-                in_values_over(object, beneath, merged, overrides)
+                in_values_over(object, beneath, merged, overrides, cancel)
             })
         }
-        Ok(values) => {
-            renders_secret(&values).then(|| in_values_text(object, text_of(at, yaml, values)))
-        }
+        Ok(values) => renders_secret(&values)
+            .then(|| in_values_text(object, text_of(at, yaml, values), cancel)),
         Err(error) => {
             let location = field.clone();
             let error = SiteError::Yaml { location, error };
@@ -843,7 +894,7 @@ fn unread_values_text(
 
 /// The cloud config in structured values: `cloudConfigContents` when set (a string field of
 /// the object), else `cloudConfig` rendered.
-fn in_values_map(object: String, at: ValuesAt, values: Value) -> FoundConfig {
+fn in_values_map(object: String, at: ValuesAt, values: Value, cancel: &Cancel) -> FoundConfig {
     if let Some(contents) = contents(&values) {
         let location = at.name("cloudConfigContents");
         let mut path = at.path;
@@ -851,7 +902,7 @@ fn in_values_map(object: String, at: ValuesAt, values: Value) -> FoundConfig {
         return TextField::found(object, path, location, contents, Holder::HelmValues);
     }
     let location = at.name("cloudConfig");
-    let (text, origins) = render_cloud_config(&values, &location);
+    let (text, origins) = render_cloud_config(&values, &location, cancel);
     let carrier = RenderedValues {
         at,
         values,
@@ -862,7 +913,7 @@ fn in_values_map(object: String, at: ValuesAt, values: Value) -> FoundConfig {
 
 /// The cloud config in a values string: `cloudConfigContents` when set, else `cloudConfig`
 /// rendered.
-pub(super) fn in_values_text(object: String, text: ValuesText) -> FoundConfig {
+pub(super) fn in_values_text(object: String, text: ValuesText, cancel: &Cancel) -> FoundConfig {
     if let Some(contents) = contents(&text.values) {
         let location = text.at.name("cloudConfigContents");
         let ini = match contents {
@@ -874,7 +925,7 @@ pub(super) fn in_values_text(object: String, text: ValuesText) -> FoundConfig {
         return FoundConfig::new(object, location, ini, ValuesTextContents { text });
     }
     let location = text.at.name("cloudConfig");
-    let (ini, origins) = render_cloud_config(&text.values, &location);
+    let (ini, origins) = render_cloud_config(&text.values, &location, cancel);
     FoundConfig::new(object, location, ini, ValuesTextRendered { text, origins })
 }
 
@@ -1330,6 +1381,7 @@ fn in_values_over(
     beneath: Beneath,
     merged: Value,
     overrides: Vec<Override>,
+    cancel: &Cancel,
 ) -> FoundConfig {
     if contents(&merged).is_some()
         && let Some(o) = overrides
@@ -1344,15 +1396,15 @@ fn in_values_over(
     }
     if contents(&merged).is_some() {
         return match beneath {
-            Beneath::Map(at, values) => in_values_map(object, at, values),
-            Beneath::Text(text) => in_values_text(object, text),
+            Beneath::Map(at, values) => in_values_map(object, at, values, cancel),
+            Beneath::Text(text) => in_values_text(object, text, cancel),
         };
     }
     let location = match &beneath {
         Beneath::Map(at, _) => at.name("cloudConfig"),
         Beneath::Text(text) => text.at.name("cloudConfig"),
     };
-    let (ini, origins) = render_cloud_config(&merged, &location);
+    let (ini, origins) = render_cloud_config(&merged, &location, cancel);
     let inner: Box<dyn super::Carrier> = match beneath {
         Beneath::Map(at, values) => Box::new(RenderedValues {
             at,
@@ -1383,8 +1435,12 @@ fn contents(values: &Value) -> Option<&Value> {
 
 /// The INI the chart renders from `cloudConfig` and the origin of each line, or why it
 /// cannot render it.
-fn render_cloud_config(values: &Value, location: &str) -> (Result<String, SiteError>, Vec<Origin>) {
-    match render::render(values.get("cloudConfig")) {
+fn render_cloud_config(
+    values: &Value,
+    location: &str,
+    cancel: &Cancel,
+) -> (Result<String, SiteError>, Vec<Origin>) {
+    match render::render_within(values.get("cloudConfig"), cancel) {
         Ok(rendered) => (Ok(rendered.text), rendered.lines),
         Err(error) => {
             let location = location.to_owned();
@@ -1451,7 +1507,7 @@ pub fn helm_controller_extra_args_all(
         }
     };
     let mut out = Vec::new();
-    let places = values_places(gvk, object, &charts);
+    let places = values_places(gvk, object, &charts, &Cancel::never());
     if places.len() > MAX_CARRIERS_PER_OBJECT {
         // Reported by the cloud-config site (`find`); reading them here would multiply the
         // per-string YAML caps.
@@ -1468,7 +1524,7 @@ pub fn helm_controller_extra_args_all(
         let (values, location, field_pointer) = if place.yaml_string {
             let values = match raw {
                 None | Some(Value::Null) => Value::Null,
-                Some(_) => match text_values(raw, place.alias.as_deref()) {
+                Some(_) => match text_values(raw, place.alias.as_deref(), &Cancel::never()) {
                     Some(values) => values,
                     None => continue,
                 },
@@ -1598,7 +1654,7 @@ pub fn chart_values_all(gvk: &GroupVersionKind, object: &DynamicObject) -> Vec<C
     let charts: Vec<String> = DEFAULT_CHARTS.iter().map(|s| (*s).to_owned()).collect();
     let root = content(object);
     let values_file = is_values_file(gvk);
-    let places = values_places(gvk, object, &charts);
+    let places = values_places(gvk, object, &charts, &Cancel::never());
     if places.len() > MAX_CARRIERS_PER_OBJECT {
         return Vec::new();
     }
@@ -1613,7 +1669,7 @@ pub fn chart_values_all(gvk: &GroupVersionKind, object: &DynamicObject) -> Vec<C
         let values = if place.yaml_string {
             match raw {
                 None | Some(Value::Null) => Value::Null,
-                Some(_) => match text_values(raw, place.alias.as_deref()) {
+                Some(_) => match text_values(raw, place.alias.as_deref(), &Cancel::never()) {
                     Some(values) => values,
                     None => continue,
                 },
@@ -1804,7 +1860,7 @@ pub fn ccm_version(
     object: &DynamicObject,
     charts: &[String],
 ) -> Option<CcmVersion> {
-    let places = values_places(gvk, object, charts);
+    let places = values_places(gvk, object, charts, &Cancel::never());
     let root = content(object);
     // image.tag in a values map wins: the chart renders `default .Chart.AppVersion .Values.image.tag`.
     for place in places.iter().filter(|p| !p.yaml_string) {
@@ -1918,7 +1974,7 @@ pub fn holds_chart_values(
 ) -> bool {
     // An umbrella chart's values are another chart's: the decoder's first reading keeps the
     // CCM subchart's key in them, which is all that is read.
-    values_places(gvk, object, &chart_names(sites))
+    values_places(gvk, object, &chart_names(sites), &Cancel::never())
         .iter()
         .any(|place| place.alias.is_none())
 }
@@ -2423,6 +2479,68 @@ mod tests {
             )),
             "ClusterConfig kube-system/k0s spec.extensions.helm.charts[1].values, \
              cloudConfig.loadBalancer.provider-requires-serial-api-calls (line 3 of the values)"
+        );
+    }
+
+    /// A k0s config with `others` other charts whose values mention the CCM chart (in a
+    /// comment: no umbrella key), then the CCM chart with serial `false`.
+    fn k0s_with_mentions(others: usize) -> (GroupVersionKind, DynamicObject) {
+        let mut list: Vec<Value> = (0..others)
+            .map(|i| {
+                json!({"name": format!("app{i}"), "chartname": format!("apps/app{i}"),
+                    "values": "# not openstack-cloud-controller-manager\na: 1\n"})
+            })
+            .collect();
+        list.push(json!({"name": "occm", "chartname": "openstack/openstack-cloud-controller-manager",
+            "values": "cloudConfig:\n  loadBalancer:\n    provider-requires-serial-api-calls: false\n"}));
+        obj(
+            json!({"apiVersion": "k0s.k0sproject.io/v1beta1", "kind": "ClusterConfig",
+            "metadata": {"name": "k0s", "namespace": "kube-system"},
+            "spec": {"extensions": {"helm": {"charts": list}}}}),
+        )
+    }
+
+    #[test]
+    fn k0s_umbrella_keys_spelled_with_escapes_pass_the_prefilter() {
+        // a: invalid YAML that never names the chart (not parsed, so no error). b: its key
+        // spells the chart only with an escape, which the prefilter reads.
+        let (gvk, o) = obj(json!({"apiVersion": "k0s.k0sproject.io/v1beta1",
+            "kind": "ClusterConfig", "metadata": {"name": "k0s", "namespace": "kube-system"},
+            "spec": {"extensions": {"helm": {"charts": [
+                {"name": "a", "chartname": "apps/a", "values": "a: [\n"},
+                {"name": "b", "chartname": "apps/b",
+                 "values": "\"openstack\\x2dcloud-controller-manager\": {cloudConfig: {}}\n"}]}}}}));
+        let places = values_places(&gvk, &o, &charts(), &Cancel::never());
+        // Only b, whose escaped key spells the chart (found by the prefilter's escape reading).
+        assert_eq!(places.len(), 1);
+        assert_eq!(
+            places[0].alias.as_deref(),
+            Some("openstack-cloud-controller-manager")
+        );
+        assert_eq!(
+            display(&places[0].path),
+            "spec.extensions.helm.charts[1].values"
+        );
+    }
+
+    #[test]
+    fn k0s_values_mentioning_the_chart_past_the_carrier_cap_are_not_parsed() {
+        let (gvk, o) = k0s_with_mentions(MAX_CARRIERS_PER_OBJECT);
+        let found = find(&gvk, &o, &charts(), &Cancel::never());
+        assert_eq!(found.len(), 1);
+        assert!(
+            found[0].text.as_ref().is_ok_and(|t| t.contains("false")),
+            "{:?}",
+            found[0].text
+        );
+        let (gvk, o) = k0s_with_mentions(MAX_CARRIERS_PER_OBJECT + 1);
+        let found = find(&gvk, &o, &charts(), &Cancel::never());
+        assert_eq!(found.len(), 1);
+        assert!(
+            matches!(&found[0].text, Err(SiteError::TooManyCarriers { count, .. })
+                if *count == MAX_CARRIERS_PER_OBJECT + 2),
+            "{:?}",
+            found[0].text
         );
     }
 

@@ -30,6 +30,7 @@ use super::object_data::Encoding;
 use super::path::pointer;
 use super::values::{ValuesAt, ValuesText};
 use super::{Anchor, Carrier, FoundConfig, Holder, SiteError, SiteKind, SitesDocument};
+use crate::budget::Cancel;
 use crate::cloudconf::{Document, IniEdit};
 use crate::yaml::{self, Seg};
 
@@ -59,10 +60,14 @@ pub fn values_key<'a>(object: &'a DynamicObject, sites: &SitesDocument) -> Optio
 
 /// The CCM chart values held by a ConfigMap or Secret labelled with `sites.values_label`: one
 /// site (or none when the values switch the chart's Secret off).
+///
+/// The values string is parsed within `cancel`: once it fires the parse stops, and what is
+/// returned is not an answer (the caller checks the flag).
 pub(super) fn find(
     kind: SiteKind,
     object: &DynamicObject,
     sites: &SitesDocument,
+    cancel: &Cancel,
 ) -> Vec<FoundConfig> {
     let (Some(label), Some(key)) = (sites.values_label.as_deref(), values_key(object, sites))
     else {
@@ -116,7 +121,7 @@ pub(super) fn find(
         };
         return unreadable(error, carrier);
     }
-    let values = match yaml::parse_one(&text).and_then(|n| n.to_json()) {
+    let values = match yaml::parse_one_within(&text, cancel).and_then(|n| n.to_json()) {
         Ok(values) => values,
         Err(error) => {
             let error = SiteError::Yaml {
@@ -139,6 +144,7 @@ pub(super) fn find(
     let inner = helm::in_values_text(
         object_name.clone(),
         ValuesText::new(at, text, values).minimal_only(),
+        cancel,
     );
     let carrier = LabelledValues {
         inner: Some(inner.carrier.clone()),

@@ -390,8 +390,9 @@ pub fn find(
     find_within(gvk, object, sites, &Cancel::never())
 }
 
-/// [`find`] that stops reading Helm values (`--set` entries, merges) once `cancel` fires; what
-/// it then returns is not an answer, and the caller checks the flag before using it.
+/// [`find`] that stops reading (values strings and payloads parsed, `--set` entries, merges,
+/// each place and payload document) once `cancel` fires; what it then returns is not an
+/// answer, and the caller checks the flag before using it.
 pub fn find_within(
     gvk: &GroupVersionKind,
     object: &DynamicObject,
@@ -401,8 +402,8 @@ pub fn find_within(
     match data_kind(gvk) {
         Some(kind) => {
             let mut found = object_data::find(kind, object, sites);
-            found.extend(payload::find(kind, object, sites));
-            found.extend(labelled_values::find(kind, object, sites));
+            found.extend(payload::find_within(kind, object, sites, cancel));
+            found.extend(labelled_values::find(kind, object, sites, cancel));
             found
         }
         None if (gvk.group.as_str(), gvk.version.as_str(), gvk.kind.as_str())
@@ -442,9 +443,9 @@ pub fn find_with_embedded_within(
     };
     // The same sites, in the same order, as `find`.
     let mut found = object_data::find(kind, object, sites);
-    let (embedded_sites, objects) = payload::scan(kind, object, sites, true);
+    let (embedded_sites, objects) = payload::scan(kind, object, sites, true, cancel);
     found.extend(embedded_sites);
-    found.extend(labelled_values::find(kind, object, sites));
+    found.extend(labelled_values::find(kind, object, sites, cancel));
     (found, objects)
 }
 

@@ -54,6 +54,7 @@ use serde_json::Value;
 use super::object_data::Encoding;
 use super::path::pointer;
 use super::{Anchor, Carrier, FoundConfig, Holder, SiteError, SiteKind, SitesDocument};
+use crate::budget::Cancel;
 use crate::cloudconf::{Document, IniEdit};
 use crate::yaml::edit::{self as yamledit, Change};
 use crate::yaml::{self, Node, Seg};
@@ -85,6 +86,12 @@ pub fn may_hold_site(text: &str, sites: &SitesDocument) -> bool {
             && (sites.sites.iter().any(|s| text.contains(s.name.as_str()))
                 || sites.label.as_deref().is_some_and(|l| text.contains(l)))
     })
+}
+
+/// Whether `text` mentions one of `names`, as written or with its YAML escapes read: a YAML
+/// text without such a mention has no key or value spelling one of them.
+pub(super) fn mentions(text: &str, names: &[String]) -> bool {
+    spellings(text, |text| names.iter().any(|n| text.contains(n.as_str())))
 }
 
 /// Whether `test` holds for `text` as written, or with its escapes read once (YAML in a
@@ -315,16 +322,31 @@ pub(super) fn find(
     object: &DynamicObject,
     sites: &SitesDocument,
 ) -> Vec<FoundConfig> {
-    scan(kind, object, sites, false).0
+    find_within(kind, object, sites, &Cancel::never())
+}
+
+/// [`find`] that stops reading once `cancel` fires (see [`scan`]).
+pub(super) fn find_within(
+    kind: SiteKind,
+    object: &DynamicObject,
+    sites: &SitesDocument,
+    cancel: &Cancel,
+) -> Vec<FoundConfig> {
+    scan(kind, object, sites, false, cancel).0
 }
 
 /// The sites and the CCM objects (`objects`: when asked for) embedded in the payload values
 /// of `object` (a ConfigMap or Secret), each value parsed at most once.
+///
+/// Once `cancel` fires no value is parsed and no document read any more (a payload holds up
+/// to [`MAX_PAYLOAD_TEXT_BYTES`] of manifests per value): what is returned then is not an
+/// answer, and the caller checks the flag before it uses it.
 pub(super) fn scan(
     kind: SiteKind,
     object: &DynamicObject,
     sites: &SitesDocument,
     objects: bool,
+    cancel: &Cancel,
 ) -> (Vec<FoundConfig>, Vec<EmbeddedObject>) {
     let secret_payload = kind == SiteKind::Secret
         && is_payload_secret_type(object.data.get("type").and_then(Value::as_str));
@@ -347,6 +369,9 @@ pub(super) fn scan(
             continue;
         };
         for (key, raw) in map {
+            if cancel.is_cancelled() {
+                return (found, embedded);
+            }
             if seen.contains(&key.as_str()) {
                 continue;
             }
@@ -373,7 +398,7 @@ pub(super) fn scan(
                 encoding: *encoding,
                 text,
             };
-            let docs = match value.parse(site_here && secret_payload) {
+            let docs = match value.parse(site_here && secret_payload, cancel) {
                 Ok(docs) => docs,
                 Err(unreadable) => {
                     found.extend(unreadable);
@@ -381,10 +406,10 @@ pub(super) fn scan(
                 }
             };
             if site_here {
-                found.extend(value.sites(&docs, sites, secret_payload));
+                found.extend(value.sites(&docs, sites, secret_payload, cancel));
             }
             if ccm_here {
-                embedded.extend(value.objects(&docs));
+                embedded.extend(value.objects(&docs, cancel));
             }
         }
     }
@@ -409,7 +434,11 @@ impl PayloadValue {
     /// the value are an unreadable site (a Secret of the payload type that may hold a site);
     /// otherwise (a ConfigMap, or a value read only for CCM objects) a value that is not
     /// manifests is simply not looked at (`Err` of nothing).
-    fn parse(&self, reported: bool) -> Result<Vec<yaml::YamlDoc>, Vec<FoundConfig>> {
+    fn parse(
+        &self,
+        reported: bool,
+        cancel: &Cancel,
+    ) -> Result<Vec<yaml::YamlDoc>, Vec<FoundConfig>> {
         let unreadable = |error: SiteError| {
             let carrier = PayloadSite {
                 value_path: self.path.clone(),
@@ -446,7 +475,7 @@ impl PayloadValue {
                 Vec::new()
             });
         }
-        match yaml::parse_stream(&self.text) {
+        match yaml::parse_stream_within(&self.text, cancel) {
             Ok(docs) => Ok(docs),
             Err(error) if reported => Err(unreadable(SiteError::Yaml {
                 location: format!("ClusterResourceSet payload {}", self.location),
@@ -487,9 +516,12 @@ impl PayloadValue {
 
     /// The documents of this value that hold a CCM marker, as objects (documents that are not
     /// Kubernetes objects are skipped).
-    fn objects(&self, docs: &[yaml::YamlDoc]) -> Vec<EmbeddedObject> {
+    fn objects(&self, docs: &[yaml::YamlDoc], cancel: &Cancel) -> Vec<EmbeddedObject> {
         let mut out = Vec::new();
         for doc in docs {
+            if cancel.is_cancelled() {
+                break;
+            }
             let text = self
                 .text
                 .get(doc.root.start.byte..doc.root.end.byte)
@@ -531,10 +563,14 @@ impl PayloadValue {
         docs: &[yaml::YamlDoc],
         sites: &SitesDocument,
         reported: bool,
+        cancel: &Cancel,
     ) -> Vec<FoundConfig> {
         let mut found: Vec<FoundConfig> = Vec::new();
         let shared: Arc<str> = Arc::from(self.text.as_str());
         for doc in docs {
+            if cancel.is_cancelled() {
+                break;
+            }
             let Ok(json) = doc.root.to_json() else {
                 continue;
             };
@@ -877,7 +913,13 @@ mod tests {
 
     #[test]
     fn embedded_ccm_objects_are_found_once_per_document_with_their_lines() {
-        let (found, objects) = scan(SiteKind::Secret, &crs_secret(CCM_DS), &sites(), true);
+        let (found, objects) = scan(
+            SiteKind::Secret,
+            &crs_secret(CCM_DS),
+            &sites(),
+            true,
+            &Cancel::never(),
+        );
         assert!(found.is_empty());
         // The ServiceAccount document holds no CCM marker: only the DaemonSet is handed on.
         assert_eq!(objects.len(), 1);
@@ -908,9 +950,15 @@ mod tests {
         );
         // Not asked for: not built.
         assert!(
-            scan(SiteKind::Secret, &crs_secret(CCM_DS), &sites(), false)
-                .1
-                .is_empty()
+            scan(
+                SiteKind::Secret,
+                &crs_secret(CCM_DS),
+                &sites(),
+                false,
+                &Cancel::never()
+            )
+            .1
+            .is_empty()
         );
     }
 
@@ -921,7 +969,7 @@ mod tests {
             "kind": "Secret", "metadata": {"name": "crs", "namespace": "default"},
             "type": RESOURCE_SET_SECRET_TYPE, "data": {"p.yaml": encoded}}))
         .unwrap();
-        let objects = scan(SiteKind::Secret, &secret, &sites(), true).1;
+        let objects = scan(SiteKind::Secret, &secret, &sites(), true, &Cancel::never()).1;
         assert_eq!(objects.len(), 1);
         // A base64 value has no lines in the object: the field.
         assert_eq!(
@@ -935,9 +983,15 @@ mod tests {
             .unwrap()
         };
         assert_eq!(
-            scan(SiteKind::ConfigMap, &configmap(CCM_DS), &sites(), true)
-                .1
-                .len(),
+            scan(
+                SiteKind::ConfigMap,
+                &configmap(CCM_DS),
+                &sites(),
+                true,
+                &Cancel::never()
+            )
+            .1
+            .len(),
             1
         );
         // Not YAML, or no marker: nothing (and no finding about it).
@@ -946,6 +1000,7 @@ mod tests {
             &configmap("kind: [openstack-cloud-controller-manager"),
             &sites(),
             true,
+            &Cancel::never(),
         );
         assert!(found.is_empty() && objects.is_empty());
         let calico = "apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: calico-node\n";
@@ -953,13 +1008,23 @@ mod tests {
         // A Secret of another type is not a payload.
         let mut opaque = crs_secret(CCM_DS);
         opaque.data["type"] = json!("Opaque");
-        assert!(scan(SiteKind::Secret, &opaque, &sites(), true).1.is_empty());
+        assert!(
+            scan(SiteKind::Secret, &opaque, &sites(), true, &Cancel::never())
+                .1
+                .is_empty()
+        );
         // Over the size cap: not parsed.
         let big = format!("{CCM_DS}#{}\n", "x".repeat(MAX_PAYLOAD_TEXT_BYTES));
         assert!(
-            scan(SiteKind::Secret, &crs_secret(&big), &sites(), true)
-                .1
-                .is_empty()
+            scan(
+                SiteKind::Secret,
+                &crs_secret(&big),
+                &sites(),
+                true,
+                &Cancel::never()
+            )
+            .1
+            .is_empty()
         );
     }
 

@@ -13,6 +13,7 @@
 //! not read that section and an empty section changes nothing, so rendering it would only
 //! produce a warning about a header the user never wrote.
 
+use crate::budget::Cancel;
 use serde_json::Value;
 
 /// The chart's sections: (values key, INI section name), in rendering order.
@@ -59,6 +60,19 @@ pub struct RenderError {
 /// section (the helper's trailing `{{- end }}` trims it). The one difference is the deliberate
 /// one in the module docs: an empty `[BlockStorage]` is left out.
 pub fn render(cloud_config: Option<&Value>) -> Result<Rendered, RenderError> {
+    render_within(cloud_config, &Cancel::never())
+}
+
+/// How often (in keys rendered) [`render_within`] looks at the cancel flag.
+const CANCEL_CHECK_EVERY: usize = 1024;
+
+/// [`render`] that stops once `cancel` fires (within [`CANCEL_CHECK_EVERY`] keys): structured
+/// values are only bounded by the review's size, a section can hold hundreds of thousands of
+/// keys. What it returns then is cut short and not an answer: the caller checks the flag.
+pub fn render_within(
+    cloud_config: Option<&Value>,
+    cancel: &Cancel,
+) -> Result<Rendered, RenderError> {
     let mut text = String::new();
     let mut lines = Vec::new();
     let mut previous: Option<&'static str> = None;
@@ -87,6 +101,9 @@ pub fn render(cloud_config: Option<&Value>) -> Result<Rendered, RenderError> {
         if let Some(entries) = entries {
             // serde_json's map is ordered by key (byte order), like Go's sorted map range.
             for (key, value) in entries {
+                if lines.len().is_multiple_of(CANCEL_CHECK_EVERY) && cancel.is_cancelled() {
+                    return Ok(Rendered { text, lines });
+                }
                 // `{{ $key }} = {{ $value | quote }}`: a null value leaves `key = `.
                 text.push_str(&format!("\n{key} = {}", quote(value)));
                 lines.push(Origin::Key(values_key, key.clone()));
@@ -229,6 +246,29 @@ mod tests {
         assert_eq!(quote(&json!(null)), "");
         assert_eq!(quote(&json!("a\"b\\c\u{0}")), "\"a\\\"b\\\\c\\x00\"");
         assert_eq!(quote(&json!(["a", 1])), "\"[a 1]\"");
+    }
+
+    #[test]
+    fn every_key_of_a_large_section_renders_and_a_fired_flag_stops_it() {
+        let keys = 5 * CANCEL_CHECK_EVERY + 7;
+        let global: serde_json::Map<String, Value> =
+            (0..keys).map(|i| (format!("k{i:05}"), json!(i))).collect();
+        let values = json!({"global": global});
+        let key_lines = |r: &Rendered| {
+            r.lines
+                .iter()
+                .filter(|o| matches!(o, Origin::Key(..)))
+                .count()
+        };
+        let full = render(Some(&values)).expect("renders");
+        assert_eq!(key_lines(&full), keys);
+        let last = format!("\nk{:05} = \"{}\"\n", keys - 1, keys - 1);
+        assert!(full.text.contains(&last));
+        let cancel = Cancel::new();
+        cancel.cancel();
+        let cut = render_within(Some(&values), &cancel).expect("cut short");
+        // The flag is looked at every 1024 lines: the header and 1023 keys.
+        assert_eq!(key_lines(&cut), CANCEL_CHECK_EVERY - 1);
     }
 
     #[test]

@@ -33,7 +33,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::{Map, Number, Value};
-use serde_saphyr::granit_parser::{Event, Parser, ScalarStyle, Span};
+use serde_saphyr::granit_parser::{ErrorKind, Event, Options, Parser, ScalarStyle, Span};
+
+use crate::budget::Cancel;
 
 /// Nodes a YAML stream (a file `stackgate check` reads) may contain as written: scalars,
 /// collections and alias references; the nodes an alias stands for are counted by
@@ -64,12 +66,21 @@ pub const MAX_ALIAS_NODES: usize = 50_000;
 /// [`MAX_ALIAS_NODES`]: a 1 MB anchored string aliased a thousand times is 1 GB of JSON.
 pub const MAX_ALIAS_BYTES: usize = 1 << 20;
 
-/// Levels of nesting, aliases expanded, the innermost scalar included (the parser itself
-/// stops at a few hundred levels; chained aliases could nest deeper and exhaust the stack of
-/// the recursive walks). Every walk of a tree this deep, from the conversion to JSON to the
-/// chart's rendering of a nested value, fits a 1 MiB thread stack in a debug build
-/// (`tests/reader_stack.rs`; `serve` runs evaluations on 2 MiB).
+/// Levels of nesting, aliases expanded, the innermost scalar included, in flow (`[[…]]`,
+/// `{a: {a: …}}`) and block style alike. The parser's own nesting limits are set to this
+/// cap too (its default, 255, stopped plain nesting as a syntax error that named no limit),
+/// so every text nested too deep is refused as over this cap. Chained aliases could nest
+/// deeper than any text and exhaust the stack of the recursive walks. Every walk of a tree
+/// this deep, from the conversion to JSON to the chart's rendering of a nested value, fits a
+/// 1 MiB thread stack in a debug build (`tests/reader_stack.rs`; `serve` runs evaluations on
+/// 2 MiB). Helm reads deeper values: go-yaml v2 stops at 10 000 flow levels and 10 000
+/// indentation levels (gopkg.in/yaml.v2 v2.4.0, scannerc.go, `max_flow_level` and
+/// `max_indents`), so a text past this cap is over stackgate's limit, not invalid.
 pub const MAX_DEPTH: usize = 512;
+
+/// How often (in parser events) a parse looks at the evaluation's cancel flag: a parse of a
+/// values string or a payload stops within this many events of the flag firing.
+const CANCEL_CHECK_EVERY: usize = 1024;
 
 /// Which cap a YAML text ran into (for metrics; the message names it too).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -974,13 +985,24 @@ impl<'t> GoYamlBreaks<'t> {
 /// it), and [`MAX_DEPTH`] levels of nesting with aliases expanded. Time and memory are linear
 /// in the text.
 pub fn parse_stream(text: &str) -> Result<Vec<YamlDoc>, YamlError> {
-    parse_capped(text, MAX_NODES, false)
+    parse_capped(text, MAX_NODES, false, &Cancel::never())
+}
+
+/// [`parse_stream`] that stops with an error once `cancel` fires (within
+/// [`CANCEL_CHECK_EVERY`] events); the caller checks the flag before it uses the error.
+pub fn parse_stream_within(text: &str, cancel: &Cancel) -> Result<Vec<YamlDoc>, YamlError> {
+    parse_capped(text, MAX_NODES, false, cancel)
 }
 
 /// [`parse_stream`] with `max_nodes` as the node cap; `one`: refuse a second document.
-fn parse_capped(text: &str, max_nodes: usize, one: bool) -> Result<Vec<YamlDoc>, YamlError> {
+fn parse_capped(
+    text: &str,
+    max_nodes: usize,
+    one: bool,
+    cancel: &Cancel,
+) -> Result<Vec<YamlDoc>, YamlError> {
     let mut breaks = GoYamlBreaks::of(text)?;
-    let first = match parse_reading(&breaks, max_nodes, one) {
+    let first = match parse_reading(&breaks, max_nodes, one, cancel) {
         Ok(docs) => return Ok(docs),
         Err((error, None)) => return Err(error),
         Err((error, Some(_))) => error,
@@ -990,7 +1012,7 @@ fn parse_capped(text: &str, max_nodes: usize, one: bool) -> Result<Vec<YamlDoc>,
     breaks.pad_quoted_continuations();
     let mut retries = 0;
     loop {
-        match parse_reading(&breaks, max_nodes, one) {
+        match parse_reading(&breaks, max_nodes, one, cancel) {
             // Only spaces inside quoted scalars were added, or the reading is not trusted.
             Ok(docs) if breaks.pads_inside_quoted(&docs) => return Ok(docs),
             Ok(_) => return Err(first),
@@ -1011,9 +1033,10 @@ fn parse_reading(
     breaks: &GoYamlBreaks<'_>,
     max_nodes: usize,
     one: bool,
+    cancel: &Cancel,
 ) -> Result<Vec<YamlDoc>, (YamlError, Option<usize>)> {
     let quoted_at = std::cell::Cell::new(None);
-    parse_events(breaks, max_nodes, one, &quoted_at).map_err(|e| (e, quoted_at.get()))
+    parse_events(breaks, max_nodes, one, &quoted_at, cancel).map_err(|e| (e, quoted_at.get()))
 }
 
 /// The events of `breaks.text` into documents; `quoted_at` is set to the reading byte of an
@@ -1023,8 +1046,14 @@ fn parse_events(
     max_nodes: usize,
     one: bool,
     quoted_at: &std::cell::Cell<Option<usize>>,
+    cancel: &Cancel,
 ) -> Result<Vec<YamlDoc>, YamlError> {
-    let mut parser = Parser::new_from_str(&breaks.text);
+    let mut options = Options::default();
+    // Nesting is bounded by MAX_DEPTH (counted below, aliases expanded); the parser's own
+    // limits are set to it so that nothing stops at a lower, unnamed depth.
+    options.flow_nesting_limit = MAX_DEPTH;
+    options.block_nesting_limit = MAX_DEPTH;
+    let mut parser = Parser::new_from_str_with_options(&breaks.text, options);
     let pos = |m: &serde_saphyr::granit_parser::Marker| breaks.pos(m);
     let mut docs = Vec::new();
     let mut stack: Vec<Frame> = Vec::new();
@@ -1032,18 +1061,25 @@ fn parse_events(
     let mut root: Option<Node> = None;
     let mut nodes = 0usize;
     let mut alias = Cost::default();
+    let mut events = 0usize;
     while let Some(next) = parser.next_event() {
+        events += 1;
+        if events.is_multiple_of(CANCEL_CHECK_EVERY) && cancel.is_cancelled() {
+            return Err(cancelled_error());
+        }
         let (event, span): (Event<'_>, Span) = match next {
             Ok(e) => e,
             Err(e) => {
-                if matches!(
-                    e.kind(),
-                    serde_saphyr::granit_parser::ErrorKind::InvalidQuotedScalarIndent
-                ) {
-                    let m = e.marker();
-                    quoted_at.set(Some(m.byte_offset().unwrap_or(m.index())));
-                }
                 let p = pos(e.marker());
+                match e.kind() {
+                    ErrorKind::InvalidQuotedScalarIndent => {
+                        let m = e.marker();
+                        quoted_at.set(Some(m.byte_offset().unwrap_or(m.index())));
+                    }
+                    // The parser's nesting limits are MAX_DEPTH: its stop is this cap's.
+                    ErrorKind::RecursionLimitExceeded => return Err(depth_error(p)),
+                    _ => {}
+                }
                 return Err(YamlError::at(p, e.kind().to_string()));
             }
         };
@@ -1251,6 +1287,15 @@ fn depth_error(at: Pos) -> YamlError {
     )
 }
 
+/// The error of a parse stopped by its cancel flag: never shown, as the evaluation that asked
+/// for the parse is abandoned (its caller checks the flag).
+fn cancelled_error() -> YamlError {
+    YamlError::at(
+        Pos::default(),
+        "reading stopped: the evaluation ran out of time",
+    )
+}
+
 fn is_flow(style: serde_saphyr::granit_parser::StructureStyle) -> bool {
     matches!(style, serde_saphyr::granit_parser::StructureStyle::Flow)
 }
@@ -1288,7 +1333,12 @@ pub fn empty_doc_at_end(text: &str) -> YamlDoc {
 /// An empty text is a null root. Bounded as [`parse_stream`] is, with [`MAX_VALUES_NODES`]
 /// as the node cap.
 pub fn parse_one(text: &str) -> Result<Node, YamlError> {
-    let mut docs = parse_capped(text, MAX_VALUES_NODES, true)?;
+    parse_one_within(text, &Cancel::never())
+}
+
+/// [`parse_one`] that stops with an error once `cancel` fires (see [`parse_stream_within`]).
+pub fn parse_one_within(text: &str, cancel: &Cancel) -> Result<Node, YamlError> {
+    let mut docs = parse_capped(text, MAX_VALUES_NODES, true, cancel)?;
     Ok(docs.pop().map(|d| d.root).unwrap_or_else(|| {
         Node::null_at(Pos {
             byte: 0,
@@ -1538,15 +1588,70 @@ off: 2
         assert_eq!(err.line, MAX_VALUES_NODES / 2);
     }
 
+    /// Texts nesting `levels` levels (the innermost scalar counted, as [`MAX_DEPTH`] counts
+    /// them) in each style a values string can nest: flow sequences, flow mappings, block
+    /// mappings and block sequences.
+    fn nested(levels: usize) -> [(&'static str, String); 4] {
+        let containers = levels - 1;
+        let mut block_maps = String::new();
+        for i in 0..containers {
+            block_maps.push_str(&" ".repeat(i));
+            block_maps.push_str("a:");
+            block_maps.push(if i + 1 == containers { ' ' } else { '\n' });
+        }
+        block_maps.push_str("1\n");
+        [
+            (
+                "flow sequences",
+                format!("{}1{}", "[".repeat(containers), "]".repeat(containers)),
+            ),
+            (
+                "flow mappings",
+                format!("{}1{}", "{a: ".repeat(containers), "}".repeat(containers)),
+            ),
+            ("block mappings", block_maps),
+            ("block sequences", format!("{}1\n", "- ".repeat(containers))),
+        ]
+    }
+
     #[test]
-    fn caps_name_themselves() {
-        let deep = format!("{}{}", "[".repeat(MAX_DEPTH + 1), "]".repeat(MAX_DEPTH + 1));
-        let err = parse_stream(&deep).unwrap_err();
-        assert!(err.line >= 1);
-        assert!(
-            err.message.contains("nesting deeper") || err.limit.is_none(),
-            "{err}"
-        );
+    fn nesting_is_read_up_to_the_depth_cap_and_refused_past_it_as_the_cap() {
+        // 255 and 256 were the parser's own default stop (a syntax error naming no limit).
+        for levels in [255, 256, 257, 511, MAX_DEPTH] {
+            for (style, text) in nested(levels) {
+                let root =
+                    parse_one(&text).unwrap_or_else(|e| panic!("{style} at {levels} levels: {e}"));
+                assert_eq!(root.height_for_tests(), levels, "{style}");
+                let json = root.to_json().expect("converts");
+                assert!(json.is_array() || json.is_object(), "{style}");
+            }
+        }
+        for levels in [MAX_DEPTH + 1, MAX_DEPTH + 2, 4 * MAX_DEPTH] {
+            for (style, text) in nested(levels) {
+                let err = parse_one(&text).expect_err(style);
+                assert_eq!(err.limit, Some(Limit::Depth), "{style} at {levels}: {err}");
+                assert!(
+                    err.message
+                        .contains(&format!("deeper than {MAX_DEPTH} levels")),
+                    "{style}: {err}"
+                );
+                assert!(err.line >= 1, "{style}: {err}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_cancelled_parse_stops_at_its_next_look_at_the_flag() {
+        let text = "k: v\n".repeat(10 * CANCEL_CHECK_EVERY);
+        let cancel = Cancel::new();
+        assert!(parse_one_within(&text, &cancel).is_ok());
+        cancel.cancel();
+        let err = parse_one_within(&text, &cancel).expect_err("cancelled");
+        assert_eq!(err.limit, None);
+        assert!(err.message.contains("ran out of time"), "{err}");
+        assert!(parse_stream_within(&text, &cancel).is_err());
+        // Short texts end before the first look: the flag costs nothing there.
+        assert!(parse_one_within("k: v", &cancel).is_ok());
     }
 
     #[test]
