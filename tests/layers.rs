@@ -36,7 +36,10 @@ use std::path::{Path, PathBuf};
 /// change both together.
 const LAYERS: &[(&str, &[&str])] = &[
     // 0: building blocks that know nothing of sites, rules or policies.
-    ("foundation", &["budget", "yaml", "cloudconf", "telemetry"]),
+    (
+        "foundation",
+        &["budget", "yaml", "cloudconf", "telemetry", "secret_text"],
+    ),
     // 1: where configuration is carried in an object (sites), and the release facts as
     // data: the catalog and the snapshot, not the watcher that fills it.
     ("carriers and facts data", &["sites", "releases", "facts"]),
