@@ -30,6 +30,7 @@ pub mod policy;
 pub mod releases;
 pub mod report;
 pub mod rules;
+pub mod secret_text;
 pub mod server;
 pub mod short_text;
 pub mod sites;

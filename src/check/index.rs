@@ -30,6 +30,7 @@ use std::path::{Component, Path, PathBuf};
 use serde_json::{Map, Value};
 
 use super::input::{Content, Input};
+use crate::secret_text::{self, SecretText};
 use crate::sites::decode_base64_like_go;
 use crate::sites::helm::{FLUX_DEFAULT_VALUES_KEY, describe_values_reference};
 use crate::sites::strvals::SetBudget;
@@ -81,7 +82,7 @@ struct DataObject {
     name: String,
     /// Data key → its text (None when it cannot be read: not base64, not UTF-8, a generator
     /// file that is not among the run's inputs) and where it was read from.
-    data: Vec<(String, Option<String>, String)>,
+    data: Vec<(String, Option<DataText>, String)>,
     /// Data key → where its lines are: the input and, for a value that is a whole input file
     /// (a generator's `files:`), nothing more; else the line where the object starts.
     places: HashMap<String, DataPlace>,
@@ -89,7 +90,36 @@ struct DataObject {
 
 /// A data value found for a reference: its text, where it was read from (for messages) and
 /// where its lines are.
-type Found<'a> = (&'a str, &'a str, Option<&'a DataPlace>);
+type Found<'a> = (&'a DataText, &'a str, Option<&'a DataPlace>);
+
+/// A data value: a Secret's is [`SecretText`], which cannot be rendered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum DataText {
+    /// A ConfigMap's value.
+    Plain(String),
+    /// A Secret's value (`data`, `stringData`, a `secretGenerator` file or literal).
+    Secret(SecretText),
+}
+
+impl DataText {
+    /// `text` as a value of a `kind` object.
+    fn of(kind: &str, text: String) -> Self {
+        if kind == "Secret" {
+            DataText::Secret(SecretText::new(text))
+        } else {
+            DataText::Plain(text)
+        }
+    }
+
+    /// The text, for the values parser (never for a message: a value that reaches one from a
+    /// Secret is replaced by [`secret_text::not_shown`] first, see [`hide_secret_image_tag`]).
+    fn for_parsing(&self) -> &str {
+        match self {
+            DataText::Plain(text) => text,
+            DataText::Secret(text) => text.expose(),
+        }
+    }
+}
 
 /// Where a data value of the index is written.
 #[derive(Debug, Clone)]
@@ -658,7 +688,7 @@ impl ValuesIndex {
         let Some(name) = meta("name") else {
             return;
         };
-        let mut data: Vec<(String, Option<String>, String)> = Vec::new();
+        let mut data: Vec<(String, Option<DataText>, String)> = Vec::new();
         if let Some(map) = json.get("data").and_then(Value::as_object) {
             for (key, value) in map {
                 let text = match (kind, value.as_str()) {
@@ -668,6 +698,7 @@ impl ValuesIndex {
                     (_, Some(s)) => Some(s.to_owned()),
                     _ => None,
                 };
+                let text = text.map(|t| DataText::of(kind, t));
                 data.push((key.clone(), text, origin.to_owned()));
             }
         }
@@ -677,7 +708,7 @@ impl ValuesIndex {
             // The apiserver writes `stringData` over `data`.
             for (key, value) in map {
                 data.retain(|(k, _, _)| k != key);
-                let text = value.as_str().map(str::to_owned);
+                let text = value.as_str().map(|t| DataText::of(kind, t.to_owned()));
                 data.push((key.clone(), text, origin.to_owned()));
             }
         }
@@ -750,7 +781,10 @@ impl ValuesIndex {
                                 line: None,
                             };
                             places.insert(key.clone(), place);
-                            (Some((*text).to_owned()), (*shown).to_owned())
+                            (
+                                Some(DataText::of(kind, (*text).to_owned())),
+                                (*shown).to_owned(),
+                            )
                         }
                         None => (None, format!("{origin} {field} file {file}")),
                     };
@@ -764,6 +798,7 @@ impl ValuesIndex {
                             line: Some(at.1),
                         };
                         places.insert(key.trim().to_owned(), place);
+                        let value = DataText::of(kind, value);
                         data.push((key.trim().to_owned(), Some(value), origin.to_owned()));
                     }
                 }
@@ -807,7 +842,7 @@ impl ValuesIndex {
                 .filter(|o| o.namespace.is_none() || namespace.is_none())
                 .collect();
         }
-        let values: Vec<Option<(&Option<String>, &str)>> = candidates
+        let values: Vec<Option<(&Option<DataText>, &str)>> = candidates
             .iter()
             .map(|o| {
                 o.data
@@ -825,7 +860,7 @@ impl ValuesIndex {
         match first {
             None => Ok(None),
             Some((Some(text), from)) => Ok(Some((
-                text.as_str(),
+                text,
                 from,
                 candidates.first().and_then(|o| o.places.get(key)),
             ))),
@@ -864,6 +899,9 @@ impl ValuesIndex {
         let mut unresolved = Vec::new();
         let mut sources = Vec::new();
         let mut layers = Vec::new();
+        // Each merged layer's values and, for a Secret's, the Secret (`ns/name`): a value a
+        // message may print is hidden when a Secret sets it.
+        let mut origins: Vec<(Value, Option<String>)> = Vec::new();
         // The references' `targetPath`s are applied to one release's values: one list budget.
         let mut budget = SetBudget::default();
         for reference in references {
@@ -883,6 +921,9 @@ impl ValuesIndex {
                 }
             };
             let (text, from, place) = found;
+            let secret = matches!(text, DataText::Secret(_))
+                .then(|| namespace.map_or(name.to_owned(), |ns| format!("{ns}/{name}")));
+            let text = text.for_parsing();
             let mut layer_values = Value::Object(Map::new());
             let target = field("targetPath").filter(|t| !t.is_empty());
             let applied = match target {
@@ -901,6 +942,7 @@ impl ValuesIndex {
                 continue;
             }
             merge_maps(&mut merged, layer_values.clone());
+            origins.push((layer_values.clone(), secret));
             let what = describe_values_reference(reference);
             let label = format!("{what}, from {from}");
             if let Some(place) = place {
@@ -932,9 +974,11 @@ impl ValuesIndex {
         }
         if let Some(values) = spec.get("values").filter(|v| v.is_object()) {
             merge_maps(&mut merged, values.clone());
+            origins.push((values.clone(), None));
             let field = (vec![Seg::key("spec"), Seg::key("values")], false);
             layers.push(Layer::own("spec.values", values.clone(), Some(field)));
         }
+        hide_secret_image_tag(&mut merged, &origins);
         spec.insert("values".to_owned(), merged);
         spec.remove("valuesFrom");
         Some(Resolved {
@@ -944,6 +988,38 @@ impl ValuesIndex {
             merge: Merge::FluxOrArgo,
         })
     }
+}
+
+/// Hides the merged `image.tag` when the last layer that sets it is a Secret's: the one value
+/// of the merged values a message prints (`values image.tag …`, the CCM release a rule names).
+/// The release the rules read stays: the tag's leading `v1.Y.Z` is kept, followed by
+/// [`secret_text::not_shown`], which the message prints in its place.
+fn hide_secret_image_tag(merged: &mut Value, origins: &[(Value, Option<String>)]) {
+    let set_by = origins
+        .iter()
+        .rev()
+        .find(|(values, _)| values.pointer("/image/tag").is_some());
+    let Some((_, Some(secret))) = set_by else {
+        return;
+    };
+    let Some(tag) = merged.pointer_mut("/image/tag") else {
+        return;
+    };
+    let marker = secret_text::not_shown(secret);
+    *tag = Value::String(match tag.as_str().and_then(release_prefix) {
+        Some(release) => format!("{release} {marker}"),
+        None => marker,
+    });
+}
+
+/// The `v1.Y.Z` a CCM image tag starts with (`v1.31.0` of `v1.31.0-rc.1`), if it does.
+fn release_prefix(tag: &str) -> Option<&str> {
+    let tag = tag.trim();
+    let rest = tag.strip_prefix("v1.")?;
+    let minor = rest.bytes().take_while(u8::is_ascii_digit).count();
+    let after = rest[minor..].strip_prefix('.')?;
+    let patch = after.bytes().take_while(u8::is_ascii_digit).count();
+    (minor > 0 && patch > 0).then(|| &tag[..3 + minor + 1 + patch])
 }
 
 /// The Helm charts of a run: the directories that hold a `Chart.yaml` among the inputs, with
@@ -1257,6 +1333,74 @@ fn normalize(path: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_secret_image_tag_is_hidden_only_when_a_secret_sets_it_last() {
+        let tag = |t: &str| json!({"image": {"tag": t}});
+        let marker = "<from Secret ns/v, not shown>";
+        for (origins, want) in [
+            // A Secret sets it: the release stays, the rest is the marker.
+            (
+                vec![(tag("v1.31.0-x"), Some("ns/v"))],
+                format!("v1.31.0 {marker}"),
+            ),
+            (vec![(tag("v1.31"), Some("ns/v"))], marker.to_owned()),
+            (vec![(tag("latest"), Some("ns/v"))], marker.to_owned()),
+            // A later layer without a Secret wins: shown as written.
+            (
+                vec![(tag("v1.31.0-x"), Some("ns/v")), (tag("v1.32.1"), None)],
+                "v1.32.1".to_owned(),
+            ),
+            // A later Secret layer that does not set the tag changes nothing.
+            (
+                vec![(tag("v1.32.1"), None), (json!({"a": 1}), Some("ns/v"))],
+                "v1.32.1".to_owned(),
+            ),
+        ] {
+            let origins: Vec<(Value, Option<String>)> = origins
+                .into_iter()
+                .map(|(v, s)| (v, s.map(str::to_owned)))
+                .collect();
+            let mut merged = Value::Object(Map::new());
+            for (values, _) in &origins {
+                merge_maps(&mut merged, values.clone());
+            }
+            hide_secret_image_tag(&mut merged, &origins);
+            assert_eq!(merged["image"]["tag"], want, "{origins:?}");
+        }
+        // A numeric tag from a Secret is hidden too.
+        let origins = vec![(json!({"image": {"tag": 131}}), Some("s".to_owned()))];
+        let mut merged = json!({"image": {"tag": 131}});
+        hide_secret_image_tag(&mut merged, &origins);
+        assert_eq!(merged["image"]["tag"], "<from Secret s, not shown>");
+    }
+
+    #[test]
+    fn release_prefixes() {
+        assert_eq!(release_prefix(" v1.31.10-rc.1 "), Some("v1.31.10"));
+        assert_eq!(release_prefix("v1.31.0"), Some("v1.31.0"));
+        for tag in [
+            "v1.31", "v1..0", "v1.31.", "1.31.0", "v2.31.0", "v1.x.0", "",
+        ] {
+            assert_eq!(release_prefix(tag), None, "{tag}");
+        }
+    }
+
+    #[test]
+    fn secret_values_are_secret_text() {
+        let inputs = [input(
+            "a/objects.yaml",
+            "# read by a valuesFrom\napiVersion: v1\nkind: Secret\nmetadata: {name: s}\nstringData: {k: hunter2}\n\
+             ---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {k: plain}\n",
+        )];
+        let index = ValuesIndex::build(&inputs);
+        let debug = format!("{index:?}");
+        assert!(
+            !debug.contains("hunter2") && debug.contains("SecretText(7 bytes)"),
+            "{debug}"
+        );
+        assert!(debug.contains("plain"), "{debug}");
+    }
     use serde_json::json;
 
     fn input(name: &str, text: &str) -> Input {

@@ -402,17 +402,46 @@ fn go_format_float32(f: f64) -> String {
     format!("{sign}{body}")
 }
 
-/// `url` with the user information of its authority (`user:password@`) replaced by `***@`,
-/// for messages and logs. Works on text that does not parse as a URL too.
+/// What [`mask_url`] prints for text it cannot read as an http(s) URL: nothing of it.
+pub const UNREADABLE_URL: &str = "<not an http(s) URL, not shown>";
+
+/// `url` for messages and logs, with any user information (`user:password@`) replaced by
+/// `***@`, whatever it contains.
+///
+/// Read by a URL parser (WHATWG, the `url` crate), never by scanning for the end of the
+/// authority: a password may hold `/`, `?`, `#`, `@` or percent-escapes, which end the
+/// authority in any parser's reading (so the whole URL may not even parse). So every `@`
+/// counts: everything between `http(s)://` and the *last* `@` of the text is masked, and what
+/// follows it must parse as an http(s) URL with a host; it is shown as the parser writes it.
+/// Text that does not (no scheme, another scheme, no host, garbage, a non-ASCII host) is
+/// masked whole ([`UNREADABLE_URL`]): it is never printed raw.
 pub fn mask_url(url: &str) -> String {
-    // Without a scheme, everything up to the path counts as the authority.
-    let rest_start = url.find("://").map_or(0, |i| i + 3);
-    let rest = &url[rest_start..];
-    let authority_len = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    match rest[..authority_len].rfind('@') {
-        Some(at) => format!("{}***{}", &url[..rest_start], &rest[at..]),
-        None => url.to_owned(),
+    let url = url.trim();
+    let Some((scheme, after)) = url.split_once("://") else {
+        return UNREADABLE_URL.to_owned();
+    };
+    if !(scheme.eq_ignore_ascii_case("https") || scheme.eq_ignore_ascii_case("http")) {
+        return UNREADABLE_URL.to_owned();
     }
+    let (had_user, rest) = match after.rfind('@') {
+        Some(at) => (true, &after[at + 1..]),
+        None => (false, after),
+    };
+    let Some(parsed) = web_url(&format!("{scheme}://{rest}")) else {
+        return UNREADABLE_URL.to_owned();
+    };
+    let shown: String = parsed.into();
+    match (had_user, shown.find("://")) {
+        (true, Some(i)) => format!("{}***@{}", &shown[..i + 3], &shown[i + 3..]),
+        _ => shown,
+    }
+}
+
+/// `text` parsed as an http(s) URL with a non-empty host.
+fn web_url(text: &str) -> Option<url::Url> {
+    let parsed = url::Url::parse(text).ok()?;
+    let web = matches!(parsed.scheme(), "http" | "https");
+    (web && parsed.host_str().is_some_and(|h| !h.is_empty())).then_some(parsed)
 }
 
 #[cfg(test)]
@@ -533,6 +562,71 @@ mod tests {
             !debug.contains(CANARY) && debug.contains("***@k.example"),
             "{debug}"
         );
+    }
+
+    #[test]
+    fn mask_url_hides_user_information_whatever_it_holds() {
+        let secret = "Pa55";
+        for (url, shown) in [
+            // The forms a delimiter scan got wrong: the password holds a delimiter.
+            (
+                "https://admin:Pa55#x@keystone/v3",
+                "https://***@keystone/v3",
+            ),
+            (
+                "https://admin:Pa55?x@keystone/v3",
+                "https://***@keystone/v3",
+            ),
+            (
+                "https://admin:Pa55/x@keystone/v3",
+                "https://***@keystone/v3",
+            ),
+            (
+                "https://admin:12/Pa55@keystone/v3",
+                "https://***@keystone/v3",
+            ),
+            (
+                "https://admin:Pa55@x@keystone:5000/v3",
+                "https://***@keystone:5000/v3",
+            ),
+            (
+                "https://admin:Pa55%40x@keystone/v3",
+                "https://***@keystone/v3",
+            ),
+            (
+                "https://admin:Pa55\\x@keystone/v3",
+                "https://***@keystone/v3",
+            ),
+            ("https://Pa55@keystone/v3", "https://***@keystone/v3"),
+            (
+                "https://admin:Pa55@[2001:db8::1]:5000/v3",
+                "https://***@[2001:db8::1]:5000/v3",
+            ),
+            (
+                "  https://admin:Pa55@keystone/v3  ",
+                "https://***@keystone/v3",
+            ),
+            // No user information: shown as the parser writes it.
+            (
+                "https://keystone.example:5000/v3",
+                "https://keystone.example:5000/v3",
+            ),
+            ("http://[2001:db8::1]/v3", "http://[2001:db8::1]/v3"),
+            // Not an http(s) URL with a host: nothing of it is shown.
+            ("admin:Pa55@keystone/v3", UNREADABLE_URL),
+            ("keystone/Pa55", UNREADABLE_URL),
+            ("ftp://admin:Pa55@keystone/v3", UNREADABLE_URL),
+            ("https://admin:Pa55@", UNREADABLE_URL),
+            ("https://admin:Pa55@[::1/v3", UNREADABLE_URL),
+            ("https://Pa55:99999", UNREADABLE_URL),
+            ("https://admin:Pa55@k\u{e9}ystone/v3", UNREADABLE_URL),
+            ("Pa55 \u{0} \n garbage", UNREADABLE_URL),
+            ("", UNREADABLE_URL),
+        ] {
+            let masked = mask_url(url);
+            assert_eq!(masked, shown, "{url:?}");
+            assert!(!masked.contains(secret), "{url:?} -> {masked}");
+        }
     }
 
     #[test]

@@ -746,12 +746,11 @@ mod tests {
             tokens_url(url).unwrap(),
             "https://keystone.example:5000/v3/auth/tokens"
         );
-        assert_eq!(mask_url("https://k.example/a@b"), "https://k.example/a@b");
-        assert_eq!(mask_url("user:pw@host/v3"), "***@host/v3");
-        assert_eq!(mask_url("k.example/v3"), "k.example/v3");
+        // Every `@` may end user information (the table is in clouds.rs).
+        assert_eq!(mask_url("https://k.example/a@b"), "https://***@b/");
         let e = tokens_url("https://user:pw@").unwrap_err().to_string();
         assert!(!e.contains("pw"), "{e}");
-        assert!(e.contains("***@"), "{e}");
+        assert!(e.contains(crate::guard::clouds::UNREADABLE_URL), "{e}");
     }
 
     #[test]

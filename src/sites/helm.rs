@@ -1952,6 +1952,12 @@ fn is_number(s: &str) -> bool {
 /// A version string as shown in messages: short, printable, or not at all.
 fn shown_version(v: &str) -> String {
     let v = v.trim();
+    // A tag `check` took from a Secret carries the marker that stands for it: shown alone.
+    if crate::secret_text::ends_not_shown(v)
+        && let Some(at) = v.find("<from Secret ")
+    {
+        return v[at..].to_owned();
+    }
     if v.len() <= 40
         && v.chars()
             .all(|c| c.is_ascii_alphanumeric() || "._-+".contains(c))
