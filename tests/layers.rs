@@ -38,7 +38,14 @@ const LAYERS: &[(&str, &[&str])] = &[
     // 0: building blocks that know nothing of sites, rules or policies.
     (
         "foundation",
-        &["budget", "yaml", "cloudconf", "telemetry", "short_text", "secret_text"],
+        &[
+            "budget",
+            "yaml",
+            "cloudconf",
+            "telemetry",
+            "short_text",
+            "secret_text",
+        ],
     ),
     // 1: where configuration is carried in an object (sites), and the release facts as
     // data: the catalog and the snapshot, not the watcher that fills it.
