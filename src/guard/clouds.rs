@@ -414,7 +414,7 @@ pub const UNREADABLE_URL: &str = "<not an http(s) URL, not shown>";
 /// counts: everything between `http(s)://` and the *last* `@` of the text is masked, and what
 /// follows it must parse as an http(s) URL with a host; it is shown as the parser writes it.
 /// Text that does not (no scheme, another scheme, no host, garbage, a non-ASCII host) is
-/// masked whole ([`UNREADABLE_URL`]): it is never printed raw.
+/// masked whole (`UNREADABLE_URL`): it is never printed raw.
 pub fn mask_url(url: &str) -> String {
     let url = url.trim();
     let Some((scheme, after)) = url.split_once("://") else {

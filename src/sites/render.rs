@@ -66,7 +66,7 @@ pub fn render(cloud_config: Option<&Value>) -> Result<Rendered, RenderError> {
 /// How often (in keys rendered) [`render_within`] looks at the cancel flag.
 const CANCEL_CHECK_EVERY: usize = 1024;
 
-/// [`render`] that stops once `cancel` fires (within [`CANCEL_CHECK_EVERY`] keys): structured
+/// [`render`] that stops once `cancel` fires (within `CANCEL_CHECK_EVERY` keys): structured
 /// values are only bounded by the review's size, a section can hold hundreds of thousands of
 /// keys. What it returns then is cut short and not an answer: the caller checks the flag.
 pub fn render_within(

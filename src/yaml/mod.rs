@@ -989,7 +989,7 @@ pub fn parse_stream(text: &str) -> Result<Vec<YamlDoc>, YamlError> {
 }
 
 /// [`parse_stream`] that stops with an error once `cancel` fires (within
-/// [`CANCEL_CHECK_EVERY`] events); the caller checks the flag before it uses the error.
+/// `CANCEL_CHECK_EVERY` events); the caller checks the flag before it uses the error.
 pub fn parse_stream_within(text: &str, cancel: &Cancel) -> Result<Vec<YamlDoc>, YamlError> {
     parse_capped(text, MAX_NODES, false, cancel)
 }
