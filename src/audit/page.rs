@@ -314,15 +314,23 @@ pub async fn list_in(
     limits: &ReadLimits,
 ) -> Result<Page, ReadError> {
     let request = build(Request::new(DynamicObject::url_path(ar, namespace)).list(params))?;
-    Ok(Page {
-        body: read(
-            client,
-            request,
-            limits.max_page_bytes,
-            limits.request_timeout,
-        )
-        .await?,
-    })
+    read_page(client, request, limits).await
+}
+
+/// A list answer read within `limits.max_page_bytes` and `limits.request_timeout`.
+async fn read_page(
+    client: &kube::Client,
+    request: http::Request<Vec<u8>>,
+    limits: &ReadLimits,
+) -> Result<Page, ReadError> {
+    let body = read(
+        client,
+        request,
+        limits.max_page_bytes,
+        limits.request_timeout,
+    )
+    .await?;
+    Ok(Page { body })
 }
 
 /// One metadata-only list page (`PartialObjectMetadataList`), read within
@@ -335,15 +343,7 @@ pub async fn list_metadata(
     limits: &ReadLimits,
 ) -> Result<Page, ReadError> {
     let request = build(Request::new(DynamicObject::url_path(ar, None)).list_metadata(params))?;
-    Ok(Page {
-        body: read(
-            client,
-            request,
-            limits.max_page_bytes,
-            limits.request_timeout,
-        )
-        .await?,
-    })
+    read_page(client, request, limits).await
 }
 
 /// One object by name, read within `limits.max_object_bytes` and `limits.request_timeout`
