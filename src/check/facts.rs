@@ -5,7 +5,10 @@
 //! [`Facts`] out; the reducers are [`crate::facts`]'s, shared with `audit`.
 
 use crate::engine::{Engine, Facts};
+use std::sync::Arc;
+
 use crate::facts::Collector;
+use crate::facts::ccm_config::CcmConfigReads;
 use crate::yaml;
 
 use super::evaluate::{candidates_of, object_of};
@@ -16,24 +19,50 @@ pub type Input<'a> = (&'a str, &'a str, Option<super::input::ValuesTarget<'a>>);
 /// The facts for every object of `inputs`. Only computed when an input may hold a Service
 /// of type LoadBalancer (the one kind that reads them), so most runs parse nothing twice.
 pub fn from_inputs(inputs: &[Input<'_>], engine: &Engine) -> Facts {
+    let mut facts = Facts::default();
+    // The config objects CCM containers of the run read (`CcmConfigSource`): only when an
+    // input names a CCM marker, so most runs parse nothing twice.
+    let params = engine.ccm_marker_params();
+    let markers = crate::rules::ccm_workload::CcmMarkers::new(&params.ccm_images, &params.ccm_args);
+    if inputs.iter().any(|(_, text, _)| {
+        markers
+            .images
+            .iter()
+            .chain(markers.args.iter())
+            .any(|m| text.contains(m))
+    }) {
+        let mut reads = CcmConfigReads::default();
+        each_object(inputs, |kind, object, _| {
+            reads.add_workload(kind, object, &markers);
+        });
+        if !reads.is_empty() {
+            facts.merge(Facts::of_ccm_reads(Arc::new(reads)));
+        }
+    }
     // Cheap: a Service of type LoadBalancer names both words.
     let names = |word: &str| inputs.iter().any(|(_, text, _)| text.contains(word));
     if !(names("Service") && names("LoadBalancer")) {
-        return Facts::default();
+        return facts;
     }
     let mut collector = Collector::new(&engine.policies().needed_facts());
     if collector.is_empty() {
-        return Facts::default();
+        return facts;
     }
-    collect(inputs, engine, &mut collector);
-    Facts::of_reduced(collector.reduced(
+    each_object(inputs, |kind, object, name| {
+        collector.add(kind, object, Some(name), &engine.policies().sites);
+    });
+    facts.merge(Facts::of_reduced(collector.reduced(
         "this input holds",
         "check cannot tell which cluster the Service belongs to",
-    ))
+    )));
+    facts
 }
 
-/// Adds every object of `inputs` to `collector`, named by its input.
-fn collect(inputs: &[Input<'_>], engine: &Engine, collector: &mut Collector) {
+/// Calls `visit` with every object of `inputs` and the name of its input.
+fn each_object(
+    inputs: &[Input<'_>],
+    mut visit: impl FnMut(&kube::core::GroupVersionKind, &kube::core::DynamicObject, &str),
+) {
     for (name, text, values_chart) in inputs {
         // Unparseable files are reported by the evaluation itself.
         let Ok(docs) = yaml::parse_stream(text) else {
@@ -47,7 +76,7 @@ fn collect(inputs: &[Input<'_>], engine: &Engine, collector: &mut Collector) {
                 let Some((kind, object)) = object_of(&c.json) else {
                     continue;
                 };
-                collector.add(&kind, &object, Some(name), &engine.policies().sites);
+                visit(&kind, &object, name);
             }
         }
     }

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use json_patch::PatchOperation;
-use kube::core::DynamicObject;
+use kube::core::{DynamicObject, GroupVersionKind};
 
 use crate::budget::{Cancel, Exhausted};
 use crate::cloudconf::{Document, IniEdit};
@@ -464,6 +464,36 @@ impl Engine {
         &self.policies
     }
 
+    /// How this policy set recognises a CCM container: the `ccmImages` and `ccmArgs` of the
+    /// first `ccm-concurrency` policy (defaults when there is none), the one recognition every
+    /// face shares (the rules, `audit`'s restart check, the `CcmConfigSource` fact).
+    pub fn ccm_marker_params(&self) -> crate::rules::concurrency::ConcurrencyParams {
+        self.policies
+            .for_rule(crate::rules::concurrency::FAMILY.id)
+            .find_map(|p| {
+                p.params
+                    .get::<crate::rules::concurrency::ConcurrencyParams>()
+                    .cloned()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The `CcmConfigSource` fact of `objects` (a face's whole input: `check`'s documents,
+    /// `audit`'s listed workloads), read with this policy set's CCM recognition.
+    pub fn ccm_reads_of<'o>(
+        &self,
+        objects: impl IntoIterator<Item = (&'o GroupVersionKind, &'o DynamicObject)>,
+    ) -> crate::facts::ccm_config::CcmConfigReads {
+        let params = self.ccm_marker_params();
+        let markers =
+            crate::rules::ccm_workload::CcmMarkers::new(&params.ccm_images, &params.ccm_args);
+        let mut reads = crate::facts::ccm_config::CcmConfigReads::default();
+        for (kind, object) in objects {
+            reads.add_workload(kind, object, &markers);
+        }
+        reads
+    }
+
     /// Evaluates one write (no gathered facts).
     pub fn evaluate(&self, subject: &Subject<'_>) -> Verdict {
         self.evaluate_with(subject, &Facts::default())
@@ -522,8 +552,14 @@ impl Engine {
             return Ok(verdict);
         };
         let namespace = subject.namespace_of(object);
+        // The keys a CCM container reads as its `--cloud-config` are sites whatever the
+        // object is named (the `CcmConfigSource` fact, when the face knows it).
+        let read_sites = facts
+            .ccm_reads()
+            .and_then(|reads| reads.sites_for(subject.kind, object, &self.policies.sites));
+        let site_document = read_sites.as_ref().unwrap_or(&self.policies.sites);
         let (found, embedded) =
-            sites::find_with_embedded_within(subject.kind, object, &self.policies.sites, cancel);
+            sites::find_with_embedded_within(subject.kind, object, site_document, cancel);
         cancel.check()?;
         // Read only for objects that hold a cloud config; one read per object.
         let ccm_version = (!found.is_empty())
@@ -756,6 +792,10 @@ impl Engine {
                     {
                         text.notes
                             .push(format!("Note: this object is validated only: {note}."));
+                    }
+                    for reader in &site.read_by {
+                        text.notes
+                            .push(format!("Note: the CCM reads this config: {reader}."));
                     }
                     let f = finding(v.code, at(v.line), text, edits_apply && v.fixed_by_edit);
                     record(policy, v.severity, f, verdict);

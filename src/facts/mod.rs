@@ -16,6 +16,8 @@
 //! for each Machine DELETE) is declared here too, so that the same "a family declares what it
 //! needs" holds for it.
 
+pub mod ccm_config;
+pub mod ccm_workload;
 pub mod cloud_config;
 pub mod platform;
 

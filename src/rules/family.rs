@@ -15,6 +15,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::{ConfigView, FAMILIES, RuleOutput, Subject};
 use crate::facts::FactId;
+use crate::facts::ccm_config::CcmConfigReads;
 pub use crate::facts::platform::Platform;
 use crate::releases::{ReleaseCatalog, Snapshot};
 
@@ -233,6 +234,7 @@ pub struct NoParams {}
 pub struct Facts {
     by_family: Vec<(RuleId, Arc<dyn Any + Send + Sync>)>,
     platform: Option<Platform>,
+    ccm_reads: Option<Arc<CcmConfigReads>>,
 }
 
 impl Facts {
@@ -241,6 +243,7 @@ impl Facts {
         Facts {
             by_family: vec![(rule, Arc::new(facts))],
             platform: None,
+            ccm_reads: None,
         }
     }
 
@@ -275,6 +278,9 @@ impl Facts {
         if self.platform.is_none() {
             self.platform = other.platform;
         }
+        if self.ccm_reads.is_none() {
+            self.ccm_reads = other.ccm_reads;
+        }
     }
 
     /// Facts that say only which platform the cluster runs on.
@@ -282,7 +288,23 @@ impl Facts {
         Facts {
             by_family: Vec::new(),
             platform: Some(platform),
+            ccm_reads: None,
         }
+    }
+
+    /// Facts that say which config objects the cluster's CCM containers read (the
+    /// `CcmConfigSource` fact): the engine treats those keys as cloud-config sites.
+    pub fn of_ccm_reads(reads: Arc<CcmConfigReads>) -> Self {
+        Facts {
+            by_family: Vec::new(),
+            platform: None,
+            ccm_reads: Some(reads),
+        }
+    }
+
+    /// The config objects CCM containers read, when a face knows them.
+    pub fn ccm_reads(&self) -> Option<&CcmConfigReads> {
+        self.ccm_reads.as_deref()
     }
 
     /// The facts gathered for `rule`, when they are of type `T`.
@@ -305,6 +327,12 @@ impl std::fmt::Debug for Facts {
         list.entries(self.by_family.iter().map(|(rule, _)| rule.as_str()));
         if let Some(platform) = &self.platform {
             list.entry(platform);
+        }
+        if let Some(reads) = &self.ccm_reads {
+            list.entry(&format_args!(
+                "ccm-config-source ({} reads)",
+                reads.reads().count()
+            ));
         }
         list.finish()
     }

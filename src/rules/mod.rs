@@ -6,7 +6,7 @@
 //!
 //! Adding a family: `ARCHITECTURE.md`, "How to add a rule family".
 
-pub mod ccm_workload;
+pub use crate::facts::ccm_workload;
 pub mod cluster_name;
 pub mod concurrency;
 pub mod credentials;

@@ -102,6 +102,46 @@ pub struct SiteSpec {
     /// ([`crate::cloudconf::schema::is_openstack_config`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub other_platforms: bool,
+    /// The CCM containers that read this key as their `--cloud-config` (from the
+    /// `CcmConfigSource` fact, never from a policy file): `DaemonSet ns/name container "c"
+    /// (--cloud-config=/etc/config/cloud.conf)`.
+    #[serde(skip)]
+    pub read_by: Vec<String>,
+}
+
+impl SitesDocument {
+    /// These sites plus the object keys CCM containers read as their cloud config
+    /// (`reads`: kind, namespace, name, key and how to name the reader). A key already a
+    /// site keeps that site's settings (a validate-only copy stays validate-only) and gains
+    /// the reader; another key becomes a site stackgate may edit.
+    pub fn with_reads<'r>(
+        &self,
+        reads: impl IntoIterator<Item = (SiteKind, &'r str, &'r str, &'r str, String)>,
+    ) -> SitesDocument {
+        let mut out = self.clone();
+        for (kind, namespace, name, key, reader) in reads {
+            match out.sites.iter_mut().find(|s| {
+                s.kind == kind && s.namespace == namespace && s.name == name && s.key == key
+            }) {
+                Some(site) => {
+                    if !site.read_by.contains(&reader) {
+                        site.read_by.push(reader);
+                    }
+                }
+                None => out.sites.push(SiteSpec {
+                    kind,
+                    namespace: namespace.to_owned(),
+                    name: name.to_owned(),
+                    key: key.to_owned(),
+                    mutate: true,
+                    note: None,
+                    other_platforms: false,
+                    read_by: vec![reader],
+                }),
+            }
+        }
+        out
+    }
 }
 
 fn default_true() -> bool {
@@ -316,6 +356,9 @@ pub struct FoundConfig {
     /// Whether other platforms keep their cloud configs in the same place (see
     /// [`SiteSpec::other_platforms`]).
     pub other_platforms: bool,
+    /// The CCM containers that read this config as their `--cloud-config`
+    /// ([`SiteSpec::read_by`]), for messages.
+    pub read_by: Vec<String>,
     /// Shared: cloning a found config does not copy the values its carrier keeps.
     carrier: Arc<dyn Carrier>,
 }
@@ -339,6 +382,7 @@ impl FoundConfig {
             kind,
             values_source: false,
             other_platforms: false,
+            read_by: Vec::new(),
             carrier: Arc::new(carrier),
         }
     }
@@ -450,7 +494,7 @@ pub fn find_with_embedded_within(
 }
 
 /// ConfigMap or Secret, the two kinds whose `data` holds sites.
-fn data_kind(gvk: &GroupVersionKind) -> Option<SiteKind> {
+pub fn data_kind(gvk: &GroupVersionKind) -> Option<SiteKind> {
     match (gvk.group.as_str(), gvk.version.as_str(), gvk.kind.as_str()) {
         ("", "v1", "ConfigMap") => Some(SiteKind::ConfigMap),
         ("", "v1", "Secret") => Some(SiteKind::Secret),

@@ -21,22 +21,30 @@ pub(super) fn find(
 ) -> Vec<FoundConfig> {
     let name = object.metadata.name.as_deref().unwrap_or("");
     let namespace = object.metadata.namespace.as_deref().unwrap_or("");
-    let mut keys: Vec<(String, bool, Option<String>, bool)> = sites
+    let mut keys: Vec<(String, bool, Option<String>, bool, Vec<String>)> = sites
         .sites
         .iter()
         .filter(|s| s.kind == kind && s.name == name && s.namespace == namespace)
-        .map(|s| (s.key.clone(), s.mutate, s.note.clone(), s.other_platforms))
+        .map(|s| {
+            (
+                s.key.clone(),
+                s.mutate,
+                s.note.clone(),
+                s.other_platforms,
+                s.read_by.clone(),
+            )
+        })
         .collect();
     // A label is set by whoever knows the object holds an OpenStack cloud config.
     if let Some(label) = &sites.label
         && let Some(key) = object.metadata.labels.as_ref().and_then(|l| l.get(label))
         && !keys.iter().any(|(k, ..)| k == key)
     {
-        keys.push((key.clone(), true, None, false));
+        keys.push((key.clone(), true, None, false, Vec::new()));
     }
     let object_name = format!("{} {namespace}/{name}", kind.as_str());
     let mut found = Vec::new();
-    for (key, mutable, note, other_platforms) in keys {
+    for (key, mutable, note, other_platforms, read_by) in keys {
         let field = |name: &str| object.data.get(name).and_then(|d| d.get(&key));
         let place = |name: &str| {
             (
@@ -64,6 +72,7 @@ pub(super) fn find(
         site.mutable = mutable;
         site.note = note;
         site.other_platforms = other_platforms;
+        site.read_by = read_by;
         found.push(site);
     }
     found

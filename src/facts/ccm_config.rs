@@ -1,0 +1,987 @@
+//! Which object each OpenStack CCM container reads as its cloud config: the `CcmConfigSource`
+//! fact. Every wrapper that produces a CCM config (the chart's values, a GitOps controller, an
+//! umbrella chart, a hand-written manifest) ends in a workload whose CCM container is started
+//! with `--cloud-config=<path>` and a volume that puts a Secret or ConfigMap key at that path.
+//! Reading that last hop decides the cloud-config sites without knowing any wrapper.
+//!
+//! The resolution follows the programs that make the path real, each cited in
+//! `docs/domain-facts.md` ("The file the CCM reads"):
+//!
+//! 1. **The kubelet's environment** (kubernetes/kubernetes `pkg/kubelet/kubelet_pods.go`,
+//!    `makeEnvironmentVariables`): `envFrom` first, then `env` in order, each `value` expanded
+//!    with the variables defined before it; a later entry of the same name replaces an
+//!    earlier one. `valueFrom` and `envFrom` values are in other objects: unknown here.
+//! 2. **The kubelet's `$(VAR)` expansion** of `command` and `args`
+//!    (`third_party/forked/golang/expansion/expand.go`, [`expand`]): `$$` is one `$`, an
+//!    undefined `$(VAR)` stays as written, `$(` without `)` stays literal.
+//! 3. **The CCM's flags** (pflag through cobra): `--cloud-config=<v>` or `--cloud-config <v>`,
+//!    the last one wins; the OpenStack provider refuses to start without a config
+//!    (cloud-provider-openstack `pkg/openstack/openstack.go`, `ReadConfig`: "no OpenStack cloud
+//!    provider config file given").
+//! 4. **The container's mounts**: the deepest `volumeMounts[].mountPath` that holds the path
+//!    (with `subPath`), then the volume: `secret` / `configMap` keys as files, or `items`
+//!    mapping a key to a path; `projected` sources merged; the kubelet's `..data/` directory
+//!    (`pkg/volume/util/atomic_writer.go`) is the same files. `hostPath` and a path no volume
+//!    holds (a file of the image) are unseen, and said to be.
+//!
+//! Init containers are not read: they exit before the CCM starts. The fact is pure: a face
+//! hands it objects ([`CcmConfigReads::add_workload`]) and reads it per object
+//! ([`CcmConfigReads::reads_of`]).
+
+use std::collections::BTreeMap;
+
+use kube::core::{DynamicObject, GroupVersionKind};
+use serde_json::Value;
+
+use super::ccm_workload::{CcmContainer, CcmMarkers, string_flag_uses};
+use crate::short_text::ShortText;
+use crate::sites::{SiteKind, SitesDocument};
+
+/// The CCM's flag naming its cloud-config file (k8s.io/cloud-provider `options`).
+pub const CLOUD_CONFIG_FLAG: &str = "--cloud-config";
+
+/// Config objects the fact keeps, across every workload (a cluster runs one or two CCMs; a
+/// workload names one or two config objects). Past it, further workloads are counted as not
+/// kept and [`CcmConfigReads::complete`] is false: a face then says that it cannot see every
+/// CCM's config.
+pub const MAX_READS: usize = 1024;
+
+/// Bytes of one `$(VAR)` expansion's result. The kubelet's own expansion is unbounded, but the
+/// apiserver bounds the object; this keeps a crafted chain of variables that doubles at each
+/// step (`B=$(A)$(A)`, `C=$(B)$(B)`, ...) from growing past any use.
+pub const MAX_EXPANDED_BYTES: usize = 64 * 1024;
+
+/// One Secret or ConfigMap key, in the workload's namespace.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ConfigKey {
+    /// Secret or ConfigMap.
+    pub kind: SiteKind,
+    /// Namespace (the workload's; empty when the workload's manifest names none).
+    pub namespace: String,
+    /// Object name.
+    pub name: String,
+    /// Data key.
+    pub key: String,
+}
+
+impl std::fmt::Display for ConfigKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {}/{} key {:?}",
+            self.kind.as_str(),
+            self.namespace,
+            self.name,
+            self.key
+        )
+    }
+}
+
+/// Where one CCM container's cloud config comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// A key of one of these objects (more than one when a `projected` volume merges several
+    /// sources that may each hold the file: whichever does is read).
+    Objects(Vec<ConfigKey>),
+    /// The container reads a config stackgate cannot see, and why (a `hostPath`, a file of
+    /// the image, a path built from a variable of another object).
+    Unseen(String),
+    /// The CCM would not start with this configuration, and why (no `--cloud-config`, a path
+    /// no mounted object holds).
+    NotStarting(String),
+}
+
+/// What one CCM container of a workload reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerRead {
+    /// `DaemonSet kube-system/openstack-cloud-controller-manager container "occm"`.
+    pub reader: String,
+    /// The effective `--cloud-config` value after expansion, when known.
+    pub path: Option<String>,
+    /// Where it comes from.
+    pub source: Source,
+}
+
+/// The sources of every CCM container of `object` (a Pod or a workload with a pod template)
+/// that `markers` recognise, in container order; empty for other objects.
+pub fn container_reads(
+    gvk: &GroupVersionKind,
+    object: &DynamicObject,
+    markers: &CcmMarkers<'_>,
+) -> Vec<ContainerRead> {
+    let containers = markers.containers(gvk, object);
+    if containers.is_empty() {
+        return Vec::new();
+    }
+    let Some(spec) = super::ccm_workload::pod_spec_path(gvk)
+        .and_then(|path| path.iter().try_fold(&object.data, |v, t| v.get(t)))
+    else {
+        return Vec::new();
+    };
+    let namespace = object.metadata.namespace.as_deref().unwrap_or("");
+    containers
+        .iter()
+        // An init container has exited before the CCM starts.
+        .filter(|c| c.list == "containers")
+        .map(|c| {
+            let (path, source) = source_of(c, spec, namespace);
+            ContainerRead {
+                reader: ShortText::location(&c.described).into_string(),
+                path,
+                source,
+            }
+        })
+        .collect()
+}
+
+/// A value of the container's environment, as far as this object tells it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum EnvValue {
+    Known(String),
+    /// Set from another object (`valueFrom`, or built from such a value), and how.
+    Unknown(String),
+}
+
+/// The container's environment as the kubelet builds it, from this object alone.
+#[derive(Debug, Default)]
+struct Environment {
+    vars: BTreeMap<String, EnvValue>,
+    /// `envFrom` is set: any name not defined by `env` may come from it.
+    env_from: bool,
+}
+
+impl Environment {
+    /// `makeEnvironmentVariables`: `env` entries in order, each value expanded with the
+    /// variables defined before it; the last entry of a name wins.
+    fn of(container: &Value) -> Self {
+        let mut env = Environment {
+            vars: BTreeMap::new(),
+            env_from: container
+                .get("envFrom")
+                .and_then(Value::as_array)
+                .is_some_and(|a| !a.is_empty()),
+        };
+        for entry in container
+            .get("env")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let Some(name) = entry.get("name").and_then(Value::as_str) else {
+                continue;
+            };
+            let value = entry.get("value").and_then(Value::as_str).unwrap_or("");
+            let resolved = if !value.is_empty() {
+                env.expand(value)
+            } else if entry.get("valueFrom").is_some_and(|v| !v.is_null()) {
+                EnvValue::Unknown(format!("{name} is set from valueFrom"))
+            } else {
+                EnvValue::Known(String::new())
+            };
+            env.vars.insert(name.to_owned(), resolved);
+        }
+        env
+    }
+
+    /// The value `$(name)` expands to, or None when the kubelet leaves the reference as
+    /// written. Unknown when another object may define it.
+    fn lookup(&self, name: &str) -> Option<EnvValue> {
+        if let Some(value) = self.vars.get(name) {
+            return Some(value.clone());
+        }
+        if self.env_from {
+            return Some(EnvValue::Unknown(format!(
+                "{name} is not in env and may come from envFrom"
+            )));
+        }
+        if is_service_variable(name) {
+            return Some(EnvValue::Unknown(format!(
+                "{name} may be a Service's environment variable"
+            )));
+        }
+        None
+    }
+
+    /// [`expand`] with this environment; unknown when a reference is unknown.
+    fn expand(&self, input: &str) -> EnvValue {
+        let mut unknown = None;
+        let expanded = expand(input, |name| match self.lookup(name) {
+            Some(EnvValue::Known(v)) => Some(v),
+            Some(EnvValue::Unknown(why)) => {
+                unknown.get_or_insert(why);
+                Some(String::new())
+            }
+            None => None,
+        });
+        match (unknown, expanded) {
+            (Some(why), _) => EnvValue::Unknown(why),
+            (None, Some(text)) => EnvValue::Known(text),
+            (None, None) => EnvValue::Unknown(format!(
+                "its expansion is over {MAX_EXPANDED_BYTES} bytes, or not UTF-8"
+            )),
+        }
+    }
+}
+
+/// Whether the kubelet may define `name` from a Service (`enableServiceLinks`, on by default):
+/// `<SVC>_SERVICE_HOST`, `<SVC>_SERVICE_PORT[_<PORT>]`, `<SVC>_PORT[_...]`.
+fn is_service_variable(name: &str) -> bool {
+    name.contains("_SERVICE_HOST") || name.contains("_SERVICE_PORT") || name.contains("_PORT")
+}
+
+/// The kubelet's `$(VAR)` expansion of `input` (`expansion.Expand`): `$$` is one `$`;
+/// `$(name)` is replaced by `mapping(name)`, or kept as written when it returns None; `$(`
+/// with no `)` after it, and `$` followed by anything else, are kept as written — except that
+/// Go converts the one byte after such a `$` to a character (`string(input[0])`), so a
+/// non-ASCII character there comes out as other bytes. None when the result would pass
+/// [`MAX_EXPANDED_BYTES`] or, through that conversion, is not UTF-8 (no mount path names it).
+pub fn expand(input: &str, mut mapping: impl FnMut(&str) -> Option<String>) -> Option<String> {
+    let bytes = input.as_bytes();
+    let mut out: Vec<u8> = Vec::with_capacity(input.len());
+    let mut checkpoint = 0;
+    let mut cursor = 0;
+    while cursor < bytes.len() {
+        if bytes[cursor] == b'$' && cursor + 1 < bytes.len() {
+            out.extend_from_slice(&bytes[checkpoint..cursor]);
+            let rest = &input[cursor + 1..];
+            let advance = match bytes[cursor + 1] {
+                b'$' => {
+                    out.push(b'$');
+                    1
+                }
+                b'(' => match rest.find(')') {
+                    Some(close) => {
+                        let name = &rest[1..close];
+                        match mapping(name) {
+                            Some(value) => out.extend_from_slice(value.as_bytes()),
+                            None => {
+                                out.extend_from_slice(b"$(");
+                                out.extend_from_slice(name.as_bytes());
+                                out.push(b')');
+                            }
+                        }
+                        close + 1
+                    }
+                    // An incomplete reference: `$(` is kept and the rest read on.
+                    None => {
+                        out.extend_from_slice(b"$(");
+                        1
+                    }
+                },
+                // The operator and the byte after it, that byte as Go's `string(byte)`
+                // makes it: the character U+0000..U+00FF of that number.
+                byte => {
+                    out.push(b'$');
+                    let mut utf8 = [0u8; 4];
+                    out.extend_from_slice(char::from(byte).encode_utf8(&mut utf8).as_bytes());
+                    1
+                }
+            };
+            cursor += advance + 1;
+            checkpoint = cursor;
+            if out.len() > MAX_EXPANDED_BYTES {
+                return None;
+            }
+        } else {
+            cursor += 1;
+        }
+    }
+    out.extend_from_slice(&bytes[checkpoint..]);
+    if out.len() > MAX_EXPANDED_BYTES {
+        return None;
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The effective `--cloud-config` of `ccm` and where it comes from.
+fn source_of(ccm: &CcmContainer<'_>, spec: &Value, namespace: &str) -> (Option<String>, Source) {
+    let env = Environment::of(ccm.container);
+    let argv = ccm.argv();
+    let mut expanded: Vec<String> = Vec::with_capacity(argv.len());
+    let mut unknown: Vec<(usize, String)> = Vec::new();
+    for (index, arg) in argv.iter().enumerate() {
+        match env.expand(arg) {
+            EnvValue::Known(text) => expanded.push(text),
+            EnvValue::Unknown(why) => {
+                unknown.push((index, why));
+                // Kept as written: it is not a `--cloud-config` we can read.
+                expanded.push(String::new());
+            }
+        }
+    }
+    let words: Vec<&str> = expanded.iter().map(String::as_str).collect();
+    let uses = string_flag_uses(&words, CLOUD_CONFIG_FLAG);
+    let last = uses.last();
+    // An argument whose value stackgate cannot see, after the last `--cloud-config` it can,
+    // may set the flag again.
+    if let Some((index, why)) = unknown
+        .iter()
+        .find(|(index, _)| last.is_none_or(|u| *index >= u.index))
+    {
+        return (
+            None,
+            Source::Unseen(format!(
+                "argument {} ({}) may set {CLOUD_CONFIG_FLAG} and is not known here: {why}",
+                index,
+                ShortText::location(argv[*index])
+            )),
+        );
+    }
+    let Some(last) = last else {
+        return (
+            None,
+            Source::NotStarting(format!(
+                "the container has no {CLOUD_CONFIG_FLAG}: the OpenStack CCM refuses to start \
+                 without a cloud config"
+            )),
+        );
+    };
+    let Some(raw) = last.value.as_deref() else {
+        return (
+            None,
+            Source::NotStarting(format!(
+                "{CLOUD_CONFIG_FLAG} is the last argument, without a value: the CCM's flag \
+                 parser refuses it"
+            )),
+        );
+    };
+    let shown = Some(ShortText::location(raw).into_string());
+    if raw.is_empty() {
+        return (
+            shown,
+            Source::NotStarting(format!(
+                "{CLOUD_CONFIG_FLAG} is empty: the OpenStack CCM refuses to start without a \
+                 cloud config"
+            )),
+        );
+    }
+    if words[last.index].split_whitespace().nth(1).is_some() && raw.contains('$') {
+        return (
+            shown,
+            Source::Unseen(format!(
+                "{CLOUD_CONFIG_FLAG} is set in a shell command line from a shell variable"
+            )),
+        );
+    }
+    if !raw.starts_with('/') {
+        return (
+            shown,
+            Source::Unseen(format!(
+                "{CLOUD_CONFIG_FLAG} is a relative path: it depends on the image's working \
+                 directory"
+            )),
+        );
+    }
+    let path = clean(raw);
+    let source = resolve(ccm.container, spec, &env, &path, namespace);
+    (shown, source)
+}
+
+/// `path` cleaned lexically as Go's `path.Clean` does for an absolute path: repeated `/`,
+/// `.` and `..` resolved (the kernel resolves them the same way before any symlink matters
+/// here).
+fn clean(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            other => parts.push(other),
+        }
+    }
+    format!("/{}", parts.join("/"))
+}
+
+/// The part of `path` under `dir` (both clean), None when `path` is not in `dir`.
+fn under<'p>(path: &'p str, dir: &str) -> Option<&'p str> {
+    if dir == "/" {
+        return Some(path.trim_start_matches('/'));
+    }
+    let rest = path.strip_prefix(dir)?;
+    if rest.is_empty() {
+        Some("")
+    } else {
+        rest.strip_prefix('/')
+    }
+}
+
+/// The object and key the file at `path` comes from, through the container's mounts.
+fn resolve(
+    container: &Value,
+    spec: &Value,
+    env: &Environment,
+    path: &str,
+    namespace: &str,
+) -> Source {
+    // The deepest mount that holds the path: a mount inside another one hides that part of it.
+    let mut best: Option<(usize, &Value, &str)> = None;
+    for mount in container
+        .get("volumeMounts")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let Some(mount_path) = mount.get("mountPath").and_then(Value::as_str) else {
+            continue;
+        };
+        let mount_path = clean(mount_path);
+        if let Some(rest) = under(path, &mount_path)
+            && best.is_none_or(|(depth, ..)| mount_path.len() >= depth)
+        {
+            let rest: &str = &path[path.len() - rest.len()..];
+            best = Some((mount_path.len(), mount, rest));
+        }
+    }
+    let Some((_, mount, rest)) = best else {
+        return Source::Unseen(format!(
+            "{path} is in no mounted volume: a file of the image, which stackgate cannot read"
+        ));
+    };
+    let sub_path = match (
+        mount.get("subPath").and_then(Value::as_str),
+        mount.get("subPathExpr").and_then(Value::as_str),
+    ) {
+        (Some(sub), _) if !sub.is_empty() => sub.to_owned(),
+        (_, Some(expr)) if !expr.is_empty() => match env.expand(expr) {
+            EnvValue::Known(sub) => sub,
+            EnvValue::Unknown(why) => {
+                return Source::Unseen(format!("the mount's subPathExpr is not known here: {why}"));
+            }
+        },
+        _ => String::new(),
+    };
+    let within = clean(&format!("{sub_path}/{rest}"));
+    let within = within.trim_start_matches('/');
+    // The kubelet writes a Secret's or ConfigMap's files into `..data/` and links each name
+    // to it: both spellings name the same file.
+    let within = within.strip_prefix("..data/").unwrap_or(within);
+    let volume_name = mount.get("name").and_then(Value::as_str).unwrap_or("");
+    let Some(volume) = spec
+        .get("volumes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|v| v.get("name").and_then(Value::as_str) == Some(volume_name))
+    else {
+        return Source::NotStarting(format!(
+            "the mount of {path} names volume {:?}, which the pod does not define",
+            ShortText::key(volume_name)
+        ));
+    };
+    let mut candidates = Vec::new();
+    let in_object = |source: &Value, kind: SiteKind, name_field: &str| -> Option<ConfigKey> {
+        let name = source.get(name_field).and_then(Value::as_str)?;
+        let key = key_at(source, within)?;
+        Some(ConfigKey {
+            kind,
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            key,
+        })
+    };
+    if let Some(secret) = volume.get("secret") {
+        candidates.extend(in_object(secret, SiteKind::Secret, "secretName"));
+    } else if let Some(config_map) = volume.get("configMap") {
+        candidates.extend(in_object(config_map, SiteKind::ConfigMap, "name"));
+    } else if let Some(projected) = volume.get("projected") {
+        for source in projected
+            .get("sources")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(secret) = source.get("secret") {
+                candidates.extend(in_object(secret, SiteKind::Secret, "name"));
+            }
+            if let Some(config_map) = source.get("configMap") {
+                candidates.extend(in_object(config_map, SiteKind::ConfigMap, "name"));
+            }
+        }
+    } else if let Some(host) = volume.get("hostPath") {
+        let host_path = host.get("path").and_then(Value::as_str).unwrap_or("");
+        return Source::Unseen(format!(
+            "{path} is on the node (hostPath {}), which stackgate cannot read",
+            ShortText::location(host_path)
+        ));
+    } else {
+        let kind = volume
+            .as_object()
+            .and_then(|o| o.keys().find(|k| *k != "name"))
+            .map_or("unknown", String::as_str);
+        return Source::Unseen(format!(
+            "{path} is in a {} volume, which stackgate cannot read",
+            ShortText::key(kind)
+        ));
+    }
+    if candidates.is_empty() {
+        return Source::NotStarting(format!(
+            "{path} names no key of the objects its volume {:?} mounts",
+            ShortText::key(volume_name)
+        ));
+    }
+    Source::Objects(candidates)
+}
+
+/// The data key a `secret`, `configMap` or projected source puts at `within` (a path inside
+/// the volume): the `items` entry whose path it is, else (no `items`) the key of that name.
+fn key_at(source: &Value, within: &str) -> Option<String> {
+    match source.get("items").and_then(Value::as_array) {
+        Some(items) if !items.is_empty() => items.iter().find_map(|item| {
+            let item_path = item.get("path").and_then(Value::as_str)?;
+            let item_path = clean(item_path);
+            (item_path.trim_start_matches('/') == within)
+                .then(|| item.get("key").and_then(Value::as_str).map(str::to_owned))
+                .flatten()
+        }),
+        // Every key is a file of the volume's top directory.
+        _ => (!within.is_empty() && !within.contains('/')).then(|| within.to_owned()),
+    }
+}
+
+/// A workload, as the fact keys what it reads.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct WorkloadKey {
+    /// Kind.
+    pub kind: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+impl WorkloadKey {
+    /// The key of `object`, of kind `gvk`.
+    pub fn of(gvk: &GroupVersionKind, object: &DynamicObject) -> Self {
+        WorkloadKey {
+            kind: gvk.kind.clone(),
+            namespace: object.metadata.namespace.clone().unwrap_or_default(),
+            name: object.metadata.name.clone().unwrap_or_default(),
+        }
+    }
+}
+
+/// One object key a CCM container reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Read {
+    /// The key.
+    pub object: ConfigKey,
+    /// The container that reads it, as [`ContainerRead::reader`].
+    pub reader: String,
+    /// Its `--cloud-config` path.
+    pub path: String,
+}
+
+/// The `CcmConfigSource` fact: the config objects every known CCM workload reads, by
+/// workload (a watcher replaces or removes one workload's entry as it changes).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CcmConfigReads {
+    by_workload: BTreeMap<WorkloadKey, Vec<Read>>,
+    kept: usize,
+    /// Workloads not kept because of [`MAX_READS`].
+    dropped: usize,
+}
+
+impl CcmConfigReads {
+    /// Reads `object` (any kind; only CCM workloads add anything) and returns what each of
+    /// its CCM containers reads, unseen sources included, for the face to report.
+    pub fn add_workload(
+        &mut self,
+        gvk: &GroupVersionKind,
+        object: &DynamicObject,
+        markers: &CcmMarkers<'_>,
+    ) -> Vec<ContainerRead> {
+        let reads = container_reads(gvk, object, markers);
+        let key = WorkloadKey::of(gvk, object);
+        self.remove(&key);
+        let kept: Vec<Read> = reads
+            .iter()
+            .flat_map(|read| match &read.source {
+                Source::Objects(objects) => objects
+                    .iter()
+                    .map(|object| Read {
+                        object: object.clone(),
+                        reader: read.reader.clone(),
+                        path: read.path.clone().unwrap_or_default(),
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            })
+            .collect();
+        if !kept.is_empty() {
+            if self.kept + kept.len() > MAX_READS {
+                self.dropped += 1;
+            } else {
+                self.kept += kept.len();
+                self.by_workload.insert(key, kept);
+            }
+        }
+        reads
+    }
+
+    /// Forgets what `workload` reads (it was deleted, or no longer runs the CCM).
+    pub fn remove(&mut self, workload: &WorkloadKey) {
+        if let Some(old) = self.by_workload.remove(workload) {
+            self.kept -= old.len();
+        }
+    }
+
+    /// Every read of an object of `kind` named `namespace/name`.
+    pub fn reads_of<'s>(
+        &'s self,
+        kind: SiteKind,
+        namespace: &'s str,
+        name: &'s str,
+    ) -> impl Iterator<Item = &'s Read> + 's {
+        self.by_workload.values().flatten().filter(move |read| {
+            read.object.kind == kind
+                && read.object.namespace == namespace
+                && read.object.name == name
+        })
+    }
+
+    /// Every read, workload by workload.
+    pub fn reads(&self) -> impl Iterator<Item = &Read> {
+        self.by_workload.values().flatten()
+    }
+
+    /// Whether every CCM workload seen is kept (none dropped by [`MAX_READS`]).
+    pub fn complete(&self) -> bool {
+        self.dropped == 0
+    }
+
+    /// The sites document for `object` with the keys CCM containers read from it added
+    /// ([`SitesDocument::with_reads`]), or None when `object` is not a ConfigMap or Secret, or
+    /// no CCM container reads it (the policy's document applies unchanged).
+    pub fn sites_for(
+        &self,
+        gvk: &GroupVersionKind,
+        object: &DynamicObject,
+        sites: &SitesDocument,
+    ) -> Option<SitesDocument> {
+        let kind = crate::sites::data_kind(gvk)?;
+        let namespace = object.metadata.namespace.as_deref().unwrap_or("");
+        let name = object.metadata.name.as_deref().unwrap_or("");
+        let mut found = self.reads_of(kind, namespace, name).peekable();
+        found.peek()?;
+        Some(sites.with_reads(found.map(|read| {
+            (
+                kind,
+                namespace,
+                name,
+                read.object.key.as_str(),
+                format!("{} (--cloud-config={})", read.reader, read.path),
+            )
+        })))
+    }
+
+    /// Whether no workload is known to read a config.
+    pub fn is_empty(&self) -> bool {
+        self.by_workload.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const IMAGE: &str = "registry.k8s.io/provider-os/openstack-cloud-controller-manager:v1.31.0";
+
+    fn daemonset(container: Value, volumes: Value) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": "occm", "namespace": "kube-system"},
+            "spec": {"template": {"spec": {"containers": [container], "volumes": volumes}}}
+        }))
+        .unwrap()
+    }
+
+    fn reads(object: &DynamicObject) -> Vec<ContainerRead> {
+        let gvk = GroupVersionKind::gvk("apps", "v1", "DaemonSet");
+        container_reads(&gvk, object, &CcmMarkers::new(&[], &[]))
+    }
+
+    fn key(kind: SiteKind, name: &str, key: &str) -> ConfigKey {
+        ConfigKey {
+            kind,
+            namespace: "kube-system".into(),
+            name: name.into(),
+            key: key.into(),
+        }
+    }
+
+    /// The upstream chart's shape: `--cloud-config=$(CLOUD_CONFIG)`, the variable from `env`,
+    /// the Secret mounted at `/etc/config`.
+    fn chart_container(env: Value, extra_args: &[&str]) -> Value {
+        let mut args = vec![
+            "./openstack-cloud-controller-manager".to_owned(),
+            "--cloud-config=$(CLOUD_CONFIG)".to_owned(),
+            "--cluster-name=$(CLUSTER_NAME)".to_owned(),
+        ];
+        args.extend(extra_args.iter().map(|a| (*a).to_owned()));
+        json!({"name": "openstack-cloud-controller-manager", "image": IMAGE, "args": args,
+            "env": env,
+            "volumeMounts": [
+                {"name": "cloud-config-volume", "mountPath": "/etc/config", "readOnly": true},
+                {"name": "alt", "mountPath": "/etc/alt"}]})
+    }
+
+    fn chart_volumes() -> Value {
+        json!([{"name": "cloud-config-volume", "secret": {"secretName": "cloud-config"}},
+               {"name": "alt", "configMap": {"name": "alt-config"}}])
+    }
+
+    #[test]
+    fn the_charts_daemonset_reads_its_secret_and_extra_env_moves_it() {
+        let env = json!([{"name": "CLOUD_CONFIG", "value": "/etc/config/cloud.conf"},
+                         {"name": "CLUSTER_NAME", "value": "kubernetes"}]);
+        let read = &reads(&daemonset(chart_container(env, &[]), chart_volumes()))[0];
+        assert_eq!(read.path.as_deref(), Some("/etc/config/cloud.conf"));
+        assert_eq!(
+            read.source,
+            Source::Objects(vec![key(SiteKind::Secret, "cloud-config", "cloud.conf")])
+        );
+        assert!(
+            read.reader.contains("DaemonSet kube-system/occm"),
+            "{read:?}"
+        );
+        // Case 1 of the issue: `extraEnv` appends a second CLOUD_CONFIG; the last one wins.
+        let env = json!([{"name": "CLOUD_CONFIG", "value": "/etc/config/cloud.conf"},
+                         {"name": "CLOUD_CONFIG", "value": "/etc/alt/cloud.conf"}]);
+        let read = &reads(&daemonset(chart_container(env, &[]), chart_volumes()))[0];
+        assert_eq!(
+            read.source,
+            Source::Objects(vec![key(SiteKind::ConfigMap, "alt-config", "cloud.conf")])
+        );
+    }
+
+    #[test]
+    fn the_last_cloud_config_flag_wins_in_both_forms() {
+        let env = json!([{"name": "CLOUD_CONFIG", "value": "/etc/config/cloud.conf"}]);
+        // Case 2: `controllerExtraArgs` appends another `--cloud-config`.
+        for extra in [
+            &["--cloud-config=/etc/alt/other.conf"][..],
+            &["--cloud-config", "/etc/alt/other.conf"][..],
+        ] {
+            let read = &reads(&daemonset(
+                chart_container(env.clone(), extra),
+                chart_volumes(),
+            ))[0];
+            assert_eq!(
+                read.source,
+                Source::Objects(vec![key(SiteKind::ConfigMap, "alt-config", "other.conf")]),
+                "{extra:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn mounts_sub_paths_items_and_projected_sources() {
+        let container = |mounts: Value| {
+            json!({"name": "c", "image": IMAGE,
+                "args": ["--cloud-config=/etc/kubernetes/cloud.conf"], "volumeMounts": mounts})
+        };
+        // subPath: the mount is the file itself.
+        let object = daemonset(
+            container(
+                json!([{"name": "v", "mountPath": "/etc/kubernetes/cloud.conf",
+                              "subPath": "config"}]),
+            ),
+            json!([{"name": "v", "configMap": {"name": "cm"}}]),
+        );
+        assert_eq!(
+            reads(&object)[0].source,
+            Source::Objects(vec![key(SiteKind::ConfigMap, "cm", "config")])
+        );
+        // items: the key at that path.
+        let object = daemonset(
+            container(json!([{"name": "v", "mountPath": "/etc/kubernetes"}])),
+            json!([{"name": "v", "secret": {"secretName": "s",
+                "items": [{"key": "other", "path": "x"}, {"key": "ini", "path": "cloud.conf"}]}}]),
+        );
+        assert_eq!(
+            reads(&object)[0].source,
+            Source::Objects(vec![key(SiteKind::Secret, "s", "ini")])
+        );
+        // items that do not put a file there: the CCM cannot open it.
+        let object = daemonset(
+            container(json!([{"name": "v", "mountPath": "/etc/kubernetes"}])),
+            json!([{"name": "v", "secret": {"secretName": "s",
+                "items": [{"key": "other", "path": "x"}]}}]),
+        );
+        assert!(matches!(reads(&object)[0].source, Source::NotStarting(_)));
+        // projected: every source that may hold it.
+        let object = daemonset(
+            container(json!([{"name": "v", "mountPath": "/etc/kubernetes"}])),
+            json!([{"name": "v", "projected": {"sources": [
+                {"serviceAccountToken": {"path": "token"}},
+                {"secret": {"name": "a"}},
+                {"configMap": {"name": "b", "items": [{"key": "k", "path": "cloud.conf"}]}}]}}]),
+        );
+        assert_eq!(
+            reads(&object)[0].source,
+            Source::Objects(vec![
+                key(SiteKind::Secret, "a", "cloud.conf"),
+                key(SiteKind::ConfigMap, "b", "k")
+            ])
+        );
+        // The deepest mount wins, and `..data/` is the same file.
+        let object = serde_json::from_value::<DynamicObject>(json!({
+            "apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": "occm", "namespace": "kube-system"},
+            "spec": {"template": {"spec": {"containers": [{"name": "c", "image": IMAGE,
+                "args": ["--cloud-config", "/etc//kubernetes/./x/..data/cloud.conf"],
+                "volumeMounts": [{"name": "outer", "mountPath": "/etc"},
+                                 {"name": "inner", "mountPath": "/etc/kubernetes/x/"}]}],
+                "volumes": [{"name": "outer", "hostPath": {"path": "/etc"}},
+                            {"name": "inner", "secret": {"secretName": "deep"}}]}}}
+        }))
+        .unwrap();
+        assert_eq!(
+            reads(&object)[0].source,
+            Source::Objects(vec![key(SiteKind::Secret, "deep", "cloud.conf")])
+        );
+    }
+
+    #[test]
+    fn what_cannot_be_seen_is_said_to_be_unseen() {
+        let with = |args: Value, env: Value, volumes: Value| {
+            daemonset(
+                json!({"name": "c", "image": IMAGE, "args": args, "env": env,
+                    "volumeMounts": [{"name": "v", "mountPath": "/etc/kubernetes"}]}),
+                volumes,
+            )
+        };
+        let host = json!([{"name": "v", "hostPath": {"path": "/etc/kubernetes"}}]);
+        let secret = json!([{"name": "v", "secret": {"secretName": "s"}}]);
+        let unseen = |o: &DynamicObject| match &reads(o)[0].source {
+            Source::Unseen(why) => why.clone(),
+            other => panic!("{other:?}"),
+        };
+        assert!(
+            unseen(&with(
+                json!(["--cloud-config=/etc/kubernetes/cloud.conf"]),
+                json!([]),
+                host
+            ))
+            .contains("hostPath /etc/kubernetes")
+        );
+        assert!(
+            unseen(&with(
+                json!(["--cloud-config=/opt/cloud.conf"]),
+                json!([]),
+                secret.clone()
+            ))
+            .contains("file of the image")
+        );
+        // valueFrom: the value is in another object.
+        let from = json!([{"name": "CLOUD_CONFIG", "valueFrom": {"configMapKeyRef": {"name": "x", "key": "y"}}}]);
+        assert!(
+            unseen(&with(
+                json!(["--cloud-config=$(CLOUD_CONFIG)"]),
+                from,
+                secret.clone()
+            ))
+            .contains("valueFrom")
+        );
+        // An unknown argument after the last `--cloud-config` may set it again.
+        let object = daemonset(
+            json!({"name": "c", "image": IMAGE, "envFrom": [{"configMapRef": {"name": "e"}}],
+                "args": ["--cloud-config=/etc/kubernetes/cloud.conf", "$(EXTRA)"],
+                "volumeMounts": [{"name": "v", "mountPath": "/etc/kubernetes"}]}),
+            secret.clone(),
+        );
+        assert!(unseen(&object).contains("envFrom"));
+        // Before it, it cannot.
+        let object = daemonset(
+            json!({"name": "c", "image": IMAGE, "envFrom": [{"configMapRef": {"name": "e"}}],
+                "args": ["$(EXTRA)", "--cloud-config=/etc/kubernetes/cloud.conf"],
+                "volumeMounts": [{"name": "v", "mountPath": "/etc/kubernetes"}]}),
+            secret,
+        );
+        assert!(matches!(reads(&object)[0].source, Source::Objects(_)));
+    }
+
+    #[test]
+    fn without_the_flag_the_ccm_does_not_start_and_init_containers_are_not_read() {
+        let object: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": "occm", "namespace": "kube-system"},
+            "spec": {"template": {"spec": {
+                "initContainers": [{"name": "i", "image": IMAGE,
+                    "args": ["--cloud-config=/etc/x/cloud.conf"]}],
+                "containers": [{"name": "c", "image": IMAGE, "args": ["--v=2"]},
+                               {"name": "d", "image": IMAGE, "args": ["--cloud-config"]},
+                               {"name": "e", "image": IMAGE, "args": ["--cloud-config="]}]}}}
+        }))
+        .unwrap();
+        let all = reads(&object);
+        assert_eq!(all.len(), 3);
+        assert!(
+            all.iter()
+                .all(|r| matches!(r.source, Source::NotStarting(_))),
+            "{all:?}"
+        );
+    }
+
+    #[test]
+    fn the_fact_keeps_reads_by_workload_and_forgets_them() {
+        let env = json!([{"name": "CLOUD_CONFIG", "value": "/etc/config/cloud.conf"}]);
+        let object = daemonset(chart_container(env, &[]), chart_volumes());
+        let gvk = GroupVersionKind::gvk("apps", "v1", "DaemonSet");
+        let mut fact = CcmConfigReads::default();
+        fact.add_workload(&gvk, &object, &CcmMarkers::new(&[], &[]));
+        assert_eq!(
+            fact.reads_of(SiteKind::Secret, "kube-system", "cloud-config")
+                .count(),
+            1
+        );
+        assert_eq!(
+            fact.reads_of(SiteKind::Secret, "other", "cloud-config")
+                .count(),
+            0
+        );
+        // Adding the same workload again replaces its entry.
+        fact.add_workload(&gvk, &object, &CcmMarkers::new(&[], &[]));
+        assert_eq!(fact.reads().count(), 1);
+        fact.remove(&WorkloadKey::of(&gvk, &object));
+        assert!(fact.is_empty());
+        assert!(fact.complete());
+    }
+
+    #[test]
+    fn expansion_follows_the_kubelet() {
+        let map = |name: &str| match name {
+            "VAR_A" => Some("A".to_owned()),
+            "EMPTY" => Some(String::new()),
+            _ => None,
+        };
+        let cases = [
+            ("$(VAR_A)", "A"),
+            ("___$(VAR_A)___", "___A___"),
+            ("$(VAR_A)$(VAR_A)", "AA"),
+            ("$$(VAR_A)", "$(VAR_A)"),
+            ("$$$(VAR_A)", "$A"),
+            ("$(UNDEFINED)", "$(UNDEFINED)"),
+            ("$(EMPTY)x", "x"),
+            ("$(VAR_A", "$(VAR_A"),
+            ("$VAR_A", "$VAR_A"),
+            ("$", "$"),
+            ("x$", "x$"),
+            ("$-x", "$-x"),
+            ("$()", "$()"),
+        ];
+        for (input, expected) in cases {
+            assert_eq!(expand(input, map).as_deref(), Some(expected), "{input}");
+        }
+        // Go's `string(byte)` after a lone `$`: `é` (C3 A9) becomes `Ã` then the byte A9,
+        // which is not UTF-8 any more.
+        assert_eq!(expand("$é", map), None);
+        assert_eq!(expand("$\u{7f}", map).as_deref(), Some("$\u{7f}"));
+        // A doubling chain stops at the bound instead of growing.
+        let big = "x".repeat(MAX_EXPANDED_BYTES);
+        assert_eq!(expand("$(B)$(B)", |_| Some(big.clone())), None);
+    }
+}
