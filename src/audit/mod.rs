@@ -1565,11 +1565,14 @@ mod fact_tests {
         let mut all = targets(&engine);
         all.reverse();
         let count = all.len();
-        let (feeding, rest) = fact_pre_pass(all);
+        let (workloads, feeding, rest) = fact_pre_pass(all);
+        assert_eq!(workloads.len(), 2, "DaemonSets and Deployments");
+        assert!(workloads.iter().all(Target::lists_ccm_workloads));
         assert!(!feeding.is_empty());
         assert!(feeding.iter().all(Target::lists_cloud_config_sites));
         assert!(!rest.iter().any(Target::lists_cloud_config_sites));
+        assert!(!rest.iter().any(Target::lists_ccm_workloads));
         assert!(rest.iter().any(|t| t.resource.kind == "Service"));
-        assert_eq!(feeding.len() + rest.len(), count);
+        assert_eq!(workloads.len() + feeding.len() + rest.len(), count);
     }
 }
