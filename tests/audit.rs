@@ -1587,7 +1587,19 @@ async fn object_rules_run_on_the_ccm_daemonset_a_payload_secret_embeds() {
         ),
         "{text}"
     );
-    assert_eq!(text.matches("ccm-concurrency-crs: ").count(), 1, "{text}");
+    assert_eq!(
+        text.matches("ccm-concurrency-crs: warning [ccm-concurrency]")
+            .count(),
+        1,
+        "{text}"
+    );
+    // The trimmed DaemonSet mounts no volume at its --cloud-config: said, once.
+    assert_eq!(
+        text.matches("ccm-concurrency-crs: warning [ccm-config-source]")
+            .count(),
+        1,
+        "{text}"
+    );
 }
 
 /// The Secret `kube-system/cloud-config` (a named site) holding `cloud.conf`, as stored.

@@ -404,23 +404,28 @@ fn check_runs_object_rules_on_ccm_objects_inside_payloads_at_file_lines() {
     // --concurrent-service-syncs=4 on the embedded CCM DaemonSet: the concurrency warning (its
     // default mode is warn) at the line of that argument in the file.
     let concurrency = items!(&report, "Secret default/ccm-concurrency-crs");
+    // The trimmed DaemonSet mounts nothing at its --cloud-config: `ccm-config-source` says
+    // the config is unseen, at the container.
     assert_eq!(
         seen("Secret default/ccm-concurrency-crs"),
-        vec![(42, "ccm-concurrency".to_owned(), ItemKind::Warning)]
+        vec![
+            (34, "ccm-config-source".to_owned(), ItemKind::Warning),
+            (42, "ccm-concurrency".to_owned(), ItemKind::Warning)
+        ]
     );
     assert_eq!(
         line_of_file(OBJECTS, "ccm-objects.yaml", 42).trim(),
         "- --concurrent-service-syncs=4"
     );
     assert!(
-        concurrency.items[0].message.starts_with(
+        concurrency.items[1].message.starts_with(
             "Secret default/ccm-concurrency-crs ClusterResourceSet payload \
              stringData[\"ccm.yaml\"] document 2 line 31: DaemonSet \
              kube-system/openstack-cloud-controller-manager container \
              \"openstack-cloud-controller-manager\" args[5]: --concurrent-service-syncs=4 lets"
         ),
         "{}",
-        concurrency.items[0].message
+        concurrency.items[1].message
     );
 
     // The upstream `--cluster-name=$(CLUSTER_NAME)` with CLUSTER_NAME=kubernetes: the
@@ -428,20 +433,23 @@ fn check_runs_object_rules_on_ccm_objects_inside_payloads_at_file_lines() {
     let default_name = items!(&report, "Secret default/ccm-default-name-crs");
     assert_eq!(
         seen("Secret default/ccm-default-name-crs"),
-        vec![(73, "cluster-name".to_owned(), ItemKind::Warning)]
+        vec![
+            (69, "ccm-config-source".to_owned(), ItemKind::Warning),
+            (73, "cluster-name".to_owned(), ItemKind::Warning)
+        ]
     );
     assert_eq!(
         line_of_file(OBJECTS, "ccm-objects.yaml", 73).trim(),
         "- --cluster-name=$(CLUSTER_NAME)"
     );
     assert!(
-        default_name.items[0].message.contains(
+        default_name.items[1].message.contains(
             "document 1 line 20: DaemonSet kube-system/openstack-cloud-controller-manager"
-        ) && default_name.items[0]
+        ) && default_name.items[1]
             .message
             .contains("the default cluster name \"kubernetes\""),
         "{}",
-        default_name.items[0].message
+        default_name.items[1].message
     );
 
     // A DaemonSet that is not the CCM, in a payload that is read: nothing.
@@ -453,8 +461,13 @@ fn check_runs_object_rules_on_ccm_objects_inside_payloads_at_file_lines() {
         "Secret default/ccm-inner-exempt-crs",
     ] {
         let o = items!(&report, exempt);
+        // The trimmed DaemonSets pass no --cloud-config (`ccm-config-source`, not exempted).
         assert_eq!(
-            o.items.iter().map(|i| i.kind).collect::<Vec<_>>(),
+            o.items
+                .iter()
+                .filter(|i| i.policy != "ccm-config-source")
+                .map(|i| i.kind)
+                .collect::<Vec<_>>(),
             vec![ItemKind::Exemption],
             "{exempt}: {:?}",
             o.items
@@ -624,7 +637,15 @@ async fn an_embedded_ccm_daemonset_over_https_gets_the_concurrency_warning_and_n
     let v = &v["response"];
     assert_eq!(v["allowed"], true, "{v}");
     let warnings = v["warnings"].as_array().expect("warnings");
-    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    // The concurrency warning, and the trimmed DaemonSet's unseen config (no mount at its
+    // --cloud-config).
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(
+        warnings[1]
+            .as_str()
+            .is_some_and(|w| w.starts_with("stackgate ccm-config-source:")),
+        "{warnings:?}"
+    );
     let warning = warnings[0].as_str().expect("text");
     assert!(
         warning.starts_with(
@@ -673,14 +694,23 @@ fn an_update_of_a_payload_is_judged_as_the_creation_of_its_objects() {
         subject.dry_run = false;
         engine.evaluate(&subject)
     };
+    // The trimmed DaemonSet's unseen config (`ccm-config-source`) is said on every write; the
+    // rest is about the names.
+    let about_names = |verdict: &stackgate::engine::Verdict| -> Vec<&'static str> {
+        verdict
+            .warnings
+            .iter()
+            .filter(|w| w.policy != "ccm-config-source")
+            .map(|w| w.code)
+            .collect()
+    };
     let verdict = update(&renamed);
     assert!(
-        verdict.denials.is_empty() && verdict.warnings.is_empty(),
+        verdict.denials.is_empty() && about_names(&verdict).is_empty(),
         "{verdict:?}"
     );
     let verdict = update(&default);
     assert!(verdict.denials.is_empty(), "{verdict:?}");
-    assert_eq!(verdict.warnings.len(), 1, "{verdict:?}");
-    assert_eq!(verdict.warnings[0].code, "default-name");
+    assert_eq!(about_names(&verdict), vec!["default-name"], "{verdict:?}");
     assert!(verdict.patch.is_empty());
 }

@@ -662,6 +662,9 @@ fn deployment_with_args(args: Value) -> Value {
     object["spec"]["template"]["spec"]["containers"][0]["args"] = args;
     object["metadata"]["annotations"]["stackgate.dev/exempt.cluster-name"] =
         json!("cluster-name cases are in tests/cluster_name.rs");
+    // The args replaced here drop the captured --cloud-config.
+    object["metadata"]["annotations"]["stackgate.dev/exempt.ccm-config-source"] =
+        json!("ccm-config-source cases are in tests/ccm_config_source.rs");
     review
 }
 

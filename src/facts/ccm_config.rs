@@ -333,18 +333,15 @@ fn source_of(ccm: &CcmContainer<'_>, spec: &Value, namespace: &str) -> (Option<S
     let Some(last) = last else {
         return (
             None,
-            Source::NotStarting(format!(
-                "the container has no {CLOUD_CONFIG_FLAG}: the OpenStack CCM refuses to start \
-                 without a cloud config"
-            )),
+            Source::NotStarting(format!("the container has no {CLOUD_CONFIG_FLAG}")),
         );
     };
     let Some(raw) = last.value.as_deref() else {
         return (
             None,
             Source::NotStarting(format!(
-                "{CLOUD_CONFIG_FLAG} is the last argument, without a value: the CCM's flag \
-                 parser refuses it"
+                "{CLOUD_CONFIG_FLAG} is the last argument, without a value (the flag parser \
+                 refuses it)"
             )),
         );
     };
@@ -352,10 +349,7 @@ fn source_of(ccm: &CcmContainer<'_>, spec: &Value, namespace: &str) -> (Option<S
     if raw.is_empty() {
         return (
             shown,
-            Source::NotStarting(format!(
-                "{CLOUD_CONFIG_FLAG} is empty: the OpenStack CCM refuses to start without a \
-                 cloud config"
-            )),
+            Source::NotStarting(format!("{CLOUD_CONFIG_FLAG} is empty")),
         );
     }
     if words[last.index].split_whitespace().nth(1).is_some() && raw.contains('$') {

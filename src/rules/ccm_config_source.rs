@@ -56,7 +56,11 @@ fn check_object(input: &ObjectInput<'_>) -> RuleOutput {
     let markers = CcmMarkers::new(&params.ccm_images, &params.ccm_args);
     let mut out = RuleOutput::default();
     for read in ccm_config::container_reads(input.subject.kind, input.object, &markers) {
-        let path = read.path.as_deref().unwrap_or("(none)");
+        let flag = read
+            .path
+            .as_deref()
+            .map(|path| format!("--cloud-config={path}: "))
+            .unwrap_or_default();
         let (code, what, fix, why) = match read.source {
             Source::Objects(_) => continue,
             Source::Unseen(reason) => (
@@ -64,7 +68,7 @@ fn check_object(input: &ObjectInput<'_>) -> RuleOutput {
                 "stackgate cannot see the cloud config this CCM reads".to_owned(),
                 "mount it from a Secret or ConfigMap, or exempt this workload".to_owned(),
                 format!(
-                    "--cloud-config={path}: {reason}. stackgate checks the CCM's config in the \
+                    "{flag}{reason}. stackgate checks the CCM's config in the \
                      object its --cloud-config volume mounts; this one is not checked for \
                      provider-requires-serial-api-calls or for settings that stop the CCM."
                 ),
@@ -75,7 +79,7 @@ fn check_object(input: &ObjectInput<'_>) -> RuleOutput {
                 "pass --cloud-config with a path a mounted Secret or ConfigMap key provides"
                     .to_owned(),
                 format!(
-                    "--cloud-config={path}: {reason}. The OpenStack provider refuses to start \
+                    "{flag}{reason}. The OpenStack provider refuses to start \
                      without a cloud config (cloud-provider-openstack pkg/openstack/openstack.go, \
                      ReadConfig: \"no OpenStack cloud provider config file given\")."
                 ),
