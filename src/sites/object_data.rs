@@ -8,7 +8,7 @@ use kube::core::DynamicObject;
 use serde_json::Value;
 
 use super::path::pointer;
-use super::{Anchor, Carrier, FoundConfig, Holder, SiteError, SiteKind, SitesDocument};
+use super::{Anchor, Carrier, FoundConfig, Holder, SiteError, SiteKind, SiteSpec, SitesDocument};
 use crate::cloudconf::{Document, IniEdit};
 use crate::yaml::Seg;
 
@@ -21,30 +21,32 @@ pub(super) fn find(
 ) -> Vec<FoundConfig> {
     let name = object.metadata.name.as_deref().unwrap_or("");
     let namespace = object.metadata.namespace.as_deref().unwrap_or("");
-    let mut keys: Vec<(String, bool, Option<String>, bool, Vec<String>)> = sites
+    let mut keys: Vec<SiteSpec> = sites
         .sites
         .iter()
         .filter(|s| s.kind == kind && s.name == name && s.namespace == namespace)
-        .map(|s| {
-            (
-                s.key.clone(),
-                s.mutate,
-                s.note.clone(),
-                s.other_platforms,
-                s.read_by.clone(),
-            )
-        })
+        .cloned()
         .collect();
     // A label is set by whoever knows the object holds an OpenStack cloud config.
     if let Some(label) = &sites.label
         && let Some(key) = object.metadata.labels.as_ref().and_then(|l| l.get(label))
-        && !keys.iter().any(|(k, ..)| k == key)
+        && !keys.iter().any(|s| &s.key == key)
     {
-        keys.push((key.clone(), true, None, false, Vec::new()));
+        keys.push(SiteSpec {
+            kind,
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            key: key.clone(),
+            mutate: true,
+            note: None,
+            other_platforms: false,
+            read_by: Vec::new(),
+        });
     }
     let object_name = format!("{} {namespace}/{name}", kind.as_str());
     let mut found = Vec::new();
-    for (key, mutable, note, other_platforms, read_by) in keys {
+    for spec in keys {
+        let key = spec.key.clone();
         let field = |name: &str| object.data.get(name).and_then(|d| d.get(&key));
         let place = |name: &str| {
             (
@@ -69,10 +71,10 @@ pub(super) fn find(
             }
             _ => continue,
         };
-        site.mutable = mutable;
-        site.note = note;
-        site.other_platforms = other_platforms;
-        site.read_by = read_by;
+        site.mutable = spec.mutate;
+        site.note = spec.note;
+        site.other_platforms = spec.other_platforms;
+        site.read_by = spec.read_by;
         found.push(site);
     }
     found
