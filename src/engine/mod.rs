@@ -505,6 +505,7 @@ impl Engine {
             releases: &self.releases,
             facts,
             enforced: &self.enforced,
+            cancel,
         };
         let run = Run {
             subject,
@@ -548,10 +549,11 @@ impl Engine {
         // Read only for objects that hold a cloud config; one read per object.
         let ccm_version = (!found.is_empty())
             .then(|| {
-                sites::helm::ccm_version(
+                sites::helm::ccm_version_within(
                     subject.kind,
                     object,
                     &sites::helm::chart_names(&self.policies.sites),
+                    cancel,
                 )
             })
             .flatten();

@@ -133,7 +133,8 @@ fn check(input: &ObjectInput<'_>) -> RuleOutput {
     let defaults = ClusterNameParams::default();
     let params = input.params.get().unwrap_or(&defaults);
     let subject = input.subject;
-    let sources = name_sources(subject.kind, input.object, params);
+    let cancel = input.context.cancel;
+    let sources = name_sources_within(subject.kind, input.object, params, cancel);
     let mut out = RuleOutput::default();
     if sources.is_empty() {
         return out;
@@ -141,7 +142,7 @@ fn check(input: &ObjectInput<'_>) -> RuleOutput {
     let old = match subject.operation {
         Operation::Update => subject
             .old_object
-            .map(|old| name_sources(subject.kind, old, params)),
+            .map(|old| name_sources_within(subject.kind, old, params, cancel)),
         _ => None,
     };
     for source in &sources {
@@ -182,12 +183,23 @@ pub fn name_sources(
     object: &kube::core::DynamicObject,
     params: &ClusterNameParams,
 ) -> Vec<NameSource> {
+    name_sources_within(gvk, object, params, &crate::budget::Cancel::never())
+}
+
+/// [`name_sources`] that stops reading chart values once `cancel` fires (the engine then
+/// discards the verdict).
+fn name_sources_within(
+    gvk: &kube::core::GroupVersionKind,
+    object: &kube::core::DynamicObject,
+    params: &ClusterNameParams,
+    cancel: &crate::budget::Cancel,
+) -> Vec<NameSource> {
     let holder = helm::object_name(gvk, object);
     // A plain values file (`check --values-for`) is one of the release's values files: others,
     // `--set`, or a tool that renders more values over it (Cluster Stacks' overwrite.yaml) may
     // set the name where this file does not show it.
     let values_file = gvk.kind == helm::VALUES_FILE_KIND;
-    let mut out: Vec<NameSource> = helm::chart_values_all(gvk, object)
+    let mut out: Vec<NameSource> = helm::chart_values_all_within(gvk, object, cancel)
         .iter()
         .filter_map(|values| values_source(&holder, values))
         .map(|mut source| {

@@ -70,7 +70,13 @@ pub struct ConcurrencyParams {
 fn check_object(input: &ObjectInput<'_>) -> RuleOutput {
     let defaults = ConcurrencyParams::default();
     let params = input.params.get().unwrap_or(&defaults);
-    check(input.subject.kind, input.object, params, severity(input))
+    check_within(
+        input.subject.kind,
+        input.object,
+        params,
+        severity(input),
+        input.context.cancel,
+    )
 }
 
 /// The flag this rule reads.
@@ -172,9 +178,28 @@ pub fn check(
     params: &ConcurrencyParams,
     severity: Severity,
 ) -> RuleOutput {
+    check_within(
+        gvk,
+        object,
+        params,
+        severity,
+        &crate::budget::Cancel::never(),
+    )
+}
+
+/// [`check`] that stops reading chart values once `cancel` fires.
+fn check_within(
+    gvk: &GroupVersionKind,
+    object: &DynamicObject,
+    params: &ConcurrencyParams,
+    severity: Severity,
+    cancel: &crate::budget::Cancel,
+) -> RuleOutput {
     let mut out = RuleOutput::default();
     // The CCM Helm chart's `controllerExtraArgs` inside GitOps objects and values files.
-    for (location, pointer, args) in crate::sites::helm_controller_extra_args_all(gvk, object) {
+    for (location, pointer, args) in
+        crate::sites::helm::helm_controller_extra_args_all_within(gvk, object, cancel)
+    {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         if let Some(found) = effective_use(&args) {
             let location = format!("{location}[{}]", found.index);

@@ -153,6 +153,9 @@ pub struct Context<'a> {
     pub facts: &'a Facts,
     /// Families with at least one policy in enforce mode.
     pub enforced: &'a [RuleId],
+    /// The review's cancel flag: a rule that reads values again (a chart's values in a
+    /// GitOps object) stops reading once it fires; the engine then discards the verdict.
+    pub cancel: &'a crate::budget::Cancel,
 }
 
 impl Context<'_> {

@@ -1495,6 +1495,16 @@ pub fn helm_controller_extra_args_all(
     gvk: &GroupVersionKind,
     object: &DynamicObject,
 ) -> Vec<(String, String, Vec<String>)> {
+    helm_controller_extra_args_all_within(gvk, object, &Cancel::never())
+}
+
+/// [`helm_controller_extra_args_all`] that stops reading values once `cancel` fires (what it
+/// then returns is not an answer; the caller checks the flag).
+pub fn helm_controller_extra_args_all_within(
+    gvk: &GroupVersionKind,
+    object: &DynamicObject,
+    cancel: &Cancel,
+) -> Vec<(String, String, Vec<String>)> {
     let charts: Vec<String> = DEFAULT_CHARTS.iter().map(|s| (*s).to_owned()).collect();
     let root = content(object);
     let values_file = is_values_file(gvk);
@@ -1507,24 +1517,28 @@ pub fn helm_controller_extra_args_all(
         }
     };
     let mut out = Vec::new();
-    let places = values_places(gvk, object, &charts, &Cancel::never());
+    let places = values_places(gvk, object, &charts, cancel);
     if places.len() > MAX_CARRIERS_PER_OBJECT {
         // Reported by the cloud-config site (`find`); reading them here would multiply the
         // per-string YAML caps.
         return out;
     }
     for place in places {
+        // Stop at the flag, not at the next place: what is returned is then not an answer.
+        if cancel.check().is_err() {
+            return Vec::new();
+        }
         let raw = get(root, &place.path);
         // `--set`-like entries apply on top; one Helm cannot read is reported by the
         // cloud-config site, and nothing is claimed here.
-        let Ok(overrides) = place_overrides(root, &place, &Cancel::never()) else {
+        let Ok(overrides) = place_overrides(root, &place, cancel) else {
             continue;
         };
         let field = shown(&place.path);
         let (values, location, field_pointer) = if place.yaml_string {
             let values = match raw {
                 None | Some(Value::Null) => Value::Null,
-                Some(_) => match text_values(raw, place.alias.as_deref(), &Cancel::never()) {
+                Some(_) => match text_values(raw, place.alias.as_deref(), cancel) {
                     Some(values) => values,
                     None => continue,
                 },
@@ -1548,7 +1562,7 @@ pub fn helm_controller_extra_args_all(
                 pointer(&p).to_string(),
             )
         };
-        let Ok(merged) = merged_with(&values, &overrides, &Cancel::never()) else {
+        let Ok(merged) = merged_with(&values, &overrides, cancel) else {
             continue;
         };
         let Some(args) = merged.get("controllerExtraArgs").and_then(extra_args) else {
@@ -1651,15 +1665,29 @@ impl ChartValues {
 /// be read (not YAML, over [`MAX_VALUES_TEXT_BYTES`]) is left out: the cloud-config site
 /// reports it. None at all past [`MAX_CARRIERS_PER_OBJECT`] (reported the same way).
 pub fn chart_values_all(gvk: &GroupVersionKind, object: &DynamicObject) -> Vec<ChartValues> {
+    chart_values_all_within(gvk, object, &Cancel::never())
+}
+
+/// [`chart_values_all`] that stops reading values once `cancel` fires (what it then returns
+/// is not an answer; the caller checks the flag).
+pub fn chart_values_all_within(
+    gvk: &GroupVersionKind,
+    object: &DynamicObject,
+    cancel: &Cancel,
+) -> Vec<ChartValues> {
     let charts: Vec<String> = DEFAULT_CHARTS.iter().map(|s| (*s).to_owned()).collect();
     let root = content(object);
     let values_file = is_values_file(gvk);
-    let places = values_places(gvk, object, &charts, &Cancel::never());
+    let places = values_places(gvk, object, &charts, cancel);
     if places.len() > MAX_CARRIERS_PER_OBJECT {
         return Vec::new();
     }
     let mut out = Vec::new();
     for place in places {
+        // Stop at the flag, not at the next place: what is returned is then not an answer.
+        if cancel.check().is_err() {
+            return Vec::new();
+        }
         let raw = get(root, &place.path);
         let field = if values_file {
             display(place.path.get(1..).unwrap_or_default())
@@ -1669,7 +1697,7 @@ pub fn chart_values_all(gvk: &GroupVersionKind, object: &DynamicObject) -> Vec<C
         let values = if place.yaml_string {
             match raw {
                 None | Some(Value::Null) => Value::Null,
-                Some(_) => match text_values(raw, place.alias.as_deref(), &Cancel::never()) {
+                Some(_) => match text_values(raw, place.alias.as_deref(), cancel) {
                     Some(values) => values,
                     None => continue,
                 },
@@ -1682,14 +1710,14 @@ pub fn chart_values_all(gvk: &GroupVersionKind, object: &DynamicObject) -> Vec<C
         let mut set_entries = Vec::new();
         let values = match &place.overrides {
             Some(OverrideSource::HelmChartSet(_)) => {
-                let Ok(overrides) = place_overrides(root, &place, &Cancel::never()) else {
+                let Ok(overrides) = place_overrides(root, &place, cancel) else {
                     continue;
                 };
                 set_entries = overrides.iter().map(set_entry).collect();
                 if overrides.is_empty() {
                     values
                 } else {
-                    match merged_with(&values, &overrides, &Cancel::never()) {
+                    match merged_with(&values, &overrides, cancel) {
                         Ok(merged) => merged,
                         Err(_) => continue,
                     }
@@ -1860,7 +1888,17 @@ pub fn ccm_version(
     object: &DynamicObject,
     charts: &[String],
 ) -> Option<CcmVersion> {
-    let places = values_places(gvk, object, charts, &Cancel::never());
+    ccm_version_within(gvk, object, charts, &Cancel::never())
+}
+
+/// [`ccm_version`] that stops reading values once `cancel` fires.
+pub fn ccm_version_within(
+    gvk: &GroupVersionKind,
+    object: &DynamicObject,
+    charts: &[String],
+    cancel: &Cancel,
+) -> Option<CcmVersion> {
+    let places = values_places(gvk, object, charts, cancel);
     let root = content(object);
     // image.tag in a values map wins: the chart renders `default .Chart.AppVersion .Values.image.tag`.
     for place in places.iter().filter(|p| !p.yaml_string) {
