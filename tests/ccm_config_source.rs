@@ -251,3 +251,63 @@ fn a_hostpath_config_is_said_to_be_unseen_on_the_workload() {
         "{items:#?}"
     );
 }
+
+/// The kubelet's own expansion table (`expand_test.go`, tests/fixtures/SOURCES.md): every
+/// input expands as the kubelet expands it, undefined names kept as written.
+#[test]
+fn expansion_agrees_with_the_kubelets_table() {
+    let table: Value = serde_json::from_str(&fixture("kubelet_expansion.json")).expect("JSON");
+    let cases = table["cases"].as_array().expect("cases");
+    assert!(cases.len() >= 37, "{} cases", cases.len());
+    for case in cases {
+        let env = case["env"].as_object().expect("env");
+        let input = case["input"].as_str().expect("input");
+        let expected = case["expected"].as_str().expect("expected");
+        let got = stackgate::facts::ccm_config::expand(input, |name| {
+            env.get(name).and_then(Value::as_str).map(str::to_owned)
+        });
+        assert_eq!(
+            got.as_deref(),
+            Some(expected),
+            "{} (expand_test.go line {})",
+            case["name"],
+            case["line"]
+        );
+    }
+}
+
+/// `TestMapReference`: each `env` value is expanded with the variables defined before it, so
+/// a chain resolves in declaration order. Seen through the fact: `--cloud-config` built from
+/// the last variable names the file the chain ends in.
+#[test]
+fn environment_references_resolve_in_declaration_order() {
+    let table: Value = serde_json::from_str(&fixture("kubelet_expansion.json")).expect("JSON");
+    for case in table["env_cases"].as_array().expect("env cases") {
+        let env_list = case["env_list"].as_array().expect("env list");
+        let expected = case["expected_env"].as_object().expect("expected env");
+        for (name, value) in expected {
+            let value = value.as_str().expect("a string");
+            let object: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "occm", "namespace": "kube-system"},
+                "spec": {"template": {"spec": {"containers": [{"name": "c",
+                    "image": "registry.k8s.io/provider-os/openstack-cloud-controller-manager:v1.31.0",
+                    "args": [format!("--cloud-config=/etc/config/$({name})")],
+                    "env": env_list,
+                    "volumeMounts": [{"name": "v", "mountPath": "/etc/config"}]}],
+                    "volumes": [{"name": "v", "secret": {"secretName": "s"}}]}}}
+            }))
+            .expect("an object");
+            let reads = stackgate::facts::ccm_config::container_reads(
+                &GroupVersionKind::gvk("apps", "v1", "Deployment"),
+                &object,
+                &CcmMarkers::new(&[], &[]),
+            );
+            assert_eq!(
+                reads[0].path.as_deref(),
+                Some(format!("/etc/config/{value}").as_str()),
+                "{name}"
+            );
+        }
+    }
+}
