@@ -26,6 +26,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 /// everything they allocate from entering to the end is on this thread's account.
 pub use alloc_account::Scope as MemoryScope;
 
+/// Default memory budget of one evaluation (`--max-evaluation-memory` of `serve`, and of
+/// `audit` per object): 32 MiB (docs/limits.md, "Memory per review").
+pub const DEFAULT_MAX_EVALUATION_MEMORY: usize = 32 * 1024 * 1024;
+
 /// Why an evaluation stopped before its end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Exhausted {

@@ -150,7 +150,14 @@ pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
         .guard
         .config()
         .filter(|_| feeds(&needed, FactId::ControlPlaneLoadBalancer, "--lb-guard on"));
-    let background_audit = args.background_audit.config(std::env::var("HOSTNAME").ok());
+    let background_audit = args
+        .background_audit
+        .config(std::env::var("HOSTNAME").ok())
+        .map(|config| BackgroundConfig {
+            // One object's evaluation gets the webhook's budget per review.
+            max_evaluation_memory: args.max_evaluation_memory,
+            ..config
+        });
     let releases = ReleaseWatcher {
         mode: args.kube,
         resync: args.release_resync,

@@ -1098,6 +1098,7 @@ fn background_config(identity: &str) -> audit::background::BackgroundConfig {
         debounce: Duration::from_secs(5),
         limits: audit::page::ReadLimits::default(),
         report_api: audit::background::ReportApi::Auto,
+        max_evaluation_memory: stackgate::budget::DEFAULT_MAX_EVALUATION_MEMORY,
     }
 }
 

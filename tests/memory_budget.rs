@@ -239,3 +239,35 @@ async fn the_server_answers_over_the_budget_on_both_endpoints_and_counts_it() {
         "{text}"
     );
 }
+
+/// The audit evaluates each stored object inside the same budget (issue 31: the background
+/// audit runs in the webhook's process): the long-named payload is not evaluated under a
+/// budget below its peak ([`Exhausted::Memory`], which the audit reports as an input error
+/// naming the object and counts as `limit="memory"`), and is under the default one.
+#[test]
+fn the_audit_evaluates_each_object_inside_the_budget() {
+    let engine = engine();
+    let review: Value = serde_json::from_slice(&payload_with_long_name(1000, 20)).unwrap();
+    let object: kube::core::DynamicObject =
+        serde_json::from_value(review["request"]["object"].clone()).unwrap();
+    let gvk = kube::core::GroupVersionKind::gvk("", "v1", "Secret");
+    let ar = kube::core::ApiResource::from_gvk(&gvk);
+    let facts = stackgate::engine::Facts::default();
+    let over =
+        stackgate::audit::evaluate_update_bounded(&engine, &ar, &gvk, &object, &facts, BUDGET);
+    assert_eq!(
+        over.err(),
+        Some(Exhausted::Memory { limit: BUDGET }),
+        "stopped by the budget"
+    );
+    let (result, _) = stackgate::audit::evaluate_update_bounded(
+        &engine,
+        &ar,
+        &gvk,
+        &object,
+        &facts,
+        stackgate::budget::DEFAULT_MAX_EVALUATION_MEMORY,
+    )
+    .expect("inside the default budget");
+    assert!(!result.items.is_empty(), "the payload's findings");
+}

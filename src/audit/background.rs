@@ -106,6 +106,9 @@ pub struct BackgroundConfig {
     pub debounce: Duration,
     /// The caps of the audit's reads.
     pub limits: ReadLimits,
+    /// Bytes of memory the evaluation of one object may hold (serve's
+    /// `--max-evaluation-memory`).
+    pub max_evaluation_memory: usize,
     /// Which report API to write.
     pub report_api: ReportApi,
 }
@@ -598,6 +601,7 @@ async fn audit_and_publish(
     let options = AuditOptions {
         page_size: config.page_size,
         limits: config.limits,
+        max_evaluation_memory: config.max_evaluation_memory,
         ..AuditOptions::default()
     };
     let audited = audit(client, engine, &options, &mut |_: &str, _: usize| {}).await;

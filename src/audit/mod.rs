@@ -133,6 +133,10 @@ pub struct AuditOptions {
     pub max_report_objects: usize,
     /// Findings and input errors the report lists.
     pub max_report_findings: usize,
+    /// Bytes of memory the evaluation of one object may hold (the counting allocator's
+    /// account, as the webhook's `--max-evaluation-memory`): past it the object is skipped
+    /// with an input error.
+    pub max_evaluation_memory: usize,
 }
 
 impl Default for AuditOptions {
@@ -147,6 +151,7 @@ impl Default for AuditOptions {
             limits: ReadLimits::default(),
             max_report_objects: DEFAULT_MAX_REPORT_OBJECTS,
             max_report_findings: DEFAULT_MAX_REPORT_FINDINGS,
+            max_evaluation_memory: crate::budget::DEFAULT_MAX_EVALUATION_MEMORY,
         }
     }
 }
@@ -486,6 +491,9 @@ pub enum AuditLimit {
     /// Entries past [`AuditOptions::max_report_objects`], [`AuditOptions::max_report_findings`]
     /// or [`MAX_REPORT_TEXT_BYTES`] (counted, not listed).
     ReportEntries,
+    /// An object whose evaluation held more than [`AuditOptions::max_evaluation_memory`]
+    /// (skipped, named): the webhook's per-review budget, with its label.
+    EvaluationMemory,
 }
 
 impl AuditLimit {
@@ -498,6 +506,7 @@ impl AuditLimit {
             AuditLimit::ContinueRepeated => "audit_continue_repeated",
             AuditLimit::RequestTimeout => "audit_request_timeout",
             AuditLimit::ReportEntries => "audit_report_entries",
+            AuditLimit::EvaluationMemory => "memory",
         }
     }
 }
@@ -1334,7 +1343,22 @@ impl Run<'_> {
             let markers = CcmMarkers::new(&params.ccm_images, &params.ccm_args);
             reads.add_workload(gvk, &object, &markers);
         }
-        let (result, diff) = evaluate_update_with(engine, ar, gvk, &object, &self.facts);
+        let evaluated = evaluate_update_bounded(
+            engine,
+            ar,
+            gvk,
+            &object,
+            &self.facts,
+            self.options.max_evaluation_memory,
+        );
+        let (result, diff) = match evaluated {
+            Ok(evaluated) => evaluated,
+            Err(exhausted) => {
+                self.reached(AuditLimit::EvaluationMemory);
+                self.problem(entry, format!("not evaluated: {exhausted}"));
+                return;
+            }
+        };
         let listed_before = self.files.len();
         let patch = (self.options.fix && !result.verdict.patch.is_empty())
             .then(|| result.verdict.patch.clone());
@@ -1424,7 +1448,14 @@ pub fn evaluate_update_with(
     object: &DynamicObject,
     facts: &Facts,
 ) -> (ObjectResult, Option<String>) {
-    let subject = Subject {
+    let subject = update_of_itself(gvk, object);
+    let verdict = engine.evaluate_with(&subject, facts);
+    object_result(engine, ar, gvk, object, verdict)
+}
+
+/// `object` written again unchanged: an UPDATE whose old and new objects are the stored one.
+fn update_of_itself<'o>(gvk: &'o GroupVersionKind, object: &'o DynamicObject) -> Subject<'o> {
+    Subject {
         operation: Operation::Update,
         kind: gvk,
         namespace: object
@@ -1437,9 +1468,28 @@ pub fn evaluate_update_with(
         object: Some(object),
         old_object: Some(object),
         dry_run: true,
-    };
-    let verdict = engine.evaluate_with(&subject, facts);
-    object_result(engine, ar, gvk, object, verdict)
+    }
+}
+
+/// [`evaluate_update_with`] inside a memory account of `limit` bytes (the webhook's
+/// per-review budget, [`crate::budget::MemoryScope`]): an object whose evaluation holds more
+/// is not evaluated ([`Exhausted::Memory`]). The account is on this thread and nothing awaits
+/// inside it, so it counts this evaluation alone.
+pub fn evaluate_update_bounded(
+    engine: &Engine,
+    ar: &ApiResource,
+    gvk: &GroupVersionKind,
+    object: &DynamicObject,
+    facts: &Facts,
+    limit: usize,
+) -> Result<(ObjectResult, Option<String>), crate::budget::Exhausted> {
+    let _account = crate::budget::MemoryScope::enter(limit);
+    let cancel = crate::budget::Cancel::new();
+    let subject = update_of_itself(gvk, object);
+    let verdict = engine.evaluate_within(&subject, facts, &cancel)?;
+    let evaluated = object_result(engine, ar, gvk, object, verdict);
+    cancel.check()?;
+    Ok(evaluated)
 }
 
 /// The report entry of one evaluated object, and the masked diff of its fix.

@@ -68,6 +68,10 @@ pub struct AuditArgs {
     /// Findings the report lists; the entries past it are counted in the summary.
     #[arg(long, env = "STACKGATE_AUDIT_MAX_REPORT_FINDINGS", value_name = "N", default_value_t = DEFAULT_MAX_REPORT_FINDINGS, value_parser = super::parse_positive)]
     pub max_report_findings: usize,
+    /// Bytes of memory the evaluation of one object may hold (as the webhook's
+    /// `--max-evaluation-memory`); past it the object is skipped with an input error.
+    #[arg(long, env = "STACKGATE_AUDIT_MAX_EVALUATION_MEMORY", value_name = "BYTES", default_value_t = crate::budget::DEFAULT_MAX_EVALUATION_MEMORY, value_parser = super::parse_positive)]
+    pub max_evaluation_memory: usize,
     /// Do not print fix diffs in text output.
     #[arg(long, env = "STACKGATE_AUDIT_NO_DIFF")]
     pub no_diff: bool,
@@ -97,6 +101,7 @@ impl From<&AuditArgs> for AuditOptions {
             request_timeout,
             max_report_objects,
             max_report_findings,
+            max_evaluation_memory,
             no_diff,
             fix,
             yes,
@@ -117,6 +122,7 @@ impl From<&AuditArgs> for AuditOptions {
             },
             max_report_objects: *max_report_objects,
             max_report_findings: *max_report_findings,
+            max_evaluation_memory: *max_evaluation_memory,
         }
     }
 }
@@ -237,6 +243,8 @@ impl BackgroundAuditArgs {
                 request_timeout: *request_timeout,
             },
             report_api: *report_api,
+            // serve sets its own `--max-evaluation-memory` (`ServeArgs`).
+            max_evaluation_memory: crate::budget::DEFAULT_MAX_EVALUATION_MEMORY,
         })
     }
 }
@@ -273,6 +281,7 @@ mod tests {
             "--request-timeout=1500ms",
             "--max-report-objects=4",
             "--max-report-findings=5",
+            "--max-evaluation-memory=6",
             "--no-diff",
             "--fix",
             "--yes",
@@ -294,6 +303,7 @@ mod tests {
                 },
                 max_report_objects: 4,
                 max_report_findings: 5,
+                max_evaluation_memory: 6,
             }
         );
     }

@@ -104,8 +104,9 @@ pub const DEFAULT_MAX_INFLIGHT_BODY_BYTES: usize = 16 * 1024 * 1024;
 /// plus `--max-large-evaluations` (one per core) run at once: 4 on 2 cores, so budgets
 /// account for at most 128 MiB, and 16 MiB of bodies in flight and about 15 MiB of idle
 /// process on top keep 16 concurrent 3 MiB reviews under 200 MiB (docs/limits.md, "Memory
-/// per review"). Ordinary reviews hold well under 1 MiB.
-pub const DEFAULT_MAX_EVALUATION_MEMORY: usize = 32 * 1024 * 1024;
+/// per review"). Ordinary reviews hold well under 1 MiB. The audit uses the same budget per
+/// object.
+pub use crate::budget::DEFAULT_MAX_EVALUATION_MEMORY;
 /// Default `--max-large-evaluations`: 0, one per CPU core the process may use (see
 /// [`ServerConfig::max_large_evaluations`]).
 pub const DEFAULT_MAX_LARGE_EVALUATIONS: usize = 0;
