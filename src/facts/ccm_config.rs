@@ -4,25 +4,32 @@
 //! with `--cloud-config=<path>` and a volume that puts a Secret or ConfigMap key at that path.
 //! Reading that last hop decides the cloud-config sites without knowing any wrapper.
 //!
-//! The resolution follows the programs that make the path real, each cited in
-//! `docs/domain-facts.md` ("The file the CCM reads"):
+//! The resolution follows the programs that make the path real:
 //!
-//! 1. **The kubelet's environment** (kubernetes/kubernetes `pkg/kubelet/kubelet_pods.go`,
-//!    `makeEnvironmentVariables`): `envFrom` first, then `env` in order, each `value` expanded
-//!    with the variables defined before it; a later entry of the same name replaces an
-//!    earlier one. `valueFrom` and `envFrom` values are in other objects: unknown here.
-//! 2. **The kubelet's `$(VAR)` expansion** of `command` and `args`
-//!    (`third_party/forked/golang/expansion/expand.go`, [`expand`]): `$$` is one `$`, an
-//!    undefined `$(VAR)` stays as written, `$(` without `)` stays literal.
-//! 3. **The CCM's flags** (pflag through cobra): `--cloud-config=<v>` or `--cloud-config <v>`,
-//!    the last one wins; the OpenStack provider refuses to start without a config
-//!    (cloud-provider-openstack `pkg/openstack/openstack.go`, `ReadConfig`: "no OpenStack cloud
-//!    provider config file given").
+//! 1. **The kubelet's environment** (kubernetes/kubernetes 001a80e975bb880d0fe60b304d30950fe661f278
+//!    `pkg/kubelet/kubelet_pods.go`, `makeEnvironmentVariables`): `envFrom` first, then `env` in
+//!    order, each `value` expanded with the variables defined before it (and Service
+//!    variables); a later entry of the same name replaces an earlier one, `value: ""` included.
+//!    `valueFrom` and `envFrom` values are in other objects: unknown here.
+//! 2. **The kubelet's `$(VAR)` expansion** of `command` and `args` with the final environment
+//!    (`third_party/forked/golang/expansion/expand.go`, [`expand`]; its own test table,
+//!    490ffa432a878f5a75e5b5906d820d06e672556e `expand_test.go`, is a differential test here):
+//!    `$$` is one `$`, an undefined `$(VAR)` stays as written, `$(` without `)` stays literal.
+//!    In `subPathExpr` an undefined or empty variable stops the container instead.
+//! 3. **The CCM's flags**: `--cloud-config=<v>` or `--cloud-config <v>`, the last one wins
+//!    (pflag); empty by default (kubernetes/cloud-provider 46666112f47d004d76fb91406104f94e6a504b2f
+//!    `options/cloudprovider.go` l.40-41). Without it `InitCloudProvider` hands the provider no
+//!    config (`plugins.go` l.122-126) and the OpenStack provider refuses it
+//!    (cloud-provider-openstack c453fb7c9bbb2091aee763d9d2809cc81fdf31c6 `pkg/openstack/openstack.go`
+//!    l.205-208, "no OpenStack cloud provider config file given"; the CCM exits,
+//!    `cmd/openstack-cloud-controller-manager/main.go` l.65-75). `OS_*` variables do not stand
+//!    in for it (`pkg/client/client.go` l.133-137).
 //! 4. **The container's mounts**: the deepest `volumeMounts[].mountPath` that holds the path
-//!    (with `subPath`), then the volume: `secret` / `configMap` keys as files, or `items`
-//!    mapping a key to a path; `projected` sources merged; the kubelet's `..data/` directory
-//!    (`pkg/volume/util/atomic_writer.go`) is the same files. `hostPath` and a path no volume
-//!    holds (a file of the image) are unseen, and said to be.
+//!    (with `subPath` / `subPathExpr`), then the volume: `secret` / `configMap` keys as files,
+//!    or `items` mapping a key to a path; `projected` sources merged (a later source wins a
+//!    path at run time, so every source that may hold it is a candidate); the kubelet's
+//!    `..data/` directory (`pkg/volume/util/atomic_writer.go`) is the same files. `hostPath`
+//!    and a path no volume holds (a file of the image) are unseen, and said to be.
 //!
 //! Init containers are not read: they exit before the CCM starts. The fact is pure: a face
 //! hands it objects ([`CcmConfigReads::add_workload`]) and reads it per object
@@ -441,12 +448,44 @@ fn resolve(
         mount.get("subPathExpr").and_then(Value::as_str),
     ) {
         (Some(sub), _) if !sub.is_empty() => sub.to_owned(),
-        (_, Some(expr)) if !expr.is_empty() => match env.expand(expr) {
-            EnvValue::Known(sub) => sub,
-            EnvValue::Unknown(why) => {
-                return Source::Unseen(format!("the mount's subPathExpr is not known here: {why}"));
+        (_, Some(expr)) if !expr.is_empty() => {
+            // Unlike in arguments, a variable the container does not define, or defines
+            // empty, is an error here: the kubelet does not start the container ("missing
+            // value for ..."; kubelet_pods.go, subPathExpr expansion).
+            let mut missing = None;
+            let mut unknown = None;
+            let expanded = expand(expr, |name| match env.lookup(name) {
+                Some(EnvValue::Known(value)) if !value.is_empty() => Some(value),
+                Some(EnvValue::Unknown(why)) => {
+                    unknown.get_or_insert(why);
+                    Some(String::new())
+                }
+                _ => {
+                    missing.get_or_insert_with(|| name.to_owned());
+                    Some(String::new())
+                }
+            });
+            match (unknown, missing, expanded) {
+                (Some(why), ..) => {
+                    return Source::Unseen(format!(
+                        "the mount's subPathExpr is not known here: {why}"
+                    ));
+                }
+                (None, Some(name), _) => {
+                    return Source::NotStarting(format!(
+                        "the mount's subPathExpr uses {}, which the container does not set \
+                         (the kubelet refuses to start it)",
+                        ShortText::key(&name)
+                    ));
+                }
+                (None, None, Some(sub)) => sub,
+                (None, None, None) => {
+                    return Source::Unseen(format!(
+                        "the mount's subPathExpr expands past {MAX_EXPANDED_BYTES} bytes"
+                    ));
+                }
             }
-        },
+        }
         _ => String::new(),
     };
     let within = clean(&format!("{sub_path}/{rest}"));
@@ -874,6 +913,34 @@ mod tests {
             reads(&object)[0].source,
             Source::Objects(vec![key(SiteKind::Secret, "deep", "cloud.conf")])
         );
+    }
+
+    #[test]
+    fn sub_path_expr_is_expanded_and_a_missing_variable_stops_the_container() {
+        let with = |env: Value| {
+            daemonset(
+                json!({"name": "c", "image": IMAGE, "env": env,
+                    "args": ["--cloud-config=/etc/kubernetes/cloud.conf"],
+                    "volumeMounts": [{"name": "v", "mountPath": "/etc/kubernetes",
+                                      "subPathExpr": "$(NODE)"}]}),
+                json!([{"name": "v", "configMap": {"name": "per-node",
+                    "items": [{"key": "a", "path": "node-a/cloud.conf"}]}}]),
+            )
+        };
+        assert_eq!(
+            reads(&with(json!([{"name": "NODE", "value": "node-a"}])))[0].source,
+            Source::Objects(vec![key(SiteKind::ConfigMap, "per-node", "a")])
+        );
+        for env in [json!([]), json!([{"name": "NODE", "value": ""}])] {
+            assert!(
+                matches!(&reads(&with(env.clone()))[0].source,
+                    Source::NotStarting(why) if why.contains("NODE")),
+                "{env}"
+            );
+        }
+        let from =
+            json!([{"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]);
+        assert!(matches!(reads(&with(from))[0].source, Source::Unseen(_)));
     }
 
     #[test]
