@@ -1473,7 +1473,7 @@ fn update_of_itself<'o>(gvk: &'o GroupVersionKind, object: &'o DynamicObject) ->
 
 /// [`evaluate_update_with`] inside a memory account of `limit` bytes (the webhook's
 /// per-review budget, [`crate::budget::MemoryScope`]): an object whose evaluation holds more
-/// is not evaluated ([`Exhausted::Memory`]). The account is on this thread and nothing awaits
+/// is not evaluated ([`crate::budget::Exhausted::Memory`]). The account is on this thread and nothing awaits
 /// inside it, so it counts this evaluation alone.
 pub fn evaluate_update_bounded(
     engine: &Engine,
