@@ -571,9 +571,22 @@ fn key_at(source: &Value, within: &str) -> Option<String> {
                 .then(|| item.get("key").and_then(Value::as_str).map(str::to_owned))
                 .flatten()
         }),
-        // Every key is a file of the volume's top directory.
-        _ => (!within.is_empty() && !within.contains('/')).then(|| within.to_owned()),
+        // Every key is a file of the volume's top directory; a name no key can have
+        // (`[-._a-zA-Z0-9]+`, Kubernetes' rule for ConfigMap and Secret keys) is no file.
+        _ => is_data_key(within).then(|| within.to_owned()),
     }
+}
+
+/// Whether `name` can be a ConfigMap or Secret data key (Kubernetes
+/// `IsConfigMapKey`: at most 253 of `[-._a-zA-Z0-9]`, not `.` or `..`).
+fn is_data_key(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
 }
 
 /// A workload, as the fact keys what it reads.
@@ -944,6 +957,35 @@ mod tests {
     }
 
     #[test]
+    fn undefined_variables_are_kept_and_service_variables_are_unknown() {
+        let with = |arg: &str| {
+            daemonset(
+                json!({"name": "c", "image": IMAGE, "args": [arg],
+                    "volumeMounts": [{"name": "v", "mountPath": "/etc/config"}]}),
+                json!([{"name": "v", "secret": {"secretName": "s"}}]),
+            )
+        };
+        // Kept as written: a file name no key can have, so the CCM cannot open it.
+        let read = &reads(&with("--cloud-config=/etc/config/$(UNDEFINED)"))[0];
+        assert_eq!(read.path.as_deref(), Some("/etc/config/$(UNDEFINED)"));
+        assert!(matches!(read.source, Source::NotStarting(_)), "{read:?}");
+        // The kubelet may define these from Services (enableServiceLinks).
+        for name in [
+            "OCCM_SERVICE_HOST",
+            "OCCM_SERVICE_PORT_HTTPS",
+            "OCCM_PORT_443_TCP",
+        ] {
+            let read = &reads(&with(&format!("--cloud-config=/etc/config/$({name})")))[0];
+            assert!(
+                matches!(&read.source, Source::Unseen(why) if why.contains("Service")),
+                "{name}: {read:?}"
+            );
+        }
+        assert!(is_data_key("cloud.conf") && is_data_key("a-b_c.1"));
+        assert!(!is_data_key("..") && !is_data_key("a b") && !is_data_key(&"k".repeat(254)));
+    }
+
+    #[test]
     fn what_cannot_be_seen_is_said_to_be_unseen() {
         let with = |args: Value, env: Value, volumes: Value| {
             daemonset(
@@ -1088,6 +1130,12 @@ mod tests {
         // which is not UTF-8 any more.
         assert_eq!(expand("$é", map), None);
         assert_eq!(expand("$\u{7f}", map).as_deref(), Some("$\u{7f}"));
+        // The bound is the result's size: exactly at it is an answer.
+        let at_bound = "x".repeat(MAX_EXPANDED_BYTES / 2);
+        assert_eq!(
+            expand("$(B)$(B)", |_| Some(at_bound.clone())).map(|t| t.len()),
+            Some(MAX_EXPANDED_BYTES)
+        );
         // A doubling chain stops at the bound instead of growing.
         let big = "x".repeat(MAX_EXPANDED_BYTES);
         assert_eq!(expand("$(B)$(B)", |_| Some(big.clone())), None);
