@@ -951,9 +951,51 @@ mod tests {
                 "{env}"
             );
         }
+        // An empty subPath is no subPath: the expression counts.
+        let object = daemonset(
+            json!({"name": "c", "image": IMAGE, "env": [{"name": "NODE", "value": "node-a"}],
+                "args": ["--cloud-config=/etc/kubernetes/cloud.conf"],
+                "volumeMounts": [{"name": "v", "mountPath": "/etc/kubernetes",
+                                  "subPath": "", "subPathExpr": "$(NODE)"}]}),
+            json!([{"name": "v", "configMap": {"name": "per-node",
+                "items": [{"key": "a", "path": "node-a/cloud.conf"}]}}]),
+        );
+        assert_eq!(
+            reads(&object)[0].source,
+            Source::Objects(vec![key(SiteKind::ConfigMap, "per-node", "a")])
+        );
         let from =
             json!([{"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]);
         assert!(matches!(reads(&with(from))[0].source, Source::Unseen(_)));
+    }
+
+    #[test]
+    fn a_shell_variable_in_a_shell_line_is_unseen_and_a_dollar_in_a_path_is_a_file() {
+        let with = |args: Value| {
+            daemonset(
+                json!({"name": "c", "image": IMAGE, "command": ["/bin/sh", "-c"], "args": args,
+                    "volumeMounts": [{"name": "v", "mountPath": "/etc/config"}]}),
+                json!([{"name": "v", "secret": {"secretName": "s"}}]),
+            )
+        };
+        let read = &reads(&with(json!([
+            "exec /bin/openstack-cloud-controller-manager --cloud-config=$CONFIG"
+        ])))[0];
+        assert!(
+            matches!(&read.source, Source::Unseen(why) if why.contains("shell")),
+            "{read:?}"
+        );
+        // A shell line without a variable is read like arguments.
+        let read = &reads(&with(json!([
+            "exec /bin/openstack-cloud-controller-manager --cloud-config=/etc/config/cloud.conf"
+        ])))[0];
+        assert_eq!(
+            read.source,
+            Source::Objects(vec![key(SiteKind::Secret, "s", "cloud.conf")])
+        );
+        // One argument (no shell): a `$` is part of the file name, which no key can have.
+        let read = &reads(&with(json!(["--cloud-config=/etc/config/a$b"])))[0];
+        assert!(matches!(read.source, Source::NotStarting(_)), "{read:?}");
     }
 
     #[test]
