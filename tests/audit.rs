@@ -11,6 +11,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use base64::Engine as _;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt as _;
 use kube::client::Body;
@@ -2411,5 +2412,67 @@ async fn distinct_long_namespaces_give_a_report_bounded_whatever_their_number() 
             .iter()
             .filter(|(ns, _)| ns.is_some())
             .all(|(_, r)| r["summary"]["fail"] == 1)
+    );
+}
+
+/// Issue 32: an object the CCM reads as its `--cloud-config` is audited whatever its name:
+/// the chart's `secret.create: false` with `secret.name: occm-cloud-config` mounts a Secret
+/// no site names. The workloads are listed first; the Secret is then read by name, once, and
+/// its finding names the DaemonSet that reads it.
+#[tokio::test]
+async fn the_object_a_ccm_reads_is_audited_whatever_its_name() {
+    let mut c = Cluster::default();
+    let mut daemonset = ccm_daemonset();
+    let volumes = daemonset["spec"]["template"]["spec"]["volumes"]
+        .as_array_mut()
+        .expect("the captured DaemonSet has volumes");
+    for volume in volumes.iter_mut() {
+        if let Some(secret) = volume.get_mut("secret") {
+            secret["secretName"] = json!("occm-cloud-config");
+        }
+    }
+    c.add(DAEMONSETS, daemonset);
+    c.add(
+        SECRETS,
+        json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "occm-cloud-config", "namespace": "kube-system",
+                         "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "data": {"cloud.conf": base64::engine::general_purpose::STANDARD.encode(
+                "[Global]\nauth-url=https://keystone.example/v3\n\n[LoadBalancer]\nprovider-requires-serial-api-calls = false\n")}}),
+    );
+    // Another Secret in the namespace, read by nothing: never fetched.
+    c.add(
+        SECRETS,
+        json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "unrelated", "namespace": "kube-system"},
+            "data": {"cloud.conf": "W0xvYWRCYWxhbmNlcl0K"}}),
+    );
+    c.serve(DEPLOYMENTS);
+    c.serve(PODS);
+    let cluster = Arc::new(Mutex::new(c));
+    let (code, text) = run_audit(&cluster, &AuditOptions::default()).await;
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("Secret kube-system/occm-cloud-config")
+            && text.contains("provider-requires-serial-api-calls is set to a false value")
+            && text.contains("the CCM reads this config: DaemonSet kube-system/"),
+        "{text}"
+    );
+    assert!(!text.contains("unrelated"), "{text}");
+    // Read by name (the evaluation, then the restart check's read of the mounted config);
+    // Secrets are never listed without a selector, and the unrelated one is never read.
+    let c = cluster.lock().unwrap();
+    assert!(
+        c.requests
+            .iter()
+            .any(|r| r.path == "/api/v1/namespaces/kube-system/secrets/occm-cloud-config"),
+        "{:?}",
+        c.requests
+    );
+    assert!(
+        !c.requests.iter().any(|r| r.path.contains("unrelated")
+            || (r.path == "/api/v1/secrets" && !r.query.contains("Selector"))),
+        "{:?}",
+        c.requests
     );
 }

@@ -162,6 +162,7 @@ fn the_engine_names_a_long_named_object_by_its_cut_name_in_a_small_answer() {
         let decoded = admission::decode_review(
             &body,
             &engine.policies().sites,
+            None,
             admission::MAX_DECODED_BYTES,
             &stackgate::budget::Cancel::never(),
         )

@@ -31,6 +31,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::budget::{Cancel, Exhausted};
+use crate::facts::ccm_config::CcmConfigReads;
 use crate::short_text::ShortText;
 use crate::sites::{SiteKind, SitesDocument, payload};
 
@@ -166,6 +167,7 @@ struct WireRequest<'a> {
 pub fn decode_review(
     body: &[u8],
     sites: &SitesDocument,
+    reads: Option<&CcmConfigReads>,
     limit: usize,
     cancel: &Cancel,
 ) -> Result<Decoded, DecodeError> {
@@ -179,11 +181,11 @@ pub fn decode_review(
     };
     let object = request
         .object
-        .map(|raw| decode_object(raw, &request.kind, reading, sites, &mut budget))
+        .map(|raw| decode_object(raw, &request.kind, reading, (sites, reads), &mut budget))
         .transpose()?;
     let old_object = request
         .old_object
-        .map(|raw| decode_object(raw, &request.kind, reading, sites, &mut budget))
+        .map(|raw| decode_object(raw, &request.kind, reading, (sites, reads), &mut budget))
         .transpose()?;
     Ok(Decoded {
         api_version: wire.api_version.clone(),
@@ -252,7 +254,7 @@ fn decode_object(
     raw: &RawValue,
     gvk: &GroupVersionKind,
     reading: Reading,
-    sites: &SitesDocument,
+    (sites, reads): (&SitesDocument, Option<&CcmConfigReads>),
     budget: &mut Budget<'_>,
 ) -> Result<DynamicObject, DecodeError> {
     match reading {
@@ -260,7 +262,7 @@ fn decode_object(
             let (mut root, total) = prune(raw.get(), &site_shell, budget)?;
             budget.spent = total;
             let meta = metadata_of(&root)?;
-            let keys = site_keys(kind, &meta, sites);
+            let keys = site_keys(kind, &meta, sites, reads);
             // A ClusterResourceSet payload keeps every value: which one embeds a site is
             // known only once it is parsed (`sites::payload`).
             let payload = match kind {
@@ -402,9 +404,15 @@ fn merge(into: &mut Value, from: Value) {
     }
 }
 
-/// The data keys of a ConfigMap or Secret that sites name: by name and namespace, and the
-/// values of the site label and the values label.
-fn site_keys(kind: SiteKind, meta: &ObjectMeta, sites: &SitesDocument) -> Vec<String> {
+/// The data keys of a ConfigMap or Secret that sites name: by name and namespace, the values
+/// of the site label and the values label, and the keys CCM containers read (`reads`, the
+/// `CcmConfigSource` fact).
+fn site_keys(
+    kind: SiteKind,
+    meta: &ObjectMeta,
+    sites: &SitesDocument,
+    reads: Option<&CcmConfigReads>,
+) -> Vec<String> {
     let name = meta.name.as_deref().unwrap_or("");
     let namespace = meta.namespace.as_deref().unwrap_or("");
     let mut keys: Vec<String> = sites
@@ -420,6 +428,14 @@ fn site_keys(kind: SiteKind, meta: &ObjectMeta, sites: &SitesDocument) -> Vec<St
             && !keys.contains(key)
         {
             keys.push(key.clone());
+        }
+    }
+    for read in reads
+        .into_iter()
+        .flat_map(|r| r.reads_of(kind, namespace, name))
+    {
+        if !keys.contains(&read.object.key) {
+            keys.push(read.object.key.clone());
         }
     }
     keys
@@ -736,7 +752,7 @@ mod tests {
     }
 
     fn decode(body: &[u8]) -> Result<Decoded, DecodeError> {
-        decode_review(body, &sites(), MAX_DECODED_BYTES, &Cancel::never())
+        decode_review(body, &sites(), None, MAX_DECODED_BYTES, &Cancel::never())
     }
 
     #[test]
@@ -912,7 +928,7 @@ mod tests {
         let cancel = Cancel::new();
         cancel.cancel();
         assert!(matches!(
-            decode_review(&body, &sites(), MAX_DECODED_BYTES, &cancel),
+            decode_review(&body, &sites(), None, MAX_DECODED_BYTES, &cancel),
             Err(DecodeError::Exhausted(Exhausted::Deadline))
         ));
     }

@@ -187,7 +187,13 @@ fn answer(
     span: &Span,
 ) -> (Reply, Seen, &'static str, Option<Verdict>) {
     let policies = engine.policies();
-    let decoded = match decode::decode_review(body, &policies.sites, MAX_DECODED_BYTES, cancel) {
+    let decoded = match decode::decode_review(
+        body,
+        &policies.sites,
+        facts.ccm_reads(),
+        MAX_DECODED_BYTES,
+        cancel,
+    ) {
         Ok(d) => d,
         Err(error) => {
             let (reply, decision) = not_decoded(webhook, body, &error, metrics);

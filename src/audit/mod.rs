@@ -59,6 +59,7 @@ use serde_json::{Value, json};
 
 use crate::engine::{Engine, Facts, Subject, Verdict};
 use crate::facts::Collector;
+use crate::facts::ccm_config::CcmConfigReads;
 use crate::releases::{Snapshot, VersionState};
 use crate::report::mask::{self, MaskMode};
 use crate::report::render::{self, Face};
@@ -67,6 +68,8 @@ use crate::report::{
     verdict_items,
 };
 use crate::rules::Operation;
+use crate::rules::ccm_workload::CcmMarkers;
+use crate::rules::concurrency::ConcurrencyParams;
 use crate::rules::ovn_source_ranges;
 use crate::sites::{self, SiteKind};
 use page::{ReadError, ReadLimits};
@@ -369,6 +372,13 @@ pub fn targets(engine: &Engine) -> Vec<Target> {
 }
 
 impl Target {
+    /// Whether this target lists CCM workloads (DaemonSets, Deployments): listed first, the
+    /// `CcmConfigSource` fact is reduced from them.
+    fn lists_ccm_workloads(&self) -> bool {
+        self.resource.group == "apps"
+            && matches!(self.resource.kind.as_str(), "DaemonSet" | "Deployment")
+    }
+
     /// Whether this target lists the cluster's own cloud configs (the named and labelled
     /// ConfigMaps and Secrets of the `CloudConfigSites` policy), whose settings are the
     /// fact the `ovn-source-ranges` family reads. ClusterResourceSet payloads and chart
@@ -513,6 +523,7 @@ pub async fn audit(
         requests: 0,
         objects: 0,
         collector: None,
+        ccm_reads: None,
         facts: Facts::default(),
         omitted: Counts::default(),
         kept_findings: 0,
@@ -524,7 +535,25 @@ pub async fn audit(
     let engine = run.with_release_facts(engine, progress).await;
     // The fact pre-pass: the targets the facts are reduced from are listed first, whatever
     // order `targets` gives, and every other object is evaluated with the facts they make.
-    let (feeding, rest) = fact_pre_pass(targets(&engine));
+    let (workloads, feeding, rest) = fact_pre_pass(targets(&engine));
+    // First the CCM workloads: what their containers read as `--cloud-config` makes those
+    // objects sites (`CcmConfigSource`), whatever they are named.
+    let params = engine.ccm_marker_params();
+    run.ccm_reads = Some((CcmConfigReads::default(), params));
+    for target in workloads {
+        if run.list_target(&engine, &target, progress).await {
+            run.done.push(target);
+        }
+    }
+    let ccm_reads = run.ccm_reads.take().map(|(reads, _)| Arc::new(reads));
+    let read_facts = || {
+        ccm_reads
+            .clone()
+            .filter(|r| !r.is_empty())
+            .map(Facts::of_ccm_reads)
+            .unwrap_or_default()
+    };
+    run.facts = read_facts();
     run.collector = Some(Collector::new(&engine.policies().needed_facts()));
     for target in feeding {
         if run.list_target(&engine, &target, progress).await {
@@ -532,7 +561,10 @@ pub async fn audit(
         }
     }
     run.facts = run.collector.take().map(reduced_facts).unwrap_or_default();
-    for target in rest {
+    run.facts.merge(read_facts());
+    // Then every object the CCM reads that no other target lists, read by name, once.
+    let read_targets = ccm_reads.iter().flat_map(|reads| read_targets(reads));
+    for target in rest.into_iter().chain(read_targets) {
         if run.list_target(&engine, &target, progress).await {
             run.done.push(target);
         }
@@ -665,6 +697,9 @@ struct Run<'a> {
     objects: usize,
     /// The facts being reduced, during the fact pre-pass (the cluster's cloud-config sites).
     collector: Option<Collector>,
+    /// The `CcmConfigSource` fact being reduced, during the workload pre-pass, and the
+    /// policy set's CCM recognition.
+    ccm_reads: Option<(CcmConfigReads, ConcurrencyParams)>,
     /// The facts objects are evaluated with (the cloud config, once the sites are listed).
     facts: Facts,
     /// Entries past the report caps: counted, not listed.
@@ -703,12 +738,41 @@ fn listed_bytes(file: &FileReport) -> usize {
         + file.skipped.as_ref().map_or(0, String::len)
 }
 
-/// The targets split for the fact pre-pass: those the facts are reduced from (the cluster's
-/// own cloud-config sites), in their order, then every other one, in its order.
-fn fact_pre_pass(targets: Vec<Target>) -> (Vec<Target>, Vec<Target>) {
-    targets
+/// The targets split for the fact pre-pass: the CCM workloads (the `CcmConfigSource` fact),
+/// those the cloud-config fact is reduced from (the cluster's own cloud-config sites), then
+/// every other one, each in its order.
+fn fact_pre_pass(targets: Vec<Target>) -> (Vec<Target>, Vec<Target>, Vec<Target>) {
+    let (workloads, others): (Vec<Target>, Vec<Target>) =
+        targets.into_iter().partition(Target::lists_ccm_workloads);
+    let (sites, rest) = others
         .into_iter()
-        .partition(Target::lists_cloud_config_sites)
+        .partition(Target::lists_cloud_config_sites);
+    (workloads, sites, rest)
+}
+
+/// Why an object the CCM reads is audited.
+const CCM_READS_COVERED_BY: &str = "the --cloud-config a CCM workload reads (CcmConfigSource)";
+
+/// One target per object CCM containers read, by name, in the fact's order.
+fn read_targets(reads: &CcmConfigReads) -> Vec<Target> {
+    let mut seen = BTreeSet::new();
+    reads
+        .reads()
+        .filter(|read| {
+            seen.insert((
+                read.object.kind.as_str(),
+                read.object.namespace.as_str(),
+                read.object.name.as_str(),
+            ))
+        })
+        .map(|read| Target {
+            selection: Selection::Named {
+                namespace: read.object.namespace.clone(),
+                name: read.object.name.clone(),
+            },
+            ..target("", "v1", read.object.kind.as_str(), CCM_READS_COVERED_BY)
+        })
+        .collect()
 }
 
 /// The facts of the cluster, reduced as `check` reduces its input: e.g. no cloud config found
@@ -1266,6 +1330,10 @@ impl Run<'_> {
         if let Some(collector) = &mut self.collector {
             collector.add(gvk, &object, None, &engine.policies().sites);
         }
+        if let Some((reads, params)) = &mut self.ccm_reads {
+            let markers = CcmMarkers::new(&params.ccm_images, &params.ccm_args);
+            reads.add_workload(gvk, &object, &markers);
+        }
         let (result, diff) = evaluate_update_with(engine, ar, gvk, &object, &self.facts);
         let listed_before = self.files.len();
         let patch = (self.options.fix && !result.verdict.patch.is_empty())
@@ -1497,11 +1565,14 @@ mod fact_tests {
         let mut all = targets(&engine);
         all.reverse();
         let count = all.len();
-        let (feeding, rest) = fact_pre_pass(all);
+        let (workloads, feeding, rest) = fact_pre_pass(all);
+        assert_eq!(workloads.len(), 2, "DaemonSets and Deployments");
+        assert!(workloads.iter().all(Target::lists_ccm_workloads));
         assert!(!feeding.is_empty());
         assert!(feeding.iter().all(Target::lists_cloud_config_sites));
         assert!(!rest.iter().any(Target::lists_cloud_config_sites));
+        assert!(!rest.iter().any(Target::lists_ccm_workloads));
         assert!(rest.iter().any(|t| t.resource.kind == "Service"));
-        assert_eq!(feeding.len() + rest.len(), count);
+        assert_eq!(workloads.len() + feeding.len() + rest.len(), count);
     }
 }

@@ -9,7 +9,7 @@ use super::index::{Merge, Place, Resolved, ValuesIndex};
 use super::input::ValuesTarget;
 use crate::engine::{self, Engine, Facts, Finding, Subject, Verdict};
 use crate::report::mask::{MaskMode, site_diffs};
-use crate::report::{Item, ObjectResult, Problem, verdict_items};
+use crate::report::{Item, ItemKind, Level, ObjectResult, Problem, verdict_items};
 use crate::sites::helm::{VALUES_FILE_API_VERSION, VALUES_FILE_KIND, VALUES_FILE_SUBCHART_KEY};
 use crate::sites::{self, Anchor, FoundConfig};
 use crate::yaml::edit::{self as yamledit, Change};
@@ -231,6 +231,7 @@ pub fn check_text_in(
                 _ => {}
             }
         });
+        items.extend(config_not_in_run(facts, &kind, &object, c.line));
         items.sort_by_key(|i| (i.line, std::cmp::Reverse(i.level)));
         let is_secret = keeps_secrets;
         let mut secret_diffs = Vec::new();
@@ -715,4 +716,39 @@ fn apply_to_text(text: &str, c: &Candidate, patch: &[PatchOperation]) -> Result<
 fn is_core_secret(object: &Value) -> bool {
     object.get("apiVersion").and_then(Value::as_str) == Some("v1")
         && object.get("kind").and_then(Value::as_str) == Some("Secret")
+}
+
+/// One note per config object a CCM container of `object` reads that the run does not hold:
+/// `check` cannot say what that CCM runs with, and says so instead of staying silent.
+fn config_not_in_run(
+    facts: &Facts,
+    kind: &GroupVersionKind,
+    object: &DynamicObject,
+    line: usize,
+) -> Vec<Item> {
+    let Some(reads) = facts.ccm_reads() else {
+        return Vec::new();
+    };
+    let workload = crate::facts::ccm_config::WorkloadKey::of(kind, object);
+    reads
+        .not_in_input(&workload)
+        .into_iter()
+        .map(|read| Item {
+            level: Level::Note,
+            kind: ItemKind::Audit,
+            policy: crate::rules::ccm_config_source::FAMILY.id.to_string(),
+            rule: crate::rules::ccm_config_source::FAMILY.id.to_string(),
+            code: None,
+            line,
+            message: format!(
+                "{}: reads its cloud config from {} (--cloud-config={}), which is not in this \
+                 run: check has not checked what this CCM runs with (add the object's manifest \
+                 to the run, or run `stackgate audit` on the cluster)",
+                read.reader, read.object, read.path
+            ),
+            text: None,
+            fixed_by_patch: false,
+            file: None,
+        })
+        .collect()
 }

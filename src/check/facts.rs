@@ -34,6 +34,7 @@ pub fn from_inputs(inputs: &[Input<'_>], engine: &Engine) -> Facts {
         let mut reads = CcmConfigReads::default();
         each_object(inputs, |kind, object, _| {
             reads.add_workload(kind, object, &markers);
+            reads.add_present(kind, object);
         });
         if !reads.is_empty() {
             facts.merge(Facts::of_ccm_reads(Arc::new(reads)));

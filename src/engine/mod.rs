@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use json_patch::PatchOperation;
-use kube::core::{DynamicObject, GroupVersionKind};
+use kube::core::DynamicObject;
 
 use crate::budget::{Cancel, Exhausted};
 use crate::cloudconf::{Document, IniEdit};
@@ -476,22 +476,6 @@ impl Engine {
                     .cloned()
             })
             .unwrap_or_default()
-    }
-
-    /// The `CcmConfigSource` fact of `objects` (a face's whole input: `check`'s documents,
-    /// `audit`'s listed workloads), read with this policy set's CCM recognition.
-    pub fn ccm_reads_of<'o>(
-        &self,
-        objects: impl IntoIterator<Item = (&'o GroupVersionKind, &'o DynamicObject)>,
-    ) -> crate::facts::ccm_config::CcmConfigReads {
-        let params = self.ccm_marker_params();
-        let markers =
-            crate::rules::ccm_workload::CcmMarkers::new(&params.ccm_images, &params.ccm_args);
-        let mut reads = crate::facts::ccm_config::CcmConfigReads::default();
-        for (kind, object) in objects {
-            reads.add_workload(kind, object, &markers);
-        }
-        reads
     }
 
     /// Evaluates one write (no gathered facts).

@@ -28,7 +28,7 @@
 //! hands it objects ([`CcmConfigReads::add_workload`]) and reads it per object
 //! ([`CcmConfigReads::reads_of`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use kube::core::{DynamicObject, GroupVersionKind};
 use serde_json::Value;
@@ -96,6 +96,8 @@ pub enum Source {
 pub struct ContainerRead {
     /// `DaemonSet kube-system/openstack-cloud-controller-manager container "occm"`.
     pub reader: String,
+    /// JSON pointer of the container in the object.
+    pub pointer: String,
     /// The effective `--cloud-config` value after expansion, when known.
     pub path: Option<String>,
     /// Where it comes from.
@@ -127,6 +129,7 @@ pub fn container_reads(
             let (path, source) = source_of(c, spec, namespace);
             ContainerRead {
                 reader: ShortText::location(&c.described).into_string(),
+                pointer: c.pointer(),
                 path,
                 source,
             }
@@ -581,6 +584,9 @@ pub struct CcmConfigReads {
     kept: usize,
     /// Workloads not kept because of [`MAX_READS`].
     dropped: usize,
+    /// The ConfigMaps and Secrets of a face's whole input (`check`'s run), when the face
+    /// knows them all: a read of another object is then one this input does not hold.
+    present: Option<BTreeSet<(&'static str, String, String)>>,
 }
 
 impl CcmConfigReads {
@@ -674,6 +680,37 @@ impl CcmConfigReads {
                 format!("{} (--cloud-config={})", read.reader, read.path),
             )
         })))
+    }
+
+    /// Records that the face's input holds `object` (a ConfigMap or Secret; other kinds are
+    /// ignored). Once called, [`Self::not_in_input`] answers.
+    pub fn add_present(&mut self, gvk: &GroupVersionKind, object: &DynamicObject) {
+        let present = self.present.get_or_insert_with(BTreeSet::new);
+        if let Some(kind) = crate::sites::data_kind(gvk) {
+            present.insert((
+                kind.as_str(),
+                object.metadata.namespace.clone().unwrap_or_default(),
+                object.metadata.name.clone().unwrap_or_default(),
+            ));
+        }
+    }
+
+    /// The reads of `workload` whose object the face's input does not hold (empty when the
+    /// face did not record its input, [`Self::add_present`]).
+    pub fn not_in_input(&self, workload: &WorkloadKey) -> Vec<&Read> {
+        let (Some(present), Some(reads)) = (&self.present, self.by_workload.get(workload)) else {
+            return Vec::new();
+        };
+        reads
+            .iter()
+            .filter(|read| {
+                !present.contains(&(
+                    read.object.kind.as_str(),
+                    read.object.namespace.clone(),
+                    read.object.name.clone(),
+                ))
+            })
+            .collect()
     }
 
     /// Whether no workload is known to read a config.
@@ -967,7 +1004,17 @@ mod tests {
         // Adding the same workload again replaces its entry.
         fact.add_workload(&gvk, &object, &CcmMarkers::new(&[], &[]));
         assert_eq!(fact.reads().count(), 1);
-        fact.remove(&WorkloadKey::of(&gvk, &object));
+        // Presence: unknown until the face records its input.
+        let workload = WorkloadKey::of(&gvk, &object);
+        assert!(fact.not_in_input(&workload).is_empty());
+        fact.add_present(&gvk, &object);
+        assert_eq!(fact.not_in_input(&workload).len(), 1);
+        let secret: DynamicObject = serde_json::from_value(json!({"apiVersion": "v1",
+            "kind": "Secret", "metadata": {"name": "cloud-config", "namespace": "kube-system"}}))
+        .unwrap();
+        fact.add_present(&GroupVersionKind::gvk("", "v1", "Secret"), &secret);
+        assert!(fact.not_in_input(&workload).is_empty());
+        fact.remove(&workload);
         assert!(fact.is_empty());
         assert!(fact.complete());
     }

@@ -6,6 +6,7 @@
 //!
 //! Adding a family: `ARCHITECTURE.md`, "How to add a rule family".
 
+pub mod ccm_config_source;
 pub use crate::facts::ccm_workload;
 pub mod cluster_name;
 pub mod concurrency;
@@ -34,6 +35,7 @@ pub static FAMILIES: &[&Family] = &[
     &known_bad::FAMILY,
     &credentials::FAMILY,
     &concurrency::FAMILY,
+    &ccm_config_source::FAMILY,
     &cluster_name::FAMILY,
     &ovn_source_ranges::FAMILY,
     &release_annotations::FAMILY,
