@@ -158,16 +158,15 @@ pub async fn run<W, S, F>(
     F: FnOnce() + Send + 'static,
 {
     let targets = fact.targets();
-    let streams: Vec<BoxStream<'static, (usize, Result<Event<DynamicObject>, watcher::Error>)>> =
-        targets
-            .iter()
-            .enumerate()
-            .map(|(index, target)| {
-                stream_of(client.clone(), target)
-                    .map(move |item| (index, item))
-                    .boxed()
-            })
-            .collect();
+    let streams: Vec<BoxStream<'static, (usize, WatchItem)>> = targets
+        .iter()
+        .enumerate()
+        .map(|(index, target)| {
+            stream_of(client.clone(), target)
+                .map(move |item| (index, item))
+                .boxed()
+        })
+        .collect();
     let mut stream = pin!(futures::stream::select_all(streams));
     let mut on_first = Some(on_first);
     let mut states: Vec<W::State> = targets.iter().map(|_| W::State::default()).collect();
@@ -270,11 +269,14 @@ pub async fn run<W, S, F>(
     }
 }
 
+/// One item of a target's watch stream.
+type WatchItem = Result<Event<DynamicObject>, watcher::Error>;
+
 /// The watch stream of one target, with kube-runtime's default backoff.
 fn stream_of(
     client: kube::Client,
     target: &Target,
-) -> impl futures::Stream<Item = Result<Event<DynamicObject>, watcher::Error>> + Send + 'static {
+) -> impl futures::Stream<Item = WatchItem> + Send + 'static {
     let resource = target.resource();
     let api_resource = ApiResource::from_gvk_with_plural(&resource.gvk(), resource.plural);
     let api: Api<DynamicObject> = match target.namespace() {
