@@ -10,6 +10,8 @@
 
 mod common;
 #[path = "support/kube_mock.rs"]
+// `expect_get` selects one object by name; these watches are cluster-wide.
+#[allow(dead_code)]
 mod kube_mock;
 
 use std::collections::BTreeMap;
