@@ -61,3 +61,61 @@ impl FactSource for CcmConfigSource {
         Some(Arc::new(KnownFacts(Facts::of_ccm_reads(Arc::clone(reads)))))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::facts::ccm_config::CcmConfigReads;
+    use crate::facts::ccm_workload::CcmMarkers;
+    use crate::policy::PolicySet;
+    use kube::core::{DynamicObject, GroupVersionKind};
+
+    fn review(kind: &str) -> Vec<u8> {
+        format!(r#"{{"request":{{"kind":{{"group":"","version":"v1","kind":"{kind}"}}}}}}"#)
+            .into_bytes()
+    }
+
+    fn reads_of_a_daemonset() -> CcmConfigReads {
+        let daemonset: DynamicObject = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "occm", "namespace": "kube-system"},
+            "spec": {"template": {"spec": {
+                "containers": [{"name": "occm",
+                    "image": "registry.k8s.io/provider-os/openstack-cloud-controller-manager:v1.31.0",
+                    "args": ["--cloud-config=/etc/config/cloud.conf"],
+                    "volumeMounts": [{"name": "cfg", "mountPath": "/etc/config"}]}],
+                "volumes": [{"name": "cfg", "configMap": {"name": "alt"}}]}}}
+        }))
+        .unwrap();
+        let mut reads = CcmConfigReads::default();
+        reads.add_workload(
+            &GroupVersionKind::gvk("apps", "v1", "DaemonSet"),
+            &daemonset,
+            &CcmMarkers::new(&[], &[]),
+        );
+        assert!(!reads.is_empty());
+        reads
+    }
+
+    /// Secret and ConfigMap reviews get the reads once some CCM is known to read a config;
+    /// other kinds, and an unknown or empty fact, get nothing.
+    #[test]
+    fn wants_secret_and_configmap_reviews_while_reads_are_known() {
+        let engine = Engine::new(PolicySet::embedded().expect("embedded policies"));
+        let cell = CcmConfigCell::default();
+        let source = CcmConfigSource::new(cell.clone());
+        let wants = |kind: &str| {
+            source
+                .wants(Webhook::Validate, &review(kind), &engine)
+                .is_some()
+        };
+        assert!(!wants("Secret"), "not listed yet");
+        cell.set(CcmConfigFact::Known(Arc::new(CcmConfigReads::default())));
+        assert!(!wants("Secret"), "no CCM reads anything");
+        cell.set(CcmConfigFact::Known(Arc::new(reads_of_a_daemonset())));
+        assert!(wants("Secret"));
+        assert!(wants("ConfigMap"));
+        assert!(!wants("Service"));
+        cell.set(CcmConfigFact::Unknown("refused".to_owned()));
+        assert!(!wants("ConfigMap"));
+    }
+}
