@@ -45,6 +45,7 @@ RENDERS=(
     "audit-openreports|stackgate|stackgate|audit-openreports|"
     "ovn-source-ranges|stackgate|stackgate|ovn-source-ranges|"
     "openshift-platform|stackgate|stackgate|openshift-platform|"
+    "ccm-config-source|stackgate|stackgate|ccm-config-source|"
     "ovn-source-ranges-kube-1.27|stackgate|stackgate|ovn-source-ranges|--kube-version 1.27.0"
     "guard|stackgate|stackgate|guard|"
     "guard-cluster-wide|stackgate|stackgate|guard-cluster-wide|"
@@ -211,6 +212,41 @@ CASES = [
      req("configmaps", "UPDATE", "openshift-config", "cloud-provider-config", {"metadata": meta("openshift-config", "cloud-provider-config")},
          {"metadata": meta("openshift-config", "cloud-provider-config")}),
      {"cloud-config-configmaps.": False}, OVERRIDE_SITES),
+    # ccmConfigSource: Secret/ConfigMap writes where CCMs run, but for kinds of Secret no CCM
+    # config is, three system ConfigMaps and the named sites (their own webhook).
+    ("the Secret a CCM chart with secret.name mounts",
+     req("secrets", "CREATE", "kube-system", "occm-cloud-config", {"metadata": meta("kube-system", "occm-cloud-config"), "type": "Opaque", "data": {}}),
+     {"cloud-config-ccm-secrets.": True}, DEFAULT_SITES),
+    ("a Secret without a type, where CCMs run",
+     req("secrets", "UPDATE", "kube-system", "os-cloud-credentials", {"metadata": meta("kube-system", "os-cloud-credentials")},
+         {"metadata": meta("kube-system", "os-cloud-credentials")}),
+     {"cloud-config-ccm-secrets.": True}, DEFAULT_SITES),
+    ("a service-account token Secret",
+     req("secrets", "CREATE", "kube-system", "ccm-token", {"metadata": meta("kube-system", "ccm-token"), "type": "kubernetes.io/service-account-token"}),
+     {"cloud-config-ccm-secrets.": False}),
+    ("a Helm release record",
+     req("secrets", "UPDATE", "kube-system", "sh.helm.release.v1.occm.v3", {"metadata": meta("kube-system", "sh.helm.release.v1.occm.v3"), "type": "helm.sh/release.v1"},
+         {"metadata": meta("kube-system", "sh.helm.release.v1.occm.v3"), "type": "helm.sh/release.v1"}),
+     {"cloud-config-ccm-secrets.": False}),
+    ("a bootstrap token Secret",
+     req("secrets", "CREATE", "kube-system", "bootstrap-token-abcdef", {"metadata": meta("kube-system", "bootstrap-token-abcdef"), "type": "bootstrap.kubernetes.io/token"}),
+     {"cloud-config-ccm-secrets.": False}),
+    ("the named site goes to its own webhook only",
+     req("secrets", "UPDATE", "kube-system", "cloud-config", {"metadata": meta("kube-system", "cloud-config"), "type": "Opaque"},
+         {"metadata": meta("kube-system", "cloud-config"), "type": "Opaque"}),
+     {"cloud-config-ccm-secrets.": False, "cloud-config-secrets.": True}, DEFAULT_SITES),
+    ("a ConfigMap a CCM may mount",
+     req("configmaps", "UPDATE", "kube-system", "alt-cloud-config", {"metadata": meta("kube-system", "alt-cloud-config")},
+         {"metadata": meta("kube-system", "alt-cloud-config")}),
+     {"cloud-config-ccm-configmaps.": True}, DEFAULT_SITES),
+    ("kube-root-ca.crt",
+     req("configmaps", "UPDATE", "kube-system", "kube-root-ca.crt", {"metadata": meta("kube-system", "kube-root-ca.crt")},
+         {"metadata": meta("kube-system", "kube-root-ca.crt")}),
+     {"cloud-config-ccm-configmaps.": False}),
+    ("the cluster-autoscaler's status ConfigMap",
+     req("configmaps", "UPDATE", "kube-system", "cluster-autoscaler-status", {"metadata": meta("kube-system", "cluster-autoscaler-status")},
+         {"metadata": meta("kube-system", "cluster-autoscaler-status")}),
+     {"cloud-config-ccm-configmaps.": False}),
     # ClusterResourceSet payload Secrets are picked by their type, in any namespace.
     ("ClusterResourceSet payload Secret",
      req("secrets", "CREATE", "capi-clusters", "ccm-crs", {"metadata": meta("capi-clusters", "ccm-crs"), "type": "addons.cluster.x-k8s.io/resource-set"}),
@@ -365,7 +401,13 @@ for path in sorted(glob.glob(os.path.join(out, "*.yaml"))):
                         failures.append(f"{render}: {wh['name']} {'sends' if sent else 'skips'} '{desc}', expected {'sent' if want else 'skipped'}")
         for prefix in expect:
             # ovn-source-ranges is off by default: its own render must evaluate its cases.
-            required = render == "ovn-source-ranges" if prefix.startswith("ovn-source-ranges") else complete
+            if prefix.startswith("ovn-source-ranges"):
+                required = render == "ovn-source-ranges"
+            elif prefix.startswith("cloud-config-ccm-"):
+                # ccmConfigSource is off by default: its own render evaluates its cases.
+                required = render == "ccm-config-source"
+            else:
+                required = complete
             if required and prefix not in seen:
                 failures.append(f"{render}: no webhook named {prefix}* evaluated '{desc}'")
 

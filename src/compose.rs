@@ -13,6 +13,7 @@
 //! | background audit | `--background-audit` | start-up error |
 //! | cloud-config fact watcher | `--cloud-config-object` | start-up error |
 //! | OpenShift platform fact watcher | `--openshift-platform auto` | warning, off |
+//! | CCM config source fact watcher | `--ccm-config-source auto` | warning, off |
 //! | release watcher | `--kube auto` | warning, off |
 //!
 //! Each component registers its metrics before the server state exists, adds its fact
@@ -27,7 +28,8 @@ use tokio::task::JoinHandle;
 
 use crate::admission::FactSource;
 use crate::audit::background::{AuditMetrics, BackgroundConfig};
-use crate::cli::{AuditArgs, KubeMode, OpenShiftPlatformMode, ServeArgs};
+use crate::ccm_config_watch::{CcmConfigCell, CcmConfigSource, CcmWorkloads};
+use crate::cli::{AuditArgs, CcmConfigSourceMode, KubeMode, OpenShiftPlatformMode, ServeArgs};
 use crate::cluster_config::{CloudConfigSource, ConfigFactCell, ConfigObject, ConfigObjectError};
 use crate::engine::Engine;
 use crate::fact_watcher::FactMetrics;
@@ -146,6 +148,13 @@ pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
     if let Some(component) = &platform {
         component.metrics.register(metrics.registry_mut());
     }
+    let engine = Engine::new(policies);
+    let ccm_config = (args.ccm_config_source == CcmConfigSourceMode::Auto
+        && feeds(&needed, FactId::CcmConfigSource, "--ccm-config-source auto"))
+    .then(|| FactWatcher::ccm_config(&engine));
+    if let Some(component) = &ccm_config {
+        component.metrics.register(metrics.registry_mut());
+    }
     let guard_config = args
         .guard
         .config()
@@ -176,7 +185,10 @@ pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
         ]
         .into_iter()
         .find_map(|(wanted, flag)| wanted.then_some(flag));
-        let wanted = required_by.is_some() || platform.is_some() || releases.mode == KubeMode::Auto;
+        let wanted = required_by.is_some()
+            || platform.is_some()
+            || ccm_config.is_some()
+            || releases.mode == KubeMode::Auto;
         let cluster = match wanted {
             false => None,
             true => match (kube::Client::try_default().await, required_by) {
@@ -213,8 +225,20 @@ pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
                 None
             }
         });
+        let ccm_config = ccm_config.and_then(|component| match cluster.as_ref()? {
+            Ok(client) => Some((component, client.clone())),
+            Err(error) => {
+                tracing::warn!(
+                    target: LOG_TARGET,
+                    %error,
+                    "--ccm-config-source auto without cluster access (in-cluster config or \
+                     kubeconfig): only the named and labelled cloud-config sites are checked"
+                );
+                None
+            }
+        });
 
-        let mut state = AppState::new(Engine::new(policies), metrics);
+        let mut state = AppState::new(engine, metrics);
         if let Some(guard) = guard {
             state = state.with_fact_source(Arc::new(GuardSource::new(guard)));
         }
@@ -225,10 +249,16 @@ pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
         if let Some((component, _)) = &platform {
             state = state.with_fact_source(Arc::clone(&component.source));
         }
+        if let Some((component, _)) = &ccm_config {
+            state = state.with_fact_source(Arc::clone(&component.source));
+        }
         let state = Arc::new(state);
 
         let mut tasks = Tasks::default();
         if let Some((component, client)) = platform {
+            component.start(client, &state, &mut tasks);
+        }
+        if let Some((component, client)) = ccm_config {
             component.start(client, &state, &mut tasks);
         }
         if let Some(component) = cloud_config {
@@ -268,10 +298,11 @@ fn feeds(needed: &[FactId], fact: FactId, flag: &str) -> bool {
     feeds
 }
 
-/// A watched fact (`--cloud-config-object`, `--openshift-platform auto`): the generic fact
-/// watcher ([`crate::fact_watcher`]) keeps the cell its fact source reads current, and a
-/// readiness gate named after the fact (`cloud-config`, `openshift-platform`) holds /readyz
-/// until the first definite answer.
+/// A watched fact (`--cloud-config-object`, `--openshift-platform auto`,
+/// `--ccm-config-source auto`): the generic fact watcher ([`crate::fact_watcher`]) keeps the
+/// cell its fact source reads current, and a readiness gate named after the fact
+/// (`cloud-config`, `openshift-platform`, `ccm-config-source`) holds /readyz until the first
+/// definite answer (a complete list, or a refusal: missing RBAC never wedges readiness).
 struct FactWatcher<W: WatchedFact> {
     fact: W,
     store: Box<dyn Fn(W::Fact) + Send + Sync>,
@@ -297,6 +328,21 @@ impl FactWatcher<Infrastructure> {
         Self {
             fact: Infrastructure,
             source: Arc::new(PlatformSource::new(cell.clone())),
+            store: Box::new(move |fact| cell.set(fact)),
+            metrics: FactMetrics::default(),
+        }
+    }
+}
+
+impl FactWatcher<CcmWorkloads> {
+    /// Recognises CCM containers as the engine's policy set does; the engine's policies do
+    /// not change while the server runs (only its release snapshot is swapped).
+    fn ccm_config(engine: &Engine) -> Self {
+        let params = engine.ccm_marker_params();
+        let cell = CcmConfigCell::default();
+        Self {
+            fact: CcmWorkloads::new(params.ccm_images, params.ccm_args),
+            source: Arc::new(CcmConfigSource::new(cell.clone())),
             store: Box::new(move |fact| cell.set(fact)),
             metrics: FactMetrics::default(),
         }
@@ -474,7 +520,7 @@ mod tests {
 
     use super::{FactId, Tasks, feeds};
     use crate::policy::{Mode, PolicySet};
-    use crate::rules::{lb_guard, ovn_source_ranges};
+    use crate::rules::{Check, lb_guard, ovn_source_ranges};
 
     /// The default policies need every fact, so every flag starts its source; turning a
     /// family's policies off stops its fact from being fed.
@@ -487,7 +533,8 @@ mod tests {
             [
                 FactId::CloudConfig,
                 FactId::Platform,
-                FactId::ControlPlaneLoadBalancer
+                FactId::ControlPlaneLoadBalancer,
+                FactId::CcmConfigSource
             ]
         );
         assert!(feeds(&needed, FactId::CloudConfig, "--cloud-config-object"));
@@ -497,7 +544,7 @@ mod tests {
             }
         }
         let needed = policies.needed_facts();
-        assert_eq!(needed, [FactId::Platform]);
+        assert_eq!(needed, [FactId::Platform, FactId::CcmConfigSource]);
         assert!(!feeds(
             &needed,
             FactId::CloudConfig,
@@ -510,7 +557,19 @@ mod tests {
         ));
         assert!(!policies.family_needs(FactId::CloudConfig));
         policies.sites.sites.retain(|site| !site.other_platforms);
+        assert_eq!(policies.needed_facts(), [FactId::CcmConfigSource]);
+        // What a CCM reads matters only while a cloud-config family judges it.
+        for policy in &mut policies.policies {
+            if matches!(policy.rule.family().check, Check::CloudConfig(_)) {
+                policy.mode = Mode::Off;
+            }
+        }
         assert!(policies.needed_facts().is_empty());
+        assert!(!feeds(
+            &policies.needed_facts(),
+            FactId::CcmConfigSource,
+            "--ccm-config-source auto"
+        ));
     }
 
     /// Stopping the tasks ends every one of them, even one that would run forever: what it

@@ -15,6 +15,7 @@ pub mod admission;
 pub mod admission_policies;
 pub mod audit;
 pub mod budget;
+pub mod ccm_config_watch;
 pub mod check;
 pub mod cli;
 pub mod cloudconf;

@@ -936,6 +936,58 @@ fn webhooks_are_narrow_short_and_fail_as_documented() {
                     let crs = has(&format!("crs-payloads.{verb}.stackgate.dev"));
                     assert_eq!(crs, want_ccm, "{}: crs-payloads {verb} webhook", r.name);
                 }
+                // What CCM workloads read: Secrets and ConfigMaps where CCMs run, only where
+                // ccmConfigSource is on (it needs matchConditions), mutated and validated.
+                let want_reads = r.name == "ccm-config-source";
+                for resource in ["secrets", "configmaps"] {
+                    for verb in ["mutate", "validate"] {
+                        let name = format!("cloud-config-ccm-{resource}.{verb}.stackgate.dev");
+                        assert_eq!(has(&name), want_reads, "{}: {name}", r.name);
+                    }
+                }
+                if want_reads {
+                    for h in hooks
+                        .iter()
+                        .filter(|h| h.name.starts_with("cloud-config-ccm-"))
+                    {
+                        // Kinds of Secret no CCM config is (or three system ConfigMaps),
+                        // then the named sites, which their own webhook sends.
+                        assert_eq!(h.match_conditions, 2, "{}: {}", r.name, h.name);
+                        let keeps_out = if h.name.contains("secrets") {
+                            "'kubernetes.io/service-account-token'"
+                        } else {
+                            "'kube-root-ca.crt'"
+                        };
+                        assert!(
+                            h.expressions[0].contains(keeps_out),
+                            "{}: {}",
+                            r.name,
+                            h.name
+                        );
+                        assert!(
+                            h.expressions[1].starts_with("!(")
+                                && h.expressions[1].contains("request.name == "),
+                            "{}: {}",
+                            r.name,
+                            h.name
+                        );
+                        let namespaces = h
+                            .namespace_selector
+                            .as_ref()
+                            .and_then(|s| s.match_expressions.as_ref())
+                            .into_iter()
+                            .flatten()
+                            .find(|e| e.key == "kubernetes.io/metadata.name" && e.operator == "In")
+                            .and_then(|e| e.values.clone());
+                        assert_eq!(
+                            namespaces,
+                            Some(vec!["kube-system".to_owned()]),
+                            "{}: {} is narrowed to where CCMs run",
+                            r.name,
+                            h.name
+                        );
+                    }
+                }
             }
         }
     }
@@ -1262,6 +1314,7 @@ fn deployment_is_ha_locked_down_and_probed_on_the_admin_port() {
                 | "ovn-source-ranges"
                 | "ovn-source-ranges-kube-1.27"
                 | "openshift-platform"
+                | "ccm-config-source"
         );
         assert_eq!(
             pod.automount_service_account_token,
@@ -1280,6 +1333,12 @@ fn deployment_is_ha_locked_down_and_probed_on_the_admin_port() {
             env_value(c, "STACKGATE_OPENSHIFT_PLATFORM").as_deref(),
             (n == "openshift-platform").then_some("auto"),
             "{n}: STACKGATE_OPENSHIFT_PLATFORM"
+        );
+        // The Deployment and DaemonSet watcher only where its ClusterRole is granted.
+        assert_eq!(
+            env_value(c, "STACKGATE_CCM_CONFIG_SOURCE").as_deref(),
+            (n == "ccm-config-source").then_some("auto"),
+            "{n}: STACKGATE_CCM_CONFIG_SOURCE"
         );
         // The cloud-config object only where its Role is granted.
         let cloud_config = env_value(c, "STACKGATE_CLOUD_CONFIG_OBJECT");
@@ -1534,6 +1593,13 @@ fn rbac_is_least_privilege() {
             }
             "ovn-source-ranges" | "ovn-source-ranges-kube-1.27" => [pair("", "secrets")].into(),
             "openshift-platform" => [pair("config.openshift.io", "infrastructures")].into(),
+            // list and watch only (no get): the watcher never reads one by name.
+            "ccm-config-source" => {
+                for (_, _, verbs) in &rules {
+                    assert_eq!(verbs, &set(&["list", "watch"]), "{}", r.name);
+                }
+                [pair("apps", "deployments"), pair("apps", "daemonsets")].into()
+            }
             _ => BTreeSet::new(),
         };
         assert_eq!(got, want, "{}: RBAC resources", r.name);
@@ -2388,7 +2454,20 @@ fn watched_by(c: &Container, fact: stackgate::facts::FactId) -> Option<stackgate
         FactId::Platform => (env_value(c, "STACKGATE_OPENSHIFT_PLATFORM").as_deref()
             == Some("auto"))
         .then(platform::watch),
-        FactId::ControlPlaneLoadBalancer => None,
+        // Per review, or every object of its resources (`watches_all`).
+        FactId::ControlPlaneLoadBalancer | FactId::CcmConfigSource => None,
+    }
+}
+
+/// Whether a render's Deployment asks `serve` to watch every object of `fact`'s resources
+/// (`STACKGATE_CCM_CONFIG_SOURCE=auto`).
+fn watches_all(c: &Container, fact: stackgate::facts::FactId) -> bool {
+    use stackgate::facts::FactId;
+    match fact {
+        FactId::CcmConfigSource => {
+            env_value(c, "STACKGATE_CCM_CONFIG_SOURCE").as_deref() == Some("auto")
+        }
+        FactId::CloudConfig | FactId::Platform | FactId::ControlPlaneLoadBalancer => false,
     }
 }
 
@@ -2414,7 +2493,14 @@ fn rbac_grants_every_watched_fact_an_enabled_default_policy_needs() {
         watched_facts.contains(&FactId::CloudConfig) && watched_facts.contains(&FactId::Platform),
         "{watched_facts:?}"
     );
+    let watched_all: Vec<FactId> = needed
+        .iter()
+        .copied()
+        .filter(|fact| matches!(fact.feed(), Feed::WatchedAll(_)))
+        .collect();
+    assert_eq!(watched_all, [FactId::CcmConfigSource]);
     let mut exercised = BTreeSet::new();
+    let mut exercised_all = BTreeSet::new();
     for r in &renders {
         let Some(deployment) = r.maybe_one::<Deployment>("Deployment") else {
             continue;
@@ -2516,7 +2602,57 @@ fn rbac_grants_every_watched_fact_an_enabled_default_policy_needs() {
                 r.name, watch.resource.plural, watch.resource.group, watch.name, watch.namespace
             );
         }
+        // A fact over every object of its resources: a bound ClusterRole grants list and
+        // watch on each, cluster-wide, without resourceNames (a list with resourceNames would
+        // be refused: the objects are not selected by name).
+        for fact in &watched_all {
+            if !watches_all(c, *fact) {
+                continue;
+            }
+            let Feed::WatchedAll(resources) = fact.feed() else {
+                unreachable!("filtered above");
+            };
+            exercised_all.insert(*fact);
+            for resource in resources {
+                let grants = |rule: &PolicyRule| {
+                    let verbs: BTreeSet<&str> = rule.verbs.iter().map(String::as_str).collect();
+                    rule.api_groups
+                        .iter()
+                        .flatten()
+                        .any(|g| g == resource.group)
+                        && rule
+                            .resources
+                            .iter()
+                            .flatten()
+                            .any(|res| res == resource.plural)
+                        && rule.resource_names.as_ref().is_none_or(Vec::is_empty)
+                        && ["list", "watch"].iter().all(|v| verbs.contains(v))
+                };
+                let granted = r
+                    .typed::<ClusterRole>("ClusterRole")
+                    .into_iter()
+                    .filter(|role| role.rules.iter().flatten().any(grants))
+                    .any(|role| {
+                        bound(
+                            "ClusterRole",
+                            role.metadata.name.as_deref().unwrap_or(""),
+                            None,
+                        )
+                    });
+                assert!(
+                    granted,
+                    "{}: the {fact} fact lists and watches every {}.{}, but no ClusterRole \
+                     bound to the ServiceAccount {sa} grants list and watch on them",
+                    r.name, resource.plural, resource.group
+                );
+            }
+        }
     }
+    assert_eq!(
+        exercised_all.into_iter().collect::<Vec<_>>(),
+        watched_all,
+        "a fact over every object of a resource that no render feeds"
+    );
     // Not vacuous: some render feeds each watched fact.
     assert_eq!(
         exercised.into_iter().collect::<Vec<_>>(),

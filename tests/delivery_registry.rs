@@ -17,7 +17,9 @@ use stackgate::admission::{self, Webhook};
 use stackgate::audit;
 use stackgate::check::{self, CheckOptions};
 use stackgate::cli::CheckArgs;
-use stackgate::engine::{CODE_UNSEEN, Engine, Subject};
+use stackgate::engine::{CODE_UNSEEN, Engine, Facts, Subject};
+use stackgate::facts::ccm_config::CcmConfigReads;
+use stackgate::facts::ccm_workload::CcmMarkers;
 use stackgate::metrics::Metrics;
 use stackgate::policy::PolicySet;
 use stackgate::sites::delivery::{Audit, REGISTRY, UnseenAt};
@@ -120,6 +122,13 @@ fn samples() -> Vec<(&'static str, Value)> {
             "stringData": {"cloud.conf": "[Global]\nregion = r\n"}}),
         ),
         (
+            // Read by the DaemonSet of `ccm_reader()`; no site names it.
+            "Whatever a CCM workload mounts as `--cloud-config`",
+            json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "occm-cloud-config", "namespace": "kube-system"},
+            "stringData": {"cloud.conf": "[Global]\nregion = r\n"}}),
+        ),
+        (
             "Labelled values ConfigMap / Secret",
             json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "occm-values", "namespace": "kube-system",
@@ -217,6 +226,32 @@ fn samples() -> Vec<(&'static str, Value)> {
     ]
 }
 
+/// The facts a face has for `path`'s sample: for the CCM-read path, the `CcmConfigSource`
+/// fact of a DaemonSet whose CCM reads the sample Secret (the chart's shape with
+/// `secret.name: occm-cloud-config`); none for the others.
+fn facts_for(engine: &Engine, path: &str) -> Facts {
+    if !path.contains("CCM workload") {
+        return Facts::default();
+    }
+    let daemonset: kube::core::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": "openstack-cloud-controller-manager", "namespace": "kube-system"},
+        "spec": {"template": {"spec": {
+            "containers": [{"name": "occm",
+                "image": "registry.k8s.io/provider-os/openstack-cloud-controller-manager:v1.31.0",
+                "args": ["--cloud-config=/etc/config/cloud.conf"],
+                "volumeMounts": [{"name": "cfg", "mountPath": "/etc/config"}]}],
+            "volumes": [{"name": "cfg", "secret": {"secretName": "occm-cloud-config"}}]}}}
+    }))
+    .expect("DaemonSet");
+    let gvk = kube::core::GroupVersionKind::gvk("apps", "v1", "DaemonSet");
+    let params = engine.ccm_marker_params();
+    let markers = CcmMarkers::new(&params.ccm_images, &params.ccm_args);
+    let mut reads = CcmConfigReads::default();
+    reads.add_workload(&gvk, &daemonset, &markers);
+    Facts::of_ccm_reads(std::sync::Arc::new(reads))
+}
+
 fn gvk_of(object: &Value) -> kube::core::GroupVersionKind {
     let api_version = object["apiVersion"].as_str().unwrap_or_default();
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
@@ -242,7 +277,10 @@ fn check_recognises_every_delivery_path_of_the_registry() {
         );
         let dynamic: kube::core::DynamicObject =
             serde_json::from_value(object.clone()).expect("object");
-        let verdict = engine.evaluate(&Subject::create(&gvk, &dynamic));
+        let verdict = engine.evaluate_with(
+            &Subject::create(&gvk, &dynamic),
+            &facts_for(&engine, path.name),
+        );
         // A site is found: the serial rule speaks (warns, patches) or an unseen warning says
         // what cannot be seen.
         let said: Vec<String> = verdict

@@ -68,6 +68,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "check",
             "cluster_config",
             "platform",
+            "ccm_config_watch",
             "fact_watcher",
             "guard",
             "audit",

@@ -32,7 +32,7 @@ pub use audit::{AuditArgs, BackgroundAuditArgs};
 pub use check::CheckArgs;
 pub use explain::ExplainArgs;
 pub use guard::{GuardArgs, Switch};
-pub use serve::{KubeMode, OpenShiftPlatformMode, ServeArgs};
+pub use serve::{CcmConfigSourceMode, KubeMode, OpenShiftPlatformMode, ServeArgs};
 
 /// stackgate: admission webhook and GitOps checker for OpenStack on Kubernetes.
 #[derive(Debug, Parser)]

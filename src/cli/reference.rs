@@ -201,6 +201,10 @@ fn families_without_samples() -> BTreeMap<&'static str, (String, Vec<String>)> {
         Counter::<u64>::default,
         crate::platform::watcher::SyncLabels { outcome: "" },
     );
+    let ccm_config_source_syncs = family_of(
+        Counter::<u64>::default,
+        crate::fact_watcher::SyncLabels { outcome: "" },
+    );
     let release_syncs = family_of(
         Counter::<u64>::default,
         crate::releases::metrics::SyncLabels { outcome: "" },
@@ -285,6 +289,7 @@ fn families_without_samples() -> BTreeMap<&'static str, (String, Vec<String>)> {
         ("release_unparsable_annotations", annotation()),
         ("cloud_config_syncs", cloud_config_syncs),
         ("openshift_platform_syncs", platform_syncs),
+        ("ccm_config_source_syncs", ccm_config_source_syncs),
         (
             "lb_guard_decisions",
             family_of(Counter::<u64>::default, DecisionLabels { outcome: "" }),
@@ -444,6 +449,9 @@ fn every_metric() -> Vec<(Described, &'static str)> {
     add(&mut metrics, "`--cloud-config-object`");
     PlatformMetrics::default().register(metrics.registry_mut());
     add(&mut metrics, "`--openshift-platform auto`");
+    crate::fact_watcher::FactMetrics::<crate::facts::ccm_workloads::CcmWorkloads>::default()
+        .register(metrics.registry_mut());
+    add(&mut metrics, "`--ccm-config-source auto`");
     GuardMetrics::default().register(metrics.registry_mut());
     add(&mut metrics, "`--lb-guard on`");
     AuditMetrics::default().register(metrics.registry_mut());

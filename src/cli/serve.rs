@@ -154,6 +154,18 @@ pub struct ServeArgs {
         default_value = "off"
     )]
     pub openshift_platform: OpenShiftPlatformMode,
+    /// Cloud configs found from the CCM's own pod spec: `auto` lists and watches every
+    /// Deployment and DaemonSet (needs list and watch on deployments and daemonsets in
+    /// group apps, cluster-wide), and judges the Secret and ConfigMap keys their OpenStack CCM
+    /// containers read as `--cloud-config` as cloud-config sites, whatever their names; holds
+    /// /readyz until the first list. `off`: only the named and labelled sites.
+    #[arg(
+        long,
+        env = "STACKGATE_CCM_CONFIG_SOURCE",
+        value_enum,
+        default_value = "off"
+    )]
+    pub ccm_config_source: CcmConfigSourceMode,
     /// Control-plane load-balancer guard (`--lb-guard`, `--openstack-timeout`,
     /// `--octavia-cache-ttl`).
     #[command(flatten)]
@@ -179,6 +191,15 @@ pub enum OpenShiftPlatformMode {
     /// Watch the OpenShift `Infrastructure` object when cluster access is configured.
     Auto,
     /// Decide from the cloud config's content alone.
+    Off,
+}
+
+/// `--ccm-config-source`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CcmConfigSourceMode {
+    /// Watch Deployments and DaemonSets when cluster access is configured.
+    Auto,
+    /// Only the named and labelled sites.
     Off,
 }
 
@@ -223,6 +244,7 @@ impl From<&ServeArgs> for ServerConfig {
             cloud_config_object: _,
             cloud_config_key: _,
             openshift_platform: _,
+            ccm_config_source: _,
             guard: _,
             background_audit: _,
         } = args;
@@ -316,6 +338,7 @@ mod tests {
         assert_eq!(args.cloud_config_key, crate::cluster_config::DEFAULT_KEY);
         assert_eq!(args.cloud_config(), Ok(None));
         assert_eq!(args.openshift_platform, OpenShiftPlatformMode::Off);
+        assert_eq!(args.ccm_config_source, CcmConfigSourceMode::Off);
         assert_eq!(args.kube, KubeMode::Auto);
         assert_eq!(args.policy.policies, None);
         // The whole conversion: no flag given is the server's own default.

@@ -13,10 +13,9 @@ pub mod watcher;
 
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
-
 use crate::admission::{FactSource, Gather, KnownFacts, Webhook, body_mentions};
 use crate::engine::{Engine, Facts};
+use crate::fact_watcher::FactCell;
 use crate::facts::FactId;
 pub use crate::facts::cloud_config::{
     CloudConfigFact, ConfigObject, ConfigObjectError, DEFAULT_KEY, LbSettings,
@@ -24,23 +23,12 @@ pub use crate::facts::cloud_config::{
 
 /// The current cloud-config fact, shared by the watcher (writer) and the fact source
 /// (readers). Starts as unavailable ("not read yet").
-#[derive(Debug, Clone)]
-pub struct ConfigFactCell(Arc<ArcSwap<CloudConfigFact>>);
+pub type ConfigFactCell = FactCell<CloudConfigFact>;
 
-impl ConfigFactCell {
+impl FactCell<CloudConfigFact> {
     /// A cell for `object`, not read yet.
     pub fn new(object: &ConfigObject) -> Self {
-        ConfigFactCell(Arc::new(ArcSwap::from_pointee(object.not_read_yet())))
-    }
-
-    /// The current fact.
-    pub fn get(&self) -> Arc<CloudConfigFact> {
-        self.0.load_full()
-    }
-
-    /// Replaces the fact.
-    pub fn set(&self, fact: CloudConfigFact) {
-        self.0.store(Arc::new(fact));
+        FactCell::holding(object.not_read_yet())
     }
 }
 

@@ -1,20 +1,25 @@
 //! `serve`'s one watcher for every watched fact ([`crate::facts::WatchedFact`]): lists and
-//! watches the one object the fact describes and keeps the reduced fact current.
+//! watches what the fact describes ([`crate::facts::Target`]: one object by name, or every
+//! object of a resource) and keeps the reduced fact current in a [`FactCell`].
 //!
-//! * List and watch with the field selector `metadata.name=<name>` (in the object's namespace,
-//!   or cluster-wide for a cluster-scoped object), so the ServiceAccount needs `get`, `list`
-//!   and `watch` on that one object only (RBAC `resourceNames`).
-//! * Every version is reduced at once ([`WatchedFact::reduce`]); the object is never kept or
-//!   logged.
-//! * A complete list without the object, or its deletion, makes the fact
-//!   [`WatchedFact::absent`] (the families then say they cannot see it; they never guess).
+//! * One object: list and watch with the field selector `metadata.name=<name>` (in the
+//!   object's namespace, or cluster-wide for a cluster-scoped object), so the ServiceAccount
+//!   needs `get`, `list` and `watch` on that one object only (RBAC `resourceNames`).
+//! * Every object of a resource: list (in pages of [`LIST_PAGE_SIZE`]) and watch
+//!   cluster-wide; RBAC grants `list` and `watch` on the resource.
+//! * Every version is folded into its target's state at once ([`WatchedFact::apply`]); the
+//!   object is never kept or logged, so the watcher holds at most one list page of objects.
+//!   A relist builds a fresh state and replaces the old one when complete.
+//! * The fact is stored once every target has been listed completely, and then whenever a
+//!   state changes. A complete list without the object, or its deletion, makes a one-object
+//!   fact absent (the families then say they cannot see it; they never guess).
 //! * A 401/403 makes the fact [`WatchedFact::refused`] and is logged once (at error or warn,
 //!   as the fact says) and retried with kube-runtime's default backoff. A 404 ends the watch
 //!   when the fact says the API may not be served ([`WatchedFact::not_served`]: nothing is
 //!   retried on a cluster without the API). Other errors (API server away) keep the last
 //!   fact and are retried.
-//! * `on_first` runs after the first definite answer (a complete list, a refusal or a 404),
-//!   so a missing permission never holds readiness: the families then only warn.
+//! * `on_first` runs after the first definite answer (every target listed, a refusal or a
+//!   404), so a missing permission never holds readiness: the families then only warn.
 //!
 //! Metrics, per fact: `stackgate_<stem>_syncs_total{outcome}` (`list`, `event`, `deleted`,
 //! `forbidden`, `absent`, `error`) and `stackgate_<stem>_known` (1 while the fact is known).
@@ -23,7 +28,11 @@ use std::marker::PhantomData;
 use std::pin::pin;
 use std::sync::atomic::AtomicI64;
 
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -33,7 +42,39 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::facts::WatchedFact;
+use crate::facts::{Target, WatchedFact};
+
+/// Objects per page of a cluster-wide list: the watcher holds at most one page of objects at
+/// a time (kube-runtime's default is 500; a Deployment can be tens of KiB).
+pub const LIST_PAGE_SIZE: u32 = 100;
+
+/// The current value of a watched fact, shared by the watcher (writer) and its fact source
+/// (readers, on the request path: one atomic load). Cheap to clone.
+#[derive(Debug)]
+pub struct FactCell<T>(Arc<ArcSwap<T>>);
+
+impl<T> Clone for FactCell<T> {
+    fn clone(&self) -> Self {
+        FactCell(Arc::clone(&self.0))
+    }
+}
+
+impl<T> FactCell<T> {
+    /// A cell holding `initial` (what the fact is before the watcher's first answer).
+    pub fn holding(initial: T) -> Self {
+        FactCell(Arc::new(ArcSwap::from_pointee(initial)))
+    }
+
+    /// The current fact.
+    pub fn get(&self) -> Arc<T> {
+        self.0.load_full()
+    }
+
+    /// Replaces the fact.
+    pub fn set(&self, fact: T) {
+        self.0.store(Arc::new(fact));
+    }
+}
 
 /// Labels of `stackgate_<stem>_syncs_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -116,43 +157,60 @@ pub async fn run<W, S, F>(
     S: Fn(W::Fact) + Send,
     F: FnOnce() + Send + 'static,
 {
-    let watch = fact.watch();
-    let resource = ApiResource::from_gvk_with_plural(&watch.resource.gvk(), watch.resource.plural);
-    let api: Api<DynamicObject> = match &watch.namespace {
-        Some(namespace) => Api::namespaced_with(client, namespace, &resource),
-        None => Api::all_with(client, &resource),
-    };
-    let config = watcher::Config::default().fields(&watch.field_selector());
-    let stream = watcher::watcher(api, config).default_backoff();
-    let mut stream = pin!(stream);
+    let targets = fact.targets();
+    let streams: Vec<BoxStream<'static, (usize, WatchItem)>> = targets
+        .iter()
+        .enumerate()
+        .map(|(index, target)| {
+            stream_of(client.clone(), target)
+                .map(move |item| (index, item))
+                .boxed()
+        })
+        .collect();
+    let mut stream = pin!(futures::stream::select_all(streams));
     let mut on_first = Some(on_first);
-    let mut listed: Option<W::Fact> = None;
+    let mut states: Vec<W::State> = targets.iter().map(|_| W::State::default()).collect();
+    // A relist in progress builds a fresh state; the old one serves until it is complete.
+    let mut relisting: Vec<Option<W::State>> = targets.iter().map(|_| None).collect();
+    let mut listed = vec![false; targets.len()];
     let mut refused_logged = false;
     let label = W::LOG_LABEL;
     let object = fact.describe();
-    while let Some(item) = stream.next().await {
+    while let Some((index, item)) = stream.next().await {
+        let resource = targets[index].resource();
         match item {
-            Ok(Event::Init) => listed = None,
-            Ok(Event::InitApply(o)) => listed = Some(fact.reduce(&o)),
+            Ok(Event::Init) => relisting[index] = Some(W::State::default()),
+            Ok(Event::InitApply(o)) => {
+                let state = relisting[index].get_or_insert_with(W::State::default);
+                fact.apply(resource, state, &o);
+            }
             Ok(Event::InitDone) => {
                 metrics.sync("list");
                 refused_logged = false;
-                let current = listed.take().unwrap_or_else(|| fact.absent());
-                tracing::info!(%object, known = W::is_known(&current), "{label}: listed");
-                metrics.set(&store, current);
-                if let Some(first) = on_first.take() {
-                    first();
+                states[index] = relisting[index].take().unwrap_or_default();
+                listed[index] = true;
+                if listed.iter().all(|l| *l) {
+                    let current = fact.fact(&states);
+                    tracing::info!(%object, known = W::is_known(&current), "{label}: listed");
+                    metrics.set(&store, current);
+                    if let Some(first) = on_first.take() {
+                        first();
+                    }
                 }
             }
             Ok(Event::Apply(o)) => {
                 metrics.sync("event");
-                tracing::info!(%object, "{label}: changed");
-                metrics.set(&store, fact.reduce(&o));
+                if fact.apply(resource, &mut states[index], &o) && listed.iter().all(|l| *l) {
+                    tracing::info!(%object, "{label}: changed");
+                    metrics.set(&store, fact.fact(&states));
+                }
             }
-            Ok(Event::Delete(_)) => {
+            Ok(Event::Delete(o)) => {
                 metrics.sync("deleted");
-                tracing::warn!(%object, "{label}: deleted");
-                metrics.set(&store, fact.absent());
+                if fact.delete(resource, &mut states[index], &o) && listed.iter().all(|l| *l) {
+                    tracing::warn!(%object, "{label}: deleted");
+                    metrics.set(&store, fact.fact(&states));
+                }
             }
             Err(error) => match (status_code(&error), fact.not_served()) {
                 (Some(404), Some(unserved)) => {
@@ -160,8 +218,8 @@ pub async fn run<W, S, F>(
                     tracing::info!(
                         %object,
                         "{label}: the API server does not serve {}.{}; {}",
-                        watch.resource.plural,
-                        watch.resource.group,
+                        resource.plural,
+                        resource.group,
                         W::WITHOUT
                     );
                     metrics.set(&store, unserved);
@@ -172,23 +230,27 @@ pub async fn run<W, S, F>(
                 }
                 (Some(code @ (401 | 403)), _) => {
                     metrics.sync("forbidden");
+                    // Until this target is listed again, the fact is the refusal: events of
+                    // the other targets do not replace it with a partial one.
+                    listed[index] = false;
                     if !refused_logged {
                         let without = W::WITHOUT;
+                        let plural = resource.plural;
                         if W::REFUSAL_IS_ERROR {
                             tracing::error!(
                                 code,
                                 %object,
-                                "{label}: the API server refuses to list or watch it; grant \
-                                 get, list and watch on it to stackgate's ServiceAccount; \
-                                 {without}; retrying"
+                                "{label}: the API server refuses to list or watch {plural}; \
+                                 grant get, list and watch on it to stackgate's \
+                                 ServiceAccount; {without}; retrying"
                             );
                         } else {
                             tracing::warn!(
                                 code,
                                 %object,
-                                "{label}: the API server refuses to list or watch it; grant \
-                                 get, list and watch on it to stackgate's ServiceAccount; \
-                                 {without}; retrying"
+                                "{label}: the API server refuses to list or watch {plural}; \
+                                 grant get, list and watch on it to stackgate's \
+                                 ServiceAccount; {without}; retrying"
                             );
                         }
                         refused_logged = true;
@@ -205,6 +267,27 @@ pub async fn run<W, S, F>(
             },
         }
     }
+}
+
+/// One item of a target's watch stream.
+type WatchItem = Result<Event<DynamicObject>, watcher::Error>;
+
+/// The watch stream of one target, with kube-runtime's default backoff.
+fn stream_of(
+    client: kube::Client,
+    target: &Target,
+) -> impl futures::Stream<Item = WatchItem> + Send + 'static {
+    let resource = target.resource();
+    let api_resource = ApiResource::from_gvk_with_plural(&resource.gvk(), resource.plural);
+    let api: Api<DynamicObject> = match target.namespace() {
+        Some(namespace) => Api::namespaced_with(client, namespace, &api_resource),
+        None => Api::all_with(client, &api_resource),
+    };
+    let config = match target.field_selector() {
+        Some(selector) => watcher::Config::default().fields(&selector),
+        None => watcher::Config::default().page_size(LIST_PAGE_SIZE),
+    };
+    watcher::watcher(api, config).default_backoff()
 }
 
 /// The HTTP status of an API error that started the list or the watch.

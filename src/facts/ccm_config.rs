@@ -763,6 +763,27 @@ impl CcmConfigReads {
     pub fn is_empty(&self) -> bool {
         self.by_workload.is_empty()
     }
+
+    /// What `workload` is kept as reading, None when it is not kept.
+    pub fn workload(&self, workload: &WorkloadKey) -> Option<&[Read]> {
+        self.by_workload.get(workload).map(Vec::as_slice)
+    }
+
+    /// Adds every workload `other` keeps, under the same [`MAX_READS`] (a watcher keeps one
+    /// fact per listed resource and hands reviews their union); `other`'s dropped workloads
+    /// stay counted as dropped.
+    pub fn extend(&mut self, other: &CcmConfigReads) {
+        self.dropped += other.dropped;
+        for (key, reads) in &other.by_workload {
+            self.remove(key);
+            if self.kept + reads.len() > MAX_READS {
+                self.dropped += 1;
+            } else {
+                self.kept += reads.len();
+                self.by_workload.insert(key.clone(), reads.clone());
+            }
+        }
+    }
 }
 
 #[cfg(test)]

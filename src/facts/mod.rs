@@ -18,6 +18,7 @@
 
 pub mod ccm_config;
 pub mod ccm_workload;
+pub mod ccm_workloads;
 pub mod cloud_config;
 pub mod platform;
 
@@ -38,6 +39,9 @@ pub enum FactId {
     /// The state of a control-plane Machine's API load balancer, gathered per Machine DELETE
     /// with IO (Kubernetes, Keystone, Octavia) by the load-balancer guard.
     ControlPlaneLoadBalancer,
+    /// Which Secret and ConfigMap keys the cluster's CCM containers read as their cloud
+    /// config ([`ccm_config`]), from every Deployment and DaemonSet ([`ccm_workloads`]).
+    CcmConfigSource,
 }
 
 impl FactId {
@@ -46,6 +50,7 @@ impl FactId {
         FactId::CloudConfig,
         FactId::Platform,
         FactId::ControlPlaneLoadBalancer,
+        FactId::CcmConfigSource,
     ];
 
     /// Kebab-case name, for logs and documentation.
@@ -54,6 +59,7 @@ impl FactId {
             FactId::CloudConfig => "cloud-config",
             FactId::Platform => "openshift-platform",
             FactId::ControlPlaneLoadBalancer => "control-plane-load-balancer",
+            FactId::CcmConfigSource => "ccm-config-source",
         }
     }
 
@@ -65,6 +71,9 @@ impl FactId {
             }
             FactId::Platform => Feed::Watched(&[platform::INFRASTRUCTURES]),
             FactId::ControlPlaneLoadBalancer => Feed::PerReview,
+            FactId::CcmConfigSource => {
+                Feed::WatchedAll(&[ccm_workloads::DEPLOYMENTS, ccm_workloads::DAEMONSETS])
+            }
         }
     }
 }
@@ -82,6 +91,10 @@ pub enum Feed {
     /// object, can depend on configuration, e.g. `--cloud-config-object`): `serve` needs
     /// `get`, `list` and `watch` on it.
     Watched(&'static [Resource]),
+    /// Kept current by listing and watching every object of each of these resources,
+    /// cluster-wide: `serve` needs `list` and `watch` on them, with no `resourceNames` (the
+    /// objects that matter cannot be named in advance).
+    WatchedAll(&'static [Resource]),
     /// Gathered with IO for each review that needs it, under the review's deadline.
     PerReview,
 }
@@ -123,6 +136,42 @@ impl Watch {
     /// The field selector that selects the one object.
     pub fn field_selector(&self) -> String {
         format!("metadata.name={}", self.name)
+    }
+}
+
+/// What a watched fact lists and watches: one object by name ([`Watch`]), or every object of
+/// a resource in the cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// One object, selected by name.
+    Object(Watch),
+    /// Every object of the resource, in every namespace.
+    All(Resource),
+}
+
+impl Target {
+    /// The resource listed.
+    pub fn resource(&self) -> &Resource {
+        match self {
+            Target::Object(watch) => &watch.resource,
+            Target::All(resource) => resource,
+        }
+    }
+
+    /// The namespace listed, None when cluster-wide (or the object is cluster-scoped).
+    pub fn namespace(&self) -> Option<&str> {
+        match self {
+            Target::Object(watch) => watch.namespace.as_deref(),
+            Target::All(_) => None,
+        }
+    }
+
+    /// The field selector of the list and watch, None when every object is listed.
+    pub fn field_selector(&self) -> Option<String> {
+        match self {
+            Target::Object(watch) => Some(watch.field_selector()),
+            Target::All(_) => None,
+        }
     }
 }
 
@@ -181,12 +230,17 @@ impl Collector {
 /// One reduced fact, typed by its id (each fact's file names its type).
 pub type Reduced = (FactId, Arc<dyn Any + Send + Sync>);
 
-/// A fact kept current by watching one object ([`Watch`]): everything the generic watcher
-/// of `serve` needs to know about it, as data and pure functions. The watcher lists and
-/// watches the object, hands each version to [`WatchedFact::reduce`] and stores the result.
+/// A fact kept current by watching objects ([`Target`]: one by name, or every object of a
+/// resource): everything the generic watcher of `serve` needs to know about it, as data and
+/// pure functions. The watcher lists and watches each target, folds each object into that
+/// target's [`WatchedFact::State`] at once (the object itself is never kept) and stores
+/// [`WatchedFact::fact`] of the states.
 pub trait WatchedFact: Send + Sync + 'static {
     /// The fact.
     type Fact: Clone + std::fmt::Debug + Send + Sync + 'static;
+    /// What is kept of one target's objects between events (a reduced value, never an
+    /// object): `Default` is "nothing listed".
+    type State: Default + Send + 'static;
     /// Which fact it is.
     const ID: FactId;
     /// The stem of the watcher's metrics: `stackgate_<stem>_syncs_total{outcome}` and
@@ -206,15 +260,19 @@ pub trait WatchedFact: Send + Sync + 'static {
     /// family only warning) rather than at warn.
     const REFUSAL_IS_ERROR: bool;
 
-    /// The object to watch.
-    fn watch(&self) -> Watch;
-    /// The object, for log lines (never its content).
+    /// What to list and watch, each with a state of its own.
+    fn targets(&self) -> Vec<Target>;
+    /// What is watched, for log lines (never its content).
     fn describe(&self) -> String;
-    /// The fact one stored version of the object gives.
-    fn reduce(&self, object: &DynamicObject) -> Self::Fact;
-    /// The fact when a complete list does not hold the object, or it was deleted.
-    fn absent(&self) -> Self::Fact;
-    /// The fact when the API server refuses to show the object (HTTP `code`).
+    /// Folds one stored version of an object of `resource` into `state`; whether the state
+    /// changed (an unchanged state is not stored again).
+    fn apply(&self, resource: &Resource, state: &mut Self::State, object: &DynamicObject) -> bool;
+    /// Removes a deleted object of `resource` from `state`; whether the state changed.
+    fn delete(&self, resource: &Resource, state: &mut Self::State, object: &DynamicObject) -> bool;
+    /// The fact the states of every target give (in [`WatchedFact::targets`] order), once
+    /// each has been listed completely.
+    fn fact(&self, states: &[Self::State]) -> Self::Fact;
+    /// The fact when the API server refuses to show the objects (HTTP `code`).
     fn refused(&self, code: u16) -> Self::Fact;
     /// The fact when the API server does not serve the resource at all (404 on list or
     /// watch); the watch then ends. None: a 404 is an error like any other, retried.
@@ -225,8 +283,18 @@ pub trait WatchedFact: Send + Sync + 'static {
     fn is_known(fact: &Self::Fact) -> bool;
 }
 
+/// The fact of a one-object watch: the object's reduced version, or `absent` when the list
+/// did not hold it or it was deleted.
+fn one_object<F: Clone>(states: &[Option<F>], absent: impl FnOnce() -> F) -> F {
+    states
+        .first()
+        .and_then(Option::clone)
+        .unwrap_or_else(absent)
+}
+
 impl WatchedFact for cloud_config::ConfigObject {
     type Fact = cloud_config::CloudConfigFact;
+    type State = Option<Self::Fact>;
     const ID: FactId = FactId::CloudConfig;
     const METRICS: &'static str = "cloud_config";
     const SYNCS_HELP: &'static str =
@@ -238,17 +306,22 @@ impl WatchedFact for cloud_config::ConfigObject {
     const WITHOUT: &'static str = "rules that need it warn that they cannot see it";
     const REFUSAL_IS_ERROR: bool = true;
 
-    fn watch(&self) -> Watch {
-        cloud_config::ConfigObject::watch(self)
+    fn targets(&self) -> Vec<Target> {
+        vec![Target::Object(cloud_config::ConfigObject::watch(self))]
     }
     fn describe(&self) -> String {
         cloud_config::ConfigObject::describe(self)
     }
-    fn reduce(&self, object: &DynamicObject) -> Self::Fact {
-        self.fact_of(object)
+    fn apply(&self, _: &Resource, state: &mut Self::State, object: &DynamicObject) -> bool {
+        *state = Some(self.fact_of(object));
+        true
     }
-    fn absent(&self) -> Self::Fact {
-        cloud_config::ConfigObject::absent(self)
+    fn delete(&self, _: &Resource, state: &mut Self::State, _: &DynamicObject) -> bool {
+        *state = None;
+        true
+    }
+    fn fact(&self, states: &[Self::State]) -> Self::Fact {
+        one_object(states, || cloud_config::ConfigObject::absent(self))
     }
     fn refused(&self, code: u16) -> Self::Fact {
         cloud_config::ConfigObject::refused(self, code)
@@ -260,6 +333,7 @@ impl WatchedFact for cloud_config::ConfigObject {
 
 impl WatchedFact for platform::Infrastructure {
     type Fact = platform::PlatformFact;
+    type State = Option<Self::Fact>;
     const ID: FactId = FactId::Platform;
     const METRICS: &'static str = "openshift_platform";
     const SYNCS_HELP: &'static str = "OpenShift Infrastructure watcher outcomes: lists, events, \
@@ -271,17 +345,24 @@ impl WatchedFact for platform::Infrastructure {
     const WITHOUT: &'static str = "cloud configs are judged by their content alone";
     const REFUSAL_IS_ERROR: bool = false;
 
-    fn watch(&self) -> Watch {
-        platform::watch()
+    fn targets(&self) -> Vec<Target> {
+        vec![Target::Object(platform::watch())]
     }
     fn describe(&self) -> String {
         format!("Infrastructure {}", platform::INFRASTRUCTURE_NAME)
     }
-    fn reduce(&self, object: &DynamicObject) -> Self::Fact {
-        platform::PlatformFact::of_infrastructure(object)
+    fn apply(&self, _: &Resource, state: &mut Self::State, object: &DynamicObject) -> bool {
+        *state = Some(platform::PlatformFact::of_infrastructure(object));
+        true
     }
-    fn absent(&self) -> Self::Fact {
-        platform::PlatformFact::Unknown("Infrastructure cluster does not exist".to_owned())
+    fn delete(&self, _: &Resource, state: &mut Self::State, _: &DynamicObject) -> bool {
+        *state = None;
+        true
+    }
+    fn fact(&self, states: &[Self::State]) -> Self::Fact {
+        one_object(states, || {
+            platform::PlatformFact::Unknown("Infrastructure cluster does not exist".to_owned())
+        })
     }
     fn refused(&self, code: u16) -> Self::Fact {
         platform::PlatformFact::Unknown(format!(

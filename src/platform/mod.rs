@@ -16,34 +16,20 @@ pub mod watcher;
 
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
-
 use crate::admission::{FactSource, Gather, KnownFacts, Webhook, body_mentions};
 use crate::engine::{Engine, Facts};
+use crate::fact_watcher::FactCell;
 pub use crate::facts::platform::{INFRASTRUCTURE_NAME, PlatformFact};
 
 /// The current platform fact, shared by the watcher (writer) and the fact source (readers).
 /// Starts unknown ("not read yet").
-#[derive(Debug, Clone)]
-pub struct PlatformCell(Arc<ArcSwap<PlatformFact>>);
+pub type PlatformCell = FactCell<PlatformFact>;
 
-impl Default for PlatformCell {
+impl Default for FactCell<PlatformFact> {
     fn default() -> Self {
-        PlatformCell(Arc::new(ArcSwap::from_pointee(PlatformFact::Unknown(
+        FactCell::holding(PlatformFact::Unknown(
             "Infrastructure cluster has not been read yet".to_owned(),
-        ))))
-    }
-}
-
-impl PlatformCell {
-    /// The current fact.
-    pub fn get(&self) -> Arc<PlatformFact> {
-        self.0.load_full()
-    }
-
-    /// Replaces the fact.
-    pub fn set(&self, fact: PlatformFact) {
-        self.0.store(Arc::new(fact));
+        ))
     }
 }
 

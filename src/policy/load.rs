@@ -211,7 +211,8 @@ impl PolicySet {
 
     /// The facts about the cluster this set needs, in [`FactId`] order: those the families of
     /// its enabled policies declare ([`crate::rules::Family::facts`]), and the platform when
-    /// a site is shared with other platforms (`otherPlatforms`). Each face feeds only these.
+    /// a site is shared with other platforms (`otherPlatforms`), and what CCM workloads read
+    /// when a cloud-config family is enabled. Each face feeds only these.
     pub fn needed_facts(&self) -> Vec<FactId> {
         let mut needed: BTreeSet<FactId> = self
             .policies
@@ -221,6 +222,14 @@ impl PolicySet {
             .collect();
         if self.sites.sites.iter().any(|site| site.other_platforms) {
             needed.insert(FactId::Platform);
+        }
+        // The keys a CCM reads are cloud-config sites: any enabled cloud-config family judges
+        // them.
+        if self.policies.iter().any(|p| {
+            p.mode != super::Mode::Off
+                && matches!(p.rule.family().check, crate::rules::Check::CloudConfig(_))
+        }) {
+            needed.insert(FactId::CcmConfigSource);
         }
         needed.into_iter().collect()
     }

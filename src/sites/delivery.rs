@@ -181,6 +181,26 @@ pub const REGISTRY: &[DeliveryPath] = &[
         reader: "src/sites/object_data.rs",
     },
     DeliveryPath {
+        name: "Whatever a CCM workload mounts as `--cloud-config`",
+        group: "",
+        versions: V1,
+        kinds: &["ConfigMap", "Secret"],
+        recognised_by: "a Deployment or DaemonSet whose OpenStack CCM container reads the key as its `--cloud-config` (the `CcmConfigSource` fact: env and `$(VAR)` expansion, the last flag, mounts, `subPath`, `items`, projected volumes), whatever the object's name",
+        sources: &[read("data[key] / stringData[key]", Operation::CloudConfig)],
+        webhook: Ok(&[Registration {
+            group: "",
+            versions: V1,
+            resources: CM_SECRET,
+            selected_by: "chart `ccmConfigSource.enabled` (serve `--ccm-config-source auto` watches Deployments and DaemonSets): the namespaces in `ccmConfigSource.namespaces`, with matchConditions (1.28+) keeping out service-account tokens, Helm release records, TLS, registry, basic-auth, SSH and bootstrap-token Secrets, three system ConfigMaps and the named sites",
+        }]),
+        // The audit lists the CCM workloads first and reads each object they name.
+        audit: &[
+            Audit::Listed("", "v1", "ConfigMap"),
+            Audit::Listed("", "v1", "Secret"),
+        ],
+        reader: "src/facts/ccm_config.rs",
+    },
+    DeliveryPath {
         name: "Labelled values ConfigMap / Secret",
         group: "",
         versions: V1,
