@@ -1020,6 +1020,44 @@ mod tests {
     }
 
     #[test]
+    fn other_volume_kinds_are_named_and_empty_items_mean_every_key() {
+        let with = |volume: Value| {
+            daemonset(
+                json!({"name": "c", "image": IMAGE, "args": ["--cloud-config=/etc/config/cloud.conf"],
+                    "volumeMounts": [{"name": "v", "mountPath": "/etc/config"}]}),
+                json!([volume]),
+            )
+        };
+        let read = &reads(&with(json!({"name": "v", "emptyDir": {}})))[0];
+        assert!(
+            matches!(&read.source, Source::Unseen(why) if why.contains("emptyDir volume")),
+            "{read:?}"
+        );
+        let read = &reads(&with(
+            json!({"name": "v", "secret": {"secretName": "s", "items": []}}),
+        ))[0];
+        assert_eq!(
+            read.source,
+            Source::Objects(vec![key(SiteKind::Secret, "s", "cloud.conf")])
+        );
+    }
+
+    #[test]
+    fn the_fact_keeps_at_most_max_reads() {
+        let gvk = GroupVersionKind::gvk("apps", "v1", "DaemonSet");
+        let markers = CcmMarkers::new(&[], &[]);
+        let env = json!([{"name": "CLOUD_CONFIG", "value": "/etc/config/cloud.conf"}]);
+        let mut fact = CcmConfigReads::default();
+        for i in 0..=MAX_READS {
+            let mut object = daemonset(chart_container(env.clone(), &[]), chart_volumes());
+            object.metadata.name = Some(format!("occm-{i}"));
+            fact.add_workload(&gvk, &object, &markers);
+            assert_eq!(fact.complete(), i < MAX_READS, "workload {i}");
+        }
+        assert_eq!(fact.reads().count(), MAX_READS);
+    }
+
+    #[test]
     fn undefined_variables_are_kept_and_service_variables_are_unknown() {
         let with = |arg: &str| {
             daemonset(
