@@ -21,6 +21,9 @@
 //! reported once each as a note and not checked. `--exclude GLOB` leaves paths out of the
 //! walk. Plain INI cloud configs (`.conf`/`.ini` named on the command line, or `--ini GLOB`)
 //! are checked as bare cloud configs ([`ini`]). `--fix` writes regular files only, atomically (a new file renamed over the old).
+//! With `--render`, the run's Helm charts are rendered by the `helm` on `PATH` with the values
+//! of the objects that deploy them, and the rendered objects are checked as more inputs
+//! ([`render`]).
 
 pub mod evaluate;
 pub mod facts;

@@ -140,11 +140,7 @@ pub fn render(inputs: &[Input], limits: Limits) -> Vec<Input> {
 type RunHelm = dyn Fn(&[String], Option<&[u8]>, Limits) -> Result<String, RenderError>;
 
 /// [`render`] with the process that renders one chart given (tests use a fake one).
-fn render_with(
-    inputs: &[Input],
-    limits: Limits,
-    run: &RunHelm,
-) -> Vec<Input> {
+fn render_with(inputs: &[Input], limits: Limits, run: &RunHelm) -> Vec<Input> {
     let renders = plan(inputs);
     let mut out = Vec::new();
     if renders.is_empty() {
@@ -722,6 +718,32 @@ mod tests {
             ]
         );
         assert!(failed.iter().all(|i| i.rendered && i.path.is_none()));
+    }
+
+    #[test]
+    fn a_release_whose_values_are_not_all_in_the_run_is_not_rendered() {
+        let inputs = vec![
+            text_input("charts/occm/Chart.yaml", CHART),
+            text_input(
+                "flux.yaml",
+                "apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\nmetadata: {name: occm, namespace: fs}\nspec:\n  chart: {spec: {chart: ./charts/occm, sourceRef: {kind: GitRepository, name: r}}}\n  valuesFrom: [{kind: Secret, name: absent}]\n",
+            ),
+        ];
+        let out = render_with(&inputs, Limits::new(100), &|_, _, _| {
+            panic!("helm must not run")
+        });
+        let shown: Vec<(&str, &Content)> =
+            out.iter().map(|i| (i.name.as_str(), &i.content)).collect();
+        assert_eq!(
+            shown,
+            vec![(
+                "render of charts/occm (HelmRelease fs/occm)",
+                &Content::Skipped(
+                    "not rendered: its valuesFrom sources are not all in this run (its own finding names them)"
+                        .to_owned()
+                )
+            )]
+        );
     }
 
     #[test]
