@@ -26,6 +26,12 @@ macro_rules! require_helm {
     };
 }
 
+/// The directory holding `kubectl` on PATH, or None.
+fn kubectl_dir() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).find(|d| d.join("kubectl").is_file())
+}
+
 /// `stackgate check --render ARGS` in `dir`, with `path` as PATH (None: the test's own).
 fn check(dir: &Path, args: &[&str], path: Option<&Path>) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_stackgate"));
@@ -136,9 +142,7 @@ fn without_helm_one_note_and_no_failure() {
     let notes = lines_of(&out, "--render: ");
     assert_eq!(
         notes,
-        vec![
-            "--render: note [skipped] helm not found on PATH; charts not rendered (2 chart renders)"
-        ],
+        vec!["--render: note [skipped] helm not found on PATH; charts not rendered (2 renders)"],
         "{out}"
     );
     assert!(!out.contains("render of"), "{out}");
@@ -230,4 +234,38 @@ fn fix_never_writes_a_render_and_says_so() {
         "{out}"
     );
     assert!(!out.contains("fixed: wrote"), "{out}");
+}
+
+#[test]
+fn a_kustomize_overlay_is_rendered_by_kubectl_and_its_base_only_through_it() {
+    if kubectl_dir().is_none() {
+        eprintln!("skipped: no `kubectl` on PATH");
+        return;
+    }
+    let o = check(&fixtures().join("kustomize"), &["."], None);
+    let out = stdout(&o);
+    assert_eq!(code(&o), 1, "{out}");
+    let rendered = lines_of(&out, "render of ");
+    assert_eq!(rendered.len(), 1, "{out}");
+    assert!(
+        rendered[0].starts_with(&format!(
+            "render of overlays/prod (kubectl kustomize):11: {SERIAL_FALSE}"
+        )),
+        "{out}"
+    );
+}
+
+#[test]
+fn without_kubectl_one_note() {
+    let empty = tempfile::tempdir().expect("tempdir");
+    let o = check(&fixtures().join("kustomize"), &["."], Some(empty.path()));
+    let out = stdout(&o);
+    assert_eq!(
+        lines_of(&out, "--render: "),
+        vec![
+            "--render: note [skipped] kubectl not found on PATH; kustomize overlays not rendered (1 render)"
+        ],
+        "{out}"
+    );
+    assert_eq!(code(&o), 0, "{out}");
 }

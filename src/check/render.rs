@@ -29,7 +29,14 @@
 //! of that template's rendered output, and a finding points at the rendered template, not at
 //! the values line that set it (Helm's output does not say which value a line came from).
 //!
-//! Bounds: at most [`MAX_RENDERS`] Helm runs per `check`, each stopped after
+//! Each kustomize overlay of the run (a directory holding `kustomization.yaml` that no other
+//! kustomization of the run names in `resources`/`bases`/`components`: a base is rendered
+//! through its overlays) is rendered by `kubectl kustomize <dir>` when `kubectl` is on `PATH`,
+//! as one input `render of <dir> (kubectl kustomize)`. One that names a remote resource or
+//! `helmCharts`, itself or through its bases in the run, is not rendered (a note): kubectl
+//! would fetch them.
+//!
+//! Bounds: at most [`MAX_RENDERS`] runs (Helm and kubectl) per `check`, each stopped after
 //! [`HELM_TIMEOUT`], its output read up to `--max-file-size` bytes. Without `helm` on `PATH`
 //! the run gets one note and no render; a Helm failure is one input error naming the chart
 //! directory and Helm's first error line (cut to [`MAX_ERROR_BYTES`], with every string of
@@ -51,7 +58,7 @@ use crate::yaml;
 /// `--max-file-size` of output. Renders past it are reported as one note.
 pub const MAX_RENDERS: usize = 32;
 
-/// How long one `helm template` may run before it is stopped (an input error).
+/// How long one `helm template` (or `kubectl kustomize`) may run before it is stopped (an input error).
 pub const HELM_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Longest Helm error line shown, in bytes.
@@ -95,30 +102,67 @@ impl Limits {
     }
 }
 
-/// Why one `helm template` gave no output to check.
+/// The note when there is a kustomization to render and no `kubectl` on `PATH`.
+pub const KUBECTL_NOT_FOUND: &str = "kubectl not found on PATH; kustomize overlays not rendered";
+
+/// Why one render (`helm template`, `kubectl kustomize`) gave no output to check.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum RenderError {
-    /// No `helm` on `PATH`.
-    #[error("{HELM_NOT_FOUND}")]
+    /// The program is not on `PATH`.
+    #[error("not found on PATH")]
     NotFound,
-    /// Helm could not be started or read.
-    #[error("helm could not be run: {0}")]
+    /// The program could not be started or read.
+    #[error("could not be run: {0}")]
     Io(String),
-    /// Helm failed; its first error line, values hidden.
-    #[error("helm template failed: {0}")]
+    /// The program failed; its first error line (values hidden by the caller).
+    #[error("failed: {0}")]
     Failed(String),
-    /// Helm ran past the timeout and was stopped.
-    #[error("helm template did not finish within {0} s and was stopped")]
+    /// The program ran past the timeout and was stopped.
+    #[error("did not finish within {0} s and was stopped")]
     Timeout(u64),
     /// The output was larger than `--max-file-size`.
-    #[error("helm template output larger than {0} bytes (--max-file-size); not checked")]
+    #[error("output larger than {0} bytes (--max-file-size); not checked")]
     TooLarge(u64),
+}
+
+/// What renders a directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tool {
+    /// `helm template` of a chart.
+    Helm,
+    /// `kubectl kustomize` of a kustomization.
+    Kustomize,
+}
+
+impl Tool {
+    fn program(self) -> &'static str {
+        match self {
+            Tool::Helm => "helm",
+            Tool::Kustomize => "kubectl",
+        }
+    }
+
+    /// How errors name it.
+    fn command(self) -> &'static str {
+        match self {
+            Tool::Helm => "helm template",
+            Tool::Kustomize => "kubectl kustomize",
+        }
+    }
+
+    fn not_found(self) -> &'static str {
+        match self {
+            Tool::Helm => HELM_NOT_FOUND,
+            Tool::Kustomize => KUBECTL_NOT_FOUND,
+        }
+    }
 }
 
 /// One render to run: a chart directory and the values an object of the run gives it.
 #[derive(Debug, Clone, PartialEq)]
 struct Render {
-    /// The chart directory, as Helm is given it.
+    tool: Tool,
+    /// The chart (or kustomization) directory, as the tool is given it.
     dir: PathBuf,
     /// Who deploys it (`HelmRelease flux-system/occm`, `chart defaults`).
     who: String,
@@ -126,31 +170,58 @@ struct Render {
     namespace: String,
     /// The values (None: the chart's defaults).
     values: Option<Value>,
-    /// Why it is not rendered (its values cannot all be read from the run).
+    /// Why it is not rendered (its values cannot all be read from the run; a kustomization
+    /// that would fetch from the network).
     unresolved: Option<String>,
+}
+
+impl Render {
+    /// The program's arguments (Helm reads the values from standard input).
+    fn args(&self) -> Vec<String> {
+        let dir = self.dir.to_string_lossy().into_owned();
+        match self.tool {
+            Tool::Kustomize => vec!["kustomize".to_owned(), dir],
+            Tool::Helm => {
+                let mut args = vec![
+                    "template".to_owned(),
+                    self.release.clone(),
+                    dir,
+                    "--namespace".to_owned(),
+                    self.namespace.clone(),
+                    "--skip-tests".to_owned(),
+                ];
+                if self.values.is_some() {
+                    args.extend(["-f".to_owned(), "-".to_owned()]);
+                }
+                args
+            }
+        }
+    }
 }
 
 /// The inputs `--render` adds to a run: every template's rendered documents, and notes and
 /// input errors for what could not be rendered. Nothing when the run holds no chart.
 pub fn render(inputs: &[Input], limits: Limits) -> Vec<Input> {
-    render_with(inputs, limits, &helm_template)
+    render_with(inputs, limits, &run_tool)
 }
 
-/// Runs Helm with these arguments and values on its standard input, within the limits.
-type RunHelm = dyn Fn(&[String], Option<&[u8]>, Limits) -> Result<String, RenderError>;
+/// Runs a program with these arguments and this standard input, within the limits.
+type RunTool = dyn Fn(&str, &[String], Option<&[u8]>, Limits) -> Result<String, RenderError>;
 
 /// [`render`] with the process that renders one chart given (tests use a fake one).
-fn render_with(inputs: &[Input], limits: Limits, run: &RunHelm) -> Vec<Input> {
-    let renders = plan(inputs);
+fn render_with(inputs: &[Input], limits: Limits, run: &RunTool) -> Vec<Input> {
+    let mut renders = plan(inputs);
+    renders.extend(plan_kustomize(inputs));
     let mut out = Vec::new();
-    if renders.is_empty() {
-        return out;
-    }
+    let mut missing: Vec<Tool> = Vec::new();
     for (n, r) in renders.iter().enumerate() {
+        if missing.contains(&r.tool) {
+            continue;
+        }
         let shown = format!("render of {} ({})", input::display(&r.dir), r.who);
         if n == limits.max_renders {
             out.push(note(format!(
-                "{} more chart renders not run (at most {} per run)",
+                "{} more renders not run (at most {} per run)",
                 renders.len() - n,
                 limits.max_renders
             )));
@@ -166,16 +237,8 @@ fn render_with(inputs: &[Input], limits: Limits, run: &RunHelm) -> Vec<Input> {
             });
             continue;
         }
-        let args = vec![
-            "template".to_owned(),
-            r.release.clone(),
-            r.dir.to_string_lossy().into_owned(),
-            "--namespace".to_owned(),
-            r.namespace.clone(),
-            "--skip-tests".to_owned(),
-        ];
         let values = r.values.as_ref().map(|v| v.to_string().into_bytes());
-        match run(&args, values.as_deref(), limits) {
+        match run(r.tool.program(), &r.args(), values.as_deref(), limits) {
             Ok(text) => out.extend(split(&text).into_iter().map(|(source, text)| Input {
                 name: match source {
                     Some(s) => format!("{shown}: {s}"),
@@ -187,13 +250,14 @@ fn render_with(inputs: &[Input], limits: Limits, run: &RunHelm) -> Vec<Input> {
                 rendered: true,
             })),
             Err(RenderError::NotFound) => {
-                // One note for the run: every other chart would say the same.
+                // One note per program: every other render would say the same.
+                let count = renders.iter().filter(|o| o.tool == r.tool).count();
                 out.push(note(format!(
-                    "{HELM_NOT_FOUND} ({} chart render{})",
-                    renders.len(),
-                    if renders.len() == 1 { "" } else { "s" }
+                    "{} ({count} render{})",
+                    r.tool.not_found(),
+                    if count == 1 { "" } else { "s" }
                 )));
-                return out;
+                missing.push(r.tool);
             }
             Err(e) => {
                 let e = match e {
@@ -205,7 +269,7 @@ fn render_with(inputs: &[Input], limits: Limits, run: &RunHelm) -> Vec<Input> {
                 out.push(Input {
                     name: shown,
                     path: None,
-                    content: Content::Error(e.to_string()),
+                    content: Content::Error(format!("{} {e}", r.tool.command())),
                     identity: None,
                     rendered: true,
                 });
@@ -273,6 +337,7 @@ fn plan(inputs: &[Input]) -> Vec<Render> {
     for (dir, name) in &dirs {
         if !deployed.contains(dir) {
             renders.push(Render {
+                tool: Tool::Helm,
                 dir: dir.to_path_buf(),
                 who: "chart defaults".to_owned(),
                 release: (*name).to_owned(),
@@ -282,6 +347,112 @@ fn plan(inputs: &[Input]) -> Vec<Render> {
             });
         }
     }
+    renders.sort_by(|a, b| a.dir.cmp(&b.dir));
+    renders
+}
+
+/// The file names kustomize reads as a kustomization.
+const KUSTOMIZATION_FILES: &[&str] = &["kustomization.yaml", "kustomization.yml"];
+
+/// Whether a `resources`/`components` entry is fetched from the network by kustomize (a URL,
+/// a `git::`/`git@` address, a `github.com/…`-style repository path).
+fn is_remote(entry: &str) -> bool {
+    entry.contains("://")
+        || entry.contains("?ref=")
+        || entry.contains(".git//")
+        || [
+            "git@",
+            "git::",
+            "gh:",
+            "github.com/",
+            "gitlab.com/",
+            "bitbucket.org/",
+        ]
+        .iter()
+        .any(|p| entry.starts_with(p))
+}
+
+/// The kustomize overlays of a run: every directory holding a kustomization that no other
+/// kustomization of the run uses (a base is rendered through its overlays), in path order.
+/// One that uses, directly or through its bases in the run, a remote resource or a
+/// `helmCharts` entry is not rendered (`kubectl kustomize` would fetch it).
+fn plan_kustomize(inputs: &[Input]) -> Vec<Render> {
+    // Directory → (its local references, whether it fetches by itself).
+    let mut dirs: Vec<(PathBuf, Vec<PathBuf>, bool)> = Vec::new();
+    for inp in inputs {
+        let (Some(path), Content::Text(text)) = (inp.path.as_deref(), &inp.content) else {
+            continue;
+        };
+        if !path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| KUSTOMIZATION_FILES.contains(&n))
+        {
+            continue;
+        }
+        let Ok(json) = yaml::parse_one(text).and_then(|n| n.to_json()) else {
+            continue;
+        };
+        let field = |k: &str| json.get(k).and_then(Value::as_str);
+        // A Flux `Kustomization` object, or a kustomize `Component` (rendered by its users).
+        if field("apiVersion").is_some_and(|a| !a.starts_with("kustomize.config.k8s.io/"))
+            || field("kind").is_some_and(|k| k != "Kustomization")
+        {
+            continue;
+        }
+        let dir = index::normalize(path.parent().unwrap_or(Path::new("")));
+        let entries: Vec<&str> = ["resources", "bases", "components"]
+            .iter()
+            .filter_map(|k| json.get(*k).and_then(Value::as_array))
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let fetches = entries.iter().any(|e| is_remote(e))
+            || json
+                .get("helmCharts")
+                .and_then(Value::as_array)
+                .is_some_and(|a| !a.is_empty());
+        let local = entries
+            .iter()
+            .filter(|e| !is_remote(e))
+            .map(|e| index::normalize(&dir.join(e)))
+            .collect();
+        dirs.push((dir, local, fetches));
+    }
+    let known = |d: &Path| dirs.iter().position(|(k, _, _)| k == d);
+    let used: HashSet<usize> = dirs
+        .iter()
+        .flat_map(|(_, local, _)| local.iter().filter_map(|d| known(d)))
+        .collect();
+    let mut renders: Vec<Render> = (0..dirs.len())
+        .filter(|i| !used.contains(i))
+        .map(|root| {
+            // Everything the overlay reaches in the run, each once (a cycle ends).
+            let mut seen = HashSet::from([root]);
+            let mut pending = vec![root];
+            let mut fetches = false;
+            while let Some(i) = pending.pop() {
+                fetches |= dirs[i].2;
+                for next in dirs[i].1.iter().filter_map(|d| known(d)) {
+                    if seen.insert(next) {
+                        pending.push(next);
+                    }
+                }
+            }
+            Render {
+                tool: Tool::Kustomize,
+                dir: dirs[root].0.clone(),
+                who: "kubectl kustomize".to_owned(),
+                release: String::new(),
+                namespace: String::new(),
+                values: None,
+                unresolved: fetches.then(|| {
+                    "it uses remote resources or helmCharts, which kubectl kustomize would fetch"
+                        .to_owned()
+                }),
+            }
+        })
+        .collect();
     renders.sort_by(|a, b| a.dir.cmp(&b.dir));
     renders
 }
@@ -329,6 +500,7 @@ fn deployments(object: &Value, index: &ValuesIndex) -> Vec<(PathBuf, Render)> {
         return vec![(
             index::normalize(Path::new(chart)),
             Render {
+                tool: Tool::Helm,
                 dir: PathBuf::new(),
                 who: who(kind),
                 release,
@@ -369,6 +541,7 @@ fn deployments(object: &Value, index: &ValuesIndex) -> Vec<(PathBuf, Render)> {
                 Some((
                     index::normalize(Path::new(path)),
                     Render {
+                        tool: Tool::Helm,
                         dir: PathBuf::new(),
                         who: who(kind),
                         release: release.to_owned(),
@@ -454,18 +627,15 @@ fn hide_values(line: &str, values: Option<&Value>, max: usize) -> String {
     line
 }
 
-/// Runs `helm` with `args`, `values` on its standard input (`-f -`), within `limits`.
-fn helm_template(
+/// Runs `program` with `args` and `values` on its standard input, within `limits`.
+fn run_tool(
+    program: &str,
     args: &[String],
     values: Option<&[u8]>,
     limits: Limits,
 ) -> Result<String, RenderError> {
-    let mut command = Command::new("helm");
-    command.args(args);
-    if values.is_some() {
-        command.args(["-f", "-"]);
-    }
-    let mut child = command
+    let mut child = Command::new(program)
+        .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -684,16 +854,16 @@ mod tests {
             text_input("a/Chart.yaml", CHART),
             text_input("b/Chart.yaml", CHART),
         ];
-        let missing = render_with(&inputs, Limits::new(100), &|_, _, _| {
+        let missing = render_with(&inputs, Limits::new(100), &|_, _, _, _| {
             Err(RenderError::NotFound)
         });
         assert_eq!(missing.len(), 1, "{missing:?}");
         assert_eq!(missing[0].name, NOTE_NAME);
         assert_eq!(
             missing[0].content,
-            Content::Skipped(format!("{HELM_NOT_FOUND} (2 chart renders)"))
+            Content::Skipped(format!("{HELM_NOT_FOUND} (2 renders)"))
         );
-        let failed = render_with(&inputs, Limits::new(100), &|args, _, _| {
+        let failed = render_with(&inputs, Limits::new(100), &|_, args, _, _| {
             if args[2] == "a" {
                 Err(RenderError::Failed("Error: broken".to_owned()))
             } else {
@@ -729,7 +899,7 @@ mod tests {
                 "apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\nmetadata: {name: occm, namespace: fs}\nspec:\n  chart: {spec: {chart: ./charts/occm, sourceRef: {kind: GitRepository, name: r}}}\n  valuesFrom: [{kind: Secret, name: absent}]\n",
             ),
         ];
-        let out = render_with(&inputs, Limits::new(100), &|_, _, _| {
+        let out = render_with(&inputs, Limits::new(100), &|_, _, _, _| {
             panic!("helm must not run")
         });
         let shown: Vec<(&str, &Content)> =
@@ -747,6 +917,57 @@ mod tests {
     }
 
     #[test]
+    fn kustomize_renders_overlays_not_their_bases_nor_what_would_fetch() {
+        let k = |res: &str| {
+            format!(
+                "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: {res}\n"
+            )
+        };
+        let inputs = vec![
+            text_input("k/base/kustomization.yaml", &k("[secret.yaml]")),
+            text_input("k/overlays/a/kustomization.yaml", &k("[../../base]")),
+            text_input(
+                "k/overlays/b/kustomization.yml",
+                &k("[../../base, ../../remote]"),
+            ),
+            text_input(
+                "k/remote/kustomization.yaml",
+                &k("[https://github.com/org/repo//deploy?ref=v1]"),
+            ),
+            text_input(
+                "k/helm/kustomization.yaml",
+                "helmCharts: [{name: x, repo: https://charts.example.test}]\n",
+            ),
+            text_input(
+                "k/flux/kustomization.yaml",
+                "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata: {name: x}\n",
+            ),
+            text_input(
+                "k/component/kustomization.yaml",
+                "apiVersion: kustomize.config.k8s.io/v1alpha1\nkind: Component\n",
+            ),
+        ];
+        let plan: Vec<(String, Option<String>)> = plan_kustomize(&inputs)
+            .into_iter()
+            .map(|r| (input::display(&r.dir), r.unresolved))
+            .collect();
+        let fetch = Some(
+            "it uses remote resources or helmCharts, which kubectl kustomize would fetch"
+                .to_owned(),
+        );
+        assert_eq!(
+            plan,
+            vec![
+                ("k/helm".to_owned(), fetch.clone()),
+                ("k/overlays/a".to_owned(), None),
+                ("k/overlays/b".to_owned(), fetch),
+            ]
+        );
+        assert!(is_remote("git@github.com:org/repo.git"));
+        assert!(!is_remote("../base"));
+    }
+
+    #[test]
     fn renders_past_the_bound_are_one_note() {
         let inputs: Vec<Input> = (0..3)
             .map(|i| text_input(&format!("c{i}/Chart.yaml"), CHART))
@@ -755,11 +976,11 @@ mod tests {
             max_renders: 2,
             ..Limits::new(100)
         };
-        let out = render_with(&inputs, limits, &|_, _, _| Ok(String::new()));
+        let out = render_with(&inputs, limits, &|_, _, _, _| Ok(String::new()));
         assert_eq!(out.len(), 1, "{out:?}");
         assert_eq!(
             out[0].content,
-            Content::Skipped("1 more chart renders not run (at most 2 per run)".to_owned())
+            Content::Skipped("1 more renders not run (at most 2 per run)".to_owned())
         );
     }
 }

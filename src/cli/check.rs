@@ -88,8 +88,8 @@ pub struct CheckArgs {
     /// Render each Helm chart directory of the run (a `Chart.yaml`) with the `helm` on PATH,
     /// with the values of each Flux HelmRelease or Argo CD Application of the run that deploys
     /// it (else its defaults), and check the rendered objects like files (named `render of
-    /// DIR (WHO): TEMPLATE`; `--fix` never writes them). Without helm: one note. Bounds in
-    /// docs/limits.md.
+    /// DIR (WHO): TEMPLATE`; `--fix` never writes them). Kustomize overlays are rendered by
+    /// `kubectl kustomize`. Without helm or kubectl: one note. Bounds in docs/limits.md.
     #[arg(long, env = "STACKGATE_CHECK_RENDER")]
     pub render: bool,
     /// Policy source.
