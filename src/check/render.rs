@@ -964,6 +964,10 @@ mod tests {
             ]
         );
         assert!(is_remote("git@github.com:org/repo.git"));
+        // Each form alone (no scheme, no known host).
+        assert!(is_remote("git.example.test/org/repo.git//deploy"));
+        assert!(is_remote("git.example.test/org/repo/deploy?ref=v1"));
+        assert!(is_remote("https://git.example.test/deploy.yaml"));
         assert!(!is_remote("../base"));
     }
 
