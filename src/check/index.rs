@@ -1096,6 +1096,13 @@ impl ChartDirs {
         ChartDirs { charts }
     }
 
+    /// Each chart directory (normalized) and the chart's name.
+    pub fn dirs(&self) -> impl Iterator<Item = (&Path, &str)> {
+        self.charts
+            .iter()
+            .map(|(dir, info)| (dir.as_path(), info.name.as_str()))
+    }
+
     /// The key under which the values file at `path` holds `chart`'s values, when the file is
     /// in the directory of an umbrella chart that depends on `chart`: the dependency's `alias`
     /// (Helm passes a subchart the values under its alias), else its name. None for a file of
@@ -1136,7 +1143,7 @@ impl ChartDirs {
 
 /// The sources of an Argo CD Application, with their JSON pointers (`/spec/source`,
 /// `/spec/sources/0`).
-fn argo_sources(object: &Value) -> Vec<(String, &Value)> {
+pub(super) fn argo_sources(object: &Value) -> Vec<(String, &Value)> {
     let mut out = Vec::new();
     if let Some(source) = object.pointer("/spec/source").filter(|s| s.is_object()) {
         out.push(("/spec/source".to_owned(), source));
@@ -1314,7 +1321,7 @@ fn unquote(value: &str) -> String {
 
 /// `path` without `.` components and with `..` applied, lexically (the inputs were found by
 /// walking, so both sides are spelled the same way).
-fn normalize(path: &Path) -> PathBuf {
+pub(super) fn normalize(path: &Path) -> PathBuf {
     let mut out = PathBuf::new();
     for component in path.components() {
         match component {
@@ -1409,6 +1416,7 @@ mod tests {
             path: Some(PathBuf::from(name)),
             content: Content::Text(text.to_owned()),
             identity: None,
+            rendered: false,
         }
     }
 

@@ -87,6 +87,9 @@ pub struct Input {
     pub content: Content,
     /// Identity of the regular file that was read, re-checked before `--fix` replaces it.
     pub identity: Option<FileId>,
+    /// Made by `--render` (Helm's output, or a note about it), not read: never written,
+    /// never a values file.
+    pub rendered: bool,
 }
 
 /// What reading an input gave.
@@ -170,6 +173,7 @@ pub fn collect(
                 path: None,
                 content: read_stdin(stdin, max_size),
                 identity: None,
+                rendered: false,
             });
             continue;
         }
@@ -189,12 +193,14 @@ pub fn collect(
                     path: None,
                     content: Content::Error(message),
                     identity: None,
+                    rendered: false,
                 },
                 Found::Skipped(message) => Input {
                     name: display(&path),
                     path: None,
                     content: Content::Skipped(message),
                     identity: None,
+                    rendered: false,
                 },
             }));
         } else if let Some(glob) = excluded_by(exclude, &[&display(path)], &hits.exclude) {
@@ -203,6 +209,7 @@ pub fn collect(
                 path: Some(path.clone()),
                 content: Content::Skipped(format!("excluded by --exclude {glob:?}; not read")),
                 identity: None,
+                rendered: false,
             });
         } else {
             // A file named on the command line counts as matched by an `--ini` glob it fits.
@@ -330,6 +337,7 @@ fn read(path: PathBuf, open: &Path, max_size: u64) -> Input {
         path: Some(path),
         content,
         identity,
+        rendered: false,
     }
 }
 

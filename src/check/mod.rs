@@ -21,12 +21,16 @@
 //! reported once each as a note and not checked. `--exclude GLOB` leaves paths out of the
 //! walk. Plain INI cloud configs (`.conf`/`.ini` named on the command line, or `--ini GLOB`)
 //! are checked as bare cloud configs ([`ini`]). `--fix` writes regular files only, atomically (a new file renamed over the old).
+//! With `--render`, the run's Helm charts are rendered by the `helm` on `PATH` with the values
+//! of the objects that deploy them, and the rendered objects are checked as more inputs
+//! ([`render`]).
 
 pub mod evaluate;
 pub mod facts;
 pub mod index;
 pub mod ini;
 pub mod input;
+pub mod render;
 pub mod sops;
 pub mod template;
 
@@ -36,7 +40,7 @@ use std::sync::Arc;
 
 use crate::engine::Engine;
 use crate::releases::catalog::{self, ReleaseCatalog};
-use crate::report::{self, FileReport, Report, render};
+use crate::report::{self, FileReport, Report};
 
 pub use evaluate::{Checked, check_text, check_text_in};
 pub use input::ValuesFor;
@@ -69,6 +73,9 @@ pub struct CheckOptions {
     /// Globs of paths not read (`--exclude`), matched against the path relative to the
     /// directory walked and against the path as shown.
     pub exclude: Vec<String>,
+    /// Render the run's Helm charts with the `helm` on `PATH` and check what they render
+    /// (`--render`, [`render`]).
+    pub render: bool,
 }
 
 /// Why `stackgate check` could not run at all (exit code 2). Problems inside inputs are part
@@ -133,10 +140,10 @@ pub fn run(
     };
     let report = check(options, engine, stdin)?;
     let rendered = match options.format {
-        Format::Text => render::text(&report, !options.no_diff),
-        Format::Json => render::json(&report),
-        Format::Sarif => render::sarif(&report, engine.policies()),
-        Format::Junit => render::junit(&report),
+        Format::Text => report::render::text(&report, !options.no_diff),
+        Format::Json => report::render::json(&report),
+        Format::Sarif => report::render::sarif(&report, engine.policies()),
+        Format::Junit => report::render::junit(&report),
     };
     out.write_all(rendered.as_bytes())
         .map_err(CheckError::Output)?;
@@ -192,6 +199,11 @@ pub fn check(
             inp.content = input::Content::Skipped(sops::encrypted_note());
         }
     }
+    // What the run's charts render is checked as more inputs of the run, after the files.
+    if options.render {
+        let rendered = render::render(&inputs, render::Limits::new(options.max_file_size));
+        inputs.extend(rendered);
+    }
     if let Some(v) = options.values_for.iter().find(|v| {
         !inputs
             .iter()
@@ -214,6 +226,9 @@ pub fn check(
     // the key of the chart it names.
     let charts = index::ChartDirs::build(&inputs);
     let target = |inp: &'_ input::Input| {
+        if inp.rendered {
+            return None;
+        }
         input::values_chart(&inp.name, &options.values_for).map(|chart| input::ValuesTarget {
             chart,
             subchart_key: charts.subchart_key(inp.path.as_deref(), chart),
@@ -289,7 +304,21 @@ pub fn check(
                 check_text_in(engine, &inp.name, text, chart, &index, &cluster_facts)
             }
         };
-        let checked = check_one(text);
+        let mut checked = check_one(text);
+        if inp.rendered {
+            // Helm's output is no file: the fix belongs in the values or the chart.
+            for o in &mut checked.objects {
+                o.fixable_in_place = false;
+            }
+            files.push(FileReport {
+                problems: checked.problems,
+                objects: checked.objects,
+                not_written: (options.fix && checked.fixed.is_some())
+                    .then(|| render::NOT_WRITTEN.to_owned()),
+                ..FileReport::new(&inp.name)
+            });
+            continue;
+        }
         let diff = checked.shown.as_ref().map(|shown| {
             report::mask::masked_diff(
                 text,

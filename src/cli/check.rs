@@ -85,6 +85,13 @@ pub struct CheckArgs {
         value_delimiter = ','
     )]
     pub ini: Vec<String>,
+    /// Render each Helm chart directory of the run (a `Chart.yaml`) with the `helm` on PATH,
+    /// with the values of each Flux HelmRelease or Argo CD Application of the run that deploys
+    /// it (else its defaults), and check the rendered objects like files (named `render of
+    /// DIR (WHO): TEMPLATE`; `--fix` never writes them). Kustomize overlays are rendered by
+    /// `kubectl kustomize`. Without helm or kubectl: one note. Bounds in docs/limits.md.
+    #[arg(long, env = "STACKGATE_CHECK_RENDER")]
+    pub render: bool,
     /// Policy source.
     #[command(flatten)]
     pub policy: PolicyArgs,
@@ -105,6 +112,7 @@ impl From<&CheckArgs> for CheckOptions {
             release_catalog,
             exclude,
             ini,
+            render,
             policy: _,
         } = args;
         CheckOptions {
@@ -118,6 +126,7 @@ impl From<&CheckArgs> for CheckOptions {
             release_catalog: release_catalog.clone(),
             exclude: exclude.clone(),
             ini: ini.clone(),
+            render: *render,
         }
     }
 }
@@ -151,6 +160,7 @@ mod tests {
                 release_catalog: None,
                 exclude: Vec::new(),
                 ini: Vec::new(),
+                render: false,
             }
         );
     }
@@ -172,6 +182,7 @@ mod tests {
             "--exclude=charts/**",
             "--exclude=a/*.tpl,b/**",
             "--ini=**/cloud.conf,x.ini",
+            "--render",
         ]);
         assert_eq!(
             given,
@@ -193,6 +204,7 @@ mod tests {
                     "b/**".to_owned()
                 ],
                 ini: vec!["**/cloud.conf".to_owned(), "x.ini".to_owned()],
+                render: true,
             }
         );
     }
