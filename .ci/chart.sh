@@ -62,6 +62,7 @@ RENDERS=(
     "admission-policies-1.34-beta|stackgate|stackgate|admission-policies|--kube-version 1.34.0 --api-versions admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy"
     "admission-policies-1.36|stackgate|stackgate|admission-policies|--kube-version 1.36.0"
     "webhook-free|stackgate|stackgate|webhook-free|--kube-version 1.36.0"
+    "admission-policies-switched|stackgate|stackgate|admission-policies-switched|--kube-version 1.36.0"
 )
 
 step "helm lint --strict (default values and every ci/*-values.yaml)"
