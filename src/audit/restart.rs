@@ -32,7 +32,6 @@ use serde_json::Value;
 use super::page::{self, ReadError, ReadLimits};
 use crate::engine::Engine;
 use crate::rules::ccm_workload::CcmMarkers;
-use crate::rules::concurrency::{self, ConcurrencyParams};
 
 /// Pods read per workload (one page): a CCM runs one pod per control-plane node.
 pub const MAX_PODS: u32 = 100;
@@ -77,11 +76,7 @@ impl Workload {
         if !matches!(gvk.kind.as_str(), "DaemonSet" | "Deployment") {
             return None;
         }
-        let params = engine
-            .policies()
-            .for_rule(concurrency::FAMILY.id)
-            .find_map(|p| p.params.get::<ConcurrencyParams>().cloned())
-            .unwrap_or_default();
+        let params = engine.ccm_marker_params();
         let markers = CcmMarkers::new(&params.ccm_images, &params.ccm_args);
         let spec = &object.data["spec"]["template"]["spec"];
         let mut containers = Vec::new();

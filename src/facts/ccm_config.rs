@@ -662,14 +662,21 @@ impl CcmConfigReads {
             })
             .collect();
         if !kept.is_empty() {
-            if self.kept + kept.len() > MAX_READS {
-                self.dropped += 1;
-            } else {
-                self.kept += kept.len();
-                self.by_workload.insert(key, kept);
-            }
+            self.keep(key, kept);
         }
         reads
+    }
+
+    /// Keeps `reads` as what `workload` reads (replacing what it read before), unless that
+    /// passes [`MAX_READS`]: then the workload is counted as dropped.
+    fn keep(&mut self, workload: WorkloadKey, reads: Vec<Read>) {
+        self.remove(&workload);
+        if self.kept + reads.len() > MAX_READS {
+            self.dropped += 1;
+        } else {
+            self.kept += reads.len();
+            self.by_workload.insert(workload, reads);
+        }
     }
 
     /// Forgets what `workload` reads (it was deleted, or no longer runs the CCM).
@@ -775,13 +782,7 @@ impl CcmConfigReads {
     pub fn extend(&mut self, other: &CcmConfigReads) {
         self.dropped += other.dropped;
         for (key, reads) in &other.by_workload {
-            self.remove(key);
-            if self.kept + reads.len() > MAX_READS {
-                self.dropped += 1;
-            } else {
-                self.kept += reads.len();
-                self.by_workload.insert(key.clone(), reads.clone());
-            }
+            self.keep(key.clone(), reads.clone());
         }
     }
 }
