@@ -23,6 +23,9 @@ use stackgate::engine::Engine;
 use stackgate::policy::PolicySet;
 use tower_test::mock;
 
+#[path = "support/leak_inputs.rs"]
+mod leak_inputs;
+
 const TEST_TIMEOUT: Duration = Duration::from_secs(20);
 
 const SECRETS: &str = "/api/v1/secrets";
@@ -2488,4 +2491,119 @@ async fn the_object_a_ccm_reads_is_audited_whatever_its_name() {
         "{:?}",
         c.requests
     );
+}
+
+// The leak matrix's audit faces --------------------------------------------------------------
+
+/// Log lines written while a test runs, for the leak matrix.
+#[derive(Clone, Default)]
+struct CapturedLogs(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for CapturedLogs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for CapturedLogs {
+    type Writer = CapturedLogs;
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+/// A cluster holding one leak-matrix input, as the apiserver stores it, with the kinds the
+/// background audit writes.
+fn leak_cluster(text: &str) -> Cluster {
+    let mut c = Cluster::default();
+    for object in leak_inputs::apiserver_objects(text) {
+        match object["kind"].as_str() {
+            Some("Secret") => c.add(SECRETS, object),
+            Some("HelmRelease") => c.add(HELMRELEASES_V2, object),
+            other => panic!("no collection for {other:?}"),
+        }
+    }
+    for collection in [CONFIGMAPS, DAEMONSETS, DEPLOYMENTS, PODS, SERVICES] {
+        c.serve(collection);
+    }
+    c.serve(LEASES);
+    c.serve(POLICYREPORTS);
+    c.serve(CLUSTERPOLICYREPORTS);
+    c
+}
+
+/// The leak matrix (tests/leak_matrix.rs has `check` and the webhook): every Secret-fed input
+/// × every `audit` format and the background audit's PolicyReports, with the logs at trace
+/// level. No face shows the canary, in clear or base64, and each input's expected policy is
+/// still reported (the input was read and evaluated).
+#[tokio::test]
+async fn a_canary_in_any_secret_input_appears_in_no_audit_face() {
+    let logs = CapturedLogs::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_writer(logs.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let canary_b64 = base64::engine::general_purpose::STANDARD.encode(leak_inputs::CANARY);
+    for (file, text, expected) in leak_inputs::inputs() {
+        let cluster = Arc::new(Mutex::new(leak_cluster(&text)));
+        for format in [Format::Text, Format::Json, Format::Sarif, Format::Junit] {
+            let options = AuditOptions {
+                format,
+                ..AuditOptions::default()
+            };
+            let (_, report) = run_audit(&cluster, &options).await;
+            assert!(!report.contains("CANARY"), "{file} {format:?}: {report}");
+            assert!(!report.contains(&canary_b64), "{file} {format:?}: {report}");
+            for policy in expected {
+                assert!(report.contains(policy), "{file} {format:?}: {report}");
+            }
+        }
+        let client = client(cluster.clone());
+        let metrics = audit::background::AuditMetrics::default();
+        let mut registry = prometheus_client::registry::Registry::with_prefix("stackgate");
+        metrics.register(&mut registry);
+        let leader = tokio::time::timeout(
+            TEST_TIMEOUT,
+            audit::background::round(
+                &client,
+                &engine(),
+                &background_config("stackgate-0"),
+                &metrics,
+                true,
+            ),
+        )
+        .await
+        .expect("the round ends")
+        .expect("the round runs");
+        assert!(leader);
+        let c = cluster.lock().unwrap();
+        let reports: String = c
+            .objects
+            .iter()
+            .filter(|(col, _)| col == POLICYREPORTS || col == CLUSTERPOLICYREPORTS)
+            .map(|(_, o)| o.to_string())
+            .collect();
+        drop(c);
+        assert!(!reports.contains("CANARY"), "{file}: {reports}");
+        assert!(!reports.contains(&canary_b64), "{file}: {reports}");
+        for policy in expected {
+            assert!(reports.contains(policy), "{file}: {reports}");
+        }
+        let mut exposition = String::new();
+        prometheus_client::encoding::text::encode(&mut exposition, &registry).expect("metrics");
+        assert!(!exposition.contains("CANARY"), "{file}: {exposition}");
+    }
+    let logged = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
+    assert!(logged.contains("stackgate"), "logs were captured: {logged}");
+    assert!(!logged.contains("CANARY"), "a log line shows the canary");
+    assert!(!logged.contains(&canary_b64), "a log line shows the canary");
 }

@@ -6,129 +6,26 @@
 //! it, and each case asserts that its input was read and evaluated, so a case that
 //! stops exercising the masking fails instead of passing empty.
 //!
-//! The webhook's faces (answers, warnings, audit annotations, logs at trace level, metrics)
-//! are scanned with the same canary by `tests/rules_https.rs` (every rule, over HTTPS) and the
-//! guard's clouds.yaml `auth_url` masking by the table in `src/guard/clouds.rs`.
+//! The same inputs go through the webhook's faces here (each object as the apiserver sends it,
+//! to `/validate` and `/mutate` over HTTPS: answers, warnings, audit annotations, logs at trace
+//! level, metrics), and through `audit` and the background audit's PolicyReports in
+//! `tests/audit.rs` (`a_canary_in_any_secret_input_appears_in_no_audit_face`). `explain` takes
+//! only a finding code, so no Secret text can reach it. Every rule's masking over HTTPS is also
+//! scanned by `tests/rules_https.rs`, and the guard's clouds.yaml `auth_url` by the table in
+//! `src/guard/clouds.rs`.
 
 use std::process::{Command, Output, Stdio};
-
-const CANARY: &str = "S3cr3t-CANARY-P4ss";
 
 /// The formats of `check`.
 const FORMATS: [&str; 4] = ["text", "json", "sarif", "junit"];
 
-/// A CCM cloud config carrying the canary everywhere a Secret's text can be: a value, a value
-/// continued on the next line (gcfg reads it as a bare key), a comment, a section name, an
-/// unknown key's name and value.
-fn canary_config() -> String {
-    format!(
-        "[Global]
-auth-url=https://keystone.example.test:5000/v3
-username=occm
-password =
-{CANARY}-bare
-region=RegionOne
-# old password {CANARY}-comment
-[{CANARY}-section]
-{CANARY}-key = {CANARY}-value
+mod common;
+#[path = "support/leak_inputs.rs"]
+mod leak_inputs;
+#[path = "support/review.rs"]
+mod review;
 
-[LoadBalancer]
-subnet-id={CANARY}-subnet
-floating-network-id =
-{CANARY}-lb-bare
-[{CANARY}-tail]
-{CANARY}-tail-key
-"
-    )
-}
-
-fn indent(text: &str, by: usize) -> String {
-    let pad = " ".repeat(by);
-    text.lines().map(|l| format!("{pad}{l}\n")).collect()
-}
-
-/// A Secret holding the canary config in `stringData`.
-fn string_data_secret() -> String {
-    format!(
-        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: cloud-config\n  namespace: kube-system\n\
-         type: Opaque\nstringData:\n  cloud.conf: |\n{}",
-        indent(&canary_config(), 4)
-    )
-}
-
-/// The same Secret with the config as base64 `data`, wrapped at 76 columns.
-fn data_secret() -> String {
-    use base64::Engine as _;
-    let encoded = base64::engine::general_purpose::STANDARD.encode(canary_config());
-    let wrapped: String = encoded
-        .as_bytes()
-        .chunks(76)
-        .map(|c| format!("    {}\n", String::from_utf8_lossy(c)))
-        .collect();
-    format!(
-        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: cloud-config\n  namespace: kube-system\n\
-         data:\n  cloud.conf: |\n{wrapped}"
-    )
-}
-
-/// CCM chart values with the canary in the cloud config's names and values and in
-/// `image.tag` (the one values leaf a message prints: the CCM release a rule names).
-/// `amphorav2` needs CCM v1.34, newer than the tag's v1.31, so the release is printed.
-fn canary_values() -> String {
-    format!(
-        "image:\n  tag: v1.31.0-{CANARY}-tag\ncluster:\n  name: kubernetes-{CANARY}\n\
-         controllerExtraArgs: |-\n  - --concurrent-service-syncs=9{CANARY}\ncloudConfig:\n  global:\n    \
-         auth-url: https://keystone.example.test:5000/v3\n    password: {CANARY}-password\n  \
-         loadBalancer:\n    lb-provider: amphorav2\n    subnet-id: {CANARY}-subnet\n  \
-         {CANARY}-section:\n    {CANARY}-key: {CANARY}-value\n"
-    )
-}
-
-/// A Flux HelmRelease of the CCM chart reading its values from a Secret (`valuesFrom`).
-fn values_from_secret() -> String {
-    format!(
-        "apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\nmetadata:\n  name: occm\n  \
-         namespace: kube-system\nspec:\n  chart:\n    spec:\n      \
-         chart: openstack-cloud-controller-manager\n      version: 2.31.0\n      \
-         sourceRef: {{kind: HelmRepository, name: cpo}}\n  valuesFrom:\n  - kind: Secret\n    \
-         name: occm-values\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: occm-values\n  \
-         namespace: kube-system\ntype: Opaque\nstringData:\n  values.yaml: |\n{}",
-        indent(&canary_values(), 4)
-    )
-}
-
-/// A Secret labelled as the CCM chart's values (`stackgate.dev/ccm-values`).
-fn labelled_values_secret() -> String {
-    format!(
-        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: occm-labelled-values\n  \
-         namespace: kube-system\n  labels:\n    stackgate.dev/ccm-values: values.yaml\n\
-         type: Opaque\nstringData:\n  values.yaml: |\n{}",
-        indent(&canary_values(), 4)
-    )
-}
-
-/// A ClusterResourceSet payload Secret embedding the canary cloud-config Secret.
-/// Its second key holds the CCM DaemonSet with the canary in the arguments the workload
-/// rules read (`--cluster-name`, `--concurrent-service-syncs`).
-fn crs_payload_secret() -> String {
-    let daemonset = format!(
-        "apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: openstack-cloud-controller-manager\n  \
-         namespace: kube-system\nspec:\n  selector:\n    matchLabels: {{k8s-app: occm}}\n  \
-         template:\n    metadata:\n      labels: {{k8s-app: occm}}\n    spec:\n      \
-         containers:\n      - name: openstack-cloud-controller-manager\n        \
-         image: registry.k8s.io/provider-os/openstack-cloud-controller-manager:v1.31.0-{CANARY}\n        \
-         args:\n        - /bin/openstack-cloud-controller-manager\n        \
-         - --cluster-name={CANARY}-cluster\n        - --concurrent-service-syncs=9{CANARY}\n        \
-         - --cloud-config=/etc/config/cloud.conf\n"
-    );
-    format!(
-        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: ccm-cloud-config-crs\n  \
-         namespace: default\ntype: addons.cluster.x-k8s.io/resource-set\nstringData:\n  \
-         cloud-config.yaml: |\n{}  ccm.yaml: |\n{}",
-        indent(&string_data_secret(), 4),
-        indent(&daemonset, 4)
-    )
-}
+use leak_inputs::*;
 
 fn check(args: &[&str]) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_stackgate"))
@@ -156,29 +53,7 @@ fn all_output(o: &Output) -> String {
 #[test]
 fn a_canary_in_any_secret_input_appears_in_no_check_format() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let cases: [(&str, String, &[&str]); 5] = [
-        (
-            "string-data.yaml",
-            string_data_secret(),
-            &["serial-lb-api-calls"],
-        ),
-        ("data.yaml", data_secret(), &["serial-lb-api-calls"]),
-        (
-            "values-from.yaml",
-            values_from_secret(),
-            &["cloud-config-integrity"],
-        ),
-        (
-            "labelled.yaml",
-            labelled_values_secret(),
-            &["serial-lb-api-calls"],
-        ),
-        (
-            "crs.yaml",
-            crs_payload_secret(),
-            &["serial-lb-api-calls", "ccm-concurrency"],
-        ),
-    ];
+    let cases = inputs();
     for (file, text, expected) in &cases {
         let path = dir.path().join(file);
         std::fs::write(&path, text).expect("write");
@@ -233,4 +108,55 @@ fn a_secret_fix_is_shown_masked() {
     assert!(!report.contains("CANARY"), "{report}");
     let json: serde_json::Value = serde_json::from_str(&report).expect("JSON report");
     assert_eq!(json["summary"]["fixed"], 1, "{report}");
+}
+
+/// Every Secret-fed input × every face of the webhook: each object, as the apiserver sends it
+/// (`stringData` merged into base64 `data`), to `/validate` and `/mutate`. No answer (the patch
+/// aside: it is the object's own edited data, going back to the apiserver), no log line at
+/// trace level and no metric shows the canary, in clear or base64; each input's expected
+/// policy is still named by some answer.
+#[tokio::test]
+async fn a_canary_in_any_secret_input_appears_in_no_webhook_face() {
+    use base64::Engine as _;
+    common::setup_at("trace");
+    let server = common::TestServer::start().await;
+    let client = server.client().await;
+    let canary_b64 = base64::engine::general_purpose::STANDARD.encode(CANARY);
+    let mut uid = 0;
+    for (file, text, expected) in inputs() {
+        let mut named = String::new();
+        for object in leak_inputs::apiserver_objects(&text) {
+            for path in ["/validate?timeout=10s", "/mutate?timeout=10s"] {
+                uid += 1;
+                let review = review::review_for(&object, &format!("leak-{uid}"));
+                let body = serde_json::to_vec(&review).expect("encode");
+                let (status, out) = common::post(&client, path, body).await;
+                assert_eq!(status, http::StatusCode::OK, "{file} {path}: {out}");
+                let mut response = out["response"].clone();
+                if let Some(r) = response.as_object_mut() {
+                    r.remove("patch");
+                }
+                let shown = response.to_string();
+                assert!(!shown.contains("CANARY"), "{file} {path}: {shown}");
+                assert!(!shown.contains(&canary_b64), "{file} {path}: {shown}");
+                named.push_str(&shown);
+            }
+        }
+        for policy in expected {
+            assert!(
+                named.contains(policy),
+                "{file}: no answer names {policy}: {named}"
+            );
+        }
+    }
+    let logs = common::logs();
+    assert!(
+        logs.contains("TRACE") || logs.contains("DEBUG"),
+        "logs were captured"
+    );
+    assert!(!logs.contains("CANARY"), "a log line shows the canary");
+    assert!(!logs.contains(&canary_b64), "a log line shows the canary");
+    let metrics = server.metrics().await;
+    assert!(!metrics.contains("CANARY"), "{metrics}");
+    server.stop().await.expect("stops");
 }

@@ -50,10 +50,16 @@ static LOGS: Mutex<Vec<u8>> = Mutex::new(Vec::new());
 /// that captures `stackgate=debug` output for [`logs`]. Set `STACKGATE_TEST_LOG=1` to also
 /// print it.
 pub fn setup() {
+    setup_at("stackgate=debug");
+}
+
+/// [`setup`] with the log filter `filter` (e.g. `trace` for the leak matrix). The first call
+/// in a test binary decides: a binary's tests should all pass the same filter.
+pub fn setup_at(filter: &str) {
     SETUP.call_once(|| {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let _ = tracing_subscriber::fmt()
-            .with_env_filter("stackgate=debug")
+            .with_env_filter(filter)
             .with_ansi(false)
             .with_writer(|| LogWriter)
             .try_init();
