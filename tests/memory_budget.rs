@@ -271,3 +271,43 @@ fn the_audit_evaluates_each_object_inside_the_budget() {
     .expect("inside the default budget");
     assert!(!result.items.is_empty(), "the payload's findings");
 }
+
+/// `check` evaluates each object inside the same budget (`--max-evaluation-memory`): the
+/// long-named payload, as a file, is an input error naming the object under a budget below
+/// its peak (exit code 2), and is evaluated with its findings under the default.
+#[test]
+fn check_evaluates_each_object_inside_the_budget() {
+    let review: Value = serde_json::from_slice(&payload_with_long_name(1000, 20)).unwrap();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("payload.json");
+    std::fs::write(&path, review["request"]["object"].to_string()).expect("write");
+    let run = |extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_stackgate"))
+            .arg("check")
+            .args(extra)
+            .arg(&path)
+            .env_remove("STACKGATE_POLICIES")
+            .env_remove("STACKGATE_CHECK_MAX_EVALUATION_MEMORY")
+            .output()
+            .expect("stackgate runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (code, text) = run(&[&format!("--max-evaluation-memory={BUDGET}")]);
+    assert_eq!(code, Some(2), "an input error: {text}");
+    assert!(
+        text.contains(&format!(
+            "not evaluated: evaluating this object needed more than {BUDGET} bytes of memory"
+        )),
+        "{text}"
+    );
+    assert!(
+        !text.contains("serial-lb-api-calls"),
+        "not evaluated: {text}"
+    );
+    let (code, text) = run(&[]);
+    assert_eq!(code, Some(1), "the payload's denials: {text}");
+    assert!(text.contains("serial-lb-api-calls"), "{text}");
+}

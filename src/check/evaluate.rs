@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 
 use super::index::{Merge, Place, Resolved, ValuesIndex};
 use super::input::ValuesTarget;
+use crate::budget::Cancel;
 use crate::engine::{self, Engine, Facts, Finding, Subject, Verdict};
 use crate::report::mask::{MaskMode, site_diffs};
 use crate::report::{Item, ItemKind, Level, ObjectResult, Problem, verdict_items};
@@ -51,6 +52,7 @@ pub fn check_text(engine: &Engine, name: &str, text: &str, values_chart: Option<
         values_chart.map(ValuesTarget::chart),
         &ValuesIndex::default(),
         &Facts::default(),
+        crate::budget::DEFAULT_MAX_EVALUATION_MEMORY,
     )
 }
 
@@ -89,7 +91,10 @@ fn unless_read_by_a_release(
 
 /// [`check_text`] in a run: `index` holds the run's objects, from which a Flux HelmRelease's
 /// `valuesFrom` is resolved before evaluation, and `facts` the facts about the cluster derived
-/// from the whole input ([`super::facts::from_inputs`]).
+/// from the whole input ([`super::facts::from_inputs`]). Each object is evaluated inside a
+/// memory account of `memory_limit` bytes ([`crate::budget::MemoryScope`], as the webhook's
+/// per-review budget): an object whose evaluation holds more is a problem of the input, not
+/// evaluated.
 pub fn check_text_in(
     engine: &Engine,
     name: &str,
@@ -97,6 +102,7 @@ pub fn check_text_in(
     values_chart: Option<ValuesTarget<'_>>,
     index: &ValuesIndex,
     facts: &Facts,
+    memory_limit: usize,
 ) -> Checked {
     let mut checked = Checked {
         problems: Vec::new(),
@@ -169,7 +175,26 @@ pub fn check_text_in(
         let merged_from = resolved.as_ref().and_then(|r| r.sources.clone());
         let merge = resolved.as_ref().map_or(Merge::FluxOrArgo, |r| r.merge);
         let object = unless_read_by_a_release(engine, index, object);
-        let mut verdict = engine.evaluate_with(&Subject::create(&kind, &object), facts);
+        let evaluated = {
+            // The account is on this thread and nothing else runs on it meanwhile, so it
+            // counts this evaluation alone; the flag never fires, only memory stops it.
+            let _account = crate::budget::MemoryScope::enter(memory_limit);
+            engine.evaluate_within(&Subject::create(&kind, &object), facts, &Cancel::never())
+        };
+        let mut verdict = match evaluated {
+            Ok(verdict) => verdict,
+            Err(exhausted) => {
+                checked.problems.push(Problem {
+                    line: c.line,
+                    column: 1,
+                    message: format!(
+                        "{} not evaluated: {exhausted}",
+                        sites::helm::object_name(&kind, &object)
+                    ),
+                });
+                continue;
+            }
+        };
         // A fix of merged values goes into the object's own values (merged last), when that
         // is verified to fix the merged values too; the merged patch itself names paths this
         // file does not have.

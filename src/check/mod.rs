@@ -63,6 +63,10 @@ pub struct CheckOptions {
     pub values_for: Vec<ValuesFor>,
     /// Largest input read, in bytes; a larger one is an input error.
     pub max_file_size: u64,
+    /// Bytes of memory the evaluation of one object may hold (the counting allocator's
+    /// account, as the webhook's `--max-evaluation-memory`); past it the object is not
+    /// evaluated and is an input error.
+    pub max_evaluation_memory: usize,
     /// Leave the fix diffs out of text output.
     pub no_diff: bool,
     /// A `ReleaseCatalog` document that replaces the policy set's release catalog.
@@ -301,7 +305,15 @@ pub fn check(
             if ini {
                 ini::check_ini(engine, &inp.name, text)
             } else {
-                check_text_in(engine, &inp.name, text, chart, &index, &cluster_facts)
+                check_text_in(
+                    engine,
+                    &inp.name,
+                    text,
+                    chart,
+                    &index,
+                    &cluster_facts,
+                    options.max_evaluation_memory,
+                )
             }
         };
         let mut checked = check_one(text);

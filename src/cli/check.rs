@@ -53,6 +53,11 @@ pub struct CheckArgs {
         default_value_t = DEFAULT_MAX_FILE_SIZE
     )]
     pub max_file_size: u64,
+    /// Bytes of memory the evaluation of one object may hold (as the webhook's
+    /// `--max-evaluation-memory`); past it the object is not evaluated and is reported as an
+    /// input error (exit code 2).
+    #[arg(long, env = "STACKGATE_CHECK_MAX_EVALUATION_MEMORY", value_name = "BYTES", default_value_t = crate::budget::DEFAULT_MAX_EVALUATION_MEMORY, value_parser = super::parse_positive)]
+    pub max_evaluation_memory: usize,
     /// Do not print fix diffs in text output.
     #[arg(long, env = "STACKGATE_CHECK_NO_DIFF")]
     pub no_diff: bool,
@@ -108,6 +113,7 @@ impl From<&CheckArgs> for CheckOptions {
             fix,
             values_for,
             max_file_size,
+            max_evaluation_memory,
             no_diff,
             release_catalog,
             exclude,
@@ -122,6 +128,7 @@ impl From<&CheckArgs> for CheckOptions {
             fix: *fix,
             values_for: values_for.clone(),
             max_file_size: *max_file_size,
+            max_evaluation_memory: *max_evaluation_memory,
             no_diff: *no_diff,
             release_catalog: release_catalog.clone(),
             exclude: exclude.clone(),
@@ -156,6 +163,7 @@ mod tests {
                 fix: false,
                 values_for: Vec::new(),
                 max_file_size: DEFAULT_MAX_FILE_SIZE,
+                max_evaluation_memory: crate::budget::DEFAULT_MAX_EVALUATION_MEMORY,
                 no_diff: false,
                 release_catalog: None,
                 exclude: Vec::new(),
@@ -177,6 +185,7 @@ mod tests {
             "--fix",
             "--values-for=occm=v/*.yaml",
             "--max-file-size=10",
+            "--max-evaluation-memory=7",
             "--no-diff",
             "--release-catalog=c.yaml",
             "--exclude=charts/**",
@@ -196,6 +205,7 @@ mod tests {
                     glob: "v/*.yaml".to_owned(),
                 }],
                 max_file_size: 10,
+                max_evaluation_memory: 7,
                 no_diff: true,
                 release_catalog: Some("c.yaml".into()),
                 exclude: vec![
