@@ -48,6 +48,36 @@ impl Redacted {
     }
 }
 
+/// A URL that may hold credentials in its user information (clouds.yaml `auth_url`, a URL
+/// being reported): it prints only through [`mask_url`], so no message, log field or error
+/// can show it unmasked; the one request that needs it calls [`CredentialUrl::expose`].
+#[derive(Clone, PartialEq, Eq)]
+pub struct CredentialUrl(String);
+
+impl CredentialUrl {
+    /// Wraps a URL as written.
+    pub fn new(url: String) -> Self {
+        Self(url)
+    }
+
+    /// The URL as written, for the request that is sent to it (never for a message).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for CredentialUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&mask_url(&self.0))
+    }
+}
+
+impl fmt::Debug for CredentialUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", mask_url(&self.0))
+    }
+}
+
 impl fmt::Debug for Redacted {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("<redacted>")
@@ -111,8 +141,8 @@ enum AppCredential {
 pub struct CloudAuth {
     /// Cloud name (the `clouds.<name>` key).
     pub cloud: String,
-    /// `auth.auth_url` as written.
-    pub auth_url: String,
+    /// `auth.auth_url` as written; printed masked.
+    pub auth_url: CredentialUrl,
     /// Region for the catalog lookup, if any.
     pub region: Option<String>,
     /// Catalog interface: `public` (default), `internal` or `admin`.
@@ -239,7 +269,7 @@ impl CloudAuth {
             .or_else(|| text(field(entry, "region_name", 0)));
         Ok(Self {
             cloud: cloud.to_owned(),
-            auth_url,
+            auth_url: CredentialUrl::new(auth_url),
             region,
             interface,
             method,
@@ -297,7 +327,7 @@ impl fmt::Debug for CloudAuth {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CloudAuth")
             .field("cloud", &self.cloud)
-            .field("auth_url", &mask_url(&self.auth_url))
+            .field("auth_url", &self.auth_url)
             .field("region", &self.region)
             .field("interface", &self.interface)
             .field("method", &self.method)
@@ -562,6 +592,23 @@ mod tests {
             !debug.contains(CANARY) && debug.contains("***@k.example"),
             "{debug}"
         );
+    }
+
+    #[test]
+    fn a_credential_url_prints_only_masked() {
+        let url = CredentialUrl::new(format!("https://admin:{CANARY}#x@k.example/v3"));
+        assert_eq!(url.to_string(), "https://***@k.example/v3");
+        assert_eq!(format!("{url:?}"), "\"https://***@k.example/v3\"");
+        assert!(url.expose().contains(CANARY), "the request still gets it");
+        let error = crate::guard::error::OpenStackError::Url {
+            what: "auth_url",
+            url: url.clone(),
+        };
+        assert_eq!(
+            error.to_string(),
+            "auth_url \"https://***@k.example/v3\" is not a valid http(s) URL"
+        );
+        assert!(!format!("{error:?}").contains(CANARY));
     }
 
     #[test]

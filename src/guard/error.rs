@@ -99,8 +99,8 @@ pub enum OpenStackError {
     Url {
         /// Which URL (`auth_url`, `the load-balancer endpoint`).
         what: &'static str,
-        /// The URL.
-        url: String,
+        /// The URL, printed masked.
+        url: super::clouds::CredentialUrl,
     },
     /// The Secret's `cacert` holds no usable PEM certificate.
     #[error("the identity Secret's cacert holds no usable PEM certificate")]

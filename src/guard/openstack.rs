@@ -37,7 +37,7 @@ use serde::Deserialize;
 use tokio::time::{Instant, timeout_at};
 
 use super::cache::TtlCache;
-use super::clouds::{CloudAuth, Redacted, mask_url};
+use super::clouds::{CloudAuth, CredentialUrl, Redacted, mask_url};
 use super::cluster::{CredentialKey, Identity};
 use super::error::{OpenStackError, Service};
 use super::metrics::GuardMetrics;
@@ -210,7 +210,7 @@ impl OpenStack {
         deadline: Instant,
     ) -> Result<Token, OpenStackError> {
         let auth = &identity.auth;
-        let url = tokens_url(&auth.auth_url)?;
+        let url = tokens_url(auth.auth_url.expose())?;
         let body =
             serde_json::to_vec(&auth.token_request()).map_err(|_| OpenStackError::Decode {
                 service: Service::Identity,
@@ -224,7 +224,7 @@ impl OpenStack {
             .header(ACCEPT, "application/json")
             .header(USER_AGENT, UA)
             .body(Full::new(Bytes::from(body)))
-            .map_err(|_| url_error("auth_url", &auth.auth_url))?;
+            .map_err(|_| url_error("auth_url", auth.auth_url.expose()))?;
         let sent_at = SystemTime::now();
         let started = Instant::now();
         let (headers, body) = self
@@ -387,7 +387,7 @@ fn hint(service: Service, status: StatusCode) -> &'static str {
 fn url_error(what: &'static str, url: &str) -> OpenStackError {
     OpenStackError::Url {
         what,
-        url: mask_url(url),
+        url: CredentialUrl::new(url.to_owned()),
     }
 }
 
