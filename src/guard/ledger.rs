@@ -28,8 +28,18 @@ use crate::rules::lb_guard::{MachineDigest, MachineIdentity, Sha256, sha256};
 pub const ADMITTED_TTL: Duration = Duration::from_secs(60);
 /// Clusters held.
 pub const MAX_CLUSTERS: usize = 1024;
-/// Machines held per cluster.
-pub const MAX_PER_CLUSTER: usize = 64;
+/// Machines held per cluster: more than any control plane has (etcd recommends at most 7
+/// members; a kubeadm or k0s control plane keeps one etcd member per Machine), with room for a
+/// rollout's surplus Machines. A full ledger holds at most [`MAX_LEDGER_BYTES`].
+pub const MAX_PER_CLUSTER: usize = 16;
+
+/// The heap a full ledger can hold: every entry's size is fixed (digests), so this is the
+/// entry count times the largest entry, whatever the requests were.
+pub const MAX_LEDGER_BYTES: usize = MAX_CLUSTERS
+    * (std::mem::size_of::<(ClusterKey, Vec<Entry>)>()
+        + MAX_PER_CLUSTER
+            * (std::mem::size_of::<Entry>()
+                + crate::rules::lb_guard::MAX_MACHINE_ADDRESSES * std::mem::size_of::<Sha256>()));
 
 /// A cluster: the digest of its namespace and name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -250,6 +260,40 @@ mod tests {
         assert!(ledger.len() <= MAX_CLUSTERS + MAX_PER_CLUSTER);
         let inner = ledger.inner.lock().unwrap();
         assert_eq!(inner.clusters.len(), MAX_CLUSTERS);
+    }
+
+    #[test]
+    fn a_full_ledger_holds_at_most_its_byte_bound() {
+        // 1 024 clusters × 16 Machines with the most addresses: about 19 MiB, the figure
+        // docs/limits.md gives (at 64 per cluster it was 76 MiB).
+        const { assert!(MAX_LEDGER_BYTES < 20 * 1024 * 1024) };
+        let ledger = Ledger::default();
+        let now = Instant::now();
+        let machine = |i: usize| MachineIdentity {
+            name: format!("m{i}"),
+            addresses: (0..40).map(|a| format!("10.0.{a}.{i}")).collect(),
+            infra_name: Some(format!("m{i}")),
+        };
+        for c in 0..(MAX_CLUSTERS + 3) {
+            for m in 0..(MAX_PER_CLUSTER + 3) {
+                let _ = ledger.reserve(&key(&format!("c{c}")), &machine(m), false, now);
+            }
+        }
+        let inner = ledger.inner.lock().unwrap();
+        assert_eq!(inner.clusters.len(), MAX_CLUSTERS);
+        let mut held = inner.clusters.capacity() * std::mem::size_of::<(ClusterKey, Vec<Entry>)>();
+        for (_, entries) in &inner.clusters {
+            assert!(entries.len() <= MAX_PER_CLUSTER);
+            held += entries.capacity() * std::mem::size_of::<Entry>();
+            for e in entries {
+                held += e.machine.addresses.capacity() * std::mem::size_of::<Sha256>();
+            }
+        }
+        // Vec growth may round a capacity up (to at most twice the cap): within 2×.
+        assert!(
+            held <= 2 * MAX_LEDGER_BYTES,
+            "{held} > 2 × {MAX_LEDGER_BYTES}"
+        );
     }
 
     #[test]

@@ -51,7 +51,7 @@ pub use clouds::mask_url;
 pub use clouds::{CloudAuth, Redacted};
 pub use cluster::MAX_CONTROL_PLANE_MACHINES;
 pub use error::{CloudsError, GuardError, OpenStackError, Service};
-pub use ledger::{ADMITTED_TTL, MAX_CLUSTERS, MAX_PER_CLUSTER};
+pub use ledger::{ADMITTED_TTL, MAX_CLUSTERS, MAX_LEDGER_BYTES, MAX_PER_CLUSTER};
 pub use metrics::{
     CacheLabels, CallLabels, DecisionLabels, ErrorLabels, GuardMetrics, UnavailableLabels, outcome,
 };
