@@ -11,21 +11,25 @@
 # Prints the image size and the start-to-ready time (BENCHMARKS.md records them) and writes
 # them to OUT/report.txt. Fails loudly; never skips. Runs as root (CI does).
 #
-#   .ci/image.sh [--binary PATH] [--out DIR]
+#   .ci/image.sh [--binary PATH] [--out DIR] [--build-only]
 #
-# --binary   a release build of stackgate (default: `cargo build --release --locked` here)
-# --out      work directory (default target/image); the layout is OUT/layout, tag "dev"
+# --binary      a release build of stackgate (default: `cargo build --release --locked` here)
+# --out         work directory (default target/image); the layout is OUT/layout, tag "dev"
+# --build-only  steps 1-3 only (the release workflow, whose container cannot run runc; CI
+#               runs all the steps on the same script for every commit)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
 BINARY=""
 OUT="target/image"
+BUILD_ONLY=0
 while [[ $# -gt 0 ]]; do
     case "$1" in
     --binary) BINARY="${2:?--binary needs a path}"; shift 2 ;;
     --out) OUT="${2:?--out needs a directory}"; shift 2 ;;
-    *) echo "usage: $0 [--binary PATH] [--out DIR]" >&2; exit 2 ;;
+    --build-only) BUILD_ONLY=1; shift ;;
+    *) echo "usage: $0 [--binary PATH] [--out DIR] [--build-only]" >&2; exit 2 ;;
     esac
 done
 
@@ -39,12 +43,15 @@ step() { echo "==> $*"; }
 
 # ------------------------------------------------------------------ tools (Debian packages)
 need=()
-command -v umoci >/dev/null || need+=(umoci)
-command -v runc >/dev/null || need+=(runc)
-command -v openssl >/dev/null || need+=(openssl)
-command -v curl >/dev/null || need+=(curl)
-command -v nsenter >/dev/null || need+=(util-linux)
-command -v ip >/dev/null || need+=(iproute2)
+command -v python3 >/dev/null || need+=(python3)
+if [[ "$BUILD_ONLY" == 0 ]]; then
+    command -v umoci >/dev/null || need+=(umoci)
+    command -v runc >/dev/null || need+=(runc)
+    command -v openssl >/dev/null || need+=(openssl)
+    command -v curl >/dev/null || need+=(curl)
+    command -v nsenter >/dev/null || need+=(util-linux)
+    command -v ip >/dev/null || need+=(iproute2)
+fi
 [[ -d /usr/share/ca-certificates/mozilla ]] || need+=(ca-certificates)
 if [[ ${#need[@]} -gt 0 ]]; then
     step "apt-get install ${need[*]}"
@@ -52,7 +59,7 @@ if [[ ${#need[@]} -gt 0 ]]; then
     apt-get update -qq >/dev/null || fail "apt-get update"
     apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null || fail "apt-get install ${need[*]}"
 fi
-echo "umoci $(umoci --version | awk '{print $3}'), $(runc --version | head -n 1)"
+[[ "$BUILD_ONLY" == 1 ]] || echo "umoci $(umoci --version | awk '{print $3}'), $(runc --version | head -n 1)"
 
 # ------------------------------------------------------------------ the image's metadata
 # One place for what the image declares; the Dockerfile check below holds it to the same.
@@ -212,6 +219,11 @@ if errors:
     sys.exit(1)
 print(f"  final stage FROM scratch, one COPY of the image-rootfs.sh tree; USER, ENTRYPOINT, CMD, EXPOSE, {len(docker_labels)} LABEL keys: same")
 PY
+
+if [[ "$BUILD_ONLY" == 1 ]]; then
+    echo "image $DIGEST1 ($ARCH), layout $OUT/layout:dev (built, not started: --build-only)"
+    exit 0
+fi
 
 step "umoci unpack"
 BUNDLE="$OUT/bundle"
