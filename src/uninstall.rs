@@ -24,10 +24,11 @@ use crate::audit::background::{FIELD_MANAGER, MANAGED_BY_LABEL, REPORT_NAME, Rep
 pub const HELM_RELEASE_NAME: &str = "meta.helm.sh/release-name";
 /// The Helm annotation naming that release's namespace.
 pub const HELM_RELEASE_NAMESPACE: &str = "meta.helm.sh/release-namespace";
-/// The report CRDs the chart installs with `audit.installCRDs`.
-pub const REPORT_CRDS: [&str; 2] = [
-    "policyreports.wgpolicyk8s.io",
-    "clusterpolicyreports.wgpolicyk8s.io",
+/// The report CRDs the chart installs with `audit.installCRDs`, each with whether it holds
+/// the cluster-scoped kind.
+pub const REPORT_CRDS: [(&str, bool); 2] = [
+    ("policyreports.wgpolicyk8s.io", false),
+    ("clusterpolicyreports.wgpolicyk8s.io", true),
 ];
 
 /// What to remove; the chart's hook fills it from the release.
@@ -120,7 +121,7 @@ pub fn crd_removable(
     }
     if reports_left > 0 {
         return Err(format!(
-            "{reports_left} report(s) of other tools still in it; delete the CRD yourself once they are gone"
+            "{reports_left} report(s) of another tool still in it; delete the CRD yourself once none is left"
         ));
     }
     Ok(())
@@ -196,29 +197,24 @@ async fn delete_reports(
     Ok(steps)
 }
 
-/// Number of reports of `format` left in the cluster (namespaced and cluster ones), at most
-/// one page: any report keeps the CRD, so the exact count past one is not needed.
+/// Whether any report of `format` (its cluster kind when `cluster`) is left in the cluster:
+/// 0 or 1, from one list of at most one object, as any report keeps its CRD.
 async fn reports_left(
     client: &kube::Client,
     format: ReportFormat,
+    cluster: bool,
 ) -> Result<usize, UninstallError> {
-    let mut left = 0;
-    for cluster in [false, true] {
-        let resource = format.resource(cluster);
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-        match api.list_metadata(&ListParams::default().limit(1)).await {
-            Ok(list) => left += list.items.len(),
-            Err(error) if is_status(&error, 404) => {}
-            Err(source) => {
-                return Err(UninstallError::Request {
-                    action: "listing",
-                    object: resource.plural,
-                    source,
-                });
-            }
-        }
+    let resource = format.resource(cluster);
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    match api.list_metadata(&ListParams::default().limit(1)).await {
+        Ok(list) => Ok(list.items.len()),
+        Err(error) if is_status(&error, 404) => Ok(0),
+        Err(source) => Err(UninstallError::Request {
+            action: "listing",
+            object: resource.plural,
+            source,
+        }),
     }
-    Ok(left)
 }
 
 /// Runs the uninstall `plan` in order; returns one [`Step`] per object.
@@ -251,9 +247,8 @@ pub async fn run(client: &kube::Client, plan: &UninstallPlan) -> Result<Vec<Step
 
     // 4. The report CRDs this release installed, when nothing else is in them.
     if plan.crds {
-        let left = reports_left(client, ReportFormat::Wgpolicyk8s).await?;
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        for crd in REPORT_CRDS {
+        for (crd, cluster) in REPORT_CRDS {
             let object = format!("{} {crd}", CustomResourceDefinition::KIND);
             let found = match crds.get_metadata_opt(crd).await {
                 Ok(found) => found,
@@ -272,6 +267,7 @@ pub async fn run(client: &kube::Client, plan: &UninstallPlan) -> Result<Vec<Step
                 });
                 continue;
             };
+            let left = reports_left(client, ReportFormat::Wgpolicyk8s, cluster).await?;
             match crd_removable(
                 &found.metadata,
                 &plan.release,
@@ -327,7 +323,10 @@ mod tests {
             1,
         )
         .unwrap_err();
-        assert!(why.contains("1 report(s) of other tools"), "{why}");
+        assert!(
+            why.contains("1 report(s) of another tool still in it"),
+            "{why}"
+        );
     }
 
     #[test]
