@@ -75,20 +75,21 @@ impl Render {
         self.kube >= (1, 28)
     }
 
-    /// The release's objects of `kind`; Helm hook objects (the uninstall hook), which exist
-    /// only while their hook runs, are in [`Render::hooks`] instead.
+    /// The release's objects of `kind`, but not the uninstall hook's, which exist only while
+    /// the hook runs and have their own test
+    /// (`uninstall_hook_removes_webhooks_first_with_rbac_naming_each_object`).
     fn of_kind(&self, kind: &str) -> Vec<&Value> {
         self.docs
             .iter()
-            .filter(|d| d["kind"] == kind && !is_hook(d))
+            .filter(|d| d["kind"] == kind && !is_uninstall_hook(d))
             .collect()
     }
 
-    /// The Helm hook objects of `kind`.
-    fn hooks<T: DeserializeOwned>(&self, kind: &str) -> Vec<T> {
+    /// The uninstall hook's objects of `kind`.
+    fn uninstall_hook<T: DeserializeOwned>(&self, kind: &str) -> Vec<T> {
         self.docs
             .iter()
-            .filter(|d| d["kind"] == kind && is_hook(d))
+            .filter(|d| d["kind"] == kind && is_uninstall_hook(d))
             .map(|d| serde_json::from_value(d.clone()).expect("checked in parse_all"))
             .collect()
     }
@@ -119,8 +120,12 @@ impl Render {
     }
 }
 
-fn is_hook(doc: &Value) -> bool {
-    !doc["metadata"]["annotations"]["helm.sh/hook"].is_null()
+/// A pre-delete hook object named `<fullname>-uninstall` (templates/uninstall-hook.yaml).
+fn is_uninstall_hook(doc: &Value) -> bool {
+    doc["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
+        && doc["metadata"]["name"]
+            .as_str()
+            .is_some_and(|n| n.ends_with("-uninstall"))
 }
 
 fn parse_version(s: &str) -> (u32, u32) {
@@ -2746,7 +2751,7 @@ fn uninstall_hook_removes_webhooks_first_with_rbac_naming_each_object() {
     let renders = load_renders();
     for r in &renders {
         let n = &r.name;
-        let jobs = r.hooks::<Job>("Job");
+        let jobs = r.uninstall_hook::<Job>("Job");
         assert_eq!(jobs.len(), 1, "{n}: one uninstall Job");
         let job = &jobs[0];
         let weight = |meta: &ObjectMeta| -> i32 {
@@ -2768,11 +2773,11 @@ fn uninstall_hook_removes_webhooks_first_with_rbac_naming_each_object() {
                 .unwrap_or_else(|| panic!("{n}: {:?} has no hook weight", meta.name))
         };
         let job_weight = weight(&job.metadata);
-        let sa = r.hooks::<ServiceAccount>("ServiceAccount");
-        let cluster_roles = r.hooks::<ClusterRole>("ClusterRole");
-        let roles = r.hooks::<Role>("Role");
-        let bindings = r.hooks::<ClusterRoleBinding>("ClusterRoleBinding");
-        let role_bindings = r.hooks::<RoleBinding>("RoleBinding");
+        let sa = r.uninstall_hook::<ServiceAccount>("ServiceAccount");
+        let cluster_roles = r.uninstall_hook::<ClusterRole>("ClusterRole");
+        let roles = r.uninstall_hook::<Role>("Role");
+        let bindings = r.uninstall_hook::<ClusterRoleBinding>("ClusterRoleBinding");
+        let role_bindings = r.uninstall_hook::<RoleBinding>("RoleBinding");
         assert_eq!(
             (
                 sa.len(),
