@@ -109,6 +109,20 @@ fn webhook_configuration(kind: &str) -> Value {
     })
 }
 
+/// A copy of `kubeconfig` whose user acts as `user` (impersonation; the admin may).
+fn acting_as(kubeconfig: &std::path::Path, user: &str) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(kubeconfig).unwrap();
+    let at = text.find("    token: ").expect("a token user");
+    let end = at + text[at..].find('\n').unwrap() + 1;
+    let path = kubeconfig.with_extension(user.replace(':', "-"));
+    std::fs::write(
+        &path,
+        format!("{}    as: {user}\n{}", &text[..end], &text[end..]),
+    )
+    .unwrap();
+    path
+}
+
 fn uninstall(kubeconfig: &std::path::Path) -> (Option<i32>, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_stackgate"))
         .args([
@@ -253,6 +267,16 @@ async fn uninstall_leaves_nothing_of_stackgate_and_keeps_what_other_tools_own() 
     )
     .await;
 
+    // Without rights: the first request fails, the run stops with exit code 2 and says which
+    // request, and nothing is deleted.
+    let (code, text) = uninstall(&acting_as(&kubeconfig, "no-rights"));
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.contains("stackgate uninstall: deleting ValidatingWebhookConfiguration stackgate"),
+        "{text}"
+    );
+    assert!(exists(&client, &vwc, None, "stackgate").await);
+
     let (code, text) = uninstall(&kubeconfig);
     assert_eq!(code, Some(0), "{text}");
     let lines: Vec<&str> = text.lines().collect();
@@ -280,6 +304,48 @@ async fn uninstall_leaves_nothing_of_stackgate_and_keeps_what_other_tools_own() 
     );
     assert!(exists(&client, &reports, Some("default"), "kyverno-pod-security").await);
     assert!(exists(&client, &crds, None, "policyreports.wgpolicyk8s.io").await);
+
+    // Rights to delete the webhook configurations only: a refused list of reports is an
+    // error, not an API the cluster does not serve.
+    let roles = resource(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRole",
+        "clusterroles",
+    );
+    let bindings = resource(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRoleBinding",
+        "clusterrolebindings",
+    );
+    create(
+        &client,
+        &roles,
+        None,
+        json!({"metadata": {"name": "webhooks-only"}, "rules": [{
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
+            "verbs": ["delete"], "resourceNames": ["stackgate"]}]}),
+    )
+    .await;
+    create(
+        &client,
+        &bindings,
+        None,
+        json!({"metadata": {"name": "webhooks-only"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                "name": "webhooks-only"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                "name": "webhooks-only"}]}),
+    )
+    .await;
+    let (code, text) = uninstall(&acting_as(&kubeconfig, "webhooks-only"));
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.contains("stackgate uninstall: listing policyreports"),
+        "{text}"
+    );
 
     // Again: nothing left to delete, still a success (a retried hook must not fail).
     let (code, text) = uninstall(&kubeconfig);
