@@ -30,7 +30,8 @@ rm -rf "$OUT"
 mkdir -p "$OUT"
 
 # ------------------------------------------------------------------ option sets
-# name | release | namespace | values file (in ci/, may be empty) | extra helm flags
+# name | release | namespace | values file (NAME for ci/NAME-values.yaml, or @FILE for a file
+# at the chart's root such as values-enforce.yaml; may be empty) | extra helm flags
 RENDERS=(
     "default|stackgate|stackgate||"
     "kube-1.27|stackgate|stackgate||--kube-version 1.27.0"
@@ -62,16 +63,17 @@ RENDERS=(
     "admission-policies-1.34-beta|stackgate|stackgate|admission-policies|--kube-version 1.34.0 --api-versions admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy"
     "admission-policies-1.36|stackgate|stackgate|admission-policies|--kube-version 1.36.0"
     "webhook-free|stackgate|stackgate|webhook-free|--kube-version 1.36.0"
+    "enforce|stackgate|stackgate|@values-enforce.yaml|"
     "admission-policies-switched|stackgate|stackgate|admission-policies-switched|--kube-version 1.36.0"
 )
 
-step "helm lint --strict (default values and every ci/*-values.yaml)"
+step "helm lint --strict (default values, values-enforce.yaml and every ci/*-values.yaml)"
 "$HELM" lint --strict "$CHART" >"$OUT/lint-default.log" 2>&1 || {
     cat "$OUT/lint-default.log"
     fail "helm lint --strict with the default values"
 }
-for values in "$CHART"/ci/*-values.yaml; do
-    name="$(basename "$values" -values.yaml)"
+for values in "$CHART"/values-enforce.yaml "$CHART"/ci/*-values.yaml; do
+    name="$(basename "$values" .yaml)"
     "$HELM" lint --strict "$CHART" -f "$values" >"$OUT/lint-$name.log" 2>&1 || {
         cat "$OUT/lint-$name.log"
         fail "helm lint --strict -f $values"
@@ -84,7 +86,11 @@ step "helm template (option sets)"
 for entry in "${RENDERS[@]}"; do
     IFS='|' read -r name release namespace values flags <<<"$entry"
     args=(template "$release" "$CHART" --namespace "$namespace")
-    [[ -n "$values" ]] && args+=(-f "$CHART/ci/$values-values.yaml")
+    if [[ "$values" == @* ]]; then
+        args+=(-f "$CHART/${values#@}")
+    elif [[ -n "$values" ]]; then
+        args+=(-f "$CHART/ci/$values-values.yaml")
+    fi
     # shellcheck disable=SC2206 # flags are plain words
     [[ -n "$flags" ]] && args+=($flags)
     "$HELM" "${args[@]}" >"$OUT/$name.yaml" 2>"$OUT/$name.err" || {

@@ -29,7 +29,9 @@ use tokio::task::JoinHandle;
 use crate::admission::FactSource;
 use crate::audit::background::{AuditMetrics, BackgroundConfig};
 use crate::ccm_config_watch::{CcmConfigCell, CcmConfigSource, CcmWorkloads};
-use crate::cli::{AuditArgs, CcmConfigSourceMode, KubeMode, OpenShiftPlatformMode, ServeArgs};
+use crate::cli::{
+    AuditArgs, CcmConfigSourceMode, KubeMode, OpenShiftPlatformMode, ServeArgs, UninstallArgs,
+};
 use crate::cluster_config::{CloudConfigSource, ConfigFactCell, ConfigObject, ConfigObjectError};
 use crate::engine::Engine;
 use crate::fact_watcher::FactMetrics;
@@ -487,6 +489,43 @@ pub fn audit(args: &AuditArgs, engine: &Engine) -> Result<u8, ComposeError> {
             eprintln!("stackgate audit: {e}");
             2
         })
+    }))
+}
+
+/// `stackgate uninstall`: connects to the cluster and runs the uninstall plan, printing one
+/// line per object. Returns the exit code: 0 done, 2 no cluster access or a failed request.
+pub fn uninstall(args: &UninstallArgs) -> Result<u8, ComposeError> {
+    let plan = crate::uninstall::UninstallPlan::from(args);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(ComposeError::Runtime)?;
+    Ok(runtime.block_on(async {
+        let client = match kube::Client::try_default().await {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!(
+                    "stackgate uninstall: no cluster access (kubeconfig or in-cluster service \
+                     account): {e}"
+                );
+                return 2;
+            }
+        };
+        match crate::uninstall::run(&client, &plan).await {
+            Ok(steps) => {
+                for step in steps {
+                    println!("stackgate uninstall: {step}");
+                }
+                0
+            }
+            Err(error) => {
+                eprintln!(
+                    "stackgate uninstall: {}",
+                    crate::cli::run::with_sources(&error)
+                );
+                2
+            }
+        }
     }))
 }
 

@@ -36,4 +36,5 @@ pub mod server;
 pub mod short_text;
 pub mod sites;
 pub mod telemetry;
+pub mod uninstall;
 pub mod yaml;

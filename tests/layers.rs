@@ -72,6 +72,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "fact_watcher",
             "guard",
             "audit",
+            "uninstall",
             "releases::watcher",
             "releases::metrics",
             "metrics",

@@ -462,7 +462,8 @@ impl ReportFormat {
         }
     }
 
-    fn resource(self, cluster: bool) -> ApiResource {
+    /// The API resource of a namespaced (`cluster` false) or cluster report.
+    pub fn resource(self, cluster: bool) -> ApiResource {
         let (group, version) = self
             .api_version()
             .split_once('/')
