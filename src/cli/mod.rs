@@ -20,6 +20,7 @@ mod guard;
 pub mod reference;
 pub mod run;
 mod serve;
+mod tls;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -33,6 +34,7 @@ pub use check::CheckArgs;
 pub use explain::ExplainArgs;
 pub use guard::{GuardArgs, Switch};
 pub use serve::{CcmConfigSourceMode, KubeMode, OpenShiftPlatformMode, ServeArgs};
+pub use tls::{TlsArgs, TlsArgsError, TlsMode};
 
 /// stackgate: admission webhook and GitOps checker for OpenStack on Kubernetes.
 #[derive(Debug, Parser)]
