@@ -190,7 +190,6 @@ pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
                 serving: serving.clone(),
                 metrics: RotationMetrics::default(),
             };
-            component.metrics.register(metrics.registry_mut());
             Some(component)
         }
         _ => None,
@@ -237,6 +236,10 @@ pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
             component.metrics.register(metrics.registry_mut());
             component
         });
+        // After the audit's, as docs/metrics.md lists them.
+        if let Some(component) = &self_managed {
+            component.metrics.register(metrics.registry_mut());
+        }
         let platform = platform.and_then(|component| match cluster.as_ref()? {
             Ok(client) => Some((component, client.clone())),
             Err(error) => {
