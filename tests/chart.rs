@@ -1269,7 +1269,7 @@ fn deployment_is_ha_locked_down_and_probed_on_the_admin_port() {
             let fullname = r.one::<Service>("Service").metadata.name.expect("name");
             assert_eq!(
                 env("STACKGATE_TLS_SECRET"),
-                format!("{fullname}-tls"),
+                format!("{fullname}-certs"),
                 "{n}"
             );
             assert_eq!(env("STACKGATE_TLS_NAMESPACE"), r.namespace, "{n}");
@@ -1533,9 +1533,10 @@ fn rbac_is_least_privilege() {
                 }
             }
         };
-        // The self-managed certificate's roles (`<fullname>-tls`) have their own test:
+        // The self-managed certificate's roles (`<fullname>-certs`) have their own test:
         // self_managed_tls_is_stable_and_named.
-        let tls_role = |name: &Option<String>| name.as_deref().is_some_and(|n| n.ends_with("-tls"));
+        let tls_role =
+            |name: &Option<String>| name.as_deref().is_some_and(|n| n.ends_with("-certs"));
         for cr in r.typed::<ClusterRole>("ClusterRole") {
             assert!(cr.aggregation_rule.is_none(), "{}", r.name);
             if !tls_role(&cr.metadata.name) {
@@ -1689,7 +1690,7 @@ fn rbac_is_least_privilege() {
                         .name
                         .as_deref()
                         .unwrap_or_default()
-                        .ends_with("-tls")
+                        .ends_with("-certs")
                 })
                 .flat_map(|role| {
                     let ns = role.metadata.namespace.clone().unwrap_or_default();
@@ -2788,7 +2789,7 @@ fn self_managed_tls_is_stable_and_named() {
     let mut checked = 0;
     for r in &renders {
         let fullname = r.one::<Service>("Service").metadata.name.expect("name");
-        let tls_name = format!("{fullname}-tls");
+        let tls_name = format!("{fullname}-certs");
         let roles: Vec<Role> = r
             .typed::<Role>("Role")
             .into_iter()
@@ -2922,7 +2923,7 @@ fn self_managed_tls_is_stable_and_named() {
     assert!(checked >= 10, "only {checked} self-managed renders");
 }
 
-/// `items` without the self-managed certificate's roles (`<fullname>-tls`), which
+/// `items` without the self-managed certificate's roles (`<fullname>-certs`), which
 /// `self_managed_tls_is_stable_and_named` checks.
 fn not_tls<T: k8s_openapi::Metadata<Ty = ObjectMeta>>(items: Vec<T>) -> Vec<T> {
     items
@@ -2932,7 +2933,7 @@ fn not_tls<T: k8s_openapi::Metadata<Ty = ObjectMeta>>(items: Vec<T>) -> Vec<T> {
                 .name
                 .as_deref()
                 .unwrap_or_default()
-                .ends_with("-tls")
+                .ends_with("-certs")
         })
         .collect()
 }

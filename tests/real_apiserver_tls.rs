@@ -38,7 +38,7 @@ use tokio::time::Instant;
 use real_apiserver::{Proc, START_DEADLINE, binaries, free_port, start_apiserver};
 
 const NS: &str = "default";
-const SECRET: &str = "stackgate-tls";
+const SECRET: &str = "stackgate-certs";
 const CONFIGURATION: &str = "stackgate";
 const LOAD_LABEL: &str = "load.stackgate.dev/written";
 

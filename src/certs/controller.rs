@@ -58,7 +58,7 @@ pub const REPORT_PREFIX: &str = "loaded.tls.stackgate.dev/";
 /// The annotation recording the bundle last published into the webhooks: `<digest> <unix>`.
 pub const PUBLISHED_ANNOTATION: &str = "tls.stackgate.dev/published-bundle";
 /// Default `--tls-lease-name`.
-pub const DEFAULT_LEASE_NAME: &str = "stackgate-tls";
+pub const DEFAULT_LEASE_NAME: &str = "stackgate-certs";
 /// Actions performed per round at most before the round yields (a fresh Secret takes three:
 /// create, publish, wait).
 const MAX_STEPS: usize = 8;

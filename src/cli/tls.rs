@@ -41,7 +41,7 @@ pub struct TlsArgs {
     pub tls_mode: TlsMode,
     /// Self-managed: the Secret holding the CAs and the serving certificate (get, list,
     /// watch, update and patch on that name; create only if the chart does not make it).
-    #[arg(long, env = "STACKGATE_TLS_SECRET", default_value = "stackgate-tls")]
+    #[arg(long, env = "STACKGATE_TLS_SECRET", default_value = "stackgate-certs")]
     pub tls_secret: String,
     /// Self-managed: the namespace of the Secret and the Lease (the chart sets the release
     /// namespace).
@@ -148,5 +148,98 @@ impl TlsArgs {
             lease_duration: self.tls_lease_duration,
             policy,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::Command;
+    use crate::cli::tests::parse;
+
+    fn tls(argv: &[&str]) -> TlsArgs {
+        let mut full = vec!["stackgate", "serve"];
+        full.extend_from_slice(argv);
+        match parse(&full).command {
+            Command::Serve(args) => args.tls,
+            other => panic!("not serve: {other:?}"),
+        }
+    }
+
+    const SELF_MANAGED: [&str; 6] = [
+        "--tls-mode=self-managed",
+        "--tls-namespace=stackgate",
+        "--tls-dns-names=stackgate.stackgate.svc,stackgate.stackgate.svc.cluster.local",
+        "--tls-serving-lifetime=2m",
+        "--tls-ca-lifetime=10m",
+        "--tls-report-interval=5s",
+    ];
+
+    #[test]
+    fn files_mode_has_no_self_managed_settings() {
+        assert_eq!(tls(&[]).tls_mode, TlsMode::Files);
+        assert_eq!(tls(&[]).self_managed(Some("pod".into()), false), Ok(None));
+    }
+
+    #[test]
+    fn self_managed_settings_come_from_the_flags() {
+        let config = tls(&SELF_MANAGED)
+            .self_managed(Some("pod-a".into()), false)
+            .unwrap()
+            .unwrap();
+        assert_eq!(config.namespace, "stackgate");
+        assert_eq!(config.secret_name, "stackgate-certs");
+        assert_eq!(config.lease_name, DEFAULT_LEASE_NAME);
+        assert_eq!(config.webhook_configuration, "stackgate");
+        assert_eq!(config.identity, "pod-a", "HOSTNAME when no --tls-identity");
+        assert_eq!(
+            config.dns_names,
+            [
+                "stackgate.stackgate.svc",
+                "stackgate.stackgate.svc.cluster.local"
+            ]
+        );
+        assert_eq!(
+            config.policy,
+            Policy {
+                serving_lifetime: 120,
+                ca_lifetime: 600,
+                settle: 30,
+                report_interval: 5,
+            }
+        );
+        let mut argv = SELF_MANAGED.to_vec();
+        argv.push("--tls-identity=explicit");
+        let config = tls(&argv).self_managed(Some("pod-a".into()), false);
+        assert_eq!(config.unwrap().unwrap().identity, "explicit");
+    }
+
+    #[test]
+    fn incomplete_or_contradictory_self_managed_settings_are_refused() {
+        let refused = |argv: &[&str], files: bool| {
+            tls(argv)
+                .self_managed(Some("pod".into()), files)
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            refused(&SELF_MANAGED, true),
+            "--tls-cert/--tls-key are for --tls-mode files, not self-managed"
+        );
+        assert_eq!(
+            refused(&SELF_MANAGED[..1], false),
+            "--tls-mode self-managed needs --tls-namespace"
+        );
+        assert_eq!(
+            refused(&SELF_MANAGED[..2], false),
+            "--tls-mode self-managed needs --tls-dns-names"
+        );
+        let mut short = SELF_MANAGED[..5].to_vec();
+        short[4] = "--tls-ca-lifetime=5m";
+        assert!(refused(&short, false).contains("at least three serving-certificate lifetimes"));
+        assert_eq!(
+            tls(&SELF_MANAGED).self_managed(None, false).unwrap_err(),
+            TlsArgsError::Missing("--tls-identity (or HOSTNAME)")
+        );
     }
 }

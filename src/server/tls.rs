@@ -767,6 +767,62 @@ mod tests {
         );
     }
 
+    /// Self-managed: nothing serves until a certificate is installed; a broken pair keeps
+    /// the one in service; a certificate past its end is not served (the handshake fails,
+    /// readiness follows `serving`).
+    #[test]
+    fn a_self_managed_certificate_serves_only_once_installed_and_until_its_end() {
+        let metrics = Metrics::new();
+        let serving = ServingCert::default();
+        assert!(!serving.serving(), "nothing installed");
+        let setup = setup(
+            &TlsSource::SelfManaged(serving.clone()),
+            None,
+            8443,
+            &metrics,
+        )
+        .unwrap();
+        assert!(setup.reloader.is_none(), "no file reloader");
+
+        let now = unix_now();
+        let (cert, key) = self_signed((2024, 1, 1), (2099, 1, 1));
+        assert!(serving.install(cert.as_bytes(), key.as_bytes(), "Secret ns/s", &metrics));
+        assert!(serving.serving());
+        assert_eq!(reloads(&metrics, "success"), 1);
+        assert!(gauge(&metrics, EXPIRY).unwrap() > now);
+
+        let (other_cert, _) = self_signed((2024, 1, 1), (2098, 1, 1));
+        assert!(!serving.install(
+            other_cert.as_bytes(),
+            key.as_bytes(),
+            "Secret ns/s",
+            &metrics
+        ));
+        assert_eq!(reloads(&metrics, "failure"), 1);
+        assert!(serving.serving(), "the pair in service stays");
+        assert_eq!(
+            serving
+                .resolver
+                .current
+                .load_full()
+                .unwrap()
+                .end_entity_cert()
+                .unwrap(),
+            &CertificateDer::from_pem_slice(cert.as_bytes()).unwrap()
+        );
+
+        let (expired, expired_key) = self_signed((2024, 1, 1), (2025, 1, 1));
+        assert!(serving.install(
+            expired.as_bytes(),
+            expired_key.as_bytes(),
+            "Secret ns/s",
+            &metrics
+        ));
+        assert!(!serving.serving(), "past its end: not served");
+        assert!(!serving.resolver.serving_at(now));
+        assert!(serving.resolver.serving_at(JAN_1_2025 - 1));
+    }
+
     #[test]
     fn an_unreadable_validity_withdraws_the_gauges() {
         let metrics = Metrics::new();
