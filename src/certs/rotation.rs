@@ -720,7 +720,9 @@ mod tests {
         let mut rotations = 0;
         let mut renewals = 0;
         for now in 0..1800 {
-            loop {
+            // A machine that never says wait would loop here forever: fail instead.
+            for step in 0.. {
+                assert!(step < 8, "no wait at {now}");
                 let action = decide(&sim.observed(), &POLICY, now);
                 match action {
                     Action::Wait { .. } => break,
