@@ -40,6 +40,8 @@ RENDERS=(
     "cert-manager-issuer|stackgate|stackgate|cert-manager-issuer|--api-versions cert-manager.io/v1"
     "cert-manager-kube-1.27|stackgate|stackgate|cert-manager|--kube-version 1.27.0 --api-versions cert-manager.io/v1"
     "existing-secret|stackgate|stackgate|existing-secret|"
+    "generate|stackgate|stackgate|generate|"
+    "generate-other-namespace|sg|platform-admission|generate|--kube-version 1.33.1"
     "monitoring|stackgate|stackgate|monitoring|--api-versions monitoring.coreos.com/v1"
     "live-release|stackgate|stackgate|live-release|"
     "audit|stackgate|stackgate|audit|"
@@ -108,6 +110,14 @@ for values in "$CHART"/ci/*-values.yaml; do
         fail "$values is not rendered by any option set in .ci/chart.sh"
 done
 
+step "two renders of the default (tls.mode selfManaged) are byte-identical"
+# No certificate material, no random or time-dependent value: Argo CD and other `helm template`
+# renderers see no change between syncs. tests/chart.rs compares the two files too.
+"$HELM" template stackgate "$CHART" --namespace stackgate >"$OUT/default-again.yaml"
+cmp -s "$OUT/default.yaml" "$OUT/default-again.yaml" ||
+    fail "two renders of the default differ: $(diff "$OUT/default.yaml" "$OUT/default-again.yaml" | head -5)"
+echo "  identical"
+
 step "helm template must refuse bad settings"
 expect_refusal() {
     local why="$1" pattern="$2"
@@ -136,6 +146,7 @@ expect_refusal "Octavia cache TTL that is not a duration" "octaviaCacheTTL: Does
     --set controlPlaneGuard.enabled=true --set 'controlPlaneGuard.secretNamespaces={capi}' --set controlPlaneGuard.octaviaCacheTTL=5sec
 expect_refusal "cloud-config object of another kind" "must be one of the following" \
     --set ovnSourceRanges.enabled=true --set ovnSourceRanges.cloudConfig.kind=Pod
+expect_refusal "self-managed lifetime that is not a duration" "servingLifetime: Does not match pattern" --set tls.selfManaged.servingLifetime=90d
 expect_refusal "existingSecret without a CA bundle" "tls.existingSecret.caBundle" --set tls.mode=existingSecret --set tls.existingSecret.name=x
 expect_refusal "installed into a site namespace" "install stackgate into its own namespace" --namespace kube-system
 expect_refusal "own namespace in onlyNamespaces" "must not contain the release namespace" --set 'webhooks.onlyNamespaces={stackgate}'

@@ -29,8 +29,10 @@ use tokio::task::JoinHandle;
 use crate::admission::FactSource;
 use crate::audit::background::{AuditMetrics, BackgroundConfig};
 use crate::ccm_config_watch::{CcmConfigCell, CcmConfigSource, CcmWorkloads};
+use crate::certs::controller::{RotationMetrics, SelfManagedConfig};
 use crate::cli::{
-    AuditArgs, CcmConfigSourceMode, KubeMode, OpenShiftPlatformMode, ServeArgs, UninstallArgs,
+    AuditArgs, CcmConfigSourceMode, KubeMode, OpenShiftPlatformMode, ServeArgs, TlsArgsError,
+    UninstallArgs,
 };
 use crate::cluster_config::{CloudConfigSource, ConfigFactCell, ConfigObject, ConfigObjectError};
 use crate::engine::Engine;
@@ -42,7 +44,7 @@ use crate::metrics::Metrics;
 use crate::platform::{PlatformCell, PlatformSource};
 use crate::policy::PolicySet;
 use crate::releases::watcher::WatchConfig;
-use crate::server::{self, AppState, ServerConfig, ServerError};
+use crate::server::{self, AppState, ServerConfig, ServerError, ServingCert, TlsSource};
 
 /// How long the runtime may wait for its tasks (blocking evaluations included) after the
 /// server has stopped.
@@ -77,6 +79,9 @@ pub enum ComposeError {
     /// The server failed (binding, certificates).
     #[error("serving")]
     Serve(#[source] ServerError),
+    /// `--tls-mode self-managed` settings that cannot work.
+    #[error("self-managed TLS")]
+    Tls(#[source] TlsArgsError),
 }
 
 /// The server's background tasks, each with a name; [`Tasks::stop`] ends them all.
@@ -174,6 +179,22 @@ pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
         resync: args.release_resync,
     };
     let config = ServerConfig::from(&args);
+    let self_managed = match (
+        &config.tls,
+        args.tls
+            .self_managed(std::env::var("HOSTNAME").ok(), args.tls_cert.is_some()),
+    ) {
+        (_, Err(error)) => return Err(ComposeError::Tls(error)),
+        (TlsSource::SelfManaged(serving), Ok(Some(settings))) => {
+            let component = SelfManagedTls {
+                settings,
+                serving: serving.clone(),
+                metrics: RotationMetrics::default(),
+            };
+            Some(component)
+        }
+        _ => None,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -183,6 +204,7 @@ pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
         let required_by = [
             (guard_config.is_some(), "--lb-guard on"),
             (background_audit.is_some(), "--background-audit"),
+            (self_managed.is_some(), "--tls-mode self-managed"),
             (cloud_config.is_some(), "--cloud-config-object"),
         ]
         .into_iter()
@@ -215,6 +237,10 @@ pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
             component.metrics.register(metrics.registry_mut());
             component
         });
+        // After the audit's, as docs/metrics.md lists them.
+        if let Some(component) = &self_managed {
+            component.metrics.register(metrics.registry_mut());
+        }
         let platform = platform.and_then(|component| match cluster.as_ref()? {
             Ok(client) => Some((component, client.clone())),
             Err(error) => {
@@ -272,6 +298,12 @@ pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
         releases.start(cluster.as_ref(), &state, &mut tasks);
         if let Some(component) = auditor {
             component.start(&state, &mut tasks);
+        }
+        if let Some(component) = self_managed {
+            // Present only when a client exists: without one the start-up failed above.
+            if let Some(client) = client() {
+                component.start(client, &state, &mut tasks);
+            }
         }
 
         let served = server::run(config, state, shutdown_signal()).await;
@@ -448,6 +480,52 @@ impl BackgroundAudit {
                 self.config,
                 self.metrics,
                 move || state.engine.load_full(),
+            )),
+        );
+    }
+}
+
+/// `--tls-mode self-managed`: every replica watches the Secret and installs its serving
+/// certificate into the server's handle; the replica holding the Lease rotates.
+struct SelfManagedTls {
+    settings: SelfManagedConfig,
+    serving: ServingCert,
+    metrics: RotationMetrics,
+}
+
+impl SelfManagedTls {
+    fn start(self, client: kube::Client, state: &Arc<AppState>, tasks: &mut Tasks) {
+        tracing::info!(
+            target: LOG_TARGET,
+            secret = %format!("{}/{}", self.settings.namespace, self.settings.secret_name),
+            identity = %self.settings.identity,
+            "self-managed TLS on: not ready until the Secret holds a certificate"
+        );
+        let changed = Arc::new(tokio::sync::Notify::new());
+        let origin = format!(
+            "Secret {}/{}",
+            self.settings.namespace, self.settings.secret_name
+        );
+        let serving = self.serving;
+        let install_state = Arc::clone(state);
+        let install: crate::certs::controller::Install =
+            Box::new(move |cert, key| serving.install(cert, key, &origin, &install_state.metrics));
+        tasks.add(
+            "self-managed TLS loader",
+            tokio::spawn(crate::certs::controller::run_loader(
+                client.clone(),
+                self.settings.clone(),
+                install,
+                Arc::clone(&changed),
+            )),
+        );
+        tasks.add(
+            "self-managed TLS rotation",
+            tokio::spawn(crate::certs::controller::run_rotation(
+                client,
+                self.settings,
+                self.metrics,
+                changed,
             )),
         );
     }

@@ -16,6 +16,7 @@ pub mod admission_policies;
 pub mod audit;
 pub mod budget;
 pub mod ccm_config_watch;
+pub mod certs;
 pub mod check;
 pub mod cli;
 pub mod cloudconf;

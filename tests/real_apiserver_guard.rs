@@ -15,11 +15,9 @@
 //! Cluster and CAPO's OpenStackCluster; the Machines carry CAPI's finalizer, so a deleted
 //! Machine stays with a `deletionTimestamp`, as with a running Cluster API.
 
-#[path = "support/apiserver.rs"]
-mod apiserver;
 mod common;
-
-use apiserver::{Proc, START_DEADLINE, binaries, free_port, start_apiserver};
+#[path = "support/real_apiserver.rs"]
+mod real_apiserver;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -40,6 +38,8 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 
+use real_apiserver::{Proc, START_DEADLINE, binaries, free_port, start_apiserver};
+
 const NS: &str = "cluster-a";
 const LB_ID: &str = "a7f7b5c4-1e0d-4b8e-9c3f-6d2e1f0a9b87";
 const LB_NAME: &str = "k8s-clusterapi-cluster-cluster-a-cluster-a-kubeapi";
@@ -51,10 +51,8 @@ const MACHINES: [&str; 3] = [
 /// How long a new webhook configuration may take to reach the apiserver's admission chain.
 const WEBHOOK_DEADLINE: Duration = Duration::from_secs(30);
 
-// ------------------------------------------------------------------------------------------
-// Child processes
-
-/// A child process killed (and reaped serving certificate.
+/// `stackgate serve --lb-guard on` reading the apiserver through `kubeconfig`; returns the
+/// process, its webhook address and the CA of its generated serving certificate.
 async fn start_stackgate(dir: &Path, kubeconfig: &Path) -> (Proc, SocketAddr, String) {
     let (addr, admin): (SocketAddr, SocketAddr) = (
         ([127, 0, 0, 1], free_port()).into(),

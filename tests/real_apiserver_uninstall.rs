@@ -8,9 +8,9 @@
 //! (`uninstall::crd_removable`) also has unit tests, and the chart's RBAC for the hook is
 //! checked in `tests/chart.rs` (`uninstall_hook_removes_webhooks_first_with_rbac_naming_each_object`).
 
-#[path = "support/apiserver.rs"]
-mod apiserver;
 mod common;
+#[path = "support/real_apiserver.rs"]
+mod real_apiserver;
 
 use std::process::Command;
 use std::time::Duration;
@@ -20,7 +20,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use apiserver::{binaries, start_apiserver};
+use real_apiserver::{binaries, start_apiserver};
 
 /// How long a new CRD may take until the apiserver serves its resource.
 const CRD_DEADLINE: Duration = Duration::from_secs(30);

@@ -20,6 +20,7 @@ mod guard;
 pub mod reference;
 pub mod run;
 mod serve;
+mod tls;
 mod uninstall;
 
 use std::path::PathBuf;
@@ -34,6 +35,7 @@ pub use check::CheckArgs;
 pub use explain::ExplainArgs;
 pub use guard::{GuardArgs, Switch};
 pub use serve::{CcmConfigSourceMode, KubeMode, OpenShiftPlatformMode, ServeArgs};
+pub use tls::{TlsArgs, TlsArgsError, TlsMode};
 pub use uninstall::UninstallArgs;
 
 /// stackgate: admission webhook and GitOps checker for OpenStack on Kubernetes.
