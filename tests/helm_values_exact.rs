@@ -364,3 +364,22 @@ fn empty_and_list_sections_render_as_the_chart_renders_them() {
         assert!(!allowed, "{section}: {message}");
     }
 }
+
+#[test]
+fn an_empty_list_section_gets_the_missing_key_in_place() {
+    // `loadBalancer: []` renders an empty [LoadBalancer]: the fix makes it the mapping that
+    // holds the key, one line changed.
+    let values = format!("cloudConfig:\n{GLOBAL}  loadBalancer: []\n");
+    let (read, text) = values_after_mutation(&values);
+    assert_eq!(read["cloudConfig"]["loadBalancer"], json!({SERIAL: true}));
+    assert_eq!(
+        text,
+        values.replace(
+            "loadBalancer: []",
+            &format!("loadBalancer: {{{SERIAL}: true}}")
+        )
+    );
+    // A labelled values ConfigMap (written only by minimal edits) is patched the same way.
+    let patched = mutated(&labelled_config_map(&values));
+    assert_eq!(patched["data"]["values.yaml"], json!(text));
+}
