@@ -487,33 +487,50 @@ fn common_variables(policy: &Policy) -> Vec<Value> {
     vec![var("inScope", in_scope), var("exempt", exempt)]
 }
 
-/// A named ConfigMap site, or the label that makes any ConfigMap one.
+/// A named ConfigMap site of the sites document.
 #[derive(Debug, Clone)]
-struct ConfigMapSites {
-    /// (namespace, name, key, shared with other platforms).
-    named: Vec<(String, String, String, bool)>,
-    label: Option<String>,
+struct NamedSite {
+    namespace: String,
+    name: String,
+    key: String,
+    /// Whether stackgate may edit it (`mutate`).
+    mutate: bool,
+    /// Shared with other platforms: decided only for OpenStack content.
+    shared: bool,
 }
 
-/// The ConfigMap sites of `set` (`mutable_only`: those stackgate may edit); None when there
-/// are none.
+/// The named ConfigMap sites, and the label that makes any ConfigMap one.
+#[derive(Debug, Clone)]
+struct ConfigMapSites {
+    named: Vec<NamedSite>,
+    label: Option<String>,
+    /// Only the sites stackgate may edit (for the mutating policy).
+    mutable_only: bool,
+}
+
+/// The ConfigMap sites of `set` (`mutable_only`: for the mutating policy, which edits only
+/// those stackgate may edit); None when there are none.
 fn configmap_site_keys(set: &PolicySet, mutable_only: bool) -> Option<ConfigMapSites> {
     let named: Vec<_> = set
         .sites
         .sites
         .iter()
-        .filter(|s| s.kind == SiteKind::ConfigMap && (s.mutate || !mutable_only))
-        .map(|s| {
-            (
-                s.namespace.clone(),
-                s.name.clone(),
-                s.key.clone(),
-                s.other_platforms,
-            )
+        .filter(|s| s.kind == SiteKind::ConfigMap)
+        .map(|s| NamedSite {
+            namespace: s.namespace.clone(),
+            name: s.name.clone(),
+            key: s.key.clone(),
+            mutate: s.mutate,
+            shared: s.other_platforms,
         })
         .collect();
     let label = set.sites.label.clone();
-    (!named.is_empty() || label.is_some()).then_some(ConfigMapSites { named, label })
+    let any = named.iter().any(|s| s.mutate || !mutable_only) || label.is_some();
+    any.then_some(ConfigMapSites {
+        named,
+        label,
+        mutable_only,
+    })
 }
 
 fn configmap_rules() -> Value {
@@ -552,21 +569,30 @@ fn spec_changed() -> Value {
     })
 }
 
-/// `siteKeys`: the data keys of this ConfigMap that are sites (named for its namespace and
-/// name, and the key its site label names). `sharedKeys`: those of sites other platforms share.
+/// `namedKeys`: the data keys the sites document names for this ConfigMap's namespace and
+/// name. `siteKeys`: the data keys that are sites (the named ones, only those stackgate may
+/// edit for the mutating policy, and the key its site label names unless a named site of this
+/// object has that key: as in `sites::object_data::find`, the named site's rules win, so a
+/// label never makes a validate-only or shared site editable). `sharedKeys`: those of sites
+/// other platforms share.
 fn site_key_variables(sites: &ConfigMapSites) -> Vec<Value> {
     let ns = "(has(object.metadata.namespace) ? object.metadata.namespace : '')";
     let name = "(has(object.metadata.name) ? object.metadata.name : '')";
+    let mut named = Vec::new();
     let mut parts = Vec::new();
     let mut shared = Vec::new();
-    for (namespace, object, key, other_platforms) in &sites.named {
+    for site in &sites.named {
         let part = format!(
             "({ns} == {} && {name} == {} ? [{}] : [])",
-            cel_str(namespace),
-            cel_str(object),
-            cel_str(key)
+            cel_str(&site.namespace),
+            cel_str(&site.name),
+            cel_str(&site.key)
         );
-        if *other_platforms {
+        named.push(part.clone());
+        if sites.mutable_only && !site.mutate {
+            continue;
+        }
+        if site.shared {
             shared.push(part.clone());
         }
         parts.push(part);
@@ -574,7 +600,8 @@ fn site_key_variables(sites: &ConfigMapSites) -> Vec<Value> {
     if let Some(label) = &sites.label {
         let label = cel_str(label);
         parts.push(format!(
-            "(has(object.metadata.labels) && {label} in object.metadata.labels ? \
+            "(has(object.metadata.labels) && {label} in object.metadata.labels && \
+             !(object.metadata.labels[{label}] in variables.namedKeys) ? \
              [object.metadata.labels[{label}]] : [])"
         ));
     }
@@ -586,6 +613,7 @@ fn site_key_variables(sites: &ConfigMapSites) -> Vec<Value> {
         }
     };
     vec![
+        var("namedKeys", join(&named)),
         var(
             "siteKeys",
             format!(
@@ -670,11 +698,16 @@ fn configmap_patch() -> String {
 
 /// Whether chart reference `c` names the CCM chart: its last `/` segment is the chart name
 /// (a subset of `sites::chart::chart_matches`, which also knows versions and `.tgz` files).
+///
+/// The engine reads a reference as a URL (`sites::chart::chart_reference_name`): the query and
+/// fragment are not part of the path, `;params` are dropped and `%XX` escapes decoded. CEL
+/// decodes none of it, so a reference holding `?`, `#` or `%` anywhere is left to the webhook:
+/// with those gone, the last raw `/` segment is the name both read.
 fn ours_cel(c: &str) -> String {
     let names: Vec<String> = DEFAULT_CHARTS.iter().map(|n| regex_escape(n)).collect();
     format!(
         "{c}.matches({})",
-        cel_str(&format!("^(?:.*/)?(?:{})$", names.join("|")))
+        cel_str(&format!("^(?:[^?#%]*/)?(?:{})$", names.join("|")))
     )
 }
 
@@ -688,8 +721,9 @@ fn section_keys() -> String {
 }
 
 /// Whether values map `v` is one the policies decide: the Secret is rendered, no
-/// `cloudConfigContents`, and `cloudConfig` is a map whose rendered sections are maps of plain
-/// gcfg names to plain printable-ASCII scalars or null (the chart renders `key = `). The
+/// `cloudConfigContents`, and `cloudConfig` is a map whose rendered sections are null (Helm
+/// drops them) or maps of plain gcfg names to plain printable-ASCII scalars or null (the chart
+/// renders `key = `). The
 /// comprehension variables (`section`, `entry`) differ from every caller's (`source`): CEL
 /// shadows an outer variable of the same name.
 fn plain_values(v: &str) -> String {
@@ -698,7 +732,7 @@ fn plain_values(v: &str) -> String {
          (!has({v}.secret) || ((!has({v}.secret.enabled) || {v}.secret.enabled == true) && \
          (!has({v}.secret.create) || {v}.secret.create == true))) && \
          {sections}.all(section, !(section in {v}.cloudConfig) || \
-         {v}.cloudConfig[section].all(entry, entry.matches({ident}) && \
+         {v}.cloudConfig[section] == null || {v}.cloudConfig[section].all(entry, entry.matches({ident}) && \
          ({v}.cloudConfig[section][entry] == null || \
          string({v}.cloudConfig[section][entry]).matches('^[ -~]*$'))))",
         sections = section_keys(),
@@ -714,8 +748,16 @@ fn plain_values(v: &str) -> String {
 fn gitops_variables() -> Vec<Value> {
     let empty = |f: &str| format!("(!has({f}) || size({f}) == 0)");
     let release_chart = "(has(object.spec.chart) && has(object.spec.chart.spec) && has(object.spec.chart.spec.chart) ? object.spec.chart.spec.chart : (has(object.spec.chartRef) && has(object.spec.chartRef.name) ? object.spec.chartRef.name : ''))";
+    // The chart source's own values files (`valuesFiles`, the deprecated `valuesFile`) are
+    // merged under `spec.values` as `valuesFrom` is: values the engine cannot see.
+    let chart_spec = "object.spec.chart.spec";
+    let no_files = format!(
+        "(!has(object.spec.chart) || !has({chart_spec}) || ({files} && {file}))",
+        files = empty(&format!("{chart_spec}.valuesFiles")),
+        file = empty(&format!("{chart_spec}.valuesFile")),
+    );
     let release = format!(
-        "object.kind == 'HelmRelease' && has(object.spec) && {ours} && has(object.spec.values) && {no_from} && {plain} ? [object.spec.values] : []",
+        "object.kind == 'HelmRelease' && has(object.spec) && {ours} && has(object.spec.values) && {no_from} && {no_files} && {plain} ? [object.spec.values] : []",
         ours = ours_cel(release_chart),
         no_from = empty("object.spec.valuesFrom"),
         plain = plain_values("object.spec.values"),
@@ -763,14 +805,20 @@ fn structured_false(v: &str, key: &str) -> String {
 fn values_patch() -> String {
     let key = cel_str(serial::KEY);
     let escaped = cel_str(&serial::KEY.replace('~', "~0").replace('/', "~1"));
+    // A null section is no section: Helm drops a null value, and the engine adds the section.
+    let absent = |v: &str| {
+        format!("(!has({v}.cloudConfig.loadBalancer) || {v}.cloudConfig.loadBalancer == null)")
+    };
     let missing = |v: &str| {
         format!(
-            "(!has({v}.cloudConfig.loadBalancer) || !{v}.cloudConfig.loadBalancer.exists(k, k.lowerAscii() == {key}))"
+            "({} || !{v}.cloudConfig.loadBalancer.exists(k, k.lowerAscii() == {key}))",
+            absent(v)
         )
     };
     let ops = |v: &str, base: &str| {
         format!(
-            "has({v}.cloudConfig.loadBalancer) ? [JSONPatch{{op: 'add', path: {inside} + {escaped}, value: true}}] : [JSONPatch{{op: 'add', path: {section}, value: {{{key}: true}}}}]",
+            "!{absent} ? [JSONPatch{{op: 'add', path: {inside} + {escaped}, value: true}}] : [JSONPatch{{op: 'add', path: {section}, value: {{{key}: true}}}}]",
+            absent = absent(v),
             inside = cel_str(&format!("{base}/cloudConfig/loadBalancer/")),
             section = cel_str(&format!("{base}/cloudConfig/loadBalancer")),
         )
