@@ -1246,3 +1246,250 @@ fn site_kinds_labels_and_named_site_rules_agree_with_the_engine() {
     assert_sound("site kinds × labels × named-site rules", &counts);
     assert!(counts.policy_mutated > 100, "{counts:?}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// CEL cost (issue 35 item 3)
+
+/// The apiserver's limits (`k8s.io/apiserver/pkg/apis/cel/config.go`): `PerCallLimit`, the
+/// cost one expression (each variable, each validation, each mutation is its own program with
+/// `cel.CostLimit(PerCallLimit)`, `pkg/cel/environment/base.go`) may spend before "actual cost
+/// limit exceeded", and `RuntimeCELCostBudget`, what one policy evaluation may spend in all
+/// (variables report their cost to it, `pkg/admission/plugin/cel/composition.go`).
+const PER_CALL_LIMIT: f64 = 1_000_000.0;
+const RUNTIME_CEL_COST_BUDGET: f64 = 10_000_000.0;
+
+/// The regular expressions of `expression`: (applied to a section chunk `c`, decoded length).
+fn regex_calls(expression: &str) -> Vec<(bool, usize)> {
+    let mut out = Vec::new();
+    for call in [".matches('", ".findAll('"] {
+        for (at, _) in expression.match_indices(call) {
+            let before = &expression[..at];
+            let on_chunk = before.ends_with('c')
+                && !before[..before.len() - 1]
+                    .ends_with(|ch: char| ch.is_ascii_alphanumeric() || ch == '_' || ch == '.');
+            let mut length = 0;
+            let mut chars = expression[at + call.len()..].chars();
+            while let Some(ch) = chars.next() {
+                match ch {
+                    '\'' => break,
+                    '\\' if chars.next() == Some('u') => {
+                        chars.nth(3);
+                    }
+                    _ => {}
+                }
+                length += 1;
+            }
+            out.push((on_chunk, length));
+        }
+    }
+    out
+}
+
+/// An upper bound of the runtime cost of `expression` over a ConfigMap whose `keys` site keys
+/// hold gated texts of `bytes` bytes each, with the cost functions of cel-go
+/// (`interpreter/runtimecost.go`: `matches` costs ⌈(1 + len)·0.1⌉ · ⌈len(regex)·0.25⌉, string
+/// `+` ⌈(len a + len b)·0.1⌉) and of Kubernetes' library (`pkg/cel/library/cost.go`: `findAll`
+/// as `matches`; `split` and `join` ⌈len·0.2⌉; `lowerAscii`, `trim`, `substring`, `indexOf`
+/// ⌈len·0.1⌉). The text has at most `bytes / 4 + 2` section chunks (`[A]` and a newline is
+/// the shortest header the gate admits), and every per-chunk rounding is counted as a whole
+/// unit. Each step of a comprehension over chunks (one per split at `\n[`) is counted at 40 (cel-go
+/// charges 1 per identifier and select, 10 per list created), each over site keys at 40 per
+/// key. An expression that reads no text (no regex, no split) works on metadata: its string
+/// operations are bounded by the apiserver's 256 KiB cap on annotations.
+fn cost_bound(expression: &str, bytes: usize, keys: usize) -> f64 {
+    let count = |ops: &[&str]| -> f64 {
+        ops.iter()
+            .map(|op| expression.matches(op).count())
+            .sum::<usize>() as f64
+    };
+    let string_ops = count(&[
+        " + ",
+        ".split(",
+        ".join(",
+        ".lowerAscii(",
+        ".trim(",
+        ".substring(",
+        ".indexOf(",
+        ".contains(",
+        ".endsWith(",
+    ]);
+    let comprehensions = count(&[".filter(", ".exists(", ".map(", ".all("]);
+    // Splits into section chunks (other splits cut one line into a few parts).
+    let splits = count(&[".split('\\n[')"]);
+    let keys = keys as f64;
+    let calls = regex_calls(expression);
+    if calls.is_empty() && splits == 0.0 && !expression.contains("object.data[") {
+        return string_ops * 0.2 * 262_144.0 + comprehensions * keys * 40.0;
+    }
+    let n = bytes as f64;
+    let chunks = n / 4.0 + 2.0;
+    let mut cost = 0.0;
+    for (on_chunk, length) in calls {
+        let regex = (length as f64 * 0.25).ceil();
+        let text = if on_chunk {
+            // Σ ⌈(1 + len_i)·0.1⌉ ≤ 0.1·(n + chunks) + chunks.
+            0.1 * (n + chunks) + chunks
+        } else {
+            // The whole text, or the joined `[LoadBalancer]` chunks (≤ n + chunks).
+            ((1.0 + n + chunks) * 0.1).ceil()
+        };
+        cost += keys * text * regex;
+    }
+    cost += keys * string_ops * (0.2 * (n + chunks + 1.0) + chunks + 1.0);
+    cost += keys * splits * (chunks + 1.0) * 40.0;
+    cost += keys * comprehensions * 40.0;
+    cost
+}
+
+/// Every expression of a policy with what it is, for messages.
+fn named_expressions(policy: &Value) -> Vec<(String, String)> {
+    let spec = &policy["spec"];
+    let mut out = Vec::new();
+    for v in spec["variables"].as_array().into_iter().flatten() {
+        out.push((
+            format!("variable {}", v["name"].as_str().unwrap()),
+            v["expression"].as_str().unwrap().to_owned(),
+        ));
+    }
+    for v in spec["validations"].as_array().into_iter().flatten() {
+        out.push((
+            "validation".to_owned(),
+            v["expression"].as_str().unwrap().to_owned(),
+        ));
+    }
+    for m in spec["mutations"].as_array().into_iter().flatten() {
+        out.push((
+            "mutation".to_owned(),
+            m["jsonPatch"]["expression"].as_str().unwrap().to_owned(),
+        ));
+    }
+    out
+}
+
+/// At the largest text the policies decide, on a ConfigMap with the most site keys the
+/// embedded sites document gives one object (a named site and a label naming another key),
+/// every expression of the ConfigMap policies stays under half the apiserver's per-call limit
+/// and the policy under half its budget: a decision inside the documented size never runs out
+/// (on a real apiserver a single-expression MAP ran out at 49 KB).
+#[test]
+fn configmap_policies_stay_under_half_the_apiserver_cost_limits_at_the_largest_decided_text() {
+    use stackgate::policy::SiteKind;
+    let set = PolicySet::embedded().unwrap();
+    let generated = admission_policies::generate(&set);
+    // Site keys one ConfigMap can have: its named sites, and the label's key; shared keys: its
+    // named sites other platforms share (what the OpenStack-content check runs on).
+    let named = |shared_only: bool| {
+        let mut per_object: HashMap<(&str, &str), usize> = HashMap::new();
+        for s in &set.sites.sites {
+            if s.kind == SiteKind::ConfigMap && (s.other_platforms || !shared_only) {
+                *per_object.entry((&s.namespace, &s.name)).or_default() += 1;
+            }
+        }
+        per_object.values().copied().max().unwrap_or(0)
+    };
+    let keys = named(false) + usize::from(set.sites.label.is_some());
+    let shared_keys = named(true);
+    assert_eq!((keys, shared_keys), (2, 1));
+    let bytes = admission_policies::MAX_DECIDED_TEXT_BYTES;
+    let mut checked = 0;
+    for policy in generated.validating.iter().chain(&generated.mutating) {
+        let name = policy["metadata"]["name"].as_str().unwrap();
+        if !name.contains("-configmaps") {
+            continue;
+        }
+        let mut total = 0.0;
+        for (what, expression) in named_expressions(policy) {
+            let keys = if expression.starts_with("variables.sharedMissingKeys") {
+                shared_keys
+            } else {
+                keys
+            };
+            let cost = cost_bound(&expression, bytes, keys);
+            println!("{name} {what}: ≤ {cost:.0}");
+            assert!(
+                cost <= PER_CALL_LIMIT / 2.0,
+                "{name} {what}: cost bound {cost:.0} at {bytes} bytes × {keys} keys"
+            );
+            total += cost;
+        }
+        assert!(
+            total <= RUNTIME_CEL_COST_BUDGET / 2.0,
+            "{name}: cost bound {total:.0} in all"
+        );
+        checked += 1;
+    }
+    assert_eq!(
+        checked, 3,
+        "two validating and one mutating ConfigMap policy"
+    );
+}
+
+/// The bound itself: it grows with the text and counts the regular expressions of the gate.
+#[test]
+fn the_cost_bound_counts_regexes_strings_and_chunks() {
+    assert_eq!(
+        regex_calls("t.matches('ab') && c.matches('\\u0041x')"),
+        vec![(false, 2), (true, 2)]
+    );
+    let gate = format!(
+        "t.matches({})",
+        admission_policies::cel_str(admission_policies::PLAIN_INI_GATE)
+    );
+    assert!(cost_bound(&gate, 10_000, 1) > 1_000.0);
+    assert!(cost_bound(&gate, 20_000, 1) > cost_bound(&gate, 10_000, 1) * 1.9);
+    assert!(cost_bound(&gate, 10_000, 2) > cost_bound(&gate, 10_000, 1) * 1.9);
+}
+
+/// Texts at the size limit and one byte over, padded with comments or with the most section
+/// headers a text of that size can hold (the costliest shape): decided exactly up to the
+/// limit, left to the webhook past it.
+#[test]
+fn texts_up_to_the_size_limit_are_decided_and_larger_ones_left_to_the_webhook() {
+    let harness = Harness::new();
+    let mut counts = Counts::default();
+    let limit = admission_policies::MAX_DECIDED_TEXT_BYTES;
+    let bodies = [
+        "[Global]\nauth-url = https://keystone:5000/v3\n[LoadBalancer]\nprovider-requires-serial-api-calls = false\n",
+        "[Global]\nauth-url = https://keystone:5000/v3\n[LoadBalancer]\nuse-octavia = false\n",
+        "[Global]\nauth-url = https://keystone:5000/v3\n[LoadBalancer]\nlb-provider = ovn\n",
+        "[Global]\nregion = RegionOne\n",
+    ];
+    for (i, body) in bodies.iter().enumerate() {
+        for size in [limit - 1, limit, limit + 1] {
+            for padding in ["; padding\n", "[A]\n"] {
+                let mut text = String::new();
+                while text.len() + body.len() + padding.len() <= size {
+                    text.push_str(padding);
+                }
+                text.push_str(&";".repeat(size - text.len() - body.len()));
+                text.push_str(body);
+                // `;…` then the body's `[Global]` on the same line would be a comment: keep
+                // the body on its own line.
+                let text = text.replacen(&format!(";{body}"), &format!("\n{body}"), 1);
+                assert_eq!(text.len(), size, "{i} {size} {padding:?}");
+                let gated = gate_passes(&text);
+                assert_eq!(gated, size <= limit, "{i} {size} {padding:?}");
+                let label = format!("body {i} size {size} padding {padding:?}");
+                harness.compare(
+                    &label,
+                    &labelled_configmap(&text),
+                    gated,
+                    "configmaps",
+                    &mut counts,
+                );
+                harness.compare(
+                    &format!("openshift {label}"),
+                    &openshift_configmap(&text),
+                    gated,
+                    "configmaps",
+                    &mut counts,
+                );
+            }
+        }
+    }
+    assert_sound("texts at the size limit", &counts);
+    assert!(
+        counts.policy_denied >= 8 && counts.policy_mutated >= 4,
+        "{counts:?}"
+    );
+}

@@ -184,7 +184,7 @@ impl AdmissionPolicies {
 
 /// Largest ConfigMap cloud config the policies decide, in bytes: keeps the CEL cost of a
 /// decision far below the apiserver's per-evaluation budget (a larger text is the webhook's).
-pub const MAX_DECIDED_TEXT_BYTES: usize = 65_536;
+pub const MAX_DECIDED_TEXT_BYTES: usize = 16_384;
 
 /// Most Argo CD sources an Application may list for the policies to decide it (the engine
 /// reads at most `sites::helm::MAX_CARRIERS_PER_OBJECT` values carriers).
@@ -226,7 +226,10 @@ const LB_CHUNK: &str = r"(?i)^[ \t]*loadbalancer[ \t]*\]";
 /// Whether gated text `t` is recognisably an OpenStack CCM config, as the engine's
 /// `cloudconf::schema::is_openstack_config` decides it: a section only the OpenStack CCM has,
 /// or a `[Global]` key only it reads. A shared site (OpenShift's `cloud-provider-config`) is
-/// edited only then.
+/// edited only then. In a gated text a `[` at the start of a line is a section header, so the
+/// sections are found in one pass over the whole text, and the `[Global]` key in one pass over
+/// the joined `[Global]` chunks: a regular expression per chunk costs at least one unit per
+/// chunk (see `configmap_mutation_variables`).
 fn openstack_config_cel(t: &str) -> String {
     use crate::cloudconf::schema::{OPENSTACK_ONLY_GLOBAL_KEYS, OPENSTACK_ONLY_SECTIONS};
     let alternatives = |names: &[&str]| {
@@ -237,7 +240,7 @@ fn openstack_config_cel(t: &str) -> String {
             .join("|")
     };
     let section = format!(
-        r"(?i)^[ \t]*(?:{})[ \t]*\]",
+        r"(?mi)^\[[ \t]*(?:{})[ \t]*\]",
         alternatives(OPENSTACK_ONLY_SECTIONS)
     );
     let global_key = format!(
@@ -245,7 +248,7 @@ fn openstack_config_cel(t: &str) -> String {
         alternatives(OPENSTACK_ONLY_GLOBAL_KEYS)
     );
     format!(
-        "('\\n' + {t}).split('\\n[').exists(c, c.matches({section}) || (c.matches({global}) && c.matches({global_key})))",
+        "{t}.matches({section}) || ('\\n' + {t}).split('\\n[').filter(c, c.matches({global})).join('\\n').matches({global_key})",
         section = cel_str(&section),
         global = cel_str(r"(?i)^[ \t]*global[ \t]*\]"),
         global_key = cel_str(&global_key),
@@ -651,11 +654,16 @@ fn configmap_variables(sites: &ConfigMapSites, decided: Decided) -> Vec<Value> {
             gate_cel("t")
         ),
     ));
+    // Two variables, each with its own per-call cost limit (see
+    // `configmap_mutation_variables`): the `[LoadBalancer]` text, then its assignments.
+    vars.push(var(
+        "lbTexts",
+        format!("variables.plainTexts.map(t, {})", lb_text_cel("t")),
+    ));
     vars.push(var(
         "lastAssignments",
         format!(
-            "variables.plainTexts.map(t, {}.findAll({})).filter(a, size(a) > 0).map(a, a[size(a) - 1])",
-            lb_text_cel("t"),
+            "variables.lbTexts.map(t, t.findAll({})).filter(a, size(a) > 0).map(a, a[size(a) - 1])",
             cel_str(&assignment_regex(decided.key()))
         ),
     ));
@@ -671,19 +679,52 @@ fn is_false_assignment(l: &str) -> String {
 }
 
 /// The keys (`missingKeys`) of mutable ConfigMap sites whose plain config lacks the serial
-/// setting in every `[LoadBalancer]` section.
+/// setting in every `[LoadBalancer]` section (and, on a shared site, is OpenStack content).
+///
+/// Four variables, not one: the apiserver gives each variable its own per-call cost limit
+/// (`PerCallLimit`, 1,000,000, `k8s.io/apiserver/pkg/cel/environment/base.go`) out of the
+/// policy's budget (`RuntimeCELCostBudget`, 10,000,000), and one expression doing every pass
+/// over a text ran out at 49 KB. `tests/admission_policies_cel.rs` bounds each.
 fn configmap_mutation_variables(sites: &ConfigMapSites) -> Vec<Value> {
     let mut vars = site_key_variables(sites);
     vars.push(var(
-        "missingKeys",
+        "plainKeys",
         format!(
-            "variables.siteKeys.filter(k, {gate} && size({lb}.findAll({assign})) == 0 && \
-             (!(k in variables.sharedKeys) || {openstack}))",
-            gate = gate_cel("object.data[k]"),
-            lb = lb_text_cel("object.data[k]"),
-            assign = cel_str(&assignment_regex(serial::KEY)),
-            openstack = openstack_config_cel("object.data[k]"),
+            "variables.siteKeys.filter(k, {})",
+            gate_cel("object.data[k]")
         ),
+    ));
+    // Pairs of a key and its `[LoadBalancer]` text.
+    vars.push(var(
+        "lbTexts",
+        format!(
+            "variables.plainKeys.map(k, [k, {}])",
+            lb_text_cel("object.data[k]")
+        ),
+    ));
+    vars.push(var(
+        "lbMissingKeys",
+        format!(
+            "variables.lbTexts.filter(p, size(p[1].findAll({})) == 0).map(p, p[0])",
+            cel_str(&assignment_regex(serial::KEY)),
+        ),
+    ));
+    // The OpenStack-content check runs on shared keys only (a label never names one).
+    vars.push(var(
+        "sharedMissingKeys",
+        "variables.lbMissingKeys.filter(k, k in variables.sharedKeys)".to_owned(),
+    ));
+    vars.push(var(
+        "openstackKeys",
+        format!(
+            "variables.sharedMissingKeys.filter(k, {})",
+            openstack_config_cel("object.data[k]"),
+        ),
+    ));
+    vars.push(var(
+        "missingKeys",
+        "variables.lbMissingKeys.filter(k, !(k in variables.sharedKeys) || k in variables.openstackKeys)"
+            .to_owned(),
     ));
     vars
 }
