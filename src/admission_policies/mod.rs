@@ -20,8 +20,9 @@
 //! *plain INI gate* ([`PLAIN_INI_GATE`]), a text CEL can read exactly; anything else is left
 //! to the webhook. Structured values are decided only when every key the chart renders is a
 //! plain gcfg name and every value a plain scalar (no line can be injected through a key),
-//! the Secret is rendered, no `cloudConfigContents` replaces the map and no values come from
-//! elsewhere (`valuesFrom`, `valueFiles`, `parameters`). Secrets are not decided at all:
+//! the Secret is rendered, no `cloudConfigContents` replaces the map, the chart reference holds
+//! no `?`, `#` or `%` (the engine reads it as a URL) and no values come from elsewhere (Flux
+//! `valuesFrom`, `valuesFiles`, `valuesFile`; Argo CD `valueFiles`, `parameters`). Secrets are not decided at all:
 //! admission CEL on 1.34 and 1.36 has no base64 decoder. An evaluation error admits
 //! (`failurePolicy: Ignore`). `docs/admission-policies.md` lists what stays webhook-only.
 //!
@@ -182,8 +183,9 @@ impl AdmissionPolicies {
     }
 }
 
-/// Largest ConfigMap cloud config the policies decide, in bytes: keeps the CEL cost of a
-/// decision far below the apiserver's per-evaluation budget (a larger text is the webhook's).
+/// Largest ConfigMap cloud config the policies decide, in bytes (a larger text is the
+/// webhook's): at this size every expression stays under half the apiserver's per-call CEL cost
+/// limit, bounded with its cost functions in `tests/admission_policies_cel.rs`. 64 KiB ran out.
 pub const MAX_DECIDED_TEXT_BYTES: usize = 16_384;
 
 /// Most Argo CD sources an Application may list for the policies to decide it (the engine
