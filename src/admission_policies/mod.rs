@@ -696,11 +696,12 @@ fn configmap_mutation_variables(sites: &ConfigMapSites) -> Vec<Value> {
             gate_cel("object.data[k]")
         ),
     ));
-    // Pairs of a key and its `[LoadBalancer]` text.
+    // Pairs of a key and its `[LoadBalancer]` text (`string(k)`: the apiserver's type checker
+    // refuses a list of a `dyn` and a `string`).
     vars.push(var(
         "lbTexts",
         format!(
-            "variables.plainKeys.map(k, [k, {}])",
+            "variables.plainKeys.map(k, [string(k), {}])",
             lb_text_cel("object.data[k]")
         ),
     ));
