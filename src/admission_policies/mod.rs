@@ -28,6 +28,8 @@
 //!
 //! Pure: no IO; the CLI prints the objects and the chart ships them (`files/`).
 
+pub mod static_manifests;
+
 use std::fmt;
 use std::str::FromStr;
 
@@ -49,6 +51,15 @@ pub enum AdmissionPoliciesError {
          (v1beta1 from 1.28, v1 from 1.30); use the webhook"
     )]
     Unsupported(KubeVersion),
+    /// Static admission manifests (KEP-5793) need Kubernetes 1.36 or later.
+    #[error(
+        "Kubernetes {0} has no static admission manifests (ManifestBasedAdmissionControlConfig \
+         is alpha from 1.36)"
+    )]
+    StaticUnsupported(KubeVersion),
+    /// The static manifests would be refused by the apiserver, which then does not start.
+    #[error("static admission manifests the apiserver would refuse: {0}")]
+    BadStaticManifest(String),
 }
 
 /// A Kubernetes minor version, which decides the admission API versions.
