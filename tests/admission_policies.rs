@@ -364,6 +364,147 @@ async fn until(
     last
 }
 
+/// The admin token of [`Apiserver`] (group `system:masters`).
+const ADMIN_TOKEN: &str = "stackgate-e2e-token";
+/// A token of user `breakglass` in group [`BREAK_GLASS_GROUP`].
+const BREAK_GLASS_TOKEN: &str = "stackgate-e2e-breakglass";
+const BREAK_GLASS_GROUP: &str = "platform-team";
+
+/// etcd and a kube-apiserver on free loopback ports, in a temporary directory, stopped when
+/// dropped.
+struct Apiserver {
+    _etcd: Child,
+    _apiserver: Child,
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+impl Apiserver {
+    /// Starts them (`ETCD_BIN`, default `etcd`; `openssl`), with `flags` added to the
+    /// apiserver's and `prepare` run on the directory first; waits for `/readyz`.
+    async fn start(
+        apiserver: &std::ffi::OsStr,
+        flags: &[String],
+        prepare: impl FnOnce(&std::path::Path),
+    ) -> Apiserver {
+        let etcd = std::env::var_os("ETCD_BIN").unwrap_or_else(|| "etcd".into());
+        let dir = tempfile::tempdir().unwrap();
+        let path = |name: &str| dir.path().join(name);
+        let (etcd_port, peer_port, secure_port) = (free_port(), free_port(), free_port());
+        let _etcd = Child(
+            Command::new(&etcd)
+                .args(["--name", "default", "--data-dir"])
+                .arg(path("etcd"))
+                .arg(format!("--listen-client-urls=http://127.0.0.1:{etcd_port}"))
+                .arg(format!(
+                    "--advertise-client-urls=http://127.0.0.1:{etcd_port}"
+                ))
+                .arg(format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"))
+                .arg(format!(
+                    "--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"
+                ))
+                .arg(format!(
+                    "--initial-cluster=default=http://127.0.0.1:{peer_port}"
+                ))
+                .stdout(std::process::Stdio::null())
+                .stderr(std::fs::File::create(path("etcd.log")).unwrap())
+                .spawn()
+                .expect("ETCD_BIN (or etcd on PATH) runs"),
+        );
+        let key = Command::new("openssl")
+            .args([
+                "ecparam",
+                "-genkey",
+                "-name",
+                "prime256v1",
+                "-noout",
+                "-out",
+            ])
+            .arg(path("sa.pem"))
+            .status()
+            .expect("openssl runs");
+        assert!(key.success());
+        std::fs::write(
+            path("tokens.csv"),
+            format!(
+                "{ADMIN_TOKEN},admin,admin,system:masters\n{BREAK_GLASS_TOKEN},breakglass,breakglass,{BREAK_GLASS_GROUP}\n"
+            ),
+        )
+        .unwrap();
+        prepare(dir.path());
+        let _apiserver = Child(
+            Command::new(apiserver)
+                .arg(format!("--etcd-servers=http://127.0.0.1:{etcd_port}"))
+                .args(["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1"])
+                .arg(format!("--secure-port={secure_port}"))
+                .arg(format!("--cert-dir={}", path("certs").display()))
+                .arg(format!(
+                    "--token-auth-file={}",
+                    path("tokens.csv").display()
+                ))
+                .arg("--authorization-mode=RBAC")
+                .arg("--service-account-issuer=https://kubernetes.default.svc")
+                .arg(format!(
+                    "--service-account-key-file={}",
+                    path("sa.pem").display()
+                ))
+                .arg(format!(
+                    "--service-account-signing-key-file={}",
+                    path("sa.pem").display()
+                ))
+                .args([
+                    "--service-cluster-ip-range=10.96.0.0/16",
+                    "--endpoint-reconciler-type=none",
+                    "--disable-admission-plugins=ServiceAccount",
+                    "--enable-priority-and-fairness=false",
+                ])
+                .args(flags)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::fs::File::create(path("apiserver.log")).unwrap())
+                .spawn()
+                .expect("KUBE_APISERVER_BIN runs"),
+        );
+        let server = Apiserver {
+            _etcd,
+            _apiserver,
+            port: secure_port,
+            dir,
+        };
+        let client = server.client(ADMIN_TOKEN);
+        let mut ready = false;
+        for _ in 0..120 {
+            let request = http::Request::get("/readyz").body(Vec::new()).unwrap();
+            if client
+                .request_text(request)
+                .await
+                .is_ok_and(|t| t.trim() == "ok")
+            {
+                ready = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+        assert!(
+            ready,
+            "the apiserver did not get ready: {}",
+            std::fs::read_to_string(server.dir.path().join("apiserver.log")).unwrap_or_default()
+        );
+        server
+    }
+
+    /// A client sending `token`.
+    fn client(&self, token: &str) -> kube::Client {
+        let mut config =
+            kube::Config::new(format!("https://127.0.0.1:{}", self.port).parse().unwrap());
+        config.accept_invalid_certs = true;
+        config.headers.push((
+            http::header::AUTHORIZATION,
+            format!("Bearer {token}").parse().unwrap(),
+        ));
+        kube::Client::try_from(config).unwrap()
+    }
+}
+
 fn configmap(name: &str, text: &str) -> Value {
     serde_json::json!({
         "apiVersion": "v1", "kind": "ConfigMap",
@@ -398,116 +539,19 @@ async fn real_apiserver_refuses_false_and_adds_the_setting() {
         eprintln!("skipped: KUBE_APISERVER_BIN is not set");
         return;
     };
-    let etcd = std::env::var_os("ETCD_BIN").unwrap_or_else(|| "etcd".into());
     let kube_version: KubeVersion = std::env::var("KUBE_VERSION")
         .unwrap_or_else(|_| "1.36".to_owned())
         .parse()
         .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let path = |name: &str| dir.path().join(name);
-    let (etcd_port, peer_port, secure_port) = (free_port(), free_port(), free_port());
-    let _etcd = Child(
-        Command::new(&etcd)
-            .args(["--name", "default", "--data-dir"])
-            .arg(path("etcd"))
-            .arg(format!("--listen-client-urls=http://127.0.0.1:{etcd_port}"))
-            .arg(format!(
-                "--advertise-client-urls=http://127.0.0.1:{etcd_port}"
-            ))
-            .arg(format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"))
-            .arg(format!(
-                "--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"
-            ))
-            .arg(format!(
-                "--initial-cluster=default=http://127.0.0.1:{peer_port}"
-            ))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(path("etcd.log")).unwrap())
-            .spawn()
-            .expect("ETCD_BIN (or etcd on PATH) runs"),
-    );
-    let key = Command::new("openssl")
-        .args([
-            "ecparam",
-            "-genkey",
-            "-name",
-            "prime256v1",
-            "-noout",
-            "-out",
-        ])
-        .arg(path("sa.pem"))
-        .status()
-        .expect("openssl runs");
-    assert!(key.success());
-    let token = "stackgate-e2e-token";
-    std::fs::write(
-        path("tokens.csv"),
-        format!("{token},admin,admin,system:masters\n"),
-    )
-    .unwrap();
-    let _apiserver = Child(
-        Command::new(&apiserver)
-            .arg(format!("--etcd-servers=http://127.0.0.1:{etcd_port}"))
-            .args(["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1"])
-            .arg(format!("--secure-port={secure_port}"))
-            .arg(format!("--cert-dir={}", path("certs").display()))
-            .arg(format!(
-                "--token-auth-file={}",
-                path("tokens.csv").display()
-            ))
-            .arg("--authorization-mode=RBAC")
-            .arg("--service-account-issuer=https://kubernetes.default.svc")
-            .arg(format!(
-                "--service-account-key-file={}",
-                path("sa.pem").display()
-            ))
-            .arg(format!(
-                "--service-account-signing-key-file={}",
-                path("sa.pem").display()
-            ))
-            .args([
-                "--service-cluster-ip-range=10.96.0.0/16",
-                "--endpoint-reconciler-type=none",
-                "--disable-admission-plugins=ServiceAccount",
-                "--enable-priority-and-fairness=false",
-            ])
-            .args(match kube_version.mutating_api() {
-                Some("admissionregistration.k8s.io/v1beta1") => vec![
-                    "--feature-gates=MutatingAdmissionPolicy=true",
-                    "--runtime-config=admissionregistration.k8s.io/v1beta1=true",
-                ],
-                _ => vec![],
-            })
-            .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(path("apiserver.log")).unwrap())
-            .spawn()
-            .expect("KUBE_APISERVER_BIN runs"),
-    );
-    let mut config = kube::Config::new(format!("https://127.0.0.1:{secure_port}").parse().unwrap());
-    config.accept_invalid_certs = true;
-    config.headers.push((
-        http::header::AUTHORIZATION,
-        format!("Bearer {token}").parse().unwrap(),
-    ));
-    let client = kube::Client::try_from(config).unwrap();
-    let mut ready = false;
-    for _ in 0..120 {
-        let request = http::Request::get("/readyz").body(Vec::new()).unwrap();
-        if client
-            .request_text(request)
-            .await
-            .is_ok_and(|t| t.trim() == "ok")
-        {
-            ready = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    }
-    assert!(
-        ready,
-        "the apiserver did not get ready: {}",
-        std::fs::read_to_string(path("apiserver.log")).unwrap_or_default()
-    );
+    let flags: Vec<String> = match kube_version.mutating_api() {
+        Some("admissionregistration.k8s.io/v1beta1") => vec![
+            "--feature-gates=MutatingAdmissionPolicy=true".to_owned(),
+            "--runtime-config=admissionregistration.k8s.io/v1beta1=true".to_owned(),
+        ],
+        _ => vec![],
+    };
+    let server = Apiserver::start(&apiserver, &flags, |_| {}).await;
+    let client = server.client(ADMIN_TOKEN);
 
     // A HelmRelease CRD (schemaless values, as Flux's).
     let crd = serde_json::json!({
@@ -608,4 +652,138 @@ async fn real_apiserver_refuses_false_and_adds_the_setting() {
             true
         );
     }
+}
+
+/// KEP-5793 on a real 1.36 apiserver started with the generated static directory, an empty
+/// etcd and no stackgate process: the first write of a labelled ConfigMap with `false` is
+/// refused, a plain one gets the setting, and deleting or weakening stackgate's
+/// ValidatingWebhookConfiguration is refused for an admin (`system:masters`) and allowed for
+/// the break-glass group.
+///
+/// Skips unless `KUBE_APISERVER_BIN` names a kube-apiserver 1.36 or later (with the
+/// `ManifestBasedAdmissionControlConfig` gate; `KUBE_VERSION` below 1.36 skips too).
+#[tokio::test]
+async fn real_apiserver_enforces_static_manifests_before_any_object_exists() {
+    let Some(apiserver) = std::env::var_os("KUBE_APISERVER_BIN") else {
+        eprintln!("skipped: KUBE_APISERVER_BIN is not set");
+        return;
+    };
+    let kube_version: KubeVersion = std::env::var("KUBE_VERSION")
+        .unwrap_or_else(|_| "1.36".to_owned())
+        .parse()
+        .unwrap();
+    if kube_version < version("1.36") {
+        eprintln!("skipped: static admission manifests need 1.36 (KUBE_VERSION {kube_version})");
+        return;
+    }
+    let manifests = tempfile::tempdir().unwrap();
+    let out = stackgate(&[
+        "policies",
+        "--output",
+        "static-manifests",
+        "--kube-version",
+        "1.36",
+        "--break-glass-group",
+        BREAK_GLASS_GROUP,
+        manifests.path().to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let configuration = manifests.path().join("admission-configuration.yaml");
+    let flags = vec![
+        "--feature-gates=ManifestBasedAdmissionControlConfig=true".to_owned(),
+        format!(
+            "--admission-control-config-file={}",
+            configuration.display()
+        ),
+    ];
+    let server = Apiserver::start(&apiserver, &flags, |_| {}).await;
+    let admin = server.client(ADMIN_TOKEN);
+
+    // Static policies are in force from the start: no dry-run retries needed.
+    let configmaps = "/api/v1/namespaces/kube-system/configmaps";
+    let refused = create(
+        &admin,
+        configmaps,
+        &configmap(
+            "false",
+            "[LoadBalancer]\nprovider-requires-serial-api-calls = false\n",
+        ),
+        false,
+    )
+    .await;
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|e| e.contains(".static.k8s.io")),
+        "{refused:?}"
+    );
+    let plain = "[Global]\nregion = r\n";
+    let added = create(&admin, configmaps, &configmap("plain", plain), false)
+        .await
+        .unwrap();
+    assert_eq!(
+        added["data"]["cloud.conf"],
+        format!("{plain}[LoadBalancer]\nprovider-requires-serial-api-calls = true\n")
+    );
+
+    let webhooks = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations";
+    let webhook = serde_json::json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "stackgate-validating", "labels": {"app.kubernetes.io/part-of": "stackgate"}},
+        "webhooks": [{
+            "name": "validate.stackgate.dev", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+            "failurePolicy": "Ignore", "clientConfig": {"url": "https://127.0.0.1:9/validate"},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["configmaps"]}],
+        }],
+    });
+    create(&admin, webhooks, &webhook, false).await.unwrap();
+    let binding = serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "break-glass"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": BREAK_GLASS_GROUP}],
+    });
+    create(
+        &admin,
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        &binding,
+        false,
+    )
+    .await
+    .unwrap();
+    let send = |client: &kube::Client, request: http::Request<Vec<u8>>| {
+        let client = client.clone();
+        async move {
+            client
+                .request::<Value>(request)
+                .await
+                .map_err(|e| e.to_string())
+        }
+    };
+    let one = format!("{webhooks}/stackgate-validating");
+    let weaken = http::Request::patch(&one)
+        .header("content-type", "application/json-patch+json")
+        .body(br#"[{"op":"replace","path":"/webhooks/0/failurePolicy","value":"Fail"}]"#.to_vec())
+        .unwrap();
+    let answer = send(&admin, weaken).await;
+    assert!(
+        answer
+            .as_ref()
+            .is_err_and(|e| e.contains("stackgate-self-protection")),
+        "{answer:?}"
+    );
+    let delete = || http::Request::delete(&one).body(Vec::new()).unwrap();
+    let answer = send(&admin, delete()).await;
+    assert!(
+        answer
+            .as_ref()
+            .is_err_and(|e| e.contains("stackgate-self-protection")),
+        "{answer:?}"
+    );
+    let answer = send(&server.client(BREAK_GLASS_TOKEN), delete()).await;
+    assert!(answer.is_ok(), "{answer:?}");
 }

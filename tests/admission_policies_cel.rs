@@ -246,7 +246,13 @@ fn mutated(env: &Arc<Env>, policy: &Value, request: &Request<'_>) -> Option<Valu
             continue;
         }
         let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops.clone())).unwrap();
-        json_patch::patch(&mut object, &patch).expect("the policy's JSON Patch applies");
+        // A patch that does not apply is an error of the policy: with `failurePolicy: Ignore`
+        // the apiserver admits the object unchanged.
+        let mut attempt = object.clone();
+        if json_patch::patch(&mut attempt, &patch).is_err() {
+            continue;
+        }
+        object = attempt;
         changed = true;
     }
     changed.then_some(object)
@@ -924,4 +930,566 @@ fn policies_scoped_to_hostile_namespaces_compile_and_match_only_those() {
             "{namespace:?}"
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Issue 35: never stricter than the engine, no rewrite it would not make
+
+/// Sets `value` at JSON pointer `pointer` in `object`, creating the maps on the way.
+fn set_pointer(object: &mut Value, pointer: &str, value: Value) {
+    let mut at = object;
+    let segments: Vec<&str> = pointer.split('/').skip(1).collect();
+    for (i, segment) in segments.iter().enumerate() {
+        let map = at.as_object_mut().expect("a map on the way");
+        if i + 1 == segments.len() {
+            map.insert((*segment).to_owned(), value);
+            return;
+        }
+        at = map
+            .entry((*segment).to_owned())
+            .or_insert_with(|| json!({}));
+    }
+}
+
+/// A plain, decided HelmRelease or Application of the CCM chart whose values set the serial
+/// setting to `serial` (None: missing, which the mutating policy adds).
+fn decided_gitops(kind: &str, chart: &str, serial: Option<Value>) -> Value {
+    let mut lb = json!({"lb-provider": "amphora"});
+    if let Some(serial) = serial {
+        lb["provider-requires-serial-api-calls"] = serial;
+    }
+    let values = json!({"cloudConfig": {"global": {"region": "RegionOne"}, "loadBalancer": lb}});
+    match kind {
+        "HelmRelease" => json!({
+            "apiVersion": "helm.toolkit.fluxcd.io/v2",
+            "kind": "HelmRelease",
+            "metadata": {"name": "occm", "namespace": "kube-system"},
+            "spec": {"interval": "10m", "values": values,
+                     "chart": {"spec": {"chart": chart, "sourceRef": {"kind": "HelmRepository", "name": "cpo"}}}},
+        }),
+        _ => json!({
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Application",
+            "metadata": {"name": "occm", "namespace": "argocd"},
+            "spec": {"project": "default", "destination": {"namespace": "kube-system"},
+                     "source": {"repoURL": "https://kubernetes.github.io/cloud-provider-openstack",
+                                "targetRevision": "2.31.0", "chart": chart,
+                                "helm": {"valuesObject": values}}},
+        }),
+    }
+}
+
+/// The values sources the engine cannot see, from the delivery registry (every `unseen_at`
+/// of the Flux and Argo CD paths), plus Flux's deprecated `spec.chart.spec.valuesFile`, which
+/// the reader treats as unseen too (`sites::helm`) but the registry does not list.
+fn unseen_values_sources() -> Vec<(&'static str, String, Value)> {
+    use stackgate::sites::delivery::REGISTRY;
+    let mut out = Vec::new();
+    // Only the paths whose objects the policies read (other groups have kinds of these names).
+    for path in REGISTRY
+        .iter()
+        .filter(|p| ["helm.toolkit.fluxcd.io", "argoproj.io"].contains(&p.group))
+    {
+        for kind in path.kinds {
+            if !["HelmRelease", "Application"].contains(kind) {
+                continue;
+            }
+            for source in path.sources {
+                if let Some(at) = source.unseen_at {
+                    let example: Value = serde_json::from_str(at.example).unwrap();
+                    out.push((*kind, at.pointer.to_owned(), example));
+                }
+            }
+        }
+    }
+    out.push((
+        "HelmRelease",
+        "/spec/chart/spec/valuesFile".to_owned(),
+        json!("values-prod.yaml"),
+    ));
+    out
+}
+
+/// Every values source the engine treats as unseen, with every serial value (false in each
+/// spelling, true, missing) and, for Flux, a chart given by `chartRef` too: the policies must
+/// neither refuse nor rewrite any of them (the engine only warns).
+#[test]
+fn values_the_engine_cannot_see_are_never_decided_by_the_policies() {
+    let harness = Harness::new();
+    let mut counts = Counts::default();
+    let sources = unseen_values_sources();
+    assert!(sources.len() >= 5, "{sources:?}");
+    let mut classes = 0;
+    for (kind, pointer, example) in &sources {
+        classes += 1;
+        for serial in BOOLISH
+            .iter()
+            .map(|b| Some(serde_json::from_str(b).unwrap()))
+            .chain([None])
+        {
+            let mut object = decided_gitops(kind, "openstack-cloud-controller-manager", serial);
+            set_pointer(&mut object, pointer, example.clone());
+            let label = format!("{kind} {pointer} {object}");
+            let before = counts.policy_denied + counts.policy_mutated;
+            harness.compare(&label, &object, false, "chart-values", &mut counts);
+            if counts.policy_denied + counts.policy_mutated > before {
+                println!("decided by the policies (and the engine): {label}");
+            }
+        }
+    }
+    println!("unseen values sources: {classes} classes");
+    assert_sound("unseen values sources", &counts);
+    let decided: Vec<_> = counts
+        .wrong_denials
+        .iter()
+        .chain(&counts.wrong_mutations)
+        .collect();
+    assert!(decided.is_empty(), "{decided:?}");
+}
+
+/// Chart references of every form the engine parses as a URL: query and fragment before or
+/// after the name, `;params`, percent escapes, dot segments, tags, archives and blanks, in
+/// every place a chart is named (Flux `chart.spec.chart` and `chartRef.name`, Argo CD `chart`,
+/// `path` and `repoURL`). The policies must agree with the engine or leave it to the webhook.
+#[test]
+fn chart_references_are_read_as_the_engine_reads_them() {
+    const PREFIXES: &[&str] = &[
+        "",
+        "repo/",
+        "oci://registry.example/charts/",
+        "./charts/",
+        "https://h.example/x/",
+        "https://h.example/x?y=1/",
+        "https://h.example/x#f/",
+        "a?/",
+        "a#/",
+        "?/",
+        "#/",
+        "a;p=1/",
+        "%2e%2e/",
+        "a%2Fb/",
+        "a/%3F/",
+        " ",
+    ];
+    const NAMES: &[&str] = &[
+        "openstack-cloud-controller-manager",
+        "openstack-cloud-controller-manager:2.31.1",
+        "openstack-cloud-controller-manager-2.31.0.tgz",
+        "openstack%2Dcloud-controller-manager",
+        "openstack-cloud-controller-manager;v=1",
+        "Openstack-cloud-controller-manager",
+    ];
+    const SUFFIXES: &[&str] = &[
+        "", "?x=1", "#frag", "/", "/.", "/..", " ", "%20", "?/x", "#/x",
+    ];
+    let harness = Harness::new();
+    let mut counts = Counts::default();
+    let mut references = 0;
+    for prefix in PREFIXES {
+        for name in NAMES {
+            for suffix in SUFFIXES {
+                let reference = format!("{prefix}{name}{suffix}");
+                references += 1;
+                for serial in [Some(json!(false)), None] {
+                    for place in 0..5 {
+                        let (kind, chart) = match place {
+                            0 | 1 => ("HelmRelease", reference.as_str()),
+                            _ => ("Application", reference.as_str()),
+                        };
+                        let mut object = decided_gitops(kind, chart, serial.clone());
+                        match place {
+                            1 => {
+                                object["spec"].as_object_mut().unwrap().remove("chart");
+                                object["spec"]["chartRef"] =
+                                    json!({"kind": "OCIRepository", "name": reference});
+                            }
+                            3 => {
+                                let source = object["spec"]["source"].as_object_mut().unwrap();
+                                source.remove("chart");
+                                source.insert("path".to_owned(), json!(reference));
+                            }
+                            4 => {
+                                object["spec"]["source"]["repoURL"] =
+                                    json!(format!("https://h.example/{prefix}{suffix}"));
+                            }
+                            _ => {}
+                        }
+                        let label = format!("{kind} place {place} {reference:?}");
+                        harness.compare(&label, &object, false, "chart-values", &mut counts);
+                    }
+                }
+            }
+        }
+    }
+    println!("chart references: {references} references");
+    assert_sound("chart references", &counts);
+    // The plain forms (no `?`, `#` or `%`) are still decided.
+    assert!(counts.policy_denied >= 30, "{counts:?}");
+    assert!(counts.policy_mutated >= 30, "{counts:?}");
+}
+
+/// `cloudConfig`, `cloudConfig.loadBalancer` and the values themselves null, empty or not a
+/// map: no refusal the engine does not make, and where the engine adds the serial setting
+/// the mutating policy adds it too (or leaves the object alone).
+#[test]
+fn null_empty_and_non_map_values_are_never_stricter() {
+    const SHAPES: &[&str] = &[
+        "null",
+        "{}",
+        "\"x\"",
+        "[]",
+        "1",
+        "true",
+        "{\"lb-provider\": null}",
+    ];
+    let harness = Harness::new();
+    let mut counts = Counts::default();
+    for kind in ["HelmRelease", "Application"] {
+        for shape in SHAPES {
+            let shape: Value = serde_json::from_str(shape).unwrap();
+            for pointer in ["/cloudConfig/loadBalancer", "/cloudConfig", ""] {
+                let mut object = decided_gitops(kind, "openstack-cloud-controller-manager", None);
+                let base = if kind == "HelmRelease" {
+                    "/spec/values"
+                } else {
+                    "/spec/source/helm/valuesObject"
+                };
+                set_pointer(&mut object, &format!("{base}{pointer}"), shape.clone());
+                let label = format!("{kind} {base}{pointer} = {shape}");
+                // A null or empty section is the chart's own: the policies decide it exactly.
+                let decided = pointer == "/cloudConfig/loadBalancer"
+                    && (shape.is_null() || shape == json!({}));
+                harness.compare(&label, &object, decided, "chart-values", &mut counts);
+            }
+        }
+    }
+    assert_sound("null, empty and non-map values", &counts);
+    assert_eq!(counts.decided_by_gate, 4, "{counts:?}");
+}
+
+/// Texts that are not an OpenStack CCM config, or barely one: another platform's gcfg, YAML,
+/// JSON, an empty text, comments only.
+const OTHER_PLATFORM_TEXTS: &[&str] = &[
+    "",
+    "\n",
+    "; nothing here\n",
+    "[global]\nproject-id = my-project\nnode-tags = k8s\n",
+    "[Global]\nregion = RegionOne\n",
+    "[Global]\nsecret-name = vsphere-creds\nsecret-namespace = kube-system\n",
+    "global:\n  insecureFlag: true\nvcenter:\n  vc.example:\n    server: vc.example\n",
+    "{\"prismCentral\": {\"address\": \"pc.example\"}}\n",
+    "[Global]\nauth-url = https://keystone:5000/v3\n",
+    "[LoadBalancer]\nlb-provider = ovn\n",
+    "[LoadBalancer]\nprovider-requires-serial-api-calls = false\n",
+    "[Global]\nauth-url = https://keystone:5000/v3\n[LoadBalancer]\nuse-octavia = false\n",
+];
+
+/// Every ConfigMap site of the embedded sites document (named, validate-only, shared with
+/// other platforms) × no label / the label naming the site's key / the label naming another
+/// key, × texts of every kind (OpenStack or not, the plain-INI configs), plus a labelled
+/// ConfigMap no site names: the mutating policy edits only where the engine edits (named
+/// validate-only sites never; shared sites only with OpenStack content).
+#[test]
+fn site_kinds_labels_and_named_site_rules_agree_with_the_engine() {
+    use stackgate::policy::SiteKind;
+    let harness = Harness::new();
+    let set = PolicySet::embedded().unwrap();
+    let label = set
+        .sites
+        .label
+        .clone()
+        .expect("the embedded set has a site label");
+    let mut texts: Vec<(String, String)> = OTHER_PLATFORM_TEXTS
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (format!("other-{i}"), (*t).to_owned()))
+        .collect();
+    texts.extend(plain_ini_configs(150, 0x5EED_0035));
+    let mut placements: Vec<(String, String, String)> = set
+        .sites
+        .sites
+        .iter()
+        .filter(|s| s.kind == SiteKind::ConfigMap)
+        .map(|s| (s.namespace.clone(), s.name.clone(), s.key.clone()))
+        .collect();
+    assert!(placements.len() >= 2, "{placements:?}");
+    placements.push((
+        "kube-system".into(),
+        "ccm-cloud-config".into(),
+        "cloud.conf".into(),
+    ));
+    let mut counts = Counts::default();
+    let mut classes = 0;
+    for (namespace, name, key) in &placements {
+        for labelled in [None, Some(key.clone()), Some("other.conf".to_owned())] {
+            classes += 1;
+            for (text_name, text) in &texts {
+                let mut data = serde_json::Map::new();
+                data.insert(key.clone(), json!(text));
+                let mut labels = serde_json::Map::new();
+                if let Some(labelled) = &labelled {
+                    labels.insert(label.clone(), json!(labelled));
+                    data.insert(labelled.clone(), json!(text));
+                }
+                let object = json!({
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": name, "namespace": namespace, "labels": labels},
+                    "data": data,
+                });
+                let what = format!("{namespace}/{name}[{key}] label {labelled:?} {text_name}");
+                harness.compare(&what, &object, false, "configmaps", &mut counts);
+            }
+        }
+    }
+    println!("site placements: {classes} classes × {} texts", texts.len());
+    assert_sound("site kinds × labels × named-site rules", &counts);
+    assert!(counts.policy_mutated > 100, "{counts:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// CEL cost (issue 35 item 3)
+
+/// The apiserver's limits (`k8s.io/apiserver/pkg/apis/cel/config.go`): `PerCallLimit`, the
+/// cost one expression (each variable, each validation, each mutation is its own program with
+/// `cel.CostLimit(PerCallLimit)`, `pkg/cel/environment/base.go`) may spend before "actual cost
+/// limit exceeded", and `RuntimeCELCostBudget`, what one policy evaluation may spend in all
+/// (variables report their cost to it, `pkg/admission/plugin/cel/composition.go`).
+const PER_CALL_LIMIT: f64 = 1_000_000.0;
+const RUNTIME_CEL_COST_BUDGET: f64 = 10_000_000.0;
+
+/// The regular expressions of `expression`: (applied to a section chunk `c`, decoded length).
+fn regex_calls(expression: &str) -> Vec<(bool, usize)> {
+    let mut out = Vec::new();
+    for call in [".matches('", ".findAll('"] {
+        for (at, _) in expression.match_indices(call) {
+            let before = &expression[..at];
+            let on_chunk = before.ends_with('c')
+                && !before[..before.len() - 1]
+                    .ends_with(|ch: char| ch.is_ascii_alphanumeric() || ch == '_' || ch == '.');
+            let mut length = 0;
+            let mut chars = expression[at + call.len()..].chars();
+            while let Some(ch) = chars.next() {
+                match ch {
+                    '\'' => break,
+                    '\\' if chars.next() == Some('u') => {
+                        chars.nth(3);
+                    }
+                    _ => {}
+                }
+                length += 1;
+            }
+            out.push((on_chunk, length));
+        }
+    }
+    out
+}
+
+/// An upper bound of the runtime cost of `expression` over a ConfigMap whose `keys` site keys
+/// hold gated texts of `bytes` bytes each, with the cost functions of cel-go
+/// (`interpreter/runtimecost.go`: `matches` costs ⌈(1 + len)·0.1⌉ · ⌈len(regex)·0.25⌉, string
+/// `+` ⌈(len a + len b)·0.1⌉) and of Kubernetes' library (`pkg/cel/library/cost.go`: `findAll`
+/// as `matches`; `split` and `join` ⌈len·0.2⌉; `lowerAscii`, `trim`, `substring`, `indexOf`
+/// ⌈len·0.1⌉). The text has at most `bytes / 4 + 2` section chunks (`[A]` and a newline is
+/// the shortest header the gate admits), and every per-chunk rounding is counted as a whole
+/// unit. Each step of a comprehension over chunks (one per split at `\n[`) is counted at 40 (cel-go
+/// charges 1 per identifier and select, 10 per list created), each over site keys at 40 per
+/// key. An expression that reads no text (no regex, no split) works on metadata: its string
+/// operations are bounded by the apiserver's 256 KiB cap on annotations.
+fn cost_bound(expression: &str, bytes: usize, keys: usize) -> f64 {
+    let count = |ops: &[&str]| -> f64 {
+        ops.iter()
+            .map(|op| expression.matches(op).count())
+            .sum::<usize>() as f64
+    };
+    let string_ops = count(&[
+        " + ",
+        ".split(",
+        ".join(",
+        ".lowerAscii(",
+        ".trim(",
+        ".substring(",
+        ".indexOf(",
+        ".contains(",
+        ".endsWith(",
+    ]);
+    let comprehensions = count(&[".filter(", ".exists(", ".map(", ".all("]);
+    // Splits into section chunks (other splits cut one line into a few parts).
+    let splits = count(&[".split('\\n[')"]);
+    let keys = keys as f64;
+    let calls = regex_calls(expression);
+    if calls.is_empty() && splits == 0.0 && !expression.contains("object.data[") {
+        return string_ops * 0.2 * 262_144.0 + comprehensions * keys * 40.0;
+    }
+    let n = bytes as f64;
+    let chunks = n / 4.0 + 2.0;
+    let mut cost = 0.0;
+    for (on_chunk, length) in calls {
+        let regex = (length as f64 * 0.25).ceil();
+        let text = if on_chunk {
+            // Σ ⌈(1 + len_i)·0.1⌉ ≤ 0.1·(n + chunks) + chunks.
+            0.1 * (n + chunks) + chunks
+        } else {
+            // The whole text, or the joined `[LoadBalancer]` chunks (≤ n + chunks).
+            ((1.0 + n + chunks) * 0.1).ceil()
+        };
+        cost += keys * text * regex;
+    }
+    cost += keys * string_ops * (0.2 * (n + chunks + 1.0) + chunks + 1.0);
+    cost += keys * splits * (chunks + 1.0) * 40.0;
+    cost += keys * comprehensions * 40.0;
+    cost
+}
+
+/// Every expression of a policy with what it is, for messages.
+fn named_expressions(policy: &Value) -> Vec<(String, String)> {
+    let spec = &policy["spec"];
+    let mut out = Vec::new();
+    for v in spec["variables"].as_array().into_iter().flatten() {
+        out.push((
+            format!("variable {}", v["name"].as_str().unwrap()),
+            v["expression"].as_str().unwrap().to_owned(),
+        ));
+    }
+    for v in spec["validations"].as_array().into_iter().flatten() {
+        out.push((
+            "validation".to_owned(),
+            v["expression"].as_str().unwrap().to_owned(),
+        ));
+    }
+    for m in spec["mutations"].as_array().into_iter().flatten() {
+        out.push((
+            "mutation".to_owned(),
+            m["jsonPatch"]["expression"].as_str().unwrap().to_owned(),
+        ));
+    }
+    out
+}
+
+/// At the largest text the policies decide, on a ConfigMap with the most site keys the
+/// embedded sites document gives one object (a named site and a label naming another key),
+/// every expression of the ConfigMap policies stays under half the apiserver's per-call limit
+/// and the policy under half its budget: a decision inside the documented size never runs out
+/// (on a real apiserver a single-expression MAP ran out at 49 KB).
+#[test]
+fn configmap_policies_stay_under_half_the_apiserver_cost_limits_at_the_largest_decided_text() {
+    use stackgate::policy::SiteKind;
+    let set = PolicySet::embedded().unwrap();
+    let generated = admission_policies::generate(&set);
+    // Site keys one ConfigMap can have: its named sites, and the label's key; shared keys: its
+    // named sites other platforms share (what the OpenStack-content check runs on).
+    let named = |shared_only: bool| {
+        let mut per_object: HashMap<(&str, &str), usize> = HashMap::new();
+        for s in &set.sites.sites {
+            if s.kind == SiteKind::ConfigMap && (s.other_platforms || !shared_only) {
+                *per_object.entry((&s.namespace, &s.name)).or_default() += 1;
+            }
+        }
+        per_object.values().copied().max().unwrap_or(0)
+    };
+    let keys = named(false) + usize::from(set.sites.label.is_some());
+    let shared_keys = named(true);
+    assert_eq!((keys, shared_keys), (2, 1));
+    let bytes = admission_policies::MAX_DECIDED_TEXT_BYTES;
+    let mut checked = 0;
+    for policy in generated.validating.iter().chain(&generated.mutating) {
+        let name = policy["metadata"]["name"].as_str().unwrap();
+        if !name.contains("-configmaps") {
+            continue;
+        }
+        let mut total = 0.0;
+        for (what, expression) in named_expressions(policy) {
+            let keys = if expression.starts_with("variables.sharedMissingKeys") {
+                shared_keys
+            } else {
+                keys
+            };
+            let cost = cost_bound(&expression, bytes, keys);
+            println!("{name} {what}: ≤ {cost:.0}");
+            assert!(
+                cost <= PER_CALL_LIMIT / 2.0,
+                "{name} {what}: cost bound {cost:.0} at {bytes} bytes × {keys} keys"
+            );
+            total += cost;
+        }
+        assert!(
+            total <= RUNTIME_CEL_COST_BUDGET / 2.0,
+            "{name}: cost bound {total:.0} in all"
+        );
+        checked += 1;
+    }
+    assert_eq!(
+        checked, 3,
+        "two validating and one mutating ConfigMap policy"
+    );
+}
+
+/// The bound itself: it grows with the text and counts the regular expressions of the gate.
+#[test]
+fn the_cost_bound_counts_regexes_strings_and_chunks() {
+    assert_eq!(
+        regex_calls("t.matches('ab') && c.matches('\\u0041x')"),
+        vec![(false, 2), (true, 2)]
+    );
+    let gate = format!(
+        "t.matches({})",
+        admission_policies::cel_str(admission_policies::PLAIN_INI_GATE)
+    );
+    assert!(cost_bound(&gate, 10_000, 1) > 1_000.0);
+    assert!(cost_bound(&gate, 20_000, 1) > cost_bound(&gate, 10_000, 1) * 1.9);
+    assert!(cost_bound(&gate, 10_000, 2) > cost_bound(&gate, 10_000, 1) * 1.9);
+}
+
+/// Texts at the size limit and one byte over, padded with comments or with the most section
+/// headers a text of that size can hold (the costliest shape): decided exactly up to the
+/// limit, left to the webhook past it.
+#[test]
+fn texts_up_to_the_size_limit_are_decided_and_larger_ones_left_to_the_webhook() {
+    let harness = Harness::new();
+    let mut counts = Counts::default();
+    let limit = admission_policies::MAX_DECIDED_TEXT_BYTES;
+    let bodies = [
+        "[Global]\nauth-url = https://keystone:5000/v3\n[LoadBalancer]\nprovider-requires-serial-api-calls = false\n",
+        "[Global]\nauth-url = https://keystone:5000/v3\n[LoadBalancer]\nuse-octavia = false\n",
+        "[Global]\nauth-url = https://keystone:5000/v3\n[LoadBalancer]\nlb-provider = ovn\n",
+        "[Global]\nregion = RegionOne\n",
+    ];
+    for (i, body) in bodies.iter().enumerate() {
+        for size in [limit - 1, limit, limit + 1] {
+            for padding in ["; padding\n", "[A]\n"] {
+                let mut text = String::new();
+                while text.len() + body.len() + padding.len() <= size {
+                    text.push_str(padding);
+                }
+                text.push_str(&";".repeat(size - text.len() - body.len()));
+                text.push_str(body);
+                // `;…` then the body's `[Global]` on the same line would be a comment: keep
+                // the body on its own line.
+                let text = text.replacen(&format!(";{body}"), &format!("\n{body}"), 1);
+                assert_eq!(text.len(), size, "{i} {size} {padding:?}");
+                let gated = gate_passes(&text);
+                assert_eq!(gated, size <= limit, "{i} {size} {padding:?}");
+                let label = format!("body {i} size {size} padding {padding:?}");
+                harness.compare(
+                    &label,
+                    &labelled_configmap(&text),
+                    gated,
+                    "configmaps",
+                    &mut counts,
+                );
+                harness.compare(
+                    &format!("openshift {label}"),
+                    &openshift_configmap(&text),
+                    gated,
+                    "configmaps",
+                    &mut counts,
+                );
+            }
+        }
+    }
+    assert_sound("texts at the size limit", &counts);
+    assert!(
+        counts.policy_denied >= 8 && counts.policy_mutated >= 4,
+        "{counts:?}"
+    );
 }

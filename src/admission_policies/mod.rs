@@ -20,12 +20,15 @@
 //! *plain INI gate* ([`PLAIN_INI_GATE`]), a text CEL can read exactly; anything else is left
 //! to the webhook. Structured values are decided only when every key the chart renders is a
 //! plain gcfg name and every value a plain scalar (no line can be injected through a key),
-//! the Secret is rendered, no `cloudConfigContents` replaces the map and no values come from
-//! elsewhere (`valuesFrom`, `valueFiles`, `parameters`). Secrets are not decided at all:
+//! the Secret is rendered, no `cloudConfigContents` replaces the map, the chart reference holds
+//! no `?`, `#` or `%` (the engine reads it as a URL) and no values come from elsewhere (Flux
+//! `valuesFrom`, `valuesFiles`, `valuesFile`; Argo CD `valueFiles`, `parameters`). Secrets are not decided at all:
 //! admission CEL on 1.34 and 1.36 has no base64 decoder. An evaluation error admits
 //! (`failurePolicy: Ignore`). `docs/admission-policies.md` lists what stays webhook-only.
 //!
 //! Pure: no IO; the CLI prints the objects and the chart ships them (`files/`).
+
+pub mod static_manifests;
 
 use std::fmt;
 use std::str::FromStr;
@@ -48,6 +51,15 @@ pub enum AdmissionPoliciesError {
          (v1beta1 from 1.28, v1 from 1.30); use the webhook"
     )]
     Unsupported(KubeVersion),
+    /// Static admission manifests (KEP-5793) need Kubernetes 1.36 or later.
+    #[error(
+        "Kubernetes {0} has no static admission manifests (ManifestBasedAdmissionControlConfig \
+         is alpha from 1.36)"
+    )]
+    StaticUnsupported(KubeVersion),
+    /// The static manifests would be refused by the apiserver, which then does not start.
+    #[error("static admission manifests the apiserver would refuse: {0}")]
+    BadStaticManifest(String),
 }
 
 /// A Kubernetes minor version, which decides the admission API versions.
@@ -182,9 +194,10 @@ impl AdmissionPolicies {
     }
 }
 
-/// Largest ConfigMap cloud config the policies decide, in bytes: keeps the CEL cost of a
-/// decision far below the apiserver's per-evaluation budget (a larger text is the webhook's).
-pub const MAX_DECIDED_TEXT_BYTES: usize = 65_536;
+/// Largest ConfigMap cloud config the policies decide, in bytes (a larger text is the
+/// webhook's): at this size every expression stays under half the apiserver's per-call CEL cost
+/// limit, bounded with its cost functions in `tests/admission_policies_cel.rs`. 64 KiB ran out.
+pub const MAX_DECIDED_TEXT_BYTES: usize = 16_384;
 
 /// Most Argo CD sources an Application may list for the policies to decide it (the engine
 /// reads at most `sites::helm::MAX_CARRIERS_PER_OBJECT` values carriers).
@@ -226,7 +239,10 @@ const LB_CHUNK: &str = r"(?i)^[ \t]*loadbalancer[ \t]*\]";
 /// Whether gated text `t` is recognisably an OpenStack CCM config, as the engine's
 /// `cloudconf::schema::is_openstack_config` decides it: a section only the OpenStack CCM has,
 /// or a `[Global]` key only it reads. A shared site (OpenShift's `cloud-provider-config`) is
-/// edited only then.
+/// edited only then. In a gated text a `[` at the start of a line is a section header, so the
+/// sections are found in one pass over the whole text, and the `[Global]` key in one pass over
+/// the joined `[Global]` chunks: a regular expression per chunk costs at least one unit per
+/// chunk (see `configmap_mutation_variables`).
 fn openstack_config_cel(t: &str) -> String {
     use crate::cloudconf::schema::{OPENSTACK_ONLY_GLOBAL_KEYS, OPENSTACK_ONLY_SECTIONS};
     let alternatives = |names: &[&str]| {
@@ -237,7 +253,7 @@ fn openstack_config_cel(t: &str) -> String {
             .join("|")
     };
     let section = format!(
-        r"(?i)^[ \t]*(?:{})[ \t]*\]",
+        r"(?mi)^\[[ \t]*(?:{})[ \t]*\]",
         alternatives(OPENSTACK_ONLY_SECTIONS)
     );
     let global_key = format!(
@@ -245,7 +261,7 @@ fn openstack_config_cel(t: &str) -> String {
         alternatives(OPENSTACK_ONLY_GLOBAL_KEYS)
     );
     format!(
-        "('\\n' + {t}).split('\\n[').exists(c, c.matches({section}) || (c.matches({global}) && c.matches({global_key})))",
+        "{t}.matches({section}) || ('\\n' + {t}).split('\\n[').filter(c, c.matches({global})).join('\\n').matches({global_key})",
         section = cel_str(&section),
         global = cel_str(r"(?i)^[ \t]*global[ \t]*\]"),
         global_key = cel_str(&global_key),
@@ -487,33 +503,50 @@ fn common_variables(policy: &Policy) -> Vec<Value> {
     vec![var("inScope", in_scope), var("exempt", exempt)]
 }
 
-/// A named ConfigMap site, or the label that makes any ConfigMap one.
+/// A named ConfigMap site of the sites document.
 #[derive(Debug, Clone)]
-struct ConfigMapSites {
-    /// (namespace, name, key, shared with other platforms).
-    named: Vec<(String, String, String, bool)>,
-    label: Option<String>,
+struct NamedSite {
+    namespace: String,
+    name: String,
+    key: String,
+    /// Whether stackgate may edit it (`mutate`).
+    mutate: bool,
+    /// Shared with other platforms: decided only for OpenStack content.
+    shared: bool,
 }
 
-/// The ConfigMap sites of `set` (`mutable_only`: those stackgate may edit); None when there
-/// are none.
+/// The named ConfigMap sites, and the label that makes any ConfigMap one.
+#[derive(Debug, Clone)]
+struct ConfigMapSites {
+    named: Vec<NamedSite>,
+    label: Option<String>,
+    /// Only the sites stackgate may edit (for the mutating policy).
+    mutable_only: bool,
+}
+
+/// The ConfigMap sites of `set` (`mutable_only`: for the mutating policy, which edits only
+/// those stackgate may edit); None when there are none.
 fn configmap_site_keys(set: &PolicySet, mutable_only: bool) -> Option<ConfigMapSites> {
     let named: Vec<_> = set
         .sites
         .sites
         .iter()
-        .filter(|s| s.kind == SiteKind::ConfigMap && (s.mutate || !mutable_only))
-        .map(|s| {
-            (
-                s.namespace.clone(),
-                s.name.clone(),
-                s.key.clone(),
-                s.other_platforms,
-            )
+        .filter(|s| s.kind == SiteKind::ConfigMap)
+        .map(|s| NamedSite {
+            namespace: s.namespace.clone(),
+            name: s.name.clone(),
+            key: s.key.clone(),
+            mutate: s.mutate,
+            shared: s.other_platforms,
         })
         .collect();
     let label = set.sites.label.clone();
-    (!named.is_empty() || label.is_some()).then_some(ConfigMapSites { named, label })
+    let any = named.iter().any(|s| s.mutate || !mutable_only) || label.is_some();
+    any.then_some(ConfigMapSites {
+        named,
+        label,
+        mutable_only,
+    })
 }
 
 fn configmap_rules() -> Value {
@@ -552,21 +585,30 @@ fn spec_changed() -> Value {
     })
 }
 
-/// `siteKeys`: the data keys of this ConfigMap that are sites (named for its namespace and
-/// name, and the key its site label names). `sharedKeys`: those of sites other platforms share.
+/// `namedKeys`: the data keys the sites document names for this ConfigMap's namespace and
+/// name. `siteKeys`: the data keys that are sites (the named ones, only those stackgate may
+/// edit for the mutating policy, and the key its site label names unless a named site of this
+/// object has that key: as in `sites::object_data::find`, the named site's rules win, so a
+/// label never makes a validate-only or shared site editable). `sharedKeys`: those of sites
+/// other platforms share.
 fn site_key_variables(sites: &ConfigMapSites) -> Vec<Value> {
     let ns = "(has(object.metadata.namespace) ? object.metadata.namespace : '')";
     let name = "(has(object.metadata.name) ? object.metadata.name : '')";
+    let mut named = Vec::new();
     let mut parts = Vec::new();
     let mut shared = Vec::new();
-    for (namespace, object, key, other_platforms) in &sites.named {
+    for site in &sites.named {
         let part = format!(
             "({ns} == {} && {name} == {} ? [{}] : [])",
-            cel_str(namespace),
-            cel_str(object),
-            cel_str(key)
+            cel_str(&site.namespace),
+            cel_str(&site.name),
+            cel_str(&site.key)
         );
-        if *other_platforms {
+        named.push(part.clone());
+        if sites.mutable_only && !site.mutate {
+            continue;
+        }
+        if site.shared {
             shared.push(part.clone());
         }
         parts.push(part);
@@ -574,7 +616,8 @@ fn site_key_variables(sites: &ConfigMapSites) -> Vec<Value> {
     if let Some(label) = &sites.label {
         let label = cel_str(label);
         parts.push(format!(
-            "(has(object.metadata.labels) && {label} in object.metadata.labels ? \
+            "(has(object.metadata.labels) && {label} in object.metadata.labels && \
+             !(object.metadata.labels[{label}] in variables.namedKeys) ? \
              [object.metadata.labels[{label}]] : [])"
         ));
     }
@@ -586,6 +629,7 @@ fn site_key_variables(sites: &ConfigMapSites) -> Vec<Value> {
         }
     };
     vec![
+        var("namedKeys", join(&named)),
         var(
             "siteKeys",
             format!(
@@ -623,11 +667,16 @@ fn configmap_variables(sites: &ConfigMapSites, decided: Decided) -> Vec<Value> {
             gate_cel("t")
         ),
     ));
+    // Two variables, each with its own per-call cost limit (see
+    // `configmap_mutation_variables`): the `[LoadBalancer]` text, then its assignments.
+    vars.push(var(
+        "lbTexts",
+        format!("variables.plainTexts.map(t, {})", lb_text_cel("t")),
+    ));
     vars.push(var(
         "lastAssignments",
         format!(
-            "variables.plainTexts.map(t, {}.findAll({})).filter(a, size(a) > 0).map(a, a[size(a) - 1])",
-            lb_text_cel("t"),
+            "variables.lbTexts.map(t, t.findAll({})).filter(a, size(a) > 0).map(a, a[size(a) - 1])",
             cel_str(&assignment_regex(decided.key()))
         ),
     ));
@@ -643,19 +692,53 @@ fn is_false_assignment(l: &str) -> String {
 }
 
 /// The keys (`missingKeys`) of mutable ConfigMap sites whose plain config lacks the serial
-/// setting in every `[LoadBalancer]` section.
+/// setting in every `[LoadBalancer]` section (and, on a shared site, is OpenStack content).
+///
+/// Four variables, not one: the apiserver gives each variable its own per-call cost limit
+/// (`PerCallLimit`, 1,000,000, `k8s.io/apiserver/pkg/cel/environment/base.go`) out of the
+/// policy's budget (`RuntimeCELCostBudget`, 10,000,000), and one expression doing every pass
+/// over a text ran out at 49 KB. `tests/admission_policies_cel.rs` bounds each.
 fn configmap_mutation_variables(sites: &ConfigMapSites) -> Vec<Value> {
     let mut vars = site_key_variables(sites);
     vars.push(var(
-        "missingKeys",
+        "plainKeys",
         format!(
-            "variables.siteKeys.filter(k, {gate} && size({lb}.findAll({assign})) == 0 && \
-             (!(k in variables.sharedKeys) || {openstack}))",
-            gate = gate_cel("object.data[k]"),
-            lb = lb_text_cel("object.data[k]"),
-            assign = cel_str(&assignment_regex(serial::KEY)),
-            openstack = openstack_config_cel("object.data[k]"),
+            "variables.siteKeys.filter(k, {})",
+            gate_cel("object.data[k]")
         ),
+    ));
+    // Pairs of a key and its `[LoadBalancer]` text (`string(k)`: the apiserver's type checker
+    // refuses a list of a `dyn` and a `string`).
+    vars.push(var(
+        "lbTexts",
+        format!(
+            "variables.plainKeys.map(k, [string(k), {}])",
+            lb_text_cel("object.data[k]")
+        ),
+    ));
+    vars.push(var(
+        "lbMissingKeys",
+        format!(
+            "variables.lbTexts.filter(p, size(p[1].findAll({})) == 0).map(p, p[0])",
+            cel_str(&assignment_regex(serial::KEY)),
+        ),
+    ));
+    // The OpenStack-content check runs on shared keys only (a label never names one).
+    vars.push(var(
+        "sharedMissingKeys",
+        "variables.lbMissingKeys.filter(k, k in variables.sharedKeys)".to_owned(),
+    ));
+    vars.push(var(
+        "openstackKeys",
+        format!(
+            "variables.sharedMissingKeys.filter(k, {})",
+            openstack_config_cel("object.data[k]"),
+        ),
+    ));
+    vars.push(var(
+        "missingKeys",
+        "variables.lbMissingKeys.filter(k, !(k in variables.sharedKeys) || k in variables.openstackKeys)"
+            .to_owned(),
     ));
     vars
 }
@@ -670,11 +753,16 @@ fn configmap_patch() -> String {
 
 /// Whether chart reference `c` names the CCM chart: its last `/` segment is the chart name
 /// (a subset of `sites::chart::chart_matches`, which also knows versions and `.tgz` files).
+///
+/// The engine reads a reference as a URL (`sites::chart::chart_reference_name`): the query and
+/// fragment are not part of the path, `;params` are dropped and `%XX` escapes decoded. CEL
+/// decodes none of it, so a reference holding `?`, `#` or `%` anywhere is left to the webhook:
+/// with those gone, the last raw `/` segment is the name both read.
 fn ours_cel(c: &str) -> String {
     let names: Vec<String> = DEFAULT_CHARTS.iter().map(|n| regex_escape(n)).collect();
     format!(
         "{c}.matches({})",
-        cel_str(&format!("^(?:.*/)?(?:{})$", names.join("|")))
+        cel_str(&format!("^(?:[^?#%]*/)?(?:{})$", names.join("|")))
     )
 }
 
@@ -688,8 +776,9 @@ fn section_keys() -> String {
 }
 
 /// Whether values map `v` is one the policies decide: the Secret is rendered, no
-/// `cloudConfigContents`, and `cloudConfig` is a map whose rendered sections are maps of plain
-/// gcfg names to plain printable-ASCII scalars or null (the chart renders `key = `). The
+/// `cloudConfigContents`, and `cloudConfig` is a map whose rendered sections are null (Helm
+/// drops them) or maps of plain gcfg names to plain printable-ASCII scalars or null (the chart
+/// renders `key = `). The
 /// comprehension variables (`section`, `entry`) differ from every caller's (`source`): CEL
 /// shadows an outer variable of the same name.
 fn plain_values(v: &str) -> String {
@@ -698,7 +787,7 @@ fn plain_values(v: &str) -> String {
          (!has({v}.secret) || ((!has({v}.secret.enabled) || {v}.secret.enabled == true) && \
          (!has({v}.secret.create) || {v}.secret.create == true))) && \
          {sections}.all(section, !(section in {v}.cloudConfig) || \
-         {v}.cloudConfig[section].all(entry, entry.matches({ident}) && \
+         {v}.cloudConfig[section] == null || {v}.cloudConfig[section].all(entry, entry.matches({ident}) && \
          ({v}.cloudConfig[section][entry] == null || \
          string({v}.cloudConfig[section][entry]).matches('^[ -~]*$'))))",
         sections = section_keys(),
@@ -714,8 +803,16 @@ fn plain_values(v: &str) -> String {
 fn gitops_variables() -> Vec<Value> {
     let empty = |f: &str| format!("(!has({f}) || size({f}) == 0)");
     let release_chart = "(has(object.spec.chart) && has(object.spec.chart.spec) && has(object.spec.chart.spec.chart) ? object.spec.chart.spec.chart : (has(object.spec.chartRef) && has(object.spec.chartRef.name) ? object.spec.chartRef.name : ''))";
+    // The chart source's own values files (`valuesFiles`, the deprecated `valuesFile`) are
+    // merged under `spec.values` as `valuesFrom` is: values the engine cannot see.
+    let chart_spec = "object.spec.chart.spec";
+    let no_files = format!(
+        "(!has(object.spec.chart) || !has({chart_spec}) || ({files} && {file}))",
+        files = empty(&format!("{chart_spec}.valuesFiles")),
+        file = empty(&format!("{chart_spec}.valuesFile")),
+    );
     let release = format!(
-        "object.kind == 'HelmRelease' && has(object.spec) && {ours} && has(object.spec.values) && {no_from} && {plain} ? [object.spec.values] : []",
+        "object.kind == 'HelmRelease' && has(object.spec) && {ours} && has(object.spec.values) && {no_from} && {no_files} && {plain} ? [object.spec.values] : []",
         ours = ours_cel(release_chart),
         no_from = empty("object.spec.valuesFrom"),
         plain = plain_values("object.spec.values"),
@@ -763,14 +860,20 @@ fn structured_false(v: &str, key: &str) -> String {
 fn values_patch() -> String {
     let key = cel_str(serial::KEY);
     let escaped = cel_str(&serial::KEY.replace('~', "~0").replace('/', "~1"));
+    // A null section is no section: Helm drops a null value, and the engine adds the section.
+    let absent = |v: &str| {
+        format!("(!has({v}.cloudConfig.loadBalancer) || {v}.cloudConfig.loadBalancer == null)")
+    };
     let missing = |v: &str| {
         format!(
-            "(!has({v}.cloudConfig.loadBalancer) || !{v}.cloudConfig.loadBalancer.exists(k, k.lowerAscii() == {key}))"
+            "({} || !{v}.cloudConfig.loadBalancer.exists(k, k.lowerAscii() == {key}))",
+            absent(v)
         )
     };
     let ops = |v: &str, base: &str| {
         format!(
-            "has({v}.cloudConfig.loadBalancer) ? [JSONPatch{{op: 'add', path: {inside} + {escaped}, value: true}}] : [JSONPatch{{op: 'add', path: {section}, value: {{{key}: true}}}}]",
+            "!{absent} ? [JSONPatch{{op: 'add', path: {inside} + {escaped}, value: true}}] : [JSONPatch{{op: 'add', path: {section}, value: {{{key}: true}}}}]",
+            absent = absent(v),
             inside = cel_str(&format!("{base}/cloudConfig/loadBalancer/")),
             section = cel_str(&format!("{base}/cloudConfig/loadBalancer")),
         )

@@ -107,6 +107,18 @@ pub struct PoliciesArgs {
         value_parser = parse_kube_version
     )]
     pub kube_version: crate::admission_policies::KubeVersion,
+    /// With `--output static-manifests`: the group whose members may still delete or change
+    /// stackgate's webhook configurations and admission policies.
+    #[arg(
+        long,
+        env = "STACKGATE_BREAK_GLASS_GROUP",
+        default_value = crate::admission_policies::static_manifests::DEFAULT_BREAK_GLASS_GROUP
+    )]
+    pub break_glass_group: String,
+    /// With `--output static-manifests`: the directory to write (created; `validating/`,
+    /// `mutating/` and `admission-configuration.yaml`).
+    #[arg(value_name = "DIR")]
+    pub dir: Option<PathBuf>,
 }
 
 /// What `stackgate policies` prints.
@@ -116,6 +128,9 @@ pub enum PoliciesOutput {
     PolicySet,
     /// Kubernetes admission policies generated from it (YAML).
     AdmissionPolicies,
+    /// Static admission manifests (KEP-5793, Kubernetes 1.36+) written to DIR, with the
+    /// AdmissionConfiguration that names them.
+    StaticManifests,
 }
 
 fn parse_kube_version(s: &str) -> Result<crate::admission_policies::KubeVersion, String> {

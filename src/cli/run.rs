@@ -32,6 +32,20 @@ pub enum RunError {
     /// The admission policies could not be written for the requested Kubernetes version.
     #[error(transparent)]
     AdmissionPolicies(#[from] AdmissionPoliciesError),
+    /// `--output static-manifests` was given no directory.
+    #[error(
+        "--output static-manifests needs a directory: stackgate policies --output static-manifests --kube-version 1.36 DIR"
+    )]
+    NoStaticDir,
+    /// The static manifests could not be written.
+    #[error("writing {}", path.display())]
+    WriteStatic {
+        /// The file or directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// The policy set `args` names: the `--policies` directory, or the embedded default set.
@@ -83,7 +97,44 @@ pub fn policies(args: &PoliciesArgs) -> Result<(), RunError> {
             let generated = crate::admission_policies::generate(&set);
             print!("{}", generated.to_yaml(args.kube_version)?);
         }
+        PoliciesOutput::StaticManifests => {
+            let dir = args.dir.as_ref().ok_or(RunError::NoStaticDir)?;
+            write_static_manifests(&set, args, dir)?;
+        }
     }
+    Ok(())
+}
+
+/// Writes the static manifests of `set` to `dir`: validated first (the generator refuses what
+/// the apiserver's loader would), so a directory the apiserver refuses is never written.
+fn write_static_manifests(
+    set: &PolicySet,
+    args: &PoliciesArgs,
+    dir: &std::path::Path,
+) -> Result<(), RunError> {
+    use crate::admission_policies::static_manifests::{
+        ADMISSION_CONFIGURATION_FILE, MANIFEST_FILE, StaticManifests,
+    };
+    let generated = crate::admission_policies::generate(set);
+    let manifests = StaticManifests::new(&generated, args.kube_version, &args.break_glass_group)?;
+    let write_error = |path: &std::path::Path| {
+        let path = path.to_path_buf();
+        move |source| RunError::WriteStatic { path, source }
+    };
+    std::fs::create_dir_all(dir).map_err(write_error(dir))?;
+    let root = std::fs::canonicalize(dir).map_err(write_error(dir))?;
+    let configuration = manifests.admission_configuration(&root.to_string_lossy())?;
+    for plugin in &manifests.dirs {
+        let sub = root.join(plugin.subdir);
+        std::fs::create_dir_all(&sub).map_err(write_error(&sub))?;
+        let file = sub.join(MANIFEST_FILE);
+        std::fs::write(&file, StaticManifests::manifest_yaml(plugin))
+            .map_err(write_error(&file))?;
+        println!("wrote {}", file.display());
+    }
+    let file = root.join(ADMISSION_CONFIGURATION_FILE);
+    std::fs::write(&file, configuration).map_err(write_error(&file))?;
+    println!("wrote {}", file.display());
     Ok(())
 }
 
