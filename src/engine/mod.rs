@@ -86,6 +86,9 @@ pub struct Text {
     pub notes: Vec<String>,
     /// The annotation that exempts the object, when the policy allows exemptions.
     pub exemption: Option<String>,
+    /// Who may set it (`group platform-team or user alice`), when not everyone may: the hint
+    /// names them, so that nobody is told to exempt themselves and then refused.
+    pub exempters: Option<String>,
     /// The policy's upstream sources.
     pub source: String,
 }
@@ -121,7 +124,8 @@ impl Text {
         }
         if let Some(key) = &self.exemption {
             out.push_str(&format!(
-                " To exempt this object, annotate it with {key}=\"<reason>\"."
+                " To exempt this object, {}.",
+                self.exemption_hint(key)
             ));
         }
         out
@@ -143,7 +147,7 @@ impl Text {
                 }),
         );
         if let Some(key) = &self.exemption {
-            lines.push(format!("To exempt: annotate it with {key}=\"<reason>\"."));
+            lines.push(format!("To exempt: {}.", self.exemption_hint(key)));
         }
         lines.push(format!(
             "Policy {policy}, rule {} (stackgate explain {}); source: {}",
@@ -152,6 +156,15 @@ impl Text {
             self.source.trim()
         ));
         lines.join("\n")
+    }
+
+    /// `annotate it with KEY="<reason>"`, or `have WHO annotate it with …` when the policy
+    /// names who may.
+    fn exemption_hint(&self, key: &str) -> String {
+        match &self.exempters {
+            Some(who) => format!("have {who} annotate it with {key}=\"<reason>\""),
+            None => format!("annotate it with {key}=\"<reason>\""),
+        }
     }
 
     /// `stackgate POLICY: <first line>`, whole within kubectl's 256 characters for the
@@ -457,6 +470,12 @@ impl<'a> Run<'a> {
             .get_or_init(|| Arc::new(self.subject.reference()));
         if code != CODE_MUTATION {
             text.exemption = policy.exemption_annotation();
+            text.exempters = policy
+                .exemptions
+                .annotation
+                .as_ref()
+                .filter(|rules| !rules.open_to_everyone())
+                .map(|rules| rules.who());
         }
         text.source = policy.source.trim().to_owned();
         Finding {
@@ -1145,6 +1164,7 @@ fn limit_findings(verdict: &mut Verdict) {
                 ),
                 notes: Vec::new(),
                 exemption: first.text.exemption.clone(),
+                exempters: first.text.exempters.clone(),
                 source: first.text.source.clone(),
             };
             list.push(Finding {
@@ -1415,6 +1435,7 @@ fn not_applied(
     };
     let mut finding = run.finding(policy, code, anchor, text, false);
     finding.text.exemption = None;
+    finding.text.exempters = None;
     record(policy, severity, finding, verdict);
 }
 
@@ -1427,6 +1448,7 @@ fn text_of(v: &crate::rules::Violation) -> Text {
         why: v.why.clone(),
         notes: v.notes.clone(),
         exemption: None,
+        exempters: None,
         source: String::new(),
     }
 }

@@ -501,7 +501,7 @@ mod tests {
             "a group is not a username"
         );
         assert_eq!(rules.unverified(), Unverified::Apply);
-        assert_eq!(rules.who(), "group platform-team, user alice");
+        assert_eq!(rules.who(), "group platform-team or user alice");
         assert_eq!(
             set.policies[0].exemption_annotation().as_deref(),
             Some("stackgate.dev/exempt.x")

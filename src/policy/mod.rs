@@ -133,11 +133,11 @@ impl AnnotationExemption {
         })
     }
 
-    /// Who may exempt, for messages: `group platform-team, user alice`.
+    /// Who may exempt, for messages: `group platform-team or user alice`.
     pub fn who(&self) -> String {
         let groups = self.allowed_groups.iter().map(|g| format!("group {g}"));
         let users = self.allowed_users.iter().map(|u| format!("user {u}"));
-        groups.chain(users).collect::<Vec<_>>().join(", ")
+        groups.chain(users).collect::<Vec<_>>().join(" or ")
     }
 }
 
