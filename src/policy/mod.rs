@@ -5,6 +5,7 @@
 //! Parsing is strict: unknown fields, unknown rules and unknown modes are errors that name
 //! the file, line and column.
 
+pub mod exception;
 mod load;
 
 pub use crate::rules::RuleId;
