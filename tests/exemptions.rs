@@ -359,3 +359,127 @@ fn audit_reports_an_annotation_as_unverified_and_applies_the_policy() {
         "{items:?}"
     );
 }
+
+/// The engine's verdict on `review`'s request (the webhook's Subject, in process).
+fn verdict_of(engine: &Engine, review: &Value) -> stackgate::engine::Verdict {
+    let review: kube::core::admission::AdmissionReview<DynamicObject> =
+        serde_json::from_value(review.clone()).expect("review");
+    let request: kube::core::admission::AdmissionRequest<DynamicObject> =
+        review.try_into().expect("request");
+    engine.evaluate(&stackgate::admission::subject_of(&request))
+}
+
+/// The report messages of `verdict`'s exemptions, as `check` and `audit` print them.
+fn exemption_messages(verdict: &stackgate::engine::Verdict) -> Vec<String> {
+    stackgate::report::verdict_items(verdict, |_| 1, 1, |_, _| {})
+        .into_iter()
+        .filter(|i| i.kind == ItemKind::Exemption)
+        .map(|i| i.message)
+        .collect()
+}
+
+#[test]
+fn each_exemption_says_why_it_counted() {
+    let engine = Engine::new(PolicySet::embedded().unwrap());
+    let by_admin = verdict_of(
+        &engine,
+        &review(VALIDATE, Some(false), Some("CHG-1"), admin()),
+    );
+    assert_eq!(
+        exemption_messages(&by_admin),
+        [
+            "exempted from policy serial-lb-api-calls by annotation (set by a user allowed to exempt): CHG-1"
+        ]
+    );
+    let kept = verdict_of(
+        &engine,
+        &update(
+            Some(false),
+            Some("CHG-1"),
+            Some(false),
+            Some("CHG-1"),
+            tenant(),
+        ),
+    );
+    assert_eq!(
+        exemption_messages(&kept),
+        [
+            "exempted from policy serial-lb-api-calls by annotation (kept from the stored object): CHG-1"
+        ]
+    );
+    // A policy anyone may exempt from, judged without a requester.
+    let mut open = PolicySet::embedded().unwrap();
+    for p in &mut open.policies {
+        if let Some(a) = p.exemptions.annotation.as_mut() {
+            a.allowed_groups = vec![stackgate::policy::EVERY_USER_GROUP.to_owned()];
+        }
+    }
+    let items = audit_items(open, Some("CHG-1"));
+    let messages: Vec<&str> = items
+        .iter()
+        .filter(|(k, _, _)| *k == ItemKind::Exemption)
+        .map(|(_, _, m)| m.as_str())
+        .collect();
+    assert_eq!(
+        messages,
+        ["exempted from policy serial-lb-api-calls by annotation (anyone may exempt): CHG-1"]
+    );
+}
+
+#[test]
+fn an_annotation_that_does_not_count_is_named_once() {
+    let engine = Engine::new(PolicySet::embedded().unwrap());
+    let v = verdict_of(&engine, &review(VALIDATE, Some(false), Some("x"), tenant()));
+    let named: Vec<_> = v
+        .denials
+        .iter()
+        .filter(|f| f.code == stackgate::engine::CODE_EXEMPTION_NOT_ALLOWED)
+        .collect();
+    assert_eq!(named.len(), 1, "{:?}", v.denials);
+    assert_eq!(named[0].policy, "serial-lb-api-calls");
+    assert_eq!(
+        named[0].pointer(),
+        Some("/metadata/annotations/stackgate.dev~1exempt.serial-lb-api-calls")
+    );
+    // Its hint does not tell the tenant to annotate; the policy's own denial names who may.
+    assert!(
+        !named[0].denial_text().contains("To exempt"),
+        "{}",
+        named[0].denial_text()
+    );
+    let own = v
+        .denials
+        .iter()
+        .find(|f| f.code == "false")
+        .expect("the policy's denial");
+    assert!(
+        own.denial_text()
+            .contains("To exempt: have group system:masters annotate it with stackgate.dev/exempt.serial-lb-api-calls"),
+        "{}",
+        own.denial_text()
+    );
+}
+
+#[test]
+fn a_policy_that_is_off_or_out_of_scope_refuses_no_annotation() {
+    let clean = review(VALIDATE, Some(true), Some("for later"), tenant());
+    let mut off = PolicySet::embedded().unwrap();
+    let mut scoped = off.clone();
+    for p in &mut off.policies {
+        if p.name == "serial-lb-api-calls" {
+            p.mode = stackgate::policy::Mode::Off;
+        }
+    }
+    for p in &mut scoped.policies {
+        if p.name == "serial-lb-api-calls" {
+            p.scope.exclude_namespaces = vec!["kube-system".to_owned()];
+        }
+    }
+    for (what, set) in [("off", off), ("out of scope", scoped)] {
+        let v = verdict_of(&Engine::new(set), &clean);
+        assert!(v.denials.is_empty(), "{what}: {:?}", v.denials);
+    }
+    // The same review under the shipped set is refused (the cases above are not vacuous).
+    let v = verdict_of(&Engine::new(PolicySet::embedded().unwrap()), &clean);
+    assert!(!v.denials.is_empty());
+}
