@@ -300,10 +300,7 @@ fn render(engine: &Engine, family: &'static Family, code: &'static str) -> Strin
                     parts.push(("Note", note.clone()));
                 }
                 if let Some(key) = &text.exemption {
-                    parts.push((
-                        "Exempt",
-                        format!("annotate the object with {key}=\"<reason>\""),
-                    ));
+                    parts.push(("Exempt", text.exemption_hint(key)));
                 }
                 for (label, part) in parts {
                     let _ = writeln!(out, "{}", wrap(&format!("{label}: {part}"), "    "));

@@ -160,7 +160,7 @@ impl Text {
 
     /// `annotate it with KEY="<reason>"`, or `have WHO annotate it with …` when the policy
     /// names who may.
-    fn exemption_hint(&self, key: &str) -> String {
+    pub fn exemption_hint(&self, key: &str) -> String {
         match &self.exempters {
             Some(who) => format!("have {who} annotate it with {key}=\"<reason>\""),
             None => format!("annotate it with {key}=\"<reason>\""),
