@@ -30,7 +30,8 @@ rm -rf "$OUT"
 mkdir -p "$OUT"
 
 # ------------------------------------------------------------------ option sets
-# name | release | namespace | values file (in ci/, may be empty) | extra helm flags
+# name | release | namespace | values file (NAME for ci/NAME-values.yaml, or @FILE for a file
+# at the chart's root such as values-enforce.yaml; may be empty) | extra helm flags
 RENDERS=(
     "default|stackgate|stackgate||"
     "kube-1.27|stackgate|stackgate||--kube-version 1.27.0"
@@ -39,6 +40,8 @@ RENDERS=(
     "cert-manager-issuer|stackgate|stackgate|cert-manager-issuer|--api-versions cert-manager.io/v1"
     "cert-manager-kube-1.27|stackgate|stackgate|cert-manager|--kube-version 1.27.0 --api-versions cert-manager.io/v1"
     "existing-secret|stackgate|stackgate|existing-secret|"
+    "generate|stackgate|stackgate|generate|"
+    "generate-other-namespace|sg|platform-admission|generate|--kube-version 1.33.1"
     "monitoring|stackgate|stackgate|monitoring|--api-versions monitoring.coreos.com/v1"
     "live-release|stackgate|stackgate|live-release|"
     "audit|stackgate|stackgate|audit|"
@@ -62,16 +65,17 @@ RENDERS=(
     "admission-policies-1.34-beta|stackgate|stackgate|admission-policies|--kube-version 1.34.0 --api-versions admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy"
     "admission-policies-1.36|stackgate|stackgate|admission-policies|--kube-version 1.36.0"
     "webhook-free|stackgate|stackgate|webhook-free|--kube-version 1.36.0"
+    "enforce|stackgate|stackgate|@values-enforce.yaml|"
     "admission-policies-switched|stackgate|stackgate|admission-policies-switched|--kube-version 1.36.0"
 )
 
-step "helm lint --strict (default values and every ci/*-values.yaml)"
+step "helm lint --strict (default values, values-enforce.yaml and every ci/*-values.yaml)"
 "$HELM" lint --strict "$CHART" >"$OUT/lint-default.log" 2>&1 || {
     cat "$OUT/lint-default.log"
     fail "helm lint --strict with the default values"
 }
-for values in "$CHART"/ci/*-values.yaml; do
-    name="$(basename "$values" -values.yaml)"
+for values in "$CHART"/values-enforce.yaml "$CHART"/ci/*-values.yaml; do
+    name="$(basename "$values" .yaml)"
     "$HELM" lint --strict "$CHART" -f "$values" >"$OUT/lint-$name.log" 2>&1 || {
         cat "$OUT/lint-$name.log"
         fail "helm lint --strict -f $values"
@@ -84,7 +88,11 @@ step "helm template (option sets)"
 for entry in "${RENDERS[@]}"; do
     IFS='|' read -r name release namespace values flags <<<"$entry"
     args=(template "$release" "$CHART" --namespace "$namespace")
-    [[ -n "$values" ]] && args+=(-f "$CHART/ci/$values-values.yaml")
+    if [[ "$values" == @* ]]; then
+        args+=(-f "$CHART/${values#@}")
+    elif [[ -n "$values" ]]; then
+        args+=(-f "$CHART/ci/$values-values.yaml")
+    fi
     # shellcheck disable=SC2206 # flags are plain words
     [[ -n "$flags" ]] && args+=($flags)
     "$HELM" "${args[@]}" >"$OUT/$name.yaml" 2>"$OUT/$name.err" || {
@@ -101,6 +109,14 @@ for values in "$CHART"/ci/*-values.yaml; do
     printf '%s\n' "${RENDERS[@]}" | cut -d'|' -f4 | grep -qx "$name" ||
         fail "$values is not rendered by any option set in .ci/chart.sh"
 done
+
+step "two renders of the default (tls.mode selfManaged) are byte-identical"
+# No certificate material, no random or time-dependent value: Argo CD and other `helm template`
+# renderers see no change between syncs. tests/chart.rs compares the two files too.
+"$HELM" template stackgate "$CHART" --namespace stackgate >"$OUT/default-again.yaml"
+cmp -s "$OUT/default.yaml" "$OUT/default-again.yaml" ||
+    fail "two renders of the default differ: $(diff "$OUT/default.yaml" "$OUT/default-again.yaml" | head -5)"
+echo "  identical"
 
 step "helm template must refuse bad settings"
 expect_refusal() {
@@ -130,6 +146,7 @@ expect_refusal "Octavia cache TTL that is not a duration" "octaviaCacheTTL: Does
     --set controlPlaneGuard.enabled=true --set 'controlPlaneGuard.secretNamespaces={capi}' --set controlPlaneGuard.octaviaCacheTTL=5sec
 expect_refusal "cloud-config object of another kind" "must be one of the following" \
     --set ovnSourceRanges.enabled=true --set ovnSourceRanges.cloudConfig.kind=Pod
+expect_refusal "self-managed lifetime that is not a duration" "servingLifetime: Does not match pattern" --set tls.selfManaged.servingLifetime=90d
 expect_refusal "existingSecret without a CA bundle" "tls.existingSecret.caBundle" --set tls.mode=existingSecret --set tls.existingSecret.name=x
 expect_refusal "installed into a site namespace" "install stackgate into its own namespace" --namespace kube-system
 expect_refusal "own namespace in onlyNamespaces" "must not contain the release namespace" --set 'webhooks.onlyNamespaces={stackgate}'

@@ -29,7 +29,11 @@ use tokio::task::JoinHandle;
 use crate::admission::FactSource;
 use crate::audit::background::{AuditMetrics, BackgroundConfig};
 use crate::ccm_config_watch::{CcmConfigCell, CcmConfigSource, CcmWorkloads};
-use crate::cli::{AuditArgs, CcmConfigSourceMode, KubeMode, OpenShiftPlatformMode, ServeArgs};
+use crate::certs::controller::{RotationMetrics, SelfManagedConfig};
+use crate::cli::{
+    AuditArgs, CcmConfigSourceMode, KubeMode, OpenShiftPlatformMode, ServeArgs, TlsArgsError,
+    UninstallArgs,
+};
 use crate::cluster_config::{CloudConfigSource, ConfigFactCell, ConfigObject, ConfigObjectError};
 use crate::engine::Engine;
 use crate::fact_watcher::FactMetrics;
@@ -40,7 +44,7 @@ use crate::metrics::Metrics;
 use crate::platform::{PlatformCell, PlatformSource};
 use crate::policy::PolicySet;
 use crate::releases::watcher::WatchConfig;
-use crate::server::{self, AppState, ServerConfig, ServerError};
+use crate::server::{self, AppState, ServerConfig, ServerError, ServingCert, TlsSource};
 
 /// How long the runtime may wait for its tasks (blocking evaluations included) after the
 /// server has stopped.
@@ -75,6 +79,9 @@ pub enum ComposeError {
     /// The server failed (binding, certificates).
     #[error("serving")]
     Serve(#[source] ServerError),
+    /// `--tls-mode self-managed` settings that cannot work.
+    #[error("self-managed TLS")]
+    Tls(#[source] TlsArgsError),
 }
 
 /// The server's background tasks, each with a name; [`Tasks::stop`] ends them all.
@@ -172,6 +179,22 @@ pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
         resync: args.release_resync,
     };
     let config = ServerConfig::from(&args);
+    let self_managed = match (
+        &config.tls,
+        args.tls
+            .self_managed(std::env::var("HOSTNAME").ok(), args.tls_cert.is_some()),
+    ) {
+        (_, Err(error)) => return Err(ComposeError::Tls(error)),
+        (TlsSource::SelfManaged(serving), Ok(Some(settings))) => {
+            let component = SelfManagedTls {
+                settings,
+                serving: serving.clone(),
+                metrics: RotationMetrics::default(),
+            };
+            Some(component)
+        }
+        _ => None,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -181,6 +204,7 @@ pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
         let required_by = [
             (guard_config.is_some(), "--lb-guard on"),
             (background_audit.is_some(), "--background-audit"),
+            (self_managed.is_some(), "--tls-mode self-managed"),
             (cloud_config.is_some(), "--cloud-config-object"),
         ]
         .into_iter()
@@ -213,6 +237,10 @@ pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
             component.metrics.register(metrics.registry_mut());
             component
         });
+        // After the audit's, as docs/metrics.md lists them.
+        if let Some(component) = &self_managed {
+            component.metrics.register(metrics.registry_mut());
+        }
         let platform = platform.and_then(|component| match cluster.as_ref()? {
             Ok(client) => Some((component, client.clone())),
             Err(error) => {
@@ -270,6 +298,12 @@ pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
         releases.start(cluster.as_ref(), &state, &mut tasks);
         if let Some(component) = auditor {
             component.start(&state, &mut tasks);
+        }
+        if let Some(component) = self_managed {
+            // Present only when a client exists: without one the start-up failed above.
+            if let Some(client) = client() {
+                component.start(client, &state, &mut tasks);
+            }
         }
 
         let served = server::run(config, state, shutdown_signal()).await;
@@ -451,6 +485,52 @@ impl BackgroundAudit {
     }
 }
 
+/// `--tls-mode self-managed`: every replica watches the Secret and installs its serving
+/// certificate into the server's handle; the replica holding the Lease rotates.
+struct SelfManagedTls {
+    settings: SelfManagedConfig,
+    serving: ServingCert,
+    metrics: RotationMetrics,
+}
+
+impl SelfManagedTls {
+    fn start(self, client: kube::Client, state: &Arc<AppState>, tasks: &mut Tasks) {
+        tracing::info!(
+            target: LOG_TARGET,
+            secret = %format!("{}/{}", self.settings.namespace, self.settings.secret_name),
+            identity = %self.settings.identity,
+            "self-managed TLS on: not ready until the Secret holds a certificate"
+        );
+        let changed = Arc::new(tokio::sync::Notify::new());
+        let origin = format!(
+            "Secret {}/{}",
+            self.settings.namespace, self.settings.secret_name
+        );
+        let serving = self.serving;
+        let install_state = Arc::clone(state);
+        let install: crate::certs::controller::Install =
+            Box::new(move |cert, key| serving.install(cert, key, &origin, &install_state.metrics));
+        tasks.add(
+            "self-managed TLS loader",
+            tokio::spawn(crate::certs::controller::run_loader(
+                client.clone(),
+                self.settings.clone(),
+                install,
+                Arc::clone(&changed),
+            )),
+        );
+        tasks.add(
+            "self-managed TLS rotation",
+            tokio::spawn(crate::certs::controller::run_rotation(
+                client,
+                self.settings,
+                self.metrics,
+                changed,
+            )),
+        );
+    }
+}
+
 /// `stackgate audit`: connects to the cluster and audits it with `engine`, writing the
 /// report to stdout and, on a terminal, progress to stderr. Returns the exit code: 0 clean,
 /// 1 denials (or warnings with --fail-on warning), 2 no cluster access or a listing error.
@@ -487,6 +567,43 @@ pub fn audit(args: &AuditArgs, engine: &Engine) -> Result<u8, ComposeError> {
             eprintln!("stackgate audit: {e}");
             2
         })
+    }))
+}
+
+/// `stackgate uninstall`: connects to the cluster and runs the uninstall plan, printing one
+/// line per object. Returns the exit code: 0 done, 2 no cluster access or a failed request.
+pub fn uninstall(args: &UninstallArgs) -> Result<u8, ComposeError> {
+    let plan = crate::uninstall::UninstallPlan::from(args);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(ComposeError::Runtime)?;
+    Ok(runtime.block_on(async {
+        let client = match kube::Client::try_default().await {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!(
+                    "stackgate uninstall: no cluster access (kubeconfig or in-cluster service \
+                     account): {e}"
+                );
+                return 2;
+            }
+        };
+        match crate::uninstall::run(&client, &plan).await {
+            Ok(steps) => {
+                for step in steps {
+                    println!("stackgate uninstall: {step}");
+                }
+                0
+            }
+            Err(error) => {
+                eprintln!(
+                    "stackgate uninstall: {}",
+                    crate::cli::run::with_sources(&error)
+                );
+                2
+            }
+        }
     }))
 }
 

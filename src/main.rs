@@ -51,6 +51,9 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Policies(args) => run::policies(&args)?,
         Command::Rules(args) => run::rules(&args)?,
         Command::Explain(args) => run::explain(&args)?,
+        Command::Uninstall(args) => {
+            return Ok(ExitCode::from(stackgate::compose::uninstall(&args)?));
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

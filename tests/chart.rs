@@ -25,6 +25,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     WebhookClientConfig,
 };
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -74,8 +75,23 @@ impl Render {
         self.kube >= (1, 28)
     }
 
+    /// The release's objects of `kind`, but not the uninstall hook's, which exist only while
+    /// the hook runs and have their own test
+    /// (`uninstall_hook_removes_webhooks_first_with_rbac_naming_each_object`).
     fn of_kind(&self, kind: &str) -> Vec<&Value> {
-        self.docs.iter().filter(|d| d["kind"] == kind).collect()
+        self.docs
+            .iter()
+            .filter(|d| d["kind"] == kind && !is_uninstall_hook(d))
+            .collect()
+    }
+
+    /// The uninstall hook's objects of `kind`.
+    fn uninstall_hook<T: DeserializeOwned>(&self, kind: &str) -> Vec<T> {
+        self.docs
+            .iter()
+            .filter(|d| d["kind"] == kind && is_uninstall_hook(d))
+            .map(|d| serde_json::from_value(d.clone()).expect("checked in parse_all"))
+            .collect()
     }
 
     fn typed<T: DeserializeOwned>(&self, kind: &str) -> Vec<T> {
@@ -102,6 +118,14 @@ impl Render {
             .into_iter()
             .find(|s| s.metadata.name.as_deref() == Some(name))
     }
+}
+
+/// A pre-delete hook object named `<fullname>-uninstall` (templates/uninstall-hook.yaml).
+fn is_uninstall_hook(doc: &Value) -> bool {
+    doc["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
+        && doc["metadata"]["name"]
+            .as_str()
+            .is_some_and(|n| n.ends_with("-uninstall"))
 }
 
 fn parse_version(s: &str) -> (u32, u32) {
@@ -399,10 +423,12 @@ fn ns_admitted(sel: &LabelSelector, ns: &str) -> bool {
     ns_in(sel).iter().all(|v| v.contains(&ns))
 }
 
-/// The validating failure policy each webhook must have, as documented in values.yaml.
+/// The validating failure policy each webhook must have, as documented in values.yaml: fail
+/// open by default (a first install whose pods are not ready blocks no write), fail closed
+/// with the chart's values-enforce.yaml (render `enforce`) where the family allows it.
 fn expected_validating_policy(r: &Render, hook: &str) -> &'static str {
     let family = hook.split('.').next().unwrap_or_default();
-    if r.name == "validating-ignore" || r.name == "rollout" {
+    if r.name != "enforce" {
         return "Ignore";
     }
     // Fail-open families: a blocked Machine deletion stalls control-plane rollouts; a blocked
@@ -659,6 +685,7 @@ fn every_document_parses_into_kubernetes_types() {
             let api = doc["apiVersion"].as_str().unwrap_or_default();
             match kind {
                 "Deployment" => roundtrip::<Deployment>(&r.name, doc),
+                "Job" => roundtrip::<Job>(&r.name, doc),
                 "Service" => roundtrip::<Service>(&r.name, doc),
                 "ServiceAccount" => roundtrip::<ServiceAccount>(&r.name, doc),
                 "ConfigMap" => roundtrip::<ConfigMap>(&r.name, doc),
@@ -742,7 +769,7 @@ fn webhooks_are_narrow_short_and_fail_as_documented() {
         let service: Service = r.one("Service");
         let fullname = service.metadata.name.clone().expect("service name");
         let cert_manager = !r.of_kind("Certificate").is_empty();
-        let ca_bundle: Option<String> = if cert_manager {
+        let ca_bundle: Option<String> = if cert_manager || self_managed(&r) {
             None
         } else if let Some(ca) = r.secret(&format!("{fullname}-ca")) {
             // generated: the -ca Secret's certificate(s), current first
@@ -1259,25 +1286,62 @@ fn deployment_is_ha_locked_down_and_probed_on_the_admin_port() {
                 .find(|m| m.name == name)
                 .map(|m| m.mount_path.clone())
         };
-        let tls_dir = mount("tls").unwrap_or_else(|| panic!("{n}: tls not mounted"));
-        assert!(
-            env("STACKGATE_TLS_CERT").starts_with(&format!("{tls_dir}/")),
-            "{n}: cert path"
-        );
-        assert!(
-            env("STACKGATE_TLS_KEY").starts_with(&format!("{tls_dir}/")),
-            "{n}: key path"
-        );
-        let tls_vol = volumes
-            .iter()
-            .find(|v| v.name == "tls")
-            .and_then(|v| v.secret.as_ref())
-            .expect("tls secret volume");
-        assert_eq!(tls_vol.default_mode, Some(0o440), "{n}: key file mode");
-        let tls_secret = tls_vol.secret_name.clone().expect("secretName");
-        match r.name.as_str() {
-            "existing-secret" => assert_eq!(tls_secret, "stackgate-serving", "{n}"),
-            _ => assert!(tls_secret.ends_with("-tls"), "{n}: {tls_secret}"),
+        if env_value(c, "STACKGATE_TLS_MODE").as_deref() == Some("self-managed") {
+            // The certificate arrives through the API: nothing mounted, no file paths.
+            assert!(
+                mount("tls").is_none(),
+                "{n}: tls mounted in self-managed mode"
+            );
+            assert!(env_value(c, "STACKGATE_TLS_CERT").is_none(), "{n}");
+            let fullname = r.one::<Service>("Service").metadata.name.expect("name");
+            assert_eq!(
+                env("STACKGATE_TLS_SECRET"),
+                format!("{fullname}-certs"),
+                "{n}"
+            );
+            assert_eq!(env("STACKGATE_TLS_NAMESPACE"), r.namespace, "{n}");
+            assert_eq!(env("STACKGATE_TLS_WEBHOOK_CONFIGURATION"), fullname, "{n}");
+            let names = env("STACKGATE_TLS_DNS_NAMES");
+            assert!(
+                names
+                    .split(',')
+                    .any(|d| d == format!("{fullname}.{}.svc", r.namespace)),
+                "{n}: {names}"
+            );
+            let identity = c
+                .env
+                .iter()
+                .flatten()
+                .find(|e| e.name == "STACKGATE_TLS_IDENTITY")
+                .and_then(|e| e.value_from.as_ref()?.field_ref.as_ref())
+                .map(|f| f.field_path.clone());
+            assert_eq!(identity.as_deref(), Some("metadata.name"), "{n}: identity");
+            assert_eq!(
+                pod.automount_service_account_token,
+                Some(true),
+                "{n}: self-managed TLS needs the API"
+            );
+        } else {
+            let tls_dir = mount("tls").unwrap_or_else(|| panic!("{n}: tls not mounted"));
+            assert!(
+                env("STACKGATE_TLS_CERT").starts_with(&format!("{tls_dir}/")),
+                "{n}: cert path"
+            );
+            assert!(
+                env("STACKGATE_TLS_KEY").starts_with(&format!("{tls_dir}/")),
+                "{n}: key path"
+            );
+            let tls_vol = volumes
+                .iter()
+                .find(|v| v.name == "tls")
+                .and_then(|v| v.secret.as_ref())
+                .expect("tls secret volume");
+            assert_eq!(tls_vol.default_mode, Some(0o440), "{n}: key file mode");
+            let tls_secret = tls_vol.secret_name.clone().expect("secretName");
+            match r.name.as_str() {
+                "existing-secret" => assert_eq!(tls_secret, "stackgate-serving", "{n}"),
+                _ => assert!(tls_secret.ends_with("-tls"), "{n}: {tls_secret}"),
+            }
         }
         for v in volumes {
             if let Some(s) = &v.secret {
@@ -1330,7 +1394,7 @@ fn deployment_is_ha_locked_down_and_probed_on_the_admin_port() {
         );
         assert_eq!(
             pod.automount_service_account_token,
-            Some(needs_api),
+            Some(needs_api || self_managed(&r)),
             "{n}: automountServiceAccountToken"
         );
         // The OpenStackVersion watcher only where its RBAC is granted: a guard-only install
@@ -1496,12 +1560,20 @@ fn rbac_is_least_privilege() {
                 }
             }
         };
+        // The self-managed certificate's roles (`<fullname>-certs`) have their own test:
+        // self_managed_tls_is_stable_and_named.
+        let tls_role =
+            |name: &Option<String>| name.as_deref().is_some_and(|n| n.ends_with("-certs"));
         for cr in r.typed::<ClusterRole>("ClusterRole") {
             assert!(cr.aggregation_rule.is_none(), "{}", r.name);
-            push(cr.rules);
+            if !tls_role(&cr.metadata.name) {
+                push(cr.rules);
+            }
         }
         for role in r.typed::<Role>("Role") {
-            push(role.rules);
+            if !tls_role(&role.metadata.name) {
+                push(role.rules);
+            }
         }
         out
     };
@@ -1639,6 +1711,14 @@ fn rbac_is_least_privilege() {
             let roles: BTreeSet<(String, String)> = r
                 .typed::<Role>("Role")
                 .into_iter()
+                .filter(|role| {
+                    !role
+                        .metadata
+                        .name
+                        .as_deref()
+                        .unwrap_or_default()
+                        .ends_with("-certs")
+                })
                 .flat_map(|role| {
                     let ns = role.metadata.namespace.clone().unwrap_or_default();
                     role.rules
@@ -1662,11 +1742,11 @@ fn rbac_is_least_privilege() {
         if r.name.starts_with("ovn-source-ranges") {
             // The one Secret, by name, in its namespace: no ClusterRole at all.
             assert!(
-                r.typed::<ClusterRole>("ClusterRole").is_empty(),
+                not_tls(r.typed::<ClusterRole>("ClusterRole")).is_empty(),
                 "{}",
                 r.name
             );
-            let roles = r.typed::<Role>("Role");
+            let roles = not_tls(r.typed::<Role>("Role"));
             assert_eq!(roles.len(), 1, "{}", r.name);
             assert_eq!(
                 roles[0].metadata.namespace.as_deref(),
@@ -1696,8 +1776,7 @@ fn rbac_is_least_privilege() {
                 .flat_map(|c| c.rules.unwrap_or_default())
                 .any(|rule| rule.resources.iter().flatten().any(|x| x == "secrets"));
             assert!(!cluster_secrets, "guard: cluster-wide secrets access");
-            let role_ns: BTreeSet<String> = r
-                .typed::<Role>("Role")
+            let role_ns: BTreeSet<String> = not_tls(r.typed::<Role>("Role"))
                 .into_iter()
                 .filter_map(|x| x.metadata.namespace)
                 .collect();
@@ -1768,7 +1847,7 @@ fn generated_certificates_verify_for_the_service_name() {
         checked += 1;
     }
     assert!(
-        checked >= 5,
+        checked >= 2,
         "only {checked} renders with generated certificates"
     );
 }
@@ -2709,4 +2788,429 @@ fn rbac_grants_every_watched_fact_an_enabled_default_policy_needs() {
         watched_facts,
         "a watched fact no render feeds"
     );
+}
+
+/// The pre-delete hook (`stackgate uninstall`): runs after its ServiceAccount and RBAC exist,
+/// with the release's own names on its command line (which the binary parses), deletes only
+/// objects its RBAC names, removes the report CRDs only where the chart installs them, and
+/// runs as locked down as the server, outside the Deployment's selector.
+#[test]
+#[ignore = "needs the rendered chart in target/chart-render: run .ci/chart.sh (installs Helm)"]
+fn uninstall_hook_removes_webhooks_first_with_rbac_naming_each_object() {
+    use clap::Parser as _;
+    use stackgate::cli::{Cli, Command};
+
+    let renders = load_renders();
+    for r in &renders {
+        let n = &r.name;
+        let jobs = r.uninstall_hook::<Job>("Job");
+        assert_eq!(jobs.len(), 1, "{n}: one uninstall Job");
+        let job = &jobs[0];
+        let weight = |meta: &ObjectMeta| -> i32 {
+            let a = meta.annotations.clone().unwrap_or_default();
+            assert_eq!(
+                a.get("helm.sh/hook").map(String::as_str),
+                Some("pre-delete"),
+                "{n}: {:?}",
+                meta.name
+            );
+            assert_eq!(
+                a.get("helm.sh/hook-delete-policy").map(String::as_str),
+                Some("before-hook-creation,hook-succeeded"),
+                "{n}: {:?}",
+                meta.name
+            );
+            a.get("helm.sh/hook-weight")
+                .and_then(|w| w.parse().ok())
+                .unwrap_or_else(|| panic!("{n}: {:?} has no hook weight", meta.name))
+        };
+        let job_weight = weight(&job.metadata);
+        let sa = r.uninstall_hook::<ServiceAccount>("ServiceAccount");
+        let cluster_roles = r.uninstall_hook::<ClusterRole>("ClusterRole");
+        let roles = r.uninstall_hook::<Role>("Role");
+        let bindings = r.uninstall_hook::<ClusterRoleBinding>("ClusterRoleBinding");
+        let role_bindings = r.uninstall_hook::<RoleBinding>("RoleBinding");
+        assert_eq!(
+            (
+                sa.len(),
+                cluster_roles.len(),
+                roles.len(),
+                bindings.len(),
+                role_bindings.len()
+            ),
+            (1, 1, 1, 1, 1),
+            "{n}: hook ServiceAccount and RBAC"
+        );
+        for meta in [
+            &sa[0].metadata,
+            &cluster_roles[0].metadata,
+            &roles[0].metadata,
+            &bindings[0].metadata,
+            &role_bindings[0].metadata,
+        ] {
+            assert!(
+                weight(meta) < job_weight,
+                "{n}: {:?} must exist before the Job",
+                meta.name
+            );
+        }
+        let sa_name = sa[0].metadata.name.clone().expect("name");
+        for subjects in [&bindings[0].subjects, &role_bindings[0].subjects] {
+            let subjects = subjects.clone().unwrap_or_default();
+            assert_eq!(subjects.len(), 1, "{n}");
+            assert_eq!(subjects[0].name, sa_name, "{n}");
+            assert_eq!(subjects[0].namespace.as_deref(), Some(r.namespace.as_str()));
+        }
+
+        // The command line: the binary parses it, and it names this release's objects.
+        let pod = job
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.clone())
+            .expect("pod spec");
+        assert_eq!(pod.service_account_name.as_deref(), Some(sa_name.as_str()));
+        assert_eq!(pod.restart_policy.as_deref(), Some("Never"), "{n}");
+        let c = &pod.containers[0];
+        let mut argv = vec!["stackgate".to_owned()];
+        argv.extend(c.args.clone().unwrap_or_default());
+        let cli = Cli::try_parse_from(&argv)
+            .unwrap_or_else(|e| panic!("{n}: the hook's command line does not parse: {e}"));
+        let Command::Uninstall(args) = cli.command else {
+            panic!("{n}: the hook does not run `stackgate uninstall`: {argv:?}")
+        };
+        let deployment = r.one::<Deployment>("Deployment");
+        let fullname = deployment.metadata.name.clone().expect("name");
+        for kind in [
+            "ValidatingWebhookConfiguration",
+            "MutatingWebhookConfiguration",
+        ] {
+            for doc in r.of_kind(kind) {
+                assert_eq!(
+                    doc["metadata"]["name"].as_str(),
+                    Some(args.webhook_configuration.as_str()),
+                    "{n}: the hook deletes another {kind} than the chart's"
+                );
+            }
+        }
+        assert_eq!(args.webhook_configuration, fullname, "{n}");
+        assert_eq!(args.release, r.release, "{n}");
+        assert_eq!(args.namespace, r.namespace, "{n}");
+        let dc = &deployment
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.clone())
+            .expect("pod spec")
+            .containers[0];
+        if let Some(lease) = dc
+            .env
+            .iter()
+            .flatten()
+            .find(|e| e.name == "STACKGATE_BACKGROUND_AUDIT_LEASE_NAME")
+        {
+            assert_eq!(
+                lease.value.as_deref(),
+                Some(args.lease_name.as_str()),
+                "{n}"
+            );
+        }
+        let installs_crds = !r.of_kind("CustomResourceDefinition").is_empty();
+        assert_eq!(
+            args.crds, installs_crds,
+            "{n}: --crds where the chart installs the CRDs"
+        );
+        assert_eq!(c.image, dc.image, "{n}: the hook runs the server's image");
+
+        // Locked down like the server; outside the Deployment's (PDB's, Service's) selector.
+        let sc = c.security_context.clone().expect("securityContext");
+        assert_eq!(sc.read_only_root_filesystem, Some(true), "{n}");
+        assert_eq!(sc.allow_privilege_escalation, Some(false), "{n}");
+        assert_eq!(sc.run_as_non_root, Some(true), "{n}");
+        let selector = deployment
+            .spec
+            .as_ref()
+            .and_then(|s| s.selector.match_labels.clone())
+            .unwrap_or_default();
+        let pod_labels = job
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.metadata.as_ref())
+            .and_then(|m| m.labels.clone())
+            .unwrap_or_default();
+        assert!(
+            !selector.iter().all(|(k, v)| pod_labels.get(k) == Some(v)),
+            "{n}: the hook pod matches the Deployment's selector"
+        );
+        assert!(
+            job.spec
+                .as_ref()
+                .and_then(|s| s.active_deadline_seconds)
+                .is_some(),
+            "{n}: a hook that cannot run must not hang helm uninstall"
+        );
+
+        // RBAC: deletes only by name; lists only report kinds (to find stackgate's and to see
+        // whether another tool's report is left); nothing else.
+        let mut deletable: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for rule in cluster_roles[0]
+            .rules
+            .iter()
+            .flatten()
+            .chain(roles[0].rules.iter().flatten())
+        {
+            for verb in &rule.verbs {
+                for res in rule.resources.iter().flatten() {
+                    match verb.as_str() {
+                        "delete" | "get" => {
+                            let names = rule.resource_names.clone().unwrap_or_default();
+                            assert!(!names.is_empty(), "{n}: {verb} {res} without resourceNames");
+                            if verb == "delete" {
+                                deletable.entry(res.clone()).or_default().extend(names);
+                            }
+                        }
+                        "list" => assert!(
+                            matches!(
+                                res.as_str(),
+                                "policyreports"
+                                    | "clusterpolicyreports"
+                                    | "reports"
+                                    | "clusterreports"
+                            ),
+                            "{n}: list on {res}"
+                        ),
+                        other => panic!("{n}: verb {other} on {res}"),
+                    }
+                }
+            }
+        }
+        let one = |v: &str| vec![v.to_owned()];
+        assert_eq!(
+            deletable.remove("validatingwebhookconfigurations"),
+            Some(one(&fullname))
+        );
+        assert_eq!(
+            deletable.remove("mutatingwebhookconfigurations"),
+            Some(one(&fullname))
+        );
+        assert_eq!(
+            deletable.remove("leases"),
+            Some(one(&args.lease_name)),
+            "{n}"
+        );
+        for res in [
+            "policyreports",
+            "clusterpolicyreports",
+            "reports",
+            "clusterreports",
+        ] {
+            assert_eq!(deletable.remove(res), Some(one("stackgate")), "{n}: {res}");
+        }
+        let crds = deletable.remove("customresourcedefinitions");
+        if installs_crds {
+            let mut names = crds.expect("CRD delete rule");
+            names.sort();
+            let mut installed: Vec<String> = r
+                .of_kind("CustomResourceDefinition")
+                .iter()
+                .map(|d| {
+                    d["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned()
+                })
+                .collect();
+            installed.sort();
+            assert_eq!(
+                names, installed,
+                "{n}: the CRDs the chart installs, by name"
+            );
+        } else {
+            assert_eq!(
+                crds, None,
+                "{n}: no CRD rights where the chart installs none"
+            );
+        }
+        assert!(deletable.is_empty(), "{n}: deletes more: {deletable:?}");
+    }
+    // Not vacuous: the CRD case is rendered.
+    assert!(
+        renders
+            .iter()
+            .any(|r| !r.of_kind("CustomResourceDefinition").is_empty()),
+        "no render installs the report CRDs"
+    );
+}
+
+/// Whether the render is `tls.mode: selfManaged` (the pods make and rotate the certificate).
+fn self_managed(r: &Render) -> bool {
+    r.one::<Deployment>("Deployment")
+        .spec
+        .and_then(|s| s.template.spec)
+        .and_then(|p| p.containers.into_iter().next())
+        .is_some_and(|c| env_value(&c, "STACKGATE_TLS_MODE").as_deref() == Some("self-managed"))
+}
+
+/// `tls.mode: selfManaged` (the default): the render holds no certificate material and no
+/// `caBundle` (so two renders are byte-identical, and GitOps tools have no caBundle field to
+/// diff: the pods' writes are fields the chart never sets), the Secret is rendered empty, and
+/// the pods' RBAC names the one Secret, its Lease and stackgate's own two webhook
+/// configurations; every other mode renders none of it.
+#[test]
+#[ignore = "needs the rendered chart in target/chart-render: run .ci/chart.sh (installs Helm)"]
+fn self_managed_tls_is_stable_and_named() {
+    let renders = load_renders();
+    let dir = require_renders();
+    // .ci/chart.sh renders the default a second time: byte for byte the same.
+    let first = fs::read(dir.join("default.yaml")).expect("default.yaml");
+    let second = fs::read(dir.join("default-again.yaml")).expect("default-again.yaml");
+    assert!(first == second, "two renders of the default differ");
+    let mut checked = 0;
+    for r in &renders {
+        let fullname = r.one::<Service>("Service").metadata.name.expect("name");
+        let tls_name = format!("{fullname}-certs");
+        let roles: Vec<Role> = r
+            .typed::<Role>("Role")
+            .into_iter()
+            .filter(|x| x.metadata.name.as_deref() == Some(tls_name.as_str()))
+            .collect();
+        let cluster_roles: Vec<ClusterRole> = r
+            .typed::<ClusterRole>("ClusterRole")
+            .into_iter()
+            .filter(|x| x.metadata.name.as_deref() == Some(tls_name.as_str()))
+            .collect();
+        if !self_managed(r) {
+            assert!(roles.is_empty() && cluster_roles.is_empty(), "{}", r.name);
+            continue;
+        }
+        checked += 1;
+        let text = fs::read_to_string(dir.join(format!("{}.yaml", r.name))).expect("render");
+        for material in ["BEGIN CERTIFICATE", "PRIVATE KEY", "caBundle:", "tls.crt:"] {
+            assert!(
+                !text.contains(material),
+                "{}: {material} in the render",
+                r.name
+            );
+        }
+        let secret = r.secret(&tls_name).expect("the empty Secret");
+        assert_eq!(secret.type_.as_deref(), Some("Opaque"), "{}", r.name);
+        assert!(
+            secret.data.is_none() && secret.string_data.is_none(),
+            "{}: the Secret is rendered empty",
+            r.name
+        );
+        let mut configurations = 0;
+        for meta in r
+            .typed::<MutatingWebhookConfiguration>("MutatingWebhookConfiguration")
+            .into_iter()
+            .map(|c| c.metadata)
+            .chain(
+                r.typed::<ValidatingWebhookConfiguration>("ValidatingWebhookConfiguration")
+                    .into_iter()
+                    .map(|c| c.metadata),
+            )
+        {
+            configurations += 1;
+            assert_eq!(meta.name.as_deref(), Some(fullname.as_str()), "{}", r.name);
+            let labels = meta.labels.unwrap_or_default();
+            assert_eq!(
+                labels.get("app.kubernetes.io/part-of").map(String::as_str),
+                Some("stackgate"),
+                "{}: the label the pods check before writing caBundle",
+                r.name
+            );
+            let annotations = meta.annotations.unwrap_or_default();
+            assert_eq!(
+                annotations.get("stackgate.dev/ca-bundle-from"),
+                Some(&format!("{}/{tls_name}", r.namespace)),
+                "{}",
+                r.name
+            );
+        }
+        // webhook-free renders none; the others both or one.
+        assert!(configurations <= 2, "{}", r.name);
+
+        let rule = |rules: &Option<Vec<PolicyRule>>, group: &str, resource: &str| {
+            rules
+                .iter()
+                .flatten()
+                .filter(|x| {
+                    x.api_groups.iter().flatten().any(|g| g == group)
+                        && x.resources.iter().flatten().any(|res| res == resource)
+                })
+                .map(|x| {
+                    (
+                        x.resource_names.clone(),
+                        x.verbs.iter().cloned().collect::<BTreeSet<_>>(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        let set = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<BTreeSet<_>>();
+        let [role] = roles.as_slice() else {
+            panic!("{}: one Role {tls_name}", r.name)
+        };
+        assert_eq!(
+            role.metadata.namespace.as_deref(),
+            Some(r.namespace.as_str())
+        );
+        assert_eq!(
+            rule(&role.rules, "", "secrets"),
+            [(
+                Some(vec![tls_name.clone()]),
+                set(&["get", "list", "watch", "update", "patch"])
+            )],
+            "{}: the one Secret, never create",
+            r.name
+        );
+        assert_eq!(
+            rule(&role.rules, "coordination.k8s.io", "leases"),
+            [
+                (Some(vec![tls_name.clone()]), set(&["get", "update"])),
+                (None, set(&["create"]))
+            ],
+            "{}: the Lease",
+            r.name
+        );
+        assert_eq!(role.rules.as_ref().map(Vec::len), Some(3), "{}", r.name);
+        let [cluster_role] = cluster_roles.as_slice() else {
+            panic!("{}: one ClusterRole {tls_name}", r.name)
+        };
+        let want = [(Some(vec![fullname.clone()]), set(&["get", "update"]))];
+        for resource in [
+            "mutatingwebhookconfigurations",
+            "validatingwebhookconfigurations",
+        ] {
+            assert_eq!(
+                rule(
+                    &cluster_role.rules,
+                    "admissionregistration.k8s.io",
+                    resource
+                ),
+                want,
+                "{}: {resource} by name",
+                r.name
+            );
+        }
+        assert_eq!(
+            cluster_role.rules.as_ref().map(Vec::len),
+            Some(1),
+            "{}",
+            r.name
+        );
+    }
+    assert!(checked >= 10, "only {checked} self-managed renders");
+}
+
+/// `items` without the self-managed certificate's roles (`<fullname>-certs`), which
+/// `self_managed_tls_is_stable_and_named` checks.
+fn not_tls<T: k8s_openapi::Metadata<Ty = ObjectMeta>>(items: Vec<T>) -> Vec<T> {
+    items
+        .into_iter()
+        .filter(|x| {
+            !x.metadata()
+                .name
+                .as_deref()
+                .unwrap_or_default()
+                .ends_with("-certs")
+        })
+        .collect()
 }

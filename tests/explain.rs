@@ -243,3 +243,168 @@ fn the_first_hour_guide_shows_current_output() {
         );
     }
 }
+
+/// The Secret of `docs/first-hour.md` as the apiserver hands it to admission webhooks: the
+/// apiserver merges `stringData` into `data` (base64) before admission, so the webhook's
+/// messages name `data["cloud.conf"]`, never `stringData`.
+fn stored_secret(cloud_conf: &str) -> serde_json::Value {
+    use base64::Engine as _;
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "cloud-config", "namespace": "kube-system"},
+        "type": "Opaque",
+        "data": {"cloud.conf": base64::engine::general_purpose::STANDARD.encode(cloud_conf)},
+    })
+}
+
+/// The body of a `key: |` block scalar in `yaml` (indented by 4 under the key).
+fn block_scalar(yaml: &str, key: &str) -> String {
+    let start = yaml
+        .find(key)
+        .unwrap_or_else(|| panic!("{key} not in {yaml}"))
+        + key.len();
+    let mut out = String::new();
+    for line in yaml[start..].lines().skip(1) {
+        if !line.is_empty() && !line.starts_with("    ") {
+            break;
+        }
+        out.push_str(line.strip_prefix("    ").unwrap_or(line));
+        out.push('\n');
+    }
+    out.trim_end().to_owned() + "\n"
+}
+
+/// The webhook's answer to `object` (`old` for an UPDATE), through the same handler as
+/// `serve`, for an AdmissionReview shaped like the apiserver's (the captured fixture).
+fn webhook_answer(
+    webhook: stackgate::admission::Webhook,
+    object: serde_json::Value,
+    old: Option<serde_json::Value>,
+) -> serde_json::Value {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/captured/secret/validate-create-cloud-config-from-file.json"
+    );
+    let mut review: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(path).expect("captured review")).expect("JSON");
+    review["request"]["object"] = object;
+    if let Some(old) = old {
+        review["request"]["operation"] = "UPDATE".into();
+        review["request"]["oldObject"] = old;
+    }
+    let metrics = stackgate::metrics::Metrics::new();
+    let body = serde_json::to_vec(&review).expect("JSON");
+    let reply = stackgate::admission::handle(&engine(), webhook, &body, &metrics);
+    assert_eq!(reply.status, 200);
+    let out: serde_json::Value = serde_json::from_slice(&reply.body).expect("JSON");
+    out["response"].clone()
+}
+
+/// `docs/first-hour.md` steps 2 and 3 show the webhooks' real texts inside illustrative
+/// kubectl output: the warnings `serve` answers for the stored Secret, and its denial of the
+/// `false` variant, with the apiserver's `data["cloud.conf"]` naming.
+#[test]
+fn the_first_hour_webhook_texts_are_what_serve_answers_for_the_stored_secret() {
+    use base64::Engine as _;
+    use stackgate::admission::Webhook;
+
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/first-hour.md"))
+        .expect("docs/first-hour.md");
+    let secret = block_after(&doc, "(`cloud-config.yaml`; the credentials are fake):");
+    let conf = block_scalar(secret, "cloud.conf: |");
+    assert!(conf.starts_with("[Global]\n"), "{conf}");
+
+    // Step 2: the mutating webhook's warnings, one `Warning:` line each, in order.
+    let created = webhook_answer(Webhook::Mutate, stored_secret(&conf), None);
+    let warnings: Vec<String> = created["warnings"]
+        .as_array()
+        .expect("warnings")
+        .iter()
+        .map(|w| format!("Warning: {}", w.as_str().expect("text")))
+        .collect();
+    let step2 = block_after(
+        &doc,
+        "the real warnings of the mutating\nwebhook for this object:",
+    );
+    let shown: Vec<&str> = step2
+        .lines()
+        .filter(|l| l.starts_with("Warning: "))
+        .collect();
+    assert_eq!(
+        shown, warnings,
+        "docs/first-hour.md step 2 shows stale warnings"
+    );
+    assert!(!step2.contains("stringData"), "{step2}");
+
+    // What step 2 stored (the patch applied), the old object of step 3's UPDATE.
+    let patch = created["patch"].as_str().expect("a patch");
+    let ops: serde_json::Value = serde_json::from_slice(
+        &base64::engine::general_purpose::STANDARD
+            .decode(patch)
+            .expect("base64"),
+    )
+    .expect("JSON patch");
+    let mut stored = stored_secret(&conf);
+    stored["data"]["cloud.conf"] = ops[0]["value"].clone();
+
+    // Step 3: the validating webhook's denial of the `false` variant, after "denied the
+    // request: " to the end of the block.
+    let line = "floating-network-id = 9f3c6f2e-5a53-4d2a-9c1e-2b7f0d4e8a11\n";
+    let with_false = conf.replace(
+        line,
+        &format!("{line}provider-requires-serial-api-calls = false\n"),
+    );
+    let denied = webhook_answer(Webhook::Validate, stored_secret(&with_false), Some(stored));
+    assert_eq!(denied["allowed"], false, "{denied}");
+    let message = denied["status"]["message"].as_str().expect("message");
+    let step3 = block_after(&doc, "stands for the patch kubectl sent, see below):");
+    let after = step3
+        .split_once("denied the request: ")
+        .map(|(_, m)| m)
+        .expect("step 3 shows the denial");
+    assert_eq!(
+        after, message,
+        "docs/first-hour.md step 3 shows a stale denial"
+    );
+}
+
+/// The GitOps run of `docs/first-hour.md` step 4: the lines it shows (its `...` stands for
+/// the others) are lines of the real output, in order, and its summary is the real one.
+#[test]
+fn the_first_hour_gitops_check_lines_are_current() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/first-hour.md"))
+        .expect("docs/first-hour.md");
+    let command = "stackgate check tests/fixtures/gitops/repo \\\n";
+    let after_command = &doc[doc.find(command).expect("the GitOps check in step 4")..];
+    let shown = block_after(after_command, "```\n");
+    let out = Command::new(env!("CARGO_BIN_EXE_stackgate"))
+        .args([
+            "check",
+            "tests/fixtures/gitops/repo",
+            "--values-for",
+            "openstack-cloud-controller-manager=clusters/*/occm-values.yaml",
+            "--values-for",
+            "openstack-cloud-controller-manager=base/occm/values.yaml",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("STACKGATE_LOG_LEVEL", "off")
+        .output()
+        .expect("run stackgate");
+    assert_eq!(out.status.code(), Some(1), "the guide says exit code 1");
+    let real = String::from_utf8(out.stdout).expect("utf-8");
+    let mut real_lines = real.lines();
+    let shown_lines: Vec<&str> = shown.lines().filter(|l| *l != "...").collect();
+    assert!(shown_lines.len() >= 2, "{shown}");
+    for line in &shown_lines {
+        assert!(
+            real_lines.any(|r| r == *line),
+            "docs/first-hour.md step 4 shows a line the GitOps check does not print (or not in this order): {line}"
+        );
+    }
+    assert_eq!(
+        shown_lines.last(),
+        real.lines().last().as_ref(),
+        "docs/first-hour.md step 4: the summary"
+    );
+}

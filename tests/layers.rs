@@ -45,6 +45,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "telemetry",
             "short_text",
             "secret_text",
+            "certs",
         ],
     ),
     // 1: where configuration is carried in an object (sites), and the release facts as
@@ -72,8 +73,10 @@ const LAYERS: &[(&str, &[&str])] = &[
             "fact_watcher",
             "guard",
             "audit",
+            "uninstall",
             "releases::watcher",
             "releases::metrics",
+            "certs::controller",
             "metrics",
         ],
     ),
@@ -85,7 +88,11 @@ const LAYERS: &[(&str, &[&str])] = &[
 /// file belongs to the longest entry that is a prefix of its module path; every other
 /// file belongs to its top-level module (`src/engine/mod.rs` and `src/engine/x.rs` are
 /// `engine`, `src/cli.rs` is `cli`). Each entry must also be placed in [`LAYERS`].
-const FINER_UNITS: &[&str] = &["releases::watcher", "releases::metrics"];
+const FINER_UNITS: &[&str] = &[
+    "releases::watcher",
+    "releases::metrics",
+    "certs::controller",
+];
 
 /// The binary: it uses the library as `stackgate::`, from outside, so it has no layer.
 const BINARY_ROOT: &str = "main.rs";

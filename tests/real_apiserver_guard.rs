@@ -16,10 +16,12 @@
 //! Machine stays with a `deletionTimestamp`, as with a running Cluster API.
 
 mod common;
+#[path = "support/real_apiserver.rs"]
+mod real_apiserver;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -31,11 +33,12 @@ use axum::response::{IntoResponse, Response as AxumResponse};
 use axum::routing::{get, post};
 use base64::Engine as _;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::time::Instant;
+
+use real_apiserver::{Proc, START_DEADLINE, binaries, free_port, start_apiserver};
 
 const NS: &str = "cluster-a";
 const LB_ID: &str = "a7f7b5c4-1e0d-4b8e-9c3f-6d2e1f0a9b87";
@@ -45,181 +48,8 @@ const MACHINES: [&str; 3] = [
     "cluster-a-control-plane-m1",
     "cluster-a-control-plane-m2",
 ];
-/// How long the apiserver may take to become ready on a loaded 2-core machine (3–6 s idle).
-const START_DEADLINE: Duration = Duration::from_secs(90);
 /// How long a new webhook configuration may take to reach the apiserver's admission chain.
 const WEBHOOK_DEADLINE: Duration = Duration::from_secs(30);
-
-// ------------------------------------------------------------------------------------------
-// Child processes
-
-/// A child process killed (and reaped) on drop.
-struct Proc {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Proc {
-    fn spawn(mut command: Command, log: PathBuf) -> Self {
-        let out = std::fs::File::create(&log).unwrap();
-        let err = out.try_clone().unwrap();
-        let child = command
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {command:?}: {e}"));
-        Self { child, log }
-    }
-
-    /// The last lines of its output, for failure messages.
-    fn tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(20)..].join("\n")
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
-/// The binaries, or why the test does not run.
-fn binaries() -> Result<(PathBuf, PathBuf), String> {
-    let get = |name: &str| -> Result<PathBuf, String> {
-        let path = std::env::var_os(name)
-            .map(PathBuf::from)
-            .ok_or_else(|| format!("{name} is not set"))?;
-        if path.is_file() {
-            Ok(path)
-        } else {
-            Err(format!("{name}={} is not a file", path.display()))
-        }
-    };
-    Ok((get("KUBE_APISERVER_BIN")?, get("ETCD_BIN")?))
-}
-
-/// etcd + kube-apiserver in `dir`; returns the processes and a client for the apiserver.
-async fn start_apiserver(
-    apiserver: &Path,
-    etcd: &Path,
-    dir: &Path,
-) -> (Proc, Proc, kube::Client, PathBuf) {
-    let ca = common::Ca::new("real-apiserver test CA");
-    let leaf = ca.server_leaf();
-    let sa = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
-    let (sa_key, sa_pub) = (sa.serialize_pem(), sa.public_key_pem());
-    let token = format!("test-token-{}", std::process::id());
-    for (name, content) in [
-        ("ca.crt", ca.cert_pem.as_str()),
-        ("apiserver.crt", leaf.chain_pem.as_str()),
-        ("apiserver.key", leaf.key_pem.as_str()),
-        ("sa.key", sa_key.as_str()),
-        ("sa.pub", sa_pub.as_str()),
-        (
-            "tokens.csv",
-            &format!("{token},admin,admin-uid,system:masters\n"),
-        ),
-    ] {
-        std::fs::write(dir.join(name), content).unwrap();
-    }
-    let (client_port, peer_port, secure_port) = (free_port(), free_port(), free_port());
-    let mut command = Command::new(etcd);
-    command
-        .arg("--data-dir")
-        .arg(dir.join("etcd"))
-        .args(["--name", "default"])
-        .arg(format!(
-            "--listen-client-urls=http://127.0.0.1:{client_port}"
-        ))
-        .arg(format!(
-            "--advertise-client-urls=http://127.0.0.1:{client_port}"
-        ))
-        .arg(format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"))
-        .arg(format!(
-            "--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"
-        ))
-        .arg(format!(
-            "--initial-cluster=default=http://127.0.0.1:{peer_port}"
-        ));
-    let etcd = Proc::spawn(command, dir.join("etcd.log"));
-    let file = |name: &str| dir.join(name);
-    let mut command = Command::new(apiserver);
-    command
-        .arg(format!("--etcd-servers=http://127.0.0.1:{client_port}"))
-        .args([
-            "--bind-address",
-            "127.0.0.1",
-            "--advertise-address",
-            "127.0.0.1",
-        ])
-        .arg(format!("--secure-port={secure_port}"))
-        .arg("--tls-cert-file")
-        .arg(file("apiserver.crt"))
-        .arg("--tls-private-key-file")
-        .arg(file("apiserver.key"))
-        .arg("--client-ca-file")
-        .arg(file("ca.crt"))
-        .arg("--token-auth-file")
-        .arg(file("tokens.csv"))
-        .args(["--authorization-mode", "RBAC"])
-        .args(["--service-account-issuer", "https://kubernetes.default.svc"])
-        .arg("--service-account-key-file")
-        .arg(file("sa.pub"))
-        .arg("--service-account-signing-key-file")
-        .arg(file("sa.key"))
-        .args(["--service-cluster-ip-range", "10.96.0.0/16"])
-        .args(["--endpoint-reconciler-type", "none"])
-        .args(["--disable-admission-plugins", "ServiceAccount"])
-        .arg("--enable-priority-and-fairness=false");
-    let mut apiserver = Proc::spawn(command, dir.join("apiserver.log"));
-
-    let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster:\n    \
-             server: https://127.0.0.1:{secure_port}\n    certificate-authority: {}\n\
-             users:\n- name: admin\n  user:\n    token: {token}\ncontexts:\n- name: local\n  \
-             context: {{cluster: local, user: admin}}\ncurrent-context: local\n",
-            file("ca.crt").display()
-        ),
-    )
-    .unwrap();
-    let config = kube::Config::from_custom_kubeconfig(
-        Kubeconfig::read_from(&kubeconfig).unwrap(),
-        &KubeConfigOptions::default(),
-    )
-    .await
-    .unwrap();
-    let client = kube::Client::try_from(config).unwrap();
-    let deadline = Instant::now() + START_DEADLINE;
-    loop {
-        let ready = client
-            .request_text(http::Request::get("/readyz").body(Vec::new()).unwrap())
-            .await;
-        if matches!(ready.as_deref(), Ok("ok")) {
-            break;
-        }
-        let exited = apiserver.child.try_wait().ok().flatten();
-        assert!(
-            Instant::now() < deadline && exited.is_none(),
-            "kube-apiserver not ready (exited: {exited:?}) within {START_DEADLINE:?}: {ready:?}\n--- apiserver\n{}\n--- etcd\n{}",
-            apiserver.tail(),
-            etcd.tail()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    (etcd, apiserver, client, kubeconfig)
-}
 
 /// `stackgate serve --lb-guard on` reading the apiserver through `kubeconfig`; returns the
 /// process, its webhook address and the CA of its generated serving certificate.

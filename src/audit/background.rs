@@ -206,22 +206,51 @@ pub async fn hold_lease(
     config: &BackgroundConfig,
     now: Timestamp,
 ) -> Result<bool, kube::Error> {
-    let api: Api<Lease> = Api::namespaced(client.clone(), &config.lease_namespace);
-    let seconds = i32::try_from(config.lease_duration.as_secs()).unwrap_or(i32::MAX);
+    let lease = LeaseRef {
+        namespace: &config.lease_namespace,
+        name: &config.lease_name,
+        identity: &config.identity,
+        duration: config.lease_duration,
+    };
+    hold(client, &lease, now).await
+}
+
+/// One Lease and who contests it: the background audit's, or another component's that elects
+/// one replica the same way (the self-managed certificate's).
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseRef<'a> {
+    /// Namespace of the Lease.
+    pub namespace: &'a str,
+    /// Name of the Lease.
+    pub name: &'a str,
+    /// This replica's identity.
+    pub identity: &'a str,
+    /// How long the Lease stays held without renewal.
+    pub duration: Duration,
+}
+
+/// Takes or renews `lease` at `now`, as [`hold_lease`] does for the audit's Lease.
+pub async fn hold(
+    client: &kube::Client,
+    config: &LeaseRef<'_>,
+    now: Timestamp,
+) -> Result<bool, kube::Error> {
+    let api: Api<Lease> = Api::namespaced(client.clone(), config.namespace);
+    let seconds = i32::try_from(config.duration.as_secs()).unwrap_or(i32::MAX);
     let conflict = |r: Result<Lease, kube::Error>| match r {
         Ok(_) => Ok(true),
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
         Err(e) => Err(e),
     };
-    let Some(mut lease) = api.get_opt(&config.lease_name).await? else {
+    let Some(mut lease) = api.get_opt(config.name).await? else {
         let lease = Lease {
             metadata: ObjectMeta {
-                name: Some(config.lease_name.clone()),
-                namespace: Some(config.lease_namespace.clone()),
+                name: Some(config.name.to_owned()),
+                namespace: Some(config.namespace.to_owned()),
                 ..ObjectMeta::default()
             },
             spec: Some(LeaseSpec {
-                holder_identity: Some(config.identity.clone()),
+                holder_identity: Some(config.identity.to_owned()),
                 lease_duration_seconds: Some(seconds),
                 acquire_time: Some(MicroTime(now)),
                 renew_time: Some(MicroTime(now)),
@@ -232,7 +261,7 @@ pub async fn hold_lease(
         return conflict(api.create(&PostParams::default(), &lease).await);
     };
     let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
-    let mine = spec.holder_identity.as_deref() == Some(config.identity.as_str());
+    let mine = spec.holder_identity.as_deref() == Some(config.identity);
     let held_for =
         SignedDuration::from_secs(i64::from(spec.lease_duration_seconds.unwrap_or(seconds)));
     let expired = spec
@@ -244,7 +273,7 @@ pub async fn hold_lease(
         return Ok(false);
     }
     if !mine {
-        spec.holder_identity = Some(config.identity.clone());
+        spec.holder_identity = Some(config.identity.to_owned());
         spec.acquire_time = Some(MicroTime(now));
         spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
     }
@@ -252,7 +281,7 @@ pub async fn hold_lease(
     spec.lease_duration_seconds = Some(seconds);
     // A replace carries the resourceVersion read: a concurrent take-over answers 409.
     conflict(
-        api.replace(&config.lease_name, &PostParams::default(), &lease)
+        api.replace(config.name, &PostParams::default(), &lease)
             .await,
     )
 }
@@ -462,7 +491,8 @@ impl ReportFormat {
         }
     }
 
-    fn resource(self, cluster: bool) -> ApiResource {
+    /// The API resource of a namespaced (`cluster` false) or cluster report.
+    pub fn resource(self, cluster: bool) -> ApiResource {
         let (group, version) = self
             .api_version()
             .split_once('/')

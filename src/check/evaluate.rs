@@ -111,7 +111,12 @@ pub fn check_text_in(
         shown: None,
         secret_lines: Vec::new(),
     };
-    let docs = match yaml::parse_stream(text) {
+    // Helm reads a values file's first document only (go-yaml v2 `Unmarshal`).
+    let parsed = match values_chart {
+        Some(_) => yaml::parse_first_document(text),
+        None => yaml::parse_stream(text),
+    };
+    let docs = match parsed {
         Ok(d) => d,
         Err(e) => {
             checked.problems.push(Problem {

@@ -20,6 +20,8 @@ mod guard;
 pub mod reference;
 pub mod run;
 mod serve;
+mod tls;
+mod uninstall;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -33,6 +35,8 @@ pub use check::CheckArgs;
 pub use explain::ExplainArgs;
 pub use guard::{GuardArgs, Switch};
 pub use serve::{CcmConfigSourceMode, KubeMode, OpenShiftPlatformMode, ServeArgs};
+pub use tls::{TlsArgs, TlsArgsError, TlsMode};
+pub use uninstall::UninstallArgs;
 
 /// stackgate: admission webhook and GitOps checker for OpenStack on Kubernetes.
 #[derive(Debug, Parser)]
@@ -63,6 +67,10 @@ pub enum Command {
     /// Explain a finding code (e.g. `serial-lb-api-calls/false`): what, why, fix, exemption
     /// and the upstream sources.
     Explain(ExplainArgs),
+    /// Remove what stackgate created at run time before its release is deleted (the chart's
+    /// pre-delete hook): webhook configurations first, then its reports, the audit Lease and
+    /// the report CRDs this release installed.
+    Uninstall(UninstallArgs),
 }
 
 /// Where policies come from.

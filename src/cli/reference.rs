@@ -239,6 +239,13 @@ fn families_without_samples() -> BTreeMap<&'static str, (String, Vec<String>)> {
             family_of(Counter::<u64>::default, OutcomeLabels { outcome: "" }),
         ),
         (
+            "tls_rotations",
+            family_of(
+                Counter::<u64>::default,
+                crate::certs::controller::ActionLabels { action: "" },
+            ),
+        ),
+        (
             "connections",
             family_of(
                 Counter::<u64>::default,
@@ -456,6 +463,8 @@ fn every_metric() -> Vec<(Described, &'static str)> {
     add(&mut metrics, "`--lb-guard on`");
     AuditMetrics::default().register(metrics.registry_mut());
     add(&mut metrics, "`--background-audit`");
+    crate::certs::controller::RotationMetrics::default().register(metrics.registry_mut());
+    add(&mut metrics, "`--tls-mode self-managed`");
     out
 }
 

@@ -173,6 +173,9 @@ pub struct ServeArgs {
     /// Background audit with PolicyReports (`--background-audit`, ...).
     #[command(flatten)]
     pub background_audit: super::BackgroundAuditArgs,
+    /// The serving certificate's mode (`--tls-mode`) and the self-managed certificate.
+    #[command(flatten)]
+    pub tls: super::TlsArgs,
 }
 
 impl ServeArgs {
@@ -247,8 +250,14 @@ impl From<&ServeArgs> for ServerConfig {
             ccm_config_source: _,
             guard: _,
             background_audit: _,
+            tls: tls_args,
         } = args;
         let tls = match (tls_cert, tls_key) {
+            // `self_managed` refuses certificate files with this mode; the handle is empty
+            // until the Secret watch installs a certificate.
+            _ if tls_args.tls_mode == super::TlsMode::SelfManaged => {
+                TlsSource::SelfManaged(server::ServingCert::default())
+            }
             (Some(cert), Some(key)) => TlsSource::Files {
                 cert: cert.clone(),
                 key: key.clone(),

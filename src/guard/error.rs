@@ -100,7 +100,7 @@ pub enum OpenStackError {
         /// Which URL (`auth_url`, `the load-balancer endpoint`).
         what: &'static str,
         /// The URL, printed masked.
-        url: super::clouds::CredentialUrl,
+        url: super::masked_url::CredentialUrl,
     },
     /// The Secret's `cacert` holds no usable PEM certificate.
     #[error("the identity Secret's cacert holds no usable PEM certificate")]

@@ -37,6 +37,7 @@ mod clouds;
 mod cluster;
 mod error;
 mod ledger;
+mod masked_url;
 mod metrics;
 mod openstack;
 mod probe;

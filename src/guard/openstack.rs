@@ -750,7 +750,7 @@ mod tests {
         assert_eq!(mask_url("https://k.example/a@b"), "https://***@b/");
         let e = tokens_url("https://user:pw@").unwrap_err().to_string();
         assert!(!e.contains("pw"), "{e}");
-        assert!(e.contains(crate::guard::clouds::UNREADABLE_URL), "{e}");
+        assert!(e.contains(crate::guard::masked_url::UNREADABLE_URL), "{e}");
     }
 
     #[test]

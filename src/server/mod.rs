@@ -48,6 +48,7 @@ use tokio::sync::{Semaphore, watch};
 
 pub use error::ServerError;
 pub use state::{AppState, Readiness, ReadinessGate, ReviewFn};
+pub use tls::ServingCert;
 pub use webhook::{
     APISERVER_TIMEOUT_MARGIN, BODY_BUDGET_UNAVAILABLE, DEADLINE_DENIAL, DEADLINE_WARNING,
     INLINE_MAX_BYTES, OVERLOAD_DENIAL, OVERLOAD_WARNING, deadline_reply, overload_reply,
@@ -139,6 +140,10 @@ pub enum TlsSource {
         /// Where the CA certificate (PEM) is written (`--generated-ca-out`).
         ca_out: PathBuf,
     },
+    /// `--tls-mode self-managed`: the certificate the Secret watch installs into this handle
+    /// ([`crate::certs`]). Until one is installed, and whenever the one installed is past its
+    /// end, handshakes fail and /readyz says not ready (the `certificates` condition).
+    SelfManaged(ServingCert),
 }
 
 /// Server settings. The `stackgate serve` flags fill it (the command line converts its
@@ -260,6 +265,19 @@ pub async fn run(
     run_with_listeners(config, listeners, state, shutdown).await
 }
 
+/// How often readiness follows a self-managed certificate (loaded, not past its end).
+const SERVING_CHECK: Duration = Duration::from_secs(1);
+
+/// Keeps readiness's `certificates` condition equal to whether the self-managed certificate
+/// serves, until aborted.
+async fn track_serving(serving: ServingCert, state: Arc<AppState>) {
+    let mut ticker = tokio::time::interval(SERVING_CHECK);
+    loop {
+        ticker.tick().await;
+        state.set_certs_loaded(serving.serving());
+    }
+}
+
 /// Serves on pre-bound listeners until `shutdown` completes, then drains.
 ///
 /// Start-up loads (or generates) the certificate first and fails fast with an error
@@ -281,10 +299,17 @@ pub async fn run_with_listeners(
         webhook_addr.port(),
         &state.metrics,
     )?;
-    state.set_certs_loaded(true);
-    let reload = tls
-        .reloader
-        .map(|r| tokio::spawn(r.run(config.tls_reload_interval, Arc::clone(&state))));
+    let reload = match &config.tls {
+        TlsSource::SelfManaged(serving) => Some(tokio::spawn(track_serving(
+            serving.clone(),
+            Arc::clone(&state),
+        ))),
+        _ => {
+            state.set_certs_loaded(true);
+            tls.reloader
+                .map(|r| tokio::spawn(r.run(config.tls_reload_interval, Arc::clone(&state))))
+        }
+    };
 
     let http = Arc::new(serve::Http::new(config.header_read_timeout));
     let webhook_router = webhook::router(webhook::Webhooks {

@@ -22,7 +22,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use arc_swap::ArcSwap;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use arc_swap::ArcSwapOption;
 use rustls::crypto::CryptoProvider;
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
@@ -42,23 +44,140 @@ pub(crate) fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// Serves whatever [`CertifiedKey`] is current; swapped by the reload task.
+/// Serves whatever [`CertifiedKey`] is current; swapped by the reload task (files) or the
+/// Secret watch (self-managed). A self-managed certificate is served only until its
+/// notAfter: past it the handshake fails rather than present an expired certificate (and
+/// /readyz already says not ready). Files are served as they are, expired or not (the
+/// apiserver refuses an expired one; the expiry gauge shows it).
 #[derive(Debug)]
 pub(crate) struct ReloadingResolver {
-    current: ArcSwap<CertifiedKey>,
+    current: ArcSwapOption<CertifiedKey>,
+    /// notAfter (Unix seconds) of a self-managed certificate; `i64::MAX` for files.
+    serve_until: AtomicI64,
 }
 
 impl ReloadingResolver {
     fn new(key: CertifiedKey) -> Self {
         Self {
-            current: ArcSwap::from_pointee(key),
+            current: ArcSwapOption::from_pointee(key),
+            serve_until: AtomicI64::new(i64::MAX),
         }
+    }
+
+    fn empty() -> Self {
+        Self {
+            current: ArcSwapOption::empty(),
+            serve_until: AtomicI64::new(i64::MIN),
+        }
+    }
+
+    fn store(&self, key: CertifiedKey) {
+        self.current.store(Some(Arc::new(key)));
+    }
+
+    /// Whether a certificate is in service and, if self-managed, not past its end at `now`.
+    fn serving_at(&self, now: i64) -> bool {
+        self.current.load().is_some() && now < self.serve_until.load(Ordering::Acquire)
     }
 }
 
 impl ResolvesServerCert for ReloadingResolver {
     fn resolve(&self, _client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(self.current.load_full())
+        if !self.serving_at(unix_now()) {
+            return None;
+        }
+        self.current.load_full()
+    }
+}
+
+fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// The serving certificate of `--tls-mode self-managed`: empty at start; the Secret watch
+/// ([`crate::certs::controller::run_loader`], wired in `compose`) installs each certificate
+/// it reads. Cloning shares it.
+#[derive(Clone)]
+pub struct ServingCert {
+    resolver: Arc<ReloadingResolver>,
+    provider: Arc<CryptoProvider>,
+}
+
+impl std::fmt::Debug for ServingCert {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServingCert").finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for ServingCert {
+    /// The same handle.
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.resolver, &other.resolver)
+    }
+}
+
+impl Eq for ServingCert {}
+
+impl Default for ServingCert {
+    fn default() -> Self {
+        Self {
+            resolver: Arc::new(ReloadingResolver::empty()),
+            provider: provider(),
+        }
+    }
+}
+
+impl ServingCert {
+    /// Puts a certificate (PEM chain, leaf first) and its key (PEM) into service when they
+    /// parse, belong together and have a readable validity; otherwise the certificate in
+    /// service stays, the failure is logged (never the content) and counted in
+    /// `stackgate_tls_reloads_total{outcome="failure"}`. `origin` names where they came from
+    /// (the Secret) in logs. Returns whether the new certificate serves.
+    pub fn install(
+        &self,
+        cert_pem: &[u8],
+        key_pem: &[u8],
+        origin: &str,
+        metrics: &Metrics,
+    ) -> bool {
+        let path = Path::new(origin);
+        let built = certified_key(path, cert_pem, path, key_pem, &self.provider).and_then(|key| {
+            let der = key.end_entity_cert().map_err(ServerError::TlsConfig)?;
+            let info = leaf_info(der).map_err(|reason| ServerError::BadPem {
+                flag: "tls-secret",
+                path: path.to_path_buf(),
+                reason,
+            })?;
+            Ok((key, info))
+        });
+        match built {
+            Ok((key, info)) => {
+                publish_validity(&key, origin, metrics);
+                // The end first: a handshake between the two stores sees the old certificate
+                // with the new end, which is at least as late (renewals only extend it).
+                self.resolver
+                    .serve_until
+                    .store(info.not_after, Ordering::Release);
+                self.resolver.store(key);
+                metrics.tls_reload(true);
+                true
+            }
+            Err(error) => {
+                metrics.tls_reload(false);
+                tracing::warn!(
+                    error = %error_chain(&error),
+                    "self-managed certificate not loaded; still serving the previous one"
+                );
+                false
+            }
+        }
+    }
+
+    /// Whether a certificate serves now (loaded and not past its end): `/readyz`.
+    pub fn serving(&self) -> bool {
+        self.resolver.serving_at(unix_now())
     }
 }
 
@@ -80,6 +199,12 @@ pub(crate) fn setup(
     metrics: &Metrics,
 ) -> Result<Tls, ServerError> {
     let provider = provider();
+    if let TlsSource::SelfManaged(serving) = source {
+        return Ok(Tls {
+            config: server_config(client_ca, &provider, Arc::clone(&serving.resolver))?,
+            reloader: None,
+        });
+    }
     let (key, reloader_paths) = match source {
         TlsSource::Files { cert, key } => {
             let cert_pem = read_file("tls-cert", cert)?;
@@ -102,23 +227,15 @@ pub(crate) fn setup(
             );
             (certified, None)
         }
+        TlsSource::SelfManaged(_) => unreachable!("returned above"),
     };
     let origin = match source {
         TlsSource::Files { cert, .. } => cert.display().to_string(),
-        TlsSource::Generated { .. } => "generated".to_owned(),
+        TlsSource::Generated { .. } | TlsSource::SelfManaged(_) => "generated".to_owned(),
     };
     publish_validity(&key, &origin, metrics);
     let resolver = Arc::new(ReloadingResolver::new(key));
-
-    let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .map_err(ServerError::TlsConfig)?;
-    let builder = match client_ca {
-        Some(path) => builder.with_client_cert_verifier(client_verifier(path, &provider)?),
-        None => builder.with_no_client_auth(),
-    };
-    let mut config = builder.with_cert_resolver(Arc::clone(&resolver) as _);
-    config.alpn_protocols = ALPN.iter().map(|p| p.to_vec()).collect();
+    let config = server_config(client_ca, &provider, Arc::clone(&resolver))?;
 
     let reloader = reloader_paths.map(|(cert, key, cert_pem, key_pem)| Reloader {
         cert,
@@ -128,10 +245,25 @@ pub(crate) fn setup(
         applied: (cert_pem, key_pem),
         last_failure: None,
     });
-    Ok(Tls {
-        config: Arc::new(config),
-        reloader,
-    })
+    Ok(Tls { config, reloader })
+}
+
+/// TLS 1.3 and 1.2, ALPN, optional client certificates, certificates from `resolver`.
+fn server_config(
+    client_ca: Option<&Path>,
+    provider: &Arc<CryptoProvider>,
+    resolver: Arc<ReloadingResolver>,
+) -> Result<Arc<rustls::ServerConfig>, ServerError> {
+    let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(provider))
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(ServerError::TlsConfig)?;
+    let builder = match client_ca {
+        Some(path) => builder.with_client_cert_verifier(client_verifier(path, provider)?),
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_cert_resolver(resolver as _);
+    config.alpn_protocols = ALPN.iter().map(|p| p.to_vec()).collect();
+    Ok(Arc::new(config))
 }
 
 fn read_file(flag: &'static str, path: &Path) -> Result<Vec<u8>, ServerError> {
@@ -332,7 +464,7 @@ impl Reloader {
         match self.build(&observed) {
             Ok(certified) => {
                 publish_validity(&certified, &self.cert.display().to_string(), metrics);
-                self.resolver.current.store(Arc::new(certified));
+                self.resolver.store(certified);
                 if let (Seen::Bytes(c), Seen::Bytes(k)) = observed {
                     self.applied = (c, k);
                 }
@@ -436,9 +568,7 @@ fn publish_validity(certified: &CertifiedKey, origin: &str, metrics: &Metrics) {
         }
     };
     metrics.set_tls_certificate_validity(info.not_before, info.not_after);
-    let now = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    let now = unix_now();
     let LeafInfo {
         not_after_text,
         subject,
@@ -625,10 +755,72 @@ mod tests {
         reloader.poll(&metrics).await;
         assert_eq!(gauge(&metrics, EXPIRY), Some(MAY_6_2032));
         assert_eq!(
-            reloader.resolver.current.load().end_entity_cert().unwrap(),
+            reloader
+                .resolver
+                .current
+                .load_full()
+                .unwrap()
+                .end_entity_cert()
+                .unwrap(),
             &CertificateDer::from_pem_slice(cert.as_bytes()).unwrap(),
             "the reloaded certificate still serves"
         );
+    }
+
+    /// Self-managed: nothing serves until a certificate is installed; a broken pair keeps
+    /// the one in service; a certificate past its end is not served (the handshake fails,
+    /// readiness follows `serving`).
+    #[test]
+    fn a_self_managed_certificate_serves_only_once_installed_and_until_its_end() {
+        let metrics = Metrics::new();
+        let serving = ServingCert::default();
+        assert!(!serving.serving(), "nothing installed");
+        let setup = setup(
+            &TlsSource::SelfManaged(serving.clone()),
+            None,
+            8443,
+            &metrics,
+        )
+        .unwrap();
+        assert!(setup.reloader.is_none(), "no file reloader");
+
+        let now = unix_now();
+        let (cert, key) = self_signed((2024, 1, 1), (2099, 1, 1));
+        assert!(serving.install(cert.as_bytes(), key.as_bytes(), "Secret ns/s", &metrics));
+        assert!(serving.serving());
+        assert_eq!(reloads(&metrics, "success"), 1);
+        assert!(gauge(&metrics, EXPIRY).unwrap() > now);
+
+        let (other_cert, _) = self_signed((2024, 1, 1), (2098, 1, 1));
+        assert!(!serving.install(
+            other_cert.as_bytes(),
+            key.as_bytes(),
+            "Secret ns/s",
+            &metrics
+        ));
+        assert_eq!(reloads(&metrics, "failure"), 1);
+        assert!(serving.serving(), "the pair in service stays");
+        assert_eq!(
+            serving
+                .resolver
+                .current
+                .load_full()
+                .unwrap()
+                .end_entity_cert()
+                .unwrap(),
+            &CertificateDer::from_pem_slice(cert.as_bytes()).unwrap()
+        );
+
+        let (expired, expired_key) = self_signed((2024, 1, 1), (2025, 1, 1));
+        assert!(serving.install(
+            expired.as_bytes(),
+            expired_key.as_bytes(),
+            "Secret ns/s",
+            &metrics
+        ));
+        assert!(!serving.serving(), "past its end: not served");
+        assert!(!serving.resolver.serving_at(now));
+        assert!(serving.resolver.serving_at(JAN_1_2025 - 1));
     }
 
     #[test]

@@ -46,10 +46,20 @@ pub struct Rendered {
 
 /// Why a `cloudConfig` value cannot be rendered (the chart's template would fail).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("cloudConfig.{section} is not a map of keys to values, so the chart cannot render it")]
+#[error("{} is {what}, so the chart cannot render it", path(.section))]
 pub struct RenderError {
-    /// The values key of the section.
-    pub section: &'static str,
+    /// The values key of the section, or None for `cloudConfig` itself.
+    pub section: Option<&'static str>,
+    /// What the value should be.
+    pub what: &'static str,
+}
+
+/// The values path of `section` (`cloudConfig` itself for None).
+fn path(section: &Option<&'static str>) -> String {
+    match section {
+        Some(section) => format!("cloudConfig.{section}"),
+        None => "cloudConfig".to_owned(),
+    }
 }
 
 /// Renders `cloudConfig` (the value of the `cloudConfig` key, or null when absent).
@@ -73,21 +83,40 @@ pub fn render_within(
     cloud_config: Option<&Value>,
     cancel: &Cancel,
 ) -> Result<Rendered, RenderError> {
+    // The template reads `.Values.cloudConfig.global` first: on anything but a map (Helm
+    // drops a null one, and the chart's default map with it) that stops it ("can't evaluate
+    // field global", "nil pointer evaluating interface {}.global").
+    if cloud_config.is_some_and(|c| !c.is_object()) {
+        return Err(RenderError {
+            section: None,
+            what: "not a map",
+        });
+    }
     let mut text = String::new();
     let mut lines = Vec::new();
     let mut previous: Option<&'static str> = None;
     for (values_key, header) in SECTIONS {
         let section = cloud_config.and_then(|c| c.get(values_key));
-        let entries = match section {
-            None | Some(Value::Null) => None,
-            Some(Value::Object(m)) => Some(m),
+        // `range $key, $value` over a map gives its keys in sorted order, over a list its
+        // indexes (`0 = "a"`, which gcfg then refuses as a variable name), over nothing or an
+        // empty collection no line; anything else stops the template ("range can't iterate
+        // over …"; checked with Helm v3.17.2 on the chart at 2.36.0).
+        let entries: Vec<(String, &Value)> = match section {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Object(m)) => m.iter().map(|(k, v)| (k.clone(), v)).collect(),
+            Some(Value::Array(items)) => items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (i.to_string(), v))
+                .collect(),
             Some(_) => {
                 return Err(RenderError {
-                    section: values_key,
+                    section: Some(values_key),
+                    what: "neither a map nor a list",
                 });
             }
         };
-        if *values_key == "blockStorage" && entries.is_none_or(|m| m.is_empty()) {
+        if *values_key == "blockStorage" && entries.is_empty() {
             continue;
         }
         if let Some(previous) = previous {
@@ -98,16 +127,14 @@ pub fn render_within(
         previous = Some(values_key);
         text.push_str(&format!("[{header}]"));
         lines.push(Origin::Section(values_key));
-        if let Some(entries) = entries {
-            // serde_json's map is ordered by key (byte order), like Go's sorted map range.
-            for (key, value) in entries {
-                if lines.len().is_multiple_of(CANCEL_CHECK_EVERY) && cancel.is_cancelled() {
-                    return Ok(Rendered { text, lines });
-                }
-                // `{{ $key }} = {{ $value | quote }}`: a null value leaves `key = `.
-                text.push_str(&format!("\n{key} = {}", quote(value)));
-                lines.push(Origin::Key(values_key, key.clone()));
+        // serde_json's map is ordered by key (byte order), like Go's sorted map range.
+        for (key, value) in entries {
+            if lines.len().is_multiple_of(CANCEL_CHECK_EVERY) && cancel.is_cancelled() {
+                return Ok(Rendered { text, lines });
             }
+            // `{{ $key }} = {{ $value | quote }}`: a null value leaves `key = `.
+            text.push_str(&format!("\n{key} = {}", quote(value)));
+            lines.push(Origin::Key(values_key, key));
         }
     }
     Ok(Rendered { text, lines })
@@ -273,11 +300,49 @@ mod tests {
 
     #[test]
     fn a_section_that_is_not_a_map_cannot_render() {
+        let error = render(Some(&json!({"loadBalancer": "x"}))).expect_err("a string");
+        assert_eq!(error.section, Some("loadBalancer"));
         assert_eq!(
-            render(Some(&json!({"loadBalancer": "x"}))),
-            Err(RenderError {
-                section: "loadBalancer"
-            })
+            error.to_string(),
+            "cloudConfig.loadBalancer is neither a map nor a list, so the chart cannot render it"
         );
+        for scalar in [json!(3), json!(false), json!("")] {
+            assert!(render(Some(&json!({"route": scalar}))).is_err());
+        }
+        for whole in [json!(null), json!([]), json!("x"), json!(false)] {
+            let error = render(Some(&whole)).expect_err("not a map");
+            assert_eq!(
+                error.to_string(),
+                "cloudConfig is not a map, so the chart cannot render it"
+            );
+        }
+        assert!(render(None).is_ok());
+    }
+
+    #[test]
+    fn empty_and_list_sections_render_as_range_does() {
+        // Checked with Helm v3.17.2 on the chart at 2.36.0: an empty list is an empty section,
+        // a list gives its indexes as keys.
+        let rendered = render(Some(&json!({"route": [], "metadata": {}}))).expect("renders");
+        assert!(
+            rendered.text.ends_with("[Metadata]\n\n[Route]"),
+            "{}",
+            rendered.text
+        );
+        let rendered = render(Some(&json!({"route": ["a", {"b": 1}]}))).expect("renders");
+        assert!(
+            rendered
+                .text
+                .ends_with("[Route]\n0 = \"a\"\n1 = \"map[b:1]\""),
+            "{}",
+            rendered.text
+        );
+        assert_eq!(
+            rendered.lines.last(),
+            Some(&Origin::Key("route", "1".to_owned()))
+        );
+        // An empty list in `blockStorage` is left out like an empty map.
+        let rendered = render(Some(&json!({"blockStorage": []}))).expect("renders");
+        assert!(!rendered.text.contains("BlockStorage"));
     }
 }

@@ -134,7 +134,8 @@ fn json_set(target: &mut Value, path: &[Seg], value: &Value) -> Result<(), EditE
     };
     match first {
         Seg::Key(k) => {
-            if target.is_null() {
+            // Below null or an empty list (an empty chart section), the key makes a mapping.
+            if target.is_null() || target.as_array().is_some_and(Vec::is_empty) {
                 *target = Value::Object(serde_json::Map::new());
             }
             let Value::Object(map) = target else {
@@ -263,6 +264,21 @@ fn set(
         }
         Kind::Scalar { .. } if node.is_null() => {
             insert_under_null(text, root, node, &path[..used], &keys, value, flavor)
+        }
+        // `[]`: a chart section given as an empty list renders nothing; a key set below it
+        // makes it the mapping that holds the key, written in its place.
+        Kind::Seq(items) if node.flow && items.is_empty() && !node.aliased => {
+            let member = format!(
+                "{}: {}",
+                render_key(keys[0], flavor),
+                render_flow(&nest(&keys[1..], value), flavor)
+            );
+            Ok(splice(
+                text,
+                node.start.byte,
+                node.end.byte,
+                &format!("{{{member}}}"),
+            ))
         }
         _ => Err(EditError::Unsupported(
             "a key below a value that is not a mapping",
@@ -801,6 +817,38 @@ mod tests {
             out,
             "image: {}\ncloudConfig:\n  loadBalancer:\n    k: true\n"
         );
+    }
+
+    #[test]
+    fn a_key_below_an_empty_list_replaces_it_by_a_mapping() {
+        let text = "cloudConfig:\n  loadBalancer: [] # none\n  route: []\n";
+        let out = apply(
+            text,
+            0,
+            &Change::Set {
+                path: vec![
+                    Seg::key("cloudConfig"),
+                    Seg::key("loadBalancer"),
+                    Seg::key("provider-requires-serial-api-calls"),
+                ],
+                value: json!(true),
+            },
+        )
+        .expect("edits");
+        assert_eq!(
+            out,
+            "cloudConfig:\n  loadBalancer: {provider-requires-serial-api-calls: true} # none\n  route: []\n"
+        );
+        // A list with items is not a place for a key.
+        let err = apply(
+            "a: [1]\n",
+            0,
+            &Change::Set {
+                path: vec![Seg::key("a"), Seg::key("b")],
+                value: json!(true),
+            },
+        );
+        assert!(err.is_err());
     }
 
     #[test]

@@ -374,17 +374,13 @@ fn seq_to_json(items: &[Node]) -> Result<Value, YamlError> {
 #[inline(never)]
 fn map_to_json(entries: &[(Node, Node)]) -> Result<Value, YamlError> {
     let mut out = Map::new();
-    // Merge keys first (explicit keys override merged ones, and the first merged mapping wins
-    // among merged ones), then the explicit keys in order.
+    // In document order, as go-yaml v2's `decoder.mapping` reads a mapping (go-yaml/yaml v2
+    // 7649d454, decode.go l.661-680): a merge key writes the merged mappings' keys over what
+    // is already there, and a later key, explicit or merged, overwrites an earlier one (the
+    // non-strict `Unmarshal` Helm and kubectl call refuses no repeated key).
     for (k, v) in entries {
         if is_merge_key(k) {
             merge_to_json(v, &mut out)?;
-        }
-    }
-    // A repeated key replaces the value read before it, as go-yaml v2's non-strict
-    // `Unmarshal` (Helm's and kubectl's reader) does: the last one wins.
-    for (k, v) in entries {
-        if is_merge_key(k) {
             continue;
         }
         let Some(key) = key_string(k) else {
@@ -396,29 +392,48 @@ fn map_to_json(entries: &[(Node, Node)]) -> Result<Value, YamlError> {
     Ok(Value::Object(out))
 }
 
-/// Adds the mappings a merge key (`<<`) refers to, to `out`, without replacing a key it has.
+/// Writes the mappings a merge key (`<<`) refers to into `out`, over the keys it has: one
+/// mapping, or a list of mappings merged last to first so that the first one's keys win among
+/// them (go-yaml v2 `decoder.merge`, decode.go l.786-811). Anything else is refused with
+/// go-yaml's reason.
 #[inline(never)]
 fn merge_to_json(v: &Node, out: &mut Map<String, Value>) -> Result<(), YamlError> {
     let sources = match &v.kind {
+        // An alias must stand for a mapping, not for a list of them.
+        Kind::Seq(_) if v.aliased => {
+            return Err(YamlError::at(
+                v.start,
+                "map merge requires map or sequence of maps as the value",
+            ));
+        }
         Kind::Seq(items) => items.as_slice(),
         _ => std::slice::from_ref(v),
     };
+    let mut merged = Vec::with_capacity(sources.len());
     for src in sources {
         let Value::Object(m) = src.to_json()? else {
             return Err(YamlError::at(
                 src.start,
-                "a merge key (<<) must refer to a mapping",
+                "map merge requires map or sequence of maps as the value",
             ));
         };
-        for (mk, mv) in m {
-            out.entry(mk).or_insert(mv);
-        }
+        merged.push(m);
+    }
+    for m in merged.into_iter().rev() {
+        out.extend(m);
     }
     Ok(())
 }
 
+/// go-yaml v2 `isMerge`: the scalar `<<`, plain and untagged or tagged `!!merge`.
 fn is_merge_key(k: &Node) -> bool {
-    matches!(&k.kind, Kind::Scalar { value, style: Style::Plain, tag: None } if &**value == "<<")
+    match &k.kind {
+        Kind::Scalar { value, style, tag } if &**value == "<<" => match tag.as_deref() {
+            None => *style == Style::Plain,
+            Some(tag) => tag == "merge",
+        },
+        _ => false,
+    }
 }
 
 /// A mapping key as the string JSON uses (sigs.k8s.io/yaml formats non-string keys).
@@ -664,6 +679,9 @@ struct Frame {
     anchor: usize,
     /// What the children read so far stand for.
     cost: Cost,
+    /// Where the last child read so far ends in the text: an alias's own end, not the
+    /// anchor's (whose positions an alias node carries).
+    last_end: Option<Pos>,
     body: Body,
 }
 
@@ -994,7 +1012,14 @@ pub fn parse_stream_within(text: &str, cancel: &Cancel) -> Result<Vec<YamlDoc>, 
     parse_capped(text, MAX_NODES, false, cancel)
 }
 
-/// [`parse_stream`] with `max_nodes` as the node cap; `one`: refuse a second document.
+/// The first document of a YAML stream (none for an empty text), as go-yaml v2's `Unmarshal`
+/// reads a Helm values file: what follows the end of that document is not read. Bounded as
+/// [`parse_stream`] is.
+pub fn parse_first_document(text: &str) -> Result<Vec<YamlDoc>, YamlError> {
+    parse_capped(text, MAX_NODES, true, &Cancel::never())
+}
+
+/// [`parse_stream`] with `max_nodes` as the node cap; `one`: the first document only.
 fn parse_capped(
     text: &str,
     max_nodes: usize,
@@ -1102,13 +1127,6 @@ fn parse_events(
             }
         }
         let finished: Option<(Node, usize, Cost)> = match event {
-            Event::DocumentStart(..) if one && !docs.is_empty() => {
-                // A values string is one document: stop reading at the second.
-                return Err(YamlError::at(
-                    start,
-                    "expected one YAML document, found several",
-                ));
-            }
             Event::DocumentStart(..) => {
                 anchors.clear();
                 root = None;
@@ -1123,6 +1141,12 @@ fn parse_events(
                     root: node,
                     index: docs.len(),
                 });
+                if one {
+                    // go-yaml v2 `Unmarshal` (Helm's values, sigs.k8s.io/yaml) decodes the
+                    // first document and reads no further: what follows its end is never
+                    // parsed, so it cannot be an error either.
+                    return Ok(docs);
+                }
                 None
             }
             Event::Scalar(value, style, anchor, tag) => {
@@ -1182,6 +1206,7 @@ fn parse_events(
                     flow: is_flow(style),
                     anchor,
                     cost: Cost::default(),
+                    last_end: None,
                     body,
                 });
                 None
@@ -1190,16 +1215,15 @@ fn parse_events(
                 let Some(frame) = stack.pop() else {
                     return Err(YamlError::at(start, "unbalanced collection end"));
                 };
-                let (kind, last_end) = match (frame.body, &event) {
+                let last_end = frame.last_end;
+                let kind = match (frame.body, &event) {
                     (Body::Seq(mut items), Event::SequenceEnd) => {
                         items.shrink_to_fit();
-                        let last = items.last().map(|n| n.end);
-                        (Kind::Seq(Arc::new(items)), last)
+                        Kind::Seq(Arc::new(items))
                     }
                     (Body::Map { mut entries, .. }, Event::MappingEnd) => {
                         entries.shrink_to_fit();
-                        let last = entries.last().map(|(_, v)| v.end);
-                        (Kind::Map(Arc::new(entries)), last)
+                        Kind::Map(Arc::new(entries))
                     }
                     _ => return Err(YamlError::at(start, "unbalanced collection end")),
                 };
@@ -1266,6 +1290,9 @@ fn parse_events(
             None => root = Some(node),
             Some(frame) => {
                 frame.cost.add(cost);
+                // A block collection ends where its last child does: for an alias that is
+                // the alias itself (`<<: *base` as the last entry), not the anchor.
+                frame.last_end = Some(if node.aliased { end } else { node.end });
                 match &mut frame.body {
                     Body::Seq(items) => items.push(node),
                     Body::Map { entries, key } => match key.take() {
@@ -1329,9 +1356,10 @@ pub fn empty_doc_at_end(text: &str) -> YamlDoc {
     }
 }
 
-/// Parses a single-document YAML text (a values string) into its root node.
-/// An empty text is a null root. Bounded as [`parse_stream`] is, with [`MAX_VALUES_NODES`]
-/// as the node cap.
+/// Parses the first document of a YAML text (a values string) into its root node, as go-yaml
+/// v2's `Unmarshal` reads it for Helm: what follows the end of the first document (`---`,
+/// `...`) is not read. An empty text is a null root. Bounded as [`parse_stream`] is, with
+/// [`MAX_VALUES_NODES`] as the node cap.
 pub fn parse_one(text: &str) -> Result<Node, YamlError> {
     parse_one_within(text, &Cancel::never())
 }
@@ -1439,11 +1467,102 @@ mod tests {
         let root = parse_one("a: 1\nb: 2\na: 3\n").unwrap();
         let (key, value) = root.entry("a").unwrap();
         assert_eq!((key.start.line, value.scalar()), (3, Some("3")));
-        // A merged key is still overridden by an explicit one, wherever it is written.
+        // An explicit key written after a merge key overrides the merged one.
         assert_eq!(
             one("base: &b {x: 1}\nover:\n  x: 2\n  <<: *b\n  x: 3\n"),
             json!({"base": {"x": 1}, "over": {"x": 3}})
         );
+    }
+
+    #[test]
+    fn merge_keys_apply_in_document_order_as_go_yaml_v2_does() {
+        // go-yaml v2 `decoder.mapping` reads a mapping's entries in order and `decoder.merge`
+        // writes the merged mapping's keys into the same map (go-yaml/yaml v2 7649d454,
+        // decode.go l.661-664 and l.786-811): a `<<` after an explicit key overwrites it, an
+        // explicit key after a `<<` overwrites the merged one. Checked with Helm v3.17.2
+        // (`helm template` of a chart printing `toYaml .Values`).
+        let off = "off: &off {s: false, o: 1}\n";
+        assert_eq!(
+            one(&format!("{off}lb: {{s: true, <<: *off}}\n"))["lb"],
+            json!({"s": false, "o": 1})
+        );
+        assert_eq!(
+            one(&format!("{off}lb: {{<<: *off, s: true}}\n"))["lb"],
+            json!({"s": true, "o": 1})
+        );
+        // A list of mappings is merged last to first: the first one wins among them, and all
+        // of them overwrite an explicit key written before the `<<`.
+        let ab = "a: &a {s: 1}\nb: &b {s: 2, t: 2}\n";
+        assert_eq!(
+            one(&format!("{ab}lb: {{s: 0, <<: [*a, *b]}}\n"))["lb"],
+            json!({"s": 1, "t": 2})
+        );
+        assert_eq!(
+            one(&format!("{ab}lb: {{<<: [*a, *b], s: 0}}\n"))["lb"],
+            json!({"s": 0, "t": 2})
+        );
+        // Two merge keys: the later one overwrites.
+        assert_eq!(
+            one(&format!("{ab}lb: {{<<: *a, <<: *b}}\n"))["lb"],
+            json!({"s": 2, "t": 2})
+        );
+        // A merge replaces a value whole; nested mappings are not merged.
+        assert_eq!(
+            one("lb: {s: {a: 1}, <<: {s: {b: 2}}}\n")["lb"],
+            json!({"s": {"b": 2}})
+        );
+        // `!!merge <<` is a merge key; a quoted `"<<"` is an ordinary key.
+        assert_eq!(
+            one("lb: {!!merge <<: {s: 1}, s: 2}\n")["lb"],
+            json!({"s": 2})
+        );
+        assert_eq!(
+            one("lb: {s: 2, !!merge <<: {s: 1}}\n")["lb"],
+            json!({"s": 1})
+        );
+        assert_eq!(one("lb: {\"<<\": {s: 1}}\n")["lb"], json!({"<<": {"s": 1}}));
+        // An empty list merges nothing; anything but mappings is refused, as Helm refuses it.
+        assert_eq!(one("lb: {<<: []}\n")["lb"], json!({}));
+        for bad in [
+            "lb: {<<: ~}\n",
+            "lb: {<<: 3}\n",
+            "lb: {<<: [{s: 1}, 3]}\n",
+            "l: &l [{s: 1}]\nlb: {<<: *l}\n",
+        ] {
+            let err = parse_one(bad).and_then(|n| n.to_json()).expect_err(bad);
+            assert!(err.message.contains("merge"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_values_text_is_its_first_document_as_helm_reads_it() {
+        // go-yaml v2 `Unmarshal` decodes the first document and never reads past it (checked
+        // with Helm v3.17.2: a second document, even an unreadable one, changes nothing).
+        for text in [
+            "lb:\n  s: 1\n---\nlb:\n  s: 2\n",
+            "lb:\n  s: 1\n---\n",
+            "---\nlb:\n  s: 1\n",
+            "lb:\n  s: 1\n...\n",
+            "# c\n---\nlb:\n  s: 1\n",
+            "lb:\n  s: 1\n---\n\"unterminated\n",
+            "lb:\n  s: 1\n--- \"unterminated\n",
+            "lb:\n  s: 1\n---\n\t- x\n",
+            "lb:\n  s: 1\n---\n*undefined\n",
+            "lb:\n  s: 1\n---\n: [bad\n",
+            "lb:\n  s: 1\n...\n%YAML 9.9\n---\nx: 1\n",
+            "lb:\n  s: 1\n--- # comment\n",
+        ] {
+            assert_eq!(
+                parse_one(text).and_then(|n| n.to_json()),
+                Ok(json!({"lb": {"s": 1}})),
+                "{text:?}"
+            );
+        }
+        // An empty first document is null (Helm: no values), whatever follows.
+        assert_eq!(one("---\n---\nlb:\n  s: 1\n"), Value::Null);
+        assert_eq!(one("---\n"), Value::Null);
+        // Not a document separator: one document, and an error like Helm's.
+        assert!(parse_one("lb:\n  s: 1\n---x\n").is_err());
     }
 
     #[test]
