@@ -192,6 +192,19 @@ app_v1 = {"metadata": meta("argocd", "ccm"), "spec": {"source": {"chart": "opens
 app_v1_status = copy.deepcopy(app_v1); app_v1_status["status"] = {"sync": "b"}
 app_v2 = copy.deepcopy(app_v1); app_v2["spec"]["source"]["targetRevision"] = "2.31.0"
 ccm_dep_relabelled = copy.deepcopy(ccm_ds); ccm_dep_relabelled["metadata"]["labels"] = {"x": "y"}
+# Exemption annotations (issue 37): adding, changing or removing stackgate.dev/exempt.* is sent
+# even when the spec is unchanged (the end of an exemption re-evaluates the object); other
+# metadata-only writes are not.
+def hr(annotations):
+    return {"metadata": meta("flux-system", "ccm", annotations=annotations),
+            "spec": {"values": {"cloudConfig": {"loadBalancer": {"provider-requires-serial-api-calls": False}}}}}
+EXEMPT = "stackgate.dev/exempt.serial-lb-api-calls"
+hr_plain, hr_exempt = hr({"a": "b"}), hr({"a": "b", EXEMPT: "CHG-1"})
+hr_exempt_other = hr({"a": "b", EXEMPT: "CHG-2"}); hr_exempt_relabelled = copy.deepcopy(hr_exempt)
+hr_exempt_relabelled["metadata"]["labels"] = {"x": "y"}
+hr_no_annotations = {"metadata": meta("flux-system", "ccm"), "spec": hr_plain["spec"]}
+hr_flux_annotated = hr({"a": "b", EXEMPT: "CHG-1", "reconcile.fluxcd.io/requestedAt": "now"})
+ccm_ds_exempt = copy.deepcopy(ccm_ds); ccm_ds_exempt["metadata"]["annotations"] = {"stackgate.dev/exempt.cluster-name": "CHG-3"}
 
 # (description, request, {webhook-name prefix: expected "sent"}[, site list]); webhooks not
 # listed but matching the resource must evaluate without error. Cases with a site list apply
@@ -284,6 +297,30 @@ CASES = [
     ("Flux HelmRelease create",
      req("helmreleases", "CREATE", "flux-system", "ccm", {"metadata": meta("flux-system", "ccm"), "spec": {"values": {}}}, group="helm.toolkit.fluxcd.io", version="v2"),
      {"gitops.": True}),
+    ("Flux HelmRelease: exemption annotation removed, spec unchanged",
+     req("helmreleases", "UPDATE", "flux-system", "ccm", hr_plain, hr_exempt, group="helm.toolkit.fluxcd.io", version="v2"),
+     {"gitops.": True}),
+    ("Flux HelmRelease: the last annotation (an exemption) removed",
+     req("helmreleases", "UPDATE", "flux-system", "ccm", hr_no_annotations, hr({EXEMPT: "CHG-1"}), group="helm.toolkit.fluxcd.io", version="v2"),
+     {"gitops.": True}),
+    ("Flux HelmRelease: exemption annotation added, spec unchanged",
+     req("helmreleases", "UPDATE", "flux-system", "ccm", hr_exempt, hr_no_annotations, group="helm.toolkit.fluxcd.io", version="v2"),
+     {"gitops.": True}),
+    ("Flux HelmRelease: exemption reason changed",
+     req("helmreleases", "UPDATE", "flux-system", "ccm", hr_exempt_other, hr_exempt, group="helm.toolkit.fluxcd.io", version="v2"),
+     {"gitops.": True}),
+    ("Flux HelmRelease: relabelled, exemption unchanged",
+     req("helmreleases", "UPDATE", "flux-system", "ccm", hr_exempt_relabelled, hr_exempt, group="helm.toolkit.fluxcd.io", version="v2"),
+     {"gitops.": False}),
+    ("Flux HelmRelease: another annotation added, exemption unchanged",
+     req("helmreleases", "UPDATE", "flux-system", "ccm", hr_flux_annotated, hr_exempt, group="helm.toolkit.fluxcd.io", version="v2"),
+     {"gitops.": False}),
+    ("Flux HelmRelease: metadata-only update without annotations",
+     req("helmreleases", "UPDATE", "flux-system", "ccm", hr_no_annotations, hr_no_annotations, group="helm.toolkit.fluxcd.io", version="v2"),
+     {"gitops.": False}),
+    ("CCM DaemonSet: exemption annotation removed, spec unchanged",
+     req("daemonsets", "UPDATE", "kube-system", "openstack-cloud-controller-manager", ccm_ds, ccm_ds_exempt, group="apps"),
+     {"ccm-workloads.": True}),
     ("RKE2 HelmChart create",
      req("helmcharts", "CREATE", "kube-system", "openstack-cloud-controller-manager",
          {"metadata": meta("kube-system", "openstack-cloud-controller-manager"), "spec": {"valuesContent": "cloudConfig: {}"}},

@@ -149,7 +149,7 @@ fn scope_and_exemption_follow_the_policy() {
         .unwrap();
     serial.scope.namespaces = vec!["kube-system".to_owned()];
     serial.scope.exclude_namespaces = vec!["sandbox".to_owned()];
-    serial.exemption = None;
+    serial.exemptions = Default::default();
     let objects = generate(&set).objects(version("1.30")).unwrap();
     let vap = named(
         &objects,

@@ -732,6 +732,7 @@ async fn the_same_messages_as_the_webhook() {
         object: Some(&object),
         old_object: Some(&object),
         dry_run: true,
+        requester: stackgate::engine::Requester::Unknown,
     };
     let verdict = engine.evaluate(&subject);
     assert!(!verdict.denials.is_empty());
@@ -1665,6 +1666,7 @@ async fn a_load_balancer_service_is_judged_against_the_clusters_cloud_config() {
         object: Some(&object),
         old_object: Some(&object),
         dry_run: true,
+        requester: stackgate::engine::Requester::Unknown,
     };
     let verdict = engine.evaluate_with(&subject, &facts);
     assert_eq!(verdict.denials.len(), 1, "{verdict:?}");

@@ -157,30 +157,51 @@ fn explain_accepts_every_code_the_reports_print() {
     }
 }
 
-#[test]
-fn an_exemption_has_no_code() {
-    // The warning input's Secret, exempted from the policy that warns about it.
-    let exempted = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(WARNING),
-    )
-    .expect("read the fixture")
-    .replacen(
-        "  namespace: kube-system\n",
-        "  namespace: kube-system\n  annotations:\n    stackgate.dev/exempt.serial-lb-api-calls: \"tested\"\n",
-        1,
-    );
+/// The warning input's Secret with the exemption annotation of the policy that warns about it.
+fn exempted_input() -> String {
+    std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(WARNING))
+        .expect("read the fixture")
+        .replacen(
+            "  namespace: kube-system\n",
+            "  namespace: kube-system\n  annotations:\n    stackgate.dev/exempt.serial-lb-api-calls: \"tested\"\n",
+            1,
+        )
+}
+
+/// `stackgate check --format json [args] -` on `input`: the report's results.
+fn check_stdin(args: &[&str], input: &str) -> Vec<Value> {
     let mut child = Command::new(env!("CARGO_BIN_EXE_stackgate"))
-        .args(["check", "--format", "json", "-"])
+        .args(["check", "--format", "json"])
+        .args(args)
+        .arg("-")
         .env("STACKGATE_LOG_LEVEL", "off")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("run stackgate");
-    std::io::Write::write_all(&mut child.stdin.take().expect("stdin"), exempted.as_bytes())
+    std::io::Write::write_all(&mut child.stdin.take().expect("stdin"), input.as_bytes())
         .expect("write stdin");
     let out = child.wait_with_output().expect("stackgate ends");
     let report: Value = serde_json::from_slice(&out.stdout).expect("JSON report");
-    let results = report["results"].as_array().expect("results");
+    report["results"].as_array().expect("results").clone()
+}
+
+#[test]
+fn an_exemption_has_no_code() {
+    // A policy that honours unverified annotations (check cannot see who set one).
+    let dir = tempfile::tempdir().expect("temp dir");
+    let policy = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/serial-lb-api-calls.yaml"),
+    )
+    .expect("read the policy")
+    .replace(
+        "    allowedGroups: [system:masters]\n",
+        "    allowedGroups: [system:masters]\n    unverified: honour\n",
+    );
+    assert!(policy.contains("unverified: honour"), "{policy}");
+    std::fs::write(dir.path().join("serial-lb-api-calls.yaml"), policy).expect("write");
+    let policies = dir.path().to_str().expect("utf-8 path");
+    let results = check_stdin(&["--policies", policies], &exempted_input());
     let exemption = results
         .iter()
         .find(|r| r["kind"] == "exemption")
@@ -188,7 +209,36 @@ fn an_exemption_has_no_code() {
     assert_eq!(exemption["rule"], "serial-lb-api-calls");
     assert_eq!(exemption["code"], Value::Null);
     assert!(
+        exemption["message"]
+            .as_str()
+            .unwrap()
+            .contains("unverified"),
+        "{exemption}"
+    );
+    assert!(
         results.iter().all(|r| r["kind"] != "warning"),
         "the exempted warning is not reported: {results:?}"
     );
+}
+
+#[test]
+fn an_unverified_exemption_is_not_applied_by_default_and_has_a_code() {
+    let results = check_stdin(&[], &exempted_input());
+    assert!(
+        results.iter().all(|r| r["kind"] != "exemption"),
+        "{results:?}"
+    );
+    let codes: Vec<&str> = results
+        .iter()
+        .filter(|r| r["rule"] == "serial-lb-api-calls")
+        .filter_map(|r| r["code"].as_str())
+        .collect();
+    assert!(codes.contains(&"exemption-unverified"), "{results:?}");
+    assert!(
+        codes.contains(&"serial-lb-api-calls/missing"),
+        "the policy still applies: {results:?}"
+    );
+    let (status, stdout, stderr) = stackgate(&["explain", "exemption-unverified"]);
+    assert_eq!(status, Some(0), "{stderr}");
+    assert!(stdout.starts_with("exemption-unverified"), "{stdout}");
 }

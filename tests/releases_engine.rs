@@ -31,7 +31,7 @@ fn policies(mode: &str, params: &str) -> PolicySet {
     let policy = format!(
         "apiVersion: stackgate.dev/v1alpha1\nkind: Policy\nname: release-annotations\n\
          rule: release-annotations\nmode: {mode}\ndescription: d\nsource: s\nparams: {params}\n\
-         exemption:\n  allowed: true\n"
+         exemptions:\n  annotation:\n    allowedGroups: [system:masters]\n"
     );
     PolicySet::from_files(
         vec![

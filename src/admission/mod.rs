@@ -536,6 +536,10 @@ pub fn subject_of(request: &AdmissionRequest<DynamicObject>) -> Subject<'_> {
         object: request.object.as_ref(),
         old_object: request.old_object.as_ref(),
         dry_run: request.dry_run,
+        requester: engine::Requester::User {
+            username: request.user_info.username.as_deref().unwrap_or(""),
+            groups: request.user_info.groups.as_deref().unwrap_or(&[]),
+        },
     }
 }
 

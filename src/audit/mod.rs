@@ -1468,6 +1468,8 @@ fn update_of_itself<'o>(gvk: &'o GroupVersionKind, object: &'o DynamicObject) ->
         object: Some(object),
         old_object: Some(object),
         dry_run: true,
+        // A stored object was written by someone audit cannot see.
+        requester: crate::engine::Requester::Unknown,
     }
 }
 

@@ -91,6 +91,23 @@ const ENGINE_CODES: &[(&str, &str)] = &[
          the label names the key that holds the CCM chart's values. Fix the label or the key.",
     ),
     (
+        engine::CODE_EXEMPTION_NOT_ALLOWED,
+        "An object carries a policy's exemption annotation (stackgate.dev/exempt.<policy>) that \
+         the webhook did not apply: the policy's exemptions.annotation lists who may exempt, the \
+         requester is not among them, and the stored object did not carry the same annotation \
+         already. The policy applies as if the annotation were absent, and in enforce mode the \
+         write is refused even where the policy found nothing (stored, the annotation would \
+         count on every later update). Remove it, or have a listed group or user set it.",
+    ),
+    (
+        engine::CODE_EXEMPTION_UNVERIFIED,
+        "`check` or `audit` found a policy's exemption annotation but cannot know who set it, \
+         and the policy's exemptions.annotation.unverified is `apply` (the default unless \
+         anyone may exempt): the policy applies as if the annotation were absent, as the \
+         webhook does for a requester who may not exempt. Have a listed group or user set it \
+         in the cluster, or set `unverified: honour` in the policy.",
+    ),
+    (
         engine::CODE_MORE,
         "More findings than stackgate lists one by one in one answer (it caps each list): the \
          rest are counted in this finding. Fix the listed ones and run again to see the others.",
@@ -247,10 +264,13 @@ fn render(engine: &Engine, family: &'static Family, code: &'static str) -> Strin
             "\nPolicy {} (mode {}; exemption: {})\n\n{}",
             policy.name,
             policy.mode.as_str(),
-            policy.exemption_annotation().map_or_else(
-                || "not allowed".to_owned(),
-                |a| format!("annotate the object with {a}: \"<reason>\"")
-            ),
+            match (policy.exemption_annotation(), &policy.exemptions.annotation) {
+                (Some(a), Some(rules)) => format!(
+                    "{} annotates the object with {a}: \"<reason>\"",
+                    rules.who()
+                ),
+                _ => "not allowed".to_owned(),
+            },
             wrap(policy.description.trim(), "  "),
         );
         let examples: Vec<Finding> = example_findings(engine, family)
@@ -280,10 +300,7 @@ fn render(engine: &Engine, family: &'static Family, code: &'static str) -> Strin
                     parts.push(("Note", note.clone()));
                 }
                 if let Some(key) = &text.exemption {
-                    parts.push((
-                        "Exempt",
-                        format!("annotate the object with {key}=\"<reason>\""),
-                    ));
+                    parts.push(("Exempt", text.exemption_hint(key)));
                 }
                 for (label, part) in parts {
                     let _ = writeln!(out, "{}", wrap(&format!("{label}: {part}"), "    "));

@@ -22,10 +22,13 @@ pub fn markdown(engine: &Engine) -> String {
             policy.name,
             policy.rule.as_str(),
             policy.mode.as_str(),
-            policy.exemption_annotation().map_or_else(
-                || "not allowed".to_owned(),
-                |a| format!("annotation `{a}: \"<reason>\"`")
-            ),
+            match (policy.exemption_annotation(), &policy.exemptions.annotation) {
+                (Some(a), Some(rules)) => format!(
+                    "annotation `{a}: \"<reason>\"`, counted when set by {}",
+                    rules.who()
+                ),
+                _ => "not allowed".to_owned(),
+            },
             policy.description.trim(),
             policy.source.trim(),
         );

@@ -24,7 +24,7 @@ use crate::rules::{
 };
 use crate::sites::{self, FoundConfig, SiteError};
 
-pub use crate::rules::{Facts, ObjectRef, Operation, Platform, RuleId, Subject};
+pub use crate::rules::{Facts, ObjectRef, Operation, Platform, Requester, RuleId, Subject};
 
 /// The code of a mutation finding (what the patch changes).
 pub const CODE_MUTATION: &str = "mutation";
@@ -38,6 +38,12 @@ pub const CODE_UNSEEN: &str = "values-unseen";
 pub const CODE_VALUES_KEY_MISSING: &str = "values-key-missing";
 /// The code of the finding that summarizes findings past [`MAX_FINDINGS_PER_LIST`].
 pub const CODE_MORE: &str = "more-findings";
+/// The code of an exemption annotation the webhook did not apply: its requester is not one
+/// the policy lets exempt, and the stored object did not carry it already.
+pub const CODE_EXEMPTION_NOT_ALLOWED: &str = "exemption-not-allowed";
+/// The code of an exemption annotation `check` or `audit` did not apply: they cannot see who
+/// set it, and the policy's `exemptions.annotation.unverified` is `apply`.
+pub const CODE_EXEMPTION_UNVERIFIED: &str = "exemption-unverified";
 
 /// A finding attributed to a policy, ready to show to a user.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,6 +86,9 @@ pub struct Text {
     pub notes: Vec<String>,
     /// The annotation that exempts the object, when the policy allows exemptions.
     pub exemption: Option<String>,
+    /// Who may set it (`group platform-team or user alice`), when not everyone may: the hint
+    /// names them, so that nobody is told to exempt themselves and then refused.
+    pub exempters: Option<String>,
     /// The policy's upstream sources.
     pub source: String,
 }
@@ -115,7 +124,8 @@ impl Text {
         }
         if let Some(key) = &self.exemption {
             out.push_str(&format!(
-                " To exempt this object, annotate it with {key}=\"<reason>\"."
+                " To exempt this object, {}.",
+                self.exemption_hint(key)
             ));
         }
         out
@@ -137,7 +147,7 @@ impl Text {
                 }),
         );
         if let Some(key) = &self.exemption {
-            lines.push(format!("To exempt: annotate it with {key}=\"<reason>\"."));
+            lines.push(format!("To exempt: {}.", self.exemption_hint(key)));
         }
         lines.push(format!(
             "Policy {policy}, rule {} (stackgate explain {}); source: {}",
@@ -146,6 +156,15 @@ impl Text {
             self.source.trim()
         ));
         lines.join("\n")
+    }
+
+    /// `annotate it with KEY="<reason>"`, or `have WHO annotate it with …` when the policy
+    /// names who may.
+    pub fn exemption_hint(&self, key: &str) -> String {
+        match &self.exempters {
+            Some(who) => format!("have {who} annotate it with {key}=\"<reason>\""),
+            None => format!("annotate it with {key}=\"<reason>\""),
+        }
     }
 
     /// `stackgate POLICY: <first line>`, whole within kubectl's 256 characters for the
@@ -284,6 +303,36 @@ pub struct Exempted {
     pub rule: RuleId,
     /// The reason from the annotation.
     pub reason: String,
+    /// Why the annotation counted.
+    pub basis: ExemptionBasis,
+}
+
+/// Why an exemption annotation counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExemptionBasis {
+    /// The requester is one the policy lets exempt.
+    Requester,
+    /// The stored object already carried the same annotation (an UPDATE that keeps it, a
+    /// DELETE).
+    Stored,
+    /// No requester is known (`check`, `audit`) and the policy lets anyone exempt.
+    Everyone,
+    /// No requester is known and the policy's `unverified: honour` counts it anyway.
+    Unverified,
+}
+
+impl ExemptionBasis {
+    /// How a report names it, after "exempted from policy P by annotation".
+    pub fn describe(self) -> &'static str {
+        match self {
+            ExemptionBasis::Requester => "set by a user allowed to exempt",
+            ExemptionBasis::Stored => "kept from the stored object",
+            ExemptionBasis::Everyone => "anyone may exempt",
+            ExemptionBasis::Unverified => {
+                "unverified: who set it is unknown here, and the policy honours it"
+            }
+        }
+    }
 }
 
 /// Everything the engine decided about one request.
@@ -384,7 +433,21 @@ struct Run<'a> {
     platform: Option<&'a Platform>,
 }
 
-impl Run<'_> {
+impl<'a> Run<'a> {
+    /// The stored version of `object` when it is the subject's own: an UPDATE's old object
+    /// for the written object, the object itself when it is the stored one (DELETE); none
+    /// for an embedded object or a DELETE judged on the name alone.
+    fn stored(&self, object: &DynamicObject) -> Option<&'a DynamicObject> {
+        let same = |o: &&DynamicObject| std::ptr::eq(*o, object);
+        if self.subject.object.filter(same).is_some()
+            || self.subject.old_object.filter(same).is_some()
+        {
+            self.subject.old_object
+        } else {
+            None
+        }
+    }
+
     /// The subject's reference (`Secret default/crs`), built once.
     fn outer(&self) -> &ObjectRef {
         self.reference
@@ -407,6 +470,12 @@ impl Run<'_> {
             .get_or_init(|| Arc::new(self.subject.reference()));
         if code != CODE_MUTATION {
             text.exemption = policy.exemption_annotation();
+            text.exempters = policy
+                .exemptions
+                .annotation
+                .as_ref()
+                .filter(|rules| !rules.open_to_everyone())
+                .map(|rules| rules.who());
         }
         text.source = policy.source.trim().to_owned();
         Finding {
@@ -570,12 +639,42 @@ impl Engine {
             );
         }
         self.evaluate_objects(&run, &context, object, false, cancel, &mut verdict)?;
+        self.refuse_unallowed_annotations(&run, object, namespace, &mut verdict);
         for inner in &embedded {
             self.evaluate_embedded(&run, &context, object, inner, cancel, &mut verdict)?;
         }
         cancel.check()?;
         limit_findings(&mut verdict);
         Ok(verdict)
+    }
+
+    /// An exemption annotation the webhook's requester may not set is a finding of its policy
+    /// even where the policy found nothing: stored, it would count on every later UPDATE as
+    /// "already present" and exempt the object from then on.
+    fn refuse_unallowed_annotations(
+        &self,
+        run: &Run<'_>,
+        object: &DynamicObject,
+        namespace: Option<&str>,
+        verdict: &mut Verdict,
+    ) {
+        if run.subject.requester == Requester::Unknown {
+            return;
+        }
+        for policy in self.policies.policies.iter() {
+            if policy.mode == Mode::Off || !policy.scope.covers(namespace) {
+                continue;
+            }
+            if judge(
+                run.subject.requester,
+                policy,
+                object,
+                run.subject.old_object,
+            ) == Judgement::NotAllowed
+            {
+                not_applied(run, policy, object, CODE_EXEMPTION_NOT_ALLOWED, verdict);
+            }
+        }
     }
 
     /// Runs every enabled policy of the object families (`delete`: of the DELETE families)
@@ -658,7 +757,7 @@ impl Engine {
                 params: &policy.params,
                 context,
             });
-            if output.violations.is_empty() || exempted(policy, &inner.object, verdict) {
+            if output.violations.is_empty() || exempted(run, policy, &inner.object, None, verdict) {
                 continue;
             }
             let target = Target::Embedded(inner);
@@ -681,7 +780,7 @@ impl Engine {
         if output.is_empty() {
             return;
         }
-        if exempted(policy, object, verdict) {
+        if exempted(run, policy, object, run.stored(object), verdict) {
             return;
         }
         let applies = matches!(policy.mode, Mode::Enforce | Mode::Warn);
@@ -1065,6 +1164,7 @@ fn limit_findings(verdict: &mut Verdict) {
                 ),
                 notes: Vec::new(),
                 exemption: first.text.exemption.clone(),
+                exempters: first.text.exempters.clone(),
                 source: first.text.source.clone(),
             };
             list.push(Finding {
@@ -1135,7 +1235,7 @@ impl Engine {
         else {
             return;
         };
-        if exempted(policy, object, verdict) {
+        if exempted(run, policy, object, run.stored(object), verdict) {
             return;
         }
         let anchor = Anchor::CloudConfig {
@@ -1164,30 +1264,179 @@ fn record(policy: &Policy, severity: Severity, finding: Finding, verdict: &mut V
     }
 }
 
-/// Records an exemption and returns true when `object` carries one for `policy`.
-fn exempted(policy: &Policy, object: &DynamicObject, verdict: &mut Verdict) -> bool {
-    let Some(reason) = exemption_reason(policy, object) else {
-        return false;
-    };
-    verdict
-        .audit_annotations
-        .insert(format!("{}-exempted", policy.name), reason.clone());
-    if !verdict.exemptions.iter().any(|e| e.policy == policy.name) {
-        verdict.exemptions.push(Exempted {
-            policy: policy.name.clone(),
-            rule: policy.rule,
-            reason,
-        });
-    }
-    true
+/// What an exemption annotation on an object counts for, for one policy and requester.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Judgement {
+    /// No annotation for the policy, or one without a reason, or a policy the annotation
+    /// cannot exempt from.
+    Absent,
+    /// It exempts, with its reason.
+    Counts(String, ExemptionBasis),
+    /// The webhook's requester may not exempt, and the stored object did not carry it.
+    NotAllowed,
+    /// `check` or `audit`: who set it is unknown, and the policy applies regardless.
+    Unverified,
 }
 
-/// The exemption reason on `object` for `policy`, when the policy allows exemptions and the
-/// annotation carries a non-empty reason.
-fn exemption_reason(policy: &Policy, object: &DynamicObject) -> Option<String> {
-    let key = policy.exemption_annotation()?;
-    let reason = object.metadata.annotations.as_ref()?.get(&key)?.trim();
-    (!reason.is_empty()).then(|| reason.to_owned())
+/// Judges `object`'s annotation for `policy` (see [`crate::policy::AnnotationExemption`]).
+/// `stored` is the stored version of the same object (an UPDATE's `oldObject`, a DELETE's
+/// object itself), whose identical annotation keeps counting whoever writes now.
+fn judge(
+    requester: Requester<'_>,
+    policy: &Policy,
+    object: &DynamicObject,
+    stored: Option<&DynamicObject>,
+) -> Judgement {
+    let Some(rules) = &policy.exemptions.annotation else {
+        return Judgement::Absent;
+    };
+    let key = format!("{}{}", crate::policy::EXEMPT_ANNOTATION_PREFIX, policy.name);
+    let annotation = |o: &DynamicObject| -> Option<String> {
+        o.metadata.annotations.as_ref()?.get(&key).cloned()
+    };
+    let Some(raw) = annotation(object) else {
+        return Judgement::Absent;
+    };
+    let reason = raw.trim();
+    if reason.is_empty() {
+        return Judgement::Absent;
+    }
+    let counts = |basis| Judgement::Counts(reason.to_owned(), basis);
+    match requester {
+        Requester::User { username, groups } => {
+            if rules.allows(username, groups) {
+                counts(ExemptionBasis::Requester)
+            } else if stored.and_then(annotation).as_deref() == Some(raw.as_str()) {
+                counts(ExemptionBasis::Stored)
+            } else {
+                Judgement::NotAllowed
+            }
+        }
+        Requester::Unknown if rules.open_to_everyone() => counts(ExemptionBasis::Everyone),
+        Requester::Unknown => match rules.unverified() {
+            crate::policy::Unverified::Honour => counts(ExemptionBasis::Unverified),
+            crate::policy::Unverified::Apply => Judgement::Unverified,
+        },
+    }
+}
+
+/// Records an exemption and returns true when `object`'s annotation exempts it from
+/// `policy`; an annotation that does not count is recorded as a finding of the policy
+/// ([`CODE_EXEMPTION_NOT_ALLOWED`], [`CODE_EXEMPTION_UNVERIFIED`]) and the policy applies.
+fn exempted(
+    run: &Run<'_>,
+    policy: &Policy,
+    object: &DynamicObject,
+    stored: Option<&DynamicObject>,
+    verdict: &mut Verdict,
+) -> bool {
+    match judge(run.subject.requester, policy, object, stored) {
+        Judgement::Absent => false,
+        Judgement::Counts(reason, basis) => {
+            verdict
+                .audit_annotations
+                .insert(format!("{}-exempted", policy.name), reason.clone());
+            if !verdict.exemptions.iter().any(|e| e.policy == policy.name) {
+                verdict.exemptions.push(Exempted {
+                    policy: policy.name.clone(),
+                    rule: policy.rule,
+                    reason,
+                    basis,
+                });
+            }
+            true
+        }
+        Judgement::NotAllowed => {
+            not_applied(run, policy, object, CODE_EXEMPTION_NOT_ALLOWED, verdict);
+            false
+        }
+        Judgement::Unverified => {
+            not_applied(run, policy, object, CODE_EXEMPTION_UNVERIFIED, verdict);
+            false
+        }
+    }
+}
+
+/// Records, once per policy, that `object`'s exemption annotation was not applied (`code`):
+/// a denial where the policy enforces ([`CODE_EXEMPTION_NOT_ALLOWED`]: nobody may switch a
+/// guardrail off for themselves, and an annotation stored now would count on every later
+/// UPDATE), a warning for [`CODE_EXEMPTION_UNVERIFIED`].
+fn not_applied(
+    run: &Run<'_>,
+    policy: &Policy,
+    object: &DynamicObject,
+    code: &'static str,
+    verdict: &mut Verdict,
+) {
+    let recorded = [&verdict.denials, &verdict.warnings, &verdict.audits]
+        .into_iter()
+        .flatten()
+        .any(|f| f.code == code && f.policy == policy.name);
+    let Some(rules) = &policy.exemptions.annotation else {
+        return;
+    };
+    if recorded {
+        return;
+    }
+    let key = format!("{}{}", crate::policy::EXEMPT_ANNOTATION_PREFIX, policy.name);
+    let who = rules.who();
+    let outer = run
+        .subject
+        .object
+        .or(run.subject.old_object)
+        .is_some_and(|o| std::ptr::eq(o, object));
+    let (anchor, location) = if outer {
+        (
+            Anchor::Field {
+                pointer: format!(
+                    "/metadata/annotations/{}",
+                    key.replace('~', "~0").replace('/', "~1")
+                ),
+            },
+            Some(format!("{} metadata.annotations[\"{key}\"]", run.outer())),
+        )
+    } else {
+        (
+            Anchor::Object,
+            Some(format!(
+                "{} (an object it embeds) metadata.annotations[\"{key}\"]",
+                run.outer()
+            )),
+        )
+    };
+    let (severity, what, fix) = if code == CODE_EXEMPTION_NOT_ALLOWED {
+        (
+            Severity::Deny,
+            "exemption annotation set by a user not allowed to exempt; not applied".to_owned(),
+            format!("remove it, or have {who} set it"),
+        )
+    } else {
+        (
+            Severity::Warn,
+            "exemption annotation unverified (who set it is unknown here); not applied".to_owned(),
+            format!(
+                "have {who} set it in the cluster, where the webhook checks who does, or use \
+                 `exemptions.annotation.unverified: honour` in policy {}",
+                policy.name
+            ),
+        )
+    };
+    let text = Text {
+        location,
+        what,
+        fix,
+        why: format!(
+            "Policy {} counts its exemption annotation only when {who} sets it, or when the \
+             stored object already carries it unchanged, so that nobody can switch the policy \
+             off for their own objects; it applies as if the annotation were absent",
+            policy.name
+        ),
+        ..Text::default()
+    };
+    let mut finding = run.finding(policy, code, anchor, text, false);
+    finding.text.exemption = None;
+    finding.text.exempters = None;
+    record(policy, severity, finding, verdict);
 }
 
 /// The parts a rule wrote (the engine adds location, exemption and source).
@@ -1199,6 +1448,7 @@ fn text_of(v: &crate::rules::Violation) -> Text {
         why: v.why.clone(),
         notes: v.notes.clone(),
         exemption: None,
+        exempters: None,
         source: String::new(),
     }
 }

@@ -285,6 +285,43 @@ fn validate_policy(file: &str, p: &Policy) -> Result<(), PolicyError> {
             ),
         ));
     }
+    validate_exemptions(file, p)
+}
+
+/// The exemption settings: the former `exemption:` field is refused with what to write instead
+/// (kept, it would let every tenant exempt their own objects), and an `annotation` must name
+/// someone (an empty list is a typo, not "nobody": leave `annotation` out for that).
+fn validate_exemptions(file: &str, p: &Policy) -> Result<(), PolicyError> {
+    if p.legacy_exemption.is_some() {
+        return Err(invalid(
+            file,
+            format!(
+                "`exemption` is replaced by `exemptions`: the annotation {} now counts only when                  a listed group or user sets it. Write `exemptions: {{annotation: {{allowedGroups:                  [<the platform team's group>]}}}}` (or `[{}]` to let anyone who may write the                  object exempt it, as `exemption: {{allowed: true}}` did), or remove it (no                  annotation exemptions)",
+                format_args!("{}{}", super::EXEMPT_ANNOTATION_PREFIX, p.name),
+                super::EVERY_USER_GROUP
+            ),
+        ));
+    }
+    if let Some(annotation) = &p.exemptions.annotation {
+        if annotation.allowed_groups.is_empty() && annotation.allowed_users.is_empty() {
+            return Err(invalid(
+                file,
+                "exemptions.annotation names no allowedGroups and no allowedUsers; list who may                  exempt, or remove `annotation` so that the annotation exempts nothing"
+                    .to_owned(),
+            ));
+        }
+        if let Some(empty) = annotation
+            .allowed_groups
+            .iter()
+            .chain(&annotation.allowed_users)
+            .find(|name| name.trim().is_empty())
+        {
+            return Err(invalid(
+                file,
+                format!("exemptions.annotation lists an empty group or user name ({empty:?})"),
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -389,6 +426,132 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("two policies are named \"x\""), "{err}");
+    }
+
+    const BASE: &str = "apiVersion: stackgate.dev/v1alpha1\nkind: Policy\nname: x\nrule: serial-lb-api-calls\nmode: enforce\ndescription: d\nsource: s\n";
+
+    fn load(extra: &str) -> Result<PolicySet, PolicyError> {
+        PolicySet::from_files(
+            vec![("p.yaml".into(), format!("{BASE}{extra}"))],
+            "dir".into(),
+        )
+    }
+
+    #[test]
+    fn the_former_exemption_field_is_refused_with_what_to_write() {
+        let err = load("exemption:\n  allowed: true\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("p.yaml: `exemption` is replaced by `exemptions`"),
+            "{err}"
+        );
+        assert!(err.contains("allowedGroups"), "{err}");
+        assert!(err.contains("stackgate.dev/exempt.x"), "{err}");
+    }
+
+    #[test]
+    fn an_annotation_exemption_must_name_someone() {
+        for extra in [
+            "exemptions:\n  annotation: {}\n",
+            "exemptions:\n  annotation:\n    allowedGroups: []\n",
+        ] {
+            let err = load(extra).unwrap_err().to_string();
+            assert!(
+                err.contains("names no allowedGroups and no allowedUsers"),
+                "{err}"
+            );
+        }
+        let err = load("exemptions:\n  annotation:\n    allowedUsers: [\" \"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("an empty group or user name"), "{err}");
+    }
+
+    #[test]
+    fn exemptions_are_parsed_strictly() {
+        let err = load("exemptions:\n  annotation:\n    allowedGroup: [a]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown field `allowedGroup`"), "{err}");
+        let err =
+            load("exemptions:\n  annotation:\n    allowedGroups: [a]\n    unverified: maybe\n")
+                .unwrap_err()
+                .to_string();
+        assert!(err.contains("unknown variant `maybe`"), "{err}");
+        let err = load("exemptions:\n  objects: true\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown field `objects`"), "{err}");
+    }
+
+    #[test]
+    fn who_may_exempt_and_what_check_does_without_a_requester() {
+        use crate::policy::Unverified;
+        let set = load("exemptions:\n  annotation:\n    allowedGroups: [platform-team]\n    allowedUsers: [alice]\n").unwrap();
+        let rules = set.policies[0].exemptions.annotation.clone().unwrap();
+        assert!(rules.allows("alice", &[]));
+        assert!(rules.allows("bob", &["platform-team".to_owned()]));
+        assert!(!rules.allows(
+            "bob",
+            &["tenants".to_owned(), "system:authenticated".to_owned()]
+        ));
+        assert!(
+            !rules.allows("platform-team", &[]),
+            "a group is not a username"
+        );
+        assert_eq!(rules.unverified(), Unverified::Apply);
+        assert_eq!(rules.who(), "group platform-team or user alice");
+        assert_eq!(
+            set.policies[0].exemption_annotation().as_deref(),
+            Some("stackgate.dev/exempt.x")
+        );
+
+        let open = load("exemptions:\n  annotation:\n    allowedGroups: [system:authenticated]\n")
+            .unwrap();
+        let open = open.policies[0].exemptions.annotation.clone().unwrap();
+        assert!(open.allows("anyone", &["system:authenticated".to_owned()]));
+        assert_eq!(open.unverified(), Unverified::Honour);
+
+        let honour =
+            load("exemptions:\n  annotation:\n    allowedGroups: [p]\n    unverified: honour\n")
+                .unwrap();
+        assert_eq!(
+            honour.policies[0]
+                .exemptions
+                .annotation
+                .as_ref()
+                .unwrap()
+                .unverified(),
+            Unverified::Honour
+        );
+
+        let none = load("").unwrap();
+        assert_eq!(none.policies[0].exemption_annotation(), None);
+        let none = load("exemptions: {}\n").unwrap();
+        assert_eq!(none.policies[0].exemption_annotation(), None);
+    }
+
+    #[test]
+    fn no_shipped_enforce_policy_lets_every_user_exempt() {
+        let set = PolicySet::embedded().unwrap();
+        for p in &set.policies {
+            if let (crate::policy::Mode::Enforce, Some(rules)) = (p.mode, &p.exemptions.annotation)
+            {
+                assert!(!rules.open_to_everyone(), "{}", p.name);
+                assert!(
+                    !rules.allows(
+                        "tenant",
+                        &[
+                            "system:authenticated".to_owned(),
+                            "system:serviceaccounts".to_owned()
+                        ]
+                    ),
+                    "{}",
+                    p.name
+                );
+            }
+        }
     }
 
     #[test]

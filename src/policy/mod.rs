@@ -5,6 +5,7 @@
 //! Parsing is strict: unknown fields, unknown rules and unknown modes are errors that name
 //! the file, line and column.
 
+pub mod exception;
 mod load;
 
 pub use crate::rules::RuleId;
@@ -71,12 +72,87 @@ impl Match {
     }
 }
 
-/// How a policy may be exempted on a single object.
+/// The group every authenticated Kubernetes user is in: listing it in
+/// [`AnnotationExemption::allowed_groups`] lets anyone who may write the object exempt it.
+pub const EVERY_USER_GROUP: &str = "system:authenticated";
+
+/// How a policy may be exempted (`exemptions:`). Without `annotation` the per-object
+/// annotation exempts nothing: exceptions are then the platform team's alone (the default,
+/// and what an `enforce` policy should keep unless a group is named).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Exemptions {
+    /// Who may exempt one object with the annotation `stackgate.dev/exempt.<policy>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotation: Option<AnnotationExemption>,
+}
+
+/// Who may exempt an object with its annotation. The webhook counts the annotation only when
+/// the review's requester is listed (by username or one of its groups), or on an UPDATE or
+/// DELETE when the stored object already carries the same annotation with the same value (a
+/// listed user set it; a tenant's later edits keep it). `check` and `audit` have no
+/// requester: [`Unverified`] says what they do.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Exemption {
-    /// Whether an exemption annotation is honoured at all.
-    pub allowed: bool,
+pub struct AnnotationExemption {
+    /// Groups whose members' annotation counts (e.g. the platform team's group;
+    /// [`EVERY_USER_GROUP`] for anyone).
+    #[serde(default)]
+    pub allowed_groups: Vec<String>,
+    /// Usernames whose annotation counts (`system:serviceaccount:<ns>:<name>` for a
+    /// controller).
+    #[serde(default)]
+    pub allowed_users: Vec<String>,
+    /// What `check` and `audit` do with an annotation whose author they cannot know; absent:
+    /// [`Unverified::Honour`] when anyone may exempt (nothing to verify), else
+    /// [`Unverified::Apply`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unverified: Option<Unverified>,
+}
+
+impl AnnotationExemption {
+    /// Whether an annotation written by `username` (in `groups`) counts.
+    pub fn allows(&self, username: &str, groups: &[String]) -> bool {
+        self.allowed_users.iter().any(|u| u == username)
+            || self
+                .allowed_groups
+                .iter()
+                .any(|g| groups.iter().any(|have| have == g))
+    }
+
+    /// Whether every authenticated user may exempt ([`EVERY_USER_GROUP`] is listed).
+    pub fn open_to_everyone(&self) -> bool {
+        self.allowed_groups.iter().any(|g| g == EVERY_USER_GROUP)
+    }
+
+    /// What a face without a requester does with the annotation (the default resolved).
+    pub fn unverified(&self) -> Unverified {
+        self.unverified.unwrap_or(if self.open_to_everyone() {
+            Unverified::Honour
+        } else {
+            Unverified::Apply
+        })
+    }
+
+    /// Who may exempt, for messages: `group platform-team or user alice`.
+    pub fn who(&self) -> String {
+        let groups = self.allowed_groups.iter().map(|g| format!("group {g}"));
+        let users = self.allowed_users.iter().map(|u| format!("user {u}"));
+        groups.chain(users).collect::<Vec<_>>().join(" or ")
+    }
+}
+
+/// What `check` and `audit`, which cannot know who wrote an object, do with its exemption
+/// annotation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Unverified {
+    /// The policy applies as if the annotation were absent, and the annotation is reported as
+    /// unverified and not applied: a file or stored object whose annotation a tenant wrote
+    /// must not pass CI or audit when the webhook would refuse it.
+    Apply,
+    /// The annotation exempts, reported as an unverified exemption.
+    Honour,
 }
 
 /// One policy: a rule family, a mode, a scope, and its exemption setting.
@@ -107,20 +183,23 @@ pub struct Policy {
     /// The parameters as the family parsed them.
     #[serde(skip)]
     pub params: Params,
-    /// Exemption setting (absent: not exemptable).
+    /// How the policy may be exempted (absent: the annotation exempts nothing).
     #[serde(default)]
-    pub exemption: Option<Exemption>,
+    pub exemptions: Exemptions,
+    /// The former `exemption: {allowed: …}`, refused at load time with what to write instead
+    /// (it let anyone who may write an object exempt it).
+    #[serde(default, rename = "exemption", skip_serializing)]
+    pub legacy_exemption: Option<serde_json::Value>,
 }
 
 impl Policy {
-    /// The annotation that exempts an object from this policy, when exemptions are allowed.
+    /// The annotation that exempts an object from this policy, when the policy lets some
+    /// requester exempt with it ([`Exemptions::annotation`]).
     pub fn exemption_annotation(&self) -> Option<String> {
-        match &self.exemption {
-            Some(Exemption { allowed: true }) => {
-                Some(format!("{EXEMPT_ANNOTATION_PREFIX}{}", self.name))
-            }
-            _ => None,
-        }
+        self.exemptions
+            .annotation
+            .as_ref()
+            .map(|_| format!("{EXEMPT_ANNOTATION_PREFIX}{}", self.name))
     }
 }
 

@@ -170,8 +170,10 @@ pub fn verdict_items(
         code: None,
         line: exemption_line,
         message: format!(
-            "exempted from policy {} by annotation: {}",
-            e.policy, e.reason
+            "exempted from policy {} by annotation ({}): {}",
+            e.policy,
+            e.basis.describe(),
+            e.reason
         ),
         text: None,
         fixed_by_patch: false,

@@ -853,6 +853,7 @@ mod tests {
             object: None,
             old_object: Some(m),
             dry_run: false,
+            requester: crate::rules::Requester::Unknown,
         };
         check(&subject, Some(m), facts, unknown)
     }
@@ -1093,6 +1094,7 @@ mod tests {
             object: None,
             old_object: None,
             dry_run: false,
+            requester: crate::rules::Requester::Unknown,
         };
         let unavailable = GuardFacts::Unavailable {
             reason: "the review carries no oldObject".into(),

@@ -41,7 +41,7 @@ pub static FAMILIES: &[&Family] = &[
     &release_annotations::FAMILY,
     &lb_guard::FAMILY,
 ];
-pub use subject::{ObjectRef, Operation, Subject, bound_names};
+pub use subject::{ObjectRef, Operation, Requester, Subject, bound_names};
 
 pub use crate::cloudconf::IniEdit;
 use crate::cloudconf::{Document, ParseError};

@@ -31,6 +31,22 @@ impl Operation {
     }
 }
 
+/// Who makes the write, as far as the face knows: what an exemption annotation's weight
+/// depends on ([`crate::policy::AnnotationExemption`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Requester<'a> {
+    /// No requester is known: `check` reads files and `audit` stored objects, written by
+    /// someone they cannot see.
+    Unknown,
+    /// The review's `userInfo`, which the apiserver authenticated.
+    User {
+        /// `userInfo.username`.
+        username: &'a str,
+        /// `userInfo.groups`.
+        groups: &'a [String],
+    },
+}
+
 /// One write the engine evaluates. Its name and namespace are [`ShortText`]: what a finding,
 /// a log line or a metric names is bounded whatever the request held.
 #[derive(Debug, Clone)]
@@ -51,6 +67,8 @@ pub struct Subject<'a> {
     pub old_object: Option<&'a DynamicObject>,
     /// Whether the write is a dry run (nothing is stored).
     pub dry_run: bool,
+    /// Who writes (the webhook's review), or [`Requester::Unknown`].
+    pub requester: Requester<'a>,
 }
 
 impl<'a> Subject<'a> {
@@ -65,6 +83,7 @@ impl<'a> Subject<'a> {
             object: Some(object),
             old_object: None,
             dry_run: true,
+            requester: Requester::Unknown,
         }
     }
 

@@ -31,7 +31,8 @@ pub fn review_for(object: &Value, uid: &str) -> Value {
         "requestResource": gvr,
         "name": name,
         "operation": "CREATE",
-        "userInfo": {"username": "stackgate-check"},
+        // The apiserver adds system:authenticated to every authenticated user's groups.
+        "userInfo": {"username": "stackgate-check", "groups": ["system:authenticated"]},
         "object": object,
         "oldObject": null,
         "dryRun": true,
