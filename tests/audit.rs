@@ -2521,6 +2521,23 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for CapturedLogs {
     }
 }
 
+/// The log lines of every test of this binary, at trace level for stackgate's own targets: a
+/// process-wide subscriber, installed once, because the audit logs from whatever thread runs
+/// it (a thread-local one misses those, and callsites other tests hit first stay disabled).
+fn global_logs() -> &'static CapturedLogs {
+    static LOGS: std::sync::OnceLock<CapturedLogs> = std::sync::OnceLock::new();
+    LOGS.get_or_init(|| {
+        let logs = CapturedLogs::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter("stackgate=trace")
+            .with_ansi(false)
+            .with_writer(logs.clone())
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("the first subscriber");
+        logs
+    })
+}
+
 /// A cluster holding one leak-matrix input, as the apiserver stores it, with the kinds the
 /// background audit writes.
 fn leak_cluster(text: &str) -> Cluster {
@@ -2547,15 +2564,7 @@ fn leak_cluster(text: &str) -> Cluster {
 /// still reported (the input was read and evaluated).
 #[tokio::test]
 async fn a_canary_in_any_secret_input_appears_in_no_audit_face() {
-    let logs = CapturedLogs::default();
-    let subscriber = tracing_subscriber::fmt()
-        // stackgate's own lines at every level; the libraries' trace lines (hyper, kube)
-        // would only slow the run down.
-        .with_env_filter("stackgate=trace")
-        .with_ansi(false)
-        .with_writer(logs.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let logs = global_logs();
     let canary_b64 = base64::engine::general_purpose::STANDARD.encode(leak_inputs::CANARY);
     for (file, text, expected) in leak_inputs::inputs() {
         let cluster = Arc::new(Mutex::new(leak_cluster(&text)));
@@ -2607,7 +2616,10 @@ async fn a_canary_in_any_secret_input_appears_in_no_audit_face() {
         assert!(!exposition.contains("CANARY"), "{file}: {exposition}");
     }
     let logged = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
-    assert!(logged.contains("stackgate"), "logs were captured: {logged}");
+    assert!(
+        logged.contains("stackgate::audit"),
+        "the audit's logs were captured: {logged}"
+    );
     assert!(!logged.contains("CANARY"), "a log line shows the canary");
     assert!(!logged.contains(&canary_b64), "a log line shows the canary");
 }
