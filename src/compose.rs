@@ -537,21 +537,7 @@ impl SelfManagedTls {
 pub fn audit(args: &AuditArgs, engine: &Engine) -> Result<u8, ComposeError> {
     use std::io::IsTerminal as _;
     let options = crate::audit::AuditOptions::from(args);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(ComposeError::Runtime)?;
-    Ok(runtime.block_on(async {
-        let client = match kube::Client::try_default().await {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!(
-                    "stackgate audit: no cluster access (kubeconfig or in-cluster service \
-                     account): {e}"
-                );
-                return 2;
-            }
-        };
+    with_cluster_client("audit", |client| async move {
         let terminal = std::io::stderr().is_terminal();
         let mut progress = |kind: &str, objects: usize| {
             if terminal {
@@ -567,28 +553,14 @@ pub fn audit(args: &AuditArgs, engine: &Engine) -> Result<u8, ComposeError> {
             eprintln!("stackgate audit: {e}");
             2
         })
-    }))
+    })
 }
 
 /// `stackgate uninstall`: connects to the cluster and runs the uninstall plan, printing one
 /// line per object. Returns the exit code: 0 done, 2 no cluster access or a failed request.
 pub fn uninstall(args: &UninstallArgs) -> Result<u8, ComposeError> {
     let plan = crate::uninstall::UninstallPlan::from(args);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(ComposeError::Runtime)?;
-    Ok(runtime.block_on(async {
-        let client = match kube::Client::try_default().await {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!(
-                    "stackgate uninstall: no cluster access (kubeconfig or in-cluster service \
-                     account): {e}"
-                );
-                return 2;
-            }
-        };
+    with_cluster_client("uninstall", |client| async move {
         match crate::uninstall::run(&client, &plan).await {
             Ok(steps) => {
                 for step in steps {
@@ -600,6 +572,32 @@ pub fn uninstall(args: &UninstallArgs) -> Result<u8, ComposeError> {
                 eprintln!(
                     "stackgate uninstall: {}",
                     crate::cli::run::with_sources(&error)
+                );
+                2
+            }
+        }
+    })
+}
+
+/// Runs `command` (a one-shot CLI command named `name`) on a current-thread runtime with a
+/// client of the cluster the kubeconfig or in-cluster service account names; without cluster
+/// access the exit code is 2 and `command` does not run.
+fn with_cluster_client<F, Fut>(name: &str, command: F) -> Result<u8, ComposeError>
+where
+    F: FnOnce(kube::Client) -> Fut,
+    Fut: std::future::Future<Output = u8>,
+{
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(ComposeError::Runtime)?;
+    Ok(runtime.block_on(async {
+        match kube::Client::try_default().await {
+            Ok(client) => command(client).await,
+            Err(e) => {
+                eprintln!(
+                    "stackgate {name}: no cluster access (kubeconfig or in-cluster service \
+                     account): {e}"
                 );
                 2
             }

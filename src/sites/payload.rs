@@ -82,10 +82,19 @@ pub fn is_payload_secret_type(secret_type: Option<&str>) -> bool {
 /// substring scans); a true answer only means "worth parsing".
 pub fn may_hold_site(text: &str, sites: &SitesDocument) -> bool {
     spellings(text, |text| {
-        text.contains("kind")
-            && (sites.sites.iter().any(|s| text.contains(s.name.as_str()))
-                || sites.label.as_deref().is_some_and(|l| text.contains(l)))
+        text.contains("kind") && names_a_site(text, sites)
     })
+}
+
+/// Whether `text` (one spelling) mentions the name of a site in `sites` or the site label.
+fn names_a_site(text: &str, sites: &SitesDocument) -> bool {
+    sites.sites.iter().any(|s| text.contains(s.name.as_str()))
+        || sites.label.as_deref().is_some_and(|l| text.contains(l))
+}
+
+/// Whether `text` (one spelling) holds a CCM marker ([`CCM_MARKERS`]).
+fn names_a_ccm(text: &str) -> bool {
+    CCM_MARKERS.iter().any(|m| text.contains(m))
 }
 
 /// Whether `text` mentions one of `names`, as written or with its YAML escapes read: a YAML
@@ -207,19 +216,14 @@ pub const CCM_MARKERS: &[&str] = &[
 /// embed an object the object families read: it names a `kind` and holds a CCM marker
 /// ([`CCM_MARKERS`]). Cheap; a true answer only means "worth parsing".
 pub fn may_hold_ccm(text: &str) -> bool {
-    spellings(text, |text| {
-        text.contains("kind") && CCM_MARKERS.iter().any(|m| text.contains(m))
-    })
+    spellings(text, |text| text.contains("kind") && names_a_ccm(text))
 }
 
 /// Whether a payload value is worth parsing at all: it may embed a site or a CCM object.
 pub fn worth_parsing(text: &str, sites: &SitesDocument) -> bool {
     // One pass over the spellings for both questions: the text is unescaped at most twice.
     spellings(text, |text| {
-        text.contains("kind")
-            && (sites.sites.iter().any(|s| text.contains(s.name.as_str()))
-                || sites.label.as_deref().is_some_and(|l| text.contains(l))
-                || CCM_MARKERS.iter().any(|m| text.contains(m)))
+        text.contains("kind") && (names_a_site(text, sites) || names_a_ccm(text))
     })
 }
 
