@@ -396,7 +396,7 @@ async fn hostile(shape: &str, n: usize, namespace_bytes: usize) {
         );
         return;
     };
-    let text = stackgate::report::render::text_as(&audited.report, true, &audit::AUDIT);
+    let text = stackgate::report::render::text_as(&audited.report, true, &audit::AUDIT, true);
     let took = started.elapsed();
     let peak = status_kib("VmHWM:");
     let c = audited.report.counts();

@@ -832,15 +832,44 @@ async fn absent_crds_are_notes_and_served_older_versions_are_used() {
     c.serve(DEPLOYMENTS);
     let cluster = Arc::new(Mutex::new(c));
     let (code, text) = run_audit(&cluster, &AuditOptions::default()).await;
-    // No CRD of Argo CD, RKE2 or openstack-k8s-operators: notes, not errors.
+    // No CRD of Argo CD, RKE2 or openstack-k8s-operators: one note for all of them, not
+    // errors, and not one line each (on a plain cluster they would be most of the report).
+    let folded: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("not served by this cluster"))
+        .collect();
+    assert_eq!(folded.len(), 1, "{text}");
     assert!(
-        text.contains(
-            "HelmChart (helm.cattle.io/v1): note [skipped] not served by this cluster (404: the CRD is not installed)"
-        ),
+        folded[0].starts_with("note [skipped] ")
+            && folded[0].contains(" kinds not served by this cluster (no CRD installed)")
+            && folded[0].contains("HelmChart (helm.cattle.io/v1), ")
+            && folded[0].contains("Application (argoproj.io/v1alpha1)")
+            && folded[0].ends_with("(--verbose: one line each, with what it is listed for)"),
         "{text}"
     );
-    assert!(text.contains("Application (argoproj.io/v1alpha1): note [skipped]"));
+    assert!(
+        !text.contains("HelmChart (helm.cattle.io/v1): note"),
+        "{text}"
+    );
     assert!(!text.contains("error [input]"), "{text}");
+    // A served kind's older version was used, so it is not among the folded ones.
+    assert!(
+        !folded[0].contains("HelmRelease (helm.toolkit.fluxcd.io"),
+        "{text}"
+    );
+    let verbose = AuditOptions {
+        verbose: true,
+        ..AuditOptions::default()
+    };
+    let (_, each) = run_audit(&cluster, &verbose).await;
+    assert!(
+        each.contains(
+            "HelmChart (helm.cattle.io/v1): note [skipped] not served by this cluster (404: the CRD is not installed), so there is nothing of this kind to audit (listed for "
+        ),
+        "{each}"
+    );
+    assert!(each.contains("Application (argoproj.io/v1alpha1): note [skipped]"));
+    assert!(!each.contains("kinds not served by this cluster"), "{each}");
     // The HelmRelease came from v2beta2, after v2 answered 404.
     assert!(
         text.contains("HelmRelease/kube-system/openstack-cloud-controller-manager: warning"),
@@ -2159,6 +2188,12 @@ async fn reports_are_written_in_each_report_api_the_cluster_serves() {
     let c = publish_round(&both, ReportApi::Openreports).await;
     assert!(applied(&c, "/openreports.io/") > 0);
     assert_eq!(applied(&c, "/wgpolicyk8s.io/"), 0);
+    // Neither served, auto: nothing written, and the round still succeeds (writing to an
+    // API that is not there failed every round on a plain cluster).
+    let c = publish_round(&[], ReportApi::Auto).await;
+    assert_eq!(applied(&c, "/openreports.io/"), 0);
+    assert_eq!(applied(&c, "/wgpolicyk8s.io/"), 0);
+    assert!(c.requests.iter().any(|r| r.method == "GET"));
 }
 
 const K0S_CLUSTERCONFIGS: &str = "/apis/k0s.k0sproject.io/v1beta1/clusterconfigs";
@@ -2190,7 +2225,9 @@ async fn k0s_cluster_configs_are_listed_and_judged() {
     .await;
     assert_eq!(code, 0, "{text}");
     assert!(
-        text.contains("ClusterConfig (k0s.k0sproject.io/v1beta1): note [skipped] not served"),
+        text.lines().any(|l| l.starts_with("note [skipped] ")
+            && l.contains("not served by this cluster")
+            && l.contains("ClusterConfig (k0s.k0sproject.io/v1beta1)")),
         "{text}"
     );
 }
@@ -2384,7 +2421,7 @@ async fn distinct_long_namespaces_give_a_report_bounded_whatever_their_number() 
     let small = audit_of(configs_in_long_namespaces(few, 2048), &options).await;
     let large = audit_of(configs_in_long_namespaces(many, 2048), &options).await;
     let text =
-        |a: &audit::Audit| stackgate::report::render::text_as(&a.report, true, &audit::AUDIT);
+        |a: &audit::Audit| stackgate::report::render::text_as(&a.report, true, &audit::AUDIT, true);
     let (small_text, large_text) = (text(&small), text(&large));
     assert_eq!(large.report.counts().errors, many);
     assert!(

@@ -514,7 +514,8 @@ pub fn as_report_api(report: &Value, format: ReportFormat) -> Value {
 }
 
 /// The report APIs to write under `choice`: for [`ReportApi::Auto`], those the cluster serves
-/// (both namespaced and cluster kinds listed by API discovery).
+/// (both namespaced and cluster kinds listed by API discovery), which may be none: writing to
+/// an API that is not there would fail every round for a reason the round already knows.
 pub async fn report_formats(client: &kube::Client, choice: ReportApi) -> Vec<ReportFormat> {
     match choice {
         ReportApi::Wgpolicyk8s => vec![ReportFormat::Wgpolicyk8s],
@@ -536,9 +537,6 @@ pub async fn report_formats(client: &kube::Client, choice: ReportApi) -> Vec<Rep
                         tracing::debug!(api = format.api_version(), %error, "report API not served");
                     }
                 }
-            }
-            if served.is_empty() {
-                served.push(ReportFormat::Wgpolicyk8s);
             }
             served
         }
@@ -639,13 +637,27 @@ async fn audit_and_publish(
     let reports = policy_reports(&audited.report, &audited.tally, config.max_results, now);
     let formats = report_formats(client, config.report_api).await;
     let written = publish(client, &reports, &formats).await?;
+    let report_apis = if formats.is_empty() {
+        "none served (install the PolicyReport CRDs: the chart's audit.installCRDs); results \
+         are in the metrics only"
+            .to_owned()
+    } else {
+        formats
+            .iter()
+            .map(|f| f.api_version())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     metrics.record(&audited, started.elapsed(), now);
     let counts = audited.report.counts();
+    let not_served = audited.report.files.iter().filter(|f| f.not_served).count();
     tracing::info!(
         objects = counts.objects,
         errors = counts.errors,
         warnings = counts.warnings,
         unreadable = counts.problems,
+        kinds_not_served = not_served,
+        report_apis,
         reports = written,
         requests = audited.requests,
         seconds = started.elapsed().as_secs_f64(),
@@ -713,6 +725,7 @@ async fn watchable(
         }
     }
     let mut why = String::new();
+    let mut not_served = false;
     for ar in std::iter::once(&target.resource).chain(&target.fallbacks) {
         let api: Api<PartialObjectMeta<DynamicObject>> = match &target.selection {
             Selection::Named { namespace, .. } => {
@@ -726,18 +739,32 @@ async fn watchable(
         match api.list(&probe).await {
             Ok(_) => return Some((api, settings)),
             Err(kube::Error::Api(s)) if s.code == 404 => {
+                not_served = true;
                 why = format!(
                     "{} is not served (404: the CRD is not installed)",
                     resource_label(ar)
                 );
             }
             Err(error) => {
+                not_served = false;
                 why = format!("cannot list {}: {error}", resource_label(ar));
                 break;
             }
         }
     }
-    if !*quiet {
+    // A kind the cluster does not serve is the common case on a plain cluster (most covered
+    // kinds are CRDs of one delivery tool or another): one line per kind at debug, and the
+    // round's summary counts them. Anything else (forbidden, unreachable) is a warning.
+    if not_served {
+        if !*quiet {
+            tracing::debug!(
+                kind = %target.resource.kind,
+                covered_by = target.covered_by,
+                "no change watch for this kind ({why}); the watch is tried again after a period"
+            );
+            *quiet = true;
+        }
+    } else if !*quiet {
         tracing::warn!(
             kind = %target.resource.kind,
             covered_by = target.covered_by,

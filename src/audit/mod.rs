@@ -137,6 +137,9 @@ pub struct AuditOptions {
     /// account, as the webhook's `--max-evaluation-memory`): past it the object is skipped
     /// with an input error.
     pub max_evaluation_memory: usize,
+    /// Text output: one line for each kind the cluster does not serve, instead of one line
+    /// for all of them.
+    pub verbose: bool,
 }
 
 impl Default for AuditOptions {
@@ -152,6 +155,7 @@ impl Default for AuditOptions {
             max_report_objects: DEFAULT_MAX_REPORT_OBJECTS,
             max_report_findings: DEFAULT_MAX_REPORT_FINDINGS,
             max_evaluation_memory: crate::budget::DEFAULT_MAX_EVALUATION_MEMORY,
+            verbose: false,
         }
     }
 }
@@ -675,7 +679,7 @@ pub async fn run(
         }
     }
     let rendered = match options.format {
-        Format::Text => render::text_as(&audit.report, !options.no_diff, &AUDIT),
+        Format::Text => render::text_as(&audit.report, !options.no_diff, &AUDIT, options.verbose),
         Format::Json => render::json(&audit.report),
         Format::Sarif => render::sarif_as(&audit.report, engine.policies(), &AUDIT),
         Format::Junit => render::junit_as(&audit.report, &AUDIT),
@@ -1232,6 +1236,7 @@ impl Run<'_> {
                  of this kind to audit (listed for {})",
                 target.covered_by
             )),
+            not_served: true,
             ..FileReport::new(&kind_label(&target.resource))
         });
         true

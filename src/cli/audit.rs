@@ -75,6 +75,10 @@ pub struct AuditArgs {
     /// Do not print fix diffs in text output.
     #[arg(long, env = "STACKGATE_AUDIT_NO_DIFF")]
     pub no_diff: bool,
+    /// Text output: one line for each kind this cluster does not serve, with what it is
+    /// listed for (by default they are folded into one line).
+    #[arg(short, long, env = "STACKGATE_AUDIT_VERBOSE")]
+    pub verbose: bool,
     /// Preview the edits the mutating webhook would make to the stored objects; with
     /// `--yes`, write them through the API (a JSON Patch with a resourceVersion
     /// precondition, field manager `stackgate-audit`). Nothing is ever restarted.
@@ -103,6 +107,7 @@ impl From<&AuditArgs> for AuditOptions {
             max_report_findings,
             max_evaluation_memory,
             no_diff,
+            verbose,
             fix,
             yes,
             policy: _,
@@ -123,6 +128,7 @@ impl From<&AuditArgs> for AuditOptions {
             max_report_objects: *max_report_objects,
             max_report_findings: *max_report_findings,
             max_evaluation_memory: *max_evaluation_memory,
+            verbose: *verbose,
         }
     }
 }
@@ -283,6 +289,7 @@ mod tests {
             "--max-report-findings=5",
             "--max-evaluation-memory=6",
             "--no-diff",
+            "--verbose",
             "--fix",
             "--yes",
         ]);
@@ -304,6 +311,7 @@ mod tests {
                 max_report_objects: 4,
                 max_report_findings: 5,
                 max_evaluation_memory: 6,
+                verbose: true,
             }
         );
     }

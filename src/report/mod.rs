@@ -219,6 +219,9 @@ pub struct FileReport {
     pub written: bool,
     /// Why the input was not read, when it was skipped by design (does not fail the run).
     pub skipped: Option<String>,
+    /// The skip is routine: a kind this cluster does not serve (no CRD installed). Text
+    /// output folds every such entry into one line unless asked for each.
+    pub not_served: bool,
     /// Why `--fix` did not write the file (a symbolic link, replaced since it was read).
     pub not_written: Option<String>,
     /// The note for a template file that was read but not checked (does not fail the run).
@@ -235,6 +238,7 @@ impl FileReport {
             diff: None,
             written: false,
             skipped: None,
+            not_served: false,
             not_written: None,
             template: None,
         }

@@ -49,17 +49,23 @@ fn at(face: &Face, name: &str, line: usize) -> String {
 
 /// Human-readable text.
 pub fn text(report: &Report, show_diffs: bool) -> String {
-    text_as(report, show_diffs, &CHECK)
+    text_as(report, show_diffs, &CHECK, false)
 }
 
-/// Human-readable text, with the summary and fix hints of `face`.
-pub fn text_as(report: &Report, show_diffs: bool, face: &Face) -> String {
+/// Human-readable text, with the summary and fix hints of `face`. Entries for kinds the
+/// cluster does not serve ([`FileReport::not_served`](super::FileReport::not_served)) are one
+/// line each when `each_skip`, else folded into one line: on a plain cluster they are most of
+/// the report and say nothing about its objects.
+pub fn text_as(report: &Report, show_diffs: bool, face: &Face, each_skip: bool) -> String {
     let mut out = String::new();
+    let mut not_served: Vec<&str> = Vec::new();
     // The upstream source of each rule that has a finding, printed once after the findings
     // (each message is cut before its attribution).
     let mut sources: Vec<(&str, &str)> = Vec::new();
     for f in &report.files {
-        if let Some(reason) = &f.skipped {
+        if f.not_served && !each_skip {
+            not_served.push(&f.name);
+        } else if let Some(reason) = &f.skipped {
             let _ = writeln!(out, "{}: note [skipped] {reason}", f.name);
         }
         if let Some(note) = &f.template {
@@ -135,6 +141,21 @@ pub fn text_as(report: &Report, show_diffs: bool, face: &Face) -> String {
             }
             out.push_str(diff);
         }
+    }
+    if !not_served.is_empty() {
+        let _ = writeln!(
+            out,
+            "note [skipped] {} kind{} not served by this cluster (no CRD installed), so none of \
+             {} objects exist to audit: {} (--verbose: one line each, with what it is listed for)",
+            not_served.len(),
+            plural(not_served.len()),
+            if not_served.len() == 1 {
+                "its"
+            } else {
+                "their"
+            },
+            not_served.join(", ")
+        );
     }
     for (rule, source) in &sources {
         let _ = writeln!(out, "source of [{rule}]: {source}");
