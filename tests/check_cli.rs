@@ -603,3 +603,31 @@ fn wrapped_base64_secret_data_is_accepted_like_the_apiserver_does() {
     let o = stackgate(&["-"], Some(&secret(&spaced)));
     assert!(stdout(&o).contains("not valid base64"), "{}", stdout(&o));
 }
+
+/// An unreadable path is named with the words `ls` uses, not Rust's `ErrorKind` names
+/// ("entity not found"), and is an input error (exit 2).
+#[test]
+fn an_unreadable_path_says_why_in_plain_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("clusters");
+    let o = stackgate(&[missing.to_str().unwrap()], None);
+    assert_eq!(code(&o), 2);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!(
+            "cannot read {}: no such file or directory",
+            missing.display()
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("entity not found"), "{err}");
+    // A file whose bytes are not UTF-8 text, inside a walked directory.
+    std::fs::write(dir.path().join("bad.yaml"), [0xff, 0xfe, b'a', b'\n']).unwrap();
+    let o = stackgate(&[dir.path().to_str().unwrap()], None);
+    assert_eq!(code(&o), 2, "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("bad.yaml:0:0: error [input] not UTF-8 text"),
+        "{}",
+        stdout(&o)
+    );
+}

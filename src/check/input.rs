@@ -7,6 +7,25 @@ use std::path::{Path, PathBuf};
 
 use super::CheckError;
 
+/// Why a file could not be read, in the words `ls` and `cat` use ("no such file or
+/// directory"), not Rust's `ErrorKind` names ("entity not found"). Only the kind is shown: the
+/// OS message could repeat a path, and the caller already names it.
+pub(crate) fn io_reason(e: &std::io::Error) -> std::borrow::Cow<'static, str> {
+    use std::io::ErrorKind as K;
+    std::borrow::Cow::Borrowed(match e.kind() {
+        K::NotFound => "no such file or directory",
+        K::PermissionDenied => "permission denied",
+        K::IsADirectory => "is a directory",
+        K::NotADirectory => "a path component is not a directory",
+        K::InvalidData => "not UTF-8 text",
+        K::StorageFull => "no space left on device",
+        K::ReadOnlyFilesystem => "read-only file system",
+        K::OutOfMemory => "out of memory",
+        K::Interrupted | K::WouldBlock => "interrupted; try again",
+        other => return std::borrow::Cow::Owned(other.to_string()),
+    })
+}
+
 /// File extensions read when walking a directory.
 pub const EXTENSIONS: &[&str] = &["yaml", "yml", "json"];
 
@@ -181,7 +200,7 @@ pub fn collect(
         // followed (its target is what they asked for).
         let meta = std::fs::metadata(path).map_err(|e| CheckError::Path {
             path: path.clone(),
-            message: e.kind().to_string(),
+            message: io_reason(&e).into_owned(),
         })?;
         if meta.is_dir() {
             let mut found = walk(path, exclude, ini, &hits);
@@ -320,7 +339,7 @@ fn read_stdin(stdin: &mut dyn Read, max_size: u64) -> Content {
             |_| Content::Error("standard input is not UTF-8 text".to_owned()),
             Content::Text,
         ),
-        Err(e) => Content::Error(format!("cannot read standard input: {}", e.kind())),
+        Err(e) => Content::Error(format!("cannot read standard input: {}", io_reason(&e))),
     }
 }
 
@@ -346,17 +365,17 @@ fn read_regular(path: &Path, max_size: u64) -> Result<(String, Option<FileId>), 
     // Look before opening: opening a FIFO for reading blocks until a writer appears, and
     // opening a device can have effects. `open_nonblocking` covers the file being swapped
     // between this look and the open.
-    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read: {}", e.kind()))?;
+    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read: {}", io_reason(&e)))?;
     if !meta.is_file() {
         return Err(not_regular(&meta));
     }
     if meta.len() > max_size {
         return Err(too_large(max_size));
     }
-    let file = open_nonblocking(path).map_err(|e| format!("cannot read: {}", e.kind()))?;
+    let file = open_nonblocking(path).map_err(|e| format!("cannot read: {}", io_reason(&e)))?;
     let meta = file
         .metadata()
-        .map_err(|e| format!("cannot read: {}", e.kind()))?;
+        .map_err(|e| format!("cannot read: {}", io_reason(&e)))?;
     if !meta.is_file() {
         return Err(not_regular(&meta));
     }
@@ -364,7 +383,7 @@ fn read_regular(path: &Path, max_size: u64) -> Result<(String, Option<FileId>), 
     // The file can grow after the look; never read past the bound.
     file.take(max_size.saturating_add(1))
         .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read: {}", e.kind()))?;
+        .map_err(|e| format!("cannot read: {}", io_reason(&e)))?;
     if bytes.len() as u64 > max_size {
         return Err(too_large(max_size));
     }
@@ -476,7 +495,7 @@ fn walk(root: &Path, exclude: &[String], ini: &[String], hits: &Hits) -> Vec<(Pa
             Err(e) => {
                 out.push((
                     dir,
-                    Found::Error(format!("cannot read directory: {}", e.kind())),
+                    Found::Error(format!("cannot read directory: {}", io_reason(&e))),
                 ));
                 continue;
             }
@@ -487,7 +506,7 @@ fn walk(root: &Path, exclude: &[String], ini: &[String], hits: &Hits) -> Vec<(Pa
                 Err(e) => {
                     out.push((
                         dir.clone(),
-                        Found::Error(format!("cannot list directory: {}", e.kind())),
+                        Found::Error(format!("cannot list directory: {}", io_reason(&e))),
                     ));
                     break;
                 }
@@ -497,7 +516,10 @@ fn walk(root: &Path, exclude: &[String], ini: &[String], hits: &Hits) -> Vec<(Pa
                 Ok(t) => t,
                 Err(e) => {
                     if wanted(&path) && !walk_excludes(exclude, root, &path, false, &hits.exclude) {
-                        out.push((path, Found::Error(format!("cannot read: {}", e.kind()))));
+                        out.push((
+                            path,
+                            Found::Error(format!("cannot read: {}", io_reason(&e))),
+                        ));
                     }
                     continue;
                 }
@@ -549,7 +571,7 @@ fn symlink_target(link: &Path, tree: Option<&Path>) -> Found {
             "symbolic link to {}; not followed",
             file_kind(&m.file_type())
         )),
-        Err(e) => Found::Error(format!("cannot read: {}", e.kind())),
+        Err(e) => Found::Error(format!("cannot read: {}", io_reason(&e))),
     }
 }
 
@@ -569,7 +591,7 @@ pub fn write_fix(
 ) -> Result<Option<NotWritten>, CheckError> {
     let fail = |e: std::io::Error| CheckError::Write {
         path: path.to_path_buf(),
-        message: e.kind().to_string(),
+        message: io_reason(&e).into_owned(),
     };
     let meta = std::fs::symlink_metadata(path).map_err(fail)?;
     let file_type = meta.file_type();

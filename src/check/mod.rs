@@ -162,7 +162,8 @@ pub fn with_release_catalog(engine: &Engine, path: &std::path::Path) -> Result<E
         path: path.to_path_buf(),
         message,
     };
-    let text = std::fs::read_to_string(path).map_err(|e| fail(e.kind().to_string()))?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| fail(input::io_reason(&e).into_owned()))?;
     let catalog: ReleaseCatalog = serde_saphyr::from_str(&text)
         .map_err(|e| fail(e.to_string().lines().next().unwrap_or_default().to_owned()))?;
     if catalog.api_version != crate::policy::API_VERSION || catalog.kind != catalog::KIND {

@@ -1402,7 +1402,9 @@ pub fn line_within_scalar(source: &str, node: &Node, inner: usize) -> usize {
                     }
                     file
                 }
-                _ => first + inner.saturating_sub(1),
+                // A line past the block's last (the line a fix would add after it) is shown
+                // at the last: a location must be a line the file has.
+                _ => (first + inner.saturating_sub(1)).min(last_content_line(source, node)),
             },
             None => node.start.line,
         },
@@ -1411,6 +1413,17 @@ pub fn line_within_scalar(source: &str, node: &Node, inner: usize) -> usize {
         }
         _ => node.start.line.saturating_sub(1).max(1),
     }
+}
+
+/// The 1-based line in `source` of the last character of `node` that is not a line break or
+/// blank (a block scalar's span ends after its final line break).
+fn last_content_line(source: &str, node: &Node) -> usize {
+    let end = node.end.byte.min(source.len());
+    let held = source.get(..end).map_or(end, |s| s.trim_end().len());
+    1 + source.as_bytes()[..held]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
 }
 
 /// For a literal block scalar whose content starts on its own line, the 1-based line in
@@ -1587,7 +1600,20 @@ off: 2
         let root = parse_one(text).unwrap();
         let path = [Seg::key("a"), Seg::key("b"), Seg::Index(0), Seg::key("t")];
         let y = root.at(&path).unwrap();
+        assert_eq!(line_within_scalar(text, y, 1), 5);
         assert_eq!(line_within_scalar(text, y, 2), 6);
+        // A line the block does not have (one a fix would add) is shown at its last line,
+        // with or without a final line break or lines after it.
+        assert_eq!(line_within_scalar(text, y, 3), 6);
+        assert_eq!(line_within_scalar(text, y, 9), 6);
+        let trailing = "t: |\n  one\n  two\n\n\nu: 1\n";
+        let block = parse_one(trailing).unwrap();
+        let t = block.at(&[Seg::key("t")]).unwrap();
+        assert_eq!(line_within_scalar(trailing, t, 3), 3);
+        let unterminated = "t: |\n  one\n  two";
+        let block = parse_one(unterminated).unwrap();
+        let t = block.at(&[Seg::key("t")]).unwrap();
+        assert_eq!(line_within_scalar(unterminated, t, 3), 3);
         let (used, _, line) =
             root.deepest(&[Seg::key("a"), Seg::key("b"), Seg::Index(0), Seg::key("z")]);
         assert_eq!((used, line), (3, 3));
