@@ -235,3 +235,77 @@ fn the_pre_commit_hook_runs_as_written() {
     }
     drop(repos_dir);
 }
+
+/// The `text` block of `docs/ci.md` that follows `after`: its lines.
+fn text_block(after: &str) -> Vec<&'static str> {
+    let at = DOC
+        .find(after)
+        .unwrap_or_else(|| panic!("docs/ci.md lost {after:?}"));
+    let start = at + DOC[at..].find("```text\n").expect("a text block follows") + 8;
+    let len = DOC[start..].find("```").expect("the block ends");
+    DOC[start..start + len].lines().collect()
+}
+
+/// Each line of a documented output is a line of the real output; a line that ends in ` ...`
+/// stands for a longer one that starts with what precedes it.
+fn assert_shown(doc_lines: &[&str], actual: &str, what: &str) {
+    for line in doc_lines {
+        let found = match line.strip_suffix(" ...") {
+            Some(prefix) => actual.lines().any(|l| l.starts_with(prefix)),
+            None => actual.lines().any(|l| l == *line),
+        };
+        assert!(
+            found,
+            "docs/ci.md shows a line of {what} that the real output does not have:\n{line}\n--- real output\n{actual}"
+        );
+    }
+}
+
+#[test]
+fn the_outputs_shown_in_ci_md_are_real() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gitops/repo");
+    let out = Command::new(env!("CARGO_BIN_EXE_stackgate"))
+        .args([
+            "check",
+            "--values-for",
+            "openstack-cloud-controller-manager=clusters/*/occm-values.yaml",
+            "--values-for",
+            "openstack-cloud-controller-manager=base/occm/values.yaml",
+            ".",
+        ])
+        .current_dir(&fixture)
+        .env_remove("STACKGATE_POLICIES")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_shown(
+        &text_block("What it prints (`--format text`, the default;"),
+        &String::from_utf8_lossy(&out.stdout),
+        "`stackgate check` on the fixture repository",
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let chart = dir.path().join("charts/occm");
+    std::fs::create_dir_all(chart.join("templates")).unwrap();
+    std::fs::write(
+        chart.join("Chart.yaml"),
+        "apiVersion: v2\nname: occm\nversion: 0.1.0\n",
+    )
+    .unwrap();
+    std::fs::write(
+        chart.join("templates/deployment.yaml"),
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {{ .Release.Name }}\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_stackgate"))
+        .args(["check", "."])
+        .current_dir(dir.path())
+        .env_remove("STACKGATE_POLICIES")
+        .output()
+        .unwrap();
+    assert_shown(
+        &text_block("render to. `stackgate check` lists each template once as a note"),
+        &String::from_utf8_lossy(&out.stdout),
+        "`stackgate check` on a chart's templates",
+    );
+}
