@@ -419,6 +419,14 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("--only"), "{text}");
+        // `--only validating` is offered only where it would write something served.
+        let mutating_only = AdmissionPolicies {
+            validating: Vec::new(),
+            validating_bindings: Vec::new(),
+            ..generated.clone()
+        };
+        let text = refusal(choose(&mutating_only, &at("1.29"), None));
+        assert!(!text.contains("--only"), "{text}");
         // A family that was not generated needs nothing.
         let validating_only = AdmissionPolicies {
             mutating: Vec::new(),
@@ -478,6 +486,13 @@ mod tests {
                 && text.contains("--only validating"),
             "{text}"
         );
+        // Asked for the mutating policies only: nothing to leave out on purpose.
+        let text = refusal(choose_static(
+            &generated,
+            &beta_mutating,
+            Some(Family::Mutating),
+        ));
+        assert!(!text.contains("--only"), "{text}");
         assert_eq!(
             choose_static(&generated, &beta_mutating, Some(Family::Validating)),
             Ok(ApiChoice {
