@@ -31,8 +31,8 @@ use crate::audit::background::{AuditMetrics, BackgroundConfig};
 use crate::ccm_config_watch::{CcmConfigCell, CcmConfigSource, CcmWorkloads};
 use crate::certs::controller::{RotationMetrics, SelfManagedConfig};
 use crate::cli::{
-    AuditArgs, CcmConfigSourceMode, KubeMode, OpenShiftPlatformMode, ServeArgs, TlsArgsError,
-    UninstallArgs,
+    AuditArgs, CcmConfigSourceMode, KubeMode, OpenShiftPlatformMode, PoliciesArgs, ServeArgs,
+    TlsArgsError, UninstallArgs,
 };
 use crate::cluster_config::{CloudConfigSource, ConfigFactCell, ConfigObject, ConfigObjectError};
 use crate::engine::Engine;
@@ -576,6 +576,60 @@ pub fn uninstall(args: &UninstallArgs) -> Result<u8, ComposeError> {
                 2
             }
         }
+    })
+}
+
+/// `stackgate policies --from-cluster`: reads what the current kubeconfig context's apiserver
+/// serves of `admissionregistration.k8s.io` (kube's discovery) and its version, then writes
+/// the output for that target (`--api-versions` entries are added, as Helm adds them to what
+/// it discovered). Returns the exit code: 0 written, 2 no cluster access, a failed discovery,
+/// or a target that does not serve what the output needs; 1 another error.
+pub fn policies_from_cluster(args: &PoliciesArgs) -> Result<u8, ComposeError> {
+    use crate::admission_policies::served::{GROUP, ServedApis};
+    with_cluster_client("policies", |client| async move {
+        let discovered = async {
+            let discovery = kube::Discovery::new(client.clone())
+                .filter(&[GROUP])
+                .run()
+                .await?;
+            let info = client.apiserver_version().await?;
+            Ok::<_, kube::Error>((discovery, info))
+        };
+        let (discovery, info) = match discovered.await {
+            Ok(found) => found,
+            Err(error) => {
+                eprintln!("stackgate policies: discovery from the cluster failed: {error}");
+                return 2;
+            }
+        };
+        let version = format!("{}.{}", info.major, info.minor);
+        let Ok(version) = version.parse::<crate::admission_policies::KubeVersion>() else {
+            eprintln!(
+                "stackgate policies: the cluster reports version {:?}, not MAJOR.MINOR",
+                info.git_version
+            );
+            return 2;
+        };
+        let resources: Vec<(String, String)> = discovery
+            .groups()
+            .flat_map(|group| {
+                group
+                    .versions()
+                    .flat_map(|v| group.versioned_resources(v))
+                    .map(|(resource, _)| (resource.api_version, resource.kind))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let mut served = ServedApis::from_discovery(
+            &format!("the cluster ({}, discovery)", info.git_version),
+            resources.iter().map(|(a, k)| (a.as_str(), k.as_str())),
+        );
+        if let Err(error) = served.add_entries(&args.api_versions) {
+            eprintln!("stackgate policies: {error}");
+            return 2;
+        }
+        let target = crate::cli::run::PoliciesTarget { version, served };
+        crate::cli::run::policies_exit(args, Some(target))
     })
 }
 

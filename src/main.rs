@@ -48,7 +48,13 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 Err(code) => code,
             }));
         }
-        Command::Policies(args) => run::policies(&args)?,
+        Command::Policies(args) => {
+            return Ok(ExitCode::from(if args.from_cluster {
+                stackgate::compose::policies_from_cluster(&args)?
+            } else {
+                run::policies_exit(&args, None)
+            }));
+        }
         Command::Rules(args) => run::rules(&args)?,
         Command::Explain(args) => run::explain(&args)?,
         Command::Uninstall(args) => {

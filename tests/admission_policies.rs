@@ -5,6 +5,7 @@
 use std::process::Command;
 
 use serde_json::Value;
+use stackgate::admission_policies::served::ApiChoice;
 use stackgate::admission_policies::{AdmissionPoliciesError, KubeVersion, generate};
 use stackgate::policy::{Mode, PolicySet};
 
@@ -254,13 +255,18 @@ fn command_line_prints_the_objects_for_the_version() {
             .any(|d| d["kind"] == "ValidatingAdmissionPolicyBinding")
     );
 
-    let out = stackgate(&["policies", "--output", "admission-policies"]);
+    // 1.30 is the default, and serves no MutatingAdmissionPolicy: --only says so.
+    let out = stackgate(&[
+        "policies",
+        "--output",
+        "admission-policies",
+        "--only",
+        "validating",
+    ]);
+    assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("ValidatingAdmissionPolicy"));
-    assert!(
-        !text.contains("MutatingAdmissionPolicy"),
-        "1.30 is the default"
-    );
+    assert!(!text.contains("MutatingAdmissionPolicy"));
 
     let out = stackgate(&[
         "policies",
@@ -281,6 +287,120 @@ fn command_line_prints_the_objects_for_the_version() {
     );
 }
 
+/// The documents of `stackgate policies --output admission-policies` output.
+fn documents(stdout: &[u8]) -> Vec<Value> {
+    String::from_utf8_lossy(stdout)
+        .split("---\n")
+        .skip(1)
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect()
+}
+
+/// `(kind, apiVersion)` of each document.
+fn kinds_and_apis(docs: &[Value]) -> Vec<(String, String)> {
+    docs.iter()
+        .map(|d| {
+            (
+                d["kind"].as_str().unwrap().to_owned(),
+                d["apiVersion"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// No partial install: a target that does not serve a generated kind gets nothing (exit 2,
+/// naming the kind and the flags), `--only` chooses a subset on purpose, and `--api-versions`
+/// (as Helm takes it) adds what the server serves besides its version's defaults.
+#[test]
+fn command_line_writes_only_what_the_target_serves() {
+    let refused = |args: &[&str], names: &[&str]| {
+        let out = stackgate(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(out.stdout.is_empty(), "{args:?}: nothing is written");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        for name in names {
+            assert!(stderr.contains(name), "{args:?}: {name} in {stderr}");
+        }
+    };
+    let ap = ["policies", "--output", "admission-policies"];
+    let with = |more: &[&'static str]| -> Vec<&'static str> { [&ap[..], more].concat() };
+    refused(
+        &ap,
+        &[
+            "stackgate policies: Kubernetes 1.30 serves no MutatingAdmissionPolicy",
+            "--only validating",
+            "--api-versions",
+        ],
+    );
+    // A default 1.34 serves no MutatingAdmissionPolicy: its v1beta1 needs a feature gate.
+    refused(
+        &with(&["--kube-version", "1.34"]),
+        &[
+            "MutatingAdmissionPolicy",
+            "--feature-gates=MutatingAdmissionPolicy=true",
+        ],
+    );
+    refused(
+        &with(&["--kube-version", "1.29"]),
+        &["ValidatingAdmissionPolicy ("],
+    );
+    // The policy kind without its binding kind is not enough.
+    refused(
+        &with(&[
+            "--kube-version",
+            "1.34",
+            "--api-versions",
+            "admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy",
+        ]),
+        &["MutatingAdmissionPolicy"],
+    );
+    refused(
+        &with(&["--api-versions", "not a version"]),
+        &["\"not a version\""],
+    );
+
+    let out = stackgate(&with(&[
+        "--kube-version",
+        "1.34",
+        "--api-versions",
+        "admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy",
+        "--api-versions",
+        "admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicyBinding,apps/v1",
+    ]));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got = kinds_and_apis(&documents(&out.stdout));
+    let beta = "admissionregistration.k8s.io/v1beta1";
+    assert!(
+        got.iter()
+            .any(|(k, _)| k == "MutatingAdmissionPolicyBinding")
+    );
+    assert!(
+        got.iter()
+            .all(|(k, a)| (k.starts_with("Mutating") && a == beta)
+                || (k.starts_with("Validating") && a == "admissionregistration.k8s.io/v1"))
+    );
+
+    let out = stackgate(&with(&["--kube-version", "1.36", "--only", "mutating"]));
+    assert!(out.status.success());
+    let got = kinds_and_apis(&documents(&out.stdout));
+    assert!(!got.is_empty() && got.iter().all(|(k, _)| k.starts_with("Mutating")));
+
+    // Static manifests: v1 only, 1.36 only.
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("static");
+    let target = target.to_str().unwrap();
+    let static_args = ["policies", "--output", "static-manifests", "--kube-version"];
+    refused(
+        &[&static_args[..], &["1.35", target]].concat(),
+        &["Kubernetes 1.35 has no static admission manifests"],
+    );
+    assert!(!dir.path().join("static").exists(), "nothing written");
+}
+
 /// The chart ships the objects generated from the default set; regenerate with
 /// `cargo run -- policies --output admission-policies --kube-version 1.36 >
 /// charts/stackgate/files/admission-policies.yaml`.
@@ -291,9 +411,13 @@ fn chart_copy_is_current() {
         "/charts/stackgate/files/admission-policies.yaml"
     );
     let shipped = std::fs::read_to_string(path).unwrap();
-    let expected = generate(&PolicySet::embedded().unwrap())
-        .to_yaml(version("1.36"))
-        .unwrap();
+    let expected = generate(&PolicySet::embedded().unwrap()).to_yaml(
+        ApiChoice {
+            validating: Some("admissionregistration.k8s.io/v1"),
+            mutating: Some("admissionregistration.k8s.io/v1"),
+        },
+        "Kubernetes 1.36",
+    );
     assert!(
         shipped == expected,
         "{path} is stale: regenerate it with `cargo run -- policies --output admission-policies \
@@ -652,6 +776,133 @@ async fn real_apiserver_refuses_false_and_adds_the_setting() {
             true
         );
     }
+}
+
+/// The plural resource of an admission policy kind.
+fn plural(kind: &str) -> String {
+    let lower = kind.to_ascii_lowercase();
+    match lower.strip_suffix("policy") {
+        Some(stem) => format!("{stem}policies"),
+        None => format!("{lower}s"),
+    }
+}
+
+/// `stackgate policies --output admission-policies --from-cluster` against the server's
+/// kubeconfig; returns the exit code, the documents and stderr.
+fn from_cluster(server: &Apiserver, more: &[&str]) -> (Option<i32>, Vec<Value>, String) {
+    let kubeconfig = server.dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: \
+             https://127.0.0.1:{}\n    insecure-skip-tls-verify: true\nusers:\n- name: admin\n  \
+             user:\n    token: {ADMIN_TOKEN}\ncontexts:\n- name: e2e\n  context: {{cluster: e2e, \
+             user: admin}}\ncurrent-context: e2e\n",
+            server.port
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_stackgate"))
+        .args([
+            "policies",
+            "--output",
+            "admission-policies",
+            "--from-cluster",
+        ])
+        .args(more)
+        .env("KUBECONFIG", &kubeconfig)
+        .env_remove("STACKGATE_POLICIES")
+        .env_remove("STACKGATE_KUBE_VERSION")
+        .env_remove("STACKGATE_API_VERSIONS")
+        .env_remove("STACKGATE_POLICIES_ONLY")
+        .output()
+        .unwrap();
+    let docs = if out.status.success() {
+        documents(&out.stdout)
+    } else {
+        Vec::new()
+    };
+    (
+        out.status.code(),
+        docs,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Creates every document (what `kubectl apply -f -` does on an empty cluster); panics on the
+/// first the apiserver refuses.
+async fn install(server: &Apiserver, docs: &[Value]) {
+    let admin = server.client(ADMIN_TOKEN);
+    for d in docs {
+        let path = format!(
+            "/apis/{}/{}",
+            d["apiVersion"].as_str().unwrap(),
+            plural(d["kind"].as_str().unwrap())
+        );
+        if let Err(e) = create(&admin, &path, d, false).await {
+            panic!("{} {}: {e}", d["kind"], d["metadata"]["name"]);
+        }
+    }
+}
+
+/// No partial install, on a real apiserver: discovery from the kubeconfig's context picks
+/// what it serves. A default 1.36 serves both policy kinds in v1 and takes the whole output;
+/// a 1.36 with MutatingAdmissionPolicy switched off (`--runtime-config` and the admission
+/// plugin) is refused with exit 2 and takes the `--only validating` output whole.
+///
+/// Skips unless `KUBE_APISERVER_BIN` names a kube-apiserver 1.36 or later (`KUBE_VERSION`).
+#[tokio::test]
+async fn real_apiserver_takes_the_whole_output_of_from_cluster() {
+    let Some(apiserver) = std::env::var_os("KUBE_APISERVER_BIN") else {
+        eprintln!("skipped: KUBE_APISERVER_BIN is not set");
+        return;
+    };
+    let kube_version: KubeVersion = std::env::var("KUBE_VERSION")
+        .unwrap_or_else(|_| "1.36".to_owned())
+        .parse()
+        .unwrap();
+    if kube_version < version("1.36") {
+        eprintln!("skipped: MutatingAdmissionPolicy v1 needs 1.36 (KUBE_VERSION {kube_version})");
+        return;
+    }
+    let server = Apiserver::start(&apiserver, &[], |_| {}).await;
+    let (code, docs, stderr) = from_cluster(&server, &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let got = kinds_and_apis(&docs);
+    assert!(
+        got.iter()
+            .any(|(k, _)| k == "MutatingAdmissionPolicyBinding")
+    );
+    assert!(
+        got.iter()
+            .all(|(_, a)| a == "admissionregistration.k8s.io/v1")
+    );
+    install(&server, &docs).await;
+    drop(server);
+
+    let flags = [
+        "--runtime-config=admissionregistration.k8s.io/v1/mutatingadmissionpolicies=false,\
+         admissionregistration.k8s.io/v1/mutatingadmissionpolicybindings=false"
+            .to_owned(),
+        "--disable-admission-plugins=ServiceAccount,MutatingAdmissionPolicy".to_owned(),
+    ];
+    let server = Apiserver::start(&apiserver, &flags, |_| {}).await;
+    let (code, docs, stderr) = from_cluster(&server, &[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(docs.is_empty());
+    assert!(
+        stderr.contains("serves no MutatingAdmissionPolicy")
+            && stderr.contains("--only validating"),
+        "{stderr}"
+    );
+    let (code, docs, stderr) = from_cluster(&server, &["--only", "validating"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!docs.is_empty());
+    assert!(
+        docs.iter()
+            .all(|d| d["kind"].as_str().unwrap().starts_with("Validating"))
+    );
+    install(&server, &docs).await;
 }
 
 /// KEP-5793 on a real 1.36 apiserver started with the generated static directory, an empty

@@ -1440,6 +1440,509 @@ fn the_cost_bound_counts_regexes_strings_and_chunks() {
     assert!(cost_bound(&gate, 10_000, 2) > cost_bound(&gate, 10_000, 1) * 1.9);
 }
 
+/// A static upper bound of the runtime cost of a CEL expression under the apiserver's cost
+/// functions (cel-go `interpreter/runtimecost.go`, Kubernetes `pkg/cel/library/cost.go`),
+/// used for the chart-values policies, whose inputs are structured values rather than one text.
+///
+/// It walks the parsed expression (macros expanded into comprehensions) and bounds every
+/// string's length and every list's or map's size: by a literal's own size, by a `size(X) <= N`
+/// (or `== N`) test that guards it on the left of `&&` or in a `?:` condition, or else by
+/// [`UNKNOWN_SIZE`]. Every node costs 1 (constants 0), list literals 10, map and object literals
+/// 40 (cel-go's creation costs are 10, 30 and 40), plus: `matches` ⌈(1 + len)·0.1⌉ ·
+/// ⌈len(regex)·0.25⌉; `lowerAscii`, `trim`, `startsWith`, `endsWith` ⌈len·0.1⌉; `==`/`!=`
+/// ⌈min(sizes)·0.1⌉; string `+` ⌈(len a + len b)·0.1⌉ (1 when an operand is a list); `in` the
+/// right side's size unless it is a map by the Kubernetes schema. A comprehension costs its
+/// range, then (condition + step) per element of the range's bound. Both sides of `&&` and
+/// `||` are counted; a `?:` counts its condition and its costlier branch. A function with no
+/// cost model here fails the estimate.
+mod worst_cost {
+    use std::collections::HashMap;
+
+    use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue};
+
+    /// Any string or collection of an object whose size nothing bounds: the apiserver reads
+    /// request bodies of at most 3 MiB.
+    pub const UNKNOWN_SIZE: f64 = 3.0 * 1024.0 * 1024.0;
+
+    /// Maps by the Kubernetes schema (`in` on a map costs 1).
+    const KNOWN_MAPS: &[&str] = &["object.metadata.annotations", "object.metadata.labels"];
+
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Kind {
+        List,
+        Other,
+    }
+
+    /// What evaluating a node may cost, and how large its result may be.
+    #[derive(Debug, Clone, Copy)]
+    pub struct Estimate {
+        /// Upper bound of the cost.
+        pub cost: f64,
+        /// Upper bound of the result's size (string length, list or map size).
+        pub size: f64,
+        kind: Kind,
+    }
+
+    /// Size bounds in force: canonical text of an expression → its bound.
+    #[derive(Debug, Clone, Default)]
+    pub struct Scope(HashMap<String, f64>);
+
+    impl Scope {
+        /// A bound known from outside (a variable's estimated size).
+        pub fn with(mut self, text: &str, bound: f64) -> Self {
+            self.0.insert(text.to_owned(), bound);
+            self
+        }
+    }
+
+    /// The canonical text of `e`, for matching guards with their uses.
+    fn text(e: &IdedExpr) -> String {
+        match &e.expr {
+            Expr::Ident(name) => name.clone(),
+            Expr::Select(s) if s.test => format!("has({}.{})", text(&s.operand), s.field),
+            Expr::Select(s) => format!("{}.{}", text(&s.operand), s.field),
+            Expr::Literal(LiteralValue::String(v)) => format!("{:?}", v.inner()),
+            Expr::Literal(l) => format!("{l:?}"),
+            Expr::Call(c) => {
+                let args: Vec<String> = c.args.iter().map(text).collect();
+                match &c.target {
+                    Some(t) => format!("{}.{}({})", text(t), c.func_name, args.join(",")),
+                    None => format!("{}({})", c.func_name, args.join(",")),
+                }
+            }
+            Expr::List(l) => format!(
+                "[{}]",
+                l.elements.iter().map(text).collect::<Vec<_>>().join(",")
+            ),
+            _ => format!("#{}", e.id),
+        }
+    }
+
+    /// The bounds a true `guard` establishes: `size(X) <= N`, `size(X) < N`, `size(X) == N`,
+    /// and conjunctions of them.
+    fn guards(guard: &IdedExpr, scope: &Scope) -> Scope {
+        let mut out = scope.clone();
+        if let Expr::Call(c) = &guard.expr {
+            match c.func_name.as_str() {
+                "_&&_" => {
+                    let left = guards(&c.args[0], scope);
+                    return guards(&c.args[1], &left);
+                }
+                "_<=_" | "_<_" | "_==_" => {
+                    let sized = match &c.args[0].expr {
+                        Expr::Call(s) if s.func_name == "size" && s.args.len() == 1 => {
+                            Some(text(&s.args[0]))
+                        }
+                        _ => None,
+                    };
+                    if let (Some(sized), Expr::Literal(LiteralValue::Int(n))) =
+                        (sized, &c.args[1].expr)
+                    {
+                        let n = *n.inner() as f64 - if c.func_name == "_<_" { 1.0 } else { 0.0 };
+                        let bound = out.0.get(&sized).map_or(n, |b| b.min(n));
+                        out.0.insert(sized, bound);
+                    }
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    fn ceil(x: f64) -> f64 {
+        x.ceil()
+    }
+
+    /// Upper bounds of cost and size of `e` in `scope`.
+    pub fn estimate(e: &IdedExpr, scope: &Scope) -> Estimate {
+        let known = |e: &IdedExpr| scope.0.get(&text(e)).copied();
+        let unknown = |cost: f64, e: &IdedExpr| Estimate {
+            cost,
+            size: known(e).unwrap_or(UNKNOWN_SIZE),
+            kind: Kind::Other,
+        };
+        match &e.expr {
+            Expr::Ident(_) => unknown(1.0, e),
+            Expr::Select(s) => {
+                let operand = estimate(&s.operand, scope);
+                if s.test {
+                    Estimate {
+                        cost: operand.cost + 1.0,
+                        size: 1.0,
+                        kind: Kind::Other,
+                    }
+                } else {
+                    unknown(operand.cost + 1.0, e)
+                }
+            }
+            Expr::Literal(LiteralValue::String(v)) => Estimate {
+                cost: 0.0,
+                size: v.inner().len() as f64,
+                kind: Kind::Other,
+            },
+            Expr::Literal(_) => Estimate {
+                cost: 0.0,
+                size: 1.0,
+                kind: Kind::Other,
+            },
+            Expr::List(l) => Estimate {
+                cost: 10.0
+                    + l.elements
+                        .iter()
+                        .map(|x| estimate(x, scope).cost)
+                        .sum::<f64>(),
+                size: l.elements.len() as f64,
+                kind: Kind::List,
+            },
+            Expr::Map(m) => entries(&m.entries, scope),
+            Expr::Struct(s) => entries(&s.entries, scope),
+            Expr::Comprehension(c) => {
+                let range = estimate(&c.iter_range, scope);
+                // The loop variable: an element of a literal list is as long as its longest
+                // element; anything else is bounded only by guards in the body.
+                let mut inner = scope.clone();
+                inner.0.remove(&c.iter_var);
+                if let Expr::List(l) = &c.iter_range.expr {
+                    let longest = l
+                        .elements
+                        .iter()
+                        .map(|x| estimate(x, scope).size)
+                        .fold(0.0, f64::max);
+                    inner.0.insert(c.iter_var.clone(), longest);
+                }
+                inner.0.insert(c.accu_var.clone(), range.size);
+                let init = estimate(&c.accu_init, &inner);
+                let step =
+                    estimate(&c.loop_cond, &inner).cost + estimate(&c.loop_step, &inner).cost;
+                let result = estimate(&c.result, &inner);
+                let builds_list = matches!(c.accu_init.expr, Expr::List(_));
+                Estimate {
+                    cost: range.cost + init.cost + range.size * step + result.cost,
+                    size: if builds_list { range.size } else { 1.0 },
+                    kind: if builds_list { Kind::List } else { Kind::Other },
+                }
+            }
+            Expr::Call(c) => call(e, c, scope),
+            Expr::Unspecified => panic!("unspecified expression"),
+        }
+    }
+
+    fn entries(entries: &[cel::common::ast::IdedEntryExpr], scope: &Scope) -> Estimate {
+        let mut cost = 40.0;
+        for entry in entries {
+            match &entry.expr {
+                EntryExpr::StructField(f) => cost += estimate(&f.value, scope).cost,
+                EntryExpr::MapEntry(m) => {
+                    cost += estimate(&m.key, scope).cost + estimate(&m.value, scope).cost;
+                }
+            }
+        }
+        Estimate {
+            cost,
+            size: entries.len() as f64,
+            kind: Kind::Other,
+        }
+    }
+
+    fn call(e: &IdedExpr, c: &cel::common::ast::CallExpr, scope: &Scope) -> Estimate {
+        let known = scope.0.get(&text(e)).copied();
+        let f = c.func_name.as_str();
+        match f {
+            "_&&_" => {
+                let left = estimate(&c.args[0], scope);
+                let right = estimate(&c.args[1], &guards(&c.args[0], scope));
+                return Estimate {
+                    cost: left.cost + right.cost,
+                    size: 1.0,
+                    kind: Kind::Other,
+                };
+            }
+            "_?_:_" => {
+                let condition = estimate(&c.args[0], scope);
+                let then = estimate(&c.args[1], &guards(&c.args[0], scope));
+                let otherwise = estimate(&c.args[2], scope);
+                let kind = if then.kind == Kind::List && otherwise.kind == Kind::List {
+                    Kind::List
+                } else {
+                    Kind::Other
+                };
+                let size = then.size.max(otherwise.size);
+                return Estimate {
+                    cost: condition.cost + then.cost.max(otherwise.cost),
+                    size: known.map_or(size, |k| k.min(size)),
+                    kind,
+                };
+            }
+            _ => {}
+        }
+        let target = c.target.as_ref().map(|t| estimate(t, scope));
+        let args: Vec<Estimate> = c.args.iter().map(|a| estimate(a, scope)).collect();
+        let children = target.map_or(0.0, |t| t.cost) + args.iter().map(|a| a.cost).sum::<f64>();
+        let first = target
+            .or_else(|| args.first().copied())
+            .expect("an operand");
+        let (own, size, kind) = match f {
+            "_||_"
+            | "!_"
+            | "@not_strictly_false"
+            | "_<=_"
+            | "_<_"
+            | "_>=_"
+            | "_>_"
+            | "size"
+            | "_[_]"
+            | "string"
+            | "int"
+            | "bool" => {
+                let size = match f {
+                    "_[_]" | "string" => known.unwrap_or(if f == "string" {
+                        first.size
+                    } else {
+                        UNKNOWN_SIZE
+                    }),
+                    _ => 1.0,
+                };
+                (1.0, size, Kind::Other)
+            }
+            "_==_" | "_!=_" => (
+                ceil(first.size.min(args[1].size) * 0.1).max(1.0),
+                1.0,
+                Kind::Other,
+            ),
+            "matches" => {
+                let regex = args[0].size;
+                (
+                    ceil((1.0 + first.size) * 0.1) * ceil(regex * 0.25),
+                    1.0,
+                    Kind::Other,
+                )
+            }
+            "lowerAscii" | "upperAscii" | "trim" => {
+                (ceil(first.size * 0.1).max(1.0), first.size, Kind::Other)
+            }
+            "startsWith" | "endsWith" => (ceil(first.size * 0.1).max(1.0), 1.0, Kind::Other),
+            "_+_" => {
+                if args[0].kind == Kind::List || args[1].kind == Kind::List {
+                    (1.0, args[0].size + args[1].size, Kind::List)
+                } else {
+                    let size = args[0].size + args[1].size;
+                    (ceil(size * 0.1).max(1.0), size, Kind::Other)
+                }
+            }
+            "@in" => {
+                let map = KNOWN_MAPS.contains(&text(&c.args[1]).as_str());
+                let list = &args[1];
+                (if map { 1.0 } else { list.size.max(1.0) }, 1.0, Kind::Other)
+            }
+            other => panic!("no cost model for {other}"),
+        };
+        let size = known.map_or(size, |k| k.min(size));
+        Estimate {
+            cost: children + own,
+            size,
+            kind,
+        }
+    }
+
+    /// Parses `expression` (as the apiserver reads it: `JSONPatch{…}` is an object literal).
+    pub fn parse(expression: &str) -> IdedExpr {
+        cel::parser::Parser::new()
+            .parse(expression)
+            .unwrap_or_else(|e| panic!("{e:?}: {expression}"))
+    }
+}
+
+/// Every expression of each chart-values policy (match conditions, variables in order — each
+/// variable's size bound feeds the expressions after it —, validations, mutations) stays
+/// under half the apiserver's per-call limit, and each policy under half its budget, whatever
+/// the object: the policies' size gates ([`admission_policies::MAX_DECIDED_CHART_REF_BYTES`],
+/// `MAX_DECIDED_VALUES_ENTRIES`, `…_KEY_BYTES`, `…_VALUE_BYTES`, at most
+/// `MAX_CARRIERS_PER_OBJECT` Application sources) bound every string matched and every map
+/// walked; anything else is bounded by the 3 MiB request body.
+#[test]
+fn chart_values_policies_stay_under_half_the_apiserver_cost_limits_for_any_object() {
+    use worst_cost::{Scope, estimate, parse};
+    let generated = admission_policies::generate(&PolicySet::embedded().unwrap());
+    let mut checked = 0;
+    for policy in generated.validating.iter().chain(&generated.mutating) {
+        let name = policy["metadata"]["name"].as_str().unwrap();
+        if !name.contains("-chart-values") {
+            continue;
+        }
+        let spec = &policy["spec"];
+        let mut expressions: Vec<(String, String)> = Vec::new();
+        for c in spec["matchConditions"].as_array().into_iter().flatten() {
+            expressions.push((
+                format!("matchCondition {}", c["name"].as_str().unwrap()),
+                c["expression"].as_str().unwrap().to_owned(),
+            ));
+        }
+        expressions.extend(named_expressions(policy));
+        let mut scope = Scope::default();
+        let mut total = 0.0;
+        for (what, expression) in expressions {
+            let estimate = estimate(&parse(&expression), &scope);
+            println!(
+                "{name} {what}: ≤ {:.0} (size ≤ {:.0})",
+                estimate.cost, estimate.size
+            );
+            assert!(
+                estimate.cost <= PER_CALL_LIMIT / 2.0,
+                "{name} {what}: cost bound {:.0}",
+                estimate.cost
+            );
+            if let Some(variable) = what.strip_prefix("variable ") {
+                scope = scope.with(&format!("variables.{variable}"), estimate.size);
+            }
+            total += estimate.cost;
+        }
+        assert!(
+            total <= RUNTIME_CEL_COST_BUDGET / 2.0,
+            "{name}: cost bound {total:.0} in all"
+        );
+        checked += 1;
+    }
+    assert_eq!(
+        checked, 3,
+        "two validating and one mutating chart-values policy"
+    );
+}
+
+/// The estimator itself: an unguarded match over object text is bounded only by the request
+/// size (over the limit), a guarded one by its guard, a walk over a map by the map's guard.
+#[test]
+fn the_worst_case_estimate_follows_guards() {
+    use worst_cost::{Scope, UNKNOWN_SIZE, estimate, parse};
+    let cost = |e: &str| estimate(&parse(e), &Scope::default()).cost;
+    let regex = "'^(?:[^?#%]*/)?(?:openstack-cloud-controller-manager)$'";
+    assert!(cost(&format!("object.spec.chart.matches({regex})")) > PER_CALL_LIMIT);
+    let guarded = cost(&format!(
+        "size(object.spec.chart) <= 512 && object.spec.chart.matches({regex})"
+    ));
+    assert!(guarded < 2_000.0 && guarded > 512.0 * 0.1, "{guarded}");
+    // The guard must be on the left: on the right it guards nothing.
+    assert!(
+        cost(&format!(
+            "object.spec.chart.matches({regex}) && size(object.spec.chart) <= 512"
+        )) > PER_CALL_LIMIT
+    );
+    let walk = |guard: &str| {
+        cost(&format!(
+            "{guard}object.spec.values.all(k, size(k) <= 8 && k.matches('^[a-z]+$'))"
+        ))
+    };
+    assert!(walk("") > UNKNOWN_SIZE, "unbounded map");
+    let bounded = walk("size(object.spec.values) <= 10 && ");
+    assert!(bounded < 200.0 && bounded > 10.0, "{bounded}");
+}
+
+/// Chart values at each of the chart-values policies' size limits and one over (chart
+/// reference length, entries of `cloudConfig` and of a section, key length, value length), for
+/// HelmRelease and Application, with the serial setting false, missing and true: decided
+/// exactly as the engine decides them up to the limits, left to the webhook past them (no
+/// denial, no rewrite).
+#[test]
+fn values_up_to_the_size_limits_are_decided_and_larger_ones_left_to_the_webhook() {
+    use admission_policies::{
+        MAX_DECIDED_CHART_REF_BYTES, MAX_DECIDED_VALUES_ENTRIES, MAX_DECIDED_VALUES_KEY_BYTES,
+        MAX_DECIDED_VALUES_VALUE_BYTES,
+    };
+    let harness = Harness::new();
+    let (mut within, mut over) = (Counts::default(), Counts::default());
+    let chart = "openstack-cloud-controller-manager";
+    for kind in ["HelmRelease", "Application"] {
+        let base = if kind == "HelmRelease" {
+            "/spec/values"
+        } else {
+            "/spec/source/helm/valuesObject"
+        };
+        let chart_pointer = if kind == "HelmRelease" {
+            "/spec/chart/spec/chart"
+        } else {
+            "/spec/source/chart"
+        };
+        for serial in [Some(json!("false")), None, Some(json!(true))] {
+            for extra in [0, 1] {
+                let mut shapes: Vec<(String, Value)> = Vec::new();
+                // A chart reference of exactly the limit's length.
+                let mut object = decided_gitops(kind, chart, serial.clone());
+                let length = MAX_DECIDED_CHART_REF_BYTES + extra;
+                let reference = format!("{}/{chart}", "c".repeat(length - chart.len() - 1));
+                set_pointer(&mut object, chart_pointer, json!(reference));
+                shapes.push((format!("chart reference of {length} bytes"), object));
+                // A loadBalancer section, and cloudConfig, with the most entries.
+                let entries = MAX_DECIDED_VALUES_ENTRIES + extra;
+                let mut object = decided_gitops(kind, chart, serial.clone());
+                for i in 0..entries
+                    - object_entries(&object, &format!("{base}/cloudConfig/loadBalancer"))
+                {
+                    set_pointer(
+                        &mut object,
+                        &format!("{base}/cloudConfig/loadBalancer/option-{i}"),
+                        json!("x"),
+                    );
+                }
+                shapes.push((format!("loadBalancer of {entries} entries"), object));
+                let mut object = decided_gitops(kind, chart, serial.clone());
+                for i in 0..entries - object_entries(&object, &format!("{base}/cloudConfig")) {
+                    set_pointer(
+                        &mut object,
+                        &format!("{base}/cloudConfig/extra-{i}"),
+                        json!({}),
+                    );
+                }
+                shapes.push((format!("cloudConfig of {entries} entries"), object));
+                // The longest key and value.
+                let length = MAX_DECIDED_VALUES_KEY_BYTES + extra;
+                let mut object = decided_gitops(kind, chart, serial.clone());
+                set_pointer(
+                    &mut object,
+                    &format!("{base}/cloudConfig/global/k{}", "e".repeat(length - 1)),
+                    json!("v"),
+                );
+                shapes.push((format!("key of {length} bytes"), object));
+                let length = MAX_DECIDED_VALUES_VALUE_BYTES + extra;
+                let mut object = decided_gitops(kind, chart, serial.clone());
+                set_pointer(
+                    &mut object,
+                    &format!("{base}/cloudConfig/global/region"),
+                    json!("r".repeat(length)),
+                );
+                shapes.push((format!("value of {length} bytes"), object));
+                for (shape, object) in shapes {
+                    let label = format!("{kind} {shape}, serial {serial:?}");
+                    let counts = if extra == 0 { &mut within } else { &mut over };
+                    harness.compare(&label, &object, extra == 0, "chart-values", counts);
+                }
+            }
+        }
+    }
+    assert_sound("values at the size limits", &within);
+    assert_eq!(within.agree_on_gated, 30, "{within:?}");
+    assert!(
+        within.policy_denied >= 10 && within.policy_mutated >= 5,
+        "{within:?}"
+    );
+    assert_sound("values over the size limits", &over);
+    assert_eq!(
+        (over.policy_denied, over.policy_mutated),
+        (0, 0),
+        "past the limits the policies decide nothing: {over:?}"
+    );
+    assert!(
+        over.engine_denied >= 10,
+        "the engine still decides: {over:?}"
+    );
+}
+
+/// How many entries the map at `pointer` has.
+fn object_entries(object: &Value, pointer: &str) -> usize {
+    object
+        .pointer(pointer)
+        .and_then(Value::as_object)
+        .map_or(0, serde_json::Map::len)
+}
+
 /// Texts at the size limit and one byte over, padded with comments or with the most section
 /// headers a text of that size can hold (the costliest shape): decided exactly up to the
 /// limit, left to the webhook past it.

@@ -20,6 +20,7 @@
 //! *plain INI gate* ([`PLAIN_INI_GATE`]), a text CEL can read exactly; anything else is left
 //! to the webhook. Structured values are decided only when every key the chart renders is a
 //! plain gcfg name and every value a plain scalar (no line can be injected through a key),
+//! within size limits that bound their CEL cost ([`MAX_DECIDED_VALUES_ENTRIES`] and the others),
 //! the Secret is rendered, no `cloudConfigContents` replaces the map, the chart reference holds
 //! no `?`, `#` or `%` (the engine reads it as a URL) and no values come from elsewhere (Flux
 //! `valuesFrom`, `valuesFiles`, `valuesFile`; Argo CD `valueFiles`, `parameters`). Secrets are not decided at all:
@@ -28,6 +29,7 @@
 //!
 //! Pure: no IO; the CLI prints the objects and the chart ships them (`files/`).
 
+pub mod served;
 pub mod static_manifests;
 
 use std::fmt;
@@ -60,6 +62,16 @@ pub enum AdmissionPoliciesError {
     /// The static manifests would be refused by the apiserver, which then does not start.
     #[error("static admission manifests the apiserver would refuse: {0}")]
     BadStaticManifest(String),
+    /// The target serves no API version of a generated kind: the output would not install
+    /// fully (what is missing, and how to choose a subset or describe the server).
+    #[error("{0}")]
+    NotServed(String),
+    /// An `--api-versions` entry is not `group/version` or `group/version/Kind`.
+    #[error(
+        "{0:?} is not an API version like admissionregistration.k8s.io/v1 or \
+         admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy"
+    )]
+    BadApiVersion(String),
 }
 
 /// A Kubernetes minor version, which decides the admission API versions.
@@ -147,50 +159,58 @@ pub struct AdmissionPolicies {
 const V1: &str = "admissionregistration.k8s.io/v1";
 
 impl AdmissionPolicies {
-    /// Every object for `version`, apiVersions set; mutating ones only when it serves them.
+    /// The generated objects of `family` (policies, then bindings), without apiVersion set.
+    pub fn of_family(&self, family: served::Family) -> impl Iterator<Item = &Value> {
+        let (policies, bindings) = match family {
+            served::Family::Validating => (&self.validating, &self.validating_bindings),
+            served::Family::Mutating => (&self.mutating, &self.mutating_bindings),
+        };
+        policies.iter().chain(bindings)
+    }
+
+    /// Every object of the families `choice` gives an API version, with that apiVersion.
+    pub fn objects_for(&self, choice: served::ApiChoice) -> Vec<Value> {
+        let mut out = Vec::new();
+        for family in [served::Family::Validating, served::Family::Mutating] {
+            let Some(api) = choice.of(family) else {
+                continue;
+            };
+            out.extend(self.of_family(family).map(|o| {
+                let mut o = o.clone();
+                o["apiVersion"] = Value::String(api.to_owned());
+                o
+            }));
+        }
+        out
+    }
+
+    /// Every object in the newest API version `version` has for its kind, switched on or not
+    /// (MutatingAdmissionPolicy v1beta1 on 1.34 and 1.35): what the chart renders where
+    /// discovery lists it. What a *default* server of `version` serves is
+    /// [`served::ServedApis::default_server`], which the command line uses.
     pub fn objects(&self, version: KubeVersion) -> Result<Vec<Value>, AdmissionPoliciesError> {
         let validating = version
             .validating_api()
             .ok_or(AdmissionPoliciesError::Unsupported(version))?;
-        let with = |objects: &[Value], api: &str| {
-            objects
-                .iter()
-                .map(|o| {
-                    let mut o = o.clone();
-                    o["apiVersion"] = Value::String(api.to_owned());
-                    o
-                })
-                .collect::<Vec<_>>()
-        };
-        let mut out = with(&self.validating, validating);
-        out.extend(with(&self.validating_bindings, validating));
-        if let Some(mutating) = version.mutating_api() {
-            out.extend(with(&self.mutating, mutating));
-            out.extend(with(&self.mutating_bindings, mutating));
-        }
-        Ok(out)
+        Ok(self.objects_for(served::ApiChoice {
+            validating: Some(validating),
+            mutating: version.mutating_api(),
+        }))
     }
 
-    /// The objects as YAML documents (JSON is YAML), with a header comment.
-    pub fn to_yaml(&self, version: KubeVersion) -> Result<String, AdmissionPoliciesError> {
-        let objects = self.objects(version)?;
+    /// The objects of `choice` as YAML documents (JSON is YAML), with a header comment naming
+    /// `target` (`Kubernetes 1.36`, what the objects were chosen for).
+    pub fn to_yaml(&self, choice: served::ApiChoice, target: &str) -> String {
         let mut out = format!(
-            "# stackgate admission policies for Kubernetes {version} (generated by `stackgate \
+            "# stackgate admission policies for {target} (generated by `stackgate \
              policies --output admission-policies`)\n"
         );
-        if version.mutating_api() == Some("admissionregistration.k8s.io/v1beta1") {
-            out.push_str(
-                "# MutatingAdmissionPolicy v1beta1 is served only with the \
-                 MutatingAdmissionPolicy feature gate and \
-                 --runtime-config=admissionregistration.k8s.io/v1beta1=true\n",
-            );
-        }
-        for o in objects {
+        for o in self.objects_for(choice) {
             out.push_str("---\n");
             out.push_str(&serde_json::to_string_pretty(&o).unwrap_or_default());
             out.push('\n');
         }
-        Ok(out)
+        out
     }
 }
 
@@ -198,6 +218,26 @@ impl AdmissionPolicies {
 /// webhook's): at this size every expression stays under half the apiserver's per-call CEL cost
 /// limit, bounded with its cost functions in `tests/admission_policies_cel.rs`. 64 KiB ran out.
 pub const MAX_DECIDED_TEXT_BYTES: usize = 16_384;
+
+/// Longest chart reference (a HelmRelease's chart or chartRef name, an Application source's
+/// `chart` or `path`) the chart-values policies read: matching a longer one against the chart
+/// names could run out of CEL cost; it is left to the webhook. Real references are URLs and
+/// paths well under it.
+pub const MAX_DECIDED_CHART_REF_BYTES: usize = 512;
+
+/// Most entries of each map the chart-values policies read (`cloudConfig` and each of its
+/// sections): every entry is matched against the gcfg name pattern, so the count bounds the
+/// CEL cost; values with more are left to the webhook. The chart's largest section,
+/// `loadBalancer`, has about 35 options in all.
+pub const MAX_DECIDED_VALUES_ENTRIES: usize = 48;
+
+/// Longest key of a decided `cloudConfig` section (the longest OpenStack CCM option is 34
+/// bytes); a longer one leaves the values to the webhook.
+pub const MAX_DECIDED_VALUES_KEY_BYTES: usize = 64;
+
+/// Longest value (as text) of a decided `cloudConfig` section entry; a longer one leaves the
+/// values to the webhook.
+pub const MAX_DECIDED_VALUES_VALUE_BYTES: usize = 512;
 
 /// Most Argo CD sources an Application may list for the policies to decide it (the engine
 /// reads at most `sites::helm::MAX_CARRIERS_PER_OBJECT` values carriers).
@@ -761,7 +801,7 @@ fn configmap_patch() -> String {
 fn ours_cel(c: &str) -> String {
     let names: Vec<String> = DEFAULT_CHARTS.iter().map(|n| regex_escape(n)).collect();
     format!(
-        "{c}.matches({})",
+        "size({c}) <= {MAX_DECIDED_CHART_REF_BYTES} && {c}.matches({})",
         cel_str(&format!("^(?:[^?#%]*/)?(?:{})$", names.join("|")))
     )
 }
@@ -782,14 +822,19 @@ fn section_keys() -> String {
 /// comprehension variables (`section`, `entry`) differ from every caller's (`source`): CEL
 /// shadows an outer variable of the same name.
 fn plain_values(v: &str) -> String {
+    let entry = format!("{v}.cloudConfig[section][entry]");
     format!(
         "has({v}.cloudConfig) && !has({v}.cloudConfigContents) && \
          (!has({v}.secret) || ((!has({v}.secret.enabled) || {v}.secret.enabled == true) && \
          (!has({v}.secret.create) || {v}.secret.create == true))) && \
+         size({v}.cloudConfig) <= {MAX_DECIDED_VALUES_ENTRIES} && \
          {sections}.all(section, !(section in {v}.cloudConfig) || \
-         {v}.cloudConfig[section] == null || {v}.cloudConfig[section].all(entry, entry.matches({ident}) && \
-         ({v}.cloudConfig[section][entry] == null || \
-         string({v}.cloudConfig[section][entry]).matches('^[ -~]*$'))))",
+         {v}.cloudConfig[section] == null || \
+         (size({v}.cloudConfig[section]) <= {MAX_DECIDED_VALUES_ENTRIES} && \
+         {v}.cloudConfig[section].all(entry, size(entry) <= {MAX_DECIDED_VALUES_KEY_BYTES} && \
+         entry.matches({ident}) && ({entry} == null || \
+         (size(string({entry})) <= {MAX_DECIDED_VALUES_VALUE_BYTES} && \
+         string({entry}).matches('^[ -~]*$'))))))",
         sections = section_keys(),
         ident = cel_str(&format!("^{IDENT}$")),
     )
@@ -849,14 +894,20 @@ fn gitops_variables() -> Vec<Value> {
 /// (the chart quotes it; gcfg reads the quoted text).
 fn structured_false(v: &str, key: &str) -> String {
     let key = cel_str(key);
+    // The size checks change nothing for decided values (their maps are this small) and
+    // let the expression's cost be bounded on its own; `false` is the longest false literal.
+    let value = format!("string({v}.cloudConfig.loadBalancer[{key}])");
     format!(
-        "has({v}.cloudConfig.loadBalancer) && {key} in {v}.cloudConfig.loadBalancer && \
-         string({v}.cloudConfig.loadBalancer[{key}]).lowerAscii() in {FALSE_LITERALS}"
+        "has({v}.cloudConfig.loadBalancer) && \
+         size({v}.cloudConfig.loadBalancer) <= {MAX_DECIDED_VALUES_ENTRIES} && \
+         {key} in {v}.cloudConfig.loadBalancer && size({value}) <= 5 && \
+         {value}.lowerAscii() in {FALSE_LITERALS}"
     )
 }
 
 /// JSON Patch adding the serial setting where decided values lack it (no key that folds to
-/// it in `cloudConfig.loadBalancer`).
+/// it in `cloudConfig.loadBalancer`). The size checks change nothing for decided values (the
+/// variables hold only values within the limits) and bound the expression's cost on its own.
 fn values_patch() -> String {
     let key = cel_str(serial::KEY);
     let escaped = cel_str(&serial::KEY.replace('~', "~0").replace('/', "~1"));
@@ -866,8 +917,10 @@ fn values_patch() -> String {
     };
     let missing = |v: &str| {
         format!(
-            "({} || !{v}.cloudConfig.loadBalancer.exists(k, k.lowerAscii() == {key}))",
-            absent(v)
+            "({} || (size({v}.cloudConfig.loadBalancer) <= {MAX_DECIDED_VALUES_ENTRIES} && \
+             !{v}.cloudConfig.loadBalancer.exists(k, size(k) == {len} && k.lowerAscii() == {key})))",
+            absent(v),
+            len = serial::KEY.len(),
         )
     };
     let ops = |v: &str, base: &str| {

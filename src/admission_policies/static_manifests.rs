@@ -17,6 +17,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 
+use super::served::ApiChoice;
 use super::{AdmissionPolicies, AdmissionPoliciesError, KubeVersion, V1, cel_str};
 
 /// The suffix the apiserver reserves for static manifests (`manifest.StaticConfigSuffix`).
@@ -28,6 +29,15 @@ const FIRST_MINOR: u32 = 36;
 
 /// The group allowed to delete or change stackgate's admission objects when none is given.
 pub const DEFAULT_BREAK_GLASS_GROUP: &str = "stackgate:break-glass";
+
+/// Whether Kubernetes `version` reads static admission manifests (1.36 or later).
+pub fn supported(version: KubeVersion) -> Result<(), AdmissionPoliciesError> {
+    if version.at_least(FIRST_MINOR) {
+        Ok(())
+    } else {
+        Err(AdmissionPoliciesError::StaticUnsupported(version))
+    }
+}
 
 /// The directory of one admission plugin.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,15 +69,16 @@ pub const ADMISSION_CONFIGURATION_FILE: &str = "admission-configuration.yaml";
 
 impl StaticManifests {
     /// The static manifests of `generated` for `version` (1.36 or later), with the
-    /// self-protection policy letting `break_glass_group` through.
+    /// self-protection policy letting `break_glass_group` through; only the families `choice`
+    /// names (from [`super::served::choose_static`]), except that the self-protection policy
+    /// is always written.
     pub fn new(
         generated: &AdmissionPolicies,
         version: KubeVersion,
         break_glass_group: &str,
+        choice: ApiChoice,
     ) -> Result<Self, AdmissionPoliciesError> {
-        if !version.at_least(FIRST_MINOR) {
-            return Err(AdmissionPoliciesError::StaticUnsupported(version));
-        }
+        supported(version)?;
         if break_glass_group.trim().is_empty() {
             return Err(AdmissionPoliciesError::BadStaticManifest(
                 "the break-glass group is empty".to_owned(),
@@ -97,9 +108,15 @@ impl StaticManifests {
                 })
                 .collect()
         };
-        let mut validating = renamed(&generated.validating);
+        let none = AdmissionPolicies::default();
+        let validating_source = if choice.validating.is_some() {
+            generated
+        } else {
+            &none
+        };
+        let mut validating = renamed(&validating_source.validating);
         validating.push(self_protection_policy(break_glass_group));
-        validating.extend(renamed(&generated.validating_bindings));
+        validating.extend(renamed(&validating_source.validating_bindings));
         validating.push(self_protection_binding());
         let mut dirs = vec![PluginDir {
             plugin: "ValidatingAdmissionPolicy",
@@ -111,7 +128,7 @@ impl StaticManifests {
             ],
             objects: validating,
         }];
-        if !generated.mutating.is_empty() {
+        if choice.mutating.is_some() && !generated.mutating.is_empty() {
             let mut mutating = renamed(&generated.mutating);
             mutating.extend(renamed(&generated.mutating_bindings));
             dirs.push(PluginDir {
@@ -374,9 +391,14 @@ mod tests {
     use super::*;
     use crate::policy::PolicySet;
 
+    const BOTH: ApiChoice = ApiChoice {
+        validating: Some(V1),
+        mutating: Some(V1),
+    };
+
     fn manifests() -> StaticManifests {
         let generated = super::super::generate(&PolicySet::embedded().unwrap());
-        StaticManifests::new(&generated, "1.36".parse().unwrap(), "ops:break-glass").unwrap()
+        StaticManifests::new(&generated, "1.36".parse().unwrap(), "ops:break-glass", BOTH).unwrap()
     }
 
     #[test]
@@ -408,10 +430,10 @@ mod tests {
     fn versions_before_1_36_and_an_empty_group_are_refused() {
         let generated = super::super::generate(&PolicySet::embedded().unwrap());
         assert!(matches!(
-            StaticManifests::new(&generated, "1.35".parse().unwrap(), "g"),
+            StaticManifests::new(&generated, "1.35".parse().unwrap(), "g", BOTH),
             Err(AdmissionPoliciesError::StaticUnsupported(_))
         ));
-        assert!(StaticManifests::new(&generated, "1.36".parse().unwrap(), " ").is_err());
+        assert!(StaticManifests::new(&generated, "1.36".parse().unwrap(), " ", BOTH).is_err());
     }
 
     #[test]

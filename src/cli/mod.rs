@@ -97,9 +97,10 @@ pub struct PoliciesArgs {
         default_value = "policy-set"
     )]
     pub output: PoliciesOutput,
-    /// Kubernetes version the admission policies are for (`1.30`, `v1.36.2`): picks the API
-    /// versions (ValidatingAdmissionPolicy v1 from 1.30, v1beta1 on 1.28-1.29;
-    /// MutatingAdmissionPolicy v1 from 1.36, v1beta1 on 1.34-1.35).
+    /// Kubernetes version the admission policies are for (`1.30`, `v1.36.2`): the output uses
+    /// only what a default apiserver of that version serves (ValidatingAdmissionPolicy v1
+    /// from 1.30, MutatingAdmissionPolicy v1 from 1.36; beta versions are off by default),
+    /// plus `--api-versions`. Ignored with `--from-cluster`.
     #[arg(
         long,
         env = "STACKGATE_KUBE_VERSION",
@@ -107,6 +108,31 @@ pub struct PoliciesArgs {
         value_parser = parse_kube_version
     )]
     pub kube_version: crate::admission_policies::KubeVersion,
+    /// API versions the target serves besides `--kube-version`'s defaults, as `helm template
+    /// --api-versions` takes them (repeatable or comma-separated): `group/version/Kind`, e.g.
+    /// `admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy` (with its `…Binding`),
+    /// or `group/version` for every kind of it.
+    #[arg(
+        long,
+        env = "STACKGATE_API_VERSIONS",
+        value_name = "API_VERSION",
+        value_delimiter = ','
+    )]
+    pub api_versions: Vec<String>,
+    /// Read what the target serves (and its version) from the current kubeconfig context's
+    /// apiserver (discovery of `admissionregistration.k8s.io`), instead of `--kube-version`.
+    #[arg(long, env = "STACKGATE_FROM_CLUSTER")]
+    pub from_cluster: bool,
+    /// Write only the validating or only the mutating policies. Without it, a target that
+    /// does not serve every generated kind is refused (exit 2), so that the output of
+    /// `stackgate policies … | kubectl apply -f -` always installs fully.
+    #[arg(
+        long,
+        env = "STACKGATE_POLICIES_ONLY",
+        value_enum,
+        value_name = "FAMILY"
+    )]
+    pub only: Option<OnlyFamily>,
     /// With `--output static-manifests`: the group whose members may still delete or change
     /// stackgate's webhook configurations and admission policies.
     #[arg(
@@ -131,6 +157,24 @@ pub enum PoliciesOutput {
     /// Static admission manifests (KEP-5793, Kubernetes 1.36+) written to DIR, with the
     /// AdmissionConfiguration that names them.
     StaticManifests,
+}
+
+/// `--only`: one family of admission policies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnlyFamily {
+    /// ValidatingAdmissionPolicies and their bindings (refusals).
+    Validating,
+    /// MutatingAdmissionPolicies and their bindings (the added setting).
+    Mutating,
+}
+
+impl From<OnlyFamily> for crate::admission_policies::served::Family {
+    fn from(only: OnlyFamily) -> Self {
+        match only {
+            OnlyFamily::Validating => Self::Validating,
+            OnlyFamily::Mutating => Self::Mutating,
+        }
+    }
 }
 
 fn parse_kube_version(s: &str) -> Result<crate::admission_policies::KubeVersion, String> {

@@ -3,7 +3,8 @@
 
 use std::path::PathBuf;
 
-use crate::admission_policies::AdmissionPoliciesError;
+use crate::admission_policies::served::{self, Family, ServedApis};
+use crate::admission_policies::{AdmissionPoliciesError, KubeVersion};
 use crate::check::CheckOptions;
 use crate::engine::Engine;
 use crate::policy::{PolicyError, PolicySet};
@@ -48,6 +49,21 @@ pub enum RunError {
     },
 }
 
+impl RunError {
+    /// The exit code of a command that failed with this error: 2 when the target of
+    /// `stackgate policies` cannot take what it would write (so nothing was written), 1
+    /// otherwise.
+    pub fn exit_code(&self) -> u8 {
+        use AdmissionPoliciesError as E;
+        match self {
+            RunError::AdmissionPolicies(
+                E::NotServed(_) | E::Unsupported(_) | E::StaticUnsupported(_) | E::BadApiVersion(_),
+            ) => 2,
+            _ => 1,
+        }
+    }
+}
+
 /// The policy set `args` names: the `--policies` directory, or the embedded default set.
 pub fn load_policies(args: &PolicyArgs) -> Result<PolicySet, RunError> {
     match &args.policies {
@@ -85,38 +101,81 @@ pub fn check(args: &CheckArgs) -> u8 {
     })
 }
 
-/// `stackgate policies`: prints the effective policy set, or the admission policies
-/// generated from it, as YAML.
-pub fn policies(args: &PoliciesArgs) -> Result<(), RunError> {
-    let set = load_policies(&args.policy)?;
-    match args.output {
-        PoliciesOutput::PolicySet => {
-            print!("# effective policy set ({})\n{}", set.origin, set.to_yaml());
-        }
-        PoliciesOutput::AdmissionPolicies => {
-            let generated = crate::admission_policies::generate(&set);
-            print!("{}", generated.to_yaml(args.kube_version)?);
-        }
-        PoliciesOutput::StaticManifests => {
-            let dir = args.dir.as_ref().ok_or(RunError::NoStaticDir)?;
-            write_static_manifests(&set, args, dir)?;
+/// What `stackgate policies` writes admission policies for: a Kubernetes version and what
+/// its apiserver serves.
+#[derive(Debug, Clone)]
+pub struct PoliciesTarget {
+    /// The version (static manifests need 1.36).
+    pub version: KubeVersion,
+    /// What it serves.
+    pub served: ServedApis,
+}
+
+impl PoliciesTarget {
+    /// The target the flags describe without a cluster: a default apiserver of
+    /// `--kube-version`, plus `--api-versions`.
+    pub fn from_flags(args: &PoliciesArgs) -> Result<Self, RunError> {
+        let mut served = ServedApis::default_server(args.kube_version);
+        served.add_entries(&args.api_versions)?;
+        Ok(PoliciesTarget {
+            version: args.kube_version,
+            served,
+        })
+    }
+}
+
+/// `stackgate policies` for `target` (the flags' target when `None`), printing an error as
+/// `stackgate policies: error: sources` to stderr. Returns the exit code: 0 written, 2 when the
+/// target does not serve what the output needs (or no such target), 1 on any other error.
+pub fn policies_exit(args: &PoliciesArgs, target: Option<PoliciesTarget>) -> u8 {
+    match policies(args, target) {
+        Ok(()) => 0,
+        Err(error) => {
+            eprintln!("stackgate policies: {}", with_sources(&error));
+            error.exit_code()
         }
     }
+}
+
+/// `stackgate policies`: prints the effective policy set, or the admission policies
+/// generated from it for `target` (the flags' target when `None`), as YAML.
+pub fn policies(args: &PoliciesArgs, target: Option<PoliciesTarget>) -> Result<(), RunError> {
+    let set = load_policies(&args.policy)?;
+    let target = match (args.output, target) {
+        (PoliciesOutput::PolicySet, _) => {
+            print!("# effective policy set ({})\n{}", set.origin, set.to_yaml());
+            return Ok(());
+        }
+        (_, Some(target)) => target,
+        (_, None) => PoliciesTarget::from_flags(args)?,
+    };
+    let generated = crate::admission_policies::generate(&set);
+    let only = args.only.map(Family::from);
+    if args.output == PoliciesOutput::StaticManifests {
+        let dir = args.dir.as_ref().ok_or(RunError::NoStaticDir)?;
+        crate::admission_policies::static_manifests::supported(target.version)?;
+        let choice = served::choose_static(&generated, &target.served, only)?;
+        return write_static_manifests(&generated, args, &target, choice, dir);
+    }
+    let choice = served::choose(&generated, &target.served, only)?;
+    print!("{}", generated.to_yaml(choice, target.served.origin()));
     Ok(())
 }
 
-/// Writes the static manifests of `set` to `dir`: validated first (the generator refuses what
-/// the apiserver's loader would), so a directory the apiserver refuses is never written.
+/// Writes the static manifests of `generated` to `dir`: validated first (the generator refuses
+/// what the apiserver's loader would), so a directory the apiserver refuses is never written.
 fn write_static_manifests(
-    set: &PolicySet,
+    generated: &crate::admission_policies::AdmissionPolicies,
     args: &PoliciesArgs,
+    target: &PoliciesTarget,
+    choice: served::ApiChoice,
     dir: &std::path::Path,
 ) -> Result<(), RunError> {
     use crate::admission_policies::static_manifests::{
         ADMISSION_CONFIGURATION_FILE, MANIFEST_FILE, StaticManifests,
     };
-    let generated = crate::admission_policies::generate(set);
-    let manifests = StaticManifests::new(&generated, args.kube_version, &args.break_glass_group)?;
+    let manifests =
+        StaticManifests::new(generated, target.version, &args.break_glass_group, choice)?;
     let write_error = |path: &std::path::Path| {
         let path = path.to_path_buf();
         move |source| RunError::WriteStatic { path, source }
