@@ -15,6 +15,7 @@
 
 mod audit;
 mod check;
+mod exceptions;
 pub mod explain;
 mod guard;
 pub mod reference;
@@ -32,6 +33,7 @@ use crate::telemetry::LogFormat;
 
 pub use audit::{AuditArgs, BackgroundAuditArgs};
 pub use check::CheckArgs;
+pub use exceptions::ExceptionArgs;
 pub use explain::ExplainArgs;
 pub use guard::{GuardArgs, Switch};
 pub use serve::{CcmConfigSourceMode, KubeMode, OpenShiftPlatformMode, ServeArgs};

@@ -1,0 +1,382 @@
+//! `StackgateException` objects in `stackgate check` (issue 37): `--exceptions PATH` and
+//! `--now`. A finding an active exception covers is reported as excepted, naming the
+//! exception, its reason, ticket and expiry, and does not fail the run; an expired one is
+//! reported as not applied and the policy applies; inside the warning window the excepted
+//! finding is a warning; a refused exception is an input error (exit code 2), never "exempt
+//! everything".
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+/// An RKE2 HelmChart whose values set `provider-requires-serial-api-calls: "false"`: a denial
+/// of policy serial-lb-api-calls, code `false`.
+const DENIED: &str = "tests/fixtures/gitops/repo/rke2/occm-helmchart.yaml";
+
+/// Before the warning window of the exception below (expires 2026-12-31, 14 days' window).
+const EARLY: &str = "2026-11-28T12:00:00Z";
+
+fn exception(namespace: &str, spec_match: &str, codes: &str) -> String {
+    format!(
+        "apiVersion: stackgate.dev/v1alpha1
+kind: StackgateException
+metadata:
+  name: occm-serial
+  namespace: {namespace}
+spec:
+  policy: serial-lb-api-calls
+  codes: {codes}
+  match:
+{spec_match}
+  reason: Octavia provider fixed upstream
+  ticket: CHG-42
+  expires: \"2026-12-31T00:00:00Z\"
+"
+    )
+}
+
+const MATCH_IT: &str = "    kinds: [HelmChart]
+    namespaces: [kube-system]
+    names: [openstack-cloud-controller-manager]";
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write exception");
+    path
+}
+
+fn stackgate(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_stackgate"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(args)
+        .env("STACKGATE_LOG_LEVEL", "off")
+        .output()
+        .expect("run stackgate");
+    (
+        out.status.code(),
+        String::from_utf8(out.stdout).expect("utf-8"),
+        String::from_utf8(out.stderr).expect("utf-8"),
+    )
+}
+
+/// `check --format json DENIED --exceptions PATH --now NOW extra…`: exit code and report.
+fn check(exceptions: &Path, now: &str, extra: &[&str]) -> (Option<i32>, Value) {
+    let path = exceptions.to_str().expect("utf-8 path");
+    let mut args = vec![
+        "check",
+        "--format",
+        "json",
+        DENIED,
+        "--exceptions",
+        path,
+        "--now",
+        now,
+    ];
+    args.extend_from_slice(extra);
+    let (status, stdout, stderr) = stackgate(&args);
+    let report = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("JSON report: {e}\n{stdout}\n{stderr}"));
+    (status, report)
+}
+
+/// `(kind, level, code, message)` of every result.
+fn results(report: &Value) -> Vec<(String, String, String, String)> {
+    report["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|r| {
+            let s = |k: &str| r[k].as_str().unwrap_or_default().to_owned();
+            (s("kind"), s("level"), s("code"), s("message"))
+        })
+        .collect()
+}
+
+#[test]
+fn an_active_exception_reports_the_finding_as_excepted_and_passes() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "occm.yaml",
+        &exception("stackgate", MATCH_IT, "[\"false\"]"),
+    );
+    let (status, report) = check(&file, EARLY, &[]);
+    assert_eq!(status, Some(0), "{report}");
+    let results = self::results(&report);
+    assert_eq!(results.len(), 1, "{results:?}");
+    let (kind, level, code, message) = &results[0];
+    assert_eq!(
+        (kind.as_str(), level.as_str(), code.as_str()),
+        ("excepted", "note", "serial-lb-api-calls/false")
+    );
+    for part in [
+        "excepted from policy serial-lb-api-calls by StackgateException stackgate/occm-serial",
+        "Octavia provider fixed upstream; ticket CHG-42",
+        "until 2026-12-31T00:00:00Z",
+        "provider-requires-serial-api-calls is set to a false value",
+    ] {
+        assert!(message.contains(part), "{part:?} not in {message}");
+    }
+    assert!(!message.contains("expires in"), "{message}");
+    // A directory of exception files reads the same.
+    let (status, again) = check(dir.path(), EARLY, &[]);
+    assert_eq!(status, Some(0));
+    assert_eq!(self::results(&again), results);
+}
+
+#[test]
+fn an_expired_exception_is_named_and_not_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "occm.yaml",
+        &exception("stackgate", MATCH_IT, "[\"false\"]"),
+    );
+    for now in ["2026-12-31T00:00:00Z", "2027-02-01T00:00:00Z"] {
+        let (status, report) = check(&file, now, &[]);
+        assert_eq!(status, Some(1), "{now}: the denial fails the run again");
+        let results = results(&report);
+        assert_eq!(results.len(), 1, "{results:?}");
+        let (kind, level, code, message) = &results[0];
+        assert_eq!(
+            (kind.as_str(), level.as_str(), code.as_str()),
+            ("denial", "error", "serial-lb-api-calls/false")
+        );
+        assert!(
+            message.contains(
+                "exception StackgateException stackgate/occm-serial expired at \
+                 2026-12-31T00:00:00Z; not applied"
+            ),
+            "{message}"
+        );
+    }
+}
+
+#[test]
+fn inside_the_warning_window_the_excepted_finding_is_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "occm.yaml",
+        &exception("stackgate", MATCH_IT, "[\"false\"]"),
+    );
+    let (status, report) = check(&file, "2026-12-25T00:00:00Z", &[]);
+    assert_eq!(status, Some(0), "a warning does not fail by default");
+    let results = results(&report);
+    assert_eq!(results.len(), 1, "{results:?}");
+    let (kind, level, _, message) = &results[0];
+    assert_eq!((kind.as_str(), level.as_str()), ("excepted", "warning"));
+    assert!(
+        message.contains("it expires in 6 days, then the policy applies again"),
+        "{message}"
+    );
+    let (status, _) = check(&file, "2026-12-25T00:00:00Z", &["--fail-on", "warning"]);
+    assert_eq!(status, Some(1));
+    // A narrower window (the flag) makes the same day plain active.
+    let (_, report) = check(
+        &file,
+        "2026-12-25T00:00:00Z",
+        &["--exception-warn-days", "3"],
+    );
+    assert_eq!(results_levels(&report), vec!["note".to_owned()]);
+}
+
+fn results_levels(report: &Value) -> Vec<String> {
+    results(report).into_iter().map(|r| r.1).collect()
+}
+
+#[test]
+fn an_exception_for_another_object_or_code_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text) in [
+        (
+            "other-name.yaml",
+            exception(
+                "stackgate",
+                &MATCH_IT.replace("[openstack-cloud-controller-manager]", "[other]"),
+                "[\"false\"]",
+            ),
+        ),
+        (
+            "other-namespace.yaml",
+            exception(
+                "stackgate",
+                &MATCH_IT.replace("[kube-system]", "[tenant-a]"),
+                "[\"false\"]",
+            ),
+        ),
+        (
+            "other-kind.yaml",
+            exception(
+                "stackgate",
+                &MATCH_IT.replace("[HelmChart]", "[HelmRelease]"),
+                "[\"false\"]",
+            ),
+        ),
+        (
+            "other-code.yaml",
+            exception("stackgate", MATCH_IT, "[missing]"),
+        ),
+    ] {
+        let file = write(dir.path(), name, &text);
+        let (status, report) = check(&file, EARLY, &[]);
+        assert_eq!(status, Some(1), "{name}: {report}");
+        let results = results(&report);
+        assert_eq!(results.len(), 1, "{name}: {results:?}");
+        assert_eq!(results[0].0, "denial", "{name}");
+        assert!(!results[0].3.contains("StackgateException"), "{name}");
+    }
+}
+
+#[test]
+fn without_codes_every_finding_of_the_policy_is_excepted() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "all.yaml",
+        &exception("stackgate", MATCH_IT, "[]"),
+    );
+    let (status, report) = check(&file, EARLY, &[]);
+    assert_eq!(status, Some(0), "{report}");
+    assert_eq!(results(&report)[0].0, "excepted");
+}
+
+#[test]
+fn a_refused_exception_is_an_input_error_never_exempt_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "unknown-field.yaml",
+            exception("stackgate", MATCH_IT, "[\"false\"]") + "  exemptAll: true\n",
+            "unknown field `exemptAll`",
+        ),
+        (
+            "wrong-namespace.yaml",
+            exception("tenant-a", MATCH_IT, "[\"false\"]"),
+            "accepted only in namespace(s) stackgate",
+        ),
+        (
+            "wildcard.yaml",
+            exception(
+                "stackgate",
+                &MATCH_IT.replace("[kube-system]", "[\"*\"]"),
+                "[\"false\"]",
+            ),
+            "no wildcards",
+        ),
+        (
+            "too-long.yaml",
+            exception("stackgate", MATCH_IT, "[\"false\"]")
+                .replace("2026-12-31T00:00:00Z", "2027-12-31T00:00:00Z"),
+            "more than the maximum lifetime (90 days",
+        ),
+        (
+            "no-expiry.yaml",
+            exception("stackgate", MATCH_IT, "[\"false\"]")
+                .replace("  expires: \"2026-12-31T00:00:00Z\"\n", ""),
+            "spec.expires is required",
+        ),
+    ];
+    for (name, text, needle) in cases {
+        let sub = dir.path().join(name.trim_end_matches(".yaml"));
+        std::fs::create_dir(&sub).unwrap();
+        // Beside a valid one: a refused document refuses the whole set.
+        write(
+            &sub,
+            "a-valid.yaml",
+            &exception("stackgate", MATCH_IT, "[\"false\"]").replace("occm-serial", "valid"),
+        );
+        let file = write(&sub, name, &text);
+        let path = sub.to_str().unwrap();
+        let (status, stdout, stderr) =
+            stackgate(&["check", DENIED, "--exceptions", path, "--now", EARLY]);
+        assert_eq!(status, Some(2), "{name}: {stdout}{stderr}");
+        assert!(stdout.is_empty(), "{name}: no report: {stdout}");
+        assert!(
+            stderr.contains(needle),
+            "{name}: {needle:?} not in {stderr}"
+        );
+        assert!(
+            stderr.contains(&file.display().to_string()),
+            "{name}: the file is named: {stderr}"
+        );
+    }
+    // The namespace flag accepts another namespace.
+    let file = dir.path().join("wrong-namespace/wrong-namespace.yaml");
+    std::fs::remove_file(dir.path().join("wrong-namespace/a-valid.yaml")).unwrap();
+    let (status, report) = check(&file, EARLY, &["--exception-namespaces", "ops,tenant-a"]);
+    assert_eq!(status, Some(0), "{report}");
+}
+
+#[test]
+fn a_missing_exceptions_path_or_a_bad_now_is_a_usage_error() {
+    let (status, _, stderr) = stackgate(&[
+        "check",
+        DENIED,
+        "--exceptions",
+        "tests/fixtures/no-such-exceptions",
+        "--now",
+        EARLY,
+    ]);
+    assert_eq!(status, Some(2));
+    assert!(
+        stderr.contains("--exceptions: tests/fixtures/no-such-exceptions"),
+        "{stderr}"
+    );
+    let (status, _, stderr) = stackgate(&["check", DENIED, "--now", "tomorrow"]);
+    assert_eq!(status, Some(2));
+    assert!(stderr.contains("not an RFC 3339 time"), "{stderr}");
+}
+
+#[test]
+fn several_documents_in_one_file_are_all_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let other = exception(
+        "stackgate",
+        &MATCH_IT.replace("[kube-system]", "[tenant-a]"),
+        "[\"false\"]",
+    )
+    .replace("occm-serial", "tenant-a");
+    let text = format!(
+        "{other}---\n{}",
+        exception("stackgate", MATCH_IT, "[\"false\"]")
+    );
+    let file = write(dir.path(), "both.yaml", &text);
+    let (status, report) = check(&file, EARLY, &[]);
+    assert_eq!(status, Some(0), "{report}");
+    assert!(results(&report)[0].3.contains("stackgate/occm-serial"));
+}
+
+/// A cloud-config Secret without the serial setting: a warning and the mutation that adds it.
+const MUTATED: &str = "tests/fixtures/gitops/repo/manifests/cloud-config.yaml";
+
+#[test]
+fn an_excepted_finding_is_not_fixed_either() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec_match =
+        "    kinds: [Secret]\n    namespaces: [kube-system]\n    names: [cloud-config]";
+    let file = write(
+        dir.path(),
+        "secret.yaml",
+        &exception("stackgate", spec_match, "[missing]"),
+    );
+    let path = file.to_str().unwrap();
+    let (status, stdout, stderr) = stackgate(&[
+        "check",
+        "--format",
+        "json",
+        MUTATED,
+        "--exceptions",
+        path,
+        "--now",
+        EARLY,
+    ]);
+    assert_eq!(status, Some(0), "{stderr}");
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    let kinds: Vec<String> = results(&report).into_iter().map(|r| r.0).collect();
+    // The mutation would undo what the exception allows: neither it nor a fix is offered.
+    assert_eq!(kinds, vec!["excepted".to_owned()], "{report}");
+    assert_eq!(report["fixes"], serde_json::json!([]), "{report}");
+    assert_eq!(report["summary"]["fixable"], 0);
+}
