@@ -36,6 +36,7 @@ use crate::cli::{
 };
 use crate::cluster_config::{CloudConfigSource, ConfigFactCell, ConfigObject, ConfigObjectError};
 use crate::engine::Engine;
+use crate::exceptions_watch::{ExceptionCell, ExceptionMetrics, ExceptionSource};
 use crate::fact_watcher::FactMetrics;
 use crate::facts::platform::Infrastructure;
 use crate::facts::{FactId, WatchedFact};
@@ -43,6 +44,7 @@ use crate::guard::{Guard, GuardSource};
 use crate::metrics::Metrics;
 use crate::platform::{PlatformCell, PlatformSource};
 use crate::policy::PolicySet;
+use crate::policy::exception::{ExceptionRules, ExceptionSet};
 use crate::releases::watcher::WatchConfig;
 use crate::server::{self, AppState, ServerConfig, ServerError, ServingCert, TlsSource};
 
@@ -156,6 +158,15 @@ pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
         component.metrics.register(metrics.registry_mut());
     }
     let engine = Engine::new(policies);
+    let exceptions = args.watch_exceptions.then(|| ExceptionWatcher {
+        engine: engine.clone(),
+        rules: args.exception_rules.rules(),
+        cell: ExceptionCell::holding(ExceptionSet::default()),
+        metrics: ExceptionMetrics::default(),
+    });
+    if let Some(component) = &exceptions {
+        component.metrics.register(metrics.registry_mut());
+    }
     let ccm_config = (args.ccm_config_source == CcmConfigSourceMode::Auto
         && feeds(&needed, FactId::CcmConfigSource, "--ccm-config-source auto"))
     .then(|| FactWatcher::ccm_config(&engine));
@@ -206,6 +217,7 @@ pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
             (background_audit.is_some(), "--background-audit"),
             (self_managed.is_some(), "--tls-mode self-managed"),
             (cloud_config.is_some(), "--cloud-config-object"),
+            (exceptions.is_some(), "--watch-exceptions"),
         ]
         .into_iter()
         .find_map(|(wanted, flag)| wanted.then_some(flag));
@@ -280,6 +292,9 @@ pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
         if let Some((component, _)) = &ccm_config {
             state = state.with_fact_source(Arc::clone(&component.source));
         }
+        if let Some(component) = &exceptions {
+            state = state.with_fact_source(Arc::new(ExceptionSource::new(component.cell.clone())));
+        }
         let state = Arc::new(state);
 
         let mut tasks = Tasks::default();
@@ -290,6 +305,12 @@ pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
             component.start(client, &state, &mut tasks);
         }
         if let Some(component) = cloud_config {
+            // Present only when a client exists: without one the start-up failed above.
+            if let Some(client) = client() {
+                component.start(client, &state, &mut tasks);
+            }
+        }
+        if let Some(component) = exceptions {
             // Present only when a client exists: without one the start-up failed above.
             if let Some(client) = client() {
                 component.start(client, &state, &mut tasks);
@@ -398,6 +419,32 @@ impl<W: WatchedFact> FactWatcher<W> {
                 client,
                 self.fact,
                 self.store,
+                self.metrics,
+                move || gate.set(true),
+            )),
+        );
+    }
+}
+
+/// The StackgateException watcher (`--watch-exceptions`): its cell feeds every review, its
+/// readiness gate `exceptions` holds /readyz until the first list or refusal.
+struct ExceptionWatcher {
+    engine: Engine,
+    rules: ExceptionRules,
+    cell: ExceptionCell,
+    metrics: ExceptionMetrics,
+}
+
+impl ExceptionWatcher {
+    fn start(self, client: kube::Client, state: &Arc<AppState>, tasks: &mut Tasks) {
+        let gate = state.add_readiness_gate("exceptions");
+        tasks.add(
+            "exception watcher",
+            tokio::spawn(crate::exceptions_watch::run(
+                client,
+                self.engine,
+                self.rules,
+                self.cell,
                 self.metrics,
                 move || gate.set(true),
             )),

@@ -3,12 +3,25 @@
 //! exception, its reason, ticket and expiry, and does not fail the run; an expired one is
 //! reported as not applied and the policy applies; inside the warning window the excepted
 //! finding is a warning; a refused exception is an input error (exit code 2), never "exempt
-//! everything".
+//! everything". Over HTTPS, `serve`'s exception source (a cell the watcher fills; here the
+//! test fills it) turns a denial into an admission until the exception expires, at the
+//! review's own instant, with a warning inside the window.
+
+mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
 
-use serde_json::Value;
+use common::*;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use serde_json::{Value, json};
+use stackgate::engine::Engine;
+use stackgate::exceptions_watch::{ExceptionCell, ExceptionSource};
+use stackgate::metrics::Metrics;
+use stackgate::policy::PolicySet;
+use stackgate::policy::exception::{Exception, ExceptionRules, ExceptionSet};
+use stackgate::server::AppState;
 
 /// An RKE2 HelmChart whose values set `provider-requires-serial-api-calls: "false"`: a denial
 /// of policy serial-lb-api-calls, code `false`.
@@ -379,4 +392,126 @@ fn an_excepted_finding_is_not_fixed_either() {
     assert_eq!(kinds, vec!["excepted".to_owned()], "{report}");
     assert_eq!(report["fixes"], serde_json::json!([]), "{report}");
     assert_eq!(report["summary"]["fixable"], 0);
+}
+
+// ---------------------------------------------------------------------------------------
+// serve: the webhook over HTTPS, with the exception cell filled by the test
+
+const VALIDATE: &str = "helmrelease/validate-create-openstack-cloud-controller-manager.json";
+
+/// The captured Flux HelmRelease `kube-system/openstack-cloud-controller-manager` with serial
+/// calls `false` (a denial) and only the serial policy speaking.
+fn denied_review() -> Value {
+    let mut v: Value = serde_json::from_slice(&captured(VALIDATE)).expect("captured JSON");
+    let object = &mut v["request"]["object"];
+    object["spec"]["values"]
+        .as_object_mut()
+        .expect("values")
+        .remove("controllerExtraArgs");
+    object["spec"]["values"]["cloudConfig"]["loadBalancer"]["provider-requires-serial-api-calls"] =
+        json!(false);
+    v["request"]["userInfo"] = json!({"username": "tenant-a", "groups": ["tenants"]});
+    v
+}
+
+/// An exception for that HelmRelease, parsed as of `parsed_at`, ending `expires`.
+fn helmrelease_exception(name: &str, parsed_at: Timestamp, expires: Timestamp) -> Exception {
+    let text = exception(
+        "stackgate",
+        "    kinds: [HelmRelease]\n    namespaces: [kube-system]\n    names: [openstack-cloud-controller-manager]",
+        "[\"false\"]",
+    )
+    .replace("occm-serial", name)
+    .replace("2026-12-31T00:00:00Z", &expires.to_string());
+    Exception::parse(
+        "test",
+        &text,
+        &PolicySet::embedded().unwrap(),
+        &ExceptionRules::default(),
+        parsed_at,
+    )
+    .expect("a valid exception")
+}
+
+fn set_of(exceptions: Vec<Exception>) -> ExceptionSet {
+    ExceptionSet {
+        exceptions,
+        rules: ExceptionRules::default(),
+    }
+}
+
+async fn validate(client: &Client) -> Value {
+    let body = serde_json::to_vec(&denied_review()).unwrap();
+    let (status, out) = post(client, "/validate", body).await;
+    assert_eq!(status, http::StatusCode::OK, "{out}");
+    out["response"].clone()
+}
+
+#[tokio::test]
+async fn serve_admits_what_an_exception_covers_until_it_expires() {
+    let cell = ExceptionCell::holding(ExceptionSet::default());
+    let state = AppState::new(Engine::new(PolicySet::embedded().unwrap()), Metrics::new())
+        .with_fact_source(Arc::new(ExceptionSource::new(cell.clone())));
+    let server = TestServer::start_with(|_| {}, state).await;
+    let client = server.client().await;
+    let now = Timestamp::now();
+    let days = |n: i64| SignedDuration::from_hours(24 * n);
+
+    // No exception: the tenant's write is denied.
+    let r = validate(&client).await;
+    assert_eq!(r["allowed"], false, "{r}");
+
+    // An active exception: admitted, named in the audit annotations, no warning.
+    cell.set(set_of(vec![helmrelease_exception(
+        "active",
+        now,
+        now + days(60),
+    )]));
+    let r = validate(&client).await;
+    assert_eq!(r["allowed"], true, "{r}");
+    assert_eq!(
+        r["auditAnnotations"]["serial-lb-api-calls-excepted"],
+        "StackgateException stackgate/active",
+        "{r}"
+    );
+    assert!(
+        !r["warnings"].to_string().contains("StackgateException"),
+        "{r}"
+    );
+
+    // Inside the warning window: admitted, with a warning that says when it ends.
+    cell.set(set_of(vec![helmrelease_exception(
+        "ending",
+        now,
+        now + days(3),
+    )]));
+    let r = validate(&client).await;
+    assert_eq!(r["allowed"], true, "{r}");
+    let warnings = r["warnings"].to_string();
+    assert!(
+        warnings.contains("StackgateException stackgate/ending")
+            && warnings.contains("then the policy applies again"),
+        "{r}"
+    );
+
+    // Expired (it ended a day ago): denied again, and the denial says which one ended.
+    let parsed_at = now - days(10);
+    cell.set(set_of(vec![helmrelease_exception(
+        "ended",
+        parsed_at,
+        now - days(1),
+    )]));
+    let r = validate(&client).await;
+    assert_eq!(r["allowed"], false, "{r}");
+    let message = r["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("exception StackgateException stackgate/ended expired at")
+            && message.contains("not applied"),
+        "{message}"
+    );
+    assert!(
+        r["auditAnnotations"]
+            .get("serial-lb-api-calls-excepted")
+            .is_none()
+    );
 }
