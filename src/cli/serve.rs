@@ -170,7 +170,13 @@ pub struct ServeArgs {
     /// `--exception-namespaces` namespace (needs list and watch on
     /// stackgateexceptions.stackgate.dev there, and the chart's CRD) and judge each review
     /// against them at its own instant; holds /readyz until the first list or refusal.
-    #[arg(long, env = "STACKGATE_WATCH_EXCEPTIONS")]
+    #[arg(
+        long,
+        env = "STACKGATE_WATCH_EXCEPTIONS",
+        value_name = "BOOL",
+        default_value_t = false,
+        action = clap::ArgAction::Set
+    )]
     pub watch_exceptions: bool,
     /// Where exceptions are accepted and how long they may live.
     #[command(flatten)]
