@@ -183,6 +183,8 @@ pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
         .map(|config| BackgroundConfig {
             // One object's evaluation gets the webhook's budget per review.
             max_evaluation_memory: args.max_evaluation_memory,
+            // The reports say what the webhook does: the same exceptions, when it reads them.
+            exceptions: args.watch_exceptions.then(|| args.exception_rules.rules()),
             ..config
         });
     let releases = ReleaseWatcher {

@@ -141,6 +141,23 @@ impl Objects {
     ) -> Option<String> {
         let key = key_of(object);
         let source = format!("StackgateException {}/{}", key.0, key.1);
+        // Items of a list may come without apiVersion and kind (the apiserver leaves them out
+        // of list items of built-in kinds; a client may do so for any): the resource listed
+        // says what they are.
+        let typed;
+        let object = match &object.types {
+            Some(_) => object,
+            None => {
+                typed = DynamicObject {
+                    types: Some(kube::core::TypeMeta {
+                        api_version: API_VERSION.to_owned(),
+                        kind: EXCEPTION_KIND.to_owned(),
+                    }),
+                    ..object.clone()
+                };
+                &typed
+            }
+        };
         let parsed = serde_json::to_string(object)
             .map_err(|e| format!("{source}: {e}"))
             .and_then(|text| {
