@@ -31,8 +31,8 @@ use crate::audit::background::{AuditMetrics, BackgroundConfig};
 use crate::ccm_config_watch::{CcmConfigCell, CcmConfigSource, CcmWorkloads};
 use crate::certs::controller::{RotationMetrics, SelfManagedConfig};
 use crate::cli::{
-    AuditArgs, CcmConfigSourceMode, KubeMode, OpenShiftPlatformMode, ServeArgs, TlsArgsError,
-    UninstallArgs,
+    AuditArgs, CcmConfigSourceMode, ExceptionsArgs, ExceptionsCommand, KubeMode, ListFormat,
+    OpenShiftPlatformMode, ServeArgs, TlsArgsError, UninstallArgs,
 };
 use crate::cluster_config::{CloudConfigSource, ConfigFactCell, ConfigObject, ConfigObjectError};
 use crate::engine::Engine;
@@ -625,6 +625,41 @@ pub fn uninstall(args: &UninstallArgs) -> Result<u8, ComposeError> {
                 2
             }
         }
+    })
+}
+
+/// `stackgate exceptions list`: the exceptions of `--from` (no cluster needed) or of the
+/// cluster's accepted namespaces, with their state at `--now`, printed to stdout. Returns the
+/// exit code: 0 listed (whatever the states), 2 unreadable files or no cluster access.
+pub fn exceptions(args: &ExceptionsArgs, engine: &Engine) -> Result<u8, ComposeError> {
+    use crate::exceptions_watch::list;
+    let ExceptionsCommand::List(args) = &args.command;
+    let rules = args.exception_rules.rules();
+    let now = args.now.unwrap_or_else(k8s_openapi::jiff::Timestamp::now);
+    let print = |rows: Result<Vec<list::Row>, list::ListError>| match rows {
+        Ok(rows) => {
+            print!(
+                "{}",
+                match args.format {
+                    ListFormat::Text => list::text(&rows),
+                    ListFormat::Json => list::json(&rows),
+                }
+            );
+            0
+        }
+        Err(error) => {
+            eprintln!(
+                "stackgate exceptions: {}",
+                crate::cli::run::with_sources(&error)
+            );
+            2
+        }
+    };
+    if let Some(path) = &args.from {
+        return Ok(print(list::of_files(path, engine, &rules, now)));
+    }
+    with_cluster_client("exceptions", |client| async move {
+        print(list::of_cluster(&client, engine, &rules, now).await)
     })
 }
 

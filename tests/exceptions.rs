@@ -515,3 +515,86 @@ async fn serve_admits_what_an_exception_covers_until_it_expires() {
             .is_none()
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// stackgate exceptions list
+
+#[test]
+fn exceptions_list_shows_each_state_and_names_what_it_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = |name: &str, expires: &str| {
+        exception("stackgate", MATCH_IT, "[\"false\"]")
+            .replace("occm-serial", name)
+            .replace("2026-12-31T00:00:00Z", expires)
+    };
+    write(dir.path(), "a.yaml", &one("ending", "2026-12-03T00:00:00Z"));
+    write(dir.path(), "b.yaml", &one("ended", "2026-11-20T00:00:00Z"));
+    write(dir.path(), "c.yaml", &one("later", "2027-01-30T00:00:00Z"));
+    let refused = write(
+        dir.path(),
+        "d.yaml",
+        &one("bad", "2027-01-30T00:00:00Z").replace("serial-lb-api-calls", "no-such-policy"),
+    );
+    let path = dir.path().to_str().unwrap();
+    let (status, stdout, stderr) = stackgate(&[
+        "exceptions",
+        "list",
+        "--from",
+        path,
+        "--now",
+        EARLY,
+        "--format",
+        "json",
+    ]);
+    assert_eq!(status, Some(0), "{stderr}");
+    let listed: Value = serde_json::from_str(&stdout).unwrap();
+    let rows: Vec<(String, String, Value)> = listed["exceptions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap().to_owned(),
+                r["state"].as_str().unwrap().to_owned(),
+                r["daysLeft"].clone(),
+            )
+        })
+        .collect();
+    let refused = refused.display().to_string();
+    assert_eq!(
+        rows,
+        vec![
+            (
+                "stackgate/ending".to_owned(),
+                "expiring".to_owned(),
+                json!(4)
+            ),
+            (
+                "stackgate/ended".to_owned(),
+                "expired".to_owned(),
+                Value::Null
+            ),
+            (
+                "stackgate/later".to_owned(),
+                "active".to_owned(),
+                Value::Null
+            ),
+            (refused.clone(), "invalid".to_owned(), Value::Null),
+        ]
+    );
+    assert!(
+        listed["exceptions"][3]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("\"no-such-policy\" is not a policy of the set")
+    );
+    // The table says the same.
+    let (status, table, _) = stackgate(&["exceptions", "list", "--from", path, "--now", EARLY]);
+    assert_eq!(status, Some(0));
+    assert!(table.contains("expiring (4d)"), "{table}");
+    assert!(table.contains("[CHG-42]"), "{table}");
+    // An unreadable source is exit code 2.
+    let (status, _, stderr) = stackgate(&["exceptions", "list", "--from", "tests/no-such-dir"]);
+    assert_eq!(status, Some(2));
+    assert!(stderr.contains("tests/no-such-dir"), "{stderr}");
+}

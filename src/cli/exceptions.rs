@@ -2,7 +2,9 @@
 //! exceptions are accepted, how long they may live, when they count as expiring, and the
 //! instant a face judges them at.
 
-use clap::Args;
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand, ValueEnum};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use crate::policy::exception::{
@@ -56,6 +58,52 @@ impl ExceptionArgs {
             warn_within: SignedDuration::from_hours(24 * self.warn_days),
         }
     }
+}
+
+/// `stackgate exceptions`.
+#[derive(Debug, Clone, Args)]
+pub struct ExceptionsArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: ExceptionsCommand,
+}
+
+/// `stackgate exceptions` subcommands.
+#[derive(Debug, Clone, Subcommand)]
+pub enum ExceptionsCommand {
+    /// List StackgateExceptions with their state (active, expiring with the days left,
+    /// expired, invalid with the reason), from the cluster or from files.
+    List(ExceptionsListArgs),
+}
+
+/// How `stackgate exceptions list` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ListFormat {
+    /// A table.
+    Text,
+    /// One JSON document.
+    Json,
+}
+
+/// `stackgate exceptions list` flags.
+#[derive(Debug, Clone, Args)]
+pub struct ExceptionsListArgs {
+    /// A StackgateException file or directory (`*.yaml`, `*.yml`) to list instead of the
+    /// cluster's `--exception-namespaces`.
+    #[arg(long, value_name = "PATH")]
+    pub from: Option<PathBuf>,
+    /// The instant states are computed at (RFC 3339). Default: the system clock.
+    #[arg(long, value_name = "RFC3339", value_parser = parse_now)]
+    pub now: Option<Timestamp>,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: ListFormat,
+    /// Where exceptions are accepted and how long they may live.
+    #[command(flatten)]
+    pub exception_rules: ExceptionArgs,
+    /// Policy source (exceptions name policies of this set).
+    #[command(flatten)]
+    pub policy: super::PolicyArgs,
 }
 
 /// Parses `--now`: an RFC 3339 instant with an offset.

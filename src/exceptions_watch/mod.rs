@@ -17,6 +17,8 @@
 //! * `stackgate_exceptions{state}` (`active`, `expiring`, `expired`, `invalid`) is recomputed
 //!   on every change and every [`STATE_REFRESH`], since states move with the clock alone.
 
+pub mod list;
+
 use std::collections::BTreeMap;
 use std::pin::pin;
 use std::sync::Arc;
@@ -167,6 +169,11 @@ impl Objects {
         let refused = parsed.as_ref().err().cloned();
         self.by_name.insert(key, parsed);
         refused
+    }
+
+    /// Every object read, by namespace and name, parsed or refused.
+    pub fn entries(&self) -> impl Iterator<Item = (&(String, String), &Result<Exception, String>)> {
+        self.by_name.iter()
     }
 
     /// Forgets `object`.
