@@ -598,3 +598,40 @@ fn exceptions_list_shows_each_state_and_names_what_it_refuses() {
     assert_eq!(status, Some(2));
     assert!(stderr.contains("tests/no-such-dir"), "{stderr}");
 }
+
+#[test]
+fn an_exception_for_another_object_leaves_the_fix_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec_match = "    kinds: [Secret]\n    namespaces: [kube-system]\n    names: [other]";
+    let file = write(
+        dir.path(),
+        "other.yaml",
+        &exception("stackgate", spec_match, "[missing]"),
+    );
+    let path = file.to_str().unwrap();
+    let (status, stdout, stderr) = stackgate(&[
+        "check",
+        "--format",
+        "json",
+        MUTATED,
+        "--exceptions",
+        path,
+        "--now",
+        EARLY,
+    ]);
+    assert_eq!(status, Some(0), "{stderr}");
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    let kinds: Vec<String> = results(&report).into_iter().map(|r| r.0).collect();
+    // As without exceptions: the warning and the mutation that fixes it, and the fix.
+    assert_eq!(
+        kinds,
+        vec!["warning".to_owned(), "mutation".to_owned()],
+        "{report}"
+    );
+    assert_eq!(
+        report["fixes"].as_array().map(Vec::len),
+        Some(1),
+        "{report}"
+    );
+    assert_eq!(report["results"][0]["fixedByPatch"], true, "{report}");
+}

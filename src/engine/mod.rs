@@ -519,7 +519,6 @@ impl<'a> Run<'a> {
                 .metadata
                 .name
                 .as_deref()
-                .filter(|n| !n.is_empty())
                 .unwrap_or(self.subject.name.as_str()),
             labels: object.metadata.labels.as_ref(),
         }
