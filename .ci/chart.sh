@@ -49,6 +49,7 @@ RENDERS=(
     "ovn-source-ranges|stackgate|stackgate|ovn-source-ranges|"
     "openshift-platform|stackgate|stackgate|openshift-platform|"
     "ccm-config-source|stackgate|stackgate|ccm-config-source|"
+    "exceptions|stackgate|stackgate|exceptions|"
     "ovn-source-ranges-kube-1.27|stackgate|stackgate|ovn-source-ranges|--kube-version 1.27.0"
     "guard|stackgate|stackgate|guard|"
     "guard-cluster-wide|stackgate|stackgate|guard-cluster-wide|"

@@ -31,11 +31,12 @@ use crate::audit::background::{AuditMetrics, BackgroundConfig};
 use crate::ccm_config_watch::{CcmConfigCell, CcmConfigSource, CcmWorkloads};
 use crate::certs::controller::{RotationMetrics, SelfManagedConfig};
 use crate::cli::{
-    AuditArgs, CcmConfigSourceMode, KubeMode, OpenShiftPlatformMode, PoliciesArgs, ServeArgs,
-    TlsArgsError, UninstallArgs,
+    AuditArgs, CcmConfigSourceMode, ExceptionsArgs, ExceptionsCommand, KubeMode, ListFormat,
+    OpenShiftPlatformMode, PoliciesArgs, ServeArgs, TlsArgsError, UninstallArgs,
 };
 use crate::cluster_config::{CloudConfigSource, ConfigFactCell, ConfigObject, ConfigObjectError};
 use crate::engine::Engine;
+use crate::exceptions_watch::{ExceptionCell, ExceptionMetrics, ExceptionSource};
 use crate::fact_watcher::FactMetrics;
 use crate::facts::platform::Infrastructure;
 use crate::facts::{FactId, WatchedFact};
@@ -43,6 +44,7 @@ use crate::guard::{Guard, GuardSource};
 use crate::metrics::Metrics;
 use crate::platform::{PlatformCell, PlatformSource};
 use crate::policy::PolicySet;
+use crate::policy::exception::{ExceptionRules, ExceptionSet};
 use crate::releases::watcher::WatchConfig;
 use crate::server::{self, AppState, ServerConfig, ServerError, ServingCert, TlsSource};
 
@@ -156,6 +158,15 @@ pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
         component.metrics.register(metrics.registry_mut());
     }
     let engine = Engine::new(policies);
+    let exceptions = args.watch_exceptions.then(|| ExceptionWatcher {
+        engine: engine.clone(),
+        rules: args.exception_rules.rules(),
+        cell: ExceptionCell::holding(ExceptionSet::default()),
+        metrics: ExceptionMetrics::default(),
+    });
+    if let Some(component) = &exceptions {
+        component.metrics.register(metrics.registry_mut());
+    }
     let ccm_config = (args.ccm_config_source == CcmConfigSourceMode::Auto
         && feeds(&needed, FactId::CcmConfigSource, "--ccm-config-source auto"))
     .then(|| FactWatcher::ccm_config(&engine));
@@ -172,6 +183,8 @@ pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
         .map(|config| BackgroundConfig {
             // One object's evaluation gets the webhook's budget per review.
             max_evaluation_memory: args.max_evaluation_memory,
+            // The reports say what the webhook does: the same exceptions, when it reads them.
+            exceptions: args.watch_exceptions.then(|| args.exception_rules.rules()),
             ..config
         });
     let releases = ReleaseWatcher {
@@ -206,6 +219,7 @@ pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
             (background_audit.is_some(), "--background-audit"),
             (self_managed.is_some(), "--tls-mode self-managed"),
             (cloud_config.is_some(), "--cloud-config-object"),
+            (exceptions.is_some(), "--watch-exceptions"),
         ]
         .into_iter()
         .find_map(|(wanted, flag)| wanted.then_some(flag));
@@ -280,6 +294,9 @@ pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
         if let Some((component, _)) = &ccm_config {
             state = state.with_fact_source(Arc::clone(&component.source));
         }
+        if let Some(component) = &exceptions {
+            state = state.with_fact_source(Arc::new(ExceptionSource::new(component.cell.clone())));
+        }
         let state = Arc::new(state);
 
         let mut tasks = Tasks::default();
@@ -290,6 +307,12 @@ pub fn serve(args: ServeArgs, policies: PolicySet) -> Result<(), ComposeError> {
             component.start(client, &state, &mut tasks);
         }
         if let Some(component) = cloud_config {
+            // Present only when a client exists: without one the start-up failed above.
+            if let Some(client) = client() {
+                component.start(client, &state, &mut tasks);
+            }
+        }
+        if let Some(component) = exceptions {
             // Present only when a client exists: without one the start-up failed above.
             if let Some(client) = client() {
                 component.start(client, &state, &mut tasks);
@@ -398,6 +421,32 @@ impl<W: WatchedFact> FactWatcher<W> {
                 client,
                 self.fact,
                 self.store,
+                self.metrics,
+                move || gate.set(true),
+            )),
+        );
+    }
+}
+
+/// The StackgateException watcher (`--watch-exceptions`): its cell feeds every review, its
+/// readiness gate `exceptions` holds /readyz until the first list or refusal.
+struct ExceptionWatcher {
+    engine: Engine,
+    rules: ExceptionRules,
+    cell: ExceptionCell,
+    metrics: ExceptionMetrics,
+}
+
+impl ExceptionWatcher {
+    fn start(self, client: kube::Client, state: &Arc<AppState>, tasks: &mut Tasks) {
+        let gate = state.add_readiness_gate("exceptions");
+        tasks.add(
+            "exception watcher",
+            tokio::spawn(crate::exceptions_watch::run(
+                client,
+                self.engine,
+                self.rules,
+                self.cell,
                 self.metrics,
                 move || gate.set(true),
             )),
@@ -630,6 +679,41 @@ pub fn policies_from_cluster(args: &PoliciesArgs) -> Result<u8, ComposeError> {
         }
         let target = crate::cli::run::PoliciesTarget { version, served };
         crate::cli::run::policies_exit(args, Some(target))
+    })
+}
+
+/// `stackgate exceptions list`: the exceptions of `--from` (no cluster needed) or of the
+/// cluster's accepted namespaces, with their state at `--now`, printed to stdout. Returns the
+/// exit code: 0 listed (whatever the states), 2 unreadable files or no cluster access.
+pub fn exceptions(args: &ExceptionsArgs, engine: &Engine) -> Result<u8, ComposeError> {
+    use crate::exceptions_watch::list;
+    let ExceptionsCommand::List(args) = &args.command;
+    let rules = args.exception_rules.rules();
+    let now = args.now.unwrap_or_else(k8s_openapi::jiff::Timestamp::now);
+    let print = |rows: Result<Vec<list::Row>, list::ListError>| match rows {
+        Ok(rows) => {
+            print!(
+                "{}",
+                match args.format {
+                    ListFormat::Text => list::text(&rows),
+                    ListFormat::Json => list::json(&rows),
+                }
+            );
+            0
+        }
+        Err(error) => {
+            eprintln!(
+                "stackgate exceptions: {}",
+                crate::cli::run::with_sources(&error)
+            );
+            2
+        }
+    };
+    if let Some(path) = &args.from {
+        return Ok(print(list::of_files(path, engine, &rules, now)));
+    }
+    with_cluster_client("exceptions", |client| async move {
+        print(list::of_cluster(&client, engine, &rules, now).await)
     })
 }
 

@@ -23,6 +23,7 @@ pub mod cloudconf;
 pub mod cluster_config;
 pub mod compose;
 pub mod engine;
+pub mod exceptions_watch;
 pub mod fact_watcher;
 pub mod facts;
 pub mod guard;

@@ -57,6 +57,15 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Rules(args) => run::rules(&args)?,
         Command::Explain(args) => run::explain(&args)?,
+        Command::Exceptions(args) => {
+            let stackgate::cli::ExceptionsCommand::List(list) = &args.command;
+            return Ok(ExitCode::from(
+                match face_engine("exceptions", &list.policy) {
+                    Ok(engine) => stackgate::compose::exceptions(&args, &engine)?,
+                    Err(code) => code,
+                },
+            ));
+        }
         Command::Uninstall(args) => {
             return Ok(ExitCode::from(stackgate::compose::uninstall(&args)?));
         }

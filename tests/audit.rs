@@ -1131,6 +1131,7 @@ fn background_config(identity: &str) -> audit::background::BackgroundConfig {
         debounce: Duration::from_secs(5),
         limits: audit::page::ReadLimits::default(),
         report_api: audit::background::ReportApi::Auto,
+        exceptions: None,
         max_evaluation_memory: stackgate::budget::DEFAULT_MAX_EVALUATION_MEMORY,
     }
 }
@@ -2659,4 +2660,201 @@ async fn a_canary_in_any_secret_input_appears_in_no_audit_face() {
     );
     assert!(!logged.contains("CANARY"), "a log line shows the canary");
     assert!(!logged.contains(&canary_b64), "a log line shows the canary");
+}
+
+// ------------------------------------------------------------------ StackgateExceptions
+
+const EXCEPTIONS: &str = "/apis/stackgate.dev/v1alpha1/stackgateexceptions";
+
+/// An exception for the labelled ConfigMap `tenant-a/occm-config` (its serial denial), as the
+/// apiserver stores it: created 2026-11-20, ending 2026-12-10.
+fn configmap_exception(name: &str, namespace: &str, extra_spec: Value) -> Value {
+    let mut e = json!({"apiVersion": "stackgate.dev/v1alpha1", "kind": "StackgateException",
+        "metadata": {"name": name, "namespace": namespace,
+                     "creationTimestamp": "2026-11-20T00:00:00Z"},
+        "spec": {"policy": "serial-lb-api-calls", "codes": ["false"],
+                 "match": {"kinds": ["ConfigMap"], "namespaces": ["tenant-a"],
+                           "names": ["occm-config"]},
+                 "reason": "Octavia provider fixed upstream", "ticket": "CHG-42",
+                 "expires": "2026-12-10T00:00:00Z"}});
+    for (k, v) in extra_spec.as_object().into_iter().flatten() {
+        e["spec"][k] = v.clone();
+    }
+    e
+}
+
+fn with_exceptions(now: &str) -> AuditOptions {
+    AuditOptions {
+        format: Format::Json,
+        exceptions: Some(stackgate::policy::exception::ExceptionRules::default()),
+        now: Some(now.parse().unwrap()),
+        ..AuditOptions::default()
+    }
+}
+
+/// `(kind, level)` of every result about `object`.
+fn results_for(report: &Value, object: &str) -> Vec<(String, String)> {
+    report["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["object"] == object)
+        .map(|r| {
+            (
+                r["kind"].as_str().unwrap().to_owned(),
+                r["level"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn audit_applies_the_clusters_exceptions_until_they_expire() {
+    let mut c = standard_cluster();
+    c.forbidden.clear();
+    c.add(
+        EXCEPTIONS,
+        configmap_exception("occm", "stackgate", json!({})),
+    );
+    let cluster = Arc::new(Mutex::new(c));
+    const OBJECT: &str = "ConfigMap tenant-a/occm-config";
+
+    // Before the warning window: excepted (a note), and the run does not fail for it.
+    let (_, out) = run_audit(&cluster, &with_exceptions("2026-11-21T00:00:00Z")).await;
+    let report: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        results_for(&report, OBJECT),
+        vec![("excepted".to_owned(), "note".to_owned())],
+        "{out}"
+    );
+    let message = report["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["object"] == OBJECT)
+        .unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        message.contains("StackgateException stackgate/occm")
+            && message.contains("until 2026-12-10T00:00:00Z"),
+        "{message}"
+    );
+    // Only the namespaces the rules accept are listed.
+    let listed: Vec<String> = cluster
+        .lock()
+        .unwrap()
+        .requests
+        .iter()
+        .filter(|r| r.path.contains("stackgateexceptions"))
+        .map(|r| r.path.clone())
+        .collect();
+    assert_eq!(
+        listed,
+        ["/apis/stackgate.dev/v1alpha1/namespaces/stackgate/stackgateexceptions"]
+    );
+
+    // Inside the window: a warning.
+    let (_, out) = run_audit(&cluster, &with_exceptions("2026-12-05T00:00:00Z")).await;
+    let report: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        results_for(&report, OBJECT),
+        vec![("excepted".to_owned(), "warning".to_owned())]
+    );
+
+    // After it: the denial again, naming the exception that ended.
+    let (code, out) = run_audit(&cluster, &with_exceptions("2026-12-10T00:00:00Z")).await;
+    assert_eq!(code, 1, "{out}");
+    let report: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        results_for(&report, OBJECT),
+        vec![("denial".to_owned(), "error".to_owned())]
+    );
+    assert!(out.contains("StackgateException stackgate/occm expired at 2026-12-10T00:00:00Z"));
+}
+
+#[tokio::test]
+async fn a_refused_or_foreign_exception_exempts_nothing_and_a_refused_one_is_an_input_error() {
+    let mut c = standard_cluster();
+    c.forbidden.clear();
+    // Refused by the parser (a wildcard the CRD of an older chart let through).
+    c.add(
+        EXCEPTIONS,
+        configmap_exception(
+            "wildcard",
+            "stackgate",
+            json!({"match": {"kinds": ["ConfigMap"], "namespaces": ["*"]}}),
+        ),
+    );
+    // In a namespace exceptions are not accepted in: never listed.
+    c.add(
+        EXCEPTIONS,
+        configmap_exception("tenant", "tenant-a", json!({})),
+    );
+    let cluster = Arc::new(Mutex::new(c));
+    let (code, out) = run_audit(&cluster, &with_exceptions("2026-11-21T00:00:00Z")).await;
+    assert_eq!(code, 2, "an input error: {out}");
+    let report: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        results_for(&report, "ConfigMap tenant-a/occm-config"),
+        vec![("denial".to_owned(), "error".to_owned())]
+    );
+    assert!(
+        out.contains("StackgateException stackgate/wildcard: spec.match.namespaces")
+            && out.contains("it exempts nothing"),
+        "{out}"
+    );
+}
+
+#[tokio::test]
+async fn the_background_audit_reports_an_excepted_finding_as_skip_until_it_expires() {
+    // The background audit judges at the system clock: the exceptions are dated from it.
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let hours = |n: i64| k8s_openapi::jiff::SignedDuration::from_hours(n);
+    let dated = |name: &str,
+                 created: k8s_openapi::jiff::Timestamp,
+                 expires: k8s_openapi::jiff::Timestamp| {
+        let mut e = configmap_exception(name, "stackgate", json!({}));
+        e["metadata"]["creationTimestamp"] = json!(created.to_string());
+        e["spec"]["expires"] = json!(expires.to_string());
+        e
+    };
+    let round = |exception: Value| async move {
+        let mut c = background_cluster();
+        c.add(EXCEPTIONS, exception);
+        let cluster = Arc::new(Mutex::new(c));
+        let client = client(cluster.clone());
+        let config = audit::background::BackgroundConfig {
+            exceptions: Some(stackgate::policy::exception::ExceptionRules::default()),
+            ..background_config("stackgate-0")
+        };
+        let metrics = audit::background::AuditMetrics::default();
+        tokio::time::timeout(
+            TEST_TIMEOUT,
+            audit::background::round(&client, &engine(), &config, &metrics, true),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        let c = cluster.lock().unwrap();
+        stored(&c, POLICYREPORTS, Some("tenant-a"), "stackgate").clone()
+    };
+
+    let ta = round(dated("occm", now - hours(24), now + hours(24 * 30))).await;
+    assert_eq!(ta["summary"]["fail"], 0, "{ta:#}");
+    assert_eq!(ta["summary"]["skip"], 1, "{ta:#}");
+    let r = &ta["results"][0];
+    assert_eq!(r["result"], "skip", "{ta:#}");
+    assert_eq!(r["severity"], "info");
+    assert_eq!(r["properties"]["exception"], "stackgate/occm");
+    assert_eq!(r["properties"]["ticket"], "CHG-42");
+    assert_eq!(r["properties"]["code"], "false");
+    assert!(r["properties"]["expires"].is_string(), "{r}");
+
+    // Ended an hour ago: fail again.
+    let ta = round(dated("occm", now - hours(48), now - hours(1))).await;
+    assert_eq!(ta["summary"]["fail"], 1, "{ta:#}");
+    assert_eq!(ta["summary"]["skip"], 0, "{ta:#}");
+    assert_eq!(ta["results"][0]["result"], "fail");
 }

@@ -1391,6 +1391,7 @@ fn deployment_is_ha_locked_down_and_probed_on_the_admin_port() {
                 | "ovn-source-ranges-kube-1.27"
                 | "openshift-platform"
                 | "ccm-config-source"
+                | "exceptions"
         );
         assert_eq!(
             pod.automount_service_account_token,
@@ -1416,6 +1417,27 @@ fn deployment_is_ha_locked_down_and_probed_on_the_admin_port() {
             (n == "ccm-config-source").then_some("auto"),
             "{n}: STACKGATE_CCM_CONFIG_SOURCE"
         );
+        // The StackgateException watcher only where the CRD and its Roles are installed, in
+        // exactly the namespaces the Roles are in.
+        assert_eq!(
+            env_value(c, "STACKGATE_WATCH_EXCEPTIONS").as_deref(),
+            (n == "exceptions").then_some("true"),
+            "{n}: STACKGATE_WATCH_EXCEPTIONS"
+        );
+        if n == "exceptions" {
+            assert_eq!(
+                env_value(c, "STACKGATE_EXCEPTION_NAMESPACES").as_deref(),
+                Some("stackgate,platform-exceptions")
+            );
+            assert_eq!(
+                env_value(c, "STACKGATE_EXCEPTION_MAX_LIFETIME_DAYS").as_deref(),
+                Some("30")
+            );
+            assert_eq!(
+                env_value(c, "STACKGATE_EXCEPTION_WARN_DAYS").as_deref(),
+                Some("7")
+            );
+        }
         // The cloud-config object only where its Role is granted.
         let cloud_config = env_value(c, "STACKGATE_CLOUD_CONFIG_OBJECT");
         if n.starts_with("ovn-source-ranges") {
@@ -1677,6 +1699,33 @@ fn rbac_is_least_privilege() {
             }
             "ovn-source-ranges" | "ovn-source-ranges-kube-1.27" => [pair("", "secrets")].into(),
             "openshift-platform" => [pair("config.openshift.io", "infrastructures")].into(),
+            // list and watch only, in each accepted namespace (Roles, never a ClusterRole).
+            "exceptions" => {
+                for (_, _, verbs) in &rules {
+                    assert_eq!(verbs, &set(&["list", "watch"]), "{}", r.name);
+                }
+                let roles: Vec<Role> = r.typed("Role");
+                let mut namespaces: Vec<_> = roles
+                    .iter()
+                    .filter(|role| {
+                        role.rules.iter().flatten().any(|rule| {
+                            rule.resources
+                                .iter()
+                                .flatten()
+                                .any(|res| res == "stackgateexceptions")
+                        })
+                    })
+                    .filter_map(|role| role.metadata.namespace.clone())
+                    .collect();
+                namespaces.sort();
+                assert_eq!(
+                    namespaces,
+                    ["platform-exceptions", "stackgate"],
+                    "{}",
+                    r.name
+                );
+                [pair("stackgate.dev", "stackgateexceptions")].into()
+            }
             // list and watch only (no get): the watcher never reads one by name.
             "ccm-config-source" => {
                 for (_, _, verbs) in &rules {
@@ -2913,7 +2962,11 @@ fn uninstall_hook_removes_webhooks_first_with_rbac_naming_each_object() {
                 "{n}"
             );
         }
-        let installs_crds = !r.of_kind("CustomResourceDefinition").is_empty();
+        // The report CRDs; the StackgateException CRD is kept (the platform team's records).
+        let installs_crds = r
+            .of_kind("CustomResourceDefinition")
+            .iter()
+            .any(|crd| crd["spec"]["group"] == "wgpolicyk8s.io");
         assert_eq!(
             args.crds, installs_crds,
             "{n}: --crds where the chart installs the CRDs"
@@ -3011,6 +3064,7 @@ fn uninstall_hook_removes_webhooks_first_with_rbac_naming_each_object() {
             let mut installed: Vec<String> = r
                 .of_kind("CustomResourceDefinition")
                 .iter()
+                .filter(|d| d["spec"]["group"] == "wgpolicyk8s.io")
                 .map(|d| {
                     d["metadata"]["name"]
                         .as_str()

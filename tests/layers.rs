@@ -71,6 +71,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "platform",
             "ccm_config_watch",
             "fact_watcher",
+            "exceptions_watch",
             "guard",
             "audit",
             "uninstall",

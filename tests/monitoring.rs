@@ -105,6 +105,13 @@ fn exported() -> Exported {
     AuditMetrics::default().register(metrics.registry_mut());
     CloudConfigMetrics::default().register(metrics.registry_mut());
     PlatformMetrics::default().register(metrics.registry_mut());
+    let exceptions = stackgate::exceptions_watch::ExceptionMetrics::default();
+    exceptions.register(metrics.registry_mut());
+    exceptions.observe(
+        &stackgate::policy::exception::ExceptionSet::default(),
+        0,
+        "2026-11-28T00:00:00Z".parse().unwrap(),
+    );
 
     metrics.request(
         RequestLabels {
@@ -840,6 +847,7 @@ fn the_rendered_chart_ships_the_rule_and_the_dashboard() {
         "stackgate.apiserver",
         "stackgate.audit",
         "stackgate.availability",
+        "stackgate.exceptions",
         "stackgate.guard",
         "stackgate.releases",
         "stackgate.tls",

@@ -385,8 +385,25 @@ fn validate_response(
     verdict: &Verdict,
 ) -> (AdmissionResponse, &'static str) {
     let mut response = with_audit(response, verdict);
-    if !verdict.warnings.is_empty() {
-        response.warnings = Some(verdict.warnings.iter().map(short).collect());
+    let mut warnings: Vec<String> = verdict.warnings.iter().map(short).collect();
+    // Before it bites: every admitted write of an object an exception covers says, inside
+    // the warning window, when the policy applies again (once per exception).
+    for e in verdict
+        .excepted
+        .iter()
+        .filter(|e| e.exception.expiring_in_days.is_some())
+    {
+        let warning = format!(
+            "stackgate {}: {}",
+            e.finding.policy,
+            e.exception.describe(&e.finding.policy)
+        );
+        if !warnings.contains(&warning) {
+            warnings.push(warning);
+        }
+    }
+    if !warnings.is_empty() {
+        response.warnings = Some(warnings);
     }
     if verdict.denied() {
         let message = verdict

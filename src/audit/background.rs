@@ -58,7 +58,8 @@ use super::{
 };
 use crate::engine::Engine;
 use crate::metrics::LimitLabels;
-use crate::report::{Level, ObjectResult, Report};
+use crate::policy::exception::ExceptionRules;
+use crate::report::{ItemKind, Level, ObjectResult, Report};
 use prometheus_client::metrics::counter::Counter;
 
 /// The name of every report stackgate writes (one per namespace, one cluster report).
@@ -111,6 +112,9 @@ pub struct BackgroundConfig {
     pub max_evaluation_memory: usize,
     /// Which report API to write.
     pub report_api: ReportApi,
+    /// The `StackgateException` rules when `serve` applies exceptions (`--watch-exceptions`):
+    /// each audit reads them and reports an excepted finding as `skip` until its `expires`.
+    pub exceptions: Option<ExceptionRules>,
 }
 
 /// Labels of `stackgate_audit_violations`.
@@ -334,11 +338,24 @@ pub fn policy_reports(
             let api_version = o.json["apiVersion"].as_str().unwrap_or_default();
             let kind = o.json["kind"].as_str().unwrap_or(parts[0]);
             for (i, code) in o.items.iter().zip(item_codes(o)) {
-                let (result, severity) = match i.level {
-                    Level::Error => ("fail", "high"),
-                    Level::Warning => ("warn", "medium"),
-                    Level::Note => continue,
+                // A finding an exception admits is `skip` until the exception's `expires`
+                // (after it, the engine reports it as a finding again).
+                let excepted = (i.kind == ItemKind::Excepted)
+                    .then(|| {
+                        o.verdict.excepted.iter().find(|e| {
+                            i.message
+                                .starts_with(&e.exception.describe(&e.finding.policy))
+                        })
+                    })
+                    .flatten();
+                let (result, severity) = match (excepted, i.level) {
+                    (Some(_), _) => ("skip", "info"),
+                    (None, _) if i.kind == ItemKind::Excepted => continue,
+                    (None, Level::Error) => ("fail", "high"),
+                    (None, Level::Warning) => ("warn", "medium"),
+                    (None, Level::Note) => continue,
                 };
+                let code = code.or(excepted.map(|e| e.finding.code));
                 let kept = results.entry(namespace.clone()).or_default();
                 // Past the cap only the summary counts it (from `tally`).
                 if kept.len() >= max_results {
@@ -363,6 +380,16 @@ pub fn policy_reports(
                 if let Some(code) = code {
                     entry["properties"] = json!({"code": code});
                 }
+                if let Some(e) = excepted {
+                    entry["properties"]["exception"] =
+                        json!(format!("{}/{}", e.exception.namespace, e.exception.name));
+                    if let Some(expires) = &e.exception.expires {
+                        entry["properties"]["expires"] = json!(expires);
+                    }
+                    if let Some(ticket) = &e.exception.ticket {
+                        entry["properties"]["ticket"] = json!(ticket);
+                    }
+                }
                 kept.push(entry);
             }
         }
@@ -382,7 +409,9 @@ pub fn policy_reports(
                 fail: counted("fail"),
                 warn: counted("warn"),
             });
-            let report = report_with_summary(namespace.as_deref(), kept, summary);
+            let skipped = counted("skip");
+            let mut report = report_with_summary(namespace.as_deref(), kept, summary);
+            report["summary"]["skip"] = json!(skipped);
             (namespace, report)
         })
         .collect();
@@ -630,6 +659,7 @@ async fn audit_and_publish(
         page_size: config.page_size,
         limits: config.limits,
         max_evaluation_memory: config.max_evaluation_memory,
+        exceptions: config.exceptions.clone(),
         ..AuditOptions::default()
     };
     let audited = audit(client, engine, &options, &mut |_: &str, _: usize| {}).await;

@@ -53,13 +53,15 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use json_patch::PatchOperation;
-use kube::api::ListParams;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ListParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::{Value, json};
 
 use crate::engine::{Engine, Facts, Subject, Verdict};
 use crate::facts::Collector;
 use crate::facts::ccm_config::CcmConfigReads;
+use crate::policy::exception::ExceptionRules;
 use crate::releases::{Snapshot, VersionState};
 use crate::report::mask::{self, MaskMode};
 use crate::report::render::{self, Face};
@@ -140,6 +142,11 @@ pub struct AuditOptions {
     /// Text output: one line for each kind the cluster does not serve, instead of one line
     /// for all of them.
     pub verbose: bool,
+    /// Read the cluster's `StackgateException` objects in these rules' namespaces and apply
+    /// them (None: none are read, e.g. the background audit of a release without the CRD).
+    pub exceptions: Option<ExceptionRules>,
+    /// The instant exceptions are judged at (None: the system clock when the audit starts).
+    pub now: Option<Timestamp>,
 }
 
 impl Default for AuditOptions {
@@ -156,6 +163,8 @@ impl Default for AuditOptions {
             max_report_findings: DEFAULT_MAX_REPORT_FINDINGS,
             max_evaluation_memory: crate::budget::DEFAULT_MAX_EVALUATION_MEMORY,
             verbose: false,
+            exceptions: None,
+            now: None,
         }
     }
 }
@@ -546,6 +555,15 @@ pub async fn audit(
         limits: BTreeMap::new(),
     };
     let engine = run.with_release_facts(engine, progress).await;
+    // The exceptions in force, judged at one instant for the whole run.
+    let exception_facts = match &options.exceptions {
+        Some(rules) => {
+            let now = options.now.unwrap_or_else(Timestamp::now);
+            run.read_exceptions(&engine, rules, now).await
+        }
+        None => Facts::default(),
+    };
+    run.facts = exception_facts.clone();
     // The fact pre-pass: the targets the facts are reduced from are listed first, whatever
     // order `targets` gives, and every other object is evaluated with the facts they make.
     let (workloads, feeding, rest) = fact_pre_pass(targets(&engine));
@@ -567,6 +585,7 @@ pub async fn audit(
             .unwrap_or_default()
     };
     run.facts = read_facts();
+    run.facts.merge(exception_facts.clone());
     run.collector = Some(Collector::new(&engine.policies().needed_facts()));
     for target in feeding {
         if run.list_target(&engine, &target, progress).await {
@@ -575,6 +594,7 @@ pub async fn audit(
     }
     run.facts = run.collector.take().map(reduced_facts).unwrap_or_default();
     run.facts.merge(read_facts());
+    run.facts.merge(exception_facts);
     // Then every object the CCM reads that no other target lists, read by name, once.
     let read_targets = ccm_reads.iter().flat_map(|reads| read_targets(reads));
     for target in rest.into_iter().chain(read_targets) {
@@ -912,9 +932,59 @@ impl Target {
 }
 
 impl Run<'_> {
-    /// Counts a denial or warning in its namespace's and its policy's totals.
+    /// Lists the `StackgateException` objects of each of `rules`' namespaces and parses them
+    /// strictly (as `serve` does). The CRD not installed (404) means none; any other failure
+    /// to list, and every object the parser refuses, is an input error of its own entry
+    /// (`StackgateException/<ns>[/<name>]`, exit code 2): the audit's answer would otherwise
+    /// differ from the webhook's without saying so.
+    async fn read_exceptions(
+        &mut self,
+        engine: &Engine,
+        rules: &ExceptionRules,
+        now: Timestamp,
+    ) -> Facts {
+        let resource = crate::exceptions_watch::api_resource();
+        let mut objects = crate::exceptions_watch::Objects::default();
+        for namespace in &rules.namespaces {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(self.client.clone(), namespace, &resource);
+            self.requests += 1;
+            let params = ListParams::default().limit(
+                u32::try_from(crate::policy::exception::MAX_EXCEPTIONS + 1).unwrap_or(u32::MAX),
+            );
+            match api.list(&params).await {
+                Ok(list) => {
+                    for object in &list.items {
+                        if let Some(reason) = objects.apply(object, engine, rules, now) {
+                            let name = object.metadata.name.as_deref().unwrap_or_default();
+                            self.problem(
+                                format!("StackgateException/{namespace}/{name}"),
+                                format!("{reason}; it exempts nothing"),
+                            );
+                        }
+                    }
+                }
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(error) => self.problem(
+                    format!("StackgateException/{namespace}"),
+                    format!(
+                        "cannot list StackgateExceptions: {error}; none from this namespace \
+                         is applied"
+                    ),
+                ),
+            }
+        }
+        let (set, _) = objects.set(rules);
+        if set.exceptions.is_empty() {
+            return Facts::default();
+        }
+        Facts::of_exceptions(Arc::new(Arc::new(set).at(now)))
+    }
+
+    /// Counts a denial or warning in its namespace's and its policy's totals (a finding an
+    /// exception admitted is neither).
     fn count(&mut self, namespace: Option<&str>, item: &Item) {
-        if item.level == Level::Note {
+        if item.level == Level::Note || item.kind == ItemKind::Excepted {
             return;
         }
         self.tally.add(namespace, item.level);

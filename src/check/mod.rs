@@ -38,7 +38,10 @@ use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::engine::Engine;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::engine::{Engine, Facts};
+use crate::policy::exception::{ExceptionError, ExceptionRules, ExceptionSet};
 use crate::releases::catalog::{self, ReleaseCatalog};
 use crate::report::{self, FileReport, Report};
 
@@ -80,6 +83,12 @@ pub struct CheckOptions {
     /// Render the run's Helm charts with the `helm` on `PATH` and check what they render
     /// (`--render`, [`render`]).
     pub render: bool,
+    /// A StackgateException file or directory (`--exceptions`).
+    pub exceptions: Option<PathBuf>,
+    /// The instant exceptions are judged at (`--now`; None: the system clock).
+    pub now: Option<Timestamp>,
+    /// Where exceptions are accepted and how long they may live.
+    pub exception_rules: ExceptionRules,
 }
 
 /// Why `stackgate check` could not run at all (exit code 2). Problems inside inputs are part
@@ -120,6 +129,9 @@ pub enum CheckError {
         /// The glob as given.
         glob: String,
     },
+    /// The `--exceptions` file or directory is unreadable, or an exception in it is refused.
+    #[error("--exceptions: {0}")]
+    Exceptions(#[source] ExceptionError),
     /// The report could not be written to the output.
     #[error("cannot write the report: {0}")]
     Output(#[source] std::io::Error),
@@ -182,6 +194,27 @@ pub fn with_release_catalog(engine: &Engine, path: &std::path::Path) -> Result<E
         policies,
         Arc::new(engine.releases().clone()),
     ))
+}
+
+/// The `--exceptions` set at the run's instant (`--now`, else the system clock), read before
+/// any input so that a refused exception stops the run (exit code 2) instead of checking the
+/// tree without it.
+fn exceptions(
+    options: &CheckOptions,
+    engine: &Engine,
+) -> Result<Option<crate::policy::exception::ExceptionsAt>, CheckError> {
+    let Some(path) = &options.exceptions else {
+        return Ok(None);
+    };
+    let now = options.now.unwrap_or_else(Timestamp::now);
+    let set = ExceptionSet::load_path(
+        path,
+        engine.policies(),
+        options.exception_rules.clone(),
+        now,
+    )
+    .map_err(CheckError::Exceptions)?;
+    Ok(Some(Arc::new(set).at(now)))
 }
 
 /// Checks the inputs and, with `--fix`, writes the fixes; returns the report.
@@ -257,8 +290,11 @@ pub fn check(
             _ => None,
         })
         .collect();
-    let cluster_facts = facts::from_inputs(&texts, engine);
+    let mut cluster_facts = facts::from_inputs(&texts, engine);
     drop(texts);
+    if let Some(exceptions) = exceptions(options, engine)? {
+        cluster_facts.merge(Facts::of_exceptions(Arc::new(exceptions)));
+    }
     // Objects that HelmReleases take values from (`valuesFrom`), from every input of the run.
     let index = index::ValuesIndex::build(&inputs);
     let mut files = Vec::with_capacity(inputs.len());

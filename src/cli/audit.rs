@@ -87,6 +87,25 @@ pub struct AuditArgs {
     /// With `--fix`: write the edits (without it, `--fix` only previews).
     #[arg(long, requires = "fix")]
     pub yes: bool,
+    /// Read the cluster's StackgateException objects in `--exception-namespaces` and apply
+    /// them: a finding one covers is reported as excepted (a warning inside its warning
+    /// window). A namespace that cannot be listed, or an exception the strict parser refuses,
+    /// is an input error (exit code 2); without the CRD there are none.
+    #[arg(
+        long = "cluster-exceptions",
+        env = "STACKGATE_AUDIT_CLUSTER_EXCEPTIONS",
+        value_name = "BOOL",
+        default_value_t = true,
+        action = clap::ArgAction::Set
+    )]
+    pub cluster_exceptions: bool,
+    /// The instant exceptions are judged at (RFC 3339), e.g. to see what the audit says once
+    /// an exception has expired. Default: the system clock.
+    #[arg(long, env = "STACKGATE_AUDIT_NOW", value_name = "RFC3339", value_parser = super::exceptions::parse_now)]
+    pub now: Option<k8s_openapi::jiff::Timestamp>,
+    /// Where exceptions are accepted and how long they may live.
+    #[command(flatten)]
+    pub exception_rules: super::ExceptionArgs,
     /// Policy source.
     #[command(flatten)]
     pub policy: PolicyArgs,
@@ -110,6 +129,9 @@ impl From<&AuditArgs> for AuditOptions {
             verbose,
             fix,
             yes,
+            cluster_exceptions,
+            now,
+            exception_rules,
             policy: _,
         } = args;
         AuditOptions {
@@ -129,6 +151,8 @@ impl From<&AuditArgs> for AuditOptions {
             max_report_findings: *max_report_findings,
             max_evaluation_memory: *max_evaluation_memory,
             verbose: *verbose,
+            exceptions: cluster_exceptions.then(|| exception_rules.rules()),
+            now: *now,
         }
     }
 }
@@ -249,6 +273,8 @@ impl BackgroundAuditArgs {
                 request_timeout: *request_timeout,
             },
             report_api: *report_api,
+            // serve sets them when it applies exceptions (--watch-exceptions).
+            exceptions: None,
             // serve sets its own `--max-evaluation-memory` (`ServeArgs`).
             max_evaluation_memory: crate::budget::DEFAULT_MAX_EVALUATION_MEMORY,
         })
@@ -270,7 +296,19 @@ mod tests {
 
     #[test]
     fn audit_defaults_are_the_modules() {
-        assert_eq!(options(&["stackgate", "audit"]), AuditOptions::default());
+        // The command reads the cluster's exceptions by default; the module (the background
+        // audit, tests) only when asked.
+        assert_eq!(
+            options(&["stackgate", "audit"]),
+            AuditOptions {
+                exceptions: Some(crate::policy::exception::ExceptionRules::default()),
+                ..AuditOptions::default()
+            }
+        );
+        assert_eq!(
+            options(&["stackgate", "audit", "--cluster-exceptions=false"]),
+            AuditOptions::default()
+        );
     }
 
     #[test]
@@ -292,6 +330,9 @@ mod tests {
             "--verbose",
             "--fix",
             "--yes",
+            "--now=2027-01-01T00:00:00Z",
+            "--exception-namespaces=platform",
+            "--exception-warn-days=2",
         ]);
         assert_eq!(
             given,
@@ -312,6 +353,12 @@ mod tests {
                 max_report_findings: 5,
                 max_evaluation_memory: 6,
                 verbose: true,
+                exceptions: Some(crate::policy::exception::ExceptionRules {
+                    namespaces: vec!["platform".to_owned()],
+                    warn_within: k8s_openapi::jiff::SignedDuration::from_hours(48),
+                    ..crate::policy::exception::ExceptionRules::default()
+                }),
+                now: Some("2027-01-01T00:00:00Z".parse().unwrap()),
             }
         );
     }

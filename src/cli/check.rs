@@ -97,6 +97,20 @@ pub struct CheckArgs {
     /// `kubectl kustomize`. Without helm or kubectl: one note. Bounds in docs/limits.md.
     #[arg(long, env = "STACKGATE_CHECK_RENDER")]
     pub render: bool,
+    /// A StackgateException file, or a directory of them (`*.yaml`, `*.yml`; each a YAML
+    /// stream), applied as the webhook applies the cluster's: a finding an exception covers is
+    /// reported as excepted and does not fail the run. Read strictly: a refused exception is
+    /// an input error (exit code 2), never "exempt everything".
+    #[arg(long, env = "STACKGATE_CHECK_EXCEPTIONS", value_name = "PATH")]
+    pub exceptions: Option<PathBuf>,
+    /// The instant exceptions are judged at (RFC 3339, e.g. `2027-01-01T00:00:00Z`): to
+    /// reproduce a CI run, or to ask whether the tree still passes once an exception has
+    /// expired. Default: the system clock.
+    #[arg(long, env = "STACKGATE_CHECK_NOW", value_name = "RFC3339", value_parser = super::exceptions::parse_now)]
+    pub now: Option<k8s_openapi::jiff::Timestamp>,
+    /// Where exceptions are accepted and how long they may live.
+    #[command(flatten)]
+    pub exception_rules: super::ExceptionArgs,
     /// Policy source.
     #[command(flatten)]
     pub policy: PolicyArgs,
@@ -119,6 +133,9 @@ impl From<&CheckArgs> for CheckOptions {
             exclude,
             ini,
             render,
+            exceptions,
+            now,
+            exception_rules,
             policy: _,
         } = args;
         CheckOptions {
@@ -134,6 +151,9 @@ impl From<&CheckArgs> for CheckOptions {
             exclude: exclude.clone(),
             ini: ini.clone(),
             render: *render,
+            exceptions: exceptions.clone(),
+            now: *now,
+            exception_rules: exception_rules.rules(),
         }
     }
 }
@@ -169,6 +189,9 @@ mod tests {
                 exclude: Vec::new(),
                 ini: Vec::new(),
                 render: false,
+                exceptions: None,
+                now: None,
+                exception_rules: crate::policy::exception::ExceptionRules::default(),
             }
         );
     }
@@ -192,6 +215,11 @@ mod tests {
             "--exclude=a/*.tpl,b/**",
             "--ini=**/cloud.conf,x.ini",
             "--render",
+            "--exceptions=exc/",
+            "--now=2027-01-01T00:00:00Z",
+            "--exception-namespaces=platform,ops",
+            "--exception-max-lifetime-days=30",
+            "--exception-warn-days=3",
         ]);
         assert_eq!(
             given,
@@ -215,6 +243,14 @@ mod tests {
                 ],
                 ini: vec!["**/cloud.conf".to_owned(), "x.ini".to_owned()],
                 render: true,
+                exceptions: Some("exc/".into()),
+                now: Some("2027-01-01T00:00:00Z".parse().unwrap()),
+                exception_rules: crate::policy::exception::ExceptionRules {
+                    namespaces: vec!["platform".to_owned(), "ops".to_owned()],
+                    expires_required: true,
+                    max_lifetime: k8s_openapi::jiff::SignedDuration::from_hours(24 * 30),
+                    warn_within: k8s_openapi::jiff::SignedDuration::from_hours(24 * 3),
+                },
             }
         );
     }

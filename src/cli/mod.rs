@@ -15,6 +15,7 @@
 
 mod audit;
 mod check;
+mod exceptions;
 pub mod explain;
 mod guard;
 pub mod reference;
@@ -32,6 +33,9 @@ use crate::telemetry::LogFormat;
 
 pub use audit::{AuditArgs, BackgroundAuditArgs};
 pub use check::CheckArgs;
+pub use exceptions::{
+    ExceptionArgs, ExceptionsArgs, ExceptionsCommand, ExceptionsListArgs, ListFormat,
+};
 pub use explain::ExplainArgs;
 pub use guard::{GuardArgs, Switch};
 pub use serve::{CcmConfigSourceMode, KubeMode, OpenShiftPlatformMode, ServeArgs};
@@ -67,6 +71,9 @@ pub enum Command {
     /// Explain a finding code (e.g. `serial-lb-api-calls/false`): what, why, fix, exemption
     /// and the upstream sources.
     Explain(ExplainArgs),
+    /// StackgateExceptions: `list` shows each with its state and expiry, from the cluster or
+    /// from files.
+    Exceptions(ExceptionsArgs),
     /// Remove what stackgate created at run time before its release is deleted (the chart's
     /// pre-delete hook): webhook configurations first, then its reports, the audit Lease and
     /// the report CRDs this release installed.

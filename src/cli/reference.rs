@@ -271,6 +271,13 @@ fn families_without_samples() -> BTreeMap<&'static str, (String, Vec<String>)> {
         ),
         ("release_catalog_syncs", release_syncs),
         (
+            "exceptions",
+            family_of(
+                IntGauge::default,
+                crate::exceptions_watch::StateLabels { state: "" },
+            ),
+        ),
+        (
             "release_catalog_snapshot_age_seconds",
             ("gauge".to_owned(), Vec::new()),
         ),
@@ -465,6 +472,8 @@ fn every_metric() -> Vec<(Described, &'static str)> {
     add(&mut metrics, "`--background-audit`");
     crate::certs::controller::RotationMetrics::default().register(metrics.registry_mut());
     add(&mut metrics, "`--tls-mode self-managed`");
+    crate::exceptions_watch::ExceptionMetrics::default().register(metrics.registry_mut());
+    add(&mut metrics, "`--watch-exceptions`");
     out
 }
 

@@ -166,6 +166,21 @@ pub struct ServeArgs {
         default_value = "off"
     )]
     pub ccm_config_source: CcmConfigSourceMode,
+    /// Apply the cluster's StackgateException objects: watch them in each
+    /// `--exception-namespaces` namespace (needs list and watch on
+    /// stackgateexceptions.stackgate.dev there, and the chart's CRD) and judge each review
+    /// against them at its own instant; holds /readyz until the first list or refusal.
+    #[arg(
+        long,
+        env = "STACKGATE_WATCH_EXCEPTIONS",
+        value_name = "BOOL",
+        default_value_t = false,
+        action = clap::ArgAction::Set
+    )]
+    pub watch_exceptions: bool,
+    /// Where exceptions are accepted and how long they may live.
+    #[command(flatten)]
+    pub exception_rules: super::ExceptionArgs,
     /// Control-plane load-balancer guard (`--lb-guard`, `--openstack-timeout`,
     /// `--octavia-cache-ttl`).
     #[command(flatten)]
@@ -248,6 +263,8 @@ impl From<&ServeArgs> for ServerConfig {
             cloud_config_key: _,
             openshift_platform: _,
             ccm_config_source: _,
+            watch_exceptions: _,
+            exception_rules: _,
             guard: _,
             background_audit: _,
             tls: tls_args,
@@ -348,6 +365,11 @@ mod tests {
         assert_eq!(args.cloud_config(), Ok(None));
         assert_eq!(args.openshift_platform, OpenShiftPlatformMode::Off);
         assert_eq!(args.ccm_config_source, CcmConfigSourceMode::Off);
+        assert!(!args.watch_exceptions);
+        assert_eq!(
+            args.exception_rules.rules(),
+            crate::policy::exception::ExceptionRules::default()
+        );
         assert_eq!(args.kube, KubeMode::Auto);
         assert_eq!(args.policy.policies, None);
         // The whole conversion: no flag given is the server's own default.

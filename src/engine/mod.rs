@@ -17,6 +17,7 @@ use kube::core::DynamicObject;
 
 use crate::budget::{Cancel, Exhausted};
 use crate::cloudconf::{Document, IniEdit};
+use crate::policy::exception::{ExceptionState, ExceptionsAt, Target as ExceptionTarget};
 use crate::policy::{Mode, Policy, PolicySet};
 use crate::releases::Snapshot;
 use crate::rules::{
@@ -307,6 +308,60 @@ pub struct Exempted {
     pub basis: ExemptionBasis,
 }
 
+/// A finding that a `StackgateException` admitted: reported, never denied or warned about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Excepted {
+    /// The finding as the policy would have reported it.
+    pub finding: Finding,
+    /// The exception that covers it.
+    pub exception: ExceptionNote,
+}
+
+/// What a report says about the exception that covered a finding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExceptionNote {
+    /// The exception's namespace.
+    pub namespace: String,
+    /// The exception's name.
+    pub name: String,
+    /// Why it was granted.
+    pub reason: String,
+    /// The change or ticket reference.
+    pub ticket: Option<String>,
+    /// When it stops exempting (RFC 3339), if it does.
+    pub expires: Option<String>,
+    /// Whole days left when it is within the warning window (0: less than a day).
+    pub expiring_in_days: Option<i64>,
+}
+
+impl ExceptionNote {
+    /// `StackgateException <ns>/<name>`.
+    pub fn id(&self) -> String {
+        format!("StackgateException {}/{}", self.namespace, self.name)
+    }
+
+    /// One line for a report: which exception, why, the ticket, until when, and the warning
+    /// when it ends soon.
+    pub fn describe(&self, policy: &str) -> String {
+        let mut out = format!("excepted from policy {policy} by {}", self.id());
+        match &self.ticket {
+            Some(ticket) => out.push_str(&format!(" ({}; ticket {ticket})", self.reason)),
+            None => out.push_str(&format!(" ({})", self.reason)),
+        }
+        if let Some(expires) = &self.expires {
+            out.push_str(&format!(" until {expires}"));
+        }
+        if let Some(days) = self.expiring_in_days {
+            out.push_str(&match days {
+                0 => "; it expires in less than a day, then the policy applies again".to_owned(),
+                1 => "; it expires in 1 day, then the policy applies again".to_owned(),
+                n => format!("; it expires in {n} days, then the policy applies again"),
+            });
+        }
+        out
+    }
+}
+
 /// Why an exemption annotation counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExemptionBasis {
@@ -350,6 +405,9 @@ pub struct Verdict {
     pub audits: Vec<Finding>,
     /// Findings admitted by exemption.
     pub exemptions: Vec<Exempted>,
+    /// Findings a `StackgateException` admitted, each with the exception (at most
+    /// [`MAX_FINDINGS_PER_LIST`]).
+    pub excepted: Vec<Excepted>,
     /// Audit annotations for the apiserver's audit log.
     pub audit_annotations: BTreeMap<String, String>,
     /// Caps on untrusted input this evaluation reached, each once (for metrics).
@@ -431,6 +489,9 @@ struct Run<'a> {
     reference: OnceCell<Arc<ObjectRef>>,
     /// The cluster's platform, when an adapter knows it ([`Facts::platform`]).
     platform: Option<&'a Platform>,
+    /// The exceptions in force and the instant to judge them at, when the face gave them.
+    /// Without them no exception applies: the engine never guesses the time.
+    exceptions: Option<&'a ExceptionsAt>,
 }
 
 impl<'a> Run<'a> {
@@ -446,6 +507,81 @@ impl<'a> Run<'a> {
         } else {
             None
         }
+    }
+
+    /// How an exception sees `object` (the written or stored object of this run; an object a
+    /// payload embeds is matched as the object that carries it).
+    fn exception_target<'o>(&'o self, object: &'o DynamicObject) -> ExceptionTarget<'o> {
+        ExceptionTarget {
+            kind: self.subject.kind.kind.as_str(),
+            namespace: self.subject.namespace_of(object),
+            name: object
+                .metadata
+                .name
+                .as_deref()
+                .unwrap_or(self.subject.name.as_str()),
+            labels: object.metadata.labels.as_ref(),
+        }
+    }
+
+    /// Whether an exception in force covers finding `code` of `policy` on `object`.
+    fn excepts(&self, policy: &Policy, code: &str, object: &DynamicObject) -> bool {
+        self.exceptions.is_some_and(|at| {
+            at.covering(&policy.name, code, &self.exception_target(object))
+                .is_some()
+        })
+    }
+
+    /// Records `finding` of `policy` on `object` as its mode says ([`record`]), unless an
+    /// exception in force covers it: then it is listed as excepted, naming the exception. An
+    /// expired exception that names it adds a note and the policy applies.
+    fn record(
+        &self,
+        policy: &Policy,
+        severity: Severity,
+        mut finding: Finding,
+        object: &DynamicObject,
+        verdict: &mut Verdict,
+    ) {
+        let Some(at) = self.exceptions else {
+            record(policy, severity, finding, verdict);
+            return;
+        };
+        let target = self.exception_target(object);
+        if let Some((exception, state)) = at.covering(&policy.name, finding.code, &target) {
+            if verdict.excepted.len() >= MAX_FINDINGS_PER_LIST {
+                verdict.reached(Limit::Findings);
+                return;
+            }
+            let note = ExceptionNote {
+                namespace: exception.namespace.clone(),
+                name: exception.name.clone(),
+                reason: exception.reason.clone(),
+                ticket: exception.ticket.clone(),
+                expires: exception.expires.map(|t| t.to_string()),
+                expiring_in_days: match state {
+                    ExceptionState::Expiring { days_left } => Some(days_left),
+                    ExceptionState::Active | ExceptionState::Expired => None,
+                },
+            };
+            verdict
+                .audit_annotations
+                .entry(format!("{}-excepted", policy.name))
+                .or_insert_with(|| note.id());
+            verdict.excepted.push(Excepted {
+                finding,
+                exception: note,
+            });
+            return;
+        }
+        for expired in at.expired_for(&policy.name, finding.code, &target) {
+            let expires = expired.expires.map(|t| t.to_string()).unwrap_or_default();
+            finding.text.notes.push(format!(
+                "Note: exception StackgateException {}/{} expired at {expires}; not applied.",
+                expired.namespace, expired.name
+            ));
+        }
+        record(policy, severity, finding, verdict);
     }
 
     /// The subject's reference (`Secret default/crs`), built once.
@@ -580,6 +716,7 @@ impl Engine {
             subject,
             reference: OnceCell::new(),
             platform: facts.platform(),
+            exceptions: facts.exceptions::<ExceptionsAt>(),
         };
         if subject.operation == Operation::Delete {
             // A DELETE without the stored object (a crafted or very old review) is judged on
@@ -783,13 +920,20 @@ impl Engine {
         if exempted(run, policy, object, run.stored(object), verdict) {
             return;
         }
+        // An exception that covers one of the findings leaves the policy's edits out: they
+        // would undo what the exception allows (the other findings are still reported).
+        let excepted = output
+            .violations
+            .iter()
+            .any(|v| run.excepts(policy, v.code, object));
         let applies = matches!(policy.mode, Mode::Enforce | Mode::Warn);
+        let edits = applies && !excepted;
         let finding = |code, anchor, message, fixed_by_patch| {
             run.finding(policy, code, anchor, message, fixed_by_patch)
         };
         match target {
             Target::Object => {
-                let patched = applies && !output.patch.is_empty();
+                let patched = edits && !output.patch.is_empty();
                 for v in &output.violations {
                     let anchor = match &v.pointer {
                         Some(pointer) => Anchor::Field {
@@ -802,9 +946,9 @@ impl Engine {
                         ..text_of(v)
                     };
                     let f = finding(v.code, anchor, text, patched && v.fixed_by_edit);
-                    record(policy, v.severity, f, verdict);
+                    run.record(policy, v.severity, f, object, verdict);
                 }
-                if !applies {
+                if !edits {
                     return;
                 }
                 for m in output.mutations {
@@ -855,13 +999,13 @@ impl Engine {
                         ..text_of(v)
                     };
                     let f = finding(v.code, anchor, text, false);
-                    record(policy, v.severity, f, verdict);
+                    run.record(policy, v.severity, f, object, verdict);
                 }
             }
             Target::Site { site, doc, edited } => {
                 // An edit that will be applied fixes the violations the rule marks as such.
                 let edits_apply =
-                    applies && site.mutable && doc.is_some() && !output.edits.is_empty();
+                    edits && site.mutable && doc.is_some() && !output.edits.is_empty();
                 let at = |line: Option<usize>| Anchor::CloudConfig {
                     pointer: site.pointer(),
                     line,
@@ -883,7 +1027,7 @@ impl Engine {
                             .push(format!("Note: the CCM reads this config: {reader}."));
                     }
                     let f = finding(v.code, at(v.line), text, edits_apply && v.fixed_by_edit);
-                    record(policy, v.severity, f, verdict);
+                    run.record(policy, v.severity, f, object, verdict);
                 }
                 let (true, Some(doc)) = (edits_apply, doc) else {
                     return;
@@ -1244,7 +1388,7 @@ impl Engine {
             trace: site.trace(None),
         };
         let finding = run.finding(policy, code, anchor, text, false);
-        record(policy, severity, finding, verdict);
+        run.record(policy, severity, finding, object, verdict);
     }
 }
 

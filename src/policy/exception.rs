@@ -14,6 +14,8 @@
 //! over the maximum, and an exception outside the namespaces the chart allows.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::core::ObjectMeta;
@@ -56,6 +58,29 @@ impl ExceptionRules {
     }
 }
 
+impl Default for ExceptionRules {
+    /// The chart's defaults: namespace `stackgate`, `expires` required, 90 days at most,
+    /// expiring [`DEFAULT_WARN_DAYS`] before the end.
+    fn default() -> Self {
+        Self::in_namespace(DEFAULT_NAMESPACE, DEFAULT_MAX_LIFETIME_DAYS)
+    }
+}
+
+/// The namespace exceptions are accepted in when nothing else is configured (the chart's
+/// release namespace by convention).
+pub const DEFAULT_NAMESPACE: &str = "stackgate";
+
+/// The longest an exception may live by default, in days.
+pub const DEFAULT_MAX_LIFETIME_DAYS: i64 = 90;
+
+/// Most exceptions one face reads (files of a `--exceptions` directory, objects of a watch):
+/// past it the set is refused, so that a runaway generator cannot make every review scan an
+/// unbounded list.
+pub const MAX_EXCEPTIONS: usize = 1000;
+
+/// Largest exception file read, in bytes (an exception is a few hundred bytes).
+pub const MAX_EXCEPTION_FILE_BYTES: u64 = 1024 * 1024;
+
 /// Why an exception document was refused. Every message names the document.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ExceptionError {
@@ -73,6 +98,14 @@ pub enum ExceptionError {
         /// File name, or `StackgateException <ns>/<name>`.
         source_name: String,
         /// What is wrong and what to write.
+        message: String,
+    },
+    /// A file or directory of exceptions could not be read.
+    #[error("{}: {message}", path.display())]
+    Read {
+        /// The path.
+        path: PathBuf,
+        /// What went wrong (the IO error kind, or the size cap).
         message: String,
     },
 }
@@ -224,6 +257,26 @@ pub struct Target<'a> {
 }
 
 impl Exception {
+    /// Parses and validates every document of a YAML stream (`---` separated) as in
+    /// [`Self::parse`]; an empty stream holds none.
+    pub fn parse_all(
+        source_name: &str,
+        text: &str,
+        set: &PolicySet,
+        rules: &ExceptionRules,
+        now: Timestamp,
+    ) -> Result<Vec<Self>, ExceptionError> {
+        let docs: Vec<Option<Document>> =
+            serde_saphyr::from_multiple(text).map_err(|e| ExceptionError::Parse {
+                source_name: source_name.to_owned(),
+                message: yaml_error_message(&e),
+            })?;
+        docs.into_iter()
+            .flatten()
+            .map(|doc| validate(source_name, doc, set, rules, now))
+            .collect()
+    }
+
     /// Parses and validates one exception document (`source_name` names it in errors: a file
     /// name, or the object's namespace and name) against the policy set, the rules and the
     /// instant `now` (for the lifetime of a document without `creationTimestamp`).
@@ -262,7 +315,19 @@ impl Exception {
     /// Whether it exempts `target` from finding `code` of `policy` at `now`: never once
     /// expired, never a cluster-scoped object.
     pub fn covers(&self, policy: &str, code: &str, target: &Target<'_>, now: Timestamp) -> bool {
-        if self.expires.is_some_and(|expires| now >= expires) || self.policy != policy {
+        !self.expired_at(now) && self.matches(policy, code, target)
+    }
+
+    /// Whether `now` is at or past its `expires`.
+    pub fn expired_at(&self, now: Timestamp) -> bool {
+        self.expires.is_some_and(|expires| now >= expires)
+    }
+
+    /// Whether it names `target` and finding `code` of `policy`, whatever the time: what
+    /// [`Self::covers`] asks besides the clock, and what lets a face say that an expired
+    /// exception would have covered a finding.
+    pub fn matches(&self, policy: &str, code: &str, target: &Target<'_>) -> bool {
+        if self.policy != policy {
             return false;
         }
         if !self.codes.is_empty() && !self.codes.iter().any(|c| c == code) {
@@ -275,6 +340,117 @@ impl Exception {
             && self.namespaces.iter().any(|n| n == namespace)
             && (self.names.is_empty() || self.names.iter().any(|n| n == target.name))
             && self.selector.iter().all(|r| r.holds(target.labels))
+    }
+}
+
+/// The exceptions a face read, with the rules they were checked against.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExceptionSet {
+    /// The validated exceptions, in the order read.
+    pub exceptions: Vec<Exception>,
+    /// The rules (namespaces, lifetime, warning window).
+    pub rules: ExceptionRules,
+}
+
+impl ExceptionSet {
+    /// Reads `path`, a file or a directory of `*.yaml` / `*.yml` files (not recursive,
+    /// sorted by name), each a YAML stream of exceptions. Any document refused refuses the
+    /// whole set: a face never runs on part of what the platform team wrote.
+    pub fn load_path(
+        path: &Path,
+        set: &PolicySet,
+        rules: ExceptionRules,
+        now: Timestamp,
+    ) -> Result<Self, ExceptionError> {
+        let read_err = |path: &Path, message: String| ExceptionError::Read {
+            path: path.to_path_buf(),
+            message,
+        };
+        let meta = std::fs::metadata(path).map_err(|e| read_err(path, e.kind().to_string()))?;
+        let files: Vec<PathBuf> = if meta.is_dir() {
+            let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+                .map_err(|e| read_err(path, e.kind().to_string()))?
+                .filter_map(|entry| entry.ok().map(|e| e.path()))
+                .filter(|p| {
+                    matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
+                        && p.is_file()
+                })
+                .collect();
+            files.sort();
+            files
+        } else {
+            vec![path.to_path_buf()]
+        };
+        let mut exceptions = Vec::new();
+        for file in files {
+            let size = std::fs::metadata(&file)
+                .map_err(|e| read_err(&file, e.kind().to_string()))?
+                .len();
+            if size > MAX_EXCEPTION_FILE_BYTES {
+                return Err(read_err(
+                    &file,
+                    format!("larger than {MAX_EXCEPTION_FILE_BYTES} bytes"),
+                ));
+            }
+            let text = std::fs::read_to_string(&file)
+                .map_err(|e| read_err(&file, e.kind().to_string()))?;
+            let name = file.display().to_string();
+            exceptions.extend(Exception::parse_all(&name, &text, set, &rules, now)?);
+            if exceptions.len() > MAX_EXCEPTIONS {
+                return Err(read_err(
+                    path,
+                    format!("more than {MAX_EXCEPTIONS} exceptions; merge or remove some"),
+                ));
+            }
+        }
+        Ok(Self { exceptions, rules })
+    }
+
+    /// The set at the instant `now`: what the engine reads ([`ExceptionsAt`]).
+    pub fn at(self: &Arc<Self>, now: Timestamp) -> ExceptionsAt {
+        ExceptionsAt {
+            set: Arc::clone(self),
+            now,
+        }
+    }
+}
+
+/// An exception set and the instant a face judges it at (read once per review or run).
+#[derive(Debug, Clone)]
+pub struct ExceptionsAt {
+    /// The exceptions.
+    pub set: Arc<ExceptionSet>,
+    /// The instant.
+    pub now: Timestamp,
+}
+
+impl ExceptionsAt {
+    /// The first exception that covers finding `code` of `policy` on `target` now, and its
+    /// state.
+    pub fn covering(
+        &self,
+        policy: &str,
+        code: &str,
+        target: &Target<'_>,
+    ) -> Option<(&Exception, ExceptionState)> {
+        self.set
+            .exceptions
+            .iter()
+            .find(|e| e.covers(policy, code, target, self.now))
+            .map(|e| (e, e.state(self.now, &self.set.rules)))
+    }
+
+    /// The exceptions that name finding `code` of `policy` on `target` but expired.
+    pub fn expired_for<'s>(
+        &'s self,
+        policy: &'s str,
+        code: &'s str,
+        target: &'s Target<'_>,
+    ) -> impl Iterator<Item = &'s Exception> + 's {
+        self.set
+            .exceptions
+            .iter()
+            .filter(move |e| e.expired_at(self.now) && e.matches(policy, code, target))
     }
 }
 

@@ -52,6 +52,8 @@ pub enum ItemKind {
     Mutation,
     /// An exemption annotation admitted a finding.
     Exemption,
+    /// A `StackgateException` admitted a finding (a warning while it expires soon).
+    Excepted,
 }
 
 impl ItemKind {
@@ -63,6 +65,7 @@ impl ItemKind {
             ItemKind::Audit => "audit",
             ItemKind::Mutation => "mutation",
             ItemKind::Exemption => "exemption",
+            ItemKind::Excepted => "excepted",
         }
     }
 }
@@ -127,7 +130,8 @@ pub struct ObjectResult {
 }
 
 /// The report items of `verdict`, one per finding, in the order denials (errors), warnings,
-/// audits and mutations (notes), then exemptions (notes). A finding's item is at `line(f)` and
+/// audits and mutations (notes), then exemptions (notes), then findings an exception admitted
+/// (notes; warnings while the exception expires soon). A finding's item is at `line(f)` and
 /// holds its message and fix flag, which `adjust` may change for the carrier (merged values
 /// name their sources; a fix that cannot be written is not one); an exemption is at
 /// `exemption_line`.
@@ -179,6 +183,29 @@ pub fn verdict_items(
         fixed_by_patch: false,
         file: None,
     }));
+    for e in &verdict.excepted {
+        let f = &e.finding;
+        let mut item = Item {
+            level: if e.exception.expiring_in_days.is_some() {
+                Level::Warning
+            } else {
+                Level::Note
+            },
+            kind: ItemKind::Excepted,
+            policy: f.policy.clone(),
+            rule: f.rule.as_str().to_owned(),
+            code: Some(f.code),
+            line: line(f),
+            message: format!("{}: {}", e.exception.describe(&f.policy), f.first_line()),
+            text: None,
+            fixed_by_patch: false,
+            file: None,
+        };
+        adjust(f, &mut item);
+        // Whatever a carrier adds, an excepted finding is fixed by nothing.
+        item.fixed_by_patch = false;
+        items.push(item);
+    }
     items
 }
 

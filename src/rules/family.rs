@@ -238,6 +238,9 @@ pub struct Facts {
     by_family: Vec<(RuleId, Arc<dyn Any + Send + Sync>)>,
     platform: Option<Platform>,
     ccm_reads: Option<Arc<CcmConfigReads>>,
+    /// The exceptions in force and the instant they are judged at. Typed by the engine, which
+    /// reads them (rules never do, and this layer cannot name a policy type).
+    exceptions: Option<Arc<dyn Any + Send + Sync>>,
 }
 
 impl Facts {
@@ -245,8 +248,7 @@ impl Facts {
     pub fn of<T: Any + Send + Sync>(rule: RuleId, facts: T) -> Self {
         Facts {
             by_family: vec![(rule, Arc::new(facts))],
-            platform: None,
-            ccm_reads: None,
+            ..Facts::default()
         }
     }
 
@@ -284,14 +286,30 @@ impl Facts {
         if self.ccm_reads.is_none() {
             self.ccm_reads = other.ccm_reads;
         }
+        if self.exceptions.is_none() {
+            self.exceptions = other.exceptions;
+        }
+    }
+
+    /// Facts that carry the exceptions in force at one instant (the engine's
+    /// `ExceptionsAt`): a face reads its clock once and every finding is judged at it.
+    pub fn of_exceptions<T: Any + Send + Sync>(exceptions: Arc<T>) -> Self {
+        Facts {
+            exceptions: Some(exceptions),
+            ..Facts::default()
+        }
+    }
+
+    /// The exceptions in force, when a face gave them and they are of type `T`.
+    pub fn exceptions<T: Any>(&self) -> Option<&T> {
+        self.exceptions.as_deref().and_then(|e| e.downcast_ref())
     }
 
     /// Facts that say only which platform the cluster runs on.
     pub fn of_platform(platform: Platform) -> Self {
         Facts {
-            by_family: Vec::new(),
             platform: Some(platform),
-            ccm_reads: None,
+            ..Facts::default()
         }
     }
 
@@ -299,9 +317,8 @@ impl Facts {
     /// `CcmConfigSource` fact): the engine treats those keys as cloud-config sites.
     pub fn of_ccm_reads(reads: Arc<CcmConfigReads>) -> Self {
         Facts {
-            by_family: Vec::new(),
-            platform: None,
             ccm_reads: Some(reads),
+            ..Facts::default()
         }
     }
 
