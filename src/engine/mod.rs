@@ -1104,11 +1104,11 @@ impl Engine {
 }
 
 /// Merges the verdicts of the sites a delivery renders depending on a chart version it does
-/// not pin ([`sites::Alternative`], one values place): a denial stands only when every
-/// reading is denied, and then the fixes of all readings apply together (each edits what its
-/// chart versions read, and none harms the others), unless two of them write one field
-/// differently, when none does. Otherwise the denials are warnings and nothing is fixed: the
-/// chart version decides, and the object does not say which it is.
+/// not pin ([`sites::Alternative`], one values place). A denial stands only when every
+/// reading is denied; otherwise it is a warning that asks to pin the chart version. The fixes
+/// of all readings apply together: each edits only what its chart versions read (a missing
+/// key added to `cloudConfig`, or to `cloudConfigContents`), which changes nothing for the
+/// others; when two write one field differently, none applies.
 fn merge_alternatives(results: Vec<(&FoundConfig, Verdict)>, verdict: &mut Verdict) {
     let Some(of) = results
         .first()
@@ -1125,16 +1125,13 @@ fn merge_alternatives(results: Vec<(&FoundConfig, Verdict)>, verdict: &mut Verdi
     let every = denied.len() == of;
     let mut patch: Vec<PatchOperation> = Vec::new();
     let mut conflict = false;
-    if every {
-        for op in results.iter().flat_map(|(_, own)| own.patch.iter()) {
-            if patch.contains(op) {
-                continue;
-            }
-            conflict |= patch.iter().any(|p| p.path() == op.path());
-            patch.push(op.clone());
+    for op in results.iter().flat_map(|(_, own)| own.patch.iter()) {
+        if patch.contains(op) {
+            continue;
         }
+        conflict |= patch.iter().any(|p| p.path() == op.path());
+        patch.push(op.clone());
     }
-    let fixes = every && !conflict;
     for (site, mut own) in results {
         let versions = site
             .alternative
@@ -1148,15 +1145,15 @@ fn merge_alternatives(results: Vec<(&FoundConfig, Verdict)>, verdict: &mut Verdi
         if !every {
             let findings = std::mem::take(&mut own.denials);
             own.warnings.extend(findings.into_iter().map(|mut f| {
-                f.text.notes.push(
-                    "Note: not denied, as other chart versions render a config without \
-                     this problem: pin the chart version to decide."
-                        .to_owned(),
-                );
+                // Only some chart versions render this config: the first line says so.
+                f.text.fix = format!("pin the chart version, or {}", f.text.fix);
+                f.text.notes.push(format!(
+                    "Note: not denied, as only chart versions {versions} render this config."
+                ));
                 f
             }));
         }
-        if !fixes {
+        if conflict {
             own.mutations.clear();
         }
         for list in [
@@ -1167,7 +1164,7 @@ fn merge_alternatives(results: Vec<(&FoundConfig, Verdict)>, verdict: &mut Verdi
         ] {
             for f in list.iter_mut() {
                 f.text.notes.push(note.clone());
-                f.fixed_by_patch &= fixes;
+                f.fixed_by_patch &= !conflict;
             }
         }
         verdict.denials.append(&mut own.denials);
@@ -1180,7 +1177,7 @@ fn merge_alternatives(results: Vec<(&FoundConfig, Verdict)>, verdict: &mut Verdi
             verdict.reached(limit);
         }
     }
-    if fixes {
+    if !conflict {
         for op in patch {
             if !verdict.patch.contains(&op) {
                 verdict.patch.push(op);

@@ -79,6 +79,25 @@ impl Generation {
     }
 }
 
+/// The chart versions of `generations` (oldest first), for messages: `2.28.0-alpha.5 on` for
+/// the newest ones together.
+pub fn versions_of(generations: &[Generation]) -> String {
+    match generations {
+        [
+            Generation::Quoted,
+            Generation::SecretSwitch,
+            Generation::Route,
+        ] => "1.4.0, 2.25.0 and later".to_owned(),
+        [Generation::Unquoted, Generation::Quoted] => "before 2.28.0-alpha.5".to_owned(),
+        [Generation::SecretSwitch, Generation::Route] => "2.28.0-alpha.5 and later".to_owned(),
+        _ => generations
+            .iter()
+            .map(|g| g.versions())
+            .collect::<Vec<_>>()
+            .join("; "),
+    }
+}
+
 /// The generations a chart version may be: one for a version in [`CHART_TAGS`], every one
 /// otherwise.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -254,6 +273,36 @@ mod tests {
             assert_eq!(generations.iter().count(), 4);
         }
         assert!(Generations::of_version(Some("2.27.6")).is_pinned());
+    }
+
+    #[test]
+    fn readings_name_their_versions() {
+        use Generation::*;
+        assert_eq!(versions_of(&[Unquoted]), "1.0.0–1.3.0 and 2.24.0");
+        assert_eq!(
+            versions_of(&[Quoted, SecretSwitch, Route]),
+            "1.4.0, 2.25.0 and later"
+        );
+        assert_eq!(
+            versions_of(&[SecretSwitch, Route]),
+            "2.28.0-alpha.5 and later"
+        );
+        assert_eq!(versions_of(&[Unquoted, Quoted]), "before 2.28.0-alpha.5");
+        assert_eq!(
+            versions_of(&[Unquoted, SecretSwitch]),
+            "1.0.0–1.3.0 and 2.24.0; 2.28.0-alpha.5–2.29.1 and 2.29.3"
+        );
+        // The table agrees with the names: every tag of a generation is one of its versions.
+        for (tag, generation) in CHART_TAGS {
+            let later = |floor: &str| tag.split('-').next() >= Some(floor);
+            let named = match generation {
+                Unquoted => tag.starts_with("1.") || *tag == "2.24.0",
+                Quoted => *tag == "1.4.0" || (later("2.25.0") && !later("2.28.1")),
+                SecretSwitch => later("2.28.0") && !later("2.30.0"),
+                Route => *tag == "2.29.2" || later("2.30.0"),
+            };
+            assert!(named, "{tag} {generation:?}");
+        }
     }
 
     #[test]

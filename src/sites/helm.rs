@@ -230,7 +230,7 @@ fn values_places(
             .then(|| OverrideSource::HelmChartSet(keys(&["spec", "set"]))),
         values_over: (gvk.group == "helm.cattle.io").then(|| keys(&["spec", "values"])),
         alias: None,
-        generations: Generations::of_version(version),
+        generations: generations_of(chart, version),
     };
     if gvk.kind == VALUES_FILE_KIND
         && let Some(key) = str_at(root, &[VALUES_FILE_SUBCHART_KEY])
@@ -262,6 +262,18 @@ fn values_places(
         return vec![place];
     }
     if ours { vec![place] } else { Vec::new() }
+}
+
+/// The chart generations values for `chart` at `version` may be rendered with: the upstream
+/// chart's versions are placed in [`super::generation::CHART_TAGS`]; Giant Swarm's app has
+/// versions of its own and renders with the helper of the CCM subchart it ships, read as the
+/// newest generation (as before generations were told apart).
+fn generations_of(chart: Option<&str>, version: Option<&str>) -> Generations {
+    let giant_swarm = [super::delivery::GIANT_SWARM_APP_CHART.to_owned()];
+    if chart.is_some_and(|c| chart_matches(c, &giant_swarm)) {
+        return Generations::only(Generation::Route);
+    }
+    Generations::of_version(version)
 }
 
 /// Whether a values string holds the CCM chart's own values, read structurally: a top-level
@@ -403,8 +415,9 @@ fn k0s_places(root: &Value, charts: &[String], at: &[&str], cancel: &Cancel) -> 
         // k0s pins the chart's version in the entry's `version`; an umbrella's subchart
         // version is not named here.
         let version = chart.get("version").and_then(Value::as_str);
+        let chartname = chart.get("chartname").and_then(Value::as_str);
         let generations = match alias {
-            None => Generations::of_version(version),
+            None => generations_of(chartname, version),
             Some(_) => Generations::ALL,
         };
         out.push(ValuesPlace {
@@ -513,7 +526,8 @@ fn argo_places(root: &Value, charts: &[String], cancel: &Cancel) -> Vec<ValuesPl
                 overrides: Some(OverrideSource::ArgoParameters(parameters.clone())),
                 values_over: None,
                 alias: None,
-                generations: Generations::of_version(
+                generations: generations_of(
+                    chart,
                     source.get("targetRevision").and_then(Value::as_str),
                 ),
             }
@@ -655,17 +669,14 @@ fn alternatives(
     let of = classes.len();
     let mut out = Vec::new();
     for (class, (generations, sites)) in classes.into_iter().enumerate() {
-        let versions = generations
-            .iter()
-            .map(|g| g.versions())
-            .collect::<Vec<_>>()
-            .join(", ");
+        let versions = super::generation::versions_of(&generations);
         for mut site in sites {
             site.alternative = Some(super::Alternative {
                 group,
                 class,
                 of,
                 versions: versions.clone(),
+                generations: generations.clone(),
             });
             out.push(site);
         }
@@ -2666,6 +2677,7 @@ mod tests {
         let found = find(&gvk, &o, &charts(), &Cancel::never());
         assert_eq!(found.len(), 2);
         let alternative = found[1].alternative.as_ref().expect("an alternative");
+        assert_eq!(alternative.versions, "1.4.0, 2.25.0 and later");
         assert_eq!((alternative.class, alternative.of), (1, 2));
         assert_eq!(
             found[1].describe(Some(2)),

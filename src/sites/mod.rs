@@ -350,6 +350,8 @@ pub struct Alternative {
     pub of: usize,
     /// The chart versions that render this reading, for messages.
     pub versions: String,
+    /// The chart generations that render this reading.
+    pub generations: Vec<generation::Generation>,
 }
 
 /// Whether two cloud configs hold the same settings as gcfg reads them (the same variables
