@@ -976,6 +976,9 @@ pub fn describe_values_reference(reference: &Value) -> String {
 pub const FLUX_DEFAULT_VALUES_KEY: &str = "values.yaml";
 
 /// Reads a YAML values string (`raw`, absent when the field is) named `field` in messages.
+// The values string, where it is, what is set on top and how the chart reads it: each
+// argument is one of those, and bundling them would only rename them.
+#[allow(clippy::too_many_arguments)]
 fn read_values_text(
     object: String,
     at: ValuesAt,
