@@ -668,6 +668,18 @@ fn gitops_objects(count: usize, seed: u64) -> Vec<(String, Value, bool)> {
                 lb.insert(key.to_owned(), v);
             }
         }
+        // Every generation of the chart must write a value alike for the policies to decide
+        // (`GENERATION_PROOF_SCALAR`: 1.x and 2.24.0 write values unquoted): a null, or a
+        // string with a blank or one of `"#;\`, is left to the webhook.
+        if lb.values().any(|v| match v {
+            Value::Null => true,
+            Value::String(s) => !s
+                .chars()
+                .all(|c| c.is_ascii_graphic() && !"\"#;\\".contains(c)),
+            _ => false,
+        }) {
+            plain = false;
+        }
         if lb.contains_key("Provider-Requires-Serial-API-Calls")
             && !lb.contains_key("provider-requires-serial-api-calls")
         {
@@ -819,7 +831,9 @@ fn chart_values_policies_never_deny_what_the_engine_admits_and_agree_on_plain_va
         );
     }
     assert_sound("structured chart values", &counts);
-    assert!(counts.decided_by_gate * 5 > counts.objects, "{counts:?}");
+    // (A sixth of the objects: nulls and values with blanks, which the chart's unquoted
+    // generations write differently, are left to the webhook.)
+    assert!(counts.decided_by_gate * 7 > counts.objects, "{counts:?}");
     assert!(counts.policy_denied > 200, "{counts:?}");
     assert!(counts.policy_mutated > 100, "{counts:?}");
 }

@@ -37,6 +37,7 @@ use serde_json::{Map, Value, json};
 use stackgate::engine::Engine;
 use stackgate::policy::PolicySet;
 use stackgate::rules::Subject;
+use stackgate::sites::generation::Generation;
 use stackgate::sites::strvals::{self, Typing};
 use stackgate::sites::{self, SitesDocument};
 
@@ -824,6 +825,10 @@ impl ChartKind {
 
 struct Case {
     chart: ChartKind,
+    /// The fixture chart a `ChartKind::Ccm` case renders with (umbrellas use `ccm`).
+    chart_dir: &'static str,
+    /// The chart generation of that chart: the reading of stackgate's that must agree.
+    generation: Generation,
     /// The values the values file spells (what Helm reads from it).
     values: Value,
     /// The values file Helm reads (None: no values file).
@@ -933,6 +938,34 @@ fn gen_case(i: usize, rng: &mut Rng) -> Case {
         ChartKind::Umbrella => "chart:umbrella",
         ChartKind::UmbrellaAlias => "chart:alias",
     });
+    // Which chart renders it: stackgate's stand-in (2.30+ templates) or the upstream chart's
+    // own templates at one tag of each generation; the version the delivery pins (None: not
+    // pinned, so stackgate reads every generation and the reading of this one must agree).
+    let (chart_dir, generation, version): (&'static str, Generation, Option<&'static str>) =
+        match chart {
+            ChartKind::Ccm => *rng.pick(&[
+                ("ccm", Generation::Route, Some("2.30.0")),
+                ("ccm", Generation::Route, None),
+                ("real-2.36.0", Generation::Route, Some("2.36.0")),
+                ("real-2.36.0", Generation::Route, None),
+                ("real-2.29.3", Generation::SecretSwitch, Some("2.29.3")),
+                ("real-2.27.6", Generation::Quoted, Some("2.27.6")),
+                ("real-1.3.0", Generation::Unquoted, Some("1.3.0")),
+            ]),
+            _ => ("ccm", Generation::Route, None),
+        };
+    features.insert(match generation {
+        Generation::Unquoted => "generation:unquoted",
+        Generation::Quoted => "generation:quoted",
+        Generation::SecretSwitch => "generation:secret-switch",
+        Generation::Route => "generation:route",
+    });
+    if chart_dir.starts_with("real-") {
+        features.insert("chart:upstream-templates");
+    }
+    if version.is_none() {
+        features.insert("version:unpinned");
+    }
     let values = gen_chart_values(rng);
     for section in values
         .get("cloudConfig")
@@ -1008,8 +1041,13 @@ fn gen_case(i: usize, rng: &mut Rng) -> Case {
                 object["chart"] = json!(chart.dependency());
                 object["subchartKey"] = json!(key);
             }
+            if let Some(version) = version {
+                object["chartVersion"] = json!(version);
+            }
             Case {
                 chart,
+                chart_dir,
+                generation,
                 values: values.clone(),
                 values_text: Some(text),
                 flags: Vec::new(),
@@ -1082,8 +1120,13 @@ fn gen_case(i: usize, rng: &mut Rng) -> Case {
             if !set.is_empty() {
                 spec["set"] = Value::Object(set);
             }
+            if let Some(version) = version {
+                spec["version"] = json!(version);
+            }
             Case {
                 chart,
+                chart_dir,
+                generation,
                 values: values.clone(),
                 values_text: Some(text),
                 flags,
@@ -1179,6 +1222,8 @@ fn gen_case(i: usize, rng: &mut Rng) -> Case {
             }
             Case {
                 chart,
+                chart_dir,
+                generation,
                 values: values.clone(),
                 values_text: Some(text),
                 flags,
@@ -1187,7 +1232,7 @@ fn gen_case(i: usize, rng: &mut Rng) -> Case {
                     "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
                     "metadata": {"name": format!("case-{i}"), "namespace": "argocd"},
                     "spec": {"source": {"repoURL": "https://example.com/charts", "chart": chart_ref,
-                        "targetRevision": "1.0.0", "helm": helm}},
+                        "targetRevision": version.unwrap_or("*"), "helm": helm}},
                 }),
                 features,
             }
@@ -1202,8 +1247,14 @@ fn gen_case(i: usize, rng: &mut Rng) -> Case {
                 ChartKind::Ccm => CCM,
                 other => other.dependency(),
             };
+            let mut chart_spec = json!({"chart": chart_ref});
+            if let Some(version) = version {
+                chart_spec["version"] = json!(version);
+            }
             Case {
                 chart,
+                chart_dir,
+                generation,
                 values: values.clone(),
                 values_text: Some(text),
                 flags: Vec::new(),
@@ -1211,7 +1262,7 @@ fn gen_case(i: usize, rng: &mut Rng) -> Case {
                 object: json!({
                     "apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
                     "metadata": {"name": format!("case-{i}"), "namespace": "kube-system"},
-                    "spec": {"chart": {"spec": {"chart": chart_ref}}, "values": parsed},
+                    "spec": {"chart": {"spec": chart_spec}, "values": parsed},
                 }),
                 features,
             }
@@ -1292,8 +1343,30 @@ fn write_batch_chart(dir: &Path, cases: &[(usize, &Case)]) {
     let charts = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(CHARTS);
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir.join("charts")).expect("mkdir");
-    if cases.iter().any(|(_, c)| c.chart == ChartKind::Ccm) {
-        copy_dir(&charts.join("ccm"), &dir.join("charts/ccm"));
+    // One chart of the CCM per batch ([`run_helm`] groups the cases by it), under the name
+    // and version the dependencies below ask for.
+    if let Some((_, case)) = cases.iter().find(|(_, c)| c.chart == ChartKind::Ccm) {
+        assert!(
+            cases
+                .iter()
+                .all(|(_, c)| c.chart != ChartKind::Ccm || c.chart_dir == case.chart_dir),
+            "one CCM chart per batch"
+        );
+        copy_dir(&charts.join(case.chart_dir), &dir.join("charts/ccm"));
+        let chart_yaml = dir.join("charts/ccm/Chart.yaml");
+        let text = std::fs::read_to_string(&chart_yaml).expect("read Chart.yaml");
+        let versioned: String = text
+            .lines()
+            .map(|l| {
+                if l.starts_with("version:") {
+                    "version: 0.0.1"
+                } else {
+                    l
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        std::fs::write(&chart_yaml, versioned + "\n").expect("write Chart.yaml");
     }
     // Each umbrella case gets its own copy of its umbrella chart, named after the case: Helm
     // shares the subcharts of one chart between its aliases, so two aliases of one umbrella
@@ -1356,14 +1429,24 @@ fn parse_helm_output(out: &str) -> BTreeMap<usize, Vec<u8>> {
     use base64::Engine as _;
     let mut found = BTreeMap::new();
     let mut current: Option<usize> = None;
-    for line in out.lines() {
+    let mut lines = out.lines();
+    while let Some(line) = lines.next() {
         if let Some(source) = line.strip_prefix("# Source: ") {
             current = source
                 .strip_prefix("helm-diff/charts/c")
                 .and_then(|rest| rest.split('/').next())
                 .and_then(|n| n.parse().ok());
             assert!(current.is_some(), "a document of no case: {source}");
-        } else if let Some(b64) = line.strip_prefix("  cloud.conf: ") {
+        } else if let Some(b64) = line.trim_start().strip_prefix("cloud.conf: ") {
+            // The upstream chart writes cloudConfigContents as a block scalar (`|`, the
+            // base64 on the next line) and indents by one space before 1.4.0.
+            let next;
+            let b64 = if b64.trim() == "|" {
+                next = lines.next().expect("the block scalar's line");
+                next
+            } else {
+                b64
+            };
             let n = current.expect("a Secret under a case");
             let bytes = base64::engine::general_purpose::STANDARD
                 .decode(b64.trim())
@@ -1492,6 +1575,9 @@ fn run_helm(helm: &Path, work: &Path, cases: &[Case]) -> (Vec<Option<HelmResult>
             &mut results,
         );
     }
+    // One CCM chart per `helm template`: the cases grouped by it, in order within each.
+    let mut batched = batched;
+    batched.sort_by_key(|&n| (cases[n].chart_dir, n));
     let mut start = 0;
     while start < batched.len() {
         let mut end = start;
@@ -1502,7 +1588,10 @@ fn run_helm(helm: &Path, work: &Path, cases: &[Case]) -> (Vec<Option<HelmResult>
                 .iter()
                 .map(|f| f.assignments.iter().map(|a| a.len() + 8).sum::<usize>() + 16)
                 .sum();
-            if (bytes + size > MAX_ARG_BYTES || end - start >= MAX_CASES_PER_RUN) && end > start {
+            let other_chart = cases[batched[end]].chart_dir != cases[batched[start]].chart_dir;
+            if (bytes + size > MAX_ARG_BYTES || end - start >= MAX_CASES_PER_RUN || other_chart)
+                && end > start
+            {
                 break;
             }
             bytes += size;
@@ -1526,7 +1615,16 @@ fn run_helm(helm: &Path, work: &Path, cases: &[Case]) -> (Vec<Option<HelmResult>
 fn stackgate_render(case: &Case, sites: &SitesDocument) -> Result<Option<String>, String> {
     let object: DynamicObject =
         serde_json::from_value(case.object.clone()).map_err(|e| format!("object: {e}"))?;
-    let found = sites::find(&case.gvk, &object, sites);
+    let mut found = sites::find(&case.gvk, &object, sites);
+    // A version stackgate cannot place is read as every generation: the reading of the
+    // generation Helm rendered with is the one that must agree.
+    if found.iter().any(|f| f.alternative.is_some()) {
+        found.retain(|f| {
+            f.alternative
+                .as_ref()
+                .is_some_and(|a| a.generations.contains(&case.generation))
+        });
+    }
     match found.as_slice() {
         [] => Ok(None),
         [one] => one
@@ -1730,6 +1828,8 @@ fn every_code_point() {
     }
     let case = Case {
         chart: ChartKind::Ccm,
+        chart_dir: "ccm",
+        generation: Generation::Route,
         values: Value::Null,
         values_text: None,
         flags: Vec::new(),
@@ -1917,6 +2017,8 @@ fn values_texts_are_read_to_the_end_of_their_first_document() {
             .expect("UTF-8");
             let case = Case {
                 chart: ChartKind::Ccm,
+                chart_dir: "ccm",
+                generation: Generation::Route,
                 values: Value::Null,
                 values_text: None,
                 flags: Vec::new(),
@@ -2004,7 +2106,8 @@ fn characters_helm_escapes_are_denied_through_the_engine() {
         let object: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
             "metadata": {"name": "occm", "namespace": "kube-system"},
-            "spec": {"chart": {"spec": {"chart": CCM}}, "values": values}}))
+            // Quoted: from 1.4.0 and 2.25.0 on (`src/sites/generation.rs`).
+            "spec": {"chart": {"spec": {"chart": CCM, "version": "2.36.0"}}, "values": values}}))
         .expect("object");
         let kind = gvk("helm.toolkit.fluxcd.io", "v2", "HelmRelease");
         let sites = PolicySet::embedded().expect("embedded policies").sites;

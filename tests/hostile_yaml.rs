@@ -435,7 +435,7 @@ fn findings_in_a_large_values_string_read_it_once() {
     let body = format!(
         "apiVersion: helm.cattle.io/v1\nkind: HelmChart\nmetadata:\n  name: \
          openstack-cloud-controller-manager\n  namespace: kube-system\nspec:\n  chart: \
-         openstack-cloud-controller-manager\n  valuesContent: |\n{pad}    cloudConfigContents: \
+         openstack-cloud-controller-manager\n  version: 2.36.0\n  valuesContent: |\n{pad}    cloudConfigContents: \
          |\n      [Global]\n{ini}      [LoadBalancer]\n      use-octavia = false\n"
     );
     let dir = tempfile::tempdir().expect("tempdir");

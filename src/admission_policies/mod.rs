@@ -817,8 +817,8 @@ fn section_keys() -> String {
 
 /// Whether values map `v` is one the policies decide: the Secret is rendered, no
 /// `cloudConfigContents`, and `cloudConfig` is a map whose rendered sections are null (Helm
-/// drops them) or maps of plain gcfg names to plain printable-ASCII scalars or null (the chart
-/// renders `key = `). The
+/// drops them) or maps of plain gcfg names to scalars that every generation of the chart
+/// writes alike ([`GENERATION_PROOF_SCALAR`]). The
 /// comprehension variables (`section`, `entry`) differ from every caller's (`source`): CEL
 /// shadows an outer variable of the same name.
 fn plain_values(v: &str) -> String {
@@ -832,13 +832,21 @@ fn plain_values(v: &str) -> String {
          {v}.cloudConfig[section] == null || \
          (size({v}.cloudConfig[section]) <= {MAX_DECIDED_VALUES_ENTRIES} && \
          {v}.cloudConfig[section].all(entry, size(entry) <= {MAX_DECIDED_VALUES_KEY_BYTES} && \
-         entry.matches({ident}) && ({entry} == null || \
-         (size(string({entry})) <= {MAX_DECIDED_VALUES_VALUE_BYTES} && \
-         string({entry}).matches('^[ -~]*$'))))))",
+         entry.matches({ident}) && {entry} != null && \
+         size(string({entry})) <= {MAX_DECIDED_VALUES_VALUE_BYTES} && \
+         string({entry}).matches({scalar}))))",
         sections = section_keys(),
         ident = cel_str(&format!("^{IDENT}$")),
+        scalar = cel_str(GENERATION_PROOF_SCALAR),
     )
 }
+
+/// A values scalar every generation of the chart writes so that gcfg reads the same value
+/// (`crate::sites::generation`): chart 1.0.0–1.3.0 and 2.24.0 write values unquoted, where a
+/// blank at either end is trimmed, `;` and `#` start a comment and `"` and `\` are gcfg's
+/// quoting, and later ones with Sprig's `quote`; a null is `<no value>` unquoted and an empty
+/// value quoted. Printable ASCII without those characters and blanks reads alike in both.
+const GENERATION_PROOF_SCALAR: &str = r#"^[!$-:<-\[\]-~]*$"#;
 
 /// `valuesDecided`: the structured values maps of the CCM chart this object holds that the
 /// policies decide. HelmRelease: `spec.values` with no `valuesFrom`. Application: the

@@ -9,7 +9,7 @@
 pub mod docs;
 
 use std::cell::OnceCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use json_patch::PatchOperation;
@@ -763,6 +763,8 @@ impl Engine {
                 )
             })
             .flatten();
+        let (alternatives, found): (Vec<_>, Vec<_>) =
+            found.into_iter().partition(|s| s.alternative.is_some());
         for site in found {
             cancel.check()?;
             self.evaluate_site(
@@ -774,6 +776,22 @@ impl Engine {
                 ccm_version.as_ref(),
                 &mut verdict,
             );
+        }
+        let mut groups: BTreeMap<usize, Vec<FoundConfig>> = BTreeMap::new();
+        for site in alternatives {
+            let group = site.alternative.as_ref().map_or(0, |a| a.group);
+            groups.entry(group).or_default().push(site);
+        }
+        for sites in groups.into_values() {
+            let mut results = Vec::with_capacity(sites.len());
+            for site in &sites {
+                cancel.check()?;
+                let mut own = Verdict::default();
+                let ccm = ccm_version.as_ref();
+                self.evaluate_site(&run, &context, site, object, namespace, ccm, &mut own);
+                results.push((site, own));
+            }
+            merge_alternatives(results, &mut verdict);
         }
         self.evaluate_objects(&run, &context, object, false, cancel, &mut verdict)?;
         self.refuse_unallowed_annotations(&run, object, namespace, &mut verdict);
@@ -1225,6 +1243,89 @@ impl Engine {
         }
         if let Some((doc, applied)) = edited {
             verdict.patch.extend(site.patch(&doc, &applied));
+        }
+    }
+}
+
+/// Merges the verdicts of the sites a delivery renders depending on a chart version it does
+/// not pin ([`sites::Alternative`], one values place). A denial stands only when every
+/// reading is denied; otherwise it is a warning that asks to pin the chart version. The fixes
+/// of all readings apply together: each edits only what its chart versions read (a missing
+/// key added to `cloudConfig`, or to `cloudConfigContents`), which changes nothing for the
+/// others; when two write one field differently, none applies.
+fn merge_alternatives(results: Vec<(&FoundConfig, Verdict)>, verdict: &mut Verdict) {
+    let Some(of) = results
+        .first()
+        .and_then(|(site, _)| site.alternative.as_ref())
+        .map(|a| a.of)
+    else {
+        return;
+    };
+    let denied: BTreeSet<usize> = results
+        .iter()
+        .filter(|(_, own)| own.denied())
+        .filter_map(|(site, _)| site.alternative.as_ref().map(|a| a.class))
+        .collect();
+    let every = denied.len() == of;
+    let mut patch: Vec<PatchOperation> = Vec::new();
+    let mut conflict = false;
+    for op in results.iter().flat_map(|(_, own)| own.patch.iter()) {
+        if patch.contains(op) {
+            continue;
+        }
+        conflict |= patch.iter().any(|p| p.path() == op.path());
+        patch.push(op.clone());
+    }
+    for (site, mut own) in results {
+        let versions = site
+            .alternative
+            .as_ref()
+            .map_or("", |a| a.versions.as_str());
+        let note = format!(
+            "Note: chart versions {versions} render this config; the chart version is not \
+             pinned to one generation here, so stackgate reads each config the chart could \
+             render."
+        );
+        if !every {
+            let findings = std::mem::take(&mut own.denials);
+            own.warnings.extend(findings.into_iter().map(|mut f| {
+                // Only some chart versions render this config: the first line says so.
+                f.text.fix = format!("pin the chart version, or {}", f.text.fix);
+                f.text.notes.push(format!(
+                    "Note: not denied, as only chart versions {versions} render this config."
+                ));
+                f
+            }));
+        }
+        if conflict {
+            own.mutations.clear();
+        }
+        for list in [
+            &mut own.denials,
+            &mut own.warnings,
+            &mut own.audits,
+            &mut own.mutations,
+        ] {
+            for f in list.iter_mut() {
+                f.text.notes.push(note.clone());
+                f.fixed_by_patch &= !conflict;
+            }
+        }
+        verdict.denials.append(&mut own.denials);
+        verdict.warnings.append(&mut own.warnings);
+        verdict.audits.append(&mut own.audits);
+        verdict.mutations.append(&mut own.mutations);
+        verdict.exemptions.append(&mut own.exemptions);
+        verdict.audit_annotations.append(&mut own.audit_annotations);
+        for limit in own.limits {
+            verdict.reached(limit);
+        }
+    }
+    if !conflict {
+        for op in patch {
+            if !verdict.patch.contains(&op) {
+                verdict.patch.push(op);
+            }
         }
     }
 }

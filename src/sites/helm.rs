@@ -26,6 +26,7 @@ use kube::core::{DynamicObject, GroupVersionKind};
 use serde_json::Value;
 
 use super::chart::chart_matches;
+use super::generation::{Generation, Generations};
 use super::object_data::TextField;
 use super::path::{display, joined, pointer, shown_entry};
 use super::render::{self, Origin};
@@ -64,6 +65,10 @@ pub const VALUES_FILE_KIND: &str = "HelmValues";
 /// when the file is an umbrella chart's values file (`stackgate check` reads the key from the
 /// umbrella's `Chart.yaml` dependency `alias`).
 pub const VALUES_FILE_SUBCHART_KEY: &str = "subchartKey";
+/// Field of the synthetic values-file object naming the chart version the values are for
+/// (`stackgate check --values-for CHART@VERSION`), which decides the chart's generation
+/// ([`super::generation`]).
+pub const VALUES_FILE_CHART_VERSION_KEY: &str = "chartVersion";
 
 /// A place in an object that holds the chart's values.
 #[derive(Debug, Clone)]
@@ -87,6 +92,8 @@ struct ValuesPlace {
     /// The CCM chart is a subchart of the chart these values are for, under this key: `path`
     /// ends with it, and overrides are read below it.
     alias: Option<String>,
+    /// The chart generations the delivery's pinned version allows (all when it pins none).
+    generations: Generations,
 }
 
 /// A field of `--set`-like entries that Helm applies on top of the values files.
@@ -195,6 +202,13 @@ fn values_places(
     let Some((chart, path, yaml_string)) = single else {
         return Vec::new();
     };
+    // Where each delivery pins the chart version (a HelmChartConfig's HelmChart has it).
+    let version = match (gvk.group.as_str(), gvk.kind.as_str()) {
+        ("helm.toolkit.fluxcd.io", _) => str_at(root, &["spec", "chart", "spec", "version"]),
+        ("helm.cattle.io", "HelmChart") => str_at(root, &["spec", "version"]),
+        ("stackgate.dev", VALUES_FILE_KIND) => str_at(root, &[VALUES_FILE_CHART_VERSION_KEY]),
+        _ => None,
+    };
     let ours = chart.is_some_and(|c| chart_matches(c, charts))
         || (gvk.group == "helm.cattle.io"
             && gvk.kind == "HelmChartConfig"
@@ -216,6 +230,7 @@ fn values_places(
             .then(|| OverrideSource::HelmChartSet(keys(&["spec", "set"]))),
         values_over: (gvk.group == "helm.cattle.io").then(|| keys(&["spec", "values"])),
         alias: None,
+        generations: generations_of(chart, version),
     };
     if gvk.kind == VALUES_FILE_KIND
         && let Some(key) = str_at(root, &[VALUES_FILE_SUBCHART_KEY])
@@ -228,11 +243,14 @@ fn values_places(
         }
         place.path.push(Seg::key(key));
         place.alias = Some(key.to_owned());
+        // The subchart's version is the umbrella's dependency's, not named here.
+        place.generations = Generations::ALL;
         return vec![place];
     }
     if !yaml_string && let Some(alias) = subchart_alias(get(root, &place.path), charts, ours) {
         place.path.push(Seg::key(&alias));
         place.alias = Some(alias);
+        place.generations = Generations::ALL;
         return vec![place];
     }
     if yaml_string
@@ -240,9 +258,22 @@ fn values_places(
     {
         // The values string stays the carrier; the CCM's values are under `alias` in it.
         place.alias = Some(alias);
+        place.generations = Generations::ALL;
         return vec![place];
     }
     if ours { vec![place] } else { Vec::new() }
+}
+
+/// The chart generations values for `chart` at `version` may be rendered with: the upstream
+/// chart's versions are placed in [`super::generation::CHART_TAGS`]; Giant Swarm's app has
+/// versions of its own and renders with the helper of the CCM subchart it ships, read as the
+/// newest generation (as before generations were told apart).
+fn generations_of(chart: Option<&str>, version: Option<&str>) -> Generations {
+    let giant_swarm = [super::delivery::GIANT_SWARM_APP_CHART.to_owned()];
+    if chart.is_some_and(|c| chart_matches(c, &giant_swarm)) {
+        return Generations::only(Generation::Route);
+    }
+    Generations::of_version(version)
 }
 
 /// Whether a values string holds the CCM chart's own values, read structurally: a top-level
@@ -381,6 +412,14 @@ fn k0s_places(root: &Value, charts: &[String], at: &[&str], cancel: &Cancel) -> 
         if !ours && alias.is_none() && !(too_many && parsed(chart)) {
             continue;
         }
+        // k0s pins the chart's version in the entry's `version`; an umbrella's subchart
+        // version is not named here.
+        let version = chart.get("version").and_then(Value::as_str);
+        let chartname = chart.get("chartname").and_then(Value::as_str);
+        let generations = match alias {
+            None => generations_of(chartname, version),
+            Some(_) => Generations::ALL,
+        };
         out.push(ValuesPlace {
             path,
             yaml_string: true,
@@ -389,6 +428,7 @@ fn k0s_places(root: &Value, charts: &[String], at: &[&str], cancel: &Cancel) -> 
             overrides: None,
             values_over: None,
             alias,
+            generations,
         });
     }
     out
@@ -440,6 +480,7 @@ fn argo_places(root: &Value, charts: &[String], cancel: &Cancel) -> Vec<ValuesPl
                 overrides: Some(OverrideSource::ArgoParameters(parameters)),
                 values_over: None,
                 alias: Some(alias),
+                generations: Generations::ALL,
             });
             continue;
         }
@@ -463,6 +504,7 @@ fn argo_places(root: &Value, charts: &[String], cancel: &Cancel) -> Vec<ValuesPl
                 overrides: Some(OverrideSource::ArgoParameters(parameters)),
                 values_over: None,
                 alias: Some(alias),
+                generations: Generations::ALL,
             });
             continue;
         }
@@ -484,6 +526,10 @@ fn argo_places(root: &Value, charts: &[String], cancel: &Cancel) -> Vec<ValuesPl
                 overrides: Some(OverrideSource::ArgoParameters(parameters.clone())),
                 values_over: None,
                 alias: None,
+                generations: generations_of(
+                    chart,
+                    source.get("targetRevision").and_then(Value::as_str),
+                ),
             }
         };
         // Argo CD passes one of the two to Helm: `valuesObject` when it is set, else the
@@ -537,12 +583,12 @@ pub(super) fn find(
     let root = content(object);
     let values_file = is_values_file(gvk);
     let mut found = Vec::new();
-    for place in places {
+    for (group, place) in places.into_iter().enumerate() {
         // Each place parses and merges its values: none is started once the flag fired.
         if cancel.is_cancelled() {
             break;
         }
-        found.extend(read(&object_name, root, place, values_file, cancel));
+        found.extend(read(&object_name, root, place, values_file, group, cancel));
     }
     found
 }
@@ -558,6 +604,109 @@ fn read(
     root: &Value,
     place: ValuesPlace,
     values_file: bool,
+    group: usize,
+    cancel: &Cancel,
+) -> Vec<FoundConfig> {
+    let generations = place.generations;
+    let mut readings: Vec<(Generation, Vec<FoundConfig>)> = Vec::new();
+    for generation in generations.iter() {
+        if cancel.is_cancelled() {
+            break;
+        }
+        let mut found = read_as(
+            object_name,
+            root,
+            place.clone(),
+            values_file,
+            generation,
+            cancel,
+        );
+        if generation == Generation::Unquoted {
+            for site in &mut found {
+                if site.carrier.writes_lines_of_a_value() {
+                    site.mutable = false;
+                    site.note = Some(UNQUOTED_LINE_BREAK_NOTE.to_owned());
+                }
+            }
+        }
+        readings.push((generation, found));
+    }
+    alternatives(readings, group)
+}
+
+/// Why a config chart versions 1.0.0–1.3.0 and 2.24.0 render is not edited when a value
+/// writes lines of its own.
+const UNQUOTED_LINE_BREAK_NOTE: &str = "a cloudConfig value holds a line break, which chart \
+     versions 1.0.0–1.3.0 and 2.24.0 write unquoted, as lines of their own; setting a key \
+     cannot undo such a line, so remove the line break";
+
+/// The readings of one place, one per generation its version allows, as the sites to check:
+/// the newest generation's when every generation reads the same config (or none), else one
+/// alternative per distinct reading ([`super::Alternative`], numbered `group`), each naming
+/// the chart versions that read it so. The engine denies only what every alternative denies.
+fn alternatives(
+    mut readings: Vec<(Generation, Vec<FoundConfig>)>,
+    group: usize,
+) -> Vec<FoundConfig> {
+    // Distinct readings: (generations, sites), in the order first seen.
+    let mut classes: Vec<(Vec<Generation>, Vec<FoundConfig>)> = Vec::new();
+    for (generation, found) in readings.drain(..) {
+        match classes
+            .iter_mut()
+            .find(|(_, sites)| same_reading(sites, &found))
+        {
+            Some((generations, sites)) => {
+                generations.push(generation);
+                // The newest generation's sites stand for the class.
+                *sites = found;
+            }
+            None => classes.push((vec![generation], found)),
+        }
+    }
+    if classes.len() <= 1 {
+        return classes.pop().map(|(_, sites)| sites).unwrap_or_default();
+    }
+    let of = classes.len();
+    let mut out = Vec::new();
+    for (class, (generations, sites)) in classes.into_iter().enumerate() {
+        let versions = super::generation::versions_of(&generations);
+        for mut site in sites {
+            site.alternative = Some(super::Alternative {
+                group,
+                class,
+                of,
+                versions: versions.clone(),
+                generations: generations.clone(),
+            });
+            out.push(site);
+        }
+    }
+    out
+}
+
+/// Whether two readings are the same config in the same places: the same sites, each at the
+/// same location and field, with texts gcfg reads alike (quoting aside) or the same error.
+fn same_reading(a: &[FoundConfig], b: &[FoundConfig]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(a, b)| {
+            a.location == b.location
+                && a.pointer() == b.pointer()
+                && a.mutable == b.mutable
+                && match (&a.text, &b.text) {
+                    (Ok(x), Ok(y)) => x == y || super::same_settings(x, y),
+                    (Err(x), Err(y)) => x == y,
+                    _ => false,
+                }
+        })
+}
+
+/// [`read`] as the chart's `generation` renders the values.
+fn read_as(
+    object_name: &str,
+    root: &Value,
+    place: ValuesPlace,
+    values_file: bool,
+    generation: Generation,
     cancel: &Cancel,
 ) -> Vec<FoundConfig> {
     let overrides = place_overrides(root, &place, cancel);
@@ -573,13 +722,22 @@ fn read(
                     place.clone(),
                     values_file,
                     Ok(order),
+                    generation,
                     cancel,
                 )
             })
             .collect(),
-        overrides => read_ordered(object_name, root, place, values_file, overrides, cancel)
-            .into_iter()
-            .collect(),
+        overrides => read_ordered(
+            object_name,
+            root,
+            place,
+            values_file,
+            overrides,
+            generation,
+            cancel,
+        )
+        .into_iter()
+        .collect(),
     }
 }
 
@@ -590,6 +748,7 @@ fn read_ordered(
     place: ValuesPlace,
     values_file: bool,
     overrides: Result<Vec<Override>, SetFailure>,
+    generation: Generation,
     cancel: &Cancel,
 ) -> Option<FoundConfig> {
     let existing = existing_segments(root, &place.path);
@@ -636,17 +795,19 @@ fn read_ordered(
                 Ok(merged) => merged,
                 Err(failure) => return Some(failure.site(object)),
             };
-            if !renders_secret(&merged) {
+            if !renders_secret(&merged, generation) {
                 return None;
             }
-            if contents(&merged).is_none() {
+            if contents(&merged, generation).is_none() {
                 return Some(unseen_site(object, &references, sources));
             }
         }
     }
     if place.yaml_string {
         let subchart = place.alias.as_deref();
-        return read_values_text(object, at, field, raw, overrides, subchart, cancel);
+        return read_values_text(
+            object, at, field, raw, overrides, subchart, generation, cancel,
+        );
     }
     let values = raw.cloned().unwrap_or(Value::Null);
     if !overrides.is_empty() {
@@ -654,10 +815,13 @@ fn read_ordered(
             Ok(merged) => merged,
             Err(failure) => return Some(failure.site(object)),
         };
-        return renders_secret(&merged)
-            .then(|| in_values_over(object, Beneath::Map(at, values), merged, overrides, cancel));
+        return renders_secret(&merged, generation).then(|| {
+            let beneath = Beneath::Map(at, values);
+            in_values_over(object, beneath, merged, overrides, generation, cancel)
+        });
     }
-    renders_secret(&values).then(|| in_values_map(object, at, values, cancel))
+    renders_secret(&values, generation)
+        .then(|| in_values_map(object, at, values, generation, cancel))
 }
 
 /// The site that says values come from `sources`, named at `references`, which this run
@@ -812,6 +976,9 @@ pub fn describe_values_reference(reference: &Value) -> String {
 pub const FLUX_DEFAULT_VALUES_KEY: &str = "values.yaml";
 
 /// Reads a YAML values string (`raw`, absent when the field is) named `field` in messages.
+// The values string, where it is, what is set on top and how the chart reads it: each
+// argument is one of those, and bundling them would only rename them.
+#[allow(clippy::too_many_arguments)]
 fn read_values_text(
     object: String,
     at: ValuesAt,
@@ -819,6 +986,7 @@ fn read_values_text(
     raw: Option<&Value>,
     overrides: Vec<Override>,
     subchart: Option<&str>,
+    generation: Generation,
     cancel: &Cancel,
 ) -> Option<FoundConfig> {
     let yaml = match raw {
@@ -856,13 +1024,13 @@ fn read_values_text(
                 Ok(merged) => merged,
                 Err(failure) => return Some(failure.site(object)),
             };
-            renders_secret(&merged).then(|| {
+            renders_secret(&merged, generation).then(|| {
                 let beneath = Beneath::Text(text_of(at, yaml, values));
-                in_values_over(object, beneath, merged, overrides, cancel)
+                in_values_over(object, beneath, merged, overrides, generation, cancel)
             })
         }
-        Ok(values) => renders_secret(&values)
-            .then(|| in_values_text(object, text_of(at, yaml, values), cancel)),
+        Ok(values) => renders_secret(&values, generation)
+            .then(|| in_values_text(object, text_of(at, yaml, values), generation, cancel)),
         Err(error) => {
             let location = field.clone();
             let error = SiteError::Yaml { location, error };
@@ -894,15 +1062,21 @@ fn unread_values_text(
 
 /// The cloud config in structured values: `cloudConfigContents` when set (a string field of
 /// the object), else `cloudConfig` rendered.
-fn in_values_map(object: String, at: ValuesAt, values: Value, cancel: &Cancel) -> FoundConfig {
-    if let Some(contents) = contents(&values) {
+fn in_values_map(
+    object: String,
+    at: ValuesAt,
+    values: Value,
+    generation: Generation,
+    cancel: &Cancel,
+) -> FoundConfig {
+    if let Some(contents) = contents(&values, generation) {
         let location = at.name("cloudConfigContents");
         let mut path = at.path;
         path.push(Seg::key("cloudConfigContents"));
         return TextField::found(object, path, location, contents, Holder::HelmValues);
     }
     let location = at.name("cloudConfig");
-    let (text, origins) = render_cloud_config(&values, &location, cancel);
+    let (text, origins) = render_cloud_config(&values, &location, generation, cancel);
     let carrier = RenderedValues {
         at,
         values,
@@ -913,8 +1087,13 @@ fn in_values_map(object: String, at: ValuesAt, values: Value, cancel: &Cancel) -
 
 /// The cloud config in a values string: `cloudConfigContents` when set, else `cloudConfig`
 /// rendered.
-pub(super) fn in_values_text(object: String, text: ValuesText, cancel: &Cancel) -> FoundConfig {
-    if let Some(contents) = contents(&text.values) {
+pub(super) fn in_values_text(
+    object: String,
+    text: ValuesText,
+    generation: Generation,
+    cancel: &Cancel,
+) -> FoundConfig {
+    if let Some(contents) = contents(&text.values, generation) {
         let location = text.at.name("cloudConfigContents");
         let ini = match contents {
             Value::String(ini) => Ok(ini.clone()),
@@ -925,7 +1104,7 @@ pub(super) fn in_values_text(object: String, text: ValuesText, cancel: &Cancel) 
         return FoundConfig::new(object, location, ini, ValuesTextContents { text });
     }
     let location = text.at.name("cloudConfig");
-    let (ini, origins) = render_cloud_config(&text.values, &location, cancel);
+    let (ini, origins) = render_cloud_config(&text.values, &location, generation, cancel);
     FoundConfig::new(object, location, ini, ValuesTextRendered { text, origins })
 }
 
@@ -1381,9 +1560,10 @@ fn in_values_over(
     beneath: Beneath,
     merged: Value,
     overrides: Vec<Override>,
+    generation: Generation,
     cancel: &Cancel,
 ) -> FoundConfig {
-    if contents(&merged).is_some()
+    if contents(&merged, generation).is_some()
         && let Some(o) = overrides
             .iter()
             .rev()
@@ -1394,17 +1574,17 @@ fn in_values_over(
         let raw = get_owned_string(&merged);
         return TextField::found(object, path, o.name.clone(), &raw, Holder::HelmValues);
     }
-    if contents(&merged).is_some() {
+    if contents(&merged, generation).is_some() {
         return match beneath {
-            Beneath::Map(at, values) => in_values_map(object, at, values, cancel),
-            Beneath::Text(text) => in_values_text(object, text, cancel),
+            Beneath::Map(at, values) => in_values_map(object, at, values, generation, cancel),
+            Beneath::Text(text) => in_values_text(object, text, generation, cancel),
         };
     }
     let location = match &beneath {
         Beneath::Map(at, _) => at.name("cloudConfig"),
         Beneath::Text(text) => text.at.name("cloudConfig"),
     };
-    let (ini, origins) = render_cloud_config(&merged, &location, cancel);
+    let (ini, origins) = render_cloud_config(&merged, &location, generation, cancel);
     let inner: Box<dyn super::Carrier> = match beneath {
         Beneath::Map(at, values) => Box::new(RenderedValues {
             at,
@@ -1428,8 +1608,12 @@ fn get_owned_string(merged: &Value) -> Value {
         .unwrap_or(Value::Null)
 }
 
-/// `cloudConfigContents`, when the chart uses it (a truthy value).
-fn contents(values: &Value) -> Option<&Value> {
+/// `cloudConfigContents`, when the chart's `generation` uses it (a truthy value, from 1.4.0
+/// and 2.25.0 on).
+fn contents(values: &Value, generation: Generation) -> Option<&Value> {
+    if !generation.reads_contents() {
+        return None;
+    }
     values.get("cloudConfigContents").filter(|v| truthy(v))
 }
 
@@ -1438,9 +1622,10 @@ fn contents(values: &Value) -> Option<&Value> {
 fn render_cloud_config(
     values: &Value,
     location: &str,
+    generation: Generation,
     cancel: &Cancel,
 ) -> (Result<String, SiteError>, Vec<Origin>) {
-    match render::render_within(values.get("cloudConfig"), cancel) {
+    match render::render_as(values.get("cloudConfig"), generation, cancel) {
         Ok(rendered) => (Ok(rendered.text), rendered.lines),
         Err(error) => {
             let location = location.to_owned();
@@ -1466,15 +1651,19 @@ fn truthy(v: &Value) -> bool {
     }
 }
 
-/// Whether the chart renders its cloud-config Secret with these values: `secret.enabled` and
-/// `secret.create` default to true and only an explicit falsy value turns them off.
-pub(super) fn renders_secret(values: &Value) -> bool {
+/// Whether the chart's `generation` renders its cloud-config Secret with these values:
+/// `secret.enabled` and `secret.create` default to true and only an explicit falsy value turns
+/// them off; before 2.28.0-alpha.5 `secret.enabled` is not read at all.
+pub(super) fn renders_secret(values: &Value, generation: Generation) -> bool {
     let Some(secret) = values.get("secret") else {
         return true;
     };
-    ["enabled", "create"]
-        .iter()
-        .all(|k| secret.get(k).is_none_or(truthy))
+    let switches: &[&str] = if generation.honours_secret_enabled() {
+        &["enabled", "create"]
+    } else {
+        &["create"]
+    };
+    switches.iter().all(|k| secret.get(k).is_none_or(truthy))
 }
 
 /// The chart's `controllerExtraArgs` in `object`, for the `ccm-concurrency` rule: (location
@@ -2272,9 +2461,11 @@ mod tests {
             json!({"apiVersion":"argoproj.io/v1alpha1","kind":"Application",
             "metadata":{"name":"occm","namespace":"argocd"},
             "spec":{"sources":[{"repoURL":"https://x","path":"other"},
-                {"chart":"openstack-cloud-controller-manager","helm":{"values": contents,
+                {"chart":"openstack-cloud-controller-manager","targetRevision":"2.31.1",
+                 "helm":{"values": contents,
                  "valuesObject":{"cloudConfig":{"loadBalancer":{"provider-requires-serial-api-calls":false}}}}},
-                {"chart":"openstack-cloud-controller-manager","helm":{"values": contents}}]}}),
+                {"chart":"openstack-cloud-controller-manager","targetRevision":"2.31.1",
+                 "helm":{"values": contents}}]}}),
         );
         // Beside a valuesObject, Argo CD ignores the values string: it is not read.
         let found = find(&gvk, &o, &charts(), &Cancel::never());
@@ -2312,7 +2503,8 @@ mod tests {
             obj(
                 json!({"apiVersion":"helm.toolkit.fluxcd.io/v2","kind":"HelmRelease",
             "metadata":{"name":"occm","namespace":"kube-system"},
-            "spec":{"chart":{"spec":{"chart":"openstack-cloud-controller-manager"}},
+            "spec":{"chart":{"spec":{"chart":"openstack-cloud-controller-manager",
+                    "version":"2.31.1"}},
                 "valuesFrom":[{"kind":"Secret","name":"v","valuesKey":"x.yaml"},
                     {"kind":"ConfigMap","name":"o","targetPath":"a.b","optional":true}],
                 "values": values}}),
@@ -2394,7 +2586,8 @@ mod tests {
         // `secret.enabled` switched off by `--set`: no Secret, no site.
         let (gvk, o) = obj(json!({"apiVersion":"helm.cattle.io/v1","kind":"HelmChart",
             "metadata":{"name":"occm"},
-            "spec":{"chart":"openstack-cloud-controller-manager","set":{"secret.enabled":"false"}}}));
+            "spec":{"chart":"openstack-cloud-controller-manager","version":"2.31.1",
+                "set":{"secret.enabled":"false"}}}));
         assert!(find(&gvk, &o, &charts(), &Cancel::never()).is_empty());
     }
 
@@ -2482,10 +2675,15 @@ mod tests {
             "spec":{"source":{"chart":"cluster-addons","helm":{"values":
                 "openstack-cloud-controller-manager:\n  cloudConfigContents: |\n    [Global]\n    region = r\n"}}}}),
         );
+        // The subchart's version is not named here: chart versions 1.0.0–1.3.0 and 2.24.0
+        // render the (empty) cloudConfig, later ones cloudConfigContents.
         let found = find(&gvk, &o, &charts(), &Cancel::never());
-        assert_eq!(found.len(), 1);
+        assert_eq!(found.len(), 2);
+        let alternative = found[1].alternative.as_ref().expect("an alternative");
+        assert_eq!(alternative.versions, "1.4.0, 2.25.0 and later");
+        assert_eq!((alternative.class, alternative.of), (1, 2));
         assert_eq!(
-            found[0].describe(Some(2)),
+            found[1].describe(Some(2)),
             "Application argocd/addons spec.source.helm.values, \
              openstack-cloud-controller-manager.cloudConfigContents line 2 (line 4 of the values)"
         );

@@ -25,6 +25,7 @@ use json_patch::{PatchOperation, ReplaceOperation};
 use kube::core::DynamicObject;
 use serde_json::Value;
 
+use super::generation::Generation;
 use super::helm::{self, MAX_VALUES_TEXT_BYTES};
 use super::object_data::Encoding;
 use super::path::pointer;
@@ -131,7 +132,8 @@ pub(super) fn find(
             return unreadable(error, carrier);
         }
     };
-    if !helm::renders_secret(&values) {
+    // The release's chart version is not in a values source: read as the newest generation.
+    if !helm::renders_secret(&values, Generation::Route) {
         // The chart renders no cloud-config Secret with these values (an external one is
         // checked on its own).
         return Vec::new();
@@ -144,6 +146,7 @@ pub(super) fn find(
     let inner = helm::in_values_text(
         object_name.clone(),
         ValuesText::new(at, text, values).minimal_only(),
+        Generation::Route,
         cancel,
     );
     let carrier = LabelledValues {

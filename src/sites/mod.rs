@@ -15,6 +15,7 @@
 
 pub mod chart;
 pub mod delivery;
+pub mod generation;
 pub mod goquote;
 mod goquote_tables;
 pub mod helm;
@@ -328,6 +329,55 @@ trait Carrier: std::fmt::Debug + Send + Sync {
     fn path(&self) -> Option<Vec<Seg>> {
         None
     }
+
+    /// Whether a rendered value wrote more than one line (an unquoted chart generation and a
+    /// value with a line break): an edit of a key cannot undo such a line.
+    fn writes_lines_of_a_value(&self) -> bool {
+        false
+    }
+}
+
+/// One of the configs a delivery renders, depending on a chart version it does not pin
+/// ([`generation`]): the sites of one values place, one distinct reading each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Alternative {
+    /// Which place (unique among one object's sites).
+    pub group: usize,
+    /// Which reading of the place (sites of one reading share it).
+    pub class: usize,
+    /// How many distinct readings the place has: a reading with no site (no Secret rendered)
+    /// counts too.
+    pub of: usize,
+    /// The chart versions that render this reading, for messages.
+    pub versions: String,
+    /// The chart generations that render this reading.
+    pub generations: Vec<generation::Generation>,
+}
+
+/// Whether two cloud configs hold the same settings as gcfg reads them (the same variables
+/// with the same values, in the same sections, in order; empty sections aside), or both fail
+/// to parse at the same place.
+pub(crate) fn same_settings(a: &str, b: &str) -> bool {
+    let settings = |text: &str| {
+        Document::parse(text).map(|doc| {
+            doc.entries()
+                .map(|e| {
+                    (
+                        e.section.to_ascii_lowercase(),
+                        e.subsection.map(str::to_owned),
+                        e.key.to_ascii_lowercase(),
+                        e.value,
+                        e.has_truncating_comment,
+                    )
+                })
+                .collect::<Vec<_>>()
+        })
+    };
+    match (settings(a), settings(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        (Err(a), Err(b)) => a.to_string() == b.to_string(),
+        _ => false,
+    }
 }
 
 /// A cloud config found in an object.
@@ -359,6 +409,9 @@ pub struct FoundConfig {
     /// The CCM containers that read this config as their `--cloud-config`
     /// ([`SiteSpec::read_by`]), for messages.
     pub read_by: Vec<String>,
+    /// Set when this is one of several configs the delivery renders, depending on a chart
+    /// version it does not pin.
+    pub alternative: Option<Alternative>,
     /// Shared: cloning a found config does not copy the values its carrier keeps.
     carrier: Arc<dyn Carrier>,
 }
@@ -383,6 +436,7 @@ impl FoundConfig {
             values_source: false,
             other_platforms: false,
             read_by: Vec::new(),
+            alternative: None,
             carrier: Arc::new(carrier),
         }
     }

@@ -13,6 +13,7 @@
 //! not read that section and an empty section changes nothing, so rendering it would only
 //! produce a warning about a header the user never wrote.
 
+use super::generation::Generation;
 use crate::budget::Cancel;
 use serde_json::Value;
 
@@ -83,6 +84,18 @@ pub fn render_within(
     cloud_config: Option<&Value>,
     cancel: &Cancel,
 ) -> Result<Rendered, RenderError> {
+    render_as(cloud_config, Generation::Route, cancel)
+}
+
+/// [`render_within`] as the chart's `generation` renders it ([`super::generation`]): before
+/// [`Generation::Route`] there is no `[Route]` section (a `route` value of any type is never
+/// read), and [`Generation::Unquoted`] writes each value as text/template prints it, so a line
+/// break in a value writes lines of their own (each mapped to the key it came from).
+pub fn render_as(
+    cloud_config: Option<&Value>,
+    generation: Generation,
+    cancel: &Cancel,
+) -> Result<Rendered, RenderError> {
     // The template reads `.Values.cloudConfig.global` first: on anything but a map (Helm
     // drops a null one, and the chart's default map with it) that stops it ("can't evaluate
     // field global", "nil pointer evaluating interface {}.global").
@@ -96,6 +109,9 @@ pub fn render_within(
     let mut lines = Vec::new();
     let mut previous: Option<&'static str> = None;
     for (values_key, header) in SECTIONS {
+        if *values_key == "route" && !generation.renders_route() {
+            continue;
+        }
         let section = cloud_config.and_then(|c| c.get(values_key));
         // `range $key, $value` over a map gives its keys in sorted order, over a list its
         // indexes (`0 = "a"`, which gcfg then refuses as a variable name), over nothing or an
@@ -133,8 +149,16 @@ pub fn render_within(
                 return Ok(Rendered { text, lines });
             }
             // `{{ $key }} = {{ $value | quote }}`: a null value leaves `key = `.
-            text.push_str(&format!("\n{key} = {}", quote(value)));
-            lines.push(Origin::Key(values_key, key));
+            let shown = if generation.quotes_values() {
+                quote(value)
+            } else {
+                unquoted(value)
+            };
+            text.push_str(&format!("\n{key} = {shown}"));
+            // An unquoted value's line breaks start lines gcfg reads on their own.
+            for _ in 0..=shown.matches('\n').count() {
+                lines.push(Origin::Key(values_key, key.clone()));
+            }
         }
     }
     Ok(Rendered { text, lines })
@@ -146,6 +170,17 @@ pub fn values_key(section: &str) -> Option<&'static str> {
         .iter()
         .find(|(_, header)| header.eq_ignore_ascii_case(section))
         .map(|(key, _)| *key)
+}
+
+/// `{{ $value }}` without `quote` (text/template's `printValue`): `fmt.Sprint` of the value,
+/// `<no value>` for nil. Helm's engine removes `<no value>` only from a whole rendered file,
+/// and the cloud config reaches that file base64-encoded, so it stays in the INI (checked with
+/// Helm v3.17.2 on the chart at 1.3.0).
+pub fn unquoted(value: &Value) -> String {
+    match value {
+        Value::Null => "<no value>".to_owned(),
+        other => go_value(other),
+    }
 }
 
 /// Sprig's `quote`: `fmt.Sprintf("%q", strval(v))`, nothing for nil.

@@ -150,6 +150,18 @@ impl Carrier for RenderedValues {
     fn holder(&self) -> Holder {
         Holder::HelmValues
     }
+
+    fn writes_lines_of_a_value(&self) -> bool {
+        one_value_on_two_lines(&self.origins)
+    }
+}
+
+/// Whether two consecutive rendered lines come from one key: a value written unquoted with a
+/// line break in it (keys of a section are distinct, so nothing else does that).
+fn one_value_on_two_lines(origins: &[Origin]) -> bool {
+    origins
+        .windows(2)
+        .any(|w| w[0] == w[1] && matches!(w[0], Origin::Key(..)))
 }
 
 /// A YAML values string: what the two carriers inside one share.
@@ -356,6 +368,10 @@ impl Carrier for ValuesTextRendered {
 
     fn holder(&self) -> Holder {
         Holder::HelmValues
+    }
+
+    fn writes_lines_of_a_value(&self) -> bool {
+        one_value_on_two_lines(&self.origins)
     }
 }
 
@@ -680,5 +696,9 @@ impl Carrier for Overridden {
 
     fn holder(&self) -> Holder {
         Holder::HelmValues
+    }
+
+    fn writes_lines_of_a_value(&self) -> bool {
+        one_value_on_two_lines(&self.origins)
     }
 }
