@@ -224,7 +224,7 @@ fn fix_never_writes_a_render_and_says_so() {
     assert_eq!(snapshot(dir.path()), before, "--fix wrote a file: {out}");
     let prefix = "render of charts/occm (HelmRelease kube-system/occm): occm/templates/secret.yaml";
     assert!(
-        out.contains(&format!("{prefix}:13: note [serial-lb-api-calls]")),
+        out.contains(&format!("{prefix}:12: note [serial-lb-api-calls]")),
         "{out}"
     );
     assert!(

@@ -124,7 +124,8 @@ fn check_reports_payload_findings_at_lines_of_the_file() {
             (26, "cloud-config-integrity", ItemKind::Warning),
             (26, "known-bad-lb-settings", ItemKind::Denial),
             (27, "cloud-config-integrity", ItemKind::Denial),
-            (28, "serial-lb-api-calls", ItemKind::Mutation),
+            // The line the fix adds after the block is shown at the block's last line.
+            (27, "serial-lb-api-calls", ItemKind::Mutation),
         ]
     );
     let ovn = secret

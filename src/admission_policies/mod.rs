@@ -229,7 +229,7 @@ pub const MAX_DECIDED_CHART_REF_BYTES: usize = 512;
 /// sections): every entry is matched against the gcfg name pattern, so the count bounds the
 /// CEL cost; values with more are left to the webhook. The chart's largest section,
 /// `loadBalancer`, has about 35 options in all.
-pub const MAX_DECIDED_VALUES_ENTRIES: usize = 48;
+pub const MAX_DECIDED_VALUES_ENTRIES: usize = 40;
 
 /// Longest key of a decided `cloudConfig` section (the longest OpenStack CCM option is 34
 /// bytes); a longer one leaves the values to the webhook.
@@ -237,7 +237,7 @@ pub const MAX_DECIDED_VALUES_KEY_BYTES: usize = 64;
 
 /// Longest value (as text) of a decided `cloudConfig` section entry; a longer one leaves the
 /// values to the webhook.
-pub const MAX_DECIDED_VALUES_VALUE_BYTES: usize = 512;
+pub const MAX_DECIDED_VALUES_VALUE_BYTES: usize = 256;
 
 /// Most Argo CD sources an Application may list for the policies to decide it (the engine
 /// reads at most `sites::helm::MAX_CARRIERS_PER_OBJECT` values carriers).
