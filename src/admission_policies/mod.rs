@@ -400,9 +400,12 @@ impl Decided {
                  ignore it). Fix: delete the setting"
             ),
         };
-        let exempt = match policy.exemption_annotation() {
-            Some(key) => format!(" To exempt this object, annotate it with {key}=\"<reason>\"."),
-            None => String::new(),
+        let exempt = match (policy.exemption_annotation(), &policy.exemptions.annotation) {
+            (Some(key), Some(who)) => format!(
+                " To exempt this object, have {} annotate it with {key}=\"<reason>\".",
+                who.who()
+            ),
+            _ => String::new(),
         };
         format!(
             "stackgate policy {} (in-process admission policy): {what}.{exempt} Source: {}",
@@ -507,7 +510,8 @@ fn var(name: &str, expression: String) -> Value {
 }
 
 /// `inScope` (the policy's namespaces) and `exempt` (its annotation with a non-empty reason,
-/// as `engine::exemption_reason` reads it).
+/// as `engine::exemption_reason` reads it, set by a requester the policy allows or already
+/// stored in `oldObject`).
 fn common_variables(policy: &Policy) -> Vec<Value> {
     let namespace = "(has(object.metadata.namespace) ? object.metadata.namespace : '')";
     let list = |names: &[String]| {
@@ -529,15 +533,38 @@ fn common_variables(policy: &Policy) -> Vec<Value> {
     } else {
         scope.join(" && ")
     };
-    let exempt = match policy.exemption_annotation() {
-        Some(key) => {
+    // As the engine judges it (`engine::judge`): the annotation counts when the
+    // requester is a listed user or in a listed group, or when the stored object already holds
+    // the same annotation with the same value (a tenant's later edits of an approved object).
+    let exempt = match (policy.exemption_annotation(), &policy.exemptions.annotation) {
+        (Some(key), Some(who)) => {
             let key = cel_str(&key);
+            let mut allowed = Vec::new();
+            if !who.allowed_users.is_empty() {
+                allowed.push(format!(
+                    "request.userInfo.username in {}",
+                    list(&who.allowed_users)
+                ));
+            }
+            if !who.allowed_groups.is_empty() {
+                allowed.push(format!(
+                    "(has(request.userInfo.groups) && \
+                     request.userInfo.groups.exists(g, g in {}))",
+                    list(&who.allowed_groups)
+                ));
+            }
+            allowed.push(format!(
+                "(oldObject != null && has(oldObject.metadata.annotations) && \
+                 {key} in oldObject.metadata.annotations && \
+                 oldObject.metadata.annotations[{key}] == object.metadata.annotations[{key}])"
+            ));
             format!(
                 "has(object.metadata.annotations) && {key} in object.metadata.annotations && \
-                 object.metadata.annotations[{key}].trim() != ''"
+                 object.metadata.annotations[{key}].trim() != '' && ({})",
+                allowed.join(" || ")
             )
         }
-        None => "false".to_owned(),
+        _ => "false".to_owned(),
     };
     debug_assert!(EXEMPT_ANNOTATION_PREFIX.starts_with("stackgate.dev/"));
     vec![var("inScope", in_scope), var("exempt", exempt)]
