@@ -2129,3 +2129,72 @@ fn the_exempt_variable_counts_only_allowed_requesters_or_the_stored_annotation()
     }
     assert!(checked >= 2, "the serial policy's VAP and MAP: {checked}");
 }
+
+/// Issue 37: on UPDATE the GitOps policies run when `spec` changed or their own exemption
+/// annotation was added, changed or removed (an exemption's end is judged), and not for other
+/// metadata-only writes, as the webhook's `spec-or-exemption-changed` condition.
+#[test]
+fn gitops_policies_run_when_spec_or_their_exemption_changes() {
+    let h = Harness::new();
+    let key = format!("stackgate.dev/exempt.{SERIAL_POLICY}");
+    let policy = h.validating(&format!("stackgate-{SERIAL_POLICY}-chart-values"));
+    let condition = policy["spec"]["matchConditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "spec-or-exemption-changed")
+        .expect("the condition")["expression"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let program = program(&h.env, &condition);
+    let object = |annotations: Value, values: &str| {
+        json!({"metadata": {"annotations": annotations, "labels": {}},
+               "spec": {"values": {"cloudConfig": {"loadBalancer": {"x": values}}}}})
+    };
+    let runs = |new: &Value, old: &Value, operation: &str| {
+        let mut ctx = Context::with_env(Arc::clone(&h.env));
+        ctx.add_variable("object", new.clone()).unwrap();
+        ctx.add_variable("oldObject", old.clone()).unwrap();
+        ctx.add_variable("request", json!({"operation": operation}))
+            .unwrap();
+        program.execute(&ctx).unwrap().json().unwrap()
+    };
+    let approved = object(json!({key.clone(): "tested"}), "a");
+    let plain = object(json!({}), "a");
+    let mut relabelled = approved.clone();
+    relabelled["metadata"]["labels"] = json!({"team": "a"});
+    let other_key = object(
+        json!({"stackgate.dev/exempt.other": "x", key.clone(): "tested"}),
+        "a",
+    );
+    for (what, new, old, operation, expected) in [
+        ("create", &approved, &Value::Null, "CREATE", true),
+        ("a label only", &relabelled, &approved, "UPDATE", false),
+        ("annotation removed", &plain, &approved, "UPDATE", true),
+        ("annotation added", &approved, &plain, "UPDATE", true),
+        (
+            "reason changed",
+            &object(json!({key.clone(): "other"}), "a"),
+            &approved,
+            "UPDATE",
+            true,
+        ),
+        (
+            "another policy's annotation",
+            &other_key,
+            &approved,
+            "UPDATE",
+            false,
+        ),
+        (
+            "spec changed",
+            &object(json!({key.clone(): "tested"}), "b"),
+            &approved,
+            "UPDATE",
+            true,
+        ),
+    ] {
+        assert_eq!(runs(new, old, operation), json!(expected), "{what}");
+    }
+}

@@ -464,7 +464,7 @@ pub fn generate(set: &PolicySet) -> AdmissionPolicies {
             &gitops_name,
             policy,
             gitops_rules(),
-            vec![spec_changed()],
+            vec![spec_or_exemption_changed(policy)],
             variables,
             &expression,
             decided.message(
@@ -495,7 +495,7 @@ pub fn generate(set: &PolicySet) -> AdmissionPolicies {
             out.mutating.push(mutating_policy(
                 &name,
                 gitops_rules(),
-                vec![spec_changed()],
+                vec![spec_or_exemption_changed(policy)],
                 variables,
                 &values_patch(),
             ));
@@ -642,13 +642,24 @@ fn gitops_rules() -> Value {
     ]})
 }
 
-/// The webhook for GitOps objects is called on UPDATE only when `spec` changed (the chart's
-/// `spec-changed` matchCondition): the policies do the same, so they never refuse a metadata
-/// update the webhook would not even see.
-fn spec_changed() -> Value {
+/// The webhook for GitOps objects is called on UPDATE only when `spec` changed or an exemption
+/// annotation was added, changed or removed (the chart's `spec-or-exemption-changed`
+/// matchCondition): the policies do the same, so they never refuse a metadata update the
+/// webhook would not see, and an exemption's end (its annotation removed while `false` stays)
+/// is judged. Only this policy's own annotation is looked at: two lookups in known maps, where
+/// the chart's walk over every annotation has no cost bound a policy could keep.
+fn spec_or_exemption_changed(policy: &Policy) -> Value {
+    let key = cel_str(&format!("{EXEMPT_ANNOTATION_PREFIX}{}", policy.name));
+    let held =
+        |o: &str| format!("(has({o}.metadata.annotations) && {key} in {o}.metadata.annotations)");
+    let (now, before) = (held("object"), held("oldObject"));
     json!({
-        "name": "spec-changed",
-        "expression": "request.operation != 'UPDATE' || !has(object.spec) || !has(oldObject.spec) || object.spec != oldObject.spec",
+        "name": "spec-or-exemption-changed",
+        "expression": format!(
+            "request.operation != 'UPDATE' || !has(object.spec) || !has(oldObject.spec) || \
+             object.spec != oldObject.spec || {now} != {before} || ({now} && \
+             object.metadata.annotations[{key}] != oldObject.metadata.annotations[{key}])"
+        ),
     })
 }
 
