@@ -274,7 +274,10 @@ fn families_without_samples() -> BTreeMap<&'static str, (String, Vec<String>)> {
             "exceptions",
             family_of(
                 IntGauge::default,
-                crate::exceptions_watch::StateLabels { state: "" },
+                crate::exceptions_watch::StateLabels {
+                    policy: String::new(),
+                    state: "",
+                },
             ),
         ),
         (

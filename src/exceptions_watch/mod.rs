@@ -14,7 +14,7 @@
 //!   answer (every namespace listed, or a refusal) opens the `exceptions` readiness gate, so
 //!   a replica never answers before it knows the exceptions, and a missing CRD never holds
 //!   readiness.
-//! * `stackgate_exceptions{state}` (`active`, `expiring`, `expired`, `invalid`) is recomputed
+//! * `stackgate_exceptions{policy,state}` (`active`, `expiring`, `expired`, `invalid`) is recomputed
 //!   on every change and every [`STATE_REFRESH`], since states move with the clock alone.
 
 pub mod list;
@@ -82,11 +82,15 @@ impl FactSource for ExceptionSource {
 /// Labels of `stackgate_exceptions`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StateLabels {
+    /// The policy the exceptions name; empty for `invalid` (a refused object's policy is not
+    /// trusted: it may name no policy of the set). Bounded by the policy set, since an
+    /// exception naming another policy is refused.
+    pub policy: String,
     /// `active`, `expiring`, `expired` or `invalid`.
     pub state: &'static str,
 }
 
-/// `stackgate_exceptions{state}`. Cheap to clone.
+/// `stackgate_exceptions{policy,state}`. Cheap to clone.
 #[derive(Debug, Clone, Default)]
 pub struct ExceptionMetrics {
     states: Family<StateLabels, Gauge<i64, AtomicI64>>,
@@ -104,20 +108,32 @@ impl ExceptionMetrics {
         );
     }
 
-    /// Sets every state's count for `set` at `now`, with `invalid` refused objects.
+    /// Sets the count of each policy and state for `set` at `now`, with `invalid` refused
+    /// objects. The series of a policy with no exception left are dropped, not kept at a
+    /// stale count.
     pub fn observe(&self, set: &ExceptionSet, invalid: usize, now: Timestamp) {
-        let mut counts = [("active", 0_i64), ("expiring", 0), ("expired", 0)];
+        let mut counts: BTreeMap<(&str, &'static str), i64> = BTreeMap::new();
         for e in &set.exceptions {
-            let state = e.state(now, &set.rules).as_str();
-            if let Some((_, n)) = counts.iter_mut().find(|(s, _)| *s == state) {
-                *n += 1;
+            for state in ["active", "expiring", "expired"] {
+                counts.entry((e.policy.as_str(), state)).or_default();
             }
+            let state = e.state(now, &set.rules).as_str();
+            *counts.entry((e.policy.as_str(), state)).or_default() += 1;
         }
-        for (state, n) in counts {
-            self.states.get_or_create(&StateLabels { state }).set(n);
+        self.states.clear();
+        for ((policy, state), n) in counts {
+            self.states
+                .get_or_create(&StateLabels {
+                    policy: policy.to_owned(),
+                    state,
+                })
+                .set(n);
         }
         self.states
-            .get_or_create(&StateLabels { state: "invalid" })
+            .get_or_create(&StateLabels {
+                policy: String::new(),
+                state: "invalid",
+            })
             .set(i64::try_from(invalid).unwrap_or(i64::MAX));
     }
 }
@@ -379,7 +395,18 @@ mod tests {
         assert_eq!(names, ["a", "b"]);
         let metrics = ExceptionMetrics::default();
         metrics.observe(&set, invalid, now);
-        let count = |state| metrics.states.get_or_create(&StateLabels { state }).get();
+        let series = |policy: &str, state| StateLabels {
+            policy: policy.to_owned(),
+            state,
+        };
+        let count = |state| {
+            let policy = if state == "invalid" {
+                ""
+            } else {
+                "serial-lb-api-calls"
+            };
+            metrics.states.get_or_create(&series(policy, state)).get()
+        };
         assert_eq!(
             (
                 count("active"),
@@ -399,5 +426,27 @@ mod tests {
         assert_eq!((names, invalid), (vec!["b", "c"], 0));
         objects.clear_namespace("stackgate");
         assert!(objects.set(&rules).0.exceptions.is_empty());
+        // No exception left: the policy's series are dropped, not kept at a stale count.
+        let mut registry = prometheus_client::registry::Registry::with_prefix("stackgate");
+        metrics.register(&mut registry);
+        let exported = |registry: &prometheus_client::registry::Registry| {
+            let mut text = String::new();
+            prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+            text
+        };
+        assert!(
+            exported(&registry).contains(
+                r#"stackgate_exceptions{policy="serial-lb-api-calls",state="expired"} 1"#
+            ),
+            "{}",
+            exported(&registry)
+        );
+        metrics.observe(&objects.set(&rules).0, 0, now);
+        let text = exported(&registry);
+        assert!(!text.contains("serial-lb-api-calls"), "{text}");
+        assert!(
+            text.contains(r#"stackgate_exceptions{policy="",state="invalid"} 0"#),
+            "{text}"
+        );
     }
 }

@@ -233,7 +233,7 @@ pub enum ExceptionState {
 }
 
 impl ExceptionState {
-    /// The metric label value (`stackgate_exceptions{state}` in the design).
+    /// The metric label value (`stackgate_exceptions{policy,state}` in the design).
     pub fn as_str(self) -> &'static str {
         match self {
             ExceptionState::Active => "active",
