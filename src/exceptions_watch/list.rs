@@ -2,7 +2,7 @@
 //! accepted namespaces with its state at an instant, so the platform team sees what ends
 //! soon, what has ended and what stackgate refuses, before it bites.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, ListParams};
@@ -11,7 +11,8 @@ use serde_json::json;
 use super::{Objects, api_resource};
 use crate::engine::Engine;
 use crate::policy::exception::{
-    Exception, ExceptionRules, ExceptionState, MAX_EXCEPTION_FILE_BYTES, MAX_EXCEPTIONS,
+    Exception, ExceptionError, ExceptionRules, ExceptionState, MAX_EXCEPTIONS, exception_files,
+    read_error, read_exception_file,
 };
 
 /// One exception, or one document stackgate refuses.
@@ -36,14 +37,9 @@ pub struct Row {
 /// Why the exceptions could not be listed at all (exit code 2).
 #[derive(Debug, thiserror::Error)]
 pub enum ListError {
-    /// The path cannot be read.
-    #[error("{}: {message}", path.display())]
-    Read {
-        /// The path.
-        path: PathBuf,
-        /// The IO error kind, or the cap.
-        message: String,
-    },
+    /// The path cannot be read (only [`ExceptionError::Read`] comes from reading files).
+    #[error(transparent)]
+    Read(#[from] ExceptionError),
     /// A namespace cannot be listed (other than a missing CRD).
     #[error("cannot list StackgateExceptions in {namespace}: {source}")]
     Cluster {
@@ -91,48 +87,16 @@ pub fn of_files(
     rules: &ExceptionRules,
     now: Timestamp,
 ) -> Result<Vec<Row>, ListError> {
-    let read_err = |path: &Path, message: String| ListError::Read {
-        path: path.to_path_buf(),
-        message,
-    };
-    let meta = std::fs::metadata(path).map_err(|e| read_err(path, e.kind().to_string()))?;
-    let files: Vec<PathBuf> = if meta.is_dir() {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(path)
-            .map_err(|e| read_err(path, e.kind().to_string()))?
-            .filter_map(|entry| entry.ok().map(|e| e.path()))
-            .filter(|p| {
-                matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
-                    && p.is_file()
-            })
-            .collect();
-        files.sort();
-        files
-    } else {
-        vec![path.to_path_buf()]
-    };
     let mut rows = Vec::new();
-    for file in files {
-        let size = std::fs::metadata(&file)
-            .map_err(|e| read_err(&file, e.kind().to_string()))?
-            .len();
-        if size > MAX_EXCEPTION_FILE_BYTES {
-            return Err(read_err(
-                &file,
-                format!("larger than {MAX_EXCEPTION_FILE_BYTES} bytes"),
-            ));
-        }
-        let text =
-            std::fs::read_to_string(&file).map_err(|e| read_err(&file, e.kind().to_string()))?;
+    for file in exception_files(path)? {
+        let text = read_exception_file(&file)?;
         let name = file.display().to_string();
         match Exception::parse_all(&name, &text, engine.policies(), rules, now) {
             Ok(exceptions) => rows.extend(exceptions.iter().map(|e| row_of(e, rules, now))),
             Err(error) => rows.push(invalid(name, error.to_string())),
         }
         if rows.len() > MAX_EXCEPTIONS {
-            return Err(read_err(
-                path,
-                format!("more than {MAX_EXCEPTIONS} exceptions"),
-            ));
+            return Err(read_error(path, format!("more than {MAX_EXCEPTIONS} exceptions")).into());
         }
     }
     Ok(rows)

@@ -352,6 +352,46 @@ pub struct ExceptionSet {
     pub rules: ExceptionRules,
 }
 
+/// [`ExceptionError::Read`] for `path`.
+pub fn read_error(path: &Path, message: String) -> ExceptionError {
+    ExceptionError::Read {
+        path: path.to_path_buf(),
+        message,
+    }
+}
+
+/// The exception files of `path`: the file itself, or the `*.yaml` / `*.yml` files of a
+/// directory (not recursive), sorted by name.
+pub fn exception_files(path: &Path) -> Result<Vec<PathBuf>, ExceptionError> {
+    let meta = std::fs::metadata(path).map_err(|e| read_error(path, e.kind().to_string()))?;
+    if !meta.is_dir() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+        .map_err(|e| read_error(path, e.kind().to_string()))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|p| {
+            matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml")) && p.is_file()
+        })
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// The text of one exception file, refused past [`MAX_EXCEPTION_FILE_BYTES`] before it is read.
+pub fn read_exception_file(file: &Path) -> Result<String, ExceptionError> {
+    let size = std::fs::metadata(file)
+        .map_err(|e| read_error(file, e.kind().to_string()))?
+        .len();
+    if size > MAX_EXCEPTION_FILE_BYTES {
+        return Err(read_error(
+            file,
+            format!("larger than {MAX_EXCEPTION_FILE_BYTES} bytes"),
+        ));
+    }
+    std::fs::read_to_string(file).map_err(|e| read_error(file, e.kind().to_string()))
+}
+
 impl ExceptionSet {
     /// Reads `path`, a file or a directory of `*.yaml` / `*.yml` files (not recursive,
     /// sorted by name), each a YAML stream of exceptions. Any document refused refuses the
@@ -362,42 +402,13 @@ impl ExceptionSet {
         rules: ExceptionRules,
         now: Timestamp,
     ) -> Result<Self, ExceptionError> {
-        let read_err = |path: &Path, message: String| ExceptionError::Read {
-            path: path.to_path_buf(),
-            message,
-        };
-        let meta = std::fs::metadata(path).map_err(|e| read_err(path, e.kind().to_string()))?;
-        let files: Vec<PathBuf> = if meta.is_dir() {
-            let mut files: Vec<PathBuf> = std::fs::read_dir(path)
-                .map_err(|e| read_err(path, e.kind().to_string()))?
-                .filter_map(|entry| entry.ok().map(|e| e.path()))
-                .filter(|p| {
-                    matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
-                        && p.is_file()
-                })
-                .collect();
-            files.sort();
-            files
-        } else {
-            vec![path.to_path_buf()]
-        };
         let mut exceptions = Vec::new();
-        for file in files {
-            let size = std::fs::metadata(&file)
-                .map_err(|e| read_err(&file, e.kind().to_string()))?
-                .len();
-            if size > MAX_EXCEPTION_FILE_BYTES {
-                return Err(read_err(
-                    &file,
-                    format!("larger than {MAX_EXCEPTION_FILE_BYTES} bytes"),
-                ));
-            }
-            let text = std::fs::read_to_string(&file)
-                .map_err(|e| read_err(&file, e.kind().to_string()))?;
+        for file in exception_files(path)? {
+            let text = read_exception_file(&file)?;
             let name = file.display().to_string();
             exceptions.extend(Exception::parse_all(&name, &text, set, &rules, now)?);
             if exceptions.len() > MAX_EXCEPTIONS {
-                return Err(read_err(
+                return Err(read_error(
                     path,
                     format!("more than {MAX_EXCEPTIONS} exceptions; merge or remove some"),
                 ));
