@@ -151,6 +151,16 @@ expect_refusal "self-managed lifetime that is not a duration" "servingLifetime: 
 expect_refusal "existingSecret without a CA bundle" "tls.existingSecret.caBundle" --set tls.mode=existingSecret --set tls.existingSecret.name=x
 expect_refusal "installed into a site namespace" "install stackgate into its own namespace" --namespace kube-system
 expect_refusal "own namespace in onlyNamespaces" "must not contain the release namespace" --set 'webhooks.onlyNamespaces={stackgate}'
+# Seven site names sharing no token: the payload ConfigMap condition would pass the
+# apiserver's cost limit on a 1 MiB ConfigMap, so the chart refuses to render it.
+{
+    printf 'policies:\n  overrides:\n    cloud-config-sites.yaml: |\n'
+    printf '      apiVersion: stackgate.dev/v1alpha1\n      kind: CloudConfigSites\n      sites:\n'
+    for n in alpha bravo charlie delta echo foxtrot golf; do
+        printf '        - {kind: Secret, namespace: kube-system, name: %s, key: cloud.conf}\n' "$n"
+    done
+} > "$OUT/many-sites-values.yaml"
+expect_refusal "site names too many for a bounded condition" "more than the 6 that keep the webhook condition" -f "$OUT/many-sites-values.yaml"
 
 step "CEL matchConditions on sample requests"
 VENV="$TOOLS/cel-venv"

@@ -911,6 +911,7 @@ fn webhooks_are_narrow_short_and_fail_as_documented() {
                         "cloud-config-labelled.validate.stackgate.dev",
                         "ccm-values-labelled.validate.stackgate.dev",
                         "crs-payloads.validate.stackgate.dev",
+                        "crs-payload-configmaps.validate.stackgate.dev",
                     ]),
                     "minimal"
                 );
@@ -968,6 +969,15 @@ fn webhooks_are_narrow_short_and_fail_as_documented() {
                 for verb in ["mutate", "validate"] {
                     let crs = has(&format!("crs-payloads.{verb}.stackgate.dev"));
                     assert_eq!(crs, want_ccm, "{}: crs-payloads {verb} webhook", r.name);
+                    // Payload ConfigMaps carry no marker: sent by their data, which needs
+                    // matchConditions (else every ConfigMap write would be sent).
+                    let by_data = has(&format!("crs-payload-configmaps.{verb}.stackgate.dev"));
+                    assert_eq!(
+                        by_data,
+                        r.has_match_conditions(),
+                        "{}: crs-payload-configmaps {verb} webhook",
+                        r.name
+                    );
                 }
                 // What CCM workloads read: Secrets and ConfigMaps where CCMs run, only where
                 // ccmConfigSource is on (it needs matchConditions), mutated and validated.
@@ -3267,4 +3277,178 @@ fn not_tls<T: k8s_openapi::Metadata<Ty = ObjectMeta>>(items: Vec<T>) -> Vec<T> {
                 .ends_with("-certs")
         })
         .collect()
+}
+
+/// Every data value of every ConfigMap in the test fixtures' YAML files.
+fn fixture_configmap_values() -> Vec<String> {
+    fn walk(dir: &Path, out: &mut Vec<String>) {
+        for e in fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = e.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+                continue;
+            }
+            let Ok(text) = fs::read_to_string(&path) else {
+                continue;
+            };
+            // YAML files hold objects; JSON files hold objects or AdmissionReviews.
+            let objects: Vec<Value> = match path.extension().and_then(|x| x.to_str()) {
+                Some("yaml" | "yml") => stackgate::yaml::parse_stream(&text)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|doc| doc.root.to_json().ok())
+                    .collect(),
+                Some("json") => serde_json::from_str::<Value>(&text)
+                    .map(|v| {
+                        vec![
+                            v["request"]["object"].clone(),
+                            v["request"]["oldObject"].clone(),
+                            v,
+                        ]
+                    })
+                    .unwrap_or_default(),
+                _ => continue,
+            };
+            for v in objects.iter().filter(|v| v["kind"] == "ConfigMap") {
+                for value in v["data"].as_object().into_iter().flatten().map(|(_, v)| v) {
+                    out.extend(value.as_str().map(str::to_owned));
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&repo().join("tests/fixtures"), &mut out);
+    out
+}
+
+/// Issue 33, item 5: ClusterResourceSet payload ConfigMaps carry no marker, so the chart's
+/// `crs-payload-configmaps` webhooks send a ConfigMap by its data. The condition must never be
+/// narrower than the engine's payload reader (`sites::payload::worth_parsing`): every value it
+/// would parse is sent, whatever spelling (YAML escapes) names the site; and it must keep out
+/// what the reader ignores, or every manifest ConfigMap of a cluster would be sent. Evaluated
+/// with a CEL interpreter over the fixtures' ConfigMaps and hostile spellings;
+/// `tests/real_apiserver_crs.rs` runs the same webhooks on a real kube-apiserver.
+#[test]
+#[ignore = "needs the rendered chart in target/chart-render: run .ci/chart.sh (installs Helm)"]
+fn payload_configmap_condition_sends_everything_the_payload_reader_parses() {
+    use stackgate::policy::PolicySet;
+    use stackgate::sites::payload::{CCM_MARKERS, worth_parsing};
+
+    let sites = PolicySet::embedded().expect("embedded policies").sites;
+    let renders = load_renders();
+    let default = render(&renders, "default");
+    let mut conditions = Vec::new();
+    for config in default.of_kind("ValidatingWebhookConfiguration") {
+        for w in config["webhooks"].as_array().into_iter().flatten() {
+            if w["name"] == "crs-payload-configmaps.validate.stackgate.dev" {
+                for c in w["matchConditions"].as_array().into_iter().flatten() {
+                    if c["name"] == "may-embed-a-site" {
+                        conditions.push(c["expression"].as_str().unwrap().to_owned());
+                    }
+                }
+            }
+        }
+    }
+    let [condition] = conditions.as_slice() else {
+        panic!("one may-embed-a-site condition in the default render: {conditions:?}");
+    };
+    let label = sites.label.clone().expect("the default sites have a label");
+    // The condition tests each thing the reader looks for (each site, the site label, each
+    // marker) by a token it contains, of at most 10 characters (the apiserver charges a
+    // `contains` by the token's length in tens), and at most 6 of them.
+    let tokens: Vec<&str> = condition
+        .split("contains('")
+        .skip(1)
+        .filter_map(|rest| rest.split_once("')").map(|(token, _)| token))
+        .filter(|t| !matches!(*t, "kind" | "\\\\"))
+        .collect();
+    assert!(
+        (1..=6).contains(&tokens.len()) && tokens.iter().all(|t| t.len() <= 10),
+        "{tokens:?}"
+    );
+    for name in sites
+        .sites
+        .iter()
+        .map(|s| s.name.as_str())
+        .chain([label.as_str()])
+        .chain(CCM_MARKERS.iter().copied())
+    {
+        assert!(
+            tokens.iter().any(|t| name.contains(t)),
+            "{name} holds none of the condition's tokens {tokens:?}"
+        );
+    }
+
+    let env = Arc::new({
+        let mut env = cel::Env::stdlib();
+        env.add_extension(cel::extensions::strings).unwrap();
+        env
+    });
+    let program = env.compile(condition).expect("the condition parses");
+    let sends = |value: &str| -> bool {
+        let mut ctx = cel::Context::with_env(Arc::clone(&env));
+        ctx.add_variable("object", serde_json::json!({"data": {"v": value}}))
+            .unwrap();
+        program.execute(&ctx).expect("evaluates") == cel::Value::Bool(true)
+    };
+
+    let site = &sites.sites[0].name;
+    let escaped_x: String = site
+        .chars()
+        .map(|c| format!("\\x{:02x}", c as u32))
+        .collect();
+    let escaped_u: String = site
+        .chars()
+        .map(|c| format!("\\u{:04x}", c as u32))
+        .collect();
+    let folded = format!("{}\\\n      {}", &site[..2], &site[2..]);
+    let mut values = fixture_configmap_values();
+    let fixtures = values.len();
+    for name in [site.clone(), escaped_x, escaped_u, folded, label.clone()] {
+        for kind in ["kind", "\\x6bind", "ki\\\n  nd"] {
+            values.push(format!(
+                "apiVersion: v1\n{kind}: Secret\nmetadata:\n  name: \"{name}\"\n  namespace: kube-system\n"
+            ));
+        }
+    }
+    for marker in CCM_MARKERS {
+        values.push(format!(
+            "kind: DaemonSet\nspec:\n  template:\n    spec:\n      containers:\n      - args: [\"{marker}\"]\n"
+        ));
+    }
+    // ConfigMaps every cluster has, which must stay out.
+    values.extend(
+        [
+            "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: ipvs\n",
+            ".:53 {\n    errors\n    kubernetes cluster.local in-addr.arpa ip6.arpa\n}\n",
+            "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: calico-node\n",
+            "{\"kind\": \"Dashboard\", \"title\": \"nodes\"}",
+        ]
+        .map(str::to_owned),
+    );
+    let (mut parsed, mut ignored) = (0, 0);
+    for value in &values {
+        if worth_parsing(value, &sites) {
+            parsed += 1;
+            assert!(
+                sends(value),
+                "the reader parses it, the chart does not send it:\n{value}"
+            );
+        } else if !sends(value) {
+            ignored += 1;
+        }
+    }
+    eprintln!(
+        "{} values ({fixtures} from fixtures): {parsed} parsed by the reader, all sent; \
+         {ignored} kept out",
+        values.len()
+    );
+    assert!(fixtures >= 10, "only {fixtures} fixture ConfigMap values");
+    assert!(parsed >= 20, "only {parsed} values the reader parses");
+    // What the reader ignores mostly stays out: plain ConfigMaps, fixtures and the above.
+    assert!(ignored >= 6, "only {ignored} values kept out");
+    assert!(!sends(
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: calico-node\n"
+    ));
+    assert!(!sends("[Global]\nauth-url = https://keystone:5000/v3\n"));
 }

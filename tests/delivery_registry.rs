@@ -538,6 +538,7 @@ fn chart_rules(text: &str) -> (BTreeSet<(String, String, String)>, BTreeSet<Stri
                 "cloud-config-",
                 "ccm-values-labelled.",
                 "crs-payloads.",
+                "crs-payload-configmaps.",
                 "gitops.",
             ]
             .iter()

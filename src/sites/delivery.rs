@@ -234,12 +234,20 @@ pub const REGISTRY: &[DeliveryPath] = &[
                 r#""apiVersion: v1\nkind: Secret\nmetadata:\n  name: cloud-config\n  namespace: kube-system\nstringData:\n  cloud.conf: ${OPENSTACK_CLOUD_PROVIDER_CONF}\n""#,
             ),
         ],
-        webhook: Ok(&[Registration {
-            group: "",
-            versions: V1,
-            resources: &["secrets"],
-            selected_by: "matchCondition on `object.type` (1.28+); without matchConditions the namespaces in `webhooks.legacy.crsPayloadNamespaces`. ConfigMap payloads carry no marker: `check` and the audit read them",
-        }]),
+        webhook: Ok(&[
+            Registration {
+                group: "",
+                versions: V1,
+                resources: &["secrets"],
+                selected_by: "matchCondition on `object.type` (1.28+); without matchConditions the namespaces in `webhooks.legacy.crsPayloadNamespaces`",
+            },
+            Registration {
+                group: "",
+                versions: V1,
+                resources: &["configmaps"],
+                selected_by: "matchCondition on the data (1.28+): more than 10,000 keys, or a value holding a YAML escape, or `kind` and a token of a site's name, the site label or a CCM marker, so never narrower than the payload reader (docs/limits.md). Without matchConditions none is sent (`check` reads them; the audit does not list ConfigMaps by content)",
+            },
+        ]),
         audit: &[Audit::Listed("", "v1", "Secret")],
         reader: "src/sites/payload.rs",
     },
