@@ -242,3 +242,35 @@ fn an_unverified_exemption_is_not_applied_by_default_and_has_a_code() {
     assert_eq!(status, Some(0), "{stderr}");
     assert!(stdout.starts_with("exemption-unverified"), "{stdout}");
 }
+
+/// The integrity rule's warnings for values the CCM accepts but does not act on end with their
+/// upstream source as one line of text (the source constant once carried two runs of 33 spaces
+/// into every such warning): the whole line `check` prints, as a golden.
+#[test]
+fn a_silent_value_warning_reads_as_one_line_with_its_source() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cloud-provider-config\n  \
+         namespace: openshift-config\ndata:\n  config: |\n    [Global]\n    tls-insecure = TRUE\n    \
+         [LoadBalancer]\n    provider-requires-serial-api-calls = true\n",
+    )
+    .unwrap();
+    let path = dir.path().join("cm.yaml");
+    let (status, stdout, stderr) = stackgate(&["check", path.to_str().unwrap()]);
+    assert_eq!(status, Some(0), "{stderr}");
+    let line = stdout.lines().next().unwrap_or_default();
+    assert_eq!(
+        line.split_once(": warning ").map(|(_, rest)| rest),
+        Some(
+            "[cloud-config-integrity] ConfigMap openshift-config/cloud-provider-config \
+             data[\"config\"] line 2: [Global] tls-insecure is neither exactly `true` nor \
+             `false`. Fix: write true or false. The CCM reads it as a string and turns \
+             certificate verification off only for exactly `true` (so `True`, `yes` or `1` keep \
+             it on) (cloud-provider-openstack v1.36.0 pkg/openstack/openstack.go (ReadConfig, \
+             LoadBalancer()), pkg/util/metadata/metadata.go (CheckMetadataSearchOrder), \
+             pkg/client/client.go (tls-insecure))."
+        ),
+        "{stdout}"
+    );
+}

@@ -134,16 +134,33 @@ fn unknown_ambiguous_and_family_names_get_errors_that_list_codes() {
         }
         other => panic!("{other:?}"),
     }
-    match explain(&engine, "known-bad-lb-settings") {
-        Err(ExplainError::FamilyOnly { codes, .. }) => assert_eq!(
-            codes,
-            [
-                "known-bad-lb-settings/use-octavia-false",
-                "known-bad-lb-settings/ovn-lb-method"
-            ]
-        ),
-        other => panic!("{other:?}"),
+    // A family alone (the tag `check` prints): the family, its policies and every code, each
+    // to be explained, and no example (that belongs to a code).
+    let family = explain(&engine, "known-bad-lb-settings").expect("a family is explained");
+    assert!(
+        family.starts_with("known-bad-lb-settings (a rule family)\n"),
+        "{family}"
+    );
+    for code in ["use-octavia-false", "ovn-lb-method"] {
+        assert!(
+            family.contains(&format!("  - known-bad-lb-settings/{code}\n")),
+            "{family}"
+        );
     }
+    assert!(
+        family.contains("Policy known-bad-lb-settings (mode "),
+        "{family}"
+    );
+    assert!(family.contains("Sources:"), "{family}");
+    assert!(!family.contains("Example:"), "{family}");
+    // A policy's name names its family too.
+    let policy = engine
+        .policies()
+        .policies
+        .iter()
+        .find(|p| p.rule.as_str() == "known-bad-lb-settings")
+        .expect("a policy of the family");
+    assert_eq!(explain(&engine, &policy.name).expect("policy"), family);
     // Nothing close: every code is listed.
     match explain(&engine, "zzzzzzzzzzzzzzzzzzzzzzzzzzzz") {
         Err(ExplainError::Unknown { close, .. }) => {

@@ -6,7 +6,8 @@
 //!
 //! Codes are closed per family ([`crate::rules::Family::codes`]) but not unique across families
 //! (`invalid`, `unreadable`, `ovn-lb-method`), so a code is written `<family>/<code>` (or
-//! `<policy>/<code>`); a bare code is accepted when one family has it. The engine's own codes
+//! `<policy>/<code>`); a bare code is accepted when one family has it, and a family or policy
+//! named alone (the tag `check` prints) explains the family and lists its codes. The engine's own codes
 //! (mutation, oversized, values-unseen, values-key-missing, more-findings) are explained too.
 //! Everything is read from the registry and the effective policy set, and the example runs the
 //! same engine as `stackgate rules` (`docs/rules.md`).
@@ -24,7 +25,8 @@ use crate::rules::{FAMILIES, Family};
 #[derive(Debug, Clone, Args)]
 pub struct ExplainArgs {
     /// The finding code: `<family>/<code>` (e.g. `serial-lb-api-calls/false`), `<policy>/<code>`,
-    /// or a code alone when only one family has it.
+    /// or a code alone when only one family has it; a family or policy alone explains the
+    /// family and lists its codes.
     #[arg(value_name = "CODE")]
     pub code: String,
     /// Where policies come from.
@@ -50,14 +52,6 @@ pub enum ExplainError {
         code: String,
         /// The qualified codes it may mean.
         candidates: Vec<String>,
-    },
-    /// A family (or policy) was named without a code.
-    #[error("{name:?} is a rule family, not a code; its codes: {}", codes.join(", "))]
-    FamilyOnly {
-        /// What was asked.
-        name: String,
-        /// The family's qualified codes.
-        codes: Vec<String>,
     },
 }
 
@@ -123,37 +117,43 @@ pub fn explain(engine: &Engine, code: &str) -> Result<String, ExplainError> {
             wrap(text, "  ")
         ));
     }
+    // `code` of None: a family or policy named alone (the tag `check` prints) is explained as
+    // the family, its policies and every code it reports.
     let (family, code) = resolve(engine, code)?;
     Ok(render(engine, family, code))
 }
 
-/// The family and the code (the registry's own `'static` copy) that `asked` names.
-fn resolve(engine: &Engine, asked: &str) -> Result<(&'static Family, &'static str), ExplainError> {
-    let family_named = |name: &str| -> Option<&'static Family> {
-        FAMILIES
-            .iter()
-            .copied()
-            .find(|f| f.id.as_str() == name)
-            .or_else(|| {
-                engine
-                    .policies()
-                    .policies
-                    .iter()
-                    .find(|p| p.name == name)
-                    .map(|p| p.rule.family())
-            })
-    };
+/// The family named `name`, or the family of the policy named `name`.
+fn family_named(engine: &Engine, name: &str) -> Option<&'static Family> {
+    FAMILIES
+        .iter()
+        .copied()
+        .find(|f| f.id.as_str() == name)
+        .or_else(|| {
+            engine
+                .policies()
+                .policies
+                .iter()
+                .find(|p| p.name == name)
+                .map(|p| p.rule.family())
+        })
+}
+
+/// The family and the code (the registry's own `'static` copy) that `asked` names; no code
+/// when `asked` names a family or a policy alone.
+fn resolve(
+    engine: &Engine,
+    asked: &str,
+) -> Result<(&'static Family, Option<&'static str>), ExplainError> {
+    let family_named = |name: &str| family_named(engine, name);
     if let Some((prefix, code)) = asked.rsplit_once('/') {
         if let Some(family) = family_named(prefix)
             && let Some(code) = family.codes.iter().copied().find(|c| *c == code)
         {
-            return Ok((family, code));
+            return Ok((family, Some(code)));
         }
     } else if let Some(family) = family_named(asked) {
-        return Err(ExplainError::FamilyOnly {
-            name: asked.to_owned(),
-            codes: family.codes.iter().map(|c| qualified(family, c)).collect(),
-        });
+        return Ok((family, None));
     } else {
         let owners: Vec<&'static Family> = FAMILIES
             .iter()
@@ -164,7 +164,7 @@ fn resolve(engine: &Engine, asked: &str) -> Result<(&'static Family, &'static st
             [family] => {
                 let code = family.codes.iter().copied().find(|c| *c == asked);
                 if let Some(code) = code {
-                    return Ok((family, code));
+                    return Ok((family, Some(code)));
                 }
             }
             [] => {}
@@ -236,15 +236,31 @@ fn edit_distance(a: &str, b: &str) -> usize {
     row[b.len()]
 }
 
-fn render(engine: &Engine, family: &'static Family, code: &'static str) -> String {
+/// The explanation of `code` of `family`, or of the family itself when `code` is None (then
+/// every code is listed with the command that explains it, and no example is shown).
+fn render(engine: &Engine, family: &'static Family, code: Option<&'static str>) -> String {
     let mut out = String::new();
     let id = family.id.as_str();
-    let _ = writeln!(out, "{id}/{code}\n");
-    let _ = writeln!(
-        out,
-        "Rule family {id}; its codes: {}.",
-        family.codes.join(", ")
-    );
+    match code {
+        Some(code) => {
+            let _ = writeln!(out, "{id}/{code}\n");
+            let _ = writeln!(
+                out,
+                "Rule family {id}; its codes: {}.",
+                family.codes.join(", ")
+            );
+        }
+        None => {
+            let _ = writeln!(out, "{id} (a rule family)\n");
+            let _ = writeln!(
+                out,
+                "Its codes (`stackgate explain {id}/<code>` explains each, with an example):"
+            );
+            for c in family.codes {
+                let _ = writeln!(out, "  - {id}/{c}");
+            }
+        }
+    }
     let policies: Vec<_> = engine
         .policies()
         .policies
@@ -273,10 +289,13 @@ fn render(engine: &Engine, family: &'static Family, code: &'static str) -> Strin
             },
             wrap(policy.description.trim(), "  "),
         );
-        let examples: Vec<Finding> = example_findings(engine, family)
-            .into_iter()
-            .filter(|f| f.policy == policy.name && f.code == code)
-            .collect();
+        let examples: Vec<Finding> = match code {
+            Some(code) => example_findings(engine, family)
+                .into_iter()
+                .filter(|f| f.policy == policy.name && f.code == code)
+                .collect(),
+            None => Vec::new(),
+        };
         match examples.first() {
             Some(f) => {
                 let _ = writeln!(
@@ -306,7 +325,7 @@ fn render(engine: &Engine, family: &'static Family, code: &'static str) -> Strin
                     let _ = writeln!(out, "{}", wrap(&format!("{label}: {part}"), "    "));
                 }
             }
-            None => {
+            None if code.is_some() => {
                 let _ = writeln!(
                     out,
                     "\n  The family's documentation example reports another code; \
@@ -314,6 +333,7 @@ fn render(engine: &Engine, family: &'static Family, code: &'static str) -> Strin
                     policy.name
                 );
             }
+            None => {}
         }
         let sources: Vec<&str> = policy
             .source

@@ -78,7 +78,9 @@ pub const CODE_UNSUPPORTED: &str = "unsupported-value";
 pub const CODE_NEEDS_NEWER_CCM: &str = "needs-newer-ccm";
 
 /// Source quoted by the post-gcfg checks.
-const SOURCE_CCM_START: &str = "cloud-provider-openstack v1.36.0 pkg/openstack/openstack.go                                 (ReadConfig, LoadBalancer()), pkg/util/metadata/metadata.go                                 (CheckMetadataSearchOrder), pkg/client/client.go (tls-insecure)";
+const SOURCE_CCM_START: &str = "cloud-provider-openstack v1.36.0 pkg/openstack/openstack.go \
+     (ReadConfig, LoadBalancer()), pkg/util/metadata/metadata.go (CheckMetadataSearchOrder), \
+     pkg/client/client.go (tls-insecure)";
 
 /// Runs the rule on one cloud config.
 pub fn check(view: &ConfigView<'_>) -> RuleOutput {
