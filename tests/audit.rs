@@ -747,8 +747,9 @@ async fn the_same_messages_as_the_webhook() {
         );
         assert!(
             text.contains(&format!(
-                "ConfigMap/tenant-a/occm-config: error [{}] {shown}\n",
+                "ConfigMap/tenant-a/occm-config: error [{}/{}] {shown}\n",
                 denial.rule.as_str(),
+                denial.code,
             )),
             "{text}"
         );
@@ -1549,7 +1550,7 @@ async fn clusterresourceset_payload_secrets_are_listed_by_their_type() {
     // located in the payload.
     assert!(
         text.contains(
-            "Secret/default/ccm-demo-crs-1: warning [serial-lb-api-calls] Secret \
+            "Secret/default/ccm-demo-crs-1: warning [serial-lb-api-calls/missing] Secret \
              default/ccm-demo-crs-1 ClusterResourceSet payload \
              data[\"cloud-config-secret.yaml\"] document 1 (Secret kube-system/cloud-config \
              stringData[\"cloud.conf\"]): [LoadBalancer] provider-requires-serial-api-calls \
@@ -1614,7 +1615,7 @@ async fn object_rules_run_on_the_ccm_daemonset_a_payload_secret_embeds() {
     // line of the decoded payload text), judged as the object the payload creates.
     assert!(
         text.contains(
-            "Secret/default/ccm-concurrency-crs: warning [ccm-concurrency] Secret \
+            "Secret/default/ccm-concurrency-crs: warning [ccm-concurrency/parallel-syncs] Secret \
              default/ccm-concurrency-crs ClusterResourceSet payload data[\"ccm.yaml\"] \
              document 2 line 31: DaemonSet kube-system/openstack-cloud-controller-manager \
              container \"openstack-cloud-controller-manager\" args[5]: \
@@ -1623,14 +1624,14 @@ async fn object_rules_run_on_the_ccm_daemonset_a_payload_secret_embeds() {
         "{text}"
     );
     assert_eq!(
-        text.matches("ccm-concurrency-crs: warning [ccm-concurrency]")
+        text.matches("ccm-concurrency-crs: warning [ccm-concurrency/")
             .count(),
         1,
         "{text}"
     );
     // The trimmed DaemonSet mounts no volume at its --cloud-config: said, once.
     assert_eq!(
-        text.matches("ccm-concurrency-crs: warning [ccm-config-source]")
+        text.matches("ccm-concurrency-crs: warning [ccm-config-source/")
             .count(),
         1,
         "{text}"
@@ -1711,7 +1712,8 @@ async fn a_load_balancer_service_is_judged_against_the_clusters_cloud_config() {
     let shown = denial.text.one_line();
     assert!(
         text.contains(&format!(
-            "Service/shop/web: error [ovn-source-ranges] {shown}\n"
+            "Service/shop/web: error [ovn-source-ranges/{}] {shown}\n",
+            denial.code
         )),
         "{text}"
     );
@@ -1735,7 +1737,7 @@ async fn a_load_balancer_service_is_judged_against_the_clusters_cloud_config() {
         c.add(SECRETS, cloud_config_secret_with(&managed));
     }
     let (code, text) = run_audit(&cluster, &AuditOptions::default()).await;
-    assert!(!text.contains("[ovn-source-ranges]"), "{text}");
+    assert!(!text.contains("[ovn-source-ranges/"), "{text}");
     assert!(!text.contains("Service/shop/web: error"), "{text}");
     assert_ne!(code, 2, "{text}");
 
@@ -1748,7 +1750,7 @@ async fn a_load_balancer_service_is_judged_against_the_clusters_cloud_config() {
     let (_, text) = run_audit(&cluster, &AuditOptions::default()).await;
     assert!(
         text.lines().any(
-            |l| l.starts_with("Service/shop/web: warning [ovn-source-ranges]")
+            |l| l.starts_with("Service/shop/web: warning [ovn-source-ranges/")
                 && l.contains("no cloud config is configured or found for this run")
         ),
         "{text}"
@@ -1767,7 +1769,7 @@ async fn a_load_balancer_service_is_judged_against_the_clusters_cloud_config() {
     let (_, text) = run_audit(&cluster, &AuditOptions::default()).await;
     assert!(
         text.lines().any(
-            |l| l.starts_with("Service/shop/web: warning [ovn-source-ranges]")
+            |l| l.starts_with("Service/shop/web: warning [ovn-source-ranges/")
                 && l.contains(
                     "this cluster holds 2 cloud configs whose load-balancer settings differ"
                 )
@@ -1804,7 +1806,7 @@ async fn labelled_values_secrets_are_listed_and_judged() {
     let cluster = Arc::new(Mutex::new(c));
     let (code, text) = run_audit(&cluster, &AuditOptions::default()).await;
     assert!(
-        text.contains("Secret/flux-system/occm-values: warning [serial-lb-api-calls]"),
+        text.contains("Secret/flux-system/occm-values: warning [serial-lb-api-calls/"),
         "{text}"
     );
     assert!(
@@ -1963,7 +1965,7 @@ async fn an_object_over_the_object_cap_is_named_and_skipped_at_the_limit_and_one
     let (code, text) = run_audit(&cluster, &at(size)).await;
     assert_eq!(code, 1, "{text}");
     assert!(
-        text.contains("ConfigMap/tenant-b/huge: error [serial-lb-api-calls]"),
+        text.contains("ConfigMap/tenant-b/huge: error [serial-lb-api-calls/"),
         "{text}"
     );
     // One byte under its size: skipped, named with its size, content never shown.
@@ -1983,8 +1985,8 @@ async fn an_object_over_the_object_cap_is_named_and_skipped_at_the_limit_and_one
         "{text}"
     );
     // The objects on the same page around it were audited.
-    assert!(text.contains("ConfigMap/tenant-a/before: error [serial-lb-api-calls]"));
-    assert!(text.contains("ConfigMap/tenant-c/after: error [serial-lb-api-calls]"));
+    assert!(text.contains("ConfigMap/tenant-a/before: error [serial-lb-api-calls/"));
+    assert!(text.contains("ConfigMap/tenant-c/after: error [serial-lb-api-calls/"));
 }
 
 #[tokio::test]
@@ -2014,11 +2016,11 @@ async fn a_page_over_the_page_cap_is_asked_again_smaller_and_a_lone_object_over_
     );
     assert!(!text.contains("CONTENT-MARKER"), "{text}");
     assert!(
-        text.contains("ConfigMap/tenant-a/before: error [serial-lb-api-calls]"),
+        text.contains("ConfigMap/tenant-a/before: error [serial-lb-api-calls/"),
         "{text}"
     );
     assert!(
-        text.contains("ConfigMap/tenant-c/after: error [serial-lb-api-calls]"),
+        text.contains("ConfigMap/tenant-c/after: error [serial-lb-api-calls/"),
         "{text}"
     );
     let c = cluster.lock().unwrap();
@@ -2085,7 +2087,7 @@ async fn many_objects_a_bounded_report_whose_summary_counts_them_all() {
     assert!(text.contains("300 errors"), "{text}");
     assert!(
         text.lines()
-            .filter(|l| l.contains("error [serial-lb-api-calls]"))
+            .filter(|l| l.contains("error [serial-lb-api-calls/"))
             .count()
             <= 20
     );
@@ -2216,7 +2218,7 @@ async fn k0s_cluster_configs_are_listed_and_judged() {
     let (code, text) = run_audit(&cluster, &AuditOptions::default()).await;
     assert_eq!(code, 1, "{text}");
     assert!(
-        text.contains("ClusterConfig/kube-system/k0s: error [serial-lb-api-calls]"),
+        text.contains("ClusterConfig/kube-system/k0s: error [serial-lb-api-calls/"),
         "{text}"
     );
     let (code, text) = run_audit(

@@ -263,7 +263,8 @@ fn a_silent_value_warning_reads_as_one_line_with_its_source() {
     assert_eq!(
         line.split_once(": warning ").map(|(_, rest)| rest),
         Some(
-            "[cloud-config-integrity] ConfigMap openshift-config/cloud-provider-config \
+            "[cloud-config-integrity/tls-insecure-not-bool] ConfigMap \
+             openshift-config/cloud-provider-config \
              data[\"config\"] line 2: [Global] tls-insecure is neither exactly `true` nor \
              `false`. Fix: write true or false. The CCM reads it as a string and turns \
              certificate verification off only for exactly `true` (so `True`, `yes` or `1` keep \
@@ -273,4 +274,35 @@ fn a_silent_value_warning_reads_as_one_line_with_its_source() {
         ),
         "{stdout}"
     );
+}
+
+/// Every `[rule/code]` tag of a text report (the golden reports of `check` over the GitOps
+/// fixture repository and of `audit`) is what `stackgate explain` takes: a reader copies the
+/// tag and gets the explanation.
+#[test]
+fn explain_accepts_every_tag_the_text_reports_print() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mut tags = Vec::new();
+    for golden in ["gitops/golden/check.txt", "audit/golden/audit.txt"] {
+        let text = std::fs::read_to_string(root.join(golden)).expect("golden report");
+        for line in text.lines() {
+            for level in ["error", "warning", "note"] {
+                if let Some((_, rest)) = line.split_once(&format!(": {level} ["))
+                    && let Some((tag, _)) = rest.split_once(']')
+                    && tag.contains('/')
+                {
+                    tags.push(tag.to_owned());
+                }
+            }
+        }
+    }
+    tags.sort();
+    tags.dedup();
+    assert!(tags.len() >= 4, "{tags:?}");
+    for tag in tags {
+        let (status, stdout, stderr) = stackgate(&["explain", &tag]);
+        assert_eq!(status, Some(0), "explain {tag}: {stderr}");
+        let code = tag.rsplit('/').next().unwrap();
+        assert!(stdout.contains(code), "explain {tag}:\n{stdout}");
+    }
 }

@@ -69,7 +69,7 @@ fn lines_of<'a>(out: &'a str, prefix: &str) -> Vec<&'a str> {
     out.lines().filter(|l| l.starts_with(prefix)).collect()
 }
 
-const SERIAL_FALSE: &str = "error [serial-lb-api-calls] Secret kube-system/cloud-config stringData[\"cloud.conf\"] line 4: [LoadBalancer] provider-requires-serial-api-calls is set to a false value";
+const SERIAL_FALSE: &str = "error [serial-lb-api-calls/false] Secret kube-system/cloud-config stringData[\"cloud.conf\"] line 4: [LoadBalancer] provider-requires-serial-api-calls is set to a false value";
 
 #[test]
 fn a_helm_release_renders_the_chart_with_its_values_and_the_secret_is_denied() {
@@ -85,7 +85,7 @@ fn a_helm_release_renders_the_chart_with_its_values_and_the_secret_is_denied() {
     assert!(secret[0].contains(SERIAL_FALSE), "{out}");
     // The release name and namespace helm-controller gives it: `<targetNamespace>-<name>`.
     assert!(
-        out.contains("occm/templates/daemonset.yaml:17: warning [cluster-name] DaemonSet kube-system/kube-system-occm"),
+        out.contains("occm/templates/daemonset.yaml:17: warning [cluster-name/default-name] DaemonSet kube-system/kube-system-occm"),
         "{out}"
     );
     // `--skip-tests`: the test hook Pod is not rendered.
@@ -224,7 +224,7 @@ fn fix_never_writes_a_render_and_says_so() {
     assert_eq!(snapshot(dir.path()), before, "--fix wrote a file: {out}");
     let prefix = "render of charts/occm (HelmRelease kube-system/occm): occm/templates/secret.yaml";
     assert!(
-        out.contains(&format!("{prefix}:12: note [serial-lb-api-calls]")),
+        out.contains(&format!("{prefix}:12: note [serial-lb-api-calls/mutation]")),
         "{out}"
     );
     assert!(

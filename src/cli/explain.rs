@@ -111,7 +111,10 @@ const ENGINE_CODES: &[(&str, &str)] = &[
 /// The explanation of `code` under `engine`'s policy set, as plain text.
 pub fn explain(engine: &Engine, code: &str) -> Result<String, ExplainError> {
     let code = code.trim();
-    if let Some((_, text)) = ENGINE_CODES.iter().find(|(c, _)| *c == code) {
+    // An engine code is explained alone or behind the rule it was reported for (the tag
+    // `check` prints: `serial-lb-api-calls/mutation`).
+    let engine_code = code.rsplit_once('/').map_or(code, |(_, c)| c);
+    if let Some((code, text)) = ENGINE_CODES.iter().find(|(c, _)| *c == engine_code) {
         return Ok(format!(
             "{code} (a code of the engine, not of one rule family)\n\n{}\n",
             wrap(text, "  ")

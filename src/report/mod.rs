@@ -212,7 +212,7 @@ pub fn verdict_items(
 /// Output formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {
-    /// `file:line: level [rule] message`, fixes as unified diffs, and a summary line.
+    /// `file:line: level [rule/code] message`, fixes as unified diffs, and a summary line.
     Text,
     /// One JSON document with a summary, the results, the fixes and the input errors.
     Json,

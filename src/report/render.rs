@@ -95,7 +95,7 @@ pub fn text_as(report: &Report, show_diffs: bool, face: &Face, each_skip: bool) 
                     "{}: {} [{}] {}{}",
                     at(face, i.file.as_deref().unwrap_or(&f.name), i.line),
                     i.level.as_str(),
-                    i.rule,
+                    tag(i),
                     message,
                     policy_suffix(i)
                 );
@@ -661,7 +661,7 @@ pub fn junit_as(report: &Report, face: &Face) -> String {
                     "{}: {} [{}] {}",
                     at(face, i.file.as_deref().unwrap_or(&f.name), i.line),
                     i.level.as_str(),
-                    i.rule,
+                    tag(i),
                     attributed_line(i)
                 )
             };
@@ -675,7 +675,7 @@ pub fn junit_as(report: &Report, face: &Face) -> String {
                     xml(&format!(
                         "{} finding(s); first: [{}] {}line {}",
                         failing.len(),
-                        first.rule,
+                        tag(first),
                         first
                             .file
                             .as_deref()
@@ -733,6 +733,15 @@ fn xml(s: &str) -> String {
         }
     }
     out
+}
+
+/// The tag a finding's line carries: `rule/code` (what `stackgate explain` takes), or the rule
+/// alone for a finding without a code.
+fn tag(item: &Item) -> String {
+    match item.code {
+        Some(code) => format!("{}/{code}", item.rule),
+        None => item.rule.clone(),
+    }
 }
 
 #[cfg(test)]
