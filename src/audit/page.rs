@@ -141,16 +141,6 @@ impl Page {
     pub fn parse(&self) -> Result<RawPage<'_>, ReadError> {
         serde_json::from_slice(&self.body).map_err(|e| ReadError::Decode(e.classify_string()))
     }
-
-    /// Bytes read.
-    pub fn len(&self) -> usize {
-        self.body.len()
-    }
-
-    /// Whether the answer was empty.
-    pub fn is_empty(&self) -> bool {
-        self.body.is_empty()
-    }
 }
 
 /// How a serde error is reported: its category and position, never the input.
@@ -373,5 +363,113 @@ pub async fn get(
             .map_err(|e| ReadError::Decode(e.classify_string())),
         Err(ReadError::Api(kube::Error::Api(status))) if status.code == 404 => Ok(None),
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use http::{Request as HttpRequest, Response, StatusCode};
+    use http_body_util::Full;
+    use hyper::body::Bytes;
+    use kube::client::Body;
+    use tower_test::mock;
+
+    /// A client whose every request is answered with `status` and `body`.
+    fn answering(status: StatusCode, body: Vec<u8>) -> kube::Client {
+        let (service, mut handle) = mock::pair::<HttpRequest<Body>, Response<Full<Bytes>>>();
+        tokio::spawn(async move {
+            while let Some((_, send)) = handle.next_request().await {
+                let mut response = Response::new(Full::new(Bytes::from(body.clone())));
+                *response.status_mut() = status;
+                send.send_response(response);
+            }
+        });
+        kube::Client::new(service, "default")
+    }
+
+    fn secrets() -> ApiResource {
+        ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&())
+    }
+
+    async fn list_answer(client: &kube::Client) -> Result<Page, ReadError> {
+        list(
+            client,
+            &secrets(),
+            &ListParams::default(),
+            &ReadLimits::default(),
+        )
+        .await
+    }
+
+    /// A page that is not JSON is reported by category and position, never by its content.
+    #[tokio::test]
+    async fn an_unreadable_page_is_named_by_its_position_not_its_content() {
+        let client = answering(StatusCode::OK, b"{\"items\": [CANARY-SECRET".to_vec());
+        let page = list_answer(&client).await.expect("read within the cap");
+        let error = page.parse().expect_err("not JSON");
+        assert_eq!(
+            error.to_string(),
+            "the answer is not readable JSON: syntax error at line 1 column 12"
+        );
+        let client = answering(StatusCode::OK, b"{\"items\": [".to_vec());
+        let page = list_answer(&client).await.expect("read within the cap");
+        assert_eq!(
+            page.parse().expect_err("cut short").to_string(),
+            "the answer is not readable JSON: truncated at line 1 column 11"
+        );
+        let client = answering(StatusCode::OK, br#"{"items": {"a": 1}}"#.to_vec());
+        let page = list_answer(&client).await.expect("read within the cap");
+        assert_eq!(
+            page.parse().expect_err("items is not a list").to_string(),
+            "the answer is not readable JSON: unexpected shape at line 1 column 10"
+        );
+    }
+
+    /// An error answer keeps the API's Status up to 64 KiB; a longer one (or one that is not
+    /// a Status) is reduced to its HTTP status, read no further.
+    #[tokio::test]
+    async fn an_error_answer_is_read_up_to_its_cap() {
+        let status_body = |message: &str| {
+            serde_json::to_vec(&serde_json::json!({
+                "apiVersion": "v1", "kind": "Status", "status": "Failure",
+                "message": message, "reason": "Forbidden", "code": 403}))
+            .unwrap()
+        };
+        // The Status JSON around the message is under 150 bytes.
+        let fits = "m".repeat(MAX_ERROR_BODY_BYTES - 200);
+        let client = answering(StatusCode::FORBIDDEN, status_body(&fits));
+        match list_answer(&client).await {
+            Err(ReadError::Api(kube::Error::Api(status))) => {
+                assert_eq!((status.code, status.message.len()), (403, fits.len()));
+            }
+            other => panic!("{other:?}"),
+        }
+        let over = "m".repeat(MAX_ERROR_BODY_BYTES);
+        let client = answering(StatusCode::FORBIDDEN, status_body(&over));
+        match list_answer(&client).await {
+            Err(ReadError::Api(kube::Error::Api(status))) => {
+                assert_eq!(
+                    (status.code, status.reason.as_str(), status.message.len()),
+                    (403, "the error answer could not be read", "Forbidden".len())
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A page over its cap is refused with the cap, not read on.
+    #[tokio::test]
+    async fn a_page_over_its_cap_is_too_large() {
+        let client = answering(StatusCode::OK, vec![b' '; 2048]);
+        let limits = ReadLimits {
+            max_page_bytes: 1024,
+            ..ReadLimits::default()
+        };
+        match list(&client, &secrets(), &ListParams::default(), &limits).await {
+            Err(ReadError::TooLarge { limit }) => assert_eq!(limit, 1024),
+            other => panic!("{other:?}"),
+        }
     }
 }
