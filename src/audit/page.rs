@@ -459,17 +459,25 @@ mod tests {
         }
     }
 
-    /// A page over its cap is refused with the cap, not read on.
+    /// A page over its cap is refused with the cap, not read on; one of exactly the cap is
+    /// read.
     #[tokio::test]
     async fn a_page_over_its_cap_is_too_large() {
-        let client = answering(StatusCode::OK, vec![b' '; 2048]);
         let limits = ReadLimits {
             max_page_bytes: 1024,
             ..ReadLimits::default()
         };
+        let client = answering(StatusCode::OK, vec![b' '; 1025]);
         match list(&client, &secrets(), &ListParams::default(), &limits).await {
             Err(ReadError::TooLarge { limit }) => assert_eq!(limit, 1024),
             other => panic!("{other:?}"),
         }
+        let mut at_cap = br#"{"items": []}"#.to_vec();
+        at_cap.resize(1024, b' ');
+        let client = answering(StatusCode::OK, at_cap);
+        let page = list(&client, &secrets(), &ListParams::default(), &limits)
+            .await
+            .expect("a page of exactly the cap is read");
+        assert!(page.parse().expect("JSON").items.is_empty());
     }
 }
