@@ -437,8 +437,10 @@ mod tests {
                 "message": message, "reason": "Forbidden", "code": 403}))
             .unwrap()
         };
-        // The Status JSON around the message is under 150 bytes.
-        let fits = "m".repeat(MAX_ERROR_BODY_BYTES - 200);
+        // 64 KiB, the cap: a 60 KiB message (the Status JSON around it is under 150 bytes)
+        // is kept, a 64 KiB one is not.
+        assert_eq!(MAX_ERROR_BODY_BYTES, 65_536);
+        let fits = "m".repeat(60 * 1024);
         let client = answering(StatusCode::FORBIDDEN, status_body(&fits));
         match list_answer(&client).await {
             Err(ReadError::Api(kube::Error::Api(status))) => {
@@ -457,6 +459,20 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// A name over its cap is cut at a character boundary at or before the cap, and marked.
+    #[test]
+    fn names_are_cut_at_a_character_boundary() {
+        let name = format!("{}é", "a".repeat(MAX_NAME_BYTES - 1));
+        assert_eq!(name.len(), MAX_NAME_BYTES + 1);
+        // Byte 253 is inside `é`: the cut falls back to 252.
+        assert_eq!(
+            cut(name, MAX_NAME_BYTES),
+            format!("{}…", "a".repeat(MAX_NAME_BYTES - 1))
+        );
+        let exact = "b".repeat(MAX_NAMESPACE_BYTES);
+        assert_eq!(cut(exact.clone(), MAX_NAMESPACE_BYTES), exact);
     }
 
     /// A page over its cap is refused with the cap, not read on; one of exactly the cap is
