@@ -161,6 +161,7 @@ expect_refusal "own namespace in onlyNamespaces" "must not contain the release n
     done
 } > "$OUT/many-sites-values.yaml"
 expect_refusal "site names too many for a bounded condition" "more than the 6 that keep the webhook condition" -f "$OUT/many-sites-values.yaml"
+expect_refusal "admission policies beside exceptions" "Excepted objects are left to the webhook" --set admissionPolicies.enabled=true --set exceptions.enabled=true
 
 step "CEL matchConditions on sample requests"
 VENV="$TOOLS/cel-venv"

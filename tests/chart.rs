@@ -1447,6 +1447,36 @@ fn deployment_is_ha_locked_down_and_probed_on_the_admin_port() {
                 env_value(c, "STACKGATE_EXCEPTION_WARN_DAYS").as_deref(),
                 Some("7")
             );
+            assert_eq!(
+                env_value(c, "STACKGATE_EXCEPTION_REQUIRE_EXPIRY").as_deref(),
+                Some("false")
+            );
+            // The CRD's schema follows: `expires` is no longer required (the file, which the
+            // default installs, requires it).
+            let required = |crd: &Value| -> Vec<String> {
+                crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+                    ["required"]
+                    .as_array()
+                    .expect("spec.required")
+                    .iter()
+                    .map(|v| v.as_str().unwrap().to_owned())
+                    .collect()
+            };
+            let crd = r
+                .of_kind("CustomResourceDefinition")
+                .into_iter()
+                .find(|d| d["metadata"]["name"] == "stackgateexceptions.stackgate.dev")
+                .expect("the exceptions CRD");
+            assert_eq!(required(crd), ["policy", "match", "reason"]);
+            let file: Value = serde_saphyr::from_str(
+                &fs::read_to_string(
+                    repo()
+                        .join("charts/stackgate/files/crds/stackgateexceptions.stackgate.dev.yaml"),
+                )
+                .unwrap(),
+            )
+            .unwrap();
+            assert_eq!(required(&file), ["policy", "match", "reason", "expires"]);
         }
         // The cloud-config object only where its Role is granted.
         let cloud_config = env_value(c, "STACKGATE_CLOUD_CONFIG_OBJECT");

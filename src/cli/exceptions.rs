@@ -46,6 +46,19 @@ pub struct ExceptionArgs {
         value_parser = clap::value_parser!(i64).range(0..=3650)
     )]
     pub warn_days: i64,
+    /// Whether an exception must carry `expires` (the chart: `exceptions.requireExpiry`). With
+    /// `false`, one without it never expires (listed as "no expiry") and nothing warns before
+    /// it ends; one with it is still held to `--exception-max-lifetime-days`. The default
+    /// keeps every exception temporary: an exception nobody reviews stays off a guardrail
+    /// for good.
+    #[arg(
+        long = "exception-require-expiry",
+        env = "STACKGATE_EXCEPTION_REQUIRE_EXPIRY",
+        value_name = "BOOL",
+        default_value_t = true,
+        action = clap::ArgAction::Set
+    )]
+    pub require_expiry: bool,
 }
 
 impl ExceptionArgs {
@@ -53,7 +66,7 @@ impl ExceptionArgs {
     pub fn rules(&self) -> ExceptionRules {
         ExceptionRules {
             namespaces: self.namespaces.clone(),
-            expires_required: true,
+            expires_required: self.require_expiry,
             max_lifetime: SignedDuration::from_hours(24 * self.max_lifetime_days),
             warn_within: SignedDuration::from_hours(24 * self.warn_days),
         }

@@ -24,7 +24,8 @@ pub struct Row {
     pub policy: Option<String>,
     /// `active`, `expiring`, `expired` or `invalid`.
     pub state: &'static str,
-    /// Its `expires` (RFC 3339).
+    /// Its `expires` (RFC 3339); None for one that never expires (`expires` not required)
+    /// and for a refused one.
     pub expires: Option<String>,
     /// Whole days left while expiring.
     pub days_left: Option<i64>,
@@ -160,7 +161,11 @@ pub fn text(rows: &[Row]) -> String {
             r.id,
             r.policy.as_deref().unwrap_or("-"),
             state,
-            r.expires.as_deref().unwrap_or("-"),
+            match (&r.expires, r.state) {
+                (Some(expires), _) => expires.as_str(),
+                (None, "invalid") => "-",
+                (None, _) => "no expiry",
+            },
             detail.replace('\n', " ")
         ));
     }
