@@ -49,6 +49,32 @@ impl Drop for Proc {
     }
 }
 
+/// A tenant: group `tenants`, no permission until a test grants one.
+pub const TENANT: &str = "tenant-a";
+/// A platform-team member: group `platform-team`, no permission until a test grants one.
+pub const PLATFORM: &str = "platform";
+
+/// The bearer token of `user` ([`TENANT`] or [`PLATFORM`]) in every apiserver started here.
+pub fn user_token(user: &str) -> String {
+    format!("{user}-token-{}", std::process::id())
+}
+
+/// A client of the apiserver behind `kubeconfig` acting as `user` ([`TENANT`] or
+/// [`PLATFORM`]).
+#[allow(dead_code)] // only the tests that act as these users call it
+pub async fn client_as(kubeconfig: &Path, user: &str) -> kube::Client {
+    let mut config = Kubeconfig::read_from(kubeconfig).unwrap();
+    for auth in &mut config.auth_infos {
+        if let Some(info) = auth.auth_info.as_mut() {
+            info.token = Some(user_token(user).into());
+        }
+    }
+    let config = kube::Config::from_custom_kubeconfig(config, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    kube::Client::try_from(config).unwrap()
+}
+
 /// A free loopback port.
 pub fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -89,7 +115,12 @@ pub async fn start_apiserver(
         ("sa.pub", sa_pub.as_str()),
         (
             "tokens.csv",
-            &format!("{token},admin,admin-uid,system:masters\n"),
+            &format!(
+                "{token},admin,admin-uid,system:masters\n{},{TENANT},tenant-uid,tenants\n\
+                 {},{PLATFORM},platform-uid,platform-team\n",
+                user_token(TENANT),
+                user_token(PLATFORM)
+            ),
         ),
     ] {
         std::fs::write(dir.join(name), content).unwrap();
