@@ -493,7 +493,8 @@ fn prune_with(
 /// The object's metadata, its name and namespace cut where they enter
 /// ([`crate::rules::bound_names`]): every finding and log line names the object.
 fn metadata_of(root: &Value) -> Result<ObjectMeta, DecodeError> {
-    root.get("metadata").map_or_else(|| Ok(ObjectMeta::default()), metadata_from)
+    root.get("metadata")
+        .map_or_else(|| Ok(ObjectMeta::default()), metadata_from)
 }
 
 /// [`metadata_of`] from the `metadata` value itself.
