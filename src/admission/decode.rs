@@ -453,12 +453,15 @@ fn prune(
     prune_with(json, decide, None, budget)
 }
 
+/// Called with each top-level field of an object as soon as it is decoded.
+type OnTop<'c> = &'c dyn Fn(&str, &Value);
+
 /// [`prune`], calling `on_top` with each top-level field as soon as it is decoded (so that
 /// `decide` can depend on it for the fields that follow).
 fn prune_with(
     json: &str,
     decide: &dyn Fn(&[Seg]) -> Decision,
-    on_top: Option<&dyn Fn(&str, &Value)>,
+    on_top: Option<OnTop<'_>>,
     budget: &Budget<'_>,
 ) -> Result<(Value, usize), DecodeError> {
     let ctx = Ctx {
@@ -712,7 +715,7 @@ enum Stop {
 
 struct Ctx<'c> {
     decide: &'c dyn Fn(&[Seg]) -> Decision,
-    on_top: Option<&'c dyn Fn(&str, &Value)>,
+    on_top: Option<OnTop<'c>>,
     path: RefCell<Vec<Seg>>,
     spent: Cell<usize>,
     limit: usize,
