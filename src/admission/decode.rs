@@ -18,7 +18,9 @@
 //! depend on the name and labels; whether values are read depends on the chart reference),
 //! the object is read twice: first without the dependent part, then the dependent part alone.
 //! Scanning raw JSON is cheap next to building trees, and the second pass only runs for
-//! objects that are sites.
+//! objects that are sites. A ConfigMap or Secret whose `metadata` comes before its data (the
+//! order the API server writes) is read once: its data keys are decided as soon as its
+//! metadata has been read.
 
 use std::cell::{Cell, RefCell};
 use std::fmt;
