@@ -18,7 +18,9 @@
 //! depend on the name and labels; whether values are read depends on the chart reference),
 //! the object is read twice: first without the dependent part, then the dependent part alone.
 //! Scanning raw JSON is cheap next to building trees, and the second pass only runs for
-//! objects that are sites.
+//! objects that are sites. A ConfigMap or Secret whose `metadata` comes before its data (the
+//! order the API server writes) is read once: its data keys are decided as soon as its
+//! metadata has been read.
 
 use std::cell::{Cell, RefCell};
 use std::fmt;
@@ -259,29 +261,16 @@ fn decode_object(
 ) -> Result<DynamicObject, DecodeError> {
     match reading {
         Reading::Site(kind) => {
-            let (mut root, total) = prune(raw.get(), &site_shell, budget)?;
-            budget.spent = total;
-            let meta = metadata_of(&root)?;
-            let keys = site_keys(kind, &meta, sites, reads);
-            // A ClusterResourceSet payload keeps every value: which one embeds a site is
-            // known only once it is parsed (`sites::payload`).
-            let payload = match kind {
-                SiteKind::Secret => payload::is_payload_secret_type(
-                    root.get("type").and_then(serde_json::Value::as_str),
-                ),
-                SiteKind::ConfigMap => payload::worth_parsing(raw.get(), sites),
-            };
-            if !keys.is_empty() || payload {
-                let wanted = |path: &[Seg]| site_data(path, &keys, payload);
-                let (mut data, total) = prune(raw.get(), &wanted, budget)?;
-                budget.spent = total;
-                if payload && kind == SiteKind::ConfigMap {
-                    // Only the values that may embed a site or a CCM object are kept.
-                    keep_payload_values(&mut data, &keys, sites);
-                }
-                merge(&mut root, data);
+            let before = budget.spent;
+            match decode_site_one_pass(raw, kind, (sites, reads), budget) {
+                Ok(Some(object)) => return Ok(object),
+                Ok(None) => {}
+                // Which error a malformed object gets (and where) is the two-pass reader's.
+                Err(OnePassError::Retry) => {}
+                Err(OnePassError::Final(e)) => return Err(e),
             }
-            into_object(root, meta)
+            budget.spent = before;
+            decode_site_two_pass(raw, kind, (sites, reads), budget)
         }
         Reading::Object { status } => {
             let before = budget.spent;
@@ -306,6 +295,156 @@ fn decode_object(
     }
 }
 
+/// Why the one-pass site reader gave up.
+enum OnePassError {
+    /// An error the two-pass reader would give as well, at the same place.
+    Final(DecodeError),
+    /// An error the two-pass reader may report differently: read the object again that way.
+    Retry,
+}
+
+/// What the one-pass site reader has learnt so far about the object it reads.
+#[derive(Default)]
+struct SiteSight {
+    /// The object's metadata (the last `metadata` read) and the data keys it names.
+    meta: Option<(ObjectMeta, Vec<String>)>,
+    /// `metadata` did not deserialize.
+    bad_meta: bool,
+    /// A `data` or `stringData` field was met before `metadata`, or `metadata` came again
+    /// after one: the keys decided may not be the ones the final metadata names.
+    out_of_order: bool,
+    /// A `data` or `stringData` field was met.
+    data_seen: bool,
+}
+
+/// Reads a ConfigMap or Secret in one pass over its JSON: the shell, and the data keys sites
+/// name as soon as the metadata that names them has been read. The API server writes
+/// `metadata` before `data` (Go field order), so this is the path real reviews take; an
+/// object where that does not hold, a ClusterResourceSet payload Secret (its `type` follows
+/// its data) or an error returns `None` or [`OnePassError::Retry`], and the caller reads it
+/// the two-pass way, whose result this one equals field for field and byte for byte of the
+/// decoded-memory charge.
+fn decode_site_one_pass(
+    raw: &RawValue,
+    kind: SiteKind,
+    (sites, reads): (&SitesDocument, Option<&CcmConfigReads>),
+    budget: &mut Budget<'_>,
+) -> Result<Option<DynamicObject>, OnePassError> {
+    // A ConfigMap may be a ClusterResourceSet payload whatever its metadata says; a Secret
+    // is one by its `type`, read after its data, so it is first read as not being one.
+    let payload = kind == SiteKind::ConfigMap && payload::worth_parsing(raw.get(), sites);
+    let sight = RefCell::new(SiteSight::default());
+    let decide = |path: &[Seg]| match path {
+        [f] if is(f, "data") || is(f, "stringData") => {
+            let mut s = sight.borrow_mut();
+            s.data_seen = true;
+            match &s.meta {
+                None => {
+                    s.out_of_order = true;
+                    Decision::Skip
+                }
+                // No key wanted: the two-pass reader does not read the data at all.
+                Some((_, keys)) if keys.is_empty() && !payload => Decision::Skip,
+                Some(_) => Decision::Descend,
+            }
+        }
+        [f, _] if is(f, "data") || is(f, "stringData") => match &sight.borrow().meta {
+            Some((_, keys)) => site_data(path, keys, payload),
+            None => Decision::Skip,
+        },
+        _ => site_shell(path),
+    };
+    let on_top = |key: &str, value: &Value| {
+        if key != "metadata" {
+            return;
+        }
+        let mut s = sight.borrow_mut();
+        if s.data_seen {
+            s.out_of_order = true;
+        }
+        match metadata_from(value) {
+            Ok(meta) => {
+                let keys = site_keys(kind, &meta, sites, reads);
+                s.meta = Some((meta, keys));
+            }
+            Err(_) => s.bad_meta = true,
+        }
+    };
+    let pruned = prune_with(raw.get(), &decide, Some(&on_top), budget);
+    let sight = sight.into_inner();
+    let (mut root, total) = match pruned {
+        Ok(done) => done,
+        Err(e @ DecodeError::Exhausted(_)) => return Err(OnePassError::Final(e)),
+        // Before any metadata was read, both readers stop at the same place for the same
+        // reason: the shell is all either has decoded.
+        Err(e) if sight.meta.is_none() && !sight.bad_meta && !sight.data_seen => {
+            return Err(OnePassError::Final(e));
+        }
+        Err(_) => return Err(OnePassError::Retry),
+    };
+    let Some((meta, keys)) = sight.meta else {
+        return Ok(None);
+    };
+    let payload_secret = kind == SiteKind::Secret
+        && payload::is_payload_secret_type(root.get("type").and_then(Value::as_str));
+    if sight.out_of_order || sight.bad_meta || payload_secret {
+        return Ok(None);
+    }
+    let mut spent = total;
+    if !keys.is_empty() || payload {
+        // The two-pass reader builds the data fields in a second tree and pays for its root
+        // (and, once it holds a field, for its map) before merging: charged alike here.
+        spent = spent.saturating_add(Cost::VALUE);
+        if root.get("data").is_some() || root.get("stringData").is_some() {
+            spent = spent.saturating_add(Cost::MAP);
+        }
+        if spent > budget.limit {
+            return Err(OnePassError::Retry);
+        }
+        if payload {
+            // Only the values that may embed a site or a CCM object are kept.
+            keep_payload_values(&mut root, &keys, sites);
+        }
+    }
+    budget.spent = spent;
+    into_object(root, meta)
+        .map(Some)
+        .map_err(|_| OnePassError::Retry)
+}
+
+/// Reads a ConfigMap or Secret in two passes: the shell with its metadata, then the data keys
+/// that metadata names.
+fn decode_site_two_pass(
+    raw: &RawValue,
+    kind: SiteKind,
+    (sites, reads): (&SitesDocument, Option<&CcmConfigReads>),
+    budget: &mut Budget<'_>,
+) -> Result<DynamicObject, DecodeError> {
+    let (mut root, total) = prune(raw.get(), &site_shell, budget)?;
+    budget.spent = total;
+    let meta = metadata_of(&root)?;
+    let keys = site_keys(kind, &meta, sites, reads);
+    // A ClusterResourceSet payload keeps every value: which one embeds a site is
+    // known only once it is parsed (`sites::payload`).
+    let payload = match kind {
+        SiteKind::Secret => {
+            payload::is_payload_secret_type(root.get("type").and_then(serde_json::Value::as_str))
+        }
+        SiteKind::ConfigMap => payload::worth_parsing(raw.get(), sites),
+    };
+    if !keys.is_empty() || payload {
+        let wanted = |path: &[Seg]| site_data(path, &keys, payload);
+        let (mut data, total) = prune(raw.get(), &wanted, budget)?;
+        budget.spent = total;
+        if payload && kind == SiteKind::ConfigMap {
+            // Only the values that may embed a site or a CCM object are kept.
+            keep_payload_values(&mut data, &keys, sites);
+        }
+        merge(&mut root, data);
+    }
+    into_object(root, meta)
+}
+
 /// Decodes `json` pruned by `decide`, charging from `budget.spent`; returns the value and the
 /// new total spent (`budget.spent` counts both objects of a review).
 fn prune(
@@ -313,8 +452,23 @@ fn prune(
     decide: &dyn Fn(&[Seg]) -> Decision,
     budget: &Budget<'_>,
 ) -> Result<(Value, usize), DecodeError> {
+    prune_with(json, decide, None, budget)
+}
+
+/// Called with each top-level field of an object as soon as it is decoded.
+type OnTop<'c> = &'c dyn Fn(&str, &Value);
+
+/// [`prune`], calling `on_top` with each top-level field as soon as it is decoded (so that
+/// `decide` can depend on it for the fields that follow).
+fn prune_with(
+    json: &str,
+    decide: &dyn Fn(&[Seg]) -> Decision,
+    on_top: Option<OnTop<'_>>,
+    budget: &Budget<'_>,
+) -> Result<(Value, usize), DecodeError> {
     let ctx = Ctx {
         decide,
+        on_top,
         path: RefCell::new(Vec::new()),
         spent: Cell::new(budget.spent),
         limit: budget.limit,
@@ -344,9 +498,15 @@ fn prune(
 /// The object's metadata, its name and namespace cut where they enter
 /// ([`crate::rules::bound_names`]): every finding and log line names the object.
 fn metadata_of(root: &Value) -> Result<ObjectMeta, DecodeError> {
-    let mut meta = match root.get("metadata") {
-        None | Some(Value::Null) => ObjectMeta::default(),
-        Some(m) => ObjectMeta::deserialize(m)?,
+    root.get("metadata")
+        .map_or_else(|| Ok(ObjectMeta::default()), metadata_from)
+}
+
+/// [`metadata_of`] from the `metadata` value itself.
+fn metadata_from(metadata: &Value) -> Result<ObjectMeta, DecodeError> {
+    let mut meta = match metadata {
+        Value::Null => ObjectMeta::default(),
+        m => ObjectMeta::deserialize(m)?,
     };
     crate::rules::bound_names(&mut meta);
     Ok(meta)
@@ -557,6 +717,7 @@ enum Stop {
 
 struct Ctx<'c> {
     decide: &'c dyn Fn(&[Seg]) -> Decision,
+    on_top: Option<OnTop<'c>>,
     path: RefCell<Vec<Seg>>,
     spent: Cell<usize>,
     limit: usize,
@@ -709,6 +870,11 @@ impl<'de> Visitor<'de> for Node<'_, '_> {
                 _ => String::new(),
             };
             if let Some(value) = value? {
+                if let Some(on_top) = self.ctx.on_top
+                    && self.ctx.path.borrow().is_empty()
+                {
+                    on_top(&key, &value);
+                }
                 let first = out.is_empty();
                 let cost = Cost::MAP_ENTRY + key.len() + if first { Cost::MAP } else { 0 };
                 self.ctx.charge::<A::Error>(cost)?;
@@ -821,6 +987,96 @@ mod tests {
         );
         let o = decode(&body).expect("decodes").request.object.expect("o");
         assert_eq!(o.data["data"], json!({"a": "eA==", "b": "eQ=="}));
+    }
+
+    /// Decodes `object` (raw JSON, fields in the order written) as `kind` both ways within
+    /// `limit`: the result of `decode_object` (one pass, or two on its fallback) and that of
+    /// the two-pass reader, each with the decoded-memory charge.
+    fn both_ways(
+        kind: SiteKind,
+        object: &str,
+        limit: usize,
+    ) -> [(Result<String, String>, usize); 2] {
+        let sites = sites();
+        let raw = RawValue::from_string(object.to_owned()).expect("raw JSON");
+        let gvk = GroupVersionKind::gvk(
+            "",
+            "v1",
+            if kind == SiteKind::Secret {
+                "Secret"
+            } else {
+                "ConfigMap"
+            },
+        );
+        let cancel = Cancel::never();
+        let show = |r: Result<DynamicObject, DecodeError>| {
+            r.map(|o| format!("{o:?}")).map_err(|e| format!("{e:?}"))
+        };
+        let mut budget = Budget {
+            limit,
+            spent: 100,
+            cancel: &cancel,
+        };
+        let one = show(decode_object(
+            &raw,
+            &gvk,
+            Reading::Site(kind),
+            (&sites, None),
+            &mut budget,
+        ));
+        let one_spent = budget.spent;
+        let mut budget = Budget {
+            limit,
+            spent: 100,
+            cancel: &cancel,
+        };
+        let two = show(decode_site_two_pass(
+            &raw,
+            kind,
+            (&sites, None),
+            &mut budget,
+        ));
+        [(one, one_spent), (two, budget.spent)]
+    }
+
+    #[test]
+    fn one_pass_site_reading_equals_the_two_pass_reading() {
+        use SiteKind::{ConfigMap, Secret};
+        let label = r#""labels": {"stackgate.dev/cloud-config": "cloud.conf"}"#;
+        let values = r#""labels": {"stackgate.dev/ccm-values": "v.yaml"}"#;
+        let manifest = r#""apiVersion: v1\nkind: Secret\nmetadata:\n  name: cloud-config\n""#;
+        // (kind, object, read in one pass)
+        let cases: Vec<(SiteKind, String, bool)> = vec![
+            // The API server's order: metadata, then data.
+            (ConfigMap, format!(r#"{{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {{"name": "cm", "namespace": "ns", {label}, "managedFields": [{{"manager": "x"}}]}}, "data": {{"cloud.conf": "[Global]\n", "other": "x"}}, "binaryData": {{"b": "AAAA"}}}}"#), true),
+            (ConfigMap, r#"{"metadata": {"name": "cm"}, "data": {"a": "b"}}"#.to_owned(), true),
+            (ConfigMap, format!(r#"{{"metadata": {{"name": "crs", "namespace": "ns"}}, "data": {{"p.yaml": {manifest}, "cni.yaml": "kind: DaemonSet\n"}}}}"#), true),
+            (ConfigMap, format!(r#"{{"metadata": {{"name": "cm", {label}}}, "data": null, "stringData": {{"cloud.conf": "x"}}}}"#), true),
+            (Secret, format!(r#"{{"metadata": {{"name": "v", "namespace": "ns", {values}}}, "data": {{"v.yaml": "eA==", "o": "eQ=="}}, "type": "Opaque"}}"#), true),
+            (Secret, format!(r#"{{"metadata": {{"name": "v", {values}}}, "type": "Opaque", "data": {{"x": "eA=="}}}}"#), true),
+            // Data before metadata, metadata twice, a payload Secret: read twice.
+            (ConfigMap, format!(r#"{{"data": {{"cloud.conf": "x"}}, "metadata": {{"name": "cm", {label}}}}}"#), false),
+            (ConfigMap, format!(r#"{{"metadata": {{"name": "cm", {label}}}, "data": {{"cloud.conf": "x"}}, "metadata": {{"name": "cm"}}}}"#), false),
+            (Secret, r#"{"metadata": {"name": "crs"}, "data": {"a": "eA==", "b": "eQ=="}, "type": "addons.cluster.x-k8s.io/resource-set"}"#.to_owned(), false),
+            (ConfigMap, r#"{"metadata": {"name": 7}, "data": {"a": "b"}}"#.to_owned(), false),
+            (ConfigMap, format!(r#"{{"metadata": {{"name": "cm", {label}}}, "data": {{"cloud.conf": [[[1]]]}}, "kind": 3}}"#), false),
+        ];
+        for (kind, object, one_pass) in &cases {
+            for limit in [MAX_DECODED_BYTES, 2_000, 1_500, 900] {
+                let [one, two] = both_ways(*kind, object, limit);
+                assert_eq!(one, two, "{object} within {limit}");
+            }
+            let sites = sites();
+            let raw = RawValue::from_string(object.clone()).expect("raw JSON");
+            let cancel = Cancel::never();
+            let mut budget = Budget {
+                limit: MAX_DECODED_BYTES,
+                spent: 0,
+                cancel: &cancel,
+            };
+            let read = decode_site_one_pass(&raw, *kind, (&sites, None), &mut budget);
+            assert_eq!(matches!(read, Ok(Some(_))), *one_pass, "{object}");
+        }
     }
 
     #[test]

@@ -227,14 +227,7 @@ impl Document {
     fn entry_view<'a>(&'a self, e: &'a RawEntry) -> Entry<'a> {
         let header = self.headers.get(e.header);
         let (line, column) = self.lines.line_col(e.key.start);
-        let bytes = self.text.as_bytes();
-        let has_truncating_comment = match (&e.value_raw, e.value_stop) {
-            (Some(raw), Some(stop)) => {
-                let comment_follows = matches!(bytes.get(stop), Some(b';' | b'#'));
-                comment_follows && (raw.is_empty() || raw.end == stop)
-            }
-            _ => false,
-        };
+        let has_truncating_comment = self.truncating_comment(e);
         Entry {
             section: header.map(|h| self.slice(&h.name)).unwrap_or_default(),
             subsection: header.and_then(|h| h.sub.as_deref()),
@@ -249,9 +242,43 @@ impl Document {
         }
     }
 
+    /// See [`Entry::has_truncating_comment`].
+    fn truncating_comment(&self, e: &RawEntry) -> bool {
+        match (&e.value_raw, e.value_stop) {
+            (Some(raw), Some(stop)) => {
+                let comment_follows = matches!(self.text.as_bytes().get(stop), Some(b';' | b'#'));
+                comment_follows && (raw.is_empty() || raw.end == stop)
+            }
+            _ => false,
+        }
+    }
+
     /// All variables in file order.
     pub fn entries(&self) -> impl Iterator<Item = Entry<'_>> {
         self.entries.iter().map(|e| self.entry_view(e))
+    }
+
+    /// The variables whose value gcfg cuts at a comment character
+    /// ([`Entry::has_truncating_comment`]), in file order: like filtering [`Document::entries`],
+    /// without building a view of every other variable (checked on every review).
+    pub fn entries_with_truncating_comment(&self) -> impl Iterator<Item = Entry<'_>> {
+        self.entries
+            .iter()
+            .filter(|e| self.truncating_comment(e))
+            .map(|e| self.entry_view(e))
+    }
+
+    /// The 1-based lines of the variables whose gcfg-decoded value satisfies `wanted`, in file
+    /// order: like filtering [`Document::entries`] on [`Entry::value`], without copying every
+    /// value (checked on every review).
+    pub fn lines_of_values<'d>(
+        &'d self,
+        wanted: impl Fn(&str) -> bool + 'd,
+    ) -> impl Iterator<Item = usize> + 'd {
+        self.entries
+            .iter()
+            .filter(move |e| e.value.as_deref().is_some_and(&wanted))
+            .map(|e| self.lines.line(e.key.start))
     }
 
     /// Section headers in file order.

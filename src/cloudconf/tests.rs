@@ -272,6 +272,44 @@ fn decoding() {
 }
 
 #[test]
+fn filtered_views_equal_filtering_every_entry() {
+    for text in [
+        GCFG_TEST,
+        ISSUE12,
+        CPO_CLOUD_CONFIG,
+        "[s]\na = 1 ;c\nb = ${X}\nc\nd=x#y\n[t]\ne = ${Y};z\n",
+    ] {
+        let d = doc(text);
+        let cut: Vec<(usize, String)> = d
+            .entries_with_truncating_comment()
+            .map(|e| (e.line, e.key.to_owned()))
+            .collect();
+        let cut_all: Vec<(usize, String)> = d
+            .entries()
+            .filter(|e| e.has_truncating_comment)
+            .map(|e| (e.line, e.key.to_owned()))
+            .collect();
+        assert_eq!(cut, cut_all, "{text}");
+        let wanted = |v: &str| v.contains('$') || v.len() == 1;
+        let lines: Vec<usize> = d.lines_of_values(wanted).collect();
+        let lines_all: Vec<usize> = d
+            .entries()
+            .filter(|e| e.value.as_deref().is_some_and(wanted))
+            .map(|e| e.line)
+            .collect();
+        assert_eq!(lines, lines_all, "{text}");
+    }
+    let d = doc("[s]\na = 1 ;c\nb = ${X}\nc\nd=x#y\n[t]\ne = ${Y};z\n");
+    let cut: Vec<usize> = d
+        .entries_with_truncating_comment()
+        .map(|e| e.line)
+        .collect();
+    assert_eq!(cut, [5, 7]);
+    let placeholders: Vec<usize> = d.lines_of_values(|v| v.contains("${")).collect();
+    assert_eq!(placeholders, [3, 7]);
+}
+
+#[test]
 fn effective_and_multi_values() {
     let text = "[LoadBalancer]\nlb-method = A\n[loadbalancer \"x\"]\nlb-method = B\n\
                 [LOADBALANCER]\nLB-Method = C\n[Networking]\npublic-network-name = a\n\

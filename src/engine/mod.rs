@@ -1535,11 +1535,7 @@ fn judge(
     let Some(rules) = &policy.exemptions.annotation else {
         return Judgement::Absent;
     };
-    let key = format!("{}{}", crate::policy::EXEMPT_ANNOTATION_PREFIX, policy.name);
-    let annotation = |o: &DynamicObject| -> Option<String> {
-        o.metadata.annotations.as_ref()?.get(&key).cloned()
-    };
-    let Some(raw) = annotation(object) else {
+    let Some(raw) = exemption_annotation(object, &policy.name) else {
         return Judgement::Absent;
     };
     let reason = raw.trim();
@@ -1551,7 +1547,7 @@ fn judge(
         Requester::User { username, groups } => {
             if rules.allows(username, groups) {
                 counts(ExemptionBasis::Requester)
-            } else if stored.and_then(annotation).as_deref() == Some(raw.as_str()) {
+            } else if stored.and_then(|o| exemption_annotation(o, &policy.name)) == Some(raw) {
                 counts(ExemptionBasis::Stored)
             } else {
                 Judgement::NotAllowed
@@ -1563,6 +1559,24 @@ fn judge(
             crate::policy::Unverified::Apply => Judgement::Unverified,
         },
     }
+}
+
+/// `object`'s exemption annotation for the policy named `policy` (the value of
+/// `stackgate.dev/exempt.<policy>`), found without building the key: it is looked up for
+/// every policy on every review.
+fn exemption_annotation<'o>(object: &'o DynamicObject, policy: &str) -> Option<&'o str> {
+    let prefix = crate::policy::EXEMPT_ANNOTATION_PREFIX;
+    object
+        .metadata
+        .annotations
+        .as_ref()?
+        .range::<str, _>((
+            std::ops::Bound::Included(prefix),
+            std::ops::Bound::Unbounded,
+        ))
+        .take_while(|(key, _)| key.starts_with(prefix))
+        .find(|(key, _)| key.get(prefix.len()..) == Some(policy))
+        .map(|(_, value)| value.as_str())
 }
 
 /// Records an exemption and returns true when `object`'s annotation exempts it from

@@ -137,11 +137,7 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
     let start = schema::start_problems(doc);
     // Lines whose value holds a `${NAME}` placeholder (clusterctl, envsubst, Flux postBuild):
     // substituted before the CCM reads the file, so the value is unknown here, not invalid.
-    let placeholders: Vec<usize> = doc
-        .entries()
-        .filter(|e| e.value.as_deref().is_some_and(schema::holds_placeholder))
-        .map(|e| e.line)
-        .collect();
+    let placeholders: Vec<usize> = doc.lines_of_values(schema::holds_placeholder).collect();
     let mut unknown = KindCollector::new(CODE_FATAL);
     for p in report.fatal.iter().chain(&start) {
         if placeholders.contains(&p.line) {
@@ -286,7 +282,7 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
         "sections or keys the CCM silently ignores",
     );
     let mut truncated = KindCollector::new(CODE_TRUNCATED);
-    for entry in doc.entries().filter(|e| e.has_truncating_comment) {
+    for entry in doc.entries_with_truncating_comment() {
         if !truncated.wants_detail() {
             truncated.fold(Severity::Warn, Some(entry.line));
             continue;
@@ -567,6 +563,9 @@ fn shown_name(section: &str, key: Option<&str>) -> String {
 /// the entries; `lines` is short (at most [`MAX_FINDINGS_PER_KIND`]).
 fn wrapped_values<'d>(doc: &'d Document, lines: &[usize]) -> HashMap<usize, &'d str> {
     let mut out = HashMap::new();
+    if lines.is_empty() {
+        return out;
+    }
     let mut previous: Option<Entry<'_>> = None;
     for e in doc.entries() {
         if let Some(p) = &previous
