@@ -6,6 +6,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use super::CheckError;
+use crate::sites::umbrella::Dependency;
 
 /// Why a file could not be read, in the words `ls` and `cat` use ("no such file or
 /// directory"), not Rust's `ErrorKind` names ("entity not found"). Only the kind is shown: the
@@ -43,8 +44,9 @@ pub const STDIN_NAME: &str = "<stdin>";
 pub struct ValuesTarget<'a> {
     /// The chart.
     pub chart: &'a str,
-    /// The subchart key in an umbrella chart's values file.
-    pub subchart_key: Option<&'a str>,
+    /// In an umbrella chart's values file, the umbrella's dependency on the chart (the
+    /// subchart key and what switches it, from its `Chart.yaml`).
+    pub subchart: Option<&'a Dependency>,
 }
 
 impl<'a> ValuesTarget<'a> {
@@ -52,7 +54,7 @@ impl<'a> ValuesTarget<'a> {
     pub fn chart(chart: &'a str) -> Self {
         ValuesTarget {
             chart,
-            subchart_key: None,
+            subchart: None,
         }
     }
 }

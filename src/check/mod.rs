@@ -269,7 +269,7 @@ pub fn check(
         }
         input::values_chart(&inp.name, &options.values_for).map(|chart| input::ValuesTarget {
             chart,
-            subchart_key: charts.subchart_key(inp.path.as_deref(), chart),
+            subchart: charts.subchart(inp.path.as_deref(), chart),
         })
     };
     // Facts about the cluster (its cloud config), from the whole input.
