@@ -752,7 +752,9 @@ impl Engine {
         let (found, embedded) =
             sites::find_with_embedded_within(subject.kind, object, site_document, cancel);
         cancel.check()?;
-        // Read only for objects that hold a cloud config; one read per object.
+        // Read only for objects that hold a cloud config; one read per object. A ConfigMap or
+        // Secret pins no release itself: the CCM containers that read it (the
+        // `CcmConfigSource` fact) do, with their image tags.
         let ccm_version = (!found.is_empty())
             .then(|| {
                 sites::helm::ccm_version_within(
@@ -761,6 +763,13 @@ impl Engine {
                     &sites::helm::chart_names(&self.policies.sites),
                     cancel,
                 )
+                .or_else(|| {
+                    let kind = sites::data_kind(subject.kind)?;
+                    // Keyed as `CcmConfigReads::sites_for` keys the reads.
+                    let ns = object.metadata.namespace.as_deref().unwrap_or("");
+                    let name = object.metadata.name.as_deref().unwrap_or("");
+                    facts.ccm_reads()?.version_of(kind, ns, name)
+                })
             })
             .flatten();
         let (alternatives, found): (Vec<_>, Vec<_>) =

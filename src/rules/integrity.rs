@@ -212,6 +212,12 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
             // `[BlockStorage]`, which the chart always renders): not a CCM typo.
             continue;
         }
+        if ignored.reason == IgnoredReason::RemovedKey
+            && still_read(view.ccm_version, &ignored.section, ignored.key.as_deref())
+        {
+            // The release this input pins reads the key still: not ignored there.
+            continue;
+        }
         if !ignored_names.wants_detail() {
             ignored_names.fold(Severity::Warn, Some(ignored.line));
             continue;
@@ -319,6 +325,25 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
     truncated.finish(&mut out.violations, "values cut at an unquoted ';' or '#'");
     silent_values(doc, view.ccm_version, &mut out);
     out
+}
+
+/// Whether every CCM release `ccm_version` allows still reads the removed key `section`
+/// `key` (each release before the one that removed it, [`schema::REMOVED_KEYS`]): the version
+/// pinned in the same input decides removed keys as it decides keys a release does not read
+/// yet. Unknown (no version): not read, as current releases do not.
+fn still_read(
+    ccm_version: Option<&crate::sites::helm::CcmVersion>,
+    section: &str,
+    key: Option<&str>,
+) -> bool {
+    let (Some(version), Some(key)) = (ccm_version, key) else {
+        return false;
+    };
+    schema::REMOVED_KEYS
+        .iter()
+        .find(|r| r.section.eq_ignore_ascii_case(section) && r.name.eq_ignore_ascii_case(key))
+        .and_then(|r| schema::release_minor(r.removed_in))
+        .is_some_and(|removed| version.all_before(removed))
 }
 
 /// Values gcfg and the CCM accept without an error that do not do what they say: a

@@ -2283,6 +2283,21 @@ pub fn ccm_version_within(
     })
 }
 
+/// The CCM release a container image runs, when its tag pins one (`…:v1.24.0`, also before a
+/// `@sha256:` digest); None for no tag, `latest`, a digest alone or another scheme.
+pub fn image_version(image: &str) -> Option<CcmVersion> {
+    let image = image.split_once('@').map_or(image, |(name, _)| name);
+    // The tag follows the last `:` after the last `/` (a registry's port comes before it).
+    let last = image.rsplit_once('/').map_or(image, |(_, last)| last);
+    let (_, tag) = last.rsplit_once(':')?;
+    let minor = image_tag_minor(tag)?;
+    Some(CcmVersion {
+        min_minor: minor,
+        max_minor: minor,
+        source: format!("image tag {}", shown_version(tag)),
+    })
+}
+
 /// `2.Y.Z` or `2.Y.Z-pre` (an optional leading `v`) → (Y, whether a pre-release); only chart
 /// major 2 from 2.27 on, whose appVersion follows the chart's minor.
 fn chart_version_minor(version: &str) -> Option<(u64, bool)> {
@@ -2868,6 +2883,32 @@ mod tests {
         let found = find(&gvk, &o, &charts(), &Cancel::never());
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].alternative, None);
+    }
+
+    #[test]
+    fn image_tags_pin_a_ccm_release() {
+        let minor = |image: &str| image_version(image).map(|v| (v.min_minor, v.max_minor));
+        assert_eq!(
+            minor("registry.k8s.io/provider-os/occm:v1.24.0"),
+            Some((24, 24))
+        );
+        assert_eq!(
+            minor("registry:5000/occm:v1.31.2-rc.1@sha256:0123"),
+            Some((31, 31))
+        );
+        assert_eq!(
+            image_version("occm:v1.24.0").map(|v| v.source).as_deref(),
+            Some("image tag v1.24.0")
+        );
+        for none in [
+            "registry:5000/occm",
+            "occm:latest",
+            "occm@sha256:0123",
+            "occm:1.24.0",
+            "",
+        ] {
+            assert_eq!(minor(none), None, "{none}");
+        }
     }
 
     #[test]
