@@ -478,14 +478,27 @@ fn yaml_extension(path: &Path) -> bool {
         .is_some_and(|e| EXTENSIONS.iter().any(|x| x.eq_ignore_ascii_case(e)))
 }
 
-/// Collects YAML/JSON files below `root`, skipping hidden directories (`.git`), never
+/// Whether `path` is named like a template file ([`super::template::TEMPLATE_EXTENSIONS`]).
+fn template_extension(path: &Path) -> bool {
+    path.extension().and_then(|e| e.to_str()).is_some_and(|e| {
+        super::template::TEMPLATE_EXTENSIONS
+            .iter()
+            .any(|x| x.eq_ignore_ascii_case(e))
+    })
+}
+
+/// Collects YAML/JSON and template files below `root`, skipping hidden directories (`.git`), never
 /// following symbolic links to directories, following a symbolic link to a file only when
 /// its target is inside `root`, and skipping FIFOs, sockets and devices. A directory or entry
 /// that cannot be read is reported with its own path and the walk goes on. Iterative, so the
 /// depth of the tree does not touch the stack. Paths matching an `exclude` glob are left out
 /// (directories are not entered).
 fn walk(root: &Path, exclude: &[String], ini: &[String], hits: &Hits) -> Vec<(PathBuf, Found)> {
-    let wanted = |path: &Path| yaml_extension(path) || walk_matches(ini, root, path, &hits.ini);
+    // Template files are read too, to be noted (`template::input_template_reason`), never
+    // skipped in silence.
+    let wanted = |path: &Path| {
+        yaml_extension(path) || template_extension(path) || walk_matches(ini, root, path, &hits.ini)
+    };
     let mut out = Vec::new();
     // The tree a symbolic link must stay inside. Without it (root not resolvable), no
     // symbolic link is followed.

@@ -49,6 +49,7 @@ pub static FAMILY: Family = Family {
         CODE_TLS_INSECURE,
         CODE_UNSUPPORTED,
         CODE_NEEDS_NEWER_CCM,
+        CODE_TEMPLATE_MARKERS,
     ],
     example: || {
         Some(Example::cloud_config(
@@ -76,6 +77,9 @@ pub const CODE_TLS_INSECURE: &str = "tls-insecure-not-bool";
 pub const CODE_UNSUPPORTED: &str = "unsupported-value";
 /// An `lb-provider` that only newer CCM releases list than the one the object deploys.
 pub const CODE_NEEDS_NEWER_CCM: &str = "needs-newer-ccm";
+
+/// Values hold template markers (`{{ … }}`): the config is a template, checked as written.
+pub const CODE_TEMPLATE_MARKERS: &str = "template-markers";
 
 /// Source quoted by the post-gcfg checks.
 const SOURCE_CCM_START: &str = "cloud-provider-openstack v1.36.0 pkg/openstack/openstack.go                                 (ReadConfig, LoadBalancer()), pkg/util/metadata/metadata.go                                 (CheckMetadataSearchOrder), pkg/client/client.go (tls-insecure)";
@@ -133,13 +137,43 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
     let report = schema::check(doc);
     let mut fatal = KindCollector::new(CODE_FATAL);
     let start = schema::start_problems(doc);
-    // Lines whose value holds a `${NAME}` placeholder (clusterctl, envsubst, Flux postBuild):
-    // substituted before the CCM reads the file, so the value is unknown here, not invalid.
+    // Lines whose value holds a `${NAME}` placeholder (clusterctl, envsubst, Flux postBuild)
+    // or a Go/Jinja template marker (`{{ … }}`: Sveltos, Helm or Ansible templates kept in a
+    // ConfigMap or Secret): substituted before the CCM reads the file, so the value is unknown
+    // here, not invalid.
+    let templated: Vec<usize> = doc
+        .entries()
+        .filter(|e| e.value.as_deref().is_some_and(holds_template_marker))
+        .map(|e| e.line)
+        .collect();
     let placeholders: Vec<usize> = doc
         .entries()
         .filter(|e| e.value.as_deref().is_some_and(schema::holds_placeholder))
         .map(|e| e.line)
+        .chain(templated.iter().copied())
         .collect();
+    if let Some(&first) = templated.first() {
+        out.violations.push(Violation {
+            severity: Severity::Warn,
+            code: CODE_TEMPLATE_MARKERS,
+            pointer: None,
+            line: Some(first),
+            location: None,
+            what: format!(
+                "values on {} line{} hold template markers ({{{{ … }}}}): checked as written",
+                templated.len(),
+                if templated.len() == 1 { "" } else { "s" }
+            ),
+            fix: "check what the template renders too (pipe it into `stackgate check -`)"
+                .to_owned(),
+            why: "A template (Sveltos, Helm, Ansible) is rendered before the CCM reads the \
+                  file: a value it sets is not known here, and stackgate makes no claim about \
+                  it."
+            .to_owned(),
+            notes: Vec::new(),
+            fixed_by_edit: false,
+        });
+    }
     let mut unknown = KindCollector::new(CODE_FATAL);
     for p in report.fatal.iter().chain(&start) {
         if placeholders.contains(&p.line) {
@@ -154,7 +188,7 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
                 line: Some(p.line),
                 location: None,
                 what: format!(
-                    "{}: a ${{…}} placeholder, not checked",
+                    "{}: a placeholder, not checked",
                     name(&p.section, p.key.as_deref()),
                 ),
                 fix: "make sure it is substituted before the CCM reads the file".to_owned(),
@@ -325,6 +359,13 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
     truncated.finish(&mut out.violations, "values cut at an unquoted ';' or '#'");
     silent_values(doc, view.ccm_version, &mut out);
     out
+}
+
+/// Whether `value` holds a Go/Jinja template marker: `{{`, later followed by `}}`.
+fn holds_template_marker(value: &str) -> bool {
+    value
+        .find("{{")
+        .is_some_and(|at| value[at + 2..].contains("}}"))
 }
 
 /// Whether every CCM release `ccm_version` allows still reads the removed key `section`
