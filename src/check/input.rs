@@ -47,6 +47,9 @@ pub struct ValuesTarget<'a> {
     /// In an umbrella chart's values file, the umbrella's dependency on the chart (the
     /// subchart key and what switches it, from its `Chart.yaml`).
     pub subchart: Option<&'a Dependency>,
+    /// The chart version the values are for: `--values-for CHART@VERSION`, else the
+    /// umbrella's dependency `version`.
+    pub version: Option<&'a str>,
 }
 
 impl<'a> ValuesTarget<'a> {
@@ -55,15 +58,19 @@ impl<'a> ValuesTarget<'a> {
         ValuesTarget {
             chart,
             subchart: None,
+            version: None,
         }
     }
 }
 
-/// `--values-for CHART=GLOB`: files matching GLOB are values files of chart CHART.
+/// `--values-for CHART[@VERSION]=GLOB`: files matching GLOB are values files of chart CHART
+/// (at chart version VERSION, which decides how the chart reads them).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ValuesFor {
     /// Chart name.
     pub chart: String,
+    /// The chart version the values are for, when given (`CHART@VERSION`).
+    pub version: Option<String>,
     /// Glob over the path as shown (`*` within a path segment, `**` across segments, `?`,
     /// `[abc]`); a glob without `/` at its start also matches any trailing part of the path
     /// that starts at a segment boundary.
@@ -76,13 +83,21 @@ impl std::str::FromStr for ValuesFor {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.split_once('=') {
             Some((chart, glob)) if !chart.trim().is_empty() && !glob.trim().is_empty() => {
+                let (chart, version) = match chart.split_once('@') {
+                    Some((chart, version)) => (chart, Some(version.trim())),
+                    None => (chart, None),
+                };
+                if chart.trim().is_empty() || version.is_some_and(str::is_empty) {
+                    return Err(format!("{s:?} is not CHART[@VERSION]=GLOB"));
+                }
                 Ok(Self {
                     chart: chart.trim().to_owned(),
+                    version: version.map(str::to_owned),
                     glob: glob.trim().to_owned(),
                 })
             }
             _ => Err(format!(
-                "{s:?} is not CHART=GLOB, e.g. openstack-cloud-controller-manager='clusters/*/occm-values.yaml'"
+                "{s:?} is not CHART[@VERSION]=GLOB, e.g. openstack-cloud-controller-manager@2.31.1='clusters/*/occm-values.yaml'"
             )),
         }
     }
@@ -682,11 +697,8 @@ fn write_new(tmp: &Path, text: &str, like: &std::fs::Metadata) -> std::io::Resul
 }
 
 /// The chart whose values file `name` is, per `--values-for`.
-pub fn values_chart<'a>(name: &str, specs: &'a [ValuesFor]) -> Option<&'a str> {
-    specs
-        .iter()
-        .find(|s| glob_matches_path(&s.glob, name))
-        .map(|s| s.chart.as_str())
+pub fn values_chart<'a>(name: &str, specs: &'a [ValuesFor]) -> Option<&'a ValuesFor> {
+    specs.iter().find(|s| glob_matches_path(&s.glob, name))
 }
 
 /// Whether `glob` matches `path` or, for a glob that does not start with `/`, a trailing part

@@ -267,6 +267,7 @@ fn values_places(
                 .filter_map(Value::as_str)
                 .map(str::to_owned)
                 .collect(),
+            version: None,
         };
         let values = get(root, &place.path).unwrap_or(&Value::Null);
         if !dependency.switched_on(values) {
@@ -274,8 +275,8 @@ fn values_places(
         }
         place.path.push(Seg::key(key));
         place.alias = Some(key.to_owned());
-        // The subchart's version is the umbrella's dependency's, not named here.
-        place.generations = Generations::ALL;
+        // The subchart's version is the umbrella's dependency's, which `check` passes as the
+        // file's chart version (or `--values-for CHART@VERSION` does): none, every generation.
         return vec![place];
     }
     if !yaml_string && let Some(alias) = subchart_alias(get(root, &place.path), charts, ours) {

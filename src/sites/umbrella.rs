@@ -36,6 +36,8 @@ pub struct Dependency {
     pub condition: Option<String>,
     /// The `tags` field.
     pub tags: Vec<String>,
+    /// The `version` field (a version or a range), which decides the subchart's generation.
+    pub version: Option<String>,
 }
 
 impl Dependency {
@@ -53,6 +55,10 @@ impl Dependency {
             .get("condition")
             .and_then(Value::as_str)
             .map(str::to_owned);
+        let version = entry
+            .get("version")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
         let tags = entry
             .get("tags")
             .and_then(Value::as_array)
@@ -67,6 +73,7 @@ impl Dependency {
                 key: key.to_owned(),
                 condition,
                 tags,
+                version,
             },
         ))
     }
@@ -196,6 +203,7 @@ mod tests {
             key: "occm".into(),
             condition: condition.map(str::to_owned),
             tags: tags.iter().map(|t| (*t).to_owned()).collect(),
+            version: None,
         }
     }
 
@@ -236,10 +244,16 @@ mod tests {
     #[test]
     fn dependency_entries_name_the_key_and_the_switches() {
         let (name, d) = Dependency::from_entry(&json!({"name": "ccm-chart", "alias": "occm",
-            "condition": "occm.enabled", "tags": ["cloud", 3]}))
+            "condition": "occm.enabled", "tags": ["cloud", 3], "version": "~2.30.0"}))
         .expect("an entry");
         assert_eq!(name, "ccm-chart");
-        assert_eq!(d, dep(Some("occm.enabled"), &["cloud"]));
+        assert_eq!(
+            d,
+            Dependency {
+                version: Some("~2.30.0".into()),
+                ..dep(Some("occm.enabled"), &["cloud"])
+            }
+        );
         let (_, d) = Dependency::from_entry(&json!({"name": "n", "alias": ""})).expect("entry");
         assert_eq!((d.key.as_str(), d.condition, d.tags.len()), ("n", None, 0));
         assert!(Dependency::from_entry(&json!({"alias": "a"})).is_none());
