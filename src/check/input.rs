@@ -512,7 +512,8 @@ fn walk(root: &Path, exclude: &[String], ini: &[String], hits: &Hits) -> Vec<(Pa
     // Template files are read too, to be noted (`template::input_template_reason`), never
     // skipped in silence.
     let wanted = |path: &Path| {
-        yaml_extension(path) || template_extension(path) || walk_matches(ini, root, path, &hits.ini)
+        // An `--ini` glob is matched (and its hit counted) before a template name is.
+        yaml_extension(path) || walk_matches(ini, root, path, &hits.ini) || template_extension(path)
     };
     let mut out = Vec::new();
     // The tree a symbolic link must stay inside. Without it (root not resolvable), no
