@@ -231,7 +231,7 @@ fn a_removed_key_is_judged_by_the_ccm_release_of_the_same_input() {
             reported,
             "{object}: {webhook}"
         );
-        let checked = check_text(&[object.clone()]);
+        let checked = check_text(std::slice::from_ref(&object));
         assert_eq!(checked.contains(REMOVED), reported, "{object}: {checked}");
     }
 }
