@@ -328,3 +328,75 @@ fn a_scalar_route_renders_before_route_existed() {
         assert!(check_denies(&yaml(&object)), "{version}: check");
     }
 }
+
+/// `stackgate check` of a values file at `rel` (with `files` beside it) under `values_for`:
+/// whether it denies.
+fn check_values_file_denies(files: &[(&str, &str)], values_for: &str) -> bool {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (rel, text) in files {
+        let path = dir.path().join(rel);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(path, text).expect("write");
+    }
+    let root = dir.path().to_str().expect("UTF-8").to_owned();
+    let options = CheckOptions::from(
+        &Cmd::try_parse_from(["check", &root, "--values-for", values_for])
+            .expect("valid flags")
+            .args,
+    );
+    let report: Report = check::check(&options, &engine(), &mut "".as_bytes()).expect("runs");
+    report
+        .files
+        .iter()
+        .flat_map(|f| &f.objects)
+        .flat_map(|o| &o.items)
+        .any(|i| i.level == Level::Error)
+}
+
+/// A values file is read as the chart version `--values-for CHART@VERSION` names (issue 33
+/// item 1 follow-up), and an umbrella's values file as the version its `Chart.yaml`
+/// dependency pins; without one, as every generation.
+#[test]
+fn values_files_are_read_as_the_version_values_for_or_the_umbrella_pins() {
+    let values = "secret: {enabled: false}\ncloudConfig:\n  loadBalancer:\n    \
+                  provider-requires-serial-api-calls: false\n";
+    let file = [("values.yaml", values)];
+    assert!(check_values_file_denies(
+        &file,
+        &format!("{CHART}@2.27.6=values.yaml")
+    ));
+    assert!(!check_values_file_denies(
+        &file,
+        &format!("{CHART}@2.36.0=values.yaml")
+    ));
+    // Unpinned: some generations render it, some do not: a warning, not a denial.
+    assert!(!check_values_file_denies(
+        &file,
+        &format!("{CHART}=values.yaml")
+    ));
+    let umbrella = |version: &str| {
+        format!(
+            "apiVersion: v2\nname: platform\nversion: 1.0.0\ndependencies:\n- name: {CHART}\n  \
+             version: \"{version}\"\n  repository: https://kubernetes.github.io/cloud-provider-openstack\n"
+        )
+    };
+    let sub = format!(
+        "{CHART}:\n{}",
+        values
+            .lines()
+            .map(|l| format!("  {l}\n"))
+            .collect::<String>()
+    );
+    for (version, denied) in [("2.27.6", true), ("2.36.0", false), ("~2.27.0", false)] {
+        let chart = umbrella(version);
+        let files = [
+            ("Chart.yaml", chart.as_str()),
+            ("values.yaml", sub.as_str()),
+        ];
+        assert_eq!(
+            check_values_file_denies(&files, &format!("{CHART}=values.yaml")),
+            denied,
+            "dependency version {version}"
+        );
+    }
+}

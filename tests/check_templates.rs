@@ -283,25 +283,31 @@ fn templates_are_one_note_each_and_do_not_fail_the_run() {
     assert_eq!(code(&o), 0, "{}", stdout(&o));
 }
 
+/// A Terraform template that is YAML with `${…}` markers only inside scalar values is read,
+/// named or found walking (issue 33 item 7): a placeholder is an unknown value, the rest is
+/// checked (here the HelmChart's values leave serial load-balancer calls unset).
 #[test]
-fn a_template_named_on_the_command_line_is_noted_not_checked() {
+fn a_terraform_template_that_reads_as_yaml_is_checked_named_or_walked() {
     let tpl = "tests/fixtures/gitops/templates/os_ccm.yaml.tpl";
     let o = stackgate(&[tpl], &[], None);
     let text = stdout(&o);
-    assert_eq!(code(&o), 0, "{text}");
+    assert!(!text.contains(TEMPLATE_RULE), "{text}");
     assert!(
-        text.starts_with(&format!(
-            "{tpl}: note [{TEMPLATE_RULE}] skipped: template (a .tpl file"
-        )),
-        "{text}"
+        text.contains("provider-requires-serial-api-calls"),
+        "checked: {text}"
     );
     assert!(!text.contains("auth_url"), "no file content: {text}");
-
-    // Standard input is never a template by name: the same text is checked.
+    let dir = tempfile::tempdir().expect("tempdir");
     let content = std::fs::read_to_string(tpl).expect("fixture");
-    let o = stackgate(&["-"], &[], Some(&content));
-    assert!(!stdout(&o).contains(TEMPLATE_RULE), "{}", stdout(&o));
-    // ... but a stream that is not YAML and holds template markers is one.
+    write(dir.path(), "infra/os_ccm.yaml.tpl", &content);
+    let o = stackgate(&[dir.path().to_str().expect("UTF-8")], &[], None);
+    let walked = stdout(&o);
+    assert!(!walked.contains(TEMPLATE_RULE), "{walked}");
+    assert!(
+        walked.contains("provider-requires-serial-api-calls"),
+        "checked: {walked}"
+    );
+    // A Go template (`{{ }}`) is not read, named or walked, but noted.
     let o = stackgate(&["-"], &[], Some(HELM_NOT_YAML));
     let text = stdout(&o);
     assert_eq!(code(&o), 0, "{text}");
@@ -309,6 +315,36 @@ fn a_template_named_on_the_command_line_is_noted_not_checked() {
         text.contains(&format!("<stdin>: note [{TEMPLATE_RULE}] skipped: template (does not parse as YAML and holds template markers: Helm/Go or Jinja `{{{{ }}}}`")),
         "{text}"
     );
+}
+
+/// A directory walk notes every template file it meets, whatever its extension (`*.tpl`,
+/// `*.yaml.tpl`, `*.tmpl`, `*.j2`, `*.gotmpl`): in real repositories such a file may hold the
+/// only cloud config, so skipping it in silence said "clean" about a tree nobody checked.
+#[test]
+fn a_walk_notes_every_template_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let files = [
+        "infra/cloud.conf.tpl",
+        "infra/values.yaml.tpl",
+        "infra/secret.yaml.tmpl",
+        "infra/occm.tmpl",
+        "ansible/cloud.conf.j2",
+        "helmfile/values.gotmpl",
+    ];
+    for rel in files {
+        write(dir.path(), rel, HELM_NOT_YAML);
+    }
+    let root = dir.path().to_str().expect("UTF-8");
+    let o = stackgate(&[root, "--format", "json"], &[], None);
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+    let noted = template_files(&json(&o));
+    for rel in files {
+        assert!(
+            noted.iter().any(|f| f.ends_with(rel)),
+            "{rel} not noted: {noted:?}"
+        );
+    }
+    assert_eq!(noted.len(), files.len(), "{noted:?}");
 }
 
 #[test]
@@ -367,4 +403,35 @@ network_policy:
     let text = stdout(&o);
     assert_eq!(code(&o), 2, "{text}");
     assert!(text.contains("netpol.yaml:8:19: error [input]"), "{text}");
+}
+
+/// A manifest that parses is checked as written even when its cloud config is a Go template
+/// (Sveltos, Helm-in-a-Secret): it gets a note that the template's values are not known, and
+/// a value that is only a marker is an unknown value, not one the CCM would refuse.
+#[test]
+fn a_go_templated_secret_holding_a_cloud_config_gets_a_note() {
+    let secret = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: cloud-config\n  \
+                  namespace: kube-system\n  annotations:\n    projectsveltos.io/template: \"true\"\n\
+                  stringData:\n  cloud.conf: |\n    [Global]\n    auth-url = {{ .Cluster.spec.authURL }}\n    \
+                  [LoadBalancer]\n    provider-requires-serial-api-calls = true\n    \
+                  create-monitor = {{ .Values.monitor }}\n";
+    let o = stackgate(&["-", "--format", "json"], &[], Some(secret));
+    let report = json(&o);
+    let results = report["results"].as_array().expect("results");
+    let text = serde_json::to_string(results).expect("JSON");
+    assert!(
+        results
+            .iter()
+            .any(|r| r["code"] == "cloud-config-integrity/template-markers"
+                && r["level"] == "warning"
+                && r["message"].as_str().is_some_and(|m| m.contains("2 lines"))),
+        "{text}"
+    );
+    // `create-monitor = {{ … }}` is not a bool as written: an unknown value, not a denial.
+    assert!(
+        !results.iter().any(|r| r["level"] == "error"),
+        "a marker is an unknown value: {text}"
+    );
+    assert_eq!(code(&o), 0, "{text}");
+    assert!(!text.contains(".Values.monitor"), "no file content: {text}");
 }

@@ -64,12 +64,7 @@ const ALIAS: &str = "ccm";
 /// tracked. Cases with one of these features are still generated, run and reported (so the
 /// numbers show when a fix lands), but do not fail the test; every other case must agree.
 /// Each entry must still produce at least one mismatch, so a fixed gap is taken off the list.
-const KNOWN_GAPS: &[(&str, &str)] = &[(
-    "umbrella:disabled-set-refused",
-    "issue 33 item 3: Helm parses every --set into the values before the umbrella's \
-     condition switches the subchart off, and refuses one it cannot set; stackgate reads no \
-     site of a switched-off subchart (Helm fails, so nothing is deployed either way)",
-)];
+const KNOWN_GAPS: &[(&str, &str)] = &[];
 
 // ---------------------------------------------------------------------------------------------
 // Deterministic randomness
@@ -823,8 +818,20 @@ impl ChartKind {
     }
 }
 
+/// How an umbrella case's `Chart.yaml` switches the CCM dependency (issue 33 item 3).
+#[derive(Debug, Clone, Default)]
+struct Switches {
+    /// The dependency's `condition`, as written.
+    condition: Option<String>,
+    /// The dependency's `tags`, as the case's values name them (the batch chart renames
+    /// them per case: Helm reads a nested chart's tags at the top of the values).
+    tags: Vec<String>,
+}
+
 struct Case {
     chart: ChartKind,
+    /// An umbrella case's switches (None: the CCM chart itself).
+    switches: Option<Switches>,
     /// The fixture chart a `ChartKind::Ccm` case renders with (umbrellas use `ccm`).
     chart_dir: &'static str,
     /// The chart generation of that chart: the reading of stackgate's that must agree.
@@ -891,25 +898,73 @@ fn gvk(group: &str, version: &str, kind: &str) -> GroupVersionKind {
     GroupVersionKind::gvk(group, version, kind)
 }
 
-/// The values of one case, wrapped under the chart's subchart key when it has one, and
-/// sometimes switched off there.
+/// The values of one case, wrapped under the chart's subchart key when it has one, with the
+/// umbrella's switches: the `Chart.yaml` dependency's `condition` and `tags` in every form
+/// Helm reads (none, the subchart's `enabled`, another path, lists that go on past a missing
+/// or non-bool path, a list with a space after its comma) and values that set them, or not.
 fn wrap(
     chart: ChartKind,
     values: Value,
     rng: &mut Rng,
     features: &mut BTreeSet<&'static str>,
-) -> Value {
+) -> (Value, Option<Switches>) {
     let Some(key) = chart.key() else {
-        return values;
+        return (values, None);
     };
     let mut inner = values;
-    if rng.chance(4) {
+    let mut top = Map::new();
+    let mut switches = Switches::default();
+    let (form, condition) = match rng.below(9) {
+        0 => ("umbrella:condition:none", None),
+        1 => (
+            "umbrella:condition:other-path",
+            Some("switches.ccm".to_owned()),
+        ),
+        2 => (
+            "umbrella:condition:list",
+            Some(format!("switches.missing,{key}.enabled")),
+        ),
+        3 => (
+            "umbrella:condition:list-with-space",
+            Some(format!("{key}.enabled, switches.ccm")),
+        ),
+        4 => (
+            "umbrella:condition:non-bool-first",
+            Some("switches.text,switches.table,switches.ccm".to_owned()),
+        ),
+        _ => ("umbrella:condition:enabled", Some(format!("{key}.enabled"))),
+    };
+    features.insert(form);
+    switches.condition = condition;
+    if rng.chance(25) {
+        features.insert("umbrella:tags");
+        switches.tags = rng
+            .pick(&[&["cloud"][..], &["cloud", "os"], &["missing"]])
+            .iter()
+            .map(|t| (*t).to_owned())
+            .collect();
+    }
+    if rng.chance(30) {
         features.insert("umbrella:enabled");
         if let Value::Object(m) = &mut inner {
             m.insert("enabled".into(), json!(*rng.pick(&[false, true])));
         }
     }
-    let mut top = Map::new();
+    if rng.chance(25) {
+        features.insert("umbrella:switch-values");
+        top.insert(
+            "switches".into(),
+            json!({"ccm": *rng.pick(&[false, true]), "text": "false", "table": {"x": false}}),
+        );
+    }
+    if rng.chance(20) {
+        features.insert("umbrella:tag-values");
+        top.insert(
+            "tags".into(),
+            json!({"cloud": *rng.pick(&[false, true]), "os": *rng.pick(&[false, true]),
+                "missing": "no"}),
+        );
+    }
     if rng.chance(30) {
         top.insert(
             "global".into(),
@@ -923,7 +978,7 @@ fn wrap(
         );
     }
     top.insert(key.into(), inner);
-    Value::Object(top)
+    (Value::Object(top), Some(switches))
 }
 
 fn gen_case(i: usize, rng: &mut Rng) -> Case {
@@ -980,7 +1035,7 @@ fn gen_case(i: usize, rng: &mut Rng) -> Case {
             _ => false,
         };
     }
-    let values = wrap(chart, values, rng, &mut features);
+    let (values, switches) = wrap(chart, values, rng, &mut features);
     let mut emitter = Emitter {
         rng,
         features: BTreeSet::new(),
@@ -1038,14 +1093,23 @@ fn gen_case(i: usize, rng: &mut Rng) -> Case {
                 "chart": CCM, "values": parsed,
             });
             if let Some(key) = chart.key() {
+                // `stackgate check` reads these from the umbrella's Chart.yaml.
+                features.insert("umbrella:chart-yaml-read");
                 object["chart"] = json!(chart.dependency());
                 object["subchartKey"] = json!(key);
+                if let Some(switches) = &switches {
+                    if let Some(condition) = &switches.condition {
+                        object["subchartCondition"] = json!(condition);
+                    }
+                    object["subchartTags"] = json!(switches.tags);
+                }
             }
             if let Some(version) = version {
                 object["chartVersion"] = json!(version);
             }
             Case {
                 chart,
+                switches: switches.clone(),
                 chart_dir,
                 generation,
                 values: values.clone(),
@@ -1125,6 +1189,7 @@ fn gen_case(i: usize, rng: &mut Rng) -> Case {
             }
             Case {
                 chart,
+                switches: switches.clone(),
                 chart_dir,
                 generation,
                 values: values.clone(),
@@ -1222,6 +1287,7 @@ fn gen_case(i: usize, rng: &mut Rng) -> Case {
             }
             Case {
                 chart,
+                switches: switches.clone(),
                 chart_dir,
                 generation,
                 values: values.clone(),
@@ -1253,6 +1319,7 @@ fn gen_case(i: usize, rng: &mut Rng) -> Case {
             }
             Case {
                 chart,
+                switches: switches.clone(),
                 chart_dir,
                 generation,
                 values: values.clone(),
@@ -1308,14 +1375,10 @@ fn corpus(count: usize, seed: u64) -> Vec<Case> {
     (0..count)
         .map(|i| {
             let mut case = gen_case(i, &mut rng);
-            let switched_off = case
-                .chart
-                .key()
-                .and_then(|key| case.values.get(key))
-                .and_then(|v| v.get("enabled"))
-                == Some(&json!(false));
-            if switched_off && predicted_to_fail(&case) {
-                case.features.insert("umbrella:disabled-set-refused");
+            if case.chart != ChartKind::Ccm && predicted_to_fail(&case) {
+                // Helm reads every --set into the umbrella's values before any condition
+                // switches the subchart off: it refuses the entry either way.
+                case.features.insert("umbrella:set-refused");
             }
             case
         })
@@ -1381,20 +1444,25 @@ fn write_batch_chart(dir: &Path, cases: &[(usize, &Case)]) {
         let target = dir.join("charts").join(format!("c{n}"));
         copy_dir(&charts.join(dir_name), &target);
         copy_dir(&charts.join("ccm"), &target.join("charts/ccm"));
-        let chart_yaml = target.join("Chart.yaml");
-        let text = std::fs::read_to_string(&chart_yaml).expect("read Chart.yaml");
-        let renamed = text.replacen(
-            &format!("name: {}\n", case.chart.dependency()),
-            &format!("name: c{n}\n"),
-            1,
+        // The case's own Chart.yaml: the fixture's dependency with the case's switches. Helm
+        // reads the tags of a nested chart at the top of the values (`processDependencyEnabled`
+        // coalesces the parent's values at the root), so each case's tags are its own.
+        let switches = case.switches.clone().unwrap_or_default();
+        let mut chart_yaml = format!(
+            "apiVersion: v2\nname: c{n}\nversion: 0.0.1\ndependencies:\n  - name: {CCM}\n    \
+             version: 0.0.1\n"
         );
-        assert_ne!(
-            renamed,
-            text,
-            "the umbrella chart is named {}",
-            case.chart.dependency()
-        );
-        std::fs::write(&chart_yaml, renamed).expect("write Chart.yaml");
+        if case.chart == ChartKind::UmbrellaAlias {
+            let _ = writeln!(chart_yaml, "    alias: {ALIAS}");
+        }
+        if let Some(condition) = &switches.condition {
+            let _ = writeln!(chart_yaml, "    condition: {}", json!(condition));
+        }
+        if !switches.tags.is_empty() {
+            let tags: Vec<String> = switches.tags.iter().map(|t| format!("c{n}-{t}")).collect();
+            let _ = writeln!(chart_yaml, "    tags: {}", json!(tags));
+        }
+        std::fs::write(target.join("Chart.yaml"), chart_yaml).expect("write Chart.yaml");
     }
     let mut chart =
         String::from("apiVersion: v2\nname: helm-diff\nversion: 0.0.1\ndependencies:\n");
@@ -1407,6 +1475,18 @@ fn write_batch_chart(dir: &Path, cases: &[(usize, &Case)]) {
     std::fs::write(dir.join("Chart.yaml"), chart).expect("write Chart.yaml");
     // Globals of the parent chart reach every case: none of them is the config's [Global].
     let mut values = String::from("global:\n  cloudConfig:\n    global:\n      decoy: parent\n");
+    // Each case's tags at the top, renamed as its Chart.yaml names them.
+    let mut tags = Map::new();
+    for (n, case) in cases.iter().filter(|(_, c)| c.chart != ChartKind::Ccm) {
+        if let Some(Value::Object(case_tags)) = case.values.get("tags") {
+            for (tag, value) in case_tags {
+                tags.insert(format!("c{n}-{tag}"), value.clone());
+            }
+        }
+    }
+    if !tags.is_empty() {
+        let _ = writeln!(values, "tags: {}", Value::Object(tags));
+    }
     for (n, case) in cases {
         // A values file with nothing in it sets nothing (under the case's key it would set
         // the whole subchart's values to null).
@@ -1636,6 +1716,18 @@ fn stackgate_render(case: &Case, sites: &SitesDocument) -> Result<Option<String>
     }
 }
 
+/// Whether stackgate also reads the case as an umbrella's subchart switched off, rendering
+/// nothing: it does where the umbrella's `Chart.yaml` is not shown and a value a condition or
+/// tag could read is `false` (`sites::Alternative::switch`).
+fn offers_switched_off(case: &Case, sites: &SitesDocument) -> bool {
+    let Ok(object) = serde_json::from_value::<DynamicObject>(case.object.clone()) else {
+        return false;
+    };
+    sites::find(&case.gvk, &object, sites)
+        .iter()
+        .any(|f| f.alternative.as_ref().is_some_and(|a| a.switch.is_some()))
+}
+
 /// The one accepted difference (see `src/sites/render.rs`): stackgate leaves out an empty
 /// `[BlockStorage]`, which the chart always writes.
 fn without_empty_block_storage(helm: &str) -> Option<String> {
@@ -1676,6 +1768,7 @@ fn differential_against_real_helm() {
     let mut agreed = 0usize;
     let mut agreed_with_block_storage = 0usize;
     let mut no_secret = 0usize;
+    let mut switched_off = 0usize;
     let mut helm_failed = 0usize;
     let mut not_run = 0usize;
     let mut must_agree = 0usize;
@@ -1716,6 +1809,12 @@ fn differential_against_real_helm() {
             (HelmResult::Failed, _, Ok(_)) => false,
             (_, None, Ok(None)) => {
                 no_secret += 1;
+                true
+            }
+            // Helm switched the subchart off; stackgate, not shown the umbrella's Chart.yaml,
+            // reads that state too.
+            (HelmResult::Rendered(None), _, _) if offers_switched_off(case, &sites) => {
+                switched_off += 1;
                 true
             }
             (_, Some(h), Ok(Some(o))) if h == o => true,
@@ -1765,7 +1864,8 @@ fn differential_against_real_helm() {
     }
     println!(
         "helm differential: {count} cases (seed {seed}) in {invocations} helm invocation(s), \
-         helm {:.1}s; agreed {agreed}/{compared} ({no_secret} with no Secret, {helm_failed} \
+         helm {:.1}s; agreed {agreed}/{compared} ({no_secret} with no Secret, {switched_off} \
+         with no Secret where stackgate also read an unseen umbrella switch as off, {helm_failed} \
          that helm refuses and stackgate cannot tell, {agreed_with_block_storage} differing only \
          by the empty [BlockStorage] stackgate leaves out); must agree: {must_agree}; \
          {not_run} not run (over {MAX_ALONE} cases that must run alone)",
@@ -1828,6 +1928,7 @@ fn every_code_point() {
     }
     let case = Case {
         chart: ChartKind::Ccm,
+        switches: None,
         chart_dir: "ccm",
         generation: Generation::Route,
         values: Value::Null,
@@ -2017,6 +2118,7 @@ fn values_texts_are_read_to_the_end_of_their_first_document() {
             .expect("UTF-8");
             let case = Case {
                 chart: ChartKind::Ccm,
+                switches: None,
                 chart_dir: "ccm",
                 generation: Generation::Route,
                 values: Value::Null,
@@ -2071,6 +2173,17 @@ fn corpus_is_deterministic_and_mixed() {
         "section:empty-list",
         "section:empty-map",
         "section:list",
+        "umbrella:condition:none",
+        "umbrella:condition:other-path",
+        "umbrella:condition:list",
+        "umbrella:condition:list-with-space",
+        "umbrella:condition:non-bool-first",
+        "umbrella:condition:enabled",
+        "umbrella:tags",
+        "umbrella:tag-values",
+        "umbrella:switch-values",
+        "umbrella:enabled",
+        "umbrella:chart-yaml-read",
     ] {
         assert!(features.contains(wanted), "no case with {wanted}");
     }

@@ -1121,19 +1121,27 @@ mod tests {
         assert!(o.data.get("status").is_none());
     }
 
+    /// An umbrella chart's values are read whole once they hold the CCM subchart's key: a
+    /// condition or tag of the umbrella's `Chart.yaml` may read any value in them (issue 33
+    /// item 3). Without the key they stay unread.
     #[test]
-    fn umbrella_chart_values_keep_only_the_ccm_subchart() {
+    fn umbrella_chart_values_are_read_whole_once_they_hold_the_ccm_subchart() {
+        let values = json!({"big": [1, 2, 3], "tags": {"cloud": false},
+            "openstack-cloud-controller-manager": {"cloudConfig": {"global": {"region": "r"}}}});
         let body = review(
             ("helm.toolkit.fluxcd.io", "v2", "HelmRelease"),
             json!({"metadata": {"name": "r"}, "spec": {"chart": {"spec": {"chart": "addons"}},
-                "values": {"big": [1, 2, 3],
-                    "openstack-cloud-controller-manager": {"cloudConfig": {"global": {"region": "r"}}}}}}),
+                "values": values}}),
         );
         let o = decode(&body).expect("d").request.object.expect("o");
-        assert_eq!(
-            o.data["spec"]["values"],
-            json!({"openstack-cloud-controller-manager": {"cloudConfig": {"global": {"region": "r"}}}})
+        assert_eq!(o.data["spec"]["values"], values);
+        let body = review(
+            ("helm.toolkit.fluxcd.io", "v2", "HelmRelease"),
+            json!({"metadata": {"name": "r"}, "spec": {"chart": {"spec": {"chart": "addons"}},
+                "values": {"big": [1, 2, 3], "tags": {"cloud": false}}}}),
         );
+        let o = decode(&body).expect("d").request.object.expect("o");
+        assert_eq!(o.data["spec"]["values"], json!({}));
     }
 
     #[test]

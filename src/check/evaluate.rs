@@ -11,7 +11,10 @@ use crate::budget::Cancel;
 use crate::engine::{self, Engine, Facts, Finding, Subject, Verdict};
 use crate::report::mask::{MaskMode, site_diffs};
 use crate::report::{Item, ItemKind, Level, ObjectResult, Problem, verdict_items};
-use crate::sites::helm::{VALUES_FILE_API_VERSION, VALUES_FILE_KIND, VALUES_FILE_SUBCHART_KEY};
+use crate::sites::helm::{
+    VALUES_FILE_API_VERSION, VALUES_FILE_CHART_VERSION_KEY, VALUES_FILE_KIND,
+    VALUES_FILE_SUBCHART_CONDITION_KEY, VALUES_FILE_SUBCHART_KEY, VALUES_FILE_SUBCHART_TAGS_KEY,
+};
 use crate::sites::{self, Anchor, FoundConfig};
 use crate::yaml::edit::{self as yamledit, Change};
 use crate::yaml::{self, Node, Seg};
@@ -584,8 +587,15 @@ pub(super) fn candidates_of(
             "chart": target.chart,
             "values": json,
         });
-        if let Some(key) = target.subchart_key {
-            object[VALUES_FILE_SUBCHART_KEY] = json!(key);
+        if let Some(version) = target.version {
+            object[VALUES_FILE_CHART_VERSION_KEY] = json!(version);
+        }
+        if let Some(dependency) = target.subchart {
+            object[VALUES_FILE_SUBCHART_KEY] = json!(dependency.key);
+            if let Some(condition) = &dependency.condition {
+                object[VALUES_FILE_SUBCHART_CONDITION_KEY] = json!(condition);
+            }
+            object[VALUES_FILE_SUBCHART_TAGS_KEY] = json!(dependency.tags);
         }
         return Ok(vec![Candidate {
             doc: doc.index,

@@ -34,6 +34,7 @@ use crate::secret_text::{self, SecretText};
 use crate::sites::decode_base64_like_go;
 use crate::sites::helm::{FLUX_DEFAULT_VALUES_KEY, describe_values_reference};
 use crate::sites::strvals::SetBudget;
+use crate::sites::umbrella::Dependency;
 use crate::yaml::{self, Seg};
 
 /// The ConfigMaps and Secrets of one run, by kind and name.
@@ -1040,9 +1041,9 @@ struct ChartInfo {
     name: String,
     /// Each dependency's `name` and `alias`.
     uses: Vec<String>,
-    /// Each dependency's `name` and the key its values are under in this chart's values
-    /// (`alias` when set, else `name`).
-    keys: Vec<(String, String)>,
+    /// Each dependency's `name` and what switches it and the key its values are under in
+    /// this chart's values (`alias` when set, else `name`).
+    keys: Vec<(String, Dependency)>,
 }
 
 impl ChartDirs {
@@ -1076,11 +1077,7 @@ impl ChartDirs {
                 .and_then(Value::as_array)
                 .into_iter()
                 .flatten()
-                .filter_map(|d| {
-                    let name = d.get("name").and_then(Value::as_str)?;
-                    let key = d.get("alias").and_then(Value::as_str).unwrap_or(name);
-                    Some((name.to_owned(), key.to_owned()))
-                })
+                .filter_map(Dependency::from_entry)
                 .collect();
             let dir = normalize(path.parent().unwrap_or(Path::new("")));
             charts.insert(
@@ -1103,11 +1100,10 @@ impl ChartDirs {
             .map(|(dir, info)| (dir.as_path(), info.name.as_str()))
     }
 
-    /// The key under which the values file at `path` holds `chart`'s values, when the file is
-    /// in the directory of an umbrella chart that depends on `chart`: the dependency's `alias`
-    /// (Helm passes a subchart the values under its alias), else its name. None for a file of
-    /// `chart` itself or outside any chart.
-    pub fn subchart_key(&self, path: Option<&Path>, chart: &str) -> Option<&str> {
+    /// The dependency on `chart` of the umbrella chart in whose directory the values file at
+    /// `path` is: its key (`alias`, under which Helm passes a subchart its values, else its
+    /// name) and what switches it. None for a file of `chart` itself or outside any chart.
+    pub fn subchart(&self, path: Option<&Path>, chart: &str) -> Option<&Dependency> {
         let path = normalize(path?);
         let info = path
             .ancestors()
@@ -1119,7 +1115,7 @@ impl ChartDirs {
         info.keys
             .iter()
             .find(|(name, _)| name == chart)
-            .map(|(_, key)| key.as_str())
+            .map(|(_, dependency)| dependency)
     }
 
     /// Why the values file at `path` is not a values file of `chart` (it is inside the
@@ -1566,7 +1562,11 @@ mod tests {
         let ccm = "openstack-cloud-controller-manager";
         let foreign = |p: &str, c: &str| charts.foreign(Some(Path::new(p)), c);
         // An umbrella chart's values file holds the dependency's values under its alias.
-        let key = |p: &str| charts.subchart_key(Some(Path::new(p)), ccm);
+        let key = |p: &str| {
+            charts
+                .subchart(Some(Path::new(p)), ccm)
+                .map(|d| d.key.as_str())
+        };
         assert_eq!(key("addons/values.yaml"), Some("occm"));
         assert_eq!(key("clusters/a/occm-values.yaml"), None);
         assert!(foreign("charts/tempo/values.yaml", ccm).is_some());

@@ -6,6 +6,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use super::CheckError;
+use crate::sites::umbrella::Dependency;
 
 /// Why a file could not be read, in the words `ls` and `cat` use ("no such file or
 /// directory"), not Rust's `ErrorKind` names ("entity not found"). Only the kind is shown: the
@@ -43,8 +44,12 @@ pub const STDIN_NAME: &str = "<stdin>";
 pub struct ValuesTarget<'a> {
     /// The chart.
     pub chart: &'a str,
-    /// The subchart key in an umbrella chart's values file.
-    pub subchart_key: Option<&'a str>,
+    /// In an umbrella chart's values file, the umbrella's dependency on the chart (the
+    /// subchart key and what switches it, from its `Chart.yaml`).
+    pub subchart: Option<&'a Dependency>,
+    /// The chart version the values are for: `--values-for CHART@VERSION`, else the
+    /// umbrella's dependency `version`.
+    pub version: Option<&'a str>,
 }
 
 impl<'a> ValuesTarget<'a> {
@@ -52,16 +57,20 @@ impl<'a> ValuesTarget<'a> {
     pub fn chart(chart: &'a str) -> Self {
         ValuesTarget {
             chart,
-            subchart_key: None,
+            subchart: None,
+            version: None,
         }
     }
 }
 
-/// `--values-for CHART=GLOB`: files matching GLOB are values files of chart CHART.
+/// `--values-for CHART[@VERSION]=GLOB`: files matching GLOB are values files of chart CHART
+/// (at chart version VERSION, which decides how the chart reads them).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ValuesFor {
     /// Chart name.
     pub chart: String,
+    /// The chart version the values are for, when given (`CHART@VERSION`).
+    pub version: Option<String>,
     /// Glob over the path as shown (`*` within a path segment, `**` across segments, `?`,
     /// `[abc]`); a glob without `/` at its start also matches any trailing part of the path
     /// that starts at a segment boundary.
@@ -74,13 +83,21 @@ impl std::str::FromStr for ValuesFor {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.split_once('=') {
             Some((chart, glob)) if !chart.trim().is_empty() && !glob.trim().is_empty() => {
+                let (chart, version) = match chart.split_once('@') {
+                    Some((chart, version)) => (chart, Some(version.trim())),
+                    None => (chart, None),
+                };
+                if chart.trim().is_empty() || version.is_some_and(str::is_empty) {
+                    return Err(format!("{s:?} is not CHART[@VERSION]=GLOB"));
+                }
                 Ok(Self {
                     chart: chart.trim().to_owned(),
+                    version: version.map(str::to_owned),
                     glob: glob.trim().to_owned(),
                 })
             }
             _ => Err(format!(
-                "{s:?} is not CHART=GLOB, e.g. openstack-cloud-controller-manager='clusters/*/occm-values.yaml'"
+                "{s:?} is not CHART[@VERSION]=GLOB, e.g. openstack-cloud-controller-manager@2.31.1='clusters/*/occm-values.yaml'"
             )),
         }
     }
@@ -476,14 +493,28 @@ fn yaml_extension(path: &Path) -> bool {
         .is_some_and(|e| EXTENSIONS.iter().any(|x| x.eq_ignore_ascii_case(e)))
 }
 
-/// Collects YAML/JSON files below `root`, skipping hidden directories (`.git`), never
+/// Whether `path` is named like a template file ([`super::template::TEMPLATE_EXTENSIONS`]).
+fn template_extension(path: &Path) -> bool {
+    path.extension().and_then(|e| e.to_str()).is_some_and(|e| {
+        super::template::TEMPLATE_EXTENSIONS
+            .iter()
+            .any(|x| x.eq_ignore_ascii_case(e))
+    })
+}
+
+/// Collects YAML/JSON and template files below `root`, skipping hidden directories (`.git`), never
 /// following symbolic links to directories, following a symbolic link to a file only when
 /// its target is inside `root`, and skipping FIFOs, sockets and devices. A directory or entry
 /// that cannot be read is reported with its own path and the walk goes on. Iterative, so the
 /// depth of the tree does not touch the stack. Paths matching an `exclude` glob are left out
 /// (directories are not entered).
 fn walk(root: &Path, exclude: &[String], ini: &[String], hits: &Hits) -> Vec<(PathBuf, Found)> {
-    let wanted = |path: &Path| yaml_extension(path) || walk_matches(ini, root, path, &hits.ini);
+    // Template files are read too, to be noted (`template::input_template_reason`), never
+    // skipped in silence.
+    let wanted = |path: &Path| {
+        // An `--ini` glob is matched (and its hit counted) before a template name is.
+        yaml_extension(path) || walk_matches(ini, root, path, &hits.ini) || template_extension(path)
+    };
     let mut out = Vec::new();
     // The tree a symbolic link must stay inside. Without it (root not resolvable), no
     // symbolic link is followed.
@@ -667,11 +698,8 @@ fn write_new(tmp: &Path, text: &str, like: &std::fs::Metadata) -> std::io::Resul
 }
 
 /// The chart whose values file `name` is, per `--values-for`.
-pub fn values_chart<'a>(name: &str, specs: &'a [ValuesFor]) -> Option<&'a str> {
-    specs
-        .iter()
-        .find(|s| glob_matches_path(&s.glob, name))
-        .map(|s| s.chart.as_str())
+pub fn values_chart<'a>(name: &str, specs: &'a [ValuesFor]) -> Option<&'a ValuesFor> {
+    specs.iter().find(|s| glob_matches_path(&s.glob, name))
 }
 
 /// Whether `glob` matches `path` or, for a glob that does not start with `/`, a trailing part

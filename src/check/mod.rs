@@ -267,9 +267,16 @@ pub fn check(
         if inp.rendered {
             return None;
         }
-        input::values_chart(&inp.name, &options.values_for).map(|chart| input::ValuesTarget {
-            chart,
-            subchart_key: charts.subchart_key(inp.path.as_deref(), chart),
+        input::values_chart(&inp.name, &options.values_for).map(|spec| {
+            let subchart = charts.subchart(inp.path.as_deref(), &spec.chart);
+            input::ValuesTarget {
+                chart: &spec.chart,
+                subchart,
+                version: spec
+                    .version
+                    .as_deref()
+                    .or_else(|| subchart.and_then(|d| d.version.as_deref())),
+            }
         })
     };
     // Facts about the cluster (its cloud config), from the whole input.

@@ -7,18 +7,21 @@
 //!
 //! Which files are templates, and why the rules differ:
 //! - by path, always (even when the text parses as YAML): a name ending in a template
-//!   extension (`.tpl`, `.j2`, `.jinja`, `.gotmpl`), or a file below a Helm chart's
+//!   extension (`.tpl`, `.tmpl`, `.j2`, `.jinja`, `.gotmpl`), or a file below a Helm chart's
 //!   `templates/` directory (a directory named `templates` whose parent holds `Chart.yaml`);
 //! - by content, only when the text does not parse as YAML: template markers (`{{ }}`,
 //!   `{% %}`, `%{ }`, `${ }`, openstack-helm's `%%%NAME%%%`). A manifest that parses keeps
 //!   being checked even when a string in it holds `${VAR}` (Flux `postBuild` substitution,
 //!   clusterctl variables): those files are applied as they are, apart from the substituted
-//!   strings.
+//!   strings. A template file by name that parses with only `${ }` markers (a Terraform
+//!   `templatefile`) is read too ([`input_template_reason`]).
 
 use std::path::Path;
 
 /// File name endings of template files.
-pub const TEMPLATE_EXTENSIONS: &[&str] = &["tpl", "j2", "jinja", "gotmpl"];
+/// File name endings of template files; a directory walk reads files with these to note each
+/// (a `values.yaml.tpl` or `cloud.conf.tmpl` may hold a repository's only cloud config).
+pub const TEMPLATE_EXTENSIONS: &[&str] = &["tpl", "tmpl", "j2", "jinja", "gotmpl"];
 
 /// A template marker: the syntax it belongs to, and its opening and closing text.
 struct Marker {
@@ -45,7 +48,7 @@ const MARKERS: &[Marker] = &[
         close: "}",
     },
     Marker {
-        name: "`${ }` interpolation",
+        name: INTERPOLATION,
         open: "${",
         close: "}",
     },
@@ -58,6 +61,10 @@ const MARKERS: &[Marker] = &[
         close: "%%%",
     },
 ];
+
+/// The marker of Terraform's (and envsubst's) `${…}` interpolation: it stands for a value
+/// inside a scalar, never for structure (`%{ }` directives are another marker).
+const INTERPOLATION: &str = "`${ }` interpolation";
 
 /// Why a file is taken for a template, for the note.
 pub fn template_reason(path: Option<&Path>, text: &str) -> Option<String> {
@@ -85,7 +92,9 @@ fn reads_as_yaml_data(text: &str) -> bool {
 
 /// [`template_reason`] for an input of a run: a file named on the command line (`named`) that
 /// reads as YAML data and holds no template marker is what the user asked to check, whatever
-/// its name or place says (a `values.yaml.tpl` that is plain YAML); `ini`: the file is read as
+/// its name or place says (a `values.yaml.tpl` that is plain YAML); a template that reads as
+/// YAML data with only `${…}` markers (a Terraform `templatefile`) is read, named or walked:
+/// the markers are inside its scalars, and a placeholder is an unknown value; `ini`: the file is read as
 /// an INI cloud config (named `.conf`/`.ini`, or matched by `--ini`), where `${NAME}`
 /// placeholders are unknown values ([`crate::cloudconf::schema::holds_placeholder`]), not
 /// template syntax, so only a template name keeps it unread.
@@ -99,8 +108,10 @@ pub fn input_template_reason(
         return path.and_then(path_reason).filter(|_| !named);
     }
     let reason = template_reason(path, text)?;
-    let plain_yaml = named && markers_in(text).is_empty() && reads_as_yaml_data(text);
-    (!plain_yaml).then_some(reason)
+    let markers = markers_in(text);
+    let interpolation_only = !markers.is_empty() && markers.iter().all(|m| *m == INTERPOLATION);
+    let read = (named && markers.is_empty() || interpolation_only) && reads_as_yaml_data(text);
+    (!read).then_some(reason)
 }
 
 /// The note for a skipped template. Names markers and paths only, never file content.

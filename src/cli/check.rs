@@ -37,11 +37,14 @@ pub struct CheckArgs {
     #[arg(long, env = "STACKGATE_CHECK_FIX")]
     pub fix: bool,
     /// Treat files matching GLOB as plain Helm values files of CHART, e.g.
-    /// `openstack-cloud-controller-manager='clusters/*/values/occm*.yaml'`. Repeatable.
+    /// `openstack-cloud-controller-manager='clusters/*/values/occm*.yaml'`; with `@VERSION`
+    /// (`openstack-cloud-controller-manager@2.31.1=…`) read as that chart version reads them,
+    /// else as every version could (an umbrella's file: as its dependency's `version`).
+    /// Repeatable.
     #[arg(
         long = "values-for",
         env = "STACKGATE_CHECK_VALUES_FOR",
-        value_name = "CHART=GLOB"
+        value_name = "CHART[@VERSION]=GLOB"
     )]
     pub values_for: Vec<ValuesFor>,
     /// Largest file (and standard input) read, in bytes. A larger input is not checked and
@@ -207,6 +210,7 @@ mod tests {
             "--fail-on=warning",
             "--fix",
             "--values-for=occm=v/*.yaml",
+            "--values-for=ccm@2.31.1=w/*.yaml",
             "--max-file-size=10",
             "--max-evaluation-memory=7",
             "--no-diff",
@@ -228,10 +232,18 @@ mod tests {
                 format: Format::Sarif,
                 fail_on: FailOn::Warning,
                 fix: true,
-                values_for: vec![ValuesFor {
-                    chart: "occm".to_owned(),
-                    glob: "v/*.yaml".to_owned(),
-                }],
+                values_for: vec![
+                    ValuesFor {
+                        chart: "occm".to_owned(),
+                        version: None,
+                        glob: "v/*.yaml".to_owned(),
+                    },
+                    ValuesFor {
+                        chart: "ccm".to_owned(),
+                        version: Some("2.31.1".to_owned()),
+                        glob: "w/*.yaml".to_owned(),
+                    }
+                ],
                 max_file_size: 10,
                 max_evaluation_memory: 7,
                 no_diff: true,

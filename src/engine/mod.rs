@@ -752,7 +752,9 @@ impl Engine {
         let (found, embedded) =
             sites::find_with_embedded_within(subject.kind, object, site_document, cancel);
         cancel.check()?;
-        // Read only for objects that hold a cloud config; one read per object.
+        // Read only for objects that hold a cloud config; one read per object. A ConfigMap or
+        // Secret pins no release itself: the CCM containers that read it (the
+        // `CcmConfigSource` fact) do, with their image tags.
         let ccm_version = (!found.is_empty())
             .then(|| {
                 sites::helm::ccm_version_within(
@@ -761,6 +763,13 @@ impl Engine {
                     &sites::helm::chart_names(&self.policies.sites),
                     cancel,
                 )
+                .or_else(|| {
+                    let kind = sites::data_kind(subject.kind)?;
+                    // Keyed as `CcmConfigReads::sites_for` keys the reads.
+                    let ns = object.metadata.namespace.as_deref().unwrap_or("");
+                    let name = object.metadata.name.as_deref().unwrap_or("");
+                    facts.ccm_reads()?.version_of(kind, ns, name)
+                })
             })
             .flatten();
         let (alternatives, found): (Vec<_>, Vec<_>) =
@@ -1248,11 +1257,13 @@ impl Engine {
 }
 
 /// Merges the verdicts of the sites a delivery renders depending on a chart version it does
-/// not pin ([`sites::Alternative`], one values place). A denial stands only when every
-/// reading is denied; otherwise it is a warning that asks to pin the chart version. The fixes
-/// of all readings apply together: each edits only what its chart versions read (a missing
-/// key added to `cloudConfig`, or to `cloudConfigContents`), which changes nothing for the
-/// others; when two write one field differently, none applies.
+/// not pin, or on an umbrella chart's switch it does not show ([`sites::Alternative`], one
+/// values place). A denial stands only when every reading is denied; otherwise it is a
+/// warning that asks to pin the chart version, or says the umbrella may switch the subchart
+/// off. The fixes of all readings apply together: each edits only what its chart versions read
+/// (a missing key added to `cloudConfig`, or to `cloudConfigContents`), which changes nothing
+/// for the others (nor for a subchart switched off, which renders nothing); when two write one
+/// field differently, none applies.
 fn merge_alternatives(results: Vec<(&FoundConfig, Verdict)>, verdict: &mut Verdict) {
     let Some(of) = results
         .first()
@@ -1277,23 +1288,47 @@ fn merge_alternatives(results: Vec<(&FoundConfig, Verdict)>, verdict: &mut Verdi
         patch.push(op.clone());
     }
     for (site, mut own) in results {
-        let versions = site
-            .alternative
-            .as_ref()
-            .map_or("", |a| a.versions.as_str());
-        let note = format!(
-            "Note: chart versions {versions} render this config; the chart version is not \
-             pinned to one generation here, so stackgate reads each config the chart could \
-             render."
-        );
+        let (versions, by_version, switch) =
+            site.alternative.as_ref().map_or(("", false, None), |a| {
+                (a.versions.as_str(), a.by_version, a.switch.as_deref())
+            });
+        let mut notes = Vec::new();
+        if by_version {
+            notes.push(format!(
+                "Note: chart versions {versions} render this config; the chart version is not \
+                 pinned to one generation here, so stackgate reads each config the chart could \
+                 render."
+            ));
+        }
+        if let Some(switch) = switch {
+            notes.push(format!(
+                "Note: this is an umbrella chart's subchart; its Chart.yaml, not shown here, \
+                 decides whether it renders (a dependency condition or tag could read {switch}), \
+                 so stackgate reads it both rendered and switched off."
+            ));
+        }
         if !every {
             let findings = std::mem::take(&mut own.denials);
             own.warnings.extend(findings.into_iter().map(|mut f| {
-                // Only some chart versions render this config: the first line says so.
-                f.text.fix = format!("pin the chart version, or {}", f.text.fix);
-                f.text.notes.push(format!(
-                    "Note: not denied, as only chart versions {versions} render this config."
-                ));
+                if by_version {
+                    // Only some chart versions render this config: the first line says so.
+                    f.text.fix = format!("pin the chart version, or {}", f.text.fix);
+                    f.text.notes.push(format!(
+                        "Note: not denied, as only chart versions {versions} render this config."
+                    ));
+                }
+                if switch.is_some() {
+                    // The first line (a webhook's one-line warning) says it too.
+                    f.text.fix = format!(
+                        "if the umbrella's Chart.yaml renders this subchart, {}",
+                        f.text.fix
+                    );
+                    f.text.notes.push(
+                        "Note: not denied, as the umbrella chart may switch this subchart off; \
+                         the fix is right either way."
+                            .to_owned(),
+                    );
+                }
                 f
             }));
         }
@@ -1307,7 +1342,7 @@ fn merge_alternatives(results: Vec<(&FoundConfig, Verdict)>, verdict: &mut Verdi
             &mut own.mutations,
         ] {
             for f in list.iter_mut() {
-                f.text.notes.push(note.clone());
+                f.text.notes.extend(notes.iter().cloned());
                 f.fixed_by_patch &= !conflict;
             }
         }

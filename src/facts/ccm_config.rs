@@ -42,6 +42,7 @@ use serde_json::Value;
 
 use super::ccm_workload::{CcmContainer, CcmMarkers, string_flag_uses};
 use crate::short_text::ShortText;
+use crate::sites::helm::CcmVersion;
 use crate::sites::{SiteKind, SitesDocument};
 
 /// The CCM's flag naming its cloud-config file (k8s.io/cloud-provider `options`).
@@ -109,6 +110,8 @@ pub struct ContainerRead {
     pub path: Option<String>,
     /// Where it comes from.
     pub source: Source,
+    /// The CCM release its image tag pins, when it pins one.
+    pub version: Option<CcmVersion>,
 }
 
 /// The sources of every CCM container of `object` (a Pod or a workload with a pod template)
@@ -139,6 +142,11 @@ pub fn container_reads(
                 pointer: c.pointer(),
                 path,
                 source,
+                version: c
+                    .container
+                    .get("image")
+                    .and_then(Value::as_str)
+                    .and_then(crate::sites::helm::image_version),
             }
         })
         .collect()
@@ -620,6 +628,8 @@ pub struct Read {
     pub reader: String,
     /// Its `--cloud-config` path.
     pub path: String,
+    /// The CCM release the container's image pins, when it pins one.
+    pub version: Option<CcmVersion>,
 }
 
 /// The `CcmConfigSource` fact: the config objects every known CCM workload reads, by
@@ -656,6 +666,7 @@ impl CcmConfigReads {
                         object: object.clone(),
                         reader: read.reader.clone(),
                         path: read.path.clone().unwrap_or_default(),
+                        version: read.version.clone(),
                     })
                     .collect(),
                 _ => Vec::new(),
@@ -698,6 +709,28 @@ impl CcmConfigReads {
                 && read.object.namespace == namespace
                 && read.object.name == name
         })
+    }
+
+    /// The CCM releases that read an object of `kind` named `namespace/name`, as one range
+    /// (its source names the readers' image tags): None when no CCM container is known to
+    /// read it, or one that does runs an image whose tag pins no release.
+    pub fn version_of(&self, kind: SiteKind, namespace: &str, name: &str) -> Option<CcmVersion> {
+        let mut out: Option<CcmVersion> = None;
+        for read in self.reads_of(kind, namespace, name) {
+            let version = read.version.as_ref()?;
+            out = Some(match out {
+                None => CcmVersion {
+                    source: format!("{} of {}", version.source, read.reader),
+                    ..version.clone()
+                },
+                Some(mut range) => {
+                    range.min_minor = range.min_minor.min(version.min_minor);
+                    range.max_minor = range.max_minor.max(version.max_minor);
+                    range
+                }
+            });
+        }
+        out
     }
 
     /// Every read, workload by workload.

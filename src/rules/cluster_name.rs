@@ -21,6 +21,11 @@
 //!   `cluster.name` (the chart passes it as `--cluster-name=$(CLUSTER_NAME)`), overridden by a
 //!   `--cluster-name` in `controllerExtraArgs` (the chart appends those after its own args).
 //!
+//! A CCM that runs no service controller creates no load balancers, so its name matters to
+//! none: a container whose `--controllers` leave the service controller off, and chart values
+//! whose `enabledControllers` (the chart's `--controllers`, with `controllerExtraArgs` after
+//! it) do, are not sources ([`runs_service_controller`]).
+//!
 //! CREATE: the default or an empty name warns (params.defaultName: deny makes it a denial).
 //! UPDATE: a change of the effective name denies in enforce mode.
 
@@ -201,6 +206,7 @@ fn name_sources_within(
     let values_file = gvk.kind == helm::VALUES_FILE_KIND;
     let mut out: Vec<NameSource> = helm::chart_values_all_within(gvk, object, cancel)
         .iter()
+        .filter(|values| values_run_service_controller(values))
         .filter_map(|values| values_source(&holder, values))
         .map(|mut source| {
             if values_file && source.caveat.is_none() {
@@ -214,9 +220,82 @@ fn name_sources_within(
         .collect();
     let markers = CcmMarkers::new(&params.ccm_images, &params.ccm_args);
     for container in markers.containers(gvk, object) {
-        out.push(container_source(&container));
+        if runs_service_controller(&container.argv()) {
+            out.push(container_source(&container));
+        }
     }
     out
+}
+
+/// The CCM's controller flag: which controllers it runs (default `*`, every controller).
+pub const CONTROLLERS_FLAG: &str = "--controllers";
+
+/// The names the CCM's `--controllers` knows its service (load-balancer) controller by:
+/// `service`, and `service-lb-controller` (k8s.io/cloud-provider `names.ServiceLBController`,
+/// accepted as an alias since Kubernetes 1.28).
+const SERVICE_CONTROLLER: &[&str] = &["service", "service-lb-controller"];
+
+/// Whether a CCM started with `argv` runs its service controller, the one that creates
+/// load balancers. `--controllers` is a string slice: each use adds its comma-separated
+/// entries (the first replaces the default `*`), and k8s.io/controller-manager
+/// `app/helper.go` `IsControllerEnabled` reads them in order: an entry naming the controller
+/// enables it, `-name` disables it, the first of those decides, else a `*` enables it. A use
+/// whose value this object does not show (none, a `$(VAR)`) may run it.
+pub fn runs_service_controller(argv: &[&str]) -> bool {
+    let uses = string_flag_uses(argv, CONTROLLERS_FLAG);
+    if uses.is_empty() {
+        return true;
+    }
+    let mut entries: Vec<String> = Vec::new();
+    for u in uses {
+        match u.value {
+            Some(v) if !has_reference(&v) => {
+                entries.extend(v.split(',').map(|e| e.trim().to_owned()));
+            }
+            _ => return true,
+        }
+    }
+    controller_enabled(&entries)
+}
+
+/// `IsControllerEnabled` for the service controller over `--controllers` entries.
+fn controller_enabled(entries: &[String]) -> bool {
+    let mut star = false;
+    for entry in entries {
+        if SERVICE_CONTROLLER.contains(&entry.as_str()) {
+            return true;
+        }
+        if entry
+            .strip_prefix('-')
+            .is_some_and(|name| SERVICE_CONTROLLER.contains(&name))
+        {
+            return false;
+        }
+        star |= entry == "*";
+    }
+    star
+}
+
+/// Whether the CCM the chart values deploy runs its service controller: the chart passes
+/// `--controllers=` with `enabledControllers` joined (default: every controller, the service
+/// one included), then the `controllerExtraArgs`. A list that is not a list of strings may
+/// run it.
+fn values_run_service_controller(values: &ChartValues) -> bool {
+    let mut argv: Vec<String> = Vec::new();
+    match values.values.get("enabledControllers") {
+        None | Some(Value::Null) => return true,
+        Some(Value::Array(list)) => {
+            let names: Option<Vec<&str>> = list.iter().map(Value::as_str).collect();
+            let Some(names) = names else { return true };
+            argv.push(format!("{CONTROLLERS_FLAG}={}", names.join(",")));
+        }
+        Some(_) => return true,
+    }
+    if let Some(extra) = helm::controller_extra_args(&values.values) {
+        argv.extend(extra);
+    }
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    runs_service_controller(&argv)
 }
 
 fn container_source(container: &CcmContainer<'_>) -> NameSource {

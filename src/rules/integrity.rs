@@ -49,6 +49,7 @@ pub static FAMILY: Family = Family {
         CODE_TLS_INSECURE,
         CODE_UNSUPPORTED,
         CODE_NEEDS_NEWER_CCM,
+        CODE_TEMPLATE_MARKERS,
     ],
     example: || {
         Some(Example::cloud_config(
@@ -76,6 +77,9 @@ pub const CODE_TLS_INSECURE: &str = "tls-insecure-not-bool";
 pub const CODE_UNSUPPORTED: &str = "unsupported-value";
 /// An `lb-provider` that only newer CCM releases list than the one the object deploys.
 pub const CODE_NEEDS_NEWER_CCM: &str = "needs-newer-ccm";
+
+/// Values hold template markers (`{{ … }}`): the config is a template, checked as written.
+pub const CODE_TEMPLATE_MARKERS: &str = "template-markers";
 
 /// Source quoted by the post-gcfg checks.
 const SOURCE_CCM_START: &str = "cloud-provider-openstack v1.36.0 pkg/openstack/openstack.go \
@@ -135,9 +139,37 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
     let report = schema::check(doc);
     let mut fatal = KindCollector::new(CODE_FATAL);
     let start = schema::start_problems(doc);
-    // Lines whose value holds a `${NAME}` placeholder (clusterctl, envsubst, Flux postBuild):
-    // substituted before the CCM reads the file, so the value is unknown here, not invalid.
-    let placeholders: Vec<usize> = doc.lines_of_values(schema::holds_placeholder).collect();
+    // Lines whose value holds a `${NAME}` placeholder (clusterctl, envsubst, Flux postBuild)
+    // or a Go/Jinja template marker (`{{ … }}`: Sveltos, Helm or Ansible templates kept in a
+    // ConfigMap or Secret): substituted before the CCM reads the file, so the value is unknown
+    // here, not invalid.
+    let templated: Vec<usize> = doc.lines_of_values(holds_template_marker).collect();
+    let placeholders: Vec<usize> = doc
+        .lines_of_values(schema::holds_placeholder)
+        .chain(templated.iter().copied())
+        .collect();
+    if let Some(&first) = templated.first() {
+        out.violations.push(Violation {
+            severity: Severity::Warn,
+            code: CODE_TEMPLATE_MARKERS,
+            pointer: None,
+            line: Some(first),
+            location: None,
+            what: format!(
+                "values on {} line{} hold template markers ({{{{ … }}}}): checked as written",
+                templated.len(),
+                if templated.len() == 1 { "" } else { "s" }
+            ),
+            fix: "check what the template renders too (pipe it into `stackgate check -`)"
+                .to_owned(),
+            why: "A template (Sveltos, Helm, Ansible) is rendered before the CCM reads the \
+                  file: a value it sets is not known here, and stackgate makes no claim about \
+                  it."
+            .to_owned(),
+            notes: Vec::new(),
+            fixed_by_edit: false,
+        });
+    }
     let mut unknown = KindCollector::new(CODE_FATAL);
     for p in report.fatal.iter().chain(&start) {
         if placeholders.contains(&p.line) {
@@ -152,7 +184,7 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
                 line: Some(p.line),
                 location: None,
                 what: format!(
-                    "{}: a ${{…}} placeholder, not checked",
+                    "{}: a placeholder, not checked",
                     name(&p.section, p.key.as_deref()),
                 ),
                 fix: "make sure it is substituted before the CCM reads the file".to_owned(),
@@ -208,6 +240,12 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
         {
             // A section another consumer of the same config reads (cinder-csi's
             // `[BlockStorage]`, which the chart always renders): not a CCM typo.
+            continue;
+        }
+        if ignored.reason == IgnoredReason::RemovedKey
+            && still_read(view.ccm_version, &ignored.section, ignored.key.as_deref())
+        {
+            // The release this input pins reads the key still: not ignored there.
             continue;
         }
         if !ignored_names.wants_detail() {
@@ -317,6 +355,32 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
     truncated.finish(&mut out.violations, "values cut at an unquoted ';' or '#'");
     silent_values(doc, view.ccm_version, &mut out);
     out
+}
+
+/// Whether `value` holds a Go/Jinja template marker: `{{`, later followed by `}}`.
+fn holds_template_marker(value: &str) -> bool {
+    value
+        .find("{{")
+        .is_some_and(|at| value[at + 2..].contains("}}"))
+}
+
+/// Whether every CCM release `ccm_version` allows still reads the removed key `section`
+/// `key` (each release before the one that removed it, [`schema::REMOVED_KEYS`]): the version
+/// pinned in the same input decides removed keys as it decides keys a release does not read
+/// yet. Unknown (no version): not read, as current releases do not.
+fn still_read(
+    ccm_version: Option<&crate::sites::helm::CcmVersion>,
+    section: &str,
+    key: Option<&str>,
+) -> bool {
+    let (Some(version), Some(key)) = (ccm_version, key) else {
+        return false;
+    };
+    schema::REMOVED_KEYS
+        .iter()
+        .find(|r| r.section.eq_ignore_ascii_case(section) && r.name.eq_ignore_ascii_case(key))
+        .and_then(|r| schema::release_minor(r.removed_in))
+        .is_some_and(|removed| version.all_before(removed))
 }
 
 /// Values gcfg and the CCM accept without an error that do not do what they say: a

@@ -65,6 +65,11 @@ pub const VALUES_FILE_KIND: &str = "HelmValues";
 /// when the file is an umbrella chart's values file (`stackgate check` reads the key from the
 /// umbrella's `Chart.yaml` dependency `alias`).
 pub const VALUES_FILE_SUBCHART_KEY: &str = "subchartKey";
+/// Field of the synthetic values-file object holding the umbrella's `Chart.yaml` dependency
+/// `condition` of the subchart under [`VALUES_FILE_SUBCHART_KEY`] (absent: none).
+pub const VALUES_FILE_SUBCHART_CONDITION_KEY: &str = "subchartCondition";
+/// Field of the synthetic values-file object holding that dependency's `tags` (a list).
+pub const VALUES_FILE_SUBCHART_TAGS_KEY: &str = "subchartTags";
 /// Field of the synthetic values-file object naming the chart version the values are for
 /// (`stackgate check --values-for CHART@VERSION`), which decides the chart's generation
 /// ([`super::generation`]).
@@ -94,6 +99,19 @@ struct ValuesPlace {
     alias: Option<String>,
     /// The chart generations the delivery's pinned version allows (all when it pins none).
     generations: Generations,
+    /// Whether the umbrella chart renders the subchart under `alias` ([`super::umbrella`]).
+    switch: Switch,
+}
+
+/// Whether an umbrella chart renders its CCM subchart, as far as the object shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Switch {
+    /// Rendered: not a subchart, a subchart the umbrella's `Chart.yaml` (read) switches on,
+    /// or one whose values hold nothing a condition or tag could read as `false`.
+    On,
+    /// The umbrella's `Chart.yaml` is not visible and these values (named) could switch the
+    /// subchart off: read both ways.
+    Unseen(String),
 }
 
 /// A field of `--set`-like entries that Helm applies on top of the values files.
@@ -231,23 +249,38 @@ fn values_places(
         values_over: (gvk.group == "helm.cattle.io").then(|| keys(&["spec", "values"])),
         alias: None,
         generations: generations_of(chart, version),
+        switch: Switch::On,
     };
     if gvk.kind == VALUES_FILE_KIND
         && let Some(key) = str_at(root, &[VALUES_FILE_SUBCHART_KEY])
     {
         // An umbrella chart's values file: the chart's values are under the dependency's
-        // key, whatever else the file holds (unless switched off).
-        let under = get(root, &place.path).and_then(|v| v.get(key));
-        if under.is_some_and(|v| v.get("enabled") == Some(&Value::Bool(false))) {
+        // key, whatever else the file holds, unless the dependency's condition or tags
+        // (from the umbrella's `Chart.yaml`, which `check` read) switch it off.
+        let dependency = super::umbrella::Dependency {
+            key: key.to_owned(),
+            condition: str_at(root, &[VALUES_FILE_SUBCHART_CONDITION_KEY]).map(str::to_owned),
+            tags: get(root, &[Seg::key(VALUES_FILE_SUBCHART_TAGS_KEY)])
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect(),
+            version: None,
+        };
+        let values = get(root, &place.path).unwrap_or(&Value::Null);
+        if !dependency.switched_on(values) {
             return Vec::new();
         }
         place.path.push(Seg::key(key));
         place.alias = Some(key.to_owned());
-        // The subchart's version is the umbrella's dependency's, not named here.
-        place.generations = Generations::ALL;
+        // The subchart's version is the umbrella's dependency's, which `check` passes as the
+        // file's chart version (or `--values-for CHART@VERSION` does): none, every generation.
         return vec![place];
     }
     if !yaml_string && let Some(alias) = subchart_alias(get(root, &place.path), charts, ours) {
+        place.switch = unseen_switch(&alias, get(root, &place.path), root, &place);
         place.path.push(Seg::key(&alias));
         place.alias = Some(alias);
         place.generations = Generations::ALL;
@@ -257,6 +290,8 @@ fn values_places(
         && let Some(alias) = umbrella_text_alias(get(root, &place.path), charts, ours, cancel)
     {
         // The values string stays the carrier; the CCM's values are under `alias` in it.
+        let values = text_values(get(root, &place.path), None, cancel);
+        place.switch = unseen_switch(&alias, values.as_ref(), root, &place);
         place.alias = Some(alias);
         place.generations = Generations::ALL;
         return vec![place];
@@ -293,9 +328,10 @@ fn holds_ccm_values(raw: Option<&Value>, cancel: &Cancel) -> bool {
 }
 
 /// The key under which structured `values` hold the CCM chart's values as a subchart of an
-/// umbrella chart: a key named after the chart (Helm's default alias) whose value is a map
-/// not switched off with `enabled: false`. Values of the CCM chart itself (`ours`) are read
-/// at their root when they hold `cloudConfig` or `cloudConfigContents`.
+/// umbrella chart: a key named after the chart (Helm's default alias) whose value is a map.
+/// Whether the umbrella renders it is its `Chart.yaml`'s to say ([`unseen_switch`]), not an
+/// `enabled` key's. Values of the CCM chart itself (`ours`) are read at their root when they
+/// hold `cloudConfig` or `cloudConfigContents`.
 fn subchart_alias(values: Option<&Value>, charts: &[String], ours: bool) -> Option<String> {
     let map = values?.as_object()?;
     if ours && (map.contains_key("cloudConfig") || map.contains_key("cloudConfigContents")) {
@@ -303,12 +339,85 @@ fn subchart_alias(values: Option<&Value>, charts: &[String], ours: bool) -> Opti
     }
     charts
         .iter()
-        .find(|chart| {
-            map.get(chart.as_str()).is_some_and(|v| {
-                v.is_object() && v.get("enabled").is_none_or(|e| e != &Value::Bool(false))
-            })
-        })
+        .find(|chart| map.get(chart.as_str()).is_some_and(Value::is_object))
         .cloned()
+}
+
+/// Whether the umbrella chart whose values (at its root: `values`) hold the CCM chart's under
+/// `alias` renders it, as far as an object that does not show the umbrella's `Chart.yaml` can
+/// tell: [`Switch::Unseen`] when those values, or the structured values or `--set` entries
+/// `place` applies on top, hold a `false` a condition or tag could read.
+fn unseen_switch(alias: &str, values: Option<&Value>, root: &Value, place: &ValuesPlace) -> Switch {
+    let null = Value::Null;
+    let mut sources: Vec<(String, &Value)> = vec![(String::new(), values.unwrap_or(&null))];
+    if let Some(path) = &place.values_over
+        && let Some(over) = get(root, path)
+    {
+        sources.push((display(path), over));
+    }
+    let set = place
+        .overrides
+        .as_ref()
+        .map(|source| false_entries(root, source, alias));
+    if let Some((path, set)) = &set {
+        sources.push((display(path), set));
+    }
+    let named: Vec<(&str, &Value)> = sources.iter().map(|(s, v)| (s.as_str(), *v)).collect();
+    match super::umbrella::could_switch_off(alias, &named) {
+        Some(why) => Switch::Unseen(why),
+        None => Switch::On,
+    }
+}
+
+/// The `--set`-like entries of `source` that set `false` (a bool, or the text Helm types as
+/// one), as a map from each entry's key as written to `false`; entries below the subchart key
+/// `alias` but its `enabled` are the CCM chart's settings, not switches, and are left out.
+fn false_entries(root: &Value, source: &OverrideSource, alias: &str) -> (Vec<Seg>, Value) {
+    let is_false = |v: &Value| match v {
+        Value::Bool(b) => !b,
+        Value::String(s) => s.eq_ignore_ascii_case("false"),
+        _ => false,
+    };
+    let setting = |key: &str| {
+        key.strip_prefix(alias)
+            .and_then(|rest| rest.strip_prefix('.'))
+            .is_some_and(|rest| rest != "enabled")
+    };
+    let mut out = serde_json::Map::new();
+    let path = match source {
+        OverrideSource::HelmChartSet(path) => {
+            for (key, value) in get(root, path)
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+            {
+                if is_false(value) && !setting(key) {
+                    out.insert(key.clone(), Value::Bool(false));
+                }
+            }
+            path
+        }
+        OverrideSource::ArgoParameters(path) => {
+            for parameter in get(root, path)
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let forced = parameter.get("forceString") == Some(&Value::Bool(true));
+                let name = parameter.get("name").and_then(Value::as_str);
+                let value = parameter.get("value").unwrap_or(&Value::Null);
+                if let Some(name) = name
+                    && !forced
+                    && is_false(value)
+                    && !setting(name)
+                {
+                    out.insert(name.to_owned(), Value::Bool(false));
+                }
+            }
+            path
+        }
+    };
+    (path.clone(), Value::Object(out))
 }
 
 /// The values in a YAML values string (`raw`), below `alias` when set: None when absent,
@@ -420,7 +529,7 @@ fn k0s_places(root: &Value, charts: &[String], at: &[&str], cancel: &Cancel) -> 
             None => generations_of(chartname, version),
             Some(_) => Generations::ALL,
         };
-        out.push(ValuesPlace {
+        let mut place = ValuesPlace {
             path,
             yaml_string: true,
             unseen: Vec::new(),
@@ -429,7 +538,13 @@ fn k0s_places(root: &Value, charts: &[String], at: &[&str], cancel: &Cancel) -> 
             values_over: None,
             alias,
             generations,
-        });
+            switch: Switch::On,
+        };
+        if let Some(alias) = &place.alias {
+            let values = text_values(chart.get("values"), None, cancel);
+            place.switch = unseen_switch(alias, values.as_ref(), root, &place);
+        }
+        out.push(place);
     }
     out
 }
@@ -472,16 +587,19 @@ fn argo_places(root: &Value, charts: &[String], cancel: &Cancel) -> Vec<ValuesPl
         if let Some(alias) = subchart_alias(values_object, charts, ours) {
             let mut path = base.clone();
             path.extend(keys(&["helm", "valuesObject", &alias]));
-            out.push(ValuesPlace {
+            let mut place = ValuesPlace {
                 path,
                 yaml_string: false,
                 unseen: vec![value_files],
                 unseen_on_top: Some(file_parameters),
                 overrides: Some(OverrideSource::ArgoParameters(parameters)),
                 values_over: None,
-                alias: Some(alias),
+                alias: Some(alias.clone()),
                 generations: Generations::ALL,
-            });
+                switch: Switch::On,
+            };
+            place.switch = unseen_switch(&alias, values_object, root, &place);
+            out.push(place);
             continue;
         }
         let values_text = helm
@@ -496,16 +614,20 @@ fn argo_places(root: &Value, charts: &[String], cancel: &Cancel) -> Vec<ValuesPl
         if let Some(alias) = text_alias {
             let mut path = base.clone();
             path.extend(keys(&["helm", "values"]));
-            out.push(ValuesPlace {
+            let mut place = ValuesPlace {
                 path,
                 yaml_string: true,
                 unseen: vec![value_files],
                 unseen_on_top: Some(file_parameters),
                 overrides: Some(OverrideSource::ArgoParameters(parameters)),
                 values_over: None,
-                alias: Some(alias),
+                alias: Some(alias.clone()),
                 generations: Generations::ALL,
-            });
+                switch: Switch::On,
+            };
+            let values = text_values(values_text, None, cancel);
+            place.switch = unseen_switch(&alias, values.as_ref(), root, &place);
+            out.push(place);
             continue;
         }
         if !ours {
@@ -526,6 +648,7 @@ fn argo_places(root: &Value, charts: &[String], cancel: &Cancel) -> Vec<ValuesPl
                 overrides: Some(OverrideSource::ArgoParameters(parameters.clone())),
                 values_over: None,
                 alias: None,
+                switch: Switch::On,
                 generations: generations_of(
                     chart,
                     source.get("targetRevision").and_then(Value::as_str),
@@ -608,7 +731,20 @@ fn read(
     cancel: &Cancel,
 ) -> Vec<FoundConfig> {
     let generations = place.generations;
-    let mut readings: Vec<(Generation, Vec<FoundConfig>)> = Vec::new();
+    let switch = match &place.switch {
+        Switch::On => None,
+        Switch::Unseen(why) => Some(why.clone()),
+    };
+    let mut readings: Vec<(Option<Generation>, Vec<FoundConfig>)> = Vec::new();
+    if switch.is_some() {
+        // Switched off, the subchart renders nothing; Helm still reads every `--set` entry
+        // into the umbrella's values first, so one it cannot read stops it either way.
+        let off = match place_overrides(root, &place, cancel) {
+            Ok(_) => Vec::new(),
+            Err(failure) => vec![failure.site(object_name.to_owned())],
+        };
+        readings.push((None, off));
+    }
     for generation in generations.iter() {
         if cancel.is_cancelled() {
             break;
@@ -629,9 +765,9 @@ fn read(
                 }
             }
         }
-        readings.push((generation, found));
+        readings.push((Some(generation), found));
     }
-    alternatives(readings, group)
+    alternatives(readings, group, switch)
 }
 
 /// Why a config chart versions 1.0.0–1.3.0 and 2.24.0 render is not edited when a value
@@ -640,13 +776,16 @@ const UNQUOTED_LINE_BREAK_NOTE: &str = "a cloudConfig value holds a line break, 
      versions 1.0.0–1.3.0 and 2.24.0 write unquoted, as lines of their own; setting a key \
      cannot undo such a line, so remove the line break";
 
-/// The readings of one place, one per generation its version allows, as the sites to check:
-/// the newest generation's when every generation reads the same config (or none), else one
-/// alternative per distinct reading ([`super::Alternative`], numbered `group`), each naming
-/// the chart versions that read it so. The engine denies only what every alternative denies.
+/// The readings of one place, one per generation its version allows (and one with the
+/// subchart switched off, `None`, when an umbrella's switch is unseen: `switch` says what could
+/// switch it), as the sites to check: the newest generation's when every reading is the same
+/// config (or none), else one alternative per distinct reading ([`super::Alternative`],
+/// numbered `group`), each naming the chart versions that read it so. The engine denies only
+/// what every alternative denies.
 fn alternatives(
-    mut readings: Vec<(Generation, Vec<FoundConfig>)>,
+    mut readings: Vec<(Option<Generation>, Vec<FoundConfig>)>,
     group: usize,
+    switch: Option<String>,
 ) -> Vec<FoundConfig> {
     // Distinct readings: (generations, sites), in the order first seen.
     let mut classes: Vec<(Vec<Generation>, Vec<FoundConfig>)> = Vec::new();
@@ -656,17 +795,18 @@ fn alternatives(
             .find(|(_, sites)| same_reading(sites, &found))
         {
             Some((generations, sites)) => {
-                generations.push(generation);
+                generations.extend(generation);
                 // The newest generation's sites stand for the class.
                 *sites = found;
             }
-            None => classes.push((vec![generation], found)),
+            None => classes.push((generation.into_iter().collect(), found)),
         }
     }
     if classes.len() <= 1 {
         return classes.pop().map(|(_, sites)| sites).unwrap_or_default();
     }
     let of = classes.len();
+    let by_version = classes.iter().filter(|(g, _)| !g.is_empty()).count() > 1;
     let mut out = Vec::new();
     for (class, (generations, sites)) in classes.into_iter().enumerate() {
         let versions = super::generation::versions_of(&generations);
@@ -677,6 +817,8 @@ fn alternatives(
                 of,
                 versions: versions.clone(),
                 generations: generations.clone(),
+                by_version,
+                switch: switch.clone(),
             });
             out.push(site);
         }
@@ -2142,6 +2284,21 @@ pub fn ccm_version_within(
     })
 }
 
+/// The CCM release a container image runs, when its tag pins one (`…:v1.24.0`, also before a
+/// `@sha256:` digest); None for no tag, `latest`, a digest alone or another scheme.
+pub fn image_version(image: &str) -> Option<CcmVersion> {
+    let image = image.split_once('@').map_or(image, |(name, _)| name);
+    // The tag follows the last `:` after the last `/` (a registry's port comes before it).
+    let last = image.rsplit_once('/').map_or(image, |(_, last)| last);
+    let (_, tag) = last.rsplit_once(':')?;
+    let minor = image_tag_minor(tag)?;
+    Some(CcmVersion {
+        min_minor: minor,
+        max_minor: minor,
+        source: format!("image tag {}", shown_version(tag)),
+    })
+}
+
 /// `2.Y.Z` or `2.Y.Z-pre` (an optional leading `v`) → (Y, whether a pre-release); only chart
 /// major 2 from 2.27 on, whose appVersion follows the chart's minor.
 fn chart_version_minor(version: &str) -> Option<(u64, bool)> {
@@ -2198,18 +2355,17 @@ fn shown_version(v: &str) -> String {
 /// Whether `object` carries Helm values for one of the charts the sites document asks for
 /// (a GitOps object or values file whose chart reference matches). The admission decoder
 /// reads `spec.values`-like subtrees only for these: every other chart's values are skipped
-/// unread (but for the CCM subchart's key in an umbrella chart's values), which keeps the
-/// memory a review costs independent of foreign charts' values.
+/// unread (an umbrella chart's values are read whole only when they hold the CCM subchart's
+/// key), which keeps the memory a review costs independent of foreign charts' values.
 pub fn holds_chart_values(
     gvk: &GroupVersionKind,
     object: &DynamicObject,
     sites: &super::SitesDocument,
 ) -> bool {
     // An umbrella chart's values are another chart's: the decoder's first reading keeps the
-    // CCM subchart's key in them, which is all that is read.
-    values_places(gvk, object, &chart_names(sites), &Cancel::never())
-        .iter()
-        .any(|place| place.alias.is_none())
+    // CCM subchart's key in them. Once that key is there, the rest is read too: a condition
+    // or tag of the umbrella's `Chart.yaml` may read any value in them (`unseen_switch`).
+    !values_places(gvk, object, &chart_names(sites), &Cancel::never()).is_empty()
 }
 
 #[cfg(test)]
@@ -2617,12 +2773,22 @@ mod tests {
             json!([{"op":"add","path":"/spec/values/openstack-cloud-controller-manager/cloudConfig/loadBalancer",
                 "value":{"provider-requires-serial-api-calls":true}}])
         );
-        // A subchart switched off, or another chart without the key: nothing.
+        // `enabled: false` switches the subchart off only if the umbrella's Chart.yaml (not
+        // seen here) names it as a condition: read both ways, the site says what could.
         let (gvk, o) = release(
             "cluster-addons",
-            json!({"openstack-cloud-controller-manager":{"enabled":false,"cloudConfig":{}}}),
+            json!({"openstack-cloud-controller-manager":{"enabled":false,"cloudConfig":{}},
+                "tags": {"cloud": true}}),
         );
-        assert!(find(&gvk, &o, &charts(), &Cancel::never()).is_empty());
+        let found = find(&gvk, &o, &charts(), &Cancel::never());
+        assert_eq!(found.len(), 1);
+        let alternative = found[0].alternative.as_ref().expect("read both ways");
+        assert_eq!(
+            alternative.switch.as_deref(),
+            Some("`openstack-cloud-controller-manager.enabled: false`")
+        );
+        assert_eq!((alternative.of, alternative.by_version), (2, false));
+        // Another chart without the key: nothing.
         let (gvk, o) = release("podinfo", json!({"cloudConfig":{"global":{"region":"r"}}}));
         assert!(find(&gvk, &o, &charts(), &Cancel::never()).is_empty());
     }
@@ -2687,13 +2853,63 @@ mod tests {
             "Application argocd/addons spec.source.helm.values, \
              openstack-cloud-controller-manager.cloudConfigContents line 2 (line 4 of the values)"
         );
-        // A subchart switched off in the string: nothing.
-        let (gvk, o) = obj(
-            json!({"apiVersion":"helm.cattle.io/v1","kind":"HelmChartConfig",
+        // A subchart perhaps switched off in the string (by a tag, or a condition on a
+        // `false` set on top): read both ways.
+        for (values, set, why) in [
+            (
+                "tags: {cloud: false}\nopenstack-cloud-controller-manager: {}\n",
+                json!({}),
+                "`tags.cloud: false`",
+            ),
+            (
+                "openstack-cloud-controller-manager: {}\n",
+                json!({"ccm.on": "False"}),
+                "`ccm.on: false` in spec.set",
+            ),
+        ] {
+            let (gvk, o) = obj(json!({"apiVersion":"helm.cattle.io/v1","kind":"HelmChart",
+                "metadata":{"name":"addons","namespace":"kube-system"},
+                "spec":{"chart": "addons", "valuesContent": values, "set": set}}));
+            let found = find(&gvk, &o, &charts(), &Cancel::never());
+            assert_eq!(found.len(), 1, "{values}");
+            let alternative = found[0].alternative.as_ref().expect("read both ways");
+            assert_eq!(alternative.switch.as_deref(), Some(why));
+        }
+        // The CCM chart's own settings below the subchart key are not switches.
+        let (gvk, o) = obj(json!({"apiVersion":"helm.cattle.io/v1","kind":"HelmChart",
             "metadata":{"name":"addons","namespace":"kube-system"},
-            "spec":{"valuesContent":"openstack-cloud-controller-manager:\n  enabled: false\n"}}),
+            "spec":{"chart": "addons",
+                "valuesContent": "openstack-cloud-controller-manager: {serviceMonitor: {enabled: false}}\n",
+                "set": {"openstack-cloud-controller-manager.serviceMonitor.x": "false"}}}));
+        let found = find(&gvk, &o, &charts(), &Cancel::never());
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].alternative, None);
+    }
+
+    #[test]
+    fn image_tags_pin_a_ccm_release() {
+        let minor = |image: &str| image_version(image).map(|v| (v.min_minor, v.max_minor));
+        assert_eq!(
+            minor("registry.k8s.io/provider-os/occm:v1.24.0"),
+            Some((24, 24))
         );
-        assert!(find(&gvk, &o, &charts(), &Cancel::never()).is_empty());
+        assert_eq!(
+            minor("registry:5000/occm:v1.31.2-rc.1@sha256:0123"),
+            Some((31, 31))
+        );
+        assert_eq!(
+            image_version("occm:v1.24.0").map(|v| v.source).as_deref(),
+            Some("image tag v1.24.0")
+        );
+        for none in [
+            "registry:5000/occm",
+            "occm:latest",
+            "occm@sha256:0123",
+            "occm:1.24.0",
+            "",
+        ] {
+            assert_eq!(minor(none), None, "{none}");
+        }
     }
 
     #[test]

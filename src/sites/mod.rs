@@ -25,6 +25,7 @@ mod path;
 pub mod payload;
 pub mod render;
 pub mod strvals;
+pub mod umbrella;
 mod values;
 
 use std::sync::Arc;
@@ -338,7 +339,8 @@ trait Carrier: std::fmt::Debug + Send + Sync {
 }
 
 /// One of the configs a delivery renders, depending on a chart version it does not pin
-/// ([`generation`]): the sites of one values place, one distinct reading each.
+/// ([`generation`]) or on an umbrella chart's switch it does not show ([`umbrella`]): the
+/// sites of one values place, one distinct reading each.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Alternative {
     /// Which place (unique among one object's sites).
@@ -352,6 +354,14 @@ pub struct Alternative {
     pub versions: String,
     /// The chart generations that render this reading.
     pub generations: Vec<generation::Generation>,
+    /// Whether the place's readings differ by chart version (more than one reading renders
+    /// with the subchart switched on).
+    pub by_version: bool,
+    /// Set when the place is an umbrella chart's subchart that a `condition` or tag of the
+    /// umbrella's `Chart.yaml`, which this input does not show, may switch off: the visible
+    /// values that could ([`umbrella::could_switch_off`]). One reading is then "switched
+    /// off", with no site.
+    pub switch: Option<String>,
 }
 
 /// Whether two cloud configs hold the same settings as gcfg reads them (the same variables
