@@ -23,7 +23,6 @@ mod real_apiserver;
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -32,43 +31,11 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use real_apiserver::{Proc, START_DEADLINE, binaries, free_port, start_apiserver};
+use real_apiserver::{binaries, start_apiserver, start_stackgate};
 
 const NS: &str = "cluster-a";
 /// How long a new webhook configuration may take to reach the apiserver's admission chain.
 const WEBHOOK_DEADLINE: Duration = Duration::from_secs(30);
-
-/// `stackgate serve --kube off`; returns the process, its webhook and admin addresses and the
-/// CA of its generated serving certificate.
-async fn start_stackgate(dir: &Path) -> (Proc, SocketAddr, SocketAddr, String) {
-    let (addr, admin): (SocketAddr, SocketAddr) = (
-        ([127, 0, 0, 1], free_port()).into(),
-        ([127, 0, 0, 1], free_port()).into(),
-    );
-    let ca_path = dir.join("stackgate-ca.pem");
-    let mut command = Command::new(env!("CARGO_BIN_EXE_stackgate"));
-    command
-        .args(["serve", "--kube", "off", "--log-level", "info"])
-        .arg(format!("--listen={addr}"))
-        .arg(format!("--admin-listen={admin}"))
-        .arg("--generated-ca-out")
-        .arg(&ca_path);
-    let child = Proc::spawn(command, dir.join("stackgate.log"));
-    let deadline = Instant::now() + START_DEADLINE;
-    loop {
-        if matches!(common::admin_get(admin, "/readyz").await, Ok((s, _, _)) if s.is_success()) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "stackgate not ready: {}",
-            child.tail()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let ca = std::fs::read_to_string(&ca_path).unwrap();
-    (child, addr, admin, ca)
-}
 
 /// The chart's webhook configurations of `kind`, reduced to the ConfigMap payload webhook,
 /// calling `addr` and failing closed.
@@ -164,7 +131,9 @@ async fn payload_configmaps_are_sent_by_the_charts_condition_and_others_are_not(
     let dir = tempfile::tempdir().unwrap();
     let (_etcd, _apiserver, client, _kubeconfig) =
         start_apiserver(&apiserver_bin, &etcd_bin, dir.path()).await;
-    let (stackgate, addr, admin, ca) = start_stackgate(dir.path()).await;
+    let stackgate =
+        start_stackgate(dir.path(), &["--kube", "off", "--log-level", "info"], None).await;
+    let (addr, admin, ca) = (stackgate.addr, stackgate.admin, stackgate.ca.clone());
 
     let namespaces = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("", "v1", "Namespace"),
@@ -223,7 +192,7 @@ async fn payload_configmaps_are_sent_by_the_charts_condition_and_others_are_not(
                 assert!(
                     Instant::now() < deadline,
                     "a payload with false is still stored: {}",
-                    stackgate.tail()
+                    stackgate.proc.tail()
                 );
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }

@@ -21,7 +21,6 @@ mod real_apiserver;
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -38,7 +37,7 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 
-use real_apiserver::{Proc, START_DEADLINE, binaries, free_port, start_apiserver};
+use real_apiserver::{START_DEADLINE, binaries, start_apiserver, start_stackgate};
 
 const NS: &str = "cluster-a";
 const LB_ID: &str = "a7f7b5c4-1e0d-4b8e-9c3f-6d2e1f0a9b87";
@@ -50,41 +49,6 @@ const MACHINES: [&str; 3] = [
 ];
 /// How long a new webhook configuration may take to reach the apiserver's admission chain.
 const WEBHOOK_DEADLINE: Duration = Duration::from_secs(30);
-
-/// `stackgate serve --lb-guard on` reading the apiserver through `kubeconfig`; returns the
-/// process, its webhook address and the CA of its generated serving certificate.
-async fn start_stackgate(dir: &Path, kubeconfig: &Path) -> (Proc, SocketAddr, String) {
-    let (addr, admin): (SocketAddr, SocketAddr) = (
-        ([127, 0, 0, 1], free_port()).into(),
-        ([127, 0, 0, 1], free_port()).into(),
-    );
-    let ca_path = dir.join("stackgate-ca.pem");
-    let mut command = Command::new(env!("CARGO_BIN_EXE_stackgate"));
-    command
-        .env("KUBECONFIG", kubeconfig)
-        .args(["serve", "--kube", "off", "--lb-guard", "on"])
-        // Every review reads Octavia: the counter below proves the guard judged it.
-        .args(["--octavia-cache-ttl", "0s", "--log-level", "info"])
-        .arg(format!("--listen={addr}"))
-        .arg(format!("--admin-listen={admin}"))
-        .arg("--generated-ca-out")
-        .arg(&ca_path);
-    let child = Proc::spawn(command, dir.join("stackgate.log"));
-    let deadline = Instant::now() + START_DEADLINE;
-    loop {
-        if matches!(common::admin_get(admin, "/readyz").await, Ok((s, _, _)) if s.is_success()) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "stackgate not ready: {}",
-            child.tail()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let ca = std::fs::read_to_string(&ca_path).unwrap();
-    (child, addr, ca)
-}
 
 // ------------------------------------------------------------------------------------------
 // Fake Keystone + Octavia (shapes from tests/fixtures, as in tests/guard_openstack.rs)
@@ -331,7 +295,24 @@ async fn kubectl_delete_of_every_control_plane_machine_leaves_one_standing() {
         start_apiserver(&apiserver_bin, &etcd_bin, dir.path()).await;
     let fake = fake_openstack().await;
     create_cluster(&client, &fake).await;
-    let (stackgate, addr, ca) = start_stackgate(dir.path(), &kubeconfig).await;
+    // `serve --lb-guard on` reading the apiserver through the kubeconfig; every review reads
+    // Octavia (no cache), so the counter below proves the guard judged it.
+    let stackgate = start_stackgate(
+        dir.path(),
+        &[
+            "--kube",
+            "off",
+            "--lb-guard",
+            "on",
+            "--octavia-cache-ttl",
+            "0s",
+            "--log-level",
+            "info",
+        ],
+        Some(&kubeconfig),
+    )
+    .await;
+    let (addr, ca) = (stackgate.addr, stackgate.ca.clone());
     let vwcs = resource(
         "admissionregistration.k8s.io",
         "v1",
@@ -358,7 +339,7 @@ async fn kubectl_delete_of_every_control_plane_machine_leaves_one_standing() {
         assert!(
             Instant::now() < deadline,
             "the apiserver never called the webhook\n--- stackgate\n{}",
-            stackgate.tail()
+            stackgate.proc.tail()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -396,7 +377,7 @@ async fn kubectl_delete_of_every_control_plane_machine_leaves_one_standing() {
         standing.len(),
         1,
         "one control-plane Machine must stay: standing {standing:?}, refused {refused:#?}\n--- stackgate\n{}",
-        stackgate.tail()
+        stackgate.proc.tail()
     );
     assert_eq!(refused.len(), 1, "{refused:#?}");
     let (name, message) = &refused[0];
@@ -410,7 +391,7 @@ async fn kubectl_delete_of_every_control_plane_machine_leaves_one_standing() {
         "{message}"
     );
     assert!(
-        !message.contains("s3cret") && !stackgate.tail().contains("s3cret"),
+        !message.contains("s3cret") && !stackgate.proc.tail().contains("s3cret"),
         "credential leaked"
     );
 }

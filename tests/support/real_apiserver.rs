@@ -75,6 +75,62 @@ pub async fn client_as(kubeconfig: &Path, user: &str) -> kube::Client {
     kube::Client::try_from(config).unwrap()
 }
 
+/// A running `stackgate serve` ([`start_stackgate`]).
+#[allow(dead_code)] // only the tests that run the binary use it
+pub struct Stackgate {
+    /// The process.
+    pub proc: Proc,
+    /// Its webhook address.
+    pub addr: std::net::SocketAddr,
+    /// Its admin address (`/readyz`, `/metrics`).
+    pub admin: std::net::SocketAddr,
+    /// The CA of its generated serving certificate (PEM).
+    pub ca: String,
+}
+
+/// `stackgate serve ARGS` on free loopback ports, with its generated serving certificate's
+/// CA written out, and `KUBECONFIG` when given; returns once `/readyz` answers 200.
+#[allow(dead_code)] // only the tests that run the binary use it
+pub async fn start_stackgate(dir: &Path, args: &[&str], kubeconfig: Option<&Path>) -> Stackgate {
+    let (addr, admin): (std::net::SocketAddr, std::net::SocketAddr) = (
+        ([127, 0, 0, 1], free_port()).into(),
+        ([127, 0, 0, 1], free_port()).into(),
+    );
+    let ca_path = dir.join("stackgate-ca.pem");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_stackgate"));
+    command
+        .arg("serve")
+        .args(args)
+        .arg(format!("--listen={addr}"))
+        .arg(format!("--admin-listen={admin}"))
+        .arg("--generated-ca-out")
+        .arg(&ca_path);
+    if let Some(kubeconfig) = kubeconfig {
+        command.env("KUBECONFIG", kubeconfig);
+    }
+    let proc = Proc::spawn(command, dir.join("stackgate.log"));
+    let deadline = Instant::now() + START_DEADLINE;
+    loop {
+        if matches!(crate::common::admin_get(admin, "/readyz").await, Ok((s, _, _)) if s.is_success())
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "stackgate not ready: {}",
+            proc.tail()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ca = std::fs::read_to_string(&ca_path).unwrap();
+    Stackgate {
+        proc,
+        addr,
+        admin,
+        ca,
+    }
+}
+
 /// A free loopback port.
 pub fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
