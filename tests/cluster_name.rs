@@ -262,6 +262,27 @@ fn create_and_update_table() {
             &[],
         ),
         (
+            "--controllers from a $(VAR) this write does not define: it may run the service controller",
+            None,
+            daemonset(
+                json!([
+                    "--controllers=$(CCM_CONTROLLERS)",
+                    "--cluster-name=kubernetes"
+                ]),
+                json!([]),
+            ),
+            Outcome::Warn("default-name"),
+            &["args[1]", "default cluster name \"kubernetes\""],
+        ),
+        (
+            "HelmRelease: controllerExtraArgs name the cluster with a $(VAR) the kubelet expands",
+            None,
+            helmrelease(json!({"cluster": {"name": "prod-a"},
+                "controllerExtraArgs": "- --cluster-name=$(CLUSTER_NAME)\n"})),
+            Outcome::Warn("unknown-name"),
+            &["spec.values.controllerExtraArgs[0]", "$(VAR) reference"],
+        ),
+        (
             "HelmChart without the name: warned, naming what it cannot see",
             None,
             json!({"apiVersion": "helm.cattle.io/v1", "kind": "HelmChart",
@@ -395,4 +416,29 @@ fn a_values_file_says_other_values_may_set_the_name() {
             && message.contains("unless another values file or --set of the same release sets"),
         "{message}"
     );
+}
+
+#[test]
+fn only_a_values_file_says_other_values_files_may_set_the_name() {
+    // A HelmRelease's values are every values source of its release, so the values-file caveat
+    // is not its to carry.
+    let (got, message) = outcome(&evaluate(None, &helmrelease(json!({"nodeSelector": {}}))));
+    assert_eq!(got, Outcome::Warn("default-name"), "{message}");
+    assert!(
+        message.contains("nothing here sets --cluster-name"),
+        "{message}"
+    );
+    assert!(!message.contains("another values file"), "{message}");
+}
+
+#[test]
+fn a_long_name_is_shown_cut_at_100_characters() {
+    let long = "a".repeat(150);
+    let old = daemonset(json!([format!("--cluster-name={long}")]), json!([]));
+    let new = daemonset(json!(["--cluster-name=prod-b"]), json!([]));
+    let (got, message) = outcome(&evaluate(Some(&old), &new));
+    assert_eq!(got, Outcome::Deny("renamed"), "{message}");
+    let shown = format!("\"{}\"…", "a".repeat(100));
+    assert!(message.contains(&shown), "{message}");
+    assert!(!message.contains(&"a".repeat(101)), "{message}");
 }

@@ -150,11 +150,9 @@ pub fn could_switch_off(key: &str, values: &[(&str, &Value)]) -> Option<String> 
                         stack.push((next, v));
                     }
                 }
-                Value::Array(items) => {
-                    // A condition path has no index: nothing in a list is a switch.
-                    let _ = items;
-                }
+                // A root that is `false` has no path a condition could name.
                 Value::Bool(false) if !path.is_empty() => found.push(named(source, &path)),
+                // A condition path has no index: nothing in a list is a switch.
                 _ => {}
             }
         }
@@ -197,6 +195,40 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// Values whose `zz: false` is the `nodes`-th value the switch scan visits: the root, then
+    /// `nodes - 2` numbers (keys sort before `zz`).
+    fn false_at_node(nodes: usize) -> Value {
+        let mut map = serde_json::Map::new();
+        for i in 0..nodes - 2 {
+            map.insert(format!("k{i:05}"), json!(1));
+        }
+        map.insert("zz".into(), json!(false));
+        Value::Object(map)
+    }
+
+    #[test]
+    fn the_switch_scan_stops_after_its_node_budget() {
+        let last_seen = false_at_node(MAX_SWITCH_SCAN_NODES);
+        assert_eq!(
+            could_switch_off("occm", &[("", &last_seen)]).as_deref(),
+            Some("`zz: false`")
+        );
+        assert_eq!(could_switch_off("occm", &[("", &json!(false))]), None);
+        assert_eq!(
+            could_switch_off("occm", &[("", &json!({"l": [false, {"x": false}]}))]),
+            None
+        );
+        let past = false_at_node(MAX_SWITCH_SCAN_NODES + 1);
+        assert_eq!(could_switch_off("occm", &[("", &past)]), None);
+        // The budget is shared by every source, not one per source.
+        let small = json!({"a": 1});
+        let shared = false_at_node(MAX_SWITCH_SCAN_NODES - 1);
+        assert_eq!(
+            could_switch_off("occm", &[("", &small), ("spec.set", &shared)]),
+            None
+        );
+    }
 
     fn dep(condition: Option<&str>, tags: &[&str]) -> Dependency {
         Dependency {
