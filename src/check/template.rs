@@ -189,6 +189,53 @@ mod tests {
     }
 
     #[test]
+    fn a_template_by_name_names_its_markers_only_when_it_has_some() {
+        let path = Path::new("values.yaml.tpl");
+        assert_eq!(
+            template_reason(Some(path), "a: 1\n").as_deref(),
+            Some("a .tpl file")
+        );
+        assert_eq!(
+            template_reason(Some(path), "a: {{ .Values.a }}\n").as_deref(),
+            Some("a .tpl file; markers: Helm/Go or Jinja `{{ }}`")
+        );
+    }
+
+    #[test]
+    fn a_plain_yaml_template_is_read_when_named_and_skipped_when_walked() {
+        let path = Path::new("values.yaml.tpl");
+        assert_eq!(
+            input_template_reason(Some(path), "a: 1\n", true, false),
+            None
+        );
+        assert_eq!(
+            input_template_reason(Some(path), "a: 1\n", false, false).as_deref(),
+            Some("a .tpl file")
+        );
+        // Only `${…}` inside scalars: read, named or walked.
+        let terraform = "a: ${A}\n";
+        assert_eq!(
+            input_template_reason(Some(path), terraform, false, false),
+            None
+        );
+    }
+
+    #[test]
+    fn an_ini_template_is_read_when_named_and_skipped_when_walked() {
+        let path = Path::new("cloud.conf.tpl");
+        let text = "[Global]\nauth-url = ${AUTH_URL}\n";
+        assert_eq!(input_template_reason(Some(path), text, true, true), None);
+        assert_eq!(
+            input_template_reason(Some(path), text, false, true).as_deref(),
+            Some("a .tpl file")
+        );
+        assert_eq!(
+            input_template_reason(Some(Path::new("cloud.conf")), text, false, true),
+            None
+        );
+    }
+
+    #[test]
     fn a_parsing_file_with_variables_is_not_a_template() {
         assert_eq!(
             template_reason(None, "metadata:\n  name: ${CLUSTER_NAME}-occm\n"),
