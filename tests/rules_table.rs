@@ -126,7 +126,7 @@ fn deny_cases() -> Vec<Case> {
             "syntax: unterminated quote",
             format!("{OK_LB}subnet-id = \"abc\n"),
             Some("cloud-config-integrity"),
-            &["line 3", "fail to start"],
+            &["line 3", "fail to start", "Fix: fix the line named here"],
         ),
         (
             "syntax: key before section",
@@ -1168,4 +1168,17 @@ fn credential_values_appear_in_no_message_warning_annotation_metric_or_log() {
             "base64 credential value found in {what}"
         );
     }
+}
+
+#[test]
+fn only_an_underscore_gets_the_underscore_advice() {
+    let verdict = evaluate(&configmap_review(&format!("{OK_LB}subnet-id = \"abc\n")));
+    let text = verdict
+        .denials
+        .iter()
+        .find(|d| d.policy == "cloud-config-integrity")
+        .map(|d| d.denial_text())
+        .expect("an integrity denial");
+    assert!(!text.contains("'_'"), "{text}");
+    assert!(!text.contains("replace"), "{text}");
 }
