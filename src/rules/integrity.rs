@@ -645,3 +645,18 @@ fn wrapped_values<'d>(doc: &'d Document, lines: &[usize]) -> HashMap<usize, &'d 
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_template_marker_is_an_opening_followed_by_a_closing() {
+        assert!(holds_template_marker("{{ .Values.region }}"));
+        assert!(holds_template_marker("a-{{x}}"));
+        assert!(!holds_template_marker("{{}"));
+        // A closing before the opening is not a marker.
+        assert!(!holds_template_marker("x }} y {{"));
+        assert!(!holds_template_marker("plain"));
+    }
+}
