@@ -261,16 +261,26 @@ fn decode_object(
 ) -> Result<DynamicObject, DecodeError> {
     match reading {
         Reading::Site(kind) => {
+            // A ConfigMap may be a ClusterResourceSet payload whatever its metadata says.
+            // Asked once per object: the raw text is scanned, and both readers need it.
+            let payload = kind == SiteKind::ConfigMap && payload::worth_parsing(raw.get(), sites);
             let before = budget.spent;
-            match decode_site_one_pass(raw, kind, (sites, reads), budget) {
-                Ok(Some(object)) => return Ok(object),
-                Ok(None) => {}
+            match decode_site_one_pass(raw, kind, payload, (sites, reads), budget) {
+                Ok(OnePass::Read(object)) => return Ok(object),
+                // The shell is what the two-pass reader's first reading would give: only
+                // its second reading is left.
+                Ok(OnePass::Shell { root, meta, spent }) => {
+                    budget.spent = spent;
+                    let keys = site_keys(kind, &meta, sites, reads);
+                    return read_site_data(raw, kind, payload, (root, meta, keys), sites, budget);
+                }
+                Ok(OnePass::Again) => {}
                 // Which error a malformed object gets (and where) is the two-pass reader's.
                 Err(OnePassError::Retry) => {}
                 Err(OnePassError::Final(e)) => return Err(e),
             }
             budget.spent = before;
-            decode_site_two_pass(raw, kind, (sites, reads), budget)
+            decode_site_two_pass(raw, kind, payload, (sites, reads), budget)
         }
         Reading::Object { status } => {
             let before = budget.spent;
@@ -295,6 +305,22 @@ fn decode_object(
     }
 }
 
+/// What the one-pass site reader made of an object.
+enum OnePass {
+    /// The object, read once.
+    Read(DynamicObject),
+    /// No data field was read (the data came before the metadata that names its keys, or a
+    /// payload Secret's `type` came after its data), so the tree read is the two-pass reader's
+    /// shell, charged alike: `spent` is the new total, `meta` the object's last `metadata`.
+    Shell {
+        root: Value,
+        meta: ObjectMeta,
+        spent: usize,
+    },
+    /// Read it again the two-pass way.
+    Again,
+}
+
 /// Why the one-pass site reader gave up.
 enum OnePassError {
     /// An error the two-pass reader would give as well, at the same place.
@@ -315,24 +341,29 @@ struct SiteSight {
     out_of_order: bool,
     /// A `data` or `stringData` field was met.
     data_seen: bool,
+    /// A `data` or `stringData` field was read (not skipped): the tree is more than the shell.
+    data_read: bool,
 }
 
 /// Reads a ConfigMap or Secret in one pass over its JSON: the shell, and the data keys sites
 /// name as soon as the metadata that names them has been read. The API server writes
-/// `metadata` before `data` (Go field order), so this is the path real reviews take; an
-/// object where that does not hold, a ClusterResourceSet payload Secret (its `type` follows
-/// its data) or an error returns `None` or [`OnePassError::Retry`], and the caller reads it
-/// the two-pass way, whose result this one equals field for field and byte for byte of the
-/// decoded-memory charge.
+/// `metadata` before `data` (Go field order), so this is the path real reviews take. When no
+/// data field was read (data before metadata, or a ClusterResourceSet payload Secret, whose
+/// `type` follows its data, with no key wanted yet) what was read is the two-pass reader's
+/// shell ([`OnePass::Shell`]); any other disorder or an error returns [`OnePass::Again`] or
+/// [`OnePassError::Retry`], and the caller reads it the two-pass way, whose result this one
+/// equals field for field and byte for byte of the decoded-memory charge.
+///
+/// `payload`: the ConfigMap may be a ClusterResourceSet payload ([`payload::worth_parsing`]
+/// on its raw text); a Secret is one by its `type`, read after its data, so it is first read
+/// as not being one.
 fn decode_site_one_pass(
     raw: &RawValue,
     kind: SiteKind,
+    payload: bool,
     (sites, reads): (&SitesDocument, Option<&CcmConfigReads>),
     budget: &mut Budget<'_>,
-) -> Result<Option<DynamicObject>, OnePassError> {
-    // A ConfigMap may be a ClusterResourceSet payload whatever its metadata says; a Secret
-    // is one by its `type`, read after its data, so it is first read as not being one.
-    let payload = kind == SiteKind::ConfigMap && payload::worth_parsing(raw.get(), sites);
+) -> Result<OnePass, OnePassError> {
     let sight = RefCell::new(SiteSight::default());
     let decide = |path: &[Seg]| match path {
         [f] if is(f, "data") || is(f, "stringData") => {
@@ -345,7 +376,10 @@ fn decode_site_one_pass(
                 }
                 // No key wanted: the two-pass reader does not read the data at all.
                 Some((_, keys)) if keys.is_empty() && !payload => Decision::Skip,
-                Some(_) => Decision::Descend,
+                Some(_) => {
+                    s.data_read = true;
+                    Decision::Descend
+                }
             }
         }
         [f, _] if is(f, "data") || is(f, "stringData") => match &sight.borrow().meta {
@@ -383,12 +417,19 @@ fn decode_site_one_pass(
         Err(_) => return Err(OnePassError::Retry),
     };
     let Some((meta, keys)) = sight.meta else {
-        return Ok(None);
+        return Ok(OnePass::Again);
     };
     let payload_secret = kind == SiteKind::Secret
         && payload::is_payload_secret_type(root.get("type").and_then(Value::as_str));
     if sight.out_of_order || sight.bad_meta || payload_secret {
-        return Ok(None);
+        if sight.data_read || sight.bad_meta {
+            return Ok(OnePass::Again);
+        }
+        return Ok(OnePass::Shell {
+            root,
+            meta,
+            spent: total,
+        });
     }
     let mut spent = total;
     if !keys.is_empty() || payload {
@@ -408,29 +449,43 @@ fn decode_site_one_pass(
     }
     budget.spent = spent;
     into_object(root, meta)
-        .map(Some)
+        .map(OnePass::Read)
         .map_err(|_| OnePassError::Retry)
 }
 
 /// Reads a ConfigMap or Secret in two passes: the shell with its metadata, then the data keys
-/// that metadata names.
+/// that metadata names. `payload` as for [`decode_site_one_pass`].
 fn decode_site_two_pass(
     raw: &RawValue,
     kind: SiteKind,
+    payload: bool,
     (sites, reads): (&SitesDocument, Option<&CcmConfigReads>),
     budget: &mut Budget<'_>,
 ) -> Result<DynamicObject, DecodeError> {
-    let (mut root, total) = prune(raw.get(), &site_shell, budget)?;
+    let (root, total) = prune(raw.get(), &site_shell, budget)?;
     budget.spent = total;
     let meta = metadata_of(&root)?;
     let keys = site_keys(kind, &meta, sites, reads);
+    read_site_data(raw, kind, payload, (root, meta, keys), sites, budget)
+}
+
+/// The second reading of a ConfigMap or Secret: the data keys in `keys` (every value of a
+/// ClusterResourceSet payload) added to the shell `root`, whose metadata is `meta`.
+fn read_site_data(
+    raw: &RawValue,
+    kind: SiteKind,
+    payload: bool,
+    (mut root, meta, keys): (Value, ObjectMeta, Vec<String>),
+    sites: &SitesDocument,
+    budget: &mut Budget<'_>,
+) -> Result<DynamicObject, DecodeError> {
     // A ClusterResourceSet payload keeps every value: which one embeds a site is
     // known only once it is parsed (`sites::payload`).
     let payload = match kind {
         SiteKind::Secret => {
             payload::is_payload_secret_type(root.get("type").and_then(serde_json::Value::as_str))
         }
-        SiteKind::ConfigMap => payload::worth_parsing(raw.get(), sites),
+        SiteKind::ConfigMap => payload,
     };
     if !keys.is_empty() || payload {
         let wanted = |path: &[Seg]| site_data(path, &keys, payload);
@@ -1030,9 +1085,11 @@ mod tests {
             spent: 100,
             cancel: &cancel,
         };
+        let payload = kind == SiteKind::ConfigMap && payload::worth_parsing(raw.get(), &sites);
         let two = show(decode_site_two_pass(
             &raw,
             kind,
+            payload,
             (&sites, None),
             &mut budget,
         ));
@@ -1045,23 +1102,31 @@ mod tests {
         let label = r#""labels": {"stackgate.dev/cloud-config": "cloud.conf"}"#;
         let values = r#""labels": {"stackgate.dev/ccm-values": "v.yaml"}"#;
         let manifest = r#""apiVersion: v1\nkind: Secret\nmetadata:\n  name: cloud-config\n""#;
-        // (kind, object, read in one pass)
-        let cases: Vec<(SiteKind, String, bool)> = vec![
+        // (kind, object, how the one-pass reader ends: "read" once, the two-pass reader's
+        // "shell" only, or "again" the two-pass way)
+        let cases: Vec<(SiteKind, String, &str)> = vec![
             // The API server's order: metadata, then data.
-            (ConfigMap, format!(r#"{{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {{"name": "cm", "namespace": "ns", {label}, "managedFields": [{{"manager": "x"}}]}}, "data": {{"cloud.conf": "[Global]\n", "other": "x"}}, "binaryData": {{"b": "AAAA"}}}}"#), true),
-            (ConfigMap, r#"{"metadata": {"name": "cm"}, "data": {"a": "b"}}"#.to_owned(), true),
-            (ConfigMap, format!(r#"{{"metadata": {{"name": "crs", "namespace": "ns"}}, "data": {{"p.yaml": {manifest}, "cni.yaml": "kind: DaemonSet\n"}}}}"#), true),
-            (ConfigMap, format!(r#"{{"metadata": {{"name": "cm", {label}}}, "data": null, "stringData": {{"cloud.conf": "x"}}}}"#), true),
-            (Secret, format!(r#"{{"metadata": {{"name": "v", "namespace": "ns", {values}}}, "data": {{"v.yaml": "eA==", "o": "eQ=="}}, "type": "Opaque"}}"#), true),
-            (Secret, format!(r#"{{"metadata": {{"name": "v", {values}}}, "type": "Opaque", "data": {{"x": "eA=="}}}}"#), true),
-            // Data before metadata, metadata twice, a payload Secret: read twice.
-            (ConfigMap, format!(r#"{{"data": {{"cloud.conf": "x"}}, "metadata": {{"name": "cm", {label}}}}}"#), false),
-            (ConfigMap, format!(r#"{{"metadata": {{"name": "cm", {label}}}, "data": {{"cloud.conf": "x"}}, "metadata": {{"name": "cm"}}}}"#), false),
-            (Secret, r#"{"metadata": {"name": "crs"}, "data": {"a": "eA==", "b": "eQ=="}, "type": "addons.cluster.x-k8s.io/resource-set"}"#.to_owned(), false),
-            (ConfigMap, r#"{"metadata": {"name": 7}, "data": {"a": "b"}}"#.to_owned(), false),
-            (ConfigMap, format!(r#"{{"metadata": {{"name": "cm", {label}}}, "data": {{"cloud.conf": [[[1]]]}}, "kind": 3}}"#), false),
+            (ConfigMap, format!(r#"{{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {{"name": "cm", "namespace": "ns", {label}, "managedFields": [{{"manager": "x"}}]}}, "data": {{"cloud.conf": "[Global]\n", "other": "x"}}, "binaryData": {{"b": "AAAA"}}}}"#), "read"),
+            (ConfigMap, r#"{"metadata": {"name": "cm"}, "data": {"a": "b"}}"#.to_owned(), "read"),
+            (ConfigMap, format!(r#"{{"metadata": {{"name": "crs", "namespace": "ns"}}, "data": {{"p.yaml": {manifest}, "cni.yaml": "kind: DaemonSet\n"}}}}"#), "read"),
+            (ConfigMap, format!(r#"{{"metadata": {{"name": "cm", {label}}}, "data": null, "stringData": {{"cloud.conf": "x"}}}}"#), "read"),
+            (Secret, format!(r#"{{"metadata": {{"name": "v", "namespace": "ns", {values}}}, "data": {{"v.yaml": "eA==", "o": "eQ=="}}, "type": "Opaque"}}"#), "read"),
+            (Secret, format!(r#"{{"metadata": {{"name": "v", {values}}}, "type": "Opaque", "data": {{"x": "eA=="}}}}"#), "read"),
+            // Data before metadata (the order of a re-serialized JSON map, sorted by key), a
+            // payload Secret with no key named: the shell was read, its data is left.
+            (ConfigMap, format!(r#"{{"data": {{"cloud.conf": "x"}}, "metadata": {{"name": "cm", {label}}}}}"#), "shell"),
+            (ConfigMap, r#"{"apiVersion": "v1", "data": {"a": "b"}, "kind": "ConfigMap", "metadata": {"name": "cm"}}"#.to_owned(), "shell"),
+            (ConfigMap, format!(r#"{{"data": {{"p.yaml": {manifest}, "cni.yaml": "kind: DaemonSet\n"}}, "metadata": {{"name": "crs", "namespace": "ns"}}}}"#), "shell"),
+            (Secret, r#"{"metadata": {"name": "crs"}, "data": {"a": "eA==", "b": "eQ=="}, "type": "addons.cluster.x-k8s.io/resource-set"}"#.to_owned(), "shell"),
+            (Secret, format!(r#"{{"data": {{"v.yaml": "eA=="}}, "metadata": {{"name": "v", {values}}}, "type": "Opaque"}}"#), "shell"),
+            // Metadata again after data read by the first one, a payload Secret whose data was
+            // read, bad metadata, errors: read again.
+            (ConfigMap, format!(r#"{{"metadata": {{"name": "cm", {label}}}, "data": {{"cloud.conf": "x"}}, "metadata": {{"name": "cm"}}}}"#), "again"),
+            (Secret, format!(r#"{{"metadata": {{"name": "crs", {values}}}, "data": {{"v.yaml": "eA==", "b": "eQ=="}}, "type": "addons.cluster.x-k8s.io/resource-set"}}"#), "again"),
+            (ConfigMap, r#"{"metadata": {"name": 7}, "data": {"a": "b"}}"#.to_owned(), "again"),
+            (ConfigMap, format!(r#"{{"metadata": {{"name": "cm", {label}}}, "data": {{"cloud.conf": [[[1]]]}}, "kind": 3}}"#), "again"),
         ];
-        for (kind, object, one_pass) in &cases {
+        for (kind, object, ends) in &cases {
             for limit in [MAX_DECODED_BYTES, 2_000, 1_500, 900] {
                 let [one, two] = both_ways(*kind, object, limit);
                 assert_eq!(one, two, "{object} within {limit}");
@@ -1074,8 +1139,15 @@ mod tests {
                 spent: 0,
                 cancel: &cancel,
             };
-            let read = decode_site_one_pass(&raw, *kind, (&sites, None), &mut budget);
-            assert_eq!(matches!(read, Ok(Some(_))), *one_pass, "{object}");
+            let payload = *kind == ConfigMap && payload::worth_parsing(raw.get(), &sites);
+            let read = decode_site_one_pass(&raw, *kind, payload, (&sites, None), &mut budget);
+            let ended = match read {
+                Ok(OnePass::Read(_)) => "read",
+                Ok(OnePass::Shell { .. }) => "shell",
+                Ok(OnePass::Again) | Err(OnePassError::Retry) => "again",
+                Err(OnePassError::Final(_)) => "error",
+            };
+            assert_eq!(ended, *ends, "{object}");
         }
     }
 

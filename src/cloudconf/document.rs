@@ -172,6 +172,11 @@ struct Splice {
     range: Range<usize>,
     with: String,
     kind: EditKind,
+    /// The edit changes one statement of the text, whose first line starts at `line_start`
+    /// (a fresh line: the previous statement ended before it) and which is entry `entry` of
+    /// the document before the edit (`Err(i)`: a new entry, inserted before entry `i`).
+    /// `None`: any other edit, verified by reading the whole edited text again.
+    statement: Option<(usize, Result<usize, usize>)>,
 }
 
 impl Document {
@@ -200,6 +205,13 @@ impl Document {
                 })
             }
         }
+    }
+
+    /// What the statement loop recorded, for tests that compare an edited document with a
+    /// whole reparse of its text.
+    #[cfg(test)]
+    pub(super) fn statements(&self) -> (&[RawHeader], &[RawEntry]) {
+        (&self.headers, &self.entries)
     }
 
     /// The text, byte-identical to the parsed input plus any edits.
@@ -383,7 +395,7 @@ impl Document {
                     changed: false,
                 });
             }
-            let splice = self.replace_splice(entry, &literal);
+            let splice = self.replace_splice(idx, entry, &literal);
             return self.apply(splice, section, key, value);
         }
 
@@ -427,7 +439,10 @@ impl Document {
         text.push_str(self.text.get(..splice.range.start).unwrap_or_default());
         text.push_str(&splice.with);
         text.push_str(self.text.get(splice.range.end..).unwrap_or_default());
-        let new = Document::parse(&text).map_err(|_| EditError::NotVerified)?;
+        let new = match splice.statement {
+            Some(statement) => self.reread_statement(text, &splice, statement)?,
+            None => Document::parse(&text).map_err(|_| EditError::NotVerified)?,
+        };
         let (added_entries, added_headers) = match splice.kind {
             EditKind::Replaced => (0, 0),
             EditKind::Inserted => (1, 0),
@@ -449,6 +464,119 @@ impl Document {
             kind: splice.kind,
             line,
             changed,
+        })
+    }
+
+    /// The edited document, reading again only the one statement `splice` changed: the line
+    /// from `line_start` (where the edited statement, or the inserted one, starts) to the end
+    /// of that statement's last line. gcfg reads a text statement by statement, and a
+    /// statement that starts on a fresh line depends on nothing before it but the section
+    /// header above it; so when that line reads back as exactly one variable whose statement
+    /// ends on the line (no continuation into the next one), the rest of the text reads as it
+    /// did before the edit, shifted, and the result equals [`Document::parse`] of the whole
+    /// edited text. Anything else is refused ([`EditError::NotVerified`]), as a whole reparse
+    /// that disagreed would be.
+    fn reread_statement(
+        &self,
+        text: String,
+        splice: &Splice,
+        (line_start, entry): (usize, Result<usize, usize>),
+    ) -> Result<Document, EditError> {
+        let delta = |at: usize| -> usize {
+            if at >= splice.range.end {
+                at + splice.with.len() - (splice.range.end - splice.range.start)
+            } else {
+                at
+            }
+        };
+        // The statement's lines before the edit end after the first line break at or after
+        // its stop (a comment runs to the break); an insertion replaces no text.
+        let old_end = match entry {
+            Ok(idx) => {
+                let stop = self.entries.get(idx).ok_or(EditError::NotVerified)?.stop;
+                let rest = self.text.as_bytes().get(stop..).unwrap_or_default();
+                rest.iter()
+                    .position(|&b| b == b'\n')
+                    .map_or(self.text.len(), |p| stop + p + 1)
+            }
+            Err(_) => splice.range.end,
+        };
+        if line_start > splice.range.start || old_end < splice.range.end {
+            return Err(EditError::NotVerified);
+        }
+        let new_end = delta(old_end);
+        let window = text
+            .get(line_start..new_end)
+            .ok_or(EditError::NotVerified)?;
+        // Any section header gives the statement the section context it needs to parse.
+        const HEADER: &str = "[s]\n";
+        let mut alone = String::with_capacity(HEADER.len() + window.len());
+        alone.push_str(HEADER);
+        alone.push_str(window);
+        let raw = scanner::parse(&alone).map_err(|_| EditError::NotVerified)?;
+        let [mut read] =
+            <[RawEntry; 1]>::try_from(raw.entries).map_err(|_| EditError::NotVerified)?;
+        // A statement ending before the window's end ends on its lines: a value continued past
+        // its last line break would have run to the end of the window.
+        if raw.headers.len() != 1 || (window.ends_with('\n') && read.stop >= alone.len()) {
+            return Err(EditError::NotVerified);
+        }
+        let at = |offset: usize| offset - HEADER.len() + line_start;
+        read.key = at(read.key.start)..at(read.key.end);
+        read.assign = read.assign.map(at);
+        read.value_raw = read.value_raw.map(|r| at(r.start)..at(r.end));
+        read.value_stop = read.value_stop.map(at);
+        read.stop = at(read.stop);
+        read.header = self
+            .headers
+            .partition_point(|h| h.start < line_start)
+            .checked_sub(1)
+            .ok_or(EditError::NotVerified)?;
+        let shifted = |e: &RawEntry| RawEntry {
+            header: e.header,
+            key: delta(e.key.start)..delta(e.key.end),
+            assign: e.assign.map(delta),
+            value_raw: e.value_raw.as_ref().map(|r| delta(r.start)..delta(r.end)),
+            value: e.value.clone(),
+            value_stop: e.value_stop.map(delta),
+            stop: delta(e.stop),
+        };
+        let (before, after) = match entry {
+            Ok(idx) => (idx, idx + 1),
+            Err(idx) => (idx, idx),
+        };
+        let mut entries = Vec::with_capacity(self.entries.len() + 1);
+        entries.extend(
+            self.entries
+                .get(..before)
+                .unwrap_or_default()
+                .iter()
+                .cloned(),
+        );
+        entries.push(read);
+        entries.extend(
+            self.entries
+                .get(after..)
+                .unwrap_or_default()
+                .iter()
+                .map(shifted),
+        );
+        let headers = self
+            .headers
+            .iter()
+            .map(|h| RawHeader {
+                start: delta(h.start),
+                name: delta(h.name.start)..delta(h.name.end),
+                sub_raw: h.sub_raw.as_ref().map(|r| delta(r.start)..delta(r.end)),
+                sub: h.sub.clone(),
+                stop: delta(h.stop),
+            })
+            .collect();
+        Ok(Document {
+            lines: Lines::new(&text),
+            text,
+            headers,
+            entries,
         })
     }
 
@@ -498,8 +626,13 @@ impl Document {
         (indent, sep)
     }
 
-    fn replace_splice(&self, entry: &RawEntry, literal: &str) -> Splice {
+    fn replace_splice(&self, idx: usize, entry: &RawEntry, literal: &str) -> Splice {
         let bytes = self.text.as_bytes();
+        let line_start = self
+            .lines
+            .start(self.lines.line(entry.key.start))
+            .unwrap_or(entry.key.start);
+        let statement = Some((line_start, Ok(idx)));
         match &entry.value_raw {
             Some(raw) => {
                 let mut with = literal.to_owned();
@@ -520,6 +653,7 @@ impl Document {
                     range: raw.clone(),
                     with,
                     kind: EditKind::Replaced,
+                    statement,
                 }
             }
             None => {
@@ -532,6 +666,7 @@ impl Document {
                     range: entry.key.end..entry.key.end,
                     with,
                     kind: EditKind::Replaced,
+                    statement,
                 }
             }
         }
@@ -544,10 +679,13 @@ impl Document {
         let line = format!("{indent}{key}{sep}{literal}{eol}");
         let bytes = self.text.as_bytes();
         if bytes.get(stop) == Some(&b'\n') {
+            // After the end of a statement's line: the new line starts fresh.
+            let before = self.entries.partition_point(|e| e.key.start <= stop);
             Splice {
                 range: stop + 1..stop + 1,
                 with: line,
                 kind: EditKind::Inserted,
+                statement: Some((stop + 1, Err(before))),
             }
         } else {
             // End of text. A final line break may already be there (continuation at the end).
@@ -561,6 +699,7 @@ impl Document {
                 range: at..at,
                 with,
                 kind: EditKind::Inserted,
+                statement: None,
             }
         }
     }
@@ -587,6 +726,7 @@ impl Document {
             range: at..at,
             with,
             kind: EditKind::SectionAppended,
+            statement: None,
         }
     }
 }

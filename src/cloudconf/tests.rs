@@ -18,6 +18,46 @@ fn doc(text: &str) -> Document {
     }
 }
 
+/// Edits of the statement forms a one-statement reread must handle: continuations, comments,
+/// blank variables, CRLF, the last line without a break, values that need quoting; each edit
+/// leaves the document as a whole reparse of its text reads it.
+#[test]
+fn statement_edits_equal_a_whole_reparse() {
+    let texts = [
+        "[Global]\nregion = a\n[LoadBalancer]\nlb-method = ROUND_ROBIN\n[Route]\nrouter-id = r\n",
+        "[Global]\r\nregion = a ; c\r\n\r\n[LoadBalancer]\r\n  lb-method=x # c\r\n[Route]\r\n",
+        "[Global]\nregion = a \\\n  b\n[LoadBalancer]\nlb-method = a\\\n b \\\n c\n; end\n",
+        "[Global]\nregion\n[LoadBalancer]\nlb-method\n",
+        "[Global]\nregion = \"q;x\" ; c\n[LoadBalancer]\nlb-method = m",
+        "[Global]\n[LoadBalancer]\n[LoadBalancer \"sub\"]\nlb-method = s\n[loadbalancer]\nother = 1\n",
+        "[Global]\nregion=a;\n[LoadBalancer]\nlb-method=#x\n",
+    ];
+    let edits = [
+        (LB, SERIAL, "true"),
+        (LB, "lb-method", "LEAST_CONNECTIONS"),
+        (LB, "lb-method", "needs \"quotes\" ; # \\"),
+        ("Global", "region", "b"),
+        ("Global", "region", ""),
+        ("Route", "router-id", "r2"),
+        ("Metadata", "search-order", "configDrive"),
+    ];
+    for text in texts {
+        for (section, key, value) in edits {
+            let mut d = doc(text);
+            let summary = d.try_set(section, key, value);
+            let whole = doc(&d.to_text());
+            let what = format!("{text:?} {section}.{key}={value:?}");
+            assert!(summary.is_ok(), "{what}: {summary:?}");
+            assert_eq!(d.statements(), whole.statements(), "{what}");
+            assert_eq!(
+                d.effective(section, None, key).and_then(|e| e.value),
+                Some(value.to_owned()),
+                "{what}"
+            );
+        }
+    }
+}
+
 fn parse_err(text: &str) -> ParseError {
     match Document::parse(text) {
         Ok(_) => panic!("{text:?} should be rejected"),
@@ -1141,6 +1181,23 @@ proptest! {
         let again = d.set(&section, &key, &value);
         prop_assert!(!again.changed);
         prop_assert_eq!(d.to_text(), after);
+    }
+
+    #[test]
+    fn an_edited_document_is_its_text_read_whole(
+        text in generated_doc(),
+        section in prop_oneof![Just("LoadBalancer".to_owned()), Just("Global".to_owned()), Just("Route".to_owned())],
+        key in prop_oneof![Just(SERIAL.to_owned()), Just("lb-method".to_owned()), Just("region".to_owned())],
+        value in safe_value(),
+    ) {
+        // `set` reads again only the statement it changed; what it keeps must be what a
+        // reparse of the whole edited text records, offset for offset.
+        let mut d = doc(&text);
+        d.set(&section, &key, &value);
+        let whole = doc(&d.to_text());
+        prop_assert_eq!(d.statements(), whole.statements());
+        prop_assert_eq!(d.entries().collect::<Vec<_>>(), whole.entries().collect::<Vec<_>>());
+        prop_assert_eq!(d.sections().collect::<Vec<_>>(), whole.sections().collect::<Vec<_>>());
     }
 
     #[test]
