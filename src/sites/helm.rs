@@ -85,9 +85,13 @@ struct ValuesPlace {
     /// Where values beneath these are named but not held (Flux `spec.valuesFrom` and
     /// `spec.chart.spec.valuesFiles` / `valuesFile`, Argo CD `helm.valueFiles`).
     unseen: Vec<Vec<Seg>>,
-    /// Where values set on top of everything are named but not held: Argo CD
-    /// `helm.fileParameters` (Helm's `--set-file`, applied after every `--set-string`).
-    unseen_on_top: Option<Vec<Seg>>,
+    /// Where values set on top of these are named but not held: Argo CD
+    /// `helm.fileParameters` (Helm's `--set-file`, applied after every `--set-string`), RKE2/k3s
+    /// `spec.valuesSecrets` (values files mounted after `valuesContent` and `values`).
+    unseen_on_top: Option<OnTop>,
+    /// The chart that renders these values cannot be known from the object: where that is
+    /// said (HelmChart `spec.chartContent`, Flux `spec.chartRef`) and what messages say of it.
+    chart_unseen: Option<(Vec<Seg>, String)>,
     /// Where values set on top of these are (HelmChart `spec.set`, Argo CD `helm.parameters`).
     overrides: Option<OverrideSource>,
     /// Structured values Helm reads as a values file after these (RKE2/k3s HelmChart and
@@ -112,6 +116,19 @@ enum Switch {
     /// The umbrella's `Chart.yaml` is not visible and these values (named) could switch the
     /// subchart off: read both ways.
     Unseen(String),
+}
+
+/// A field naming values, which stackgate cannot see, that the controller hands to Helm after
+/// the values of a place.
+#[derive(Debug, Clone)]
+enum OnTop {
+    /// Argo CD `helm.fileParameters` (`--set-file`, over everything): unseen only when one
+    /// sets the cloud config.
+    FileParameters(Vec<Seg>),
+    /// RKE2/k3s helm-controller `spec.valuesSecrets`: Secret keys mounted as values files after
+    /// the object's `valuesContent` and `values` (any of them may set any value); with the
+    /// object's name (its own `chart-values-<name>` Secret is not mounted).
+    ValuesSecrets(Vec<Seg>, String),
 }
 
 /// A field of `--set`-like entries that Helm applies on top of the values files.
@@ -227,10 +244,25 @@ fn values_places(
         ("stackgate.dev", VALUES_FILE_KIND) => str_at(root, &[VALUES_FILE_CHART_VERSION_KEY]),
         _ => None,
     };
-    let ours = chart.is_some_and(|c| chart_matches(c, charts))
-        || (gvk.group == "helm.cattle.io"
-            && gvk.kind == "HelmChartConfig"
-            && holds_ccm_values(get(root, &keys(path)), cancel));
+    let helm_controller = gvk.group == "helm.cattle.io";
+    let holds_ccm = || match yaml_string {
+        true => holds_ccm_values(get(root, &keys(path)), cancel),
+        false => get(root, &keys(path))
+            .and_then(Value::as_object)
+            .is_some_and(|m| {
+                m.contains_key("cloudConfig") || m.contains_key("cloudConfigContents")
+            }),
+    };
+    let named = chart.is_some_and(|c| chart_matches(c, charts));
+    // The chart these values are for, when the object does not name it: a HelmChart's inline
+    // archive (`spec.chartContent` overrides `spec.chart`), or a Flux `spec.chartRef` whose
+    // object is not named after the chart (`stackgate check` resolves the object when it is
+    // among its inputs and names the chart in the release). Values with the CCM chart's own
+    // top-level keys are then named as unseen, never read as the upstream chart's.
+    let chart_unseen = chart_not_named(gvk, root, named).filter(|_| named || holds_ccm());
+    let ours = named
+        || (helm_controller && gvk.kind == "HelmChartConfig" && holds_ccm())
+        || chart_unseen.is_some();
     let mut place = ValuesPlace {
         path: keys(path),
         yaml_string,
@@ -243,7 +275,11 @@ fn values_places(
         } else {
             Vec::new()
         },
-        unseen_on_top: None,
+        unseen_on_top: helm_controller.then(|| {
+            let name = object.metadata.name.clone().unwrap_or_default();
+            OnTop::ValuesSecrets(keys(&["spec", "valuesSecrets"]), name)
+        }),
+        chart_unseen,
         overrides: (gvk.kind == "HelmChart" && gvk.group == "helm.cattle.io")
             .then(|| OverrideSource::HelmChartSet(keys(&["spec", "set"]))),
         values_over: (gvk.group == "helm.cattle.io").then(|| keys(&["spec", "values"])),
@@ -309,6 +345,57 @@ fn generations_of(chart: Option<&str>, version: Option<&str>) -> Generations {
         return Generations::only(Generation::Route);
     }
     Generations::of_version(version)
+}
+
+/// Where and why the chart that renders an object's values is not the one it names: a
+/// RKE2/k3s HelmChart's `spec.chartContent` (a base64 chart archive, which helm-controller
+/// installs in place of `spec.chart` and `spec.version`: k3s-io/helm-controller @ 21a911f,
+/// `pkg/apis/helm.cattle.io/v1/types.go` `ChartContent`), or a Flux HelmRelease's
+/// `spec.chartRef` to an `OCIRepository` or source `HelmChart` that is not named after the
+/// chart (`named`: the reference's name is). None when the object names its chart.
+fn chart_not_named(
+    gvk: &GroupVersionKind,
+    root: &Value,
+    named: bool,
+) -> Option<(Vec<Seg>, String)> {
+    match (gvk.group.as_str(), gvk.kind.as_str()) {
+        ("helm.cattle.io", "HelmChart") => {
+            str_at(root, &["spec", "chartContent"]).filter(|c| !c.trim().is_empty())?;
+            Some((
+                keys(&["spec", "chartContent"]),
+                "the chart archive inlined in spec.chartContent (its templates and default \
+                 values, installed in place of the upstream chart)"
+                    .to_owned(),
+            ))
+        }
+        ("helm.toolkit.fluxcd.io", "HelmRelease") if !named => {
+            if str_at(root, &["spec", "chart", "spec", "chart"]).is_some() {
+                return None;
+            }
+            let reference = root.pointer("/spec/chartRef")?;
+            let kind = reference
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or("object");
+            let name = reference
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or("<unnamed>");
+            let name = match reference.get("namespace").and_then(Value::as_str) {
+                Some(ns) => format!("{ns}/{name}"),
+                None => name.to_owned(),
+            };
+            Some((
+                keys(&["spec", "chartRef"]),
+                format!(
+                    "the chart of {} {} (spec.chartRef), which this HelmRelease does not name",
+                    shown_entry(kind),
+                    shown_entry(&name)
+                ),
+            ))
+        }
+        _ => None,
+    }
 }
 
 /// Whether a values string holds the CCM chart's own values, read structurally: a top-level
@@ -534,6 +621,7 @@ fn k0s_places(root: &Value, charts: &[String], at: &[&str], cancel: &Cancel) -> 
             yaml_string: true,
             unseen: Vec::new(),
             unseen_on_top: None,
+            chart_unseen: None,
             overrides: None,
             values_over: None,
             alias,
@@ -591,7 +679,8 @@ fn argo_places(root: &Value, charts: &[String], cancel: &Cancel) -> Vec<ValuesPl
                 path,
                 yaml_string: false,
                 unseen: vec![value_files],
-                unseen_on_top: Some(file_parameters),
+                unseen_on_top: Some(OnTop::FileParameters(file_parameters)),
+                chart_unseen: None,
                 overrides: Some(OverrideSource::ArgoParameters(parameters)),
                 values_over: None,
                 alias: Some(alias.clone()),
@@ -618,7 +707,8 @@ fn argo_places(root: &Value, charts: &[String], cancel: &Cancel) -> Vec<ValuesPl
                 path,
                 yaml_string: true,
                 unseen: vec![value_files],
-                unseen_on_top: Some(file_parameters),
+                unseen_on_top: Some(OnTop::FileParameters(file_parameters)),
+                chart_unseen: None,
                 overrides: Some(OverrideSource::ArgoParameters(parameters)),
                 values_over: None,
                 alias: Some(alias.clone()),
@@ -644,7 +734,8 @@ fn argo_places(root: &Value, charts: &[String], cancel: &Cancel) -> Vec<ValuesPl
                 path,
                 yaml_string,
                 unseen: vec![value_files.clone()],
-                unseen_on_top: Some(file_parameters.clone()),
+                unseen_on_top: Some(OnTop::FileParameters(file_parameters.clone())),
+                chart_unseen: None,
                 overrides: Some(OverrideSource::ArgoParameters(parameters.clone())),
                 values_over: None,
                 alias: None,
@@ -713,7 +804,59 @@ pub(super) fn find(
         }
         found.extend(read(&object_name, root, place, values_file, group, cancel));
     }
+    if let Some(site) = post_rendered(gvk, root, &object_name, &found) {
+        found.push(site);
+    }
     found
+}
+
+/// The site that says a Flux HelmRelease's `spec.postRenderers` change what the chart renders
+/// from the values stackgate read (`found`): Flux runs them over the rendered manifests (a
+/// kustomize `patches`, `images`, … stack), so the cloud-config Secret and the CCM DaemonSet
+/// the CCM gets may differ from what the values render. None without post-renderers, or when
+/// no values of the chart were found (stackgate then claims nothing about the release).
+fn post_rendered(
+    gvk: &GroupVersionKind,
+    root: &Value,
+    object_name: &str,
+    found: &[FoundConfig],
+) -> Option<FoundConfig> {
+    if gvk.group != "helm.toolkit.fluxcd.io" || found.is_empty() {
+        return None;
+    }
+    let list = root.pointer("/spec/postRenderers")?.as_array()?;
+    if list.is_empty() {
+        return None;
+    }
+    // `kustomize.patches`, `kustomize.images`: what each post-renderer does, by field name.
+    let mut kinds: Vec<String> = Vec::new();
+    for renderer in list.iter().take(4).filter_map(Value::as_object) {
+        for (kind, spec) in renderer {
+            match spec.as_object() {
+                Some(fields) if !fields.is_empty() => kinds.extend(
+                    fields
+                        .keys()
+                        .take(4)
+                        .map(|f| format!("{}.{}", shown_entry(kind), shown_entry(f))),
+                ),
+                _ => kinds.push(shown_entry(kind)),
+            }
+        }
+    }
+    let at = keys(&["spec", "postRenderers"]);
+    let location = display(&at);
+    let error = SiteError::PostRendered {
+        location: location.clone(),
+        renderers: format!("{} post-renderer(s): {}", list.len(), kinds.join(", ")),
+    };
+    let mut site = FoundConfig::new(
+        object_name.to_owned(),
+        location,
+        Err(error),
+        UnseenValues { path: at },
+    );
+    site.mutable = false;
+    Some(site)
 }
 
 /// Reads the values at `place` and finds the cloud config in them (none when the chart would
@@ -918,11 +1061,16 @@ fn read_ordered(
         Ok(overrides) => overrides,
         Err(failure) => return Some(failure.site(object)),
     };
-    if let Some(parameters) = &place.unseen_on_top
-        && let Some(sources) = file_parameters_touching(root, parameters, place.alias.as_deref())
+    if let Some((at, chart)) = &place.chart_unseen {
+        // Which templates render these values (and which defaults they start from) is not
+        // known: nothing here decides.
+        return Some(unseen_site(object, at, chart.clone()));
+    }
+    if let Some((at, sources)) =
+        on_top_sources(root, place.unseen_on_top.as_ref(), place.alias.as_deref())
     {
-        // Helm reads these files last, over everything here: nothing here decides.
-        return Some(unseen_site(object, parameters, sources));
+        // Helm reads these after the values here: nothing here decides.
+        return Some(unseen_site(object, &at, sources));
     }
     if let Some((references, sources)) = unseen_sources(root, &place.unseen) {
         // The values here are merged over the unseen ones: they decide alone only with
@@ -1031,6 +1179,68 @@ fn unseen_sources_at(root: &Value, references: &[Seg]) -> Option<String> {
         "valuesFiles" => Some(format!("values files {} of the chart source", files())),
         _ => values_from_sources(root),
     }
+}
+
+/// Where the unseen values set on top of a place are named and what messages say of them; None
+/// when there are none (or, for Argo CD file parameters, none sets the cloud config).
+fn on_top_sources(
+    root: &Value,
+    on_top: Option<&OnTop>,
+    alias: Option<&str>,
+) -> Option<(Vec<Seg>, String)> {
+    match on_top? {
+        OnTop::FileParameters(parameters) => {
+            file_parameters_touching(root, parameters, alias).map(|s| (parameters.clone(), s))
+        }
+        OnTop::ValuesSecrets(at, name) => values_secrets(root, at, name).map(|s| (at.clone(), s)),
+    }
+}
+
+/// What messages say of the RKE2/k3s `spec.valuesSecrets` at `at` that helm-controller mounts
+/// of the object `name` (`Secret occm-values keys values.yaml, extra.yaml`), None when it
+/// mounts none. An entry
+/// without keys, or naming the object's own `chart-values-<name>` Secret, is skipped as
+/// helm-controller skips it (k3s-io/helm-controller @ 21a911f, `pkg/controllers/chart/chart.go`,
+/// the `ValuesSecrets` loops of `args`/`valuesSecretAddConfig`); `ignoreUpdates` makes the
+/// Secret optional. Names only, never content.
+fn values_secrets(root: &Value, at: &[Seg], name: &str) -> Option<String> {
+    let own = format!("chart-values-{name}");
+    let said: Vec<String> = helm_controller_secrets(get(root, at)?, &own)
+        .map(|(name, keys, optional)| {
+            let keys: Vec<String> = keys.iter().map(|k| shown_entry(k)).collect();
+            let plural = if keys.len() == 1 { "key" } else { "keys" };
+            format!(
+                "Secret {} {plural} {}{}",
+                shown_entry(name),
+                keys.join(", "),
+                if optional { " (optional)" } else { "" }
+            )
+        })
+        .collect();
+    (!said.is_empty()).then(|| said.join(", "))
+}
+
+/// The entries of a helm-controller `valuesSecrets` list that are mounted: (Secret name, keys in
+/// order, whether optional). Entries without keys and the object's own Secret (`own`) are not.
+pub fn helm_controller_secrets<'a>(
+    list: &'a Value,
+    own: &'a str,
+) -> impl Iterator<Item = (&'a str, Vec<&'a str>, bool)> + 'a {
+    list.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(move |entry| {
+            let name = entry.get("name").and_then(Value::as_str).unwrap_or("");
+            let keys: Vec<&str> = entry
+                .get("keys")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            let optional = entry.get("ignoreUpdates").and_then(Value::as_bool) == Some(true);
+            (!keys.is_empty() && name != own).then_some((name, keys, optional))
+        })
 }
 
 /// What messages say of the Argo CD `helm.fileParameters` at `parameters` that set the CCM
@@ -2365,7 +2575,26 @@ pub fn holds_chart_values(
     // An umbrella chart's values are another chart's: the decoder's first reading keeps the
     // CCM subchart's key in them. Once that key is there, the rest is read too: a condition
     // or tag of the umbrella's `Chart.yaml` may read any value in them (`unseen_switch`).
-    !values_places(gvk, object, &chart_names(sites), &Cancel::never()).is_empty()
+    let charts = chart_names(sites);
+    !values_places(gvk, object, &charts, &Cancel::never()).is_empty()
+        || unnamed_chart_ref_with_values(gvk, object, &charts)
+}
+
+/// Whether `object` is a Flux HelmRelease whose `spec.chartRef` does not name the chart and
+/// which has `spec.values`: the decoder's first reading keeps none of another chart's values,
+/// so whether these are the CCM chart's (and named as unseen, [`chart_not_named`]) is only told
+/// from the full reading.
+fn unnamed_chart_ref_with_values(
+    gvk: &GroupVersionKind,
+    object: &DynamicObject,
+    charts: &[String],
+) -> bool {
+    let root = content(object);
+    gvk.group == "helm.toolkit.fluxcd.io"
+        && gvk.kind == "HelmRelease"
+        && str_at(root, &["spec", "chart", "spec", "chart"]).is_none()
+        && str_at(root, &["spec", "chartRef", "name"]).is_some_and(|n| !chart_matches(n, charts))
+        && root.pointer("/spec/values").is_some_and(Value::is_object)
 }
 
 #[cfg(test)]

@@ -248,6 +248,15 @@ pub enum SiteError {
         /// The references, e.g. `Secret occm-values key values.yaml` (names, never content).
         sources: String,
     },
+    /// Flux `spec.postRenderers` change the manifests the chart renders from the values
+    /// stackgate read: what the CCM gets may not be what the values render.
+    #[error("{location} ({renderers}) change what the chart renders from these values")]
+    PostRendered {
+        /// Where (`spec.postRenderers`).
+        location: String,
+        /// What they are, e.g. `1 post-renderer(s): kustomize.patches` (names, never content).
+        renderers: String,
+    },
     /// A ConfigMap or Secret labelled as holding the CCM chart's values (the sites document's
     /// `valuesLabel`) has no data key of the name the label gives.
     #[error("{location} is not in the object")]
