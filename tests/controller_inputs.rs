@@ -245,12 +245,25 @@ fn check_merges_the_helmchartconfig_values_secrets_after_its_values() {
             .any(|(l, _, m)| *l == Level::Error && m.contains(DENIED)),
         "{found:#?}"
     );
-    // An optional Secret that is not there is skipped, as helm-controller skips it.
+    // An optional Secret's missing key is skipped, as helm-controller skips it; an optional
+    // Secret the run does not hold may be in the cluster: named.
     let mut optional = config;
     optional["spec"]["valuesSecrets"][0]["ignoreUpdates"] = json!(true);
-    let report = check(&[helm_chart(&serial(true), json!({})), optional]);
+    let report = check(&[
+        helm_chart(&serial(true), json!({})),
+        optional.clone(),
+        values_secret("cfg-secret", "other.yaml", &serial(false)),
+    ]);
     let found = items(&report);
     assert!(found.is_empty(), "{found:#?}");
+    let report = check(&[helm_chart(&serial(true), json!({})), optional]);
+    let found = items(&report);
+    assert!(
+        found
+            .iter()
+            .any(|(_, c, m)| *c == Some("values-unseen") && m.contains("cfg-secret")),
+        "{found:#?}"
+    );
 }
 
 #[test]

@@ -777,8 +777,8 @@ impl ValuesIndex {
 
     /// Appends the values layers of helm-controller `valuesSecrets` entries (`secrets`, of the
     /// object `owner` names, in `namespace`) in mount order: each key's text read as a values
-    /// file. None when one cannot be resolved from the run (no such Secret or key, unless the
-    /// entry is optional, which helm-controller then skips; values that are not a map).
+    /// file. None when one cannot be resolved from the run (no such Secret; no such key unless
+    /// the entry is optional, which helm-controller then skips; values that are not a map).
     fn secret_layers(
         &self,
         namespace: Option<&str>,
@@ -792,7 +792,10 @@ impl ValuesIndex {
                 let (text, from, place) = match self.lookup("Secret", namespace, &secret.name, key)
                 {
                     Ok(Some(found)) => found,
-                    Ok(None) | Err(Lookup::Absent) if secret.optional => continue,
+                    // helm-controller mounts an optional Secret's missing key as nothing. A
+                    // Secret absent from the run may still be in the cluster (values kept out
+                    // of Git): it stays named as unseen, optional or not.
+                    Ok(None) if secret.optional => continue,
                     _ => return None,
                 };
                 let values = match yaml::parse_one(text.for_parsing()).and_then(|n| n.to_json()) {

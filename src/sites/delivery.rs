@@ -43,6 +43,10 @@ pub enum Operation {
     EmbeddedManifest,
     /// A Jinja2 template the controller renders into values or manifests.
     Template,
+    /// Which chart renders the values (its templates and default values), not a values source.
+    Chart,
+    /// Patches the controller applies to the manifests Helm rendered.
+    PostRender,
 }
 
 impl Operation {
@@ -57,6 +61,8 @@ impl Operation {
             Operation::TargetPath => "Flux `targetPath` (`--set`)",
             Operation::EmbeddedManifest => "embedded manifest",
             Operation::Template => "Jinja2 template",
+            Operation::Chart => "the chart itself",
+            Operation::PostRender => "post-renderer over the rendered manifests",
         }
     }
 }
@@ -256,8 +262,14 @@ pub const REGISTRY: &[DeliveryPath] = &[
         group: "helm.toolkit.fluxcd.io",
         versions: FLUX,
         kinds: &["HelmRelease"],
-        recognised_by: "`spec.chart.spec.chart` or `spec.chartRef.name` names the CCM chart",
+        recognised_by: "`spec.chart.spec.chart` or `spec.chartRef.name` names the CCM chart; `check` resolves a `chartRef` to the run's `OCIRepository` (`spec.url`) or source `HelmChart` (`spec.chart`)",
         sources: &[
+            unseen(
+                "spec.chartRef not named after the chart, with the CCM chart's values (resolved by `check` from the run's objects)",
+                Operation::Chart,
+                "/spec/chartRef",
+                r#"{"kind": "OCIRepository", "name": "occm-chart"}"#,
+            ),
             unseen(
                 "spec.chart.spec.valuesFiles",
                 Operation::ValuesFile,
@@ -277,6 +289,12 @@ pub const REGISTRY: &[DeliveryPath] = &[
                 r#"[{"kind": "Secret", "name": "occm-cloud-conf", "valuesKey": "cloud.conf", "targetPath": "cloudConfigContents"}]"#,
             ),
             read("spec.values", Operation::ValuesFile),
+            unseen(
+                "spec.postRenderers (named beside the values' findings: the values are checked)",
+                Operation::PostRender,
+                "/spec/postRenderers",
+                r#"[{"kustomize": {"patches": [{"target": {"kind": "Secret"}, "patch": "- op: remove\n  path: /data"}]}}]"#,
+            ),
         ],
         webhook: Ok(&[Registration {
             group: "helm.toolkit.fluxcd.io",
@@ -326,8 +344,28 @@ pub const REGISTRY: &[DeliveryPath] = &[
         kinds: &["HelmChart", "HelmChartConfig"],
         recognised_by: "HelmChart `spec.chart` names the CCM chart; a HelmChartConfig by the HelmChart's name",
         sources: &[
+            unseen(
+                "HelmChart spec.chartContent (an inline chart archive installed in place of the upstream chart)",
+                Operation::Chart,
+                "/spec/chartContent",
+                r#""H4sIAAAAAAAA/wAAAP//AQAA//8AAAAAAAAAAA==""#,
+            ),
             read("HelmChart spec.valuesContent", Operation::ValuesFile),
+            read("HelmChart spec.values", Operation::ValuesFile),
+            unseen(
+                "HelmChart spec.valuesSecrets (resolved by `check` from the run's Secrets)",
+                Operation::ValuesFile,
+                "/spec/valuesSecrets",
+                r#"[{"name": "occm-values", "keys": ["values.yaml"]}]"#,
+            ),
             read("HelmChartConfig spec.valuesContent", Operation::ValuesFile),
+            read("HelmChartConfig spec.values", Operation::ValuesFile),
+            unseen(
+                "HelmChartConfig spec.valuesSecrets (resolved by `check` from the run's Secrets when its HelmChart is in the run)",
+                Operation::ValuesFile,
+                "/spec/valuesSecrets",
+                r#"[{"name": "occm-config-values", "keys": ["values.yaml"], "ignoreUpdates": true}]"#,
+            ),
             read(
                 "HelmChart spec.set (`true`/`false`/integers)",
                 Operation::Set,
