@@ -197,7 +197,8 @@ fn samples() -> Vec<(&'static str, Value)> {
             "metadata": {"name": "ccm", "namespace": "default"},
             "spec": {"chart": {"repo": "https://kubernetes.github.io/cloud-provider-openstack",
                 "name": "openstack-cloud-controller-manager", "version": "2.31.1"},
-                "valuesSources": [{"template": "cluster:\n  name: {{ cluster.metadata.name }}\n"}]}}),
+                // A template-free template: read as the values it is.
+                "valuesSources": [{"template": "cloudConfig:\n  global:\n    region: r\n"}]}}),
         ),
         (
             "Azimuth cluster-api-addon-provider Manifests",
@@ -205,6 +206,26 @@ fn samples() -> Vec<(&'static str, Value)> {
             "apiVersion": "addons.stackhpc.com/v1alpha1", "kind": "Manifests",
             "metadata": {"name": "cloud-config", "namespace": "default"},
             "spec": {"manifestSources": [{"template": inner_secret}]}}),
+        ),
+        (
+            "k0s Chart (helm.k0sproject.io)",
+            json!({
+            "apiVersion": "helm.k0sproject.io/v1beta1", "kind": "Chart",
+            "metadata": {"name": "openstack-cloud-controller-manager", "namespace": "kube-system"},
+            "spec": {"chartName": "openstack-cloud-controller-manager/openstack-cloud-controller-manager",
+                "version": "2.35.0", "namespace": "kube-system", "values": values}}),
+        ),
+        (
+            "Rancher provisioning Cluster (RKE2/k3s `additionalManifest`)",
+            json!({
+            "apiVersion": "provisioning.cattle.io/v1", "kind": "Cluster",
+            "metadata": {"name": "downstream", "namespace": "fleet-default"},
+            "spec": {"kubernetesVersion": "v1.31.4+rke2r1",
+                "rkeConfig": {"additionalManifest": format!(
+                    "apiVersion: helm.cattle.io/v1\nkind: HelmChart\nmetadata:\n  name: occm\n  \
+                     namespace: kube-system\nspec:\n  chart: openstack-cloud-controller-manager\n  \
+                     repo: https://kubernetes.github.io/cloud-provider-openstack\n  valuesContent: |\n    {}\n",
+                    values.trim_end().replace('\n', "\n    "))}}}),
         ),
         (
             "Giant Swarm App (cloud-provider-openstack-app)",

@@ -22,6 +22,7 @@ use serde_json::Value;
 
 use super::values::UnseenValues;
 use super::{FoundConfig, SiteError, SitesDocument};
+use crate::budget::Cancel;
 use crate::yaml::Seg;
 
 /// How Helm (or the controller) takes one values source.
@@ -230,9 +231,12 @@ pub const REGISTRY: &[DeliveryPath] = &[
         group: "",
         versions: V1,
         kinds: &["Secret", "ConfigMap"],
-        recognised_by: "Secret type `addons.cluster.x-k8s.io/resource-set`; a ConfigMap by shape (embedded manifests holding a site)",
+        recognised_by: "Secret type `addons.cluster.x-k8s.io/resource-set`; a ConfigMap by shape (embedded manifests holding a site or the CCM chart's values; this also reads the ConfigMaps a K0smotronControlPlane lists in `spec.manifests`)",
         sources: &[
-            read("data[*] / stringData[*]", Operation::EmbeddedManifest),
+            read(
+                "data[*] / stringData[*]: cloud-config sites and the CCM chart's values carriers (HelmChart, k0s Chart, …)",
+                Operation::EmbeddedManifest,
+            ),
             unseen(
                 "a clusterctl `${VARIABLE}` as the embedded cloud.conf",
                 Operation::EmbeddedManifest,
@@ -412,11 +416,17 @@ pub const REGISTRY: &[DeliveryPath] = &[
         group: "controlplane.cluster.x-k8s.io",
         versions: &["v1beta1", "v1beta2"],
         kinds: &["K0smotronControlPlane", "K0sControlPlane"],
-        recognised_by: "an embedded ClusterConfig (`spec.k0sConfig`, `spec.k0sConfigSpec.k0s`) whose helm charts name the CCM chart",
-        sources: &[read(
-            "<embedded ClusterConfig> spec.extensions.helm.charts[].values",
-            Operation::ValuesFile,
-        )],
+        recognised_by: "an embedded ClusterConfig (`spec.k0sConfig`, `spec.k0sConfigSpec.k0s`) whose helm charts name the CCM chart; a K0sControlPlane's `spec.k0sConfigSpec.files[].content` holding manifests (a k0s `Chart`, a cloud-config Secret)",
+        sources: &[
+            read(
+                "<embedded ClusterConfig> spec.extensions.helm.charts[].values",
+                Operation::ValuesFile,
+            ),
+            read(
+                "K0sControlPlane spec.k0sConfigSpec.files[].content (manifests k0s applies from its manifests directory; the nested-manifest reader)",
+                Operation::EmbeddedManifest,
+            ),
+        ],
         webhook: Ok(&[Registration {
             group: "controlplane.cluster.x-k8s.io",
             versions: &["v1beta1", "v1beta2"],
@@ -478,12 +488,18 @@ pub const REGISTRY: &[DeliveryPath] = &[
         versions: &["v1alpha1"],
         kinds: &["HelmRelease"],
         recognised_by: "`spec.chart.name` names the CCM chart",
-        sources: &[unseen(
-            "spec.valuesSources[] (template, configMap, secret)",
-            Operation::Template,
-            "/spec/valuesSources",
-            r#"[{"secret": {"name": "occm-values", "key": "values.yaml"}}]"#,
-        )],
+        sources: &[
+            read(
+                "spec.valuesSources[0].template when it is the only source and holds no template syntax (`{{`, `{%`, `{#`): the values as written",
+                Operation::ValuesFile,
+            ),
+            unseen(
+                "spec.valuesSources[] (templates with template syntax, configMap, secret, or more than one source)",
+                Operation::Template,
+                "/spec/valuesSources",
+                r#"[{"secret": {"name": "occm-values", "key": "values.yaml"}}]"#,
+            ),
+        ],
         webhook: Ok(&[Registration {
             group: "addons.stackhpc.com",
             versions: &["v1alpha1"],
@@ -495,20 +511,26 @@ pub const REGISTRY: &[DeliveryPath] = &[
             "v1alpha1",
             "HelmRelease",
         )],
-        reader: "src/sites/delivery.rs (unseen)",
+        reader: "src/sites/helm.rs (a template-free template), src/sites/delivery.rs (unseen)",
     },
     DeliveryPath {
         name: "Azimuth cluster-api-addon-provider Manifests",
         group: "addons.stackhpc.com",
         versions: &["v1alpha1"],
         kinds: &["Manifests"],
-        recognised_by: "a `spec.manifestSources[].template` that may embed a cloud-config site",
-        sources: &[unseen(
-            "spec.manifestSources[] (template, configMap, secret)",
-            Operation::Template,
-            "/spec/manifestSources",
-            r#"[{"configMap": {"name": "cloud-config-manifests", "key": "secret.yaml"}}]"#,
-        )],
+        recognised_by: "a `spec.manifestSources[].template` that may embed a cloud-config site or the CCM chart's values",
+        sources: &[
+            read(
+                "spec.manifestSources[].template without template syntax (`{{`, `{%`, `{#`): manifests as written (the nested-manifest reader)",
+                Operation::EmbeddedManifest,
+            ),
+            unseen(
+                "spec.manifestSources[] (templates with template syntax, configMap, secret)",
+                Operation::Template,
+                "/spec/manifestSources",
+                r#"[{"configMap": {"name": "cloud-config-manifests", "key": "secret.yaml"}}]"#,
+            ),
+        ],
         webhook: Ok(&[Registration {
             group: "addons.stackhpc.com",
             versions: &["v1alpha1"],
@@ -520,7 +542,42 @@ pub const REGISTRY: &[DeliveryPath] = &[
             "v1alpha1",
             "Manifests",
         )],
-        reader: "src/sites/delivery.rs (unseen)",
+        reader: "src/sites/payload.rs (`read_nested`, template-free templates), src/sites/delivery.rs (unseen)",
+    },
+    DeliveryPath {
+        name: "k0s Chart (helm.k0sproject.io)",
+        group: "helm.k0sproject.io",
+        versions: &["v1beta1"],
+        kinds: &["Chart"],
+        recognised_by: "`spec.chartName` names the CCM chart (k0s applies `Chart` objects from its manifests directory; also inside a K0sControlPlane's files and a K0smotronControlPlane's `spec.manifests` ConfigMaps)",
+        sources: &[read("spec.values", Operation::ValuesFile)],
+        webhook: Ok(&[Registration {
+            group: "helm.k0sproject.io",
+            versions: &["v1beta1"],
+            resources: &["charts"],
+            selected_by: "matchCondition: spec changed",
+        }]),
+        audit: &[Audit::Listed("helm.k0sproject.io", "v1beta1", "Chart")],
+        reader: "src/sites/helm.rs",
+    },
+    DeliveryPath {
+        name: "Rancher provisioning Cluster (RKE2/k3s `additionalManifest`)",
+        group: "provisioning.cattle.io",
+        versions: V1,
+        kinds: &["Cluster"],
+        recognised_by: "`spec.rkeConfig.additionalManifest` holding manifests (an RKE2 HelmChart of the CCM chart, a cloud-config Secret)",
+        sources: &[read(
+            "spec.rkeConfig.additionalManifest (a manifest stream; the nested-manifest reader)",
+            Operation::EmbeddedManifest,
+        )],
+        webhook: Ok(&[Registration {
+            group: "provisioning.cattle.io",
+            versions: V1,
+            resources: &["clusters"],
+            selected_by: "matchCondition: spec changed",
+        }]),
+        audit: &[Audit::Listed("provisioning.cattle.io", "v1", "Cluster")],
+        reader: "src/sites/delivery.rs (nested_fields) and src/sites/payload.rs (read_nested)",
     },
     DeliveryPath {
         name: "Giant Swarm App (cloud-provider-openstack-app)",
@@ -616,8 +673,18 @@ pub(super) fn find(
     object: &DynamicObject,
     sites: &SitesDocument,
     charts: &[String],
+    cancel: &Cancel,
 ) -> Vec<FoundConfig> {
     let root = &object.data;
+    let mut nested = nested_streams(gvk, object, sites, cancel);
+    if gvk.group == "addons.stackhpc.com" && gvk.kind == "Manifests" {
+        // Its template-free templates are read above; the rest is named below.
+        nested.extend(unseen_manifests(gvk, object, sites));
+        return nested;
+    }
+    if !nested.is_empty() {
+        return nested;
+    }
     let names_chart = |reference: Option<&str>| {
         reference.is_some_and(|r| {
             super::chart::chart_matches(r, charts) || r.trim().ends_with(GIANT_SWARM_APP_CHART)
@@ -625,32 +692,12 @@ pub(super) fn find(
     };
     let (field, sources) = match (gvk.group.as_str(), gvk.kind.as_str()) {
         ("addons.stackhpc.com", "HelmRelease")
-            if names_chart(root.pointer("/spec/chart/name").and_then(Value::as_str)) =>
+            if names_chart(root.pointer("/spec/chart/name").and_then(Value::as_str))
+                && plain_values_template(root).is_none() =>
         {
             (
                 "valuesSources",
                 describe_sources("valuesSources", root.pointer("/spec/valuesSources")),
-            )
-        }
-        ("addons.stackhpc.com", "Manifests") => {
-            let embeds_site = root
-                .pointer("/spec/manifestSources")
-                .and_then(Value::as_array)
-                .is_some_and(|list| {
-                    list.iter().any(|s| {
-                        s.get("template")
-                            .and_then(Value::as_str)
-                            .is_some_and(|t| super::payload::may_hold_site(t, sites))
-                            || s.get("configMap").is_some()
-                            || s.get("secret").is_some()
-                    })
-                });
-            if !embeds_site {
-                return Vec::new();
-            }
-            (
-                "manifestSources",
-                describe_sources("manifestSources", root.pointer("/spec/manifestSources")),
             )
         }
         ("application.giantswarm.io", "App")
@@ -682,6 +729,16 @@ pub(super) fn find(
         }
         _ => return Vec::new(),
     };
+    unseen_at(gvk, object, field, sources)
+}
+
+/// The unseen site of `object` at `spec.<field>`, naming `sources`.
+fn unseen_at(
+    gvk: &GroupVersionKind,
+    object: &DynamicObject,
+    field: &str,
+    sources: String,
+) -> Vec<FoundConfig> {
     let path = vec![Seg::key("spec"), Seg::key(field)];
     let location = format!("spec.{field}");
     let error = SiteError::Unseen {
@@ -698,6 +755,207 @@ pub(super) fn find(
     vec![site]
 }
 
+/// The one values source of an Azimuth addon `HelmRelease` when it is a template without
+/// template syntax (its index): the values are that YAML, read as the chart's values by
+/// [`super::helm`]. None with other or more sources (named as unseen).
+pub(super) fn plain_values_template(root: &Value) -> Option<usize> {
+    match root.pointer("/spec/valuesSources")?.as_array()?.as_slice() {
+        [only] if only.as_object().is_some_and(|m| m.len() == 1) => only
+            .get("template")
+            .and_then(Value::as_str)
+            .is_some_and(|t| !templated(t))
+            .then_some(0),
+        _ => None,
+    }
+}
+
+/// Whether a Jinja2 template (Azimuth's addon provider renders them) holds template syntax:
+/// one without any (no `{{`, `{%` or `{#`) renders as itself, so it is read as plain YAML.
+fn templated(text: &str) -> bool {
+    text.contains("{{") || text.contains("{%") || text.contains("{#")
+}
+
+/// Where a manifest stream nested in a string field of `object` is, for the kinds that carry
+/// one: (JSON path of the string, how messages name the carrier and the field).
+///
+/// - Rancher `provisioning.cattle.io/v1` `Cluster.spec.rkeConfig.additionalManifest`
+///   (rancher/rancher `pkg/apis/provisioning.cattle.io/v1/rke.go`: `AdditionalManifest
+///   string`), which RKE2/k3s apply from their manifests directory;
+/// - Azimuth `Manifests.spec.manifestSources[].template` without template syntax (rendered
+///   as itself: [`templated`]);
+/// - k0smotron `K0sControlPlane.spec.k0sConfigSpec.files[].content` (k0sproject/k0smotron
+///   `api/bootstrap/v1beta1/k0s_types.go` `Files []File`, CAPI's `File.Content`), written to
+///   the node, and applied by k0s when under its manifests directory
+///   (`/var/lib/k0s/manifests/`: k0rdent's OpenStack template writes its CCM `Chart` there).
+fn nested_fields(gvk: &GroupVersionKind, root: &Value) -> Vec<(Vec<Seg>, &'static str, String)> {
+    let list = |pointer: &str| {
+        root.pointer(pointer)
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+    };
+    match (gvk.group.as_str(), gvk.kind.as_str()) {
+        ("provisioning.cattle.io", "Cluster") => {
+            let path = vec![
+                Seg::key("spec"),
+                Seg::key("rkeConfig"),
+                Seg::key("additionalManifest"),
+            ];
+            vec![(
+                path,
+                "Cluster",
+                "spec.rkeConfig.additionalManifest".to_owned(),
+            )]
+        }
+        ("addons.stackhpc.com", "Manifests") => list("/spec/manifestSources")
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| {
+                s.get("template")
+                    .and_then(Value::as_str)
+                    .is_some_and(|t| !templated(t))
+            })
+            .map(|(i, _)| {
+                let path = vec![
+                    Seg::key("spec"),
+                    Seg::key("manifestSources"),
+                    Seg::Index(i),
+                    Seg::key("template"),
+                ];
+                (
+                    path,
+                    "Manifests",
+                    format!("spec.manifestSources[{i}].template"),
+                )
+            })
+            .collect(),
+        ("controlplane.cluster.x-k8s.io", "K0sControlPlane") => list("/spec/k0sConfigSpec/files")
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| f.get("content").is_some_and(Value::is_string))
+            .map(|(i, f)| {
+                let path = vec![
+                    Seg::key("spec"),
+                    Seg::key("k0sConfigSpec"),
+                    Seg::key("files"),
+                    Seg::Index(i),
+                    Seg::key("content"),
+                ];
+                let file = f.get("path").and_then(Value::as_str).unwrap_or("");
+                let location = format!(
+                    "spec.k0sConfigSpec.files[{i}].content ({})",
+                    super::path::shown_entry(file)
+                );
+                (path, "K0sControlPlane", location)
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The configs in the manifest streams nested in `object` ([`nested_fields`]), read with the
+/// one nested-manifest reader ([`super::payload::read_nested`]). More than
+/// [`super::helm::MAX_CARRIERS_PER_OBJECT`] streams that would be parsed are not parsed: the
+/// object is reported over the limit instead.
+fn nested_streams(
+    gvk: &GroupVersionKind,
+    object: &DynamicObject,
+    sites: &SitesDocument,
+    cancel: &Cancel,
+) -> Vec<FoundConfig> {
+    let root = &object.data;
+    let fields = nested_fields(gvk, root);
+    if fields.is_empty() {
+        return Vec::new();
+    }
+    let name = object.metadata.name.as_deref().unwrap_or("");
+    let outer = match object.metadata.namespace.as_deref() {
+        Some(ns) => format!("{} {ns}/{name}", gvk.kind),
+        None => format!("{} {name}", gvk.kind),
+    };
+    let charts = super::helm::chart_names(sites);
+    let texts: Vec<(Vec<Seg>, &'static str, String, &str)> = fields
+        .into_iter()
+        .filter_map(|(path, label, location)| {
+            let text = path
+                .iter()
+                .try_fold(root, |v, seg| match seg {
+                    Seg::Key(k) => v.get(k),
+                    Seg::Index(i) => v.get(i),
+                })
+                .and_then(Value::as_str)?;
+            let worth = super::payload::mentions(text, &charts)
+                || super::payload::may_hold_site(text, sites);
+            worth.then_some((path, label, location, text))
+        })
+        .collect();
+    if texts.len() > super::helm::MAX_CARRIERS_PER_OBJECT {
+        let (path, _, location, _) = &texts[0];
+        let error = SiteError::TooManyCarriers {
+            location: location.clone(),
+            count: texts.len(),
+            limit: super::helm::MAX_CARRIERS_PER_OBJECT,
+        };
+        let mut site = FoundConfig::new(
+            outer,
+            location.clone(),
+            Err(error),
+            UnseenValues { path: path.clone() },
+        );
+        site.mutable = false;
+        return vec![site];
+    }
+    let mut found = Vec::new();
+    for (path, label, location, text) in texts {
+        if cancel.is_cancelled() {
+            break;
+        }
+        found.extend(super::payload::read_nested(
+            outer.clone(),
+            label,
+            (path, location),
+            text,
+            sites,
+            cancel,
+        ));
+    }
+    found
+}
+
+/// The unseen site of an Azimuth `Manifests` whose templated or referenced sources may embed
+/// a cloud-config site (its template-free templates are read, [`nested_streams`]).
+fn unseen_manifests(
+    gvk: &GroupVersionKind,
+    object: &DynamicObject,
+    sites: &SitesDocument,
+) -> Vec<FoundConfig> {
+    let root = &object.data;
+    let unread: Vec<Value> = root
+        .pointer("/spec/manifestSources")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|s| {
+            !s.get("template")
+                .and_then(Value::as_str)
+                .is_some_and(|t| !templated(t))
+        })
+        .cloned()
+        .collect();
+    let embeds_site = unread.iter().any(|s| {
+        s.get("template")
+            .and_then(Value::as_str)
+            .is_some_and(|t| super::payload::may_hold_site(t, sites))
+            || s.get("configMap").is_some()
+            || s.get("secret").is_some()
+    });
+    if !embeds_site {
+        return Vec::new();
+    }
+    let sources = describe_sources("manifestSources", root.pointer("/spec/manifestSources"));
+    unseen_at(gvk, object, "manifestSources", sources)
+}
+
 /// `spec.valuesSources[0] (a Jinja2 template the addon provider renders), ConfigMap
 /// occm-values key values.yaml (a Jinja2 template)`: names, never content.
 fn describe_sources(field: &str, list: Option<&Value>) -> String {
@@ -705,7 +963,13 @@ fn describe_sources(field: &str, list: Option<&Value>) -> String {
         return "sources the addon provider renders".to_owned();
     };
     let mut out: Vec<String> = Vec::new();
-    for (i, source) in list.iter().enumerate().take(8) {
+    // A template-free template is read where it is (`nested_streams`, `plain_values_template`).
+    let plain = |s: &Value| {
+        s.get("template")
+            .and_then(Value::as_str)
+            .is_some_and(|t| !templated(t))
+    };
+    for (i, source) in list.iter().enumerate().filter(|(_, s)| !plain(s)).take(8) {
         let name_key = |what: &str, v: &Value| {
             let name = v.get("name").and_then(Value::as_str).unwrap_or("");
             match v.get("key").and_then(Value::as_str) {

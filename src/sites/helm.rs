@@ -224,6 +224,23 @@ fn values_places(
             ("stackgate.dev", "v1alpha1", VALUES_FILE_KIND) => {
                 Some((str_at(root, &["chart"]), &["values"], false))
             }
+            // Azimuth's addon provider: one template-free template is the values as written.
+            ("addons.stackhpc.com", "v1alpha1", "HelmRelease")
+                if super::delivery::plain_values_template(root).is_some() =>
+            {
+                Some((
+                    str_at(root, &["spec", "chart", "name"]),
+                    &["spec", "valuesSources", "0", "template"],
+                    true,
+                ))
+            }
+            // k0s applies `Chart` objects from its manifests directory (k0sproject/k0s
+            // `pkg/apis/helm/v1beta1/chart_types.go`: `chartName`, `version`, `values` string).
+            ("helm.k0sproject.io", "v1beta1", "Chart") => Some((
+                str_at(root, &["spec", "chartName"]),
+                &["spec", "values"],
+                true,
+            )),
             ("argoproj.io", "v1alpha1", "Application") => return argo_places(root, charts, cancel),
             ("k0s.k0sproject.io", _, "ClusterConfig") => {
                 return k0s_places(root, charts, &[], cancel);
@@ -237,17 +254,25 @@ fn values_places(
     let Some((chart, path, yaml_string)) = single else {
         return Vec::new();
     };
+    // A list index in a static path (Azimuth's `valuesSources[0]`) is an index.
+    let path: Vec<Seg> = path
+        .iter()
+        .map(|k| k.parse::<usize>().map_or_else(|_| Seg::key(k), Seg::Index))
+        .collect();
     // Where each delivery pins the chart version (a HelmChartConfig's HelmChart has it).
     let version = match (gvk.group.as_str(), gvk.kind.as_str()) {
         ("helm.toolkit.fluxcd.io", _) => str_at(root, &["spec", "chart", "spec", "version"]),
-        ("helm.cattle.io", "HelmChart") => str_at(root, &["spec", "version"]),
+        ("helm.cattle.io", "HelmChart") | ("helm.k0sproject.io", "Chart") => {
+            str_at(root, &["spec", "version"])
+        }
+        ("addons.stackhpc.com", "HelmRelease") => str_at(root, &["spec", "chart", "version"]),
         ("stackgate.dev", VALUES_FILE_KIND) => str_at(root, &[VALUES_FILE_CHART_VERSION_KEY]),
         _ => None,
     };
     let helm_controller = gvk.group == "helm.cattle.io";
     let holds_ccm = || match yaml_string {
-        true => holds_ccm_values(get(root, &keys(path)), cancel),
-        false => get(root, &keys(path))
+        true => holds_ccm_values(get(root, &path.clone()), cancel),
+        false => get(root, &path.clone())
             .and_then(Value::as_object)
             .is_some_and(|m| {
                 m.contains_key("cloudConfig") || m.contains_key("cloudConfigContents")
@@ -264,7 +289,7 @@ fn values_places(
         || (helm_controller && gvk.kind == "HelmChartConfig" && holds_ccm())
         || chart_unseen.is_some();
     let mut place = ValuesPlace {
-        path: keys(path),
+        path: path.clone(),
         yaml_string,
         unseen: if gvk.group == "helm.toolkit.fluxcd.io" {
             vec![

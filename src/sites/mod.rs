@@ -531,7 +531,7 @@ pub fn find_within(
         None => {
             let charts = helm::chart_names(sites);
             let mut found = helm::find(gvk, object, &charts, cancel);
-            found.extend(delivery::find(gvk, object, sites, &charts));
+            found.extend(delivery::find(gvk, object, sites, &charts, cancel));
             found
         }
     }
