@@ -236,6 +236,19 @@ fn samples() -> Vec<(&'static str, Value)> {
                 "userConfig": {"configMap": {"name": "cpo-user-values", "namespace": "org-acme"}}}}),
         ),
         (
+            "Talos machine config `cluster.inlineManifests`",
+            json!({"apiVersion": "stackgate.dev/v1alpha1", "kind": "TalosMachineConfig",
+            "metadata": {"name": "controlplane.yaml"}, "version": "v1alpha1",
+            "machine": {"type": "controlplane"},
+            "cluster": {"inlineManifests": [{"name": "cloud-config", "contents": inner_secret}]}}),
+        ),
+        (
+            "KubeOne manifest `cloudProvider.cloudConfig`",
+            json!({"apiVersion": "kubeone.k8c.io/v1beta2", "kind": "KubeOneCluster",
+            "name": "demo", "cloudProvider": {"openstack": {}, "external": true,
+                "cloudConfig": "[Global]\nregion = r\n"}}),
+        ),
+        (
             "Plain Helm values file",
             json!({"apiVersion": "stackgate.dev/v1alpha1", "kind": "HelmValues",
             "metadata": {"name": "values.yaml"}, "chart": "openstack-cloud-controller-manager",

@@ -289,3 +289,66 @@ fn azimuth_templates_without_template_syntax_are_read_as_written() {
         "{text}"
     );
 }
+
+/// `stackgate check` over a file named `name` holding `text`.
+fn check_text(name: &str, text: &str) -> Report {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join(name);
+    std::fs::write(&file, text).expect("write");
+    let argv = ["check".to_owned(), file.display().to_string()];
+    let options = CheckOptions::from(&Cmd::try_parse_from(argv).expect("valid flags").args);
+    check::check(&options, &engine(), &mut std::io::empty()).expect("check runs")
+}
+
+#[test]
+fn talos_inline_manifests_are_read_by_check() {
+    let talos = |contents: &str| {
+        format!(
+            "version: v1alpha1\ndebug: false\npersist: true\nmachine:\n  type: controlplane\n\
+             cluster:\n  clusterName: demo\n  externalCloudProvider:\n    enabled: true\n  \
+             inlineManifests:\n    - name: occm\n      contents: |\n{}",
+            indent(contents, 8)
+        )
+    };
+    let secret = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: cloud-config\n  namespace: kube-system\n\
+                  stringData:\n  cloud.conf: |\n    [Global]\n    region = r\n    [LoadBalancer]\n    \
+                  provider-requires-serial-api-calls = false\n";
+    let found = items(&check_text("controlplane.yaml", &talos(secret)));
+    assert!(
+        found.iter().any(|(l, _, m)| *l == Level::Error
+            && m.contains(SERIAL)
+            && m.contains("Talos machine config cluster.inlineManifests[0].contents (occm)")),
+        "{found:#?}"
+    );
+    // A machine config without such manifests: nothing, and no "not a Kubernetes object".
+    let report = check_text(
+        "worker.yaml",
+        "version: v1alpha1\nmachine:\n  type: worker\ncluster:\n  clusterName: demo\n",
+    );
+    assert!(items(&report).is_empty());
+    assert!(report.files.iter().all(|f| f.problems.is_empty()));
+}
+
+#[test]
+fn kubeone_cloud_config_is_read_by_check() {
+    let kubeone = |serial: &str| {
+        format!(
+            "apiVersion: kubeone.k8c.io/v1beta2\nkind: KubeOneCluster\nname: demo\nversions:\n  kubernetes: 1.31.4\n\
+             cloudProvider:\n  openstack: {{}}\n  external: true\n  cloudConfig: |\n    [Global]\n    \
+             auth-url=https://keystone.example:5000/v3\n    [LoadBalancer]\n{serial}"
+        )
+    };
+    let found = items(&check_text(
+        "kubeone.yaml",
+        &kubeone("    provider-requires-serial-api-calls = false\n"),
+    ));
+    assert!(
+        found.iter().any(|(l, _, m)| *l == Level::Error
+            && m.contains(SERIAL)
+            && m.contains("KubeOneCluster demo cloudProvider.cloudConfig")),
+        "{found:#?}"
+    );
+    // Another cloud provider: not an OpenStack cloud config.
+    let aws = kubeone("").replace("openstack: {}", "aws: {}");
+    assert!(items(&check_text("kubeone.yaml", &aws)).is_empty());
+}

@@ -613,6 +613,35 @@ pub const REGISTRY: &[DeliveryPath] = &[
         reader: "src/sites/delivery.rs (unseen)",
     },
     DeliveryPath {
+        name: "Talos machine config `cluster.inlineManifests`",
+        group: "stackgate.dev",
+        versions: &["v1alpha1"],
+        kinds: &[TALOS_MACHINE_CONFIG_KIND],
+        recognised_by: "a document with `version: v1alpha1`, `machine` and `cluster` (no `apiVersion`) in a file `check` reads",
+        sources: &[read(
+            "cluster.inlineManifests[].contents (manifests Talos applies at bootstrap; the nested-manifest reader)",
+            Operation::EmbeddedManifest,
+        )],
+        webhook: Err(
+            "a Talos machine config is applied by talosctl to the nodes, never to the Kubernetes API: `check` only",
+        ),
+        audit: &[Audit::NotInCluster],
+        reader: "src/sites/delivery.rs (talos_machine_config, nested_fields) and src/sites/payload.rs (read_nested)",
+    },
+    DeliveryPath {
+        name: "KubeOne manifest `cloudProvider.cloudConfig`",
+        group: "kubeone.k8c.io",
+        versions: &["v1beta2", "v1beta3"],
+        kinds: &["KubeOneCluster"],
+        recognised_by: "`cloudProvider.openstack` set",
+        sources: &[read("cloudProvider.cloudConfig", Operation::CloudConfig)],
+        webhook: Err(
+            "a KubeOne manifest is read by the kubeone CLI, never applied to a cluster: `check` only",
+        ),
+        audit: &[Audit::NotInCluster],
+        reader: "src/sites/delivery.rs (kubeone_cloud_config)",
+    },
+    DeliveryPath {
         name: "Plain Helm values file",
         group: "stackgate.dev",
         versions: &["v1alpha1"],
@@ -676,6 +705,10 @@ pub(super) fn find(
     cancel: &Cancel,
 ) -> Vec<FoundConfig> {
     let root = &object.data;
+    let kubeone = kubeone_cloud_config(gvk, object);
+    if !kubeone.is_empty() {
+        return kubeone;
+    }
     let mut nested = nested_streams(gvk, object, sites, cancel);
     if gvk.group == "addons.stackhpc.com" && gvk.kind == "Manifests" {
         // Its template-free templates are read above; the rest is named below.
@@ -775,6 +808,67 @@ fn templated(text: &str) -> bool {
     text.contains("{{") || text.contains("{%") || text.contains("{#")
 }
 
+/// Kind of the synthetic object `stackgate check` makes of a Talos machine config document.
+pub const TALOS_MACHINE_CONFIG_KIND: &str = "TalosMachineConfig";
+
+/// A Talos machine config document (`version: v1alpha1` with `machine` and `cluster` maps;
+/// siderolabs/talos `pkg/machinery/config/types/v1alpha1`), which has no `apiVersion` or
+/// `kind`, as the synthetic object `stackgate check` evaluates: the document with
+/// `apiVersion: stackgate.dev/v1alpha1`, `kind: TalosMachineConfig` and the file's name, every
+/// other path as in the file (so a fix is written where the document has it). None for any
+/// other document.
+pub fn talos_machine_config(json: &Value, name: &str) -> Option<Value> {
+    let map = json.as_object()?;
+    let is_talos = map.get("version").and_then(Value::as_str) == Some("v1alpha1")
+        && map.get("machine").is_some_and(Value::is_object)
+        && map.get("cluster").is_some_and(Value::is_object)
+        && !map.contains_key("apiVersion")
+        && !map.contains_key("kind");
+    if !is_talos {
+        return None;
+    }
+    let mut out = map.clone();
+    out.insert(
+        "apiVersion".to_owned(),
+        Value::String("stackgate.dev/v1alpha1".to_owned()),
+    );
+    out.insert(
+        "kind".to_owned(),
+        Value::String(TALOS_MACHINE_CONFIG_KIND.to_owned()),
+    );
+    out.insert("metadata".to_owned(), serde_json::json!({ "name": name }));
+    Some(Value::Object(out))
+}
+
+/// A KubeOne manifest's cloud config (`KubeOneCluster.cloudProvider.cloudConfig`, the INI the
+/// OpenStack CCM reads: kubermatic/kubeone `pkg/apis/kubeone/v1beta2/types.go`
+/// `CloudProviderSpec.CloudConfig`), when its cloud provider is OpenStack.
+fn kubeone_cloud_config(gvk: &GroupVersionKind, object: &DynamicObject) -> Vec<FoundConfig> {
+    let root = &object.data;
+    if gvk.group != "kubeone.k8c.io"
+        || gvk.kind != "KubeOneCluster"
+        || root.pointer("/cloudProvider/openstack").is_none()
+    {
+        return Vec::new();
+    }
+    let Some(raw) = root.pointer("/cloudProvider/cloudConfig") else {
+        return Vec::new();
+    };
+    let name = object
+        .metadata
+        .name
+        .as_deref()
+        .or_else(|| root.get("name").and_then(Value::as_str))
+        .unwrap_or("");
+    vec![super::object_data::TextField::found(
+        format!("KubeOneCluster {name}"),
+        vec![Seg::key("cloudProvider"), Seg::key("cloudConfig")],
+        "cloudProvider.cloudConfig".to_owned(),
+        raw,
+        super::Holder::Secret,
+    )]
+}
+
 /// Where a manifest stream nested in a string field of `object` is, for the kinds that carry
 /// one: (JSON path of the string, how messages name the carrier and the field).
 ///
@@ -827,6 +921,25 @@ fn nested_fields(gvk: &GroupVersionKind, root: &Value) -> Vec<(Vec<Seg>, &'stati
                     "Manifests",
                     format!("spec.manifestSources[{i}].template"),
                 )
+            })
+            .collect(),
+        ("stackgate.dev", TALOS_MACHINE_CONFIG_KIND) => list("/cluster/inlineManifests")
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.get("contents").is_some_and(Value::is_string))
+            .map(|(i, m)| {
+                let path = vec![
+                    Seg::key("cluster"),
+                    Seg::key("inlineManifests"),
+                    Seg::Index(i),
+                    Seg::key("contents"),
+                ];
+                let name = m.get("name").and_then(Value::as_str).unwrap_or("");
+                let location = format!(
+                    "cluster.inlineManifests[{i}].contents ({})",
+                    super::path::shown_entry(name)
+                );
+                (path, "Talos machine config", location)
             })
             .collect(),
         ("controlplane.cluster.x-k8s.io", "K0sControlPlane") => list("/spec/k0sConfigSpec/files")
