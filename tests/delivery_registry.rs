@@ -249,6 +249,15 @@ fn samples() -> Vec<(&'static str, Value)> {
                 "cloudConfig": "[Global]\nregion = r\n"}}),
         ),
         (
+            "kustomize `helmCharts[]` (`kubectl kustomize --enable-helm`)",
+            json!({"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+            "metadata": {"name": "kustomization.yaml"},
+            "helmCharts": [{"name": "openstack-cloud-controller-manager",
+                "repo": "https://kubernetes.github.io/cloud-provider-openstack",
+                "version": "2.31.1", "releaseName": "occm", "namespace": "kube-system",
+                "valuesInline": {"cloudConfig": {"global": {"region": "r"}}}}]}),
+        ),
+        (
             "Plain Helm values file",
             json!({"apiVersion": "stackgate.dev/v1alpha1", "kind": "HelmValues",
             "metadata": {"name": "values.yaml"}, "chart": "openstack-cloud-controller-manager",
@@ -407,7 +416,9 @@ fn pointer_keys(pointer: &str) -> Vec<String> {
 fn named(pointer: &str) -> String {
     let mut out = String::new();
     for key in pointer_keys(pointer) {
-        if key.contains('.') {
+        if !key.is_empty() && key.bytes().all(|b| b.is_ascii_digit()) {
+            out.push_str(&format!("[{key}]"));
+        } else if key.contains('.') {
             out.push_str(&format!("[{key:?}]"));
         } else {
             if !out.is_empty() {
@@ -425,6 +436,14 @@ fn set_at(object: &mut Value, pointer: &str, value: Value) {
     let (last, parents) = keys.split_last().expect("a pointer below the root");
     let mut at = object;
     for key in parents {
+        // A list on the way is indexed; a map gets the key (created when missing).
+        if at.is_array() {
+            let i: usize = key
+                .parse()
+                .expect("an index into a list on the pointer's way");
+            at = at.get_mut(i).expect("an item on the pointer's way");
+            continue;
+        }
         at = at
             .as_object_mut()
             .expect("a map on the pointer's way")

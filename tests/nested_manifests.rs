@@ -352,3 +352,69 @@ fn kubeone_cloud_config_is_read_by_check() {
     let aws = kubeone("").replace("openstack: {}", "aws: {}");
     assert!(items(&check_text("kubeone.yaml", &aws)).is_empty());
 }
+
+/// `stackgate check` over a directory holding `files`.
+fn check_dir(files: &[(&str, &str)]) -> Report {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (name, text) in files {
+        std::fs::write(dir.path().join(name), text).expect("write");
+    }
+    let argv = ["check".to_owned(), dir.path().display().to_string()];
+    let options = CheckOptions::from(&Cmd::try_parse_from(argv).expect("valid flags").args);
+    check::check(&options, &engine(), &mut std::io::empty()).expect("check runs")
+}
+
+#[test]
+fn kustomize_helm_charts_are_read_with_their_values_file() {
+    let kustomization = |inline: &str| {
+        format!(
+            "helmCharts:\n  - name: openstack-cloud-controller-manager\n    \
+             repo: https://kubernetes.github.io/cloud-provider-openstack\n    version: 2.31.1\n    \
+             releaseName: occm\n    namespace: kube-system\n    valuesFile: values-occm.yaml\n{inline}"
+        )
+    };
+    // The file's `false`, nothing inline: denied, placed in the kustomization.
+    let off = values(Some(false));
+    let report = check_dir(&[
+        ("kustomization.yaml", &kustomization("")),
+        ("values-occm.yaml", &off),
+    ]);
+    let found = items(&report);
+    assert!(
+        found
+            .iter()
+            .any(|(l, _, m)| *l == Level::Error && m.contains(SERIAL)),
+        "{found:#?}"
+    );
+    // Inline values win over the file's (kustomize's default `valuesMerge: override`).
+    let inline = format!("    valuesInline:\n{}", indent(&values(Some(true)), 6));
+    let report = check_dir(&[
+        ("kustomization.yaml", &kustomization(&inline)),
+        ("values-occm.yaml", &off),
+    ]);
+    let found = items(&report);
+    assert!(
+        !found.iter().any(|(l, _, _)| *l == Level::Error),
+        "{found:#?}"
+    );
+    // The file not in the run: named.
+    let report = check_dir(&[("kustomization.yaml", &kustomization(""))]);
+    let found = items(&report);
+    assert!(
+        found.iter().any(|(_, c, m)| *c == Some("values-unseen")
+            && m.contains("values file values-occm.yaml of the kustomization")),
+        "{found:#?}"
+    );
+    // Inline `false` alone: denied.
+    let inline_off = format!(
+        "helmCharts:\n  - name: openstack-cloud-controller-manager\n    version: 2.31.1\n    valuesInline:\n{}",
+        indent(&values(Some(false)), 6)
+    );
+    let found = items(&check_dir(&[("kustomization.yaml", &inline_off)]));
+    assert!(
+        found
+            .iter()
+            .any(|(l, _, m)| *l == Level::Error && m.contains(SERIAL)),
+        "{found:#?}"
+    );
+}

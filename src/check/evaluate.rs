@@ -609,8 +609,8 @@ pub(super) fn candidates_of(
         v.get("apiVersion").is_some_and(Value::is_string)
             && v.get("kind").is_some_and(Value::is_string)
     };
-    if let Some(object) = crate::sites::delivery::talos_machine_config(&json, name) {
-        // A Talos machine config has no apiVersion: read as a synthetic object (registry).
+    if let Some(object) = crate::sites::delivery::synthetic_object(&json, name) {
+        // A Talos machine config, a kustomization without apiVersion: read as objects (registry).
         return Ok(vec![Candidate {
             doc: doc.index,
             prefix: Vec::new(),

@@ -51,6 +51,9 @@ pub struct ValuesIndex {
     helm_charts: Vec<Value>,
     /// The Flux chart sources of the run a HelmRelease's `spec.chartRef` may name.
     chart_sources: Vec<ChartSource>,
+    /// The run's kustomizations whose CCM `helmCharts[].valuesFile` is among the inputs: the
+    /// object as `check` evaluates it, and with the file merged in.
+    kustomizations: Vec<(Value, Resolved)>,
     /// The `valuesFrom` references of the run's HelmReleases whose references all resolve:
     /// their values are evaluated merged, naming each source ([`Self::read_by_a_release`]).
     read: Vec<ValuesReference>,
@@ -397,6 +400,7 @@ impl ValuesIndex {
         index.add_value_files(&texts);
         index.add_chart_configs(&texts);
         index.add_chart_sources(&texts);
+        index.add_kustomize_values(&texts);
         if !texts
             .iter()
             .any(|(_, t)| t.contains("valuesFrom") || t.contains("valuesSecrets"))
@@ -462,6 +466,101 @@ impl ValuesIndex {
         }
         index.read.extend(read);
         index
+    }
+
+    /// Resolves the `valuesFile` of the kustomizations' `helmCharts[]` entries that install
+    /// the CCM chart, relative to the kustomization's directory, from the run's inputs: the
+    /// file's values with `valuesInline` merged over them, as kustomize writes the one values
+    /// file it hands to Helm (`valuesMerge: override`, the default; kubernetes-sigs/kustomize
+    /// @ 12f9e6391464b3ad9dd3fe8182049dc1b1772990,
+    /// `api/internal/builtins/HelmChartInflationGenerator.go` `replaceValuesInline`). Entries
+    /// with `additionalValuesFiles` or `valuesMerge: merge` stay named as unseen.
+    fn add_kustomize_values(&mut self, texts: &[(&Input, &str)]) {
+        if !texts.iter().any(|(_, t)| t.contains("helmCharts")) {
+            return;
+        }
+        let by_path: HashMap<PathBuf, (&str, &str)> = texts
+            .iter()
+            .filter_map(|(i, t)| Some((normalize(i.path.as_deref()?), (i.name.as_str(), *t))))
+            .collect();
+        let charts: Vec<String> = crate::sites::helm::DEFAULT_CHARTS
+            .iter()
+            .map(|c| (*c).to_owned())
+            .collect();
+        for (input, text) in texts.iter().filter(|(_, t)| t.contains("helmCharts")) {
+            let Some(dir) = input.path.as_deref().and_then(Path::parent) else {
+                continue;
+            };
+            let Ok(docs) = yaml::parse_stream(text) else {
+                continue;
+            };
+            for doc in docs {
+                let Ok(json) = doc.root.to_json() else {
+                    continue;
+                };
+                let json =
+                    crate::sites::delivery::synthetic_object(&json, &input.name).unwrap_or(json);
+                if json.get("kind").and_then(Value::as_str) != Some("Kustomization") {
+                    continue;
+                }
+                let mut out = json.clone();
+                let mut sources = Vec::new();
+                let entries = out
+                    .get_mut("helmCharts")
+                    .and_then(Value::as_array_mut)
+                    .into_iter()
+                    .flatten();
+                for entry in entries {
+                    let name = entry.get("name").and_then(Value::as_str).unwrap_or("");
+                    let Some(file) = entry
+                        .get("valuesFile")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned)
+                    else {
+                        continue;
+                    };
+                    let merge = entry.get("valuesMerge").and_then(Value::as_str);
+                    let additional = entry
+                        .get("additionalValuesFiles")
+                        .and_then(Value::as_array)
+                        .is_some_and(|a| !a.is_empty());
+                    if !crate::sites::chart::chart_matches(name, &charts)
+                        || !matches!(merge, None | Some("override"))
+                        || additional
+                    {
+                        continue;
+                    }
+                    let Some((shown, file_text)) = by_path.get(&normalize(&dir.join(&file))) else {
+                        continue;
+                    };
+                    let mut values = match yaml::parse_one(file_text).and_then(|n| n.to_json()) {
+                        Ok(Value::Null) => Value::Object(Map::new()),
+                        Ok(v @ Value::Object(_)) => v,
+                        _ => continue,
+                    };
+                    if let Some(inline) = entry.get("valuesInline").filter(|v| v.is_object()) {
+                        merge_maps(&mut values, inline.clone());
+                    }
+                    let Some(map) = entry.as_object_mut() else {
+                        continue;
+                    };
+                    map.insert("valuesInline".to_owned(), values);
+                    map.remove("valuesFile");
+                    sources.push(format!(
+                        "values file {file} of the kustomization, from {shown}"
+                    ));
+                }
+                if !sources.is_empty() {
+                    let resolved = Resolved {
+                        object: out,
+                        sources: Some(sources),
+                        layers: Vec::new(),
+                        merge: Merge::FluxOrArgo,
+                    };
+                    self.kustomizations.push((json, resolved));
+                }
+            }
+        }
     }
 
     /// Records the Flux chart sources (`OCIRepository`, source `HelmChart`) of the run, when
@@ -1140,6 +1239,9 @@ impl ValuesIndex {
     /// RKE2/k3s HelmChart whose HelmChartConfig is in the run (helm-controller's order, cited at
     /// `resolve_chart_config`); None otherwise.
     pub fn resolve(&self, object: &Value) -> Option<Resolved> {
+        if let Some((_, resolved)) = self.kustomizations.iter().find(|(k, _)| k == object) {
+            return Some(resolved.clone());
+        }
         let api = object.get("apiVersion").and_then(Value::as_str)?;
         if api == "helm.cattle.io/v1" {
             return self.resolve_chart_config(object);

@@ -642,6 +642,33 @@ pub const REGISTRY: &[DeliveryPath] = &[
         reader: "src/sites/delivery.rs (kubeone_cloud_config)",
     },
     DeliveryPath {
+        name: "kustomize `helmCharts[]` (`kubectl kustomize --enable-helm`)",
+        group: "kustomize.config.k8s.io",
+        versions: &["v1beta1"],
+        kinds: &["Kustomization"],
+        recognised_by: "a kustomization (`kustomization.yaml`, with or without `apiVersion`) whose `helmCharts[].name` names the CCM chart",
+        sources: &[
+            unseen(
+                "helmCharts[].valuesFile (relative to the kustomization; merged beneath `valuesInline` by `check` when it is among the inputs, `valuesMerge: override`)",
+                Operation::ValuesFile,
+                "/helmCharts/0/valuesFile",
+                r#""values-prod.yaml""#,
+            ),
+            read("helmCharts[].valuesInline", Operation::ValuesFile),
+            unseen(
+                "helmCharts[].additionalValuesFiles (and `valuesFile` under `valuesMerge: merge`)",
+                Operation::ValuesFile,
+                "/helmCharts/0/additionalValuesFiles",
+                r#"["extra-values.yaml"]"#,
+            ),
+        ],
+        webhook: Err(
+            "a kustomization is read by kustomize, never applied to a cluster: `check` only",
+        ),
+        audit: &[Audit::NotInCluster],
+        reader: "src/sites/helm.rs (kustomize_places), src/check/index.rs (valuesFile)",
+    },
+    DeliveryPath {
         name: "Plain Helm values file",
         group: "stackgate.dev",
         versions: &["v1alpha1"],
@@ -811,14 +838,35 @@ fn templated(text: &str) -> bool {
 /// Kind of the synthetic object `stackgate check` makes of a Talos machine config document.
 pub const TALOS_MACHINE_CONFIG_KIND: &str = "TalosMachineConfig";
 
-/// A Talos machine config document (`version: v1alpha1` with `machine` and `cluster` maps;
-/// siderolabs/talos `pkg/machinery/config/types/v1alpha1`), which has no `apiVersion` or
-/// `kind`, as the synthetic object `stackgate check` evaluates: the document with
-/// `apiVersion: stackgate.dev/v1alpha1`, `kind: TalosMachineConfig` and the file's name, every
-/// other path as in the file (so a fix is written where the document has it). None for any
-/// other document.
-pub fn talos_machine_config(json: &Value, name: &str) -> Option<Value> {
+/// A document without `apiVersion` and `kind` that is a carrier all the same, as the object
+/// `stackgate check` evaluates (every other path as in the file, so a fix is written where the
+/// document has it); None for any other document:
+/// - a Talos machine config (`version: v1alpha1` with `machine` and `cluster` maps;
+///   siderolabs/talos `pkg/machinery/config/types/v1alpha1`): `apiVersion:
+///   stackgate.dev/v1alpha1`, `kind: TalosMachineConfig`, the file's name;
+/// - a kustomization file (`kustomization.yaml`, `.yml`, `Kustomization`) with `helmCharts`,
+///   which kustomize reads without them: `kustomize.config.k8s.io/v1beta1` `Kustomization`.
+pub fn synthetic_object(json: &Value, name: &str) -> Option<Value> {
     let map = json.as_object()?;
+    if map.contains_key("apiVersion") || map.contains_key("kind") {
+        return None;
+    }
+    let file = name.rsplit(['/', '\\']).next().unwrap_or(name);
+    if matches!(
+        file,
+        "kustomization.yaml" | "kustomization.yml" | "Kustomization"
+    ) && map.get("helmCharts").is_some_and(Value::is_array)
+    {
+        let mut out = map.clone();
+        out.insert(
+            "apiVersion".to_owned(),
+            Value::String("kustomize.config.k8s.io/v1beta1".to_owned()),
+        );
+        out.insert("kind".to_owned(), Value::String("Kustomization".to_owned()));
+        out.entry("metadata")
+            .or_insert_with(|| serde_json::json!({ "name": file }));
+        return Some(Value::Object(out));
+    }
     let is_talos = map.get("version").and_then(Value::as_str) == Some("v1alpha1")
         && map.get("machine").is_some_and(Value::is_object)
         && map.get("cluster").is_some_and(Value::is_object)

@@ -125,6 +125,9 @@ enum OnTop {
     /// Argo CD `helm.fileParameters` (`--set-file`, over everything): unseen only when one
     /// sets the cloud config.
     FileParameters(Vec<Seg>),
+    /// kustomize `helmCharts[].additionalValuesFiles` (`-f` files after the merged values
+    /// file), and its `valuesFile` when `valuesMerge: merge` puts it over the inline values.
+    AdditionalValuesFiles(Vec<Vec<Seg>>),
     /// RKE2/k3s helm-controller `spec.valuesSecrets`: Secret keys mounted as values files after
     /// the object's `valuesContent` and `values` (any of them may set any value); with the
     /// object's name (its own `chart-values-<name>` Secret is not mounted).
@@ -244,6 +247,9 @@ fn values_places(
             ("argoproj.io", "v1alpha1", "Application") => return argo_places(root, charts, cancel),
             ("k0s.k0sproject.io", _, "ClusterConfig") => {
                 return k0s_places(root, charts, &[], cancel);
+            }
+            ("kustomize.config.k8s.io", _, "Kustomization") => {
+                return kustomize_places(root, charts);
             }
             // Objects that embed a k0s ClusterConfig (k0smotron, k0sctl): `delivery.rs`.
             (group, _, kind) => match super::delivery::k0s_config_path(group, kind) {
@@ -658,6 +664,64 @@ fn k0s_places(root: &Value, charts: &[String], at: &[&str], cancel: &Cancel) -> 
             place.switch = unseen_switch(alias, values.as_ref(), root, &place);
         }
         out.push(place);
+    }
+    out
+}
+
+/// kustomize `helmCharts[]` entries naming the chart (`kubectl kustomize --enable-helm`;
+/// kubernetes-sigs/kustomize @ 12f9e6391464b3ad9dd3fe8182049dc1b1772990,
+/// `api/internal/builtins/HelmChartInflationGenerator.go`): `valuesInline` merged with
+/// `valuesFile` (the chart's `values.yaml` when unset) into one values file, the inline values
+/// winning (`valuesMerge: override`, the default) or losing (`merge`), or alone (`replace`);
+/// then each `additionalValuesFiles` entry as a further `-f`. Files are named as unseen here;
+/// `stackgate check` merges them in when they are among its inputs.
+fn kustomize_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
+    let Some(list) = root.get("helmCharts").and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (i, entry) in list.iter().enumerate() {
+        let name = entry.get("name").and_then(Value::as_str);
+        if !name.is_some_and(|n| chart_matches(n, charts)) {
+            continue;
+        }
+        let base = vec![Seg::key("helmCharts"), Seg::Index(i)];
+        let at = |field: &str| {
+            let mut path = base.clone();
+            path.push(Seg::key(field));
+            path
+        };
+        let merge = entry
+            .get("valuesMerge")
+            .and_then(Value::as_str)
+            .unwrap_or("override");
+        let file_named = entry
+            .get("valuesFile")
+            .and_then(Value::as_str)
+            .is_some_and(|f| !f.is_empty());
+        // The values file beneath the inline values (`override`), or over them (`merge`,
+        // named on top: nothing here decides); `replace` ignores it.
+        let (unseen, file_on_top) = match (merge, file_named) {
+            (_, false) | ("replace", _) => (Vec::new(), false),
+            ("merge", true) => (Vec::new(), true),
+            _ => (vec![at("valuesFile")], false),
+        };
+        let mut on_top = vec![at("additionalValuesFiles")];
+        if file_on_top {
+            on_top.insert(0, at("valuesFile"));
+        }
+        out.push(ValuesPlace {
+            path: at("valuesInline"),
+            yaml_string: false,
+            unseen,
+            unseen_on_top: Some(OnTop::AdditionalValuesFiles(on_top)),
+            chart_unseen: None,
+            overrides: None,
+            values_over: None,
+            alias: None,
+            generations: generations_of(name, entry.get("version").and_then(Value::as_str)),
+            switch: Switch::On,
+        });
     }
     out
 }
@@ -1177,8 +1241,15 @@ fn unseen_sources_at(root: &Value, references: &[Seg]) -> Option<String> {
         _ => "",
     };
     if last == "valuesFile" {
-        // Flux's deprecated single values file of the chart source.
         let file = field.as_str().filter(|f| !f.is_empty())?;
+        if matches!(references.first(), Some(Seg::Key(k)) if k == "helmCharts") {
+            // kustomize: a file relative to the kustomization.
+            return Some(format!(
+                "values file {} of the kustomization",
+                shown_entry(file)
+            ));
+        }
+        // Flux's deprecated single values file of the chart source.
         return Some(format!(
             "values file {} of the chart source",
             shown_entry(file)
@@ -1216,6 +1287,29 @@ fn on_top_sources(
     match on_top? {
         OnTop::FileParameters(parameters) => {
             file_parameters_touching(root, parameters, alias).map(|s| (parameters.clone(), s))
+        }
+        OnTop::AdditionalValuesFiles(fields) => {
+            let mut first = None;
+            let mut files: Vec<String> = Vec::new();
+            for at in fields {
+                let named: Vec<String> = match get(root, at) {
+                    Some(Value::String(file)) if !file.is_empty() => vec![shown_entry(file)],
+                    Some(Value::Array(list)) => list
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .map(shown_entry)
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                if !named.is_empty() {
+                    first.get_or_insert_with(|| at.clone());
+                    files.extend(named);
+                }
+            }
+            Some((
+                first?,
+                format!("values files {} of the kustomization", files.join(", ")),
+            ))
         }
         OnTop::ValuesSecrets(at, name) => values_secrets(root, at, name).map(|s| (at.clone(), s)),
     }
