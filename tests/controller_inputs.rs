@@ -416,3 +416,123 @@ fn post_renderers_are_named_beside_the_values_findings() {
         "{found:#?}"
     );
 }
+
+fn application_set(template_values: &str, patch: Option<&str>) -> Value {
+    let mut object = json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "ApplicationSet",
+        "metadata": {"name": "occm", "namespace": "argocd"},
+        "spec": {"generators": [{"list": {"elements": [{"cluster": "a"}]}}],
+            "template": {"metadata": {"name": "occm"},
+                "spec": {"source": {"chart": CHART, "targetRevision": "2.31.1",
+                    "repoURL": "https://kubernetes.github.io/cloud-provider-openstack",
+                    "helm": {"values": template_values}},
+                    "destination": {"server": "https://kubernetes.default.svc"}}}}});
+    if let Some(patch) = patch {
+        object["spec"]["templatePatch"] = json!(patch);
+    }
+    object
+}
+
+#[test]
+fn application_set_templates_are_read_as_applications_unless_templated() {
+    let off = application_set(&serial(false), None);
+    let (allowed, text) = validate(&off);
+    assert!(
+        !allowed && text.contains(DENIED) && text.contains("spec.template.spec.source.helm.values"),
+        "{text}"
+    );
+    let found = items(&check(&[off]));
+    assert!(
+        found
+            .iter()
+            .any(|(l, _, m)| *l == Level::Error && m.contains(DENIED)),
+        "{found:#?}"
+    );
+    let missing = application_set("cloudConfig:\n  global:\n    region: r\n", None);
+    assert!(
+        patches(&missing),
+        "a missing setting is written into the template"
+    );
+    // Template syntax anywhere in the template: every Application may differ; named.
+    let templated = application_set(
+        &format!("{}cluster:\n  name: '{{{{cluster}}}}'\n", serial(false)),
+        None,
+    );
+    let (allowed, text) = validate(&templated);
+    assert!(
+        allowed && text.contains("spec.template") && text.contains("ApplicationSet controller"),
+        "{text}"
+    );
+    let (allowed, text) = validate(&application_set(&serial(false), Some("spec: {}\n")));
+    assert!(allowed && text.contains("spec.templatePatch"), "{text}");
+}
+
+#[test]
+fn sveltos_and_fleet_values_are_read_and_their_other_sources_named() {
+    let profile = |values: &str| {
+        json!({"apiVersion": "config.projectsveltos.io/v1beta1", "kind": "ClusterProfile",
+            "metadata": {"name": "occm"},
+            "spec": {"helmCharts": [{"repositoryURL": "https://kubernetes.github.io/cloud-provider-openstack",
+                "repositoryName": "cpo", "chartName": format!("cpo/{CHART}"), "chartVersion": "2.31.1",
+                "releaseName": "occm", "releaseNamespace": "kube-system", "helmChartAction": "Install",
+                "values": values}]}})
+    };
+    let off = profile(&serial(false));
+    let (allowed, text) = validate(&off);
+    assert!(!allowed && text.contains(DENIED), "{text}");
+    assert!(
+        items(&check(&[off]))
+            .iter()
+            .any(|(l, _, m)| *l == Level::Error && m.contains(DENIED))
+    );
+    let templated = profile(&format!(
+        "{}cluster:\n  name: {{{{ .Cluster.metadata.name }}}}\n",
+        serial(false)
+    ));
+    let (allowed, text) = validate(&templated);
+    assert!(
+        allowed && text.contains("a Go template Sveltos renders"),
+        "{text}"
+    );
+    let helm_op = |extra: Value| {
+        let mut object = json!({"apiVersion": "fleet.cattle.io/v1alpha1", "kind": "HelmOp",
+            "metadata": {"name": "occm", "namespace": "fleet-default"},
+            "spec": {"helm": {"chart": CHART, "version": "2.31.1",
+                "repo": "https://kubernetes.github.io/cloud-provider-openstack",
+                "values": {"cloudConfig": {"global": {"region": "r"},
+                    "loadBalancer": {"provider-requires-serial-api-calls": false}}}}}});
+        for (k, v) in extra.as_object().expect("map") {
+            object["spec"]["helm"][k] = v.clone();
+        }
+        object
+    };
+    let (allowed, text) = validate(&helm_op(json!({})));
+    assert!(
+        !allowed && text.contains(DENIED) && text.contains("spec.helm.values"),
+        "{text}"
+    );
+    let (allowed, text) = validate(&helm_op(
+        json!({"valuesFrom": [{"configMapKeyRef": {"name": "v", "key": "values.yaml"}}]}),
+    ));
+    assert!(
+        allowed
+            && text.contains("values come from ConfigMap v key values.yaml (spec.helm.valuesFrom)"),
+        "{text}"
+    );
+    // A fleet.yaml, read by check.
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("fleet.yaml"),
+        format!("defaultNamespace: kube-system\nhelm:\n  chart: {CHART}\n  version: 2.31.1\n  values:\n    cloudConfig:\n      loadBalancer:\n        provider-requires-serial-api-calls: false\n"),
+    )
+    .expect("write");
+    let argv = ["check".to_owned(), dir.path().display().to_string()];
+    let options = CheckOptions::from(&Cmd::try_parse_from(argv).expect("valid flags").args);
+    let report = check::check(&options, &engine(), &mut std::io::empty()).expect("check runs");
+    let found = items(&report);
+    assert!(
+        found
+            .iter()
+            .any(|(l, _, m)| *l == Level::Error && m.contains(DENIED) && m.contains("helm.values")),
+        "{found:#?}"
+    );
+}

@@ -342,6 +342,117 @@ pub const REGISTRY: &[DeliveryPath] = &[
         reader: "src/sites/helm.rs",
     },
     DeliveryPath {
+        name: "Argo CD ApplicationSet",
+        group: "argoproj.io",
+        versions: &["v1alpha1"],
+        kinds: &["ApplicationSet"],
+        recognised_by: "`spec.template` whose sources name the CCM chart, as an Application's",
+        sources: &[
+            read(
+                "spec.template.spec.source(s).helm (as an Application's) when the template holds no template syntax (`{{`)",
+                Operation::ValuesFile,
+            ),
+            unseen(
+                "spec.template with template syntax, or patched by spec.templatePatch",
+                Operation::Template,
+                "/spec/templatePatch",
+                r#""spec:\n  source:\n    helm:\n      valuesObject: {}\n""#,
+            ),
+        ],
+        webhook: Ok(&[Registration {
+            group: "argoproj.io",
+            versions: &["v1alpha1"],
+            resources: &["applicationsets"],
+            selected_by: "matchCondition: spec changed",
+        }]),
+        audit: &[Audit::Listed("argoproj.io", "v1alpha1", "ApplicationSet")],
+        reader: "src/sites/helm.rs (application_set_places)",
+    },
+    DeliveryPath {
+        name: "Sveltos ClusterProfile / Profile `helmCharts`",
+        group: "config.projectsveltos.io",
+        versions: &["v1beta1"],
+        kinds: &["ClusterProfile", "Profile"],
+        recognised_by: "`spec.helmCharts[].chartName` names the CCM chart",
+        sources: &[
+            read(
+                "spec.helmCharts[].values without template syntax (`{{`)",
+                Operation::ValuesFile,
+            ),
+            unseen(
+                "spec.helmCharts[].values with template syntax (a Go template Sveltos renders per cluster)",
+                Operation::Template,
+                "/spec/helmCharts/0/values",
+                r#""cloudConfig:\n  global:\n    region: {{ .Cluster.metadata.name }}\n""#,
+            ),
+            unseen(
+                "spec.helmCharts[].valuesFrom",
+                Operation::ValuesFile,
+                "/spec/helmCharts/0/valuesFrom",
+                r#"[{"kind": "ConfigMap", "name": "occm-values", "namespace": "default"}]"#,
+            ),
+        ],
+        webhook: Ok(&[Registration {
+            group: "config.projectsveltos.io",
+            versions: &["v1beta1"],
+            resources: &["clusterprofiles", "profiles"],
+            selected_by: "matchCondition: spec changed",
+        }]),
+        audit: &[
+            Audit::Listed("config.projectsveltos.io", "v1beta1", "ClusterProfile"),
+            Audit::Listed("config.projectsveltos.io", "v1beta1", "Profile"),
+        ],
+        reader: "src/sites/helm.rs (sveltos_places)",
+    },
+    DeliveryPath {
+        name: "Rancher Fleet HelmOp / Bundle",
+        group: "fleet.cattle.io",
+        versions: &["v1alpha1"],
+        kinds: &["HelmOp", "Bundle"],
+        recognised_by: "`spec.helm.chart` names the CCM chart",
+        sources: &[
+            read("spec.helm.values", Operation::ValuesFile),
+            unseen(
+                "spec.helm.valuesFiles, spec.helm.valuesFrom, spec.targetCustomizations[] (named as set over the values: stackgate claims no order for them)",
+                Operation::ValuesFile,
+                "/spec/helm/valuesFrom",
+                r#"[{"secretKeyRef": {"name": "occm-values", "key": "values.yaml"}}]"#,
+            ),
+        ],
+        webhook: Ok(&[Registration {
+            group: "fleet.cattle.io",
+            versions: &["v1alpha1"],
+            resources: &["helmops", "bundles"],
+            selected_by: "matchCondition: spec changed",
+        }]),
+        audit: &[
+            Audit::Listed("fleet.cattle.io", "v1alpha1", "HelmOp"),
+            Audit::Listed("fleet.cattle.io", "v1alpha1", "Bundle"),
+        ],
+        reader: "src/sites/helm.rs (fleet_places)",
+    },
+    DeliveryPath {
+        name: "Rancher Fleet `fleet.yaml`",
+        group: "stackgate.dev",
+        versions: &["v1alpha1"],
+        kinds: &[FLEET_YAML_KIND],
+        recognised_by: "a `fleet.yaml` whose `helm.chart` names the CCM chart",
+        sources: &[
+            read("helm.values", Operation::ValuesFile),
+            unseen(
+                "helm.valuesFiles, helm.valuesFrom, targetCustomizations[] (named as set over the values)",
+                Operation::ValuesFile,
+                "/helm/valuesFiles",
+                r#"["values-prod.yaml"]"#,
+            ),
+        ],
+        webhook: Err(
+            "a file of a Git repository Fleet reads: `check` only (Fleet makes Bundles of it, which the webhook sees)",
+        ),
+        audit: &[Audit::NotInCluster],
+        reader: "src/sites/helm.rs (fleet_places)",
+    },
+    DeliveryPath {
         name: "RKE2/k3s helm-controller HelmChart and HelmChartConfig",
         group: "helm.cattle.io",
         versions: V1,
@@ -835,6 +946,9 @@ fn templated(text: &str) -> bool {
     text.contains("{{") || text.contains("{%") || text.contains("{#")
 }
 
+/// Kind of the synthetic object `stackgate check` makes of a Rancher Fleet `fleet.yaml`.
+pub const FLEET_YAML_KIND: &str = "FleetYaml";
+
 /// Kind of the synthetic object `stackgate check` makes of a Talos machine config document.
 pub const TALOS_MACHINE_CONFIG_KIND: &str = "TalosMachineConfig";
 
@@ -852,6 +966,16 @@ pub fn synthetic_object(json: &Value, name: &str) -> Option<Value> {
         return None;
     }
     let file = name.rsplit(['/', '\\']).next().unwrap_or(name);
+    if matches!(file, "fleet.yaml" | "fleet.yml") && map.get("helm").is_some_and(Value::is_object) {
+        let mut out = map.clone();
+        out.insert(
+            "apiVersion".to_owned(),
+            Value::String("stackgate.dev/v1alpha1".to_owned()),
+        );
+        out.insert("kind".to_owned(), Value::String(FLEET_YAML_KIND.to_owned()));
+        out.insert("metadata".to_owned(), serde_json::json!({ "name": name }));
+        return Some(Value::Object(out));
+    }
     if matches!(
         file,
         "kustomization.yaml" | "kustomization.yml" | "Kustomization"

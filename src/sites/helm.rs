@@ -245,6 +245,18 @@ fn values_places(
                 true,
             )),
             ("argoproj.io", "v1alpha1", "Application") => return argo_places(root, charts, cancel),
+            ("argoproj.io", "v1alpha1", "ApplicationSet") => {
+                return application_set_places(root, charts, cancel);
+            }
+            ("config.projectsveltos.io", _, "ClusterProfile" | "Profile") => {
+                return sveltos_places(root, charts);
+            }
+            ("fleet.cattle.io", _, "HelmOp" | "Bundle") => {
+                return fleet_places(root, charts, &["spec", "helm"]);
+            }
+            ("stackgate.dev", "v1alpha1", super::delivery::FLEET_YAML_KIND) => {
+                return fleet_places(root, charts, &["helm"]);
+            }
             ("k0s.k0sproject.io", _, "ClusterConfig") => {
                 return k0s_places(root, charts, &[], cancel);
             }
@@ -724,6 +736,165 @@ fn kustomize_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
         });
     }
     out
+}
+
+/// Whether a text holds Go template syntax (Argo CD ApplicationSet templates, Sveltos values).
+fn go_templated(text: &str) -> bool {
+    text.contains("{{")
+}
+
+/// `place` with every path in it below `prefix` (a place found in a sub-object).
+fn prefixed(mut place: ValuesPlace, prefix: &[Seg]) -> ValuesPlace {
+    let under = |path: &mut Vec<Seg>| {
+        let mut out = prefix.to_vec();
+        out.append(path);
+        *path = out;
+    };
+    under(&mut place.path);
+    place.unseen.iter_mut().for_each(under);
+    match &mut place.unseen_on_top {
+        Some(OnTop::FileParameters(p) | OnTop::ValuesSecrets(p, _)) => under(p),
+        Some(OnTop::AdditionalValuesFiles(list)) => list.iter_mut().for_each(under),
+        None => {}
+    }
+    match &mut place.overrides {
+        Some(OverrideSource::HelmChartSet(p) | OverrideSource::ArgoParameters(p)) => under(p),
+        None => {}
+    }
+    if let Some(p) = &mut place.values_over {
+        under(p);
+    }
+    if let Some((p, _)) = &mut place.chart_unseen {
+        under(p);
+    }
+    place
+}
+
+/// Argo CD `ApplicationSet`: its `spec.template` is the Application each generator makes. A
+/// template without template syntax (`{{`) and without `spec.templatePatch` makes the same
+/// Application for every generated parameter set, so its sources are read as an
+/// Application's ([`argo_places`]); one with it that names the chart is named as unseen
+/// (each Application may get other values).
+fn application_set_places(root: &Value, charts: &[String], cancel: &Cancel) -> Vec<ValuesPlace> {
+    let Some(template) = root.pointer("/spec/template").filter(|t| t.is_object()) else {
+        return Vec::new();
+    };
+    let prefix = keys(&["spec", "template"]);
+    let text = template.to_string();
+    if go_templated(&text) || root.pointer("/spec/templatePatch").is_some() {
+        if !super::payload::mentions(&text, charts) {
+            return Vec::new();
+        }
+        return vec![ValuesPlace {
+            path: prefix.clone(),
+            yaml_string: false,
+            unseen: Vec::new(),
+            unseen_on_top: None,
+            chart_unseen: Some((
+                prefix,
+                "the Application template spec.template (rendered by the ApplicationSet \
+                 controller for each generated Application, and patched by \
+                 spec.templatePatch when set)"
+                    .to_owned(),
+            )),
+            overrides: None,
+            values_over: None,
+            alias: None,
+            generations: Generations::ALL,
+            switch: Switch::On,
+        }];
+    }
+    argo_places(template, charts, cancel)
+        .into_iter()
+        .map(|place| prefixed(place, &prefix))
+        .collect()
+}
+
+/// Sveltos `ClusterProfile` / `Profile` `spec.helmCharts[]` whose `chartName` names the chart:
+/// `values` (a string Sveltos renders as a Go template with the cluster's objects) is read as
+/// YAML when it holds no template syntax, else named as unseen; `valuesFrom` (ConfigMaps and
+/// Secrets) is named as unseen over it.
+fn sveltos_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
+    let Some(list) = root.pointer("/spec/helmCharts").and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (i, entry) in list.iter().enumerate() {
+        let name = entry.get("chartName").and_then(Value::as_str);
+        if !name.is_some_and(|n| chart_matches(n, charts)) {
+            continue;
+        }
+        let base = vec![Seg::key("spec"), Seg::key("helmCharts"), Seg::Index(i)];
+        let at = |field: &str| {
+            let mut path = base.clone();
+            path.push(Seg::key(field));
+            path
+        };
+        let templated = entry
+            .get("values")
+            .and_then(Value::as_str)
+            .is_some_and(go_templated);
+        out.push(ValuesPlace {
+            path: at("values"),
+            yaml_string: true,
+            unseen: Vec::new(),
+            unseen_on_top: Some(OnTop::AdditionalValuesFiles(vec![at("valuesFrom")])),
+            chart_unseen: templated.then(|| {
+                (
+                    at("values"),
+                    "a Go template Sveltos renders with each matching cluster's objects".to_owned(),
+                )
+            }),
+            overrides: None,
+            values_over: None,
+            alias: None,
+            generations: generations_of(name, entry.get("chartVersion").and_then(Value::as_str)),
+            switch: Switch::On,
+        });
+    }
+    out
+}
+
+/// Rancher Fleet: `helm` of a `fleet.yaml` (`at` = `helm`), a `HelmOp` or a `Bundle`
+/// (`spec.helm`) whose `chart` names the chart: `values` read; `valuesFiles` and `valuesFrom`
+/// named as unseen over them (stackgate does not claim their order), as is every
+/// `targetCustomizations[]` (per-cluster overrides) beside `helm`.
+fn fleet_places(root: &Value, charts: &[String], at: &[&str]) -> Vec<ValuesPlace> {
+    let helm = keys(at);
+    let Some(chart) = get(root, &helm)
+        .and_then(|h| h.get("chart"))
+        .and_then(Value::as_str)
+    else {
+        return Vec::new();
+    };
+    if !chart_matches(chart, charts) {
+        return Vec::new();
+    }
+    let field = |f: &str| {
+        let mut path = helm.clone();
+        path.push(Seg::key(f));
+        path
+    };
+    let mut customisations = helm.clone();
+    customisations.pop();
+    customisations.push(Seg::key("targetCustomizations"));
+    let version = get(root, &field("version")).and_then(Value::as_str);
+    vec![ValuesPlace {
+        path: field("values"),
+        yaml_string: false,
+        unseen: Vec::new(),
+        unseen_on_top: Some(OnTop::AdditionalValuesFiles(vec![
+            field("valuesFiles"),
+            field("valuesFrom"),
+            customisations,
+        ])),
+        chart_unseen: None,
+        overrides: None,
+        values_over: None,
+        alias: None,
+        generations: generations_of(Some(chart), version),
+        switch: Switch::On,
+    }]
 }
 
 /// Argo CD: `spec.source` and each `spec.sources[]` whose chart (or path) names the chart;
@@ -1294,11 +1465,7 @@ fn on_top_sources(
             for at in fields {
                 let named: Vec<String> = match get(root, at) {
                     Some(Value::String(file)) if !file.is_empty() => vec![shown_entry(file)],
-                    Some(Value::Array(list)) => list
-                        .iter()
-                        .filter_map(Value::as_str)
-                        .map(shown_entry)
-                        .collect(),
+                    Some(Value::Array(list)) => list.iter().map(describe_named).collect(),
                     _ => Vec::new(),
                 };
                 if !named.is_empty() {
@@ -1306,10 +1473,9 @@ fn on_top_sources(
                     files.extend(named);
                 }
             }
-            Some((
-                first?,
-                format!("values files {} of the kustomization", files.join(", ")),
-            ))
+            let first = first?;
+            let field = display(&first);
+            Some((first, format!("{} ({field})", files.join(", "))))
         }
         OnTop::ValuesSecrets(at, name) => values_secrets(root, at, name).map(|s| (at.clone(), s)),
     }
@@ -1422,6 +1588,31 @@ fn values_from_sources(root: &Value) -> Option<String> {
             .collect::<Vec<_>>()
             .join(", "),
     )
+}
+
+/// An entry of a list naming values elsewhere, as messages name it (names only, never
+/// content): a file name, `ConfigMap NAME key KEY` / `Secret NAME key KEY` (Fleet's
+/// `configMapKeyRef` / `secretKeyRef`), `KIND NAME` (Sveltos' `valuesFrom`), a per-cluster
+/// customisation by its `name`, else `an entry`.
+fn describe_named(entry: &Value) -> String {
+    if let Some(file) = entry.as_str() {
+        return shown_entry(file);
+    }
+    let text = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(shown_entry);
+    for (field, kind) in [("configMapKeyRef", "ConfigMap"), ("secretKeyRef", "Secret")] {
+        if let Some(reference) = entry.get(field) {
+            let name = text(reference, "name").unwrap_or_default();
+            return match text(reference, "key") {
+                Some(key) => format!("{kind} {name} key {key}"),
+                None => format!("{kind} {name}"),
+            };
+        }
+    }
+    match (text(entry, "kind"), text(entry, "name")) {
+        (Some(kind), Some(name)) => format!("{kind} {name}"),
+        (None, Some(name)) => format!("customisation {name}"),
+        _ => "an entry".to_owned(),
+    }
 }
 
 /// One Flux `valuesFrom` reference as messages name it: `Secret occm-values key values.yaml`,
