@@ -372,7 +372,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
         name: "Sveltos ClusterProfile / Profile `helmCharts`",
         group: "config.projectsveltos.io",
         versions: &["v1beta1"],
-        kinds: &["ClusterProfile", "Profile"],
+        kinds: &["Profile", "ClusterProfile"],
         recognised_by: "`spec.helmCharts[].chartName` names the CCM chart",
         sources: &[
             read(
@@ -395,13 +395,14 @@ pub const REGISTRY: &[DeliveryPath] = &[
         webhook: Ok(&[Registration {
             group: "config.projectsveltos.io",
             versions: &["v1beta1"],
-            resources: &["clusterprofiles", "profiles"],
-            selected_by: "matchCondition: spec changed",
+            resources: &["profiles"],
+            selected_by: "matchCondition: spec changed. A ClusterProfile is cluster-scoped and the chart registers namespaced resources only (so its namespace exemptions hold): the webhook and the audit do not see ClusterProfiles; `check` reads them",
         }]),
-        audit: &[
-            Audit::Listed("config.projectsveltos.io", "v1beta1", "ClusterProfile"),
-            Audit::Listed("config.projectsveltos.io", "v1beta1", "Profile"),
-        ],
+        audit: &[Audit::Listed(
+            "config.projectsveltos.io",
+            "v1beta1",
+            "Profile",
+        )],
         reader: "src/sites/helm.rs (sveltos_places)",
     },
     DeliveryPath {
