@@ -1141,7 +1141,7 @@ fn nested_fields(gvk: &GroupVersionKind, root: &Value) -> Vec<(Vec<Seg>, &'stati
 
 /// The configs in the manifest streams nested in `object` ([`nested_fields`]), read with the
 /// one nested-manifest reader ([`super::payload::read_nested`]). More than
-/// [`super::helm::MAX_CARRIERS_PER_OBJECT`] streams that would be parsed are not parsed: the
+/// [`super::MAX_NESTED_CARRIERS`] streams that would be parsed are not parsed: the
 /// object is reported over the limit instead.
 fn nested_streams(
     gvk: &GroupVersionKind,
@@ -1159,7 +1159,7 @@ fn nested_streams(
         Some(ns) => format!("{} {ns}/{name}", gvk.kind),
         None => format!("{} {name}", gvk.kind),
     };
-    let charts = super::helm::chart_names(sites);
+    let charts = super::chart_names_of(sites);
     let texts: Vec<(Vec<Seg>, &'static str, String, &str)> = fields
         .into_iter()
         .filter_map(|(path, label, location)| {
@@ -1175,12 +1175,12 @@ fn nested_streams(
             worth.then_some((path, label, location, text))
         })
         .collect();
-    if texts.len() > super::helm::MAX_CARRIERS_PER_OBJECT {
+    if texts.len() > super::MAX_NESTED_CARRIERS {
         let (path, _, location, _) = &texts[0];
         let error = SiteError::TooManyCarriers {
             location: location.clone(),
             count: texts.len(),
-            limit: super::helm::MAX_CARRIERS_PER_OBJECT,
+            limit: super::MAX_NESTED_CARRIERS,
         };
         let mut site = FoundConfig::new(
             outer,

@@ -566,6 +566,26 @@ pub fn find_with_embedded_within(
     (found, objects)
 }
 
+/// The chart names a sites document asks for ([`helm::chart_names`]): the carriers that nest
+/// chart values (`payload`, `delivery`) ask here, so they do not use `helm`, which uses them.
+fn chart_names_of(sites: &SitesDocument) -> Vec<String> {
+    helm::chart_names(sites)
+}
+
+/// The sites in the chart values an object carries ([`helm::find`]), for the nested-manifest
+/// reader ([`payload::read_nested`]): a document of a nested stream is read as an object.
+fn chart_values_sites(
+    gvk: &GroupVersionKind,
+    object: &DynamicObject,
+    sites: &SitesDocument,
+    cancel: &Cancel,
+) -> Vec<FoundConfig> {
+    helm::find(gvk, object, &helm::chart_names(sites), cancel)
+}
+
+/// Most nested manifest streams one object has parsed ([`helm::MAX_CARRIERS_PER_OBJECT`]).
+const MAX_NESTED_CARRIERS: usize = helm::MAX_CARRIERS_PER_OBJECT;
+
 /// ConfigMap or Secret, the two kinds whose `data` holds sites.
 pub fn data_kind(gvk: &GroupVersionKind) -> Option<SiteKind> {
     match (gvk.group.as_str(), gvk.version.as_str(), gvk.kind.as_str()) {

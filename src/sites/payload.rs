@@ -229,7 +229,7 @@ pub fn worth_parsing(text: &str, sites: &SitesDocument) -> bool {
         text.contains("kind")
             && (names_a_site(text, sites)
                 || names_a_ccm(text)
-                || super::helm::chart_names(sites)
+                || super::chart_names_of(sites)
                     .iter()
                     .any(|c| text.contains(c.as_str())))
     })
@@ -386,7 +386,7 @@ pub(super) fn scan(
         SiteKind::ConfigMap => &[("data", Encoding::Text)],
     };
     let mut seen: Vec<&str> = Vec::new();
-    let charts = super::helm::chart_names(sites);
+    let charts = super::chart_names_of(sites);
     for (field, encoding) in fields {
         let Some(map) = object.data.get(*field).and_then(Value::as_object) else {
             continue;
@@ -460,7 +460,7 @@ pub(super) fn read_nested(
     sites: &SitesDocument,
     cancel: &Cancel,
 ) -> Vec<FoundConfig> {
-    let charts = super::helm::chart_names(sites);
+    let charts = super::chart_names_of(sites);
     let values = mentions(text, &charts);
     if !values && !may_hold_site(text, sites) {
         return Vec::new();
@@ -667,7 +667,7 @@ impl PayloadValue {
                 Some(kind) => super::object_data::find(kind, &inner, sites),
                 // The chart's values in a values carrier (one level: a carrier nested in a
                 // nested stream is not read again).
-                None => super::helm::find(&gvk, &inner, &super::helm::chart_names(sites), cancel),
+                None => super::chart_values_sites(&gvk, &inner, sites, cancel),
             };
             for site in inner_sites {
                 // A data key's path, or the values field's (a values string is edited in place).
