@@ -1221,10 +1221,11 @@ fn unseen_manifests(
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
+        // Sources other than a template-free template (read by `nested_streams`).
         .filter(|s| {
-            !s.get("template")
+            s.get("template")
                 .and_then(Value::as_str)
-                .is_some_and(|t| !templated(t))
+                .is_none_or(templated)
         })
         .cloned()
         .collect();
