@@ -609,6 +609,16 @@ pub(super) fn candidates_of(
         v.get("apiVersion").is_some_and(Value::is_string)
             && v.get("kind").is_some_and(Value::is_string)
     };
+    if let Some(object) = crate::sites::delivery::synthetic_object(&json, name) {
+        // A Talos machine config, a kustomization without apiVersion: read as objects (registry).
+        return Ok(vec![Candidate {
+            doc: doc.index,
+            prefix: Vec::new(),
+            values_file: false,
+            json: object,
+            line: doc.root.start.line,
+        }]);
+    }
     if !is_object(&json) {
         return Ok(Vec::new());
     }

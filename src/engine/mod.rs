@@ -1122,6 +1122,29 @@ impl Engine {
                     ..Text::default()
                 },
             )),
+            Err(SiteError::PostRendered {
+                location,
+                renderers,
+            }) => Some((
+                CODE_UNSEEN,
+                Text {
+                    location: Some(format!("{} {location}", site.object)),
+                    what: format!(
+                        "{renderers} change the manifests the chart renders after stackgate \
+                         checked the values, and this run cannot see what they render"
+                    ),
+                    fix: "check what the release renders: `helm template` with these values, \
+                          the post-renderers applied, piped into `stackgate check -`; or make \
+                          the change in the values"
+                        .to_owned(),
+                    why: "stackgate checked the cloud config these values render (its findings \
+                          on this object stand for that); a post-renderer can still rewrite the \
+                          cloud-config Secret or the CCM DaemonSet (its --cloud-config, its \
+                          mounts) after that, which no values show."
+                        .to_owned(),
+                    ..Text::default()
+                },
+            )),
             Err(SiteError::ValuesKeyMissing { location, label }) => Some((
                 CODE_VALUES_KEY_MISSING,
                 Text {

@@ -22,6 +22,7 @@ use serde_json::Value;
 
 use super::values::UnseenValues;
 use super::{FoundConfig, SiteError, SitesDocument};
+use crate::budget::Cancel;
 use crate::yaml::Seg;
 
 /// How Helm (or the controller) takes one values source.
@@ -43,6 +44,10 @@ pub enum Operation {
     EmbeddedManifest,
     /// A Jinja2 template the controller renders into values or manifests.
     Template,
+    /// Which chart renders the values (its templates and default values), not a values source.
+    Chart,
+    /// Patches the controller applies to the manifests Helm rendered.
+    PostRender,
 }
 
 impl Operation {
@@ -57,6 +62,8 @@ impl Operation {
             Operation::TargetPath => "Flux `targetPath` (`--set`)",
             Operation::EmbeddedManifest => "embedded manifest",
             Operation::Template => "Jinja2 template",
+            Operation::Chart => "the chart itself",
+            Operation::PostRender => "post-renderer over the rendered manifests",
         }
     }
 }
@@ -224,9 +231,12 @@ pub const REGISTRY: &[DeliveryPath] = &[
         group: "",
         versions: V1,
         kinds: &["Secret", "ConfigMap"],
-        recognised_by: "Secret type `addons.cluster.x-k8s.io/resource-set`; a ConfigMap by shape (embedded manifests holding a site)",
+        recognised_by: "Secret type `addons.cluster.x-k8s.io/resource-set`; a ConfigMap by shape (embedded manifests holding a site or the CCM chart's values; this also reads the ConfigMaps a K0smotronControlPlane lists in `spec.manifests`)",
         sources: &[
-            read("data[*] / stringData[*]", Operation::EmbeddedManifest),
+            read(
+                "data[*] / stringData[*]: cloud-config sites and the CCM chart's values carriers (HelmChart, k0s Chart, …)",
+                Operation::EmbeddedManifest,
+            ),
             unseen(
                 "a clusterctl `${VARIABLE}` as the embedded cloud.conf",
                 Operation::EmbeddedManifest,
@@ -256,8 +266,14 @@ pub const REGISTRY: &[DeliveryPath] = &[
         group: "helm.toolkit.fluxcd.io",
         versions: FLUX,
         kinds: &["HelmRelease"],
-        recognised_by: "`spec.chart.spec.chart` or `spec.chartRef.name` names the CCM chart",
+        recognised_by: "`spec.chart.spec.chart` or `spec.chartRef.name` names the CCM chart; `check` resolves a `chartRef` to the run's `OCIRepository` (`spec.url`) or source `HelmChart` (`spec.chart`)",
         sources: &[
+            unseen(
+                "spec.chartRef not named after the chart, with the CCM chart's values (resolved by `check` from the run's objects)",
+                Operation::Chart,
+                "/spec/chartRef",
+                r#"{"kind": "OCIRepository", "name": "occm-chart"}"#,
+            ),
             unseen(
                 "spec.chart.spec.valuesFiles",
                 Operation::ValuesFile,
@@ -277,6 +293,12 @@ pub const REGISTRY: &[DeliveryPath] = &[
                 r#"[{"kind": "Secret", "name": "occm-cloud-conf", "valuesKey": "cloud.conf", "targetPath": "cloudConfigContents"}]"#,
             ),
             read("spec.values", Operation::ValuesFile),
+            unseen(
+                "spec.postRenderers (named beside the values' findings: the values are checked)",
+                Operation::PostRender,
+                "/spec/postRenderers",
+                r#"[{"kustomize": {"patches": [{"target": {"kind": "Secret"}, "patch": "- op: remove\n  path: /data"}]}}]"#,
+            ),
         ],
         webhook: Ok(&[Registration {
             group: "helm.toolkit.fluxcd.io",
@@ -320,14 +342,146 @@ pub const REGISTRY: &[DeliveryPath] = &[
         reader: "src/sites/helm.rs",
     },
     DeliveryPath {
+        name: "Argo CD ApplicationSet",
+        group: "argoproj.io",
+        versions: &["v1alpha1"],
+        kinds: &["ApplicationSet"],
+        recognised_by: "`spec.template` whose sources name the CCM chart, as an Application's",
+        sources: &[
+            read(
+                "spec.template.spec.source(s).helm (as an Application's) when the template holds no template syntax (`{{`)",
+                Operation::ValuesFile,
+            ),
+            unseen(
+                "spec.template with template syntax, or patched by spec.templatePatch",
+                Operation::Template,
+                "/spec/templatePatch",
+                r#""spec:\n  source:\n    helm:\n      valuesObject: {}\n""#,
+            ),
+        ],
+        webhook: Ok(&[Registration {
+            group: "argoproj.io",
+            versions: &["v1alpha1"],
+            resources: &["applicationsets"],
+            selected_by: "matchCondition: spec changed",
+        }]),
+        audit: &[Audit::Listed("argoproj.io", "v1alpha1", "ApplicationSet")],
+        reader: "src/sites/helm.rs (application_set_places)",
+    },
+    DeliveryPath {
+        name: "Sveltos ClusterProfile / Profile `helmCharts`",
+        group: "config.projectsveltos.io",
+        versions: &["v1beta1"],
+        kinds: &["Profile", "ClusterProfile"],
+        recognised_by: "`spec.helmCharts[].chartName` names the CCM chart",
+        sources: &[
+            read(
+                "spec.helmCharts[].values without template syntax (`{{`)",
+                Operation::ValuesFile,
+            ),
+            unseen(
+                "spec.helmCharts[].values with template syntax (a Go template Sveltos renders per cluster)",
+                Operation::Template,
+                "/spec/helmCharts/0/values",
+                r#""cloudConfig:\n  global:\n    region: {{ .Cluster.metadata.name }}\n""#,
+            ),
+            unseen(
+                "spec.helmCharts[].valuesFrom",
+                Operation::ValuesFile,
+                "/spec/helmCharts/0/valuesFrom",
+                r#"[{"kind": "ConfigMap", "name": "occm-values", "namespace": "default"}]"#,
+            ),
+        ],
+        webhook: Ok(&[Registration {
+            group: "config.projectsveltos.io",
+            versions: &["v1beta1"],
+            resources: &["profiles"],
+            selected_by: "matchCondition: spec changed. A ClusterProfile is cluster-scoped and the chart registers namespaced resources only (so its namespace exemptions hold): the webhook and the audit do not see ClusterProfiles; `check` reads them",
+        }]),
+        audit: &[Audit::Listed(
+            "config.projectsveltos.io",
+            "v1beta1",
+            "Profile",
+        )],
+        reader: "src/sites/helm.rs (sveltos_places)",
+    },
+    DeliveryPath {
+        name: "Rancher Fleet HelmOp / Bundle",
+        group: "fleet.cattle.io",
+        versions: &["v1alpha1"],
+        kinds: &["HelmOp", "Bundle"],
+        recognised_by: "`spec.helm.chart` names the CCM chart",
+        sources: &[
+            read("spec.helm.values", Operation::ValuesFile),
+            unseen(
+                "spec.helm.valuesFiles, spec.helm.valuesFrom, spec.targetCustomizations[] (named as set over the values: stackgate claims no order for them)",
+                Operation::ValuesFile,
+                "/spec/helm/valuesFrom",
+                r#"[{"secretKeyRef": {"name": "occm-values", "key": "values.yaml"}}]"#,
+            ),
+        ],
+        webhook: Ok(&[Registration {
+            group: "fleet.cattle.io",
+            versions: &["v1alpha1"],
+            resources: &["helmops", "bundles"],
+            selected_by: "matchCondition: spec changed",
+        }]),
+        audit: &[
+            Audit::Listed("fleet.cattle.io", "v1alpha1", "HelmOp"),
+            Audit::Listed("fleet.cattle.io", "v1alpha1", "Bundle"),
+        ],
+        reader: "src/sites/helm.rs (fleet_places)",
+    },
+    DeliveryPath {
+        name: "Rancher Fleet `fleet.yaml`",
+        group: "stackgate.dev",
+        versions: &["v1alpha1"],
+        kinds: &[FLEET_YAML_KIND],
+        recognised_by: "a `fleet.yaml` whose `helm.chart` names the CCM chart",
+        sources: &[
+            read("helm.values", Operation::ValuesFile),
+            unseen(
+                "helm.valuesFiles, helm.valuesFrom, targetCustomizations[] (named as set over the values)",
+                Operation::ValuesFile,
+                "/helm/valuesFiles",
+                r#"["values-prod.yaml"]"#,
+            ),
+        ],
+        webhook: Err(
+            "a file of a Git repository Fleet reads: `check` only (Fleet makes Bundles of it, which the webhook sees)",
+        ),
+        audit: &[Audit::NotInCluster],
+        reader: "src/sites/helm.rs (fleet_places)",
+    },
+    DeliveryPath {
         name: "RKE2/k3s helm-controller HelmChart and HelmChartConfig",
         group: "helm.cattle.io",
         versions: V1,
         kinds: &["HelmChart", "HelmChartConfig"],
         recognised_by: "HelmChart `spec.chart` names the CCM chart; a HelmChartConfig by the HelmChart's name",
         sources: &[
+            unseen(
+                "HelmChart spec.chartContent (an inline chart archive installed in place of the upstream chart)",
+                Operation::Chart,
+                "/spec/chartContent",
+                r#""H4sIAAAAAAAA/wAAAP//AQAA//8AAAAAAAAAAA==""#,
+            ),
             read("HelmChart spec.valuesContent", Operation::ValuesFile),
+            read("HelmChart spec.values", Operation::ValuesFile),
+            unseen(
+                "HelmChart spec.valuesSecrets (resolved by `check` from the run's Secrets)",
+                Operation::ValuesFile,
+                "/spec/valuesSecrets",
+                r#"[{"name": "occm-values", "keys": ["values.yaml"]}]"#,
+            ),
             read("HelmChartConfig spec.valuesContent", Operation::ValuesFile),
+            read("HelmChartConfig spec.values", Operation::ValuesFile),
+            unseen(
+                "HelmChartConfig spec.valuesSecrets (resolved by `check` from the run's Secrets when its HelmChart is in the run)",
+                Operation::ValuesFile,
+                "/spec/valuesSecrets",
+                r#"[{"name": "occm-config-values", "keys": ["values.yaml"], "ignoreUpdates": true}]"#,
+            ),
             read(
                 "HelmChart spec.set (`true`/`false`/integers)",
                 Operation::Set,
@@ -374,11 +528,17 @@ pub const REGISTRY: &[DeliveryPath] = &[
         group: "controlplane.cluster.x-k8s.io",
         versions: &["v1beta1", "v1beta2"],
         kinds: &["K0smotronControlPlane", "K0sControlPlane"],
-        recognised_by: "an embedded ClusterConfig (`spec.k0sConfig`, `spec.k0sConfigSpec.k0s`) whose helm charts name the CCM chart",
-        sources: &[read(
-            "<embedded ClusterConfig> spec.extensions.helm.charts[].values",
-            Operation::ValuesFile,
-        )],
+        recognised_by: "an embedded ClusterConfig (`spec.k0sConfig`, `spec.k0sConfigSpec.k0s`) whose helm charts name the CCM chart; a K0sControlPlane's `spec.k0sConfigSpec.files[].content` holding manifests (a k0s `Chart`, a cloud-config Secret)",
+        sources: &[
+            read(
+                "<embedded ClusterConfig> spec.extensions.helm.charts[].values",
+                Operation::ValuesFile,
+            ),
+            read(
+                "K0sControlPlane spec.k0sConfigSpec.files[].content (manifests k0s applies from its manifests directory; the nested-manifest reader)",
+                Operation::EmbeddedManifest,
+            ),
+        ],
         webhook: Ok(&[Registration {
             group: "controlplane.cluster.x-k8s.io",
             versions: &["v1beta1", "v1beta2"],
@@ -440,12 +600,18 @@ pub const REGISTRY: &[DeliveryPath] = &[
         versions: &["v1alpha1"],
         kinds: &["HelmRelease"],
         recognised_by: "`spec.chart.name` names the CCM chart",
-        sources: &[unseen(
-            "spec.valuesSources[] (template, configMap, secret)",
-            Operation::Template,
-            "/spec/valuesSources",
-            r#"[{"secret": {"name": "occm-values", "key": "values.yaml"}}]"#,
-        )],
+        sources: &[
+            read(
+                "spec.valuesSources[0].template when it is the only source and holds no template syntax (`{{`, `{%`, `{#`): the values as written",
+                Operation::ValuesFile,
+            ),
+            unseen(
+                "spec.valuesSources[] (templates with template syntax, configMap, secret, or more than one source)",
+                Operation::Template,
+                "/spec/valuesSources",
+                r#"[{"secret": {"name": "occm-values", "key": "values.yaml"}}]"#,
+            ),
+        ],
         webhook: Ok(&[Registration {
             group: "addons.stackhpc.com",
             versions: &["v1alpha1"],
@@ -457,20 +623,26 @@ pub const REGISTRY: &[DeliveryPath] = &[
             "v1alpha1",
             "HelmRelease",
         )],
-        reader: "src/sites/delivery.rs (unseen)",
+        reader: "src/sites/helm.rs (a template-free template), src/sites/delivery.rs (unseen)",
     },
     DeliveryPath {
         name: "Azimuth cluster-api-addon-provider Manifests",
         group: "addons.stackhpc.com",
         versions: &["v1alpha1"],
         kinds: &["Manifests"],
-        recognised_by: "a `spec.manifestSources[].template` that may embed a cloud-config site",
-        sources: &[unseen(
-            "spec.manifestSources[] (template, configMap, secret)",
-            Operation::Template,
-            "/spec/manifestSources",
-            r#"[{"configMap": {"name": "cloud-config-manifests", "key": "secret.yaml"}}]"#,
-        )],
+        recognised_by: "a `spec.manifestSources[].template` that may embed a cloud-config site or the CCM chart's values",
+        sources: &[
+            read(
+                "spec.manifestSources[].template without template syntax (`{{`, `{%`, `{#`): manifests as written (the nested-manifest reader)",
+                Operation::EmbeddedManifest,
+            ),
+            unseen(
+                "spec.manifestSources[] (templates with template syntax, configMap, secret)",
+                Operation::Template,
+                "/spec/manifestSources",
+                r#"[{"configMap": {"name": "cloud-config-manifests", "key": "secret.yaml"}}]"#,
+            ),
+        ],
         webhook: Ok(&[Registration {
             group: "addons.stackhpc.com",
             versions: &["v1alpha1"],
@@ -482,7 +654,42 @@ pub const REGISTRY: &[DeliveryPath] = &[
             "v1alpha1",
             "Manifests",
         )],
-        reader: "src/sites/delivery.rs (unseen)",
+        reader: "src/sites/payload.rs (`read_nested`, template-free templates), src/sites/delivery.rs (unseen)",
+    },
+    DeliveryPath {
+        name: "k0s Chart (helm.k0sproject.io)",
+        group: "helm.k0sproject.io",
+        versions: &["v1beta1"],
+        kinds: &["Chart"],
+        recognised_by: "`spec.chartName` names the CCM chart (k0s applies `Chart` objects from its manifests directory; also inside a K0sControlPlane's files and a K0smotronControlPlane's `spec.manifests` ConfigMaps)",
+        sources: &[read("spec.values", Operation::ValuesFile)],
+        webhook: Ok(&[Registration {
+            group: "helm.k0sproject.io",
+            versions: &["v1beta1"],
+            resources: &["charts"],
+            selected_by: "matchCondition: spec changed",
+        }]),
+        audit: &[Audit::Listed("helm.k0sproject.io", "v1beta1", "Chart")],
+        reader: "src/sites/helm.rs",
+    },
+    DeliveryPath {
+        name: "Rancher provisioning Cluster (RKE2/k3s `additionalManifest`)",
+        group: "provisioning.cattle.io",
+        versions: V1,
+        kinds: &["Cluster"],
+        recognised_by: "`spec.rkeConfig.additionalManifest` holding manifests (an RKE2 HelmChart of the CCM chart, a cloud-config Secret)",
+        sources: &[read(
+            "spec.rkeConfig.additionalManifest (a manifest stream; the nested-manifest reader)",
+            Operation::EmbeddedManifest,
+        )],
+        webhook: Ok(&[Registration {
+            group: "provisioning.cattle.io",
+            versions: V1,
+            resources: &["clusters"],
+            selected_by: "matchCondition: spec changed",
+        }]),
+        audit: &[Audit::Listed("provisioning.cattle.io", "v1", "Cluster")],
+        reader: "src/sites/delivery.rs (nested_fields) and src/sites/payload.rs (read_nested)",
     },
     DeliveryPath {
         name: "Giant Swarm App (cloud-provider-openstack-app)",
@@ -516,6 +723,62 @@ pub const REGISTRY: &[DeliveryPath] = &[
             "App",
         )],
         reader: "src/sites/delivery.rs (unseen)",
+    },
+    DeliveryPath {
+        name: "Talos machine config `cluster.inlineManifests`",
+        group: "stackgate.dev",
+        versions: &["v1alpha1"],
+        kinds: &[TALOS_MACHINE_CONFIG_KIND],
+        recognised_by: "a document with `version: v1alpha1`, `machine` and `cluster` (no `apiVersion`) in a file `check` reads",
+        sources: &[read(
+            "cluster.inlineManifests[].contents (manifests Talos applies at bootstrap; the nested-manifest reader)",
+            Operation::EmbeddedManifest,
+        )],
+        webhook: Err(
+            "a Talos machine config is applied by talosctl to the nodes, never to the Kubernetes API: `check` only",
+        ),
+        audit: &[Audit::NotInCluster],
+        reader: "src/sites/delivery.rs (talos_machine_config, nested_fields) and src/sites/payload.rs (read_nested)",
+    },
+    DeliveryPath {
+        name: "KubeOne manifest `cloudProvider.cloudConfig`",
+        group: "kubeone.k8c.io",
+        versions: &["v1beta2", "v1beta3"],
+        kinds: &["KubeOneCluster"],
+        recognised_by: "`cloudProvider.openstack` set",
+        sources: &[read("cloudProvider.cloudConfig", Operation::CloudConfig)],
+        webhook: Err(
+            "a KubeOne manifest is read by the kubeone CLI, never applied to a cluster: `check` only",
+        ),
+        audit: &[Audit::NotInCluster],
+        reader: "src/sites/delivery.rs (kubeone_cloud_config)",
+    },
+    DeliveryPath {
+        name: "kustomize `helmCharts[]` (`kubectl kustomize --enable-helm`)",
+        group: "kustomize.config.k8s.io",
+        versions: &["v1beta1"],
+        kinds: &["Kustomization"],
+        recognised_by: "a kustomization (`kustomization.yaml`, with or without `apiVersion`) whose `helmCharts[].name` names the CCM chart",
+        sources: &[
+            unseen(
+                "helmCharts[].valuesFile (relative to the kustomization; merged beneath `valuesInline` by `check` when it is among the inputs, `valuesMerge: override`)",
+                Operation::ValuesFile,
+                "/helmCharts/0/valuesFile",
+                r#""values-prod.yaml""#,
+            ),
+            read("helmCharts[].valuesInline", Operation::ValuesFile),
+            unseen(
+                "helmCharts[].additionalValuesFiles (and `valuesFile` under `valuesMerge: merge`)",
+                Operation::ValuesFile,
+                "/helmCharts/0/additionalValuesFiles",
+                r#"["extra-values.yaml"]"#,
+            ),
+        ],
+        webhook: Err(
+            "a kustomization is read by kustomize, never applied to a cluster: `check` only",
+        ),
+        audit: &[Audit::NotInCluster],
+        reader: "src/sites/helm.rs (kustomize_places), src/check/index.rs (valuesFile)",
     },
     DeliveryPath {
         name: "Plain Helm values file",
@@ -578,8 +841,22 @@ pub(super) fn find(
     object: &DynamicObject,
     sites: &SitesDocument,
     charts: &[String],
+    cancel: &Cancel,
 ) -> Vec<FoundConfig> {
     let root = &object.data;
+    let kubeone = kubeone_cloud_config(gvk, object);
+    if !kubeone.is_empty() {
+        return kubeone;
+    }
+    let mut nested = nested_streams(gvk, object, sites, cancel);
+    if gvk.group == "addons.stackhpc.com" && gvk.kind == "Manifests" {
+        // Its template-free templates are read above; the rest is named below.
+        nested.extend(unseen_manifests(gvk, object, sites));
+        return nested;
+    }
+    if !nested.is_empty() {
+        return nested;
+    }
     let names_chart = |reference: Option<&str>| {
         reference.is_some_and(|r| {
             super::chart::chart_matches(r, charts) || r.trim().ends_with(GIANT_SWARM_APP_CHART)
@@ -587,32 +864,12 @@ pub(super) fn find(
     };
     let (field, sources) = match (gvk.group.as_str(), gvk.kind.as_str()) {
         ("addons.stackhpc.com", "HelmRelease")
-            if names_chart(root.pointer("/spec/chart/name").and_then(Value::as_str)) =>
+            if names_chart(root.pointer("/spec/chart/name").and_then(Value::as_str))
+                && plain_values_template(root).is_none() =>
         {
             (
                 "valuesSources",
                 describe_sources("valuesSources", root.pointer("/spec/valuesSources")),
-            )
-        }
-        ("addons.stackhpc.com", "Manifests") => {
-            let embeds_site = root
-                .pointer("/spec/manifestSources")
-                .and_then(Value::as_array)
-                .is_some_and(|list| {
-                    list.iter().any(|s| {
-                        s.get("template")
-                            .and_then(Value::as_str)
-                            .is_some_and(|t| super::payload::may_hold_site(t, sites))
-                            || s.get("configMap").is_some()
-                            || s.get("secret").is_some()
-                    })
-                });
-            if !embeds_site {
-                return Vec::new();
-            }
-            (
-                "manifestSources",
-                describe_sources("manifestSources", root.pointer("/spec/manifestSources")),
             )
         }
         ("application.giantswarm.io", "App")
@@ -644,6 +901,16 @@ pub(super) fn find(
         }
         _ => return Vec::new(),
     };
+    unseen_at(gvk, object, field, sources)
+}
+
+/// The unseen site of `object` at `spec.<field>`, naming `sources`.
+fn unseen_at(
+    gvk: &GroupVersionKind,
+    object: &DynamicObject,
+    field: &str,
+    sources: String,
+) -> Vec<FoundConfig> {
     let path = vec![Seg::key("spec"), Seg::key(field)];
     let location = format!("spec.{field}");
     let error = SiteError::Unseen {
@@ -660,6 +927,322 @@ pub(super) fn find(
     vec![site]
 }
 
+/// The one values source of an Azimuth addon `HelmRelease` when it is a template without
+/// template syntax (its index): the values are that YAML, read as the chart's values by
+/// [`super::helm`]. None with other or more sources (named as unseen).
+pub(super) fn plain_values_template(root: &Value) -> Option<usize> {
+    match root.pointer("/spec/valuesSources")?.as_array()?.as_slice() {
+        [only] if only.as_object().is_some_and(|m| m.len() == 1) => only
+            .get("template")
+            .and_then(Value::as_str)
+            .is_some_and(|t| !templated(t))
+            .then_some(0),
+        _ => None,
+    }
+}
+
+/// Whether a Jinja2 template (Azimuth's addon provider renders them) holds template syntax:
+/// one without any (no `{{`, `{%` or `{#`) renders as itself, so it is read as plain YAML.
+fn templated(text: &str) -> bool {
+    text.contains("{{") || text.contains("{%") || text.contains("{#")
+}
+
+/// Kind of the synthetic object `stackgate check` makes of a Rancher Fleet `fleet.yaml`.
+pub const FLEET_YAML_KIND: &str = "FleetYaml";
+
+/// Kind of the synthetic object `stackgate check` makes of a Talos machine config document.
+pub const TALOS_MACHINE_CONFIG_KIND: &str = "TalosMachineConfig";
+
+/// A document without `apiVersion` and `kind` that is a carrier all the same, as the object
+/// `stackgate check` evaluates (every other path as in the file, so a fix is written where the
+/// document has it); None for any other document:
+/// - a Talos machine config (`version: v1alpha1` with `machine` and `cluster` maps;
+///   siderolabs/talos `pkg/machinery/config/types/v1alpha1`): `apiVersion:
+///   stackgate.dev/v1alpha1`, `kind: TalosMachineConfig`, the file's name;
+/// - a kustomization file (`kustomization.yaml`, `.yml`, `Kustomization`) with `helmCharts`,
+///   which kustomize reads without them: `kustomize.config.k8s.io/v1beta1` `Kustomization`.
+pub fn synthetic_object(json: &Value, name: &str) -> Option<Value> {
+    let map = json.as_object()?;
+    if map.contains_key("apiVersion") || map.contains_key("kind") {
+        return None;
+    }
+    let file = name.rsplit(['/', '\\']).next().unwrap_or(name);
+    if matches!(file, "fleet.yaml" | "fleet.yml") && map.get("helm").is_some_and(Value::is_object) {
+        let mut out = map.clone();
+        out.insert(
+            "apiVersion".to_owned(),
+            Value::String("stackgate.dev/v1alpha1".to_owned()),
+        );
+        out.insert("kind".to_owned(), Value::String(FLEET_YAML_KIND.to_owned()));
+        out.insert("metadata".to_owned(), serde_json::json!({ "name": name }));
+        return Some(Value::Object(out));
+    }
+    if matches!(
+        file,
+        "kustomization.yaml" | "kustomization.yml" | "Kustomization"
+    ) && map.get("helmCharts").is_some_and(Value::is_array)
+    {
+        let mut out = map.clone();
+        out.insert(
+            "apiVersion".to_owned(),
+            Value::String("kustomize.config.k8s.io/v1beta1".to_owned()),
+        );
+        out.insert("kind".to_owned(), Value::String("Kustomization".to_owned()));
+        out.entry("metadata")
+            .or_insert_with(|| serde_json::json!({ "name": file }));
+        return Some(Value::Object(out));
+    }
+    let is_talos = map.get("version").and_then(Value::as_str) == Some("v1alpha1")
+        && map.get("machine").is_some_and(Value::is_object)
+        && map.get("cluster").is_some_and(Value::is_object)
+        && !map.contains_key("apiVersion")
+        && !map.contains_key("kind");
+    if !is_talos {
+        return None;
+    }
+    let mut out = map.clone();
+    out.insert(
+        "apiVersion".to_owned(),
+        Value::String("stackgate.dev/v1alpha1".to_owned()),
+    );
+    out.insert(
+        "kind".to_owned(),
+        Value::String(TALOS_MACHINE_CONFIG_KIND.to_owned()),
+    );
+    out.insert("metadata".to_owned(), serde_json::json!({ "name": name }));
+    Some(Value::Object(out))
+}
+
+/// A KubeOne manifest's cloud config (`KubeOneCluster.cloudProvider.cloudConfig`, the INI the
+/// OpenStack CCM reads: kubermatic/kubeone `pkg/apis/kubeone/v1beta2/types.go`
+/// `CloudProviderSpec.CloudConfig`), when its cloud provider is OpenStack.
+fn kubeone_cloud_config(gvk: &GroupVersionKind, object: &DynamicObject) -> Vec<FoundConfig> {
+    let root = &object.data;
+    if gvk.group != "kubeone.k8c.io"
+        || gvk.kind != "KubeOneCluster"
+        || root.pointer("/cloudProvider/openstack").is_none()
+    {
+        return Vec::new();
+    }
+    let Some(raw) = root.pointer("/cloudProvider/cloudConfig") else {
+        return Vec::new();
+    };
+    let name = object
+        .metadata
+        .name
+        .as_deref()
+        .or_else(|| root.get("name").and_then(Value::as_str))
+        .unwrap_or("");
+    vec![super::object_data::TextField::found(
+        format!("KubeOneCluster {name}"),
+        vec![Seg::key("cloudProvider"), Seg::key("cloudConfig")],
+        "cloudProvider.cloudConfig".to_owned(),
+        raw,
+        super::Holder::Secret,
+    )]
+}
+
+/// Where a manifest stream nested in a string field of `object` is, for the kinds that carry
+/// one: (JSON path of the string, how messages name the carrier and the field).
+///
+/// - Rancher `provisioning.cattle.io/v1` `Cluster.spec.rkeConfig.additionalManifest`
+///   (rancher/rancher `pkg/apis/provisioning.cattle.io/v1/rke.go`: `AdditionalManifest
+///   string`), which RKE2/k3s apply from their manifests directory;
+/// - Azimuth `Manifests.spec.manifestSources[].template` without template syntax (rendered
+///   as itself: [`templated`]);
+/// - k0smotron `K0sControlPlane.spec.k0sConfigSpec.files[].content` (k0sproject/k0smotron
+///   `api/bootstrap/v1beta1/k0s_types.go` `Files []File`, CAPI's `File.Content`), written to
+///   the node, and applied by k0s when under its manifests directory
+///   (`/var/lib/k0s/manifests/`: k0rdent's OpenStack template writes its CCM `Chart` there).
+fn nested_fields(gvk: &GroupVersionKind, root: &Value) -> Vec<(Vec<Seg>, &'static str, String)> {
+    let list = |pointer: &str| {
+        root.pointer(pointer)
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+    };
+    match (gvk.group.as_str(), gvk.kind.as_str()) {
+        ("provisioning.cattle.io", "Cluster") => {
+            let path = vec![
+                Seg::key("spec"),
+                Seg::key("rkeConfig"),
+                Seg::key("additionalManifest"),
+            ];
+            vec![(
+                path,
+                "Cluster",
+                "spec.rkeConfig.additionalManifest".to_owned(),
+            )]
+        }
+        ("addons.stackhpc.com", "Manifests") => list("/spec/manifestSources")
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| {
+                s.get("template")
+                    .and_then(Value::as_str)
+                    .is_some_and(|t| !templated(t))
+            })
+            .map(|(i, _)| {
+                let path = vec![
+                    Seg::key("spec"),
+                    Seg::key("manifestSources"),
+                    Seg::Index(i),
+                    Seg::key("template"),
+                ];
+                (
+                    path,
+                    "Manifests",
+                    format!("spec.manifestSources[{i}].template"),
+                )
+            })
+            .collect(),
+        ("stackgate.dev", TALOS_MACHINE_CONFIG_KIND) => list("/cluster/inlineManifests")
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.get("contents").is_some_and(Value::is_string))
+            .map(|(i, m)| {
+                let path = vec![
+                    Seg::key("cluster"),
+                    Seg::key("inlineManifests"),
+                    Seg::Index(i),
+                    Seg::key("contents"),
+                ];
+                let name = m.get("name").and_then(Value::as_str).unwrap_or("");
+                let location = format!(
+                    "cluster.inlineManifests[{i}].contents ({})",
+                    super::path::shown_entry(name)
+                );
+                (path, "Talos machine config", location)
+            })
+            .collect(),
+        ("controlplane.cluster.x-k8s.io", "K0sControlPlane") => list("/spec/k0sConfigSpec/files")
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| f.get("content").is_some_and(Value::is_string))
+            .map(|(i, f)| {
+                let path = vec![
+                    Seg::key("spec"),
+                    Seg::key("k0sConfigSpec"),
+                    Seg::key("files"),
+                    Seg::Index(i),
+                    Seg::key("content"),
+                ];
+                let file = f.get("path").and_then(Value::as_str).unwrap_or("");
+                let location = format!(
+                    "spec.k0sConfigSpec.files[{i}].content ({})",
+                    super::path::shown_entry(file)
+                );
+                (path, "K0sControlPlane", location)
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The configs in the manifest streams nested in `object` ([`nested_fields`]), read with the
+/// one nested-manifest reader ([`super::payload::read_nested`]). More than
+/// [`super::MAX_NESTED_CARRIERS`] streams that would be parsed are not parsed: the
+/// object is reported over the limit instead.
+fn nested_streams(
+    gvk: &GroupVersionKind,
+    object: &DynamicObject,
+    sites: &SitesDocument,
+    cancel: &Cancel,
+) -> Vec<FoundConfig> {
+    let root = &object.data;
+    let fields = nested_fields(gvk, root);
+    if fields.is_empty() {
+        return Vec::new();
+    }
+    let name = object.metadata.name.as_deref().unwrap_or("");
+    let outer = match object.metadata.namespace.as_deref() {
+        Some(ns) => format!("{} {ns}/{name}", gvk.kind),
+        None => format!("{} {name}", gvk.kind),
+    };
+    let charts = super::chart_names_of(sites);
+    let texts: Vec<(Vec<Seg>, &'static str, String, &str)> = fields
+        .into_iter()
+        .filter_map(|(path, label, location)| {
+            let text = path
+                .iter()
+                .try_fold(root, |v, seg| match seg {
+                    Seg::Key(k) => v.get(k),
+                    Seg::Index(i) => v.get(i),
+                })
+                .and_then(Value::as_str)?;
+            let worth = super::payload::mentions(text, &charts)
+                || super::payload::may_hold_site(text, sites);
+            worth.then_some((path, label, location, text))
+        })
+        .collect();
+    if texts.len() > super::MAX_NESTED_CARRIERS {
+        let (path, _, location, _) = &texts[0];
+        let error = SiteError::TooManyCarriers {
+            location: location.clone(),
+            count: texts.len(),
+            limit: super::MAX_NESTED_CARRIERS,
+        };
+        let mut site = FoundConfig::new(
+            outer,
+            location.clone(),
+            Err(error),
+            UnseenValues { path: path.clone() },
+        );
+        site.mutable = false;
+        return vec![site];
+    }
+    let mut found = Vec::new();
+    for (path, label, location, text) in texts {
+        if cancel.is_cancelled() {
+            break;
+        }
+        found.extend(super::payload::read_nested(
+            outer.clone(),
+            label,
+            (path, location),
+            text,
+            sites,
+            cancel,
+        ));
+    }
+    found
+}
+
+/// The unseen site of an Azimuth `Manifests` whose templated or referenced sources may embed
+/// a cloud-config site (its template-free templates are read, [`nested_streams`]).
+fn unseen_manifests(
+    gvk: &GroupVersionKind,
+    object: &DynamicObject,
+    sites: &SitesDocument,
+) -> Vec<FoundConfig> {
+    let root = &object.data;
+    let unread: Vec<Value> = root
+        .pointer("/spec/manifestSources")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        // Sources other than a template-free template (read by `nested_streams`).
+        .filter(|s| {
+            s.get("template")
+                .and_then(Value::as_str)
+                .is_none_or(templated)
+        })
+        .cloned()
+        .collect();
+    let embeds_site = unread.iter().any(|s| {
+        s.get("template")
+            .and_then(Value::as_str)
+            .is_some_and(|t| super::payload::may_hold_site(t, sites))
+            || s.get("configMap").is_some()
+            || s.get("secret").is_some()
+    });
+    if !embeds_site {
+        return Vec::new();
+    }
+    let sources = describe_sources("manifestSources", root.pointer("/spec/manifestSources"));
+    unseen_at(gvk, object, "manifestSources", sources)
+}
+
 /// `spec.valuesSources[0] (a Jinja2 template the addon provider renders), ConfigMap
 /// occm-values key values.yaml (a Jinja2 template)`: names, never content.
 fn describe_sources(field: &str, list: Option<&Value>) -> String {
@@ -667,7 +1250,13 @@ fn describe_sources(field: &str, list: Option<&Value>) -> String {
         return "sources the addon provider renders".to_owned();
     };
     let mut out: Vec<String> = Vec::new();
-    for (i, source) in list.iter().enumerate().take(8) {
+    // A template-free template is read where it is (`nested_streams`, `plain_values_template`).
+    let plain = |s: &Value| {
+        s.get("template")
+            .and_then(Value::as_str)
+            .is_some_and(|t| !templated(t))
+    };
+    for (i, source) in list.iter().enumerate().filter(|(_, s)| !plain(s)).take(8) {
         let name_key = |what: &str, v: &Value| {
             let name = v.get("name").and_then(Value::as_str).unwrap_or("");
             match v.get("key").and_then(Value::as_str) {

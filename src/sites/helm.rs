@@ -85,9 +85,13 @@ struct ValuesPlace {
     /// Where values beneath these are named but not held (Flux `spec.valuesFrom` and
     /// `spec.chart.spec.valuesFiles` / `valuesFile`, Argo CD `helm.valueFiles`).
     unseen: Vec<Vec<Seg>>,
-    /// Where values set on top of everything are named but not held: Argo CD
-    /// `helm.fileParameters` (Helm's `--set-file`, applied after every `--set-string`).
-    unseen_on_top: Option<Vec<Seg>>,
+    /// Where values set on top of these are named but not held: Argo CD
+    /// `helm.fileParameters` (Helm's `--set-file`, applied after every `--set-string`), RKE2/k3s
+    /// `spec.valuesSecrets` (values files mounted after `valuesContent` and `values`).
+    unseen_on_top: Option<OnTop>,
+    /// The chart that renders these values cannot be known from the object: where that is
+    /// said (HelmChart `spec.chartContent`, Flux `spec.chartRef`) and what messages say of it.
+    chart_unseen: Option<(Vec<Seg>, String)>,
     /// Where values set on top of these are (HelmChart `spec.set`, Argo CD `helm.parameters`).
     overrides: Option<OverrideSource>,
     /// Structured values Helm reads as a values file after these (RKE2/k3s HelmChart and
@@ -112,6 +116,22 @@ enum Switch {
     /// The umbrella's `Chart.yaml` is not visible and these values (named) could switch the
     /// subchart off: read both ways.
     Unseen(String),
+}
+
+/// A field naming values, which stackgate cannot see, that the controller hands to Helm after
+/// the values of a place.
+#[derive(Debug, Clone)]
+enum OnTop {
+    /// Argo CD `helm.fileParameters` (`--set-file`, over everything): unseen only when one
+    /// sets the cloud config.
+    FileParameters(Vec<Seg>),
+    /// kustomize `helmCharts[].additionalValuesFiles` (`-f` files after the merged values
+    /// file), and its `valuesFile` when `valuesMerge: merge` puts it over the inline values.
+    AdditionalValuesFiles(Vec<Vec<Seg>>),
+    /// RKE2/k3s helm-controller `spec.valuesSecrets`: Secret keys mounted as values files after
+    /// the object's `valuesContent` and `values` (any of them may set any value); with the
+    /// object's name (its own `chart-values-<name>` Secret is not mounted).
+    ValuesSecrets(Vec<Seg>, String),
 }
 
 /// A field of `--set`-like entries that Helm applies on top of the values files.
@@ -207,9 +227,41 @@ fn values_places(
             ("stackgate.dev", "v1alpha1", VALUES_FILE_KIND) => {
                 Some((str_at(root, &["chart"]), &["values"], false))
             }
+            // Azimuth's addon provider: one template-free template is the values as written.
+            ("addons.stackhpc.com", "v1alpha1", "HelmRelease")
+                if super::delivery::plain_values_template(root).is_some() =>
+            {
+                Some((
+                    str_at(root, &["spec", "chart", "name"]),
+                    &["spec", "valuesSources", "0", "template"],
+                    true,
+                ))
+            }
+            // k0s applies `Chart` objects from its manifests directory (k0sproject/k0s
+            // `pkg/apis/helm/v1beta1/chart_types.go`: `chartName`, `version`, `values` string).
+            ("helm.k0sproject.io", "v1beta1", "Chart") => Some((
+                str_at(root, &["spec", "chartName"]),
+                &["spec", "values"],
+                true,
+            )),
             ("argoproj.io", "v1alpha1", "Application") => return argo_places(root, charts, cancel),
+            ("argoproj.io", "v1alpha1", "ApplicationSet") => {
+                return application_set_places(root, charts, cancel);
+            }
+            ("config.projectsveltos.io", _, "ClusterProfile" | "Profile") => {
+                return sveltos_places(root, charts);
+            }
+            ("fleet.cattle.io", _, "HelmOp" | "Bundle") => {
+                return fleet_places(root, charts, &["spec", "helm"]);
+            }
+            ("stackgate.dev", "v1alpha1", super::delivery::FLEET_YAML_KIND) => {
+                return fleet_places(root, charts, &["helm"]);
+            }
             ("k0s.k0sproject.io", _, "ClusterConfig") => {
                 return k0s_places(root, charts, &[], cancel);
+            }
+            ("kustomize.config.k8s.io", _, "Kustomization") => {
+                return kustomize_places(root, charts);
             }
             // Objects that embed a k0s ClusterConfig (k0smotron, k0sctl): `delivery.rs`.
             (group, _, kind) => match super::delivery::k0s_config_path(group, kind) {
@@ -220,19 +272,42 @@ fn values_places(
     let Some((chart, path, yaml_string)) = single else {
         return Vec::new();
     };
+    // A list index in a static path (Azimuth's `valuesSources[0]`) is an index.
+    let path: Vec<Seg> = path
+        .iter()
+        .map(|k| k.parse::<usize>().map_or_else(|_| Seg::key(k), Seg::Index))
+        .collect();
     // Where each delivery pins the chart version (a HelmChartConfig's HelmChart has it).
     let version = match (gvk.group.as_str(), gvk.kind.as_str()) {
         ("helm.toolkit.fluxcd.io", _) => str_at(root, &["spec", "chart", "spec", "version"]),
-        ("helm.cattle.io", "HelmChart") => str_at(root, &["spec", "version"]),
+        ("helm.cattle.io", "HelmChart") | ("helm.k0sproject.io", "Chart") => {
+            str_at(root, &["spec", "version"])
+        }
+        ("addons.stackhpc.com", "HelmRelease") => str_at(root, &["spec", "chart", "version"]),
         ("stackgate.dev", VALUES_FILE_KIND) => str_at(root, &[VALUES_FILE_CHART_VERSION_KEY]),
         _ => None,
     };
-    let ours = chart.is_some_and(|c| chart_matches(c, charts))
-        || (gvk.group == "helm.cattle.io"
-            && gvk.kind == "HelmChartConfig"
-            && holds_ccm_values(get(root, &keys(path)), cancel));
+    let helm_controller = gvk.group == "helm.cattle.io";
+    let holds_ccm = || match yaml_string {
+        true => holds_ccm_values(get(root, &path.clone()), cancel),
+        false => get(root, &path.clone())
+            .and_then(Value::as_object)
+            .is_some_and(|m| {
+                m.contains_key("cloudConfig") || m.contains_key("cloudConfigContents")
+            }),
+    };
+    let named = chart.is_some_and(|c| chart_matches(c, charts));
+    // The chart these values are for, when the object does not name it: a HelmChart's inline
+    // archive (`spec.chartContent` overrides `spec.chart`), or a Flux `spec.chartRef` whose
+    // object is not named after the chart (`stackgate check` resolves the object when it is
+    // among its inputs and names the chart in the release). Values with the CCM chart's own
+    // top-level keys are then named as unseen, never read as the upstream chart's.
+    let chart_unseen = chart_not_named(gvk, root, named).filter(|_| named || holds_ccm());
+    let ours = named
+        || (helm_controller && gvk.kind == "HelmChartConfig" && holds_ccm())
+        || chart_unseen.is_some();
     let mut place = ValuesPlace {
-        path: keys(path),
+        path: path.clone(),
         yaml_string,
         unseen: if gvk.group == "helm.toolkit.fluxcd.io" {
             vec![
@@ -243,7 +318,11 @@ fn values_places(
         } else {
             Vec::new()
         },
-        unseen_on_top: None,
+        unseen_on_top: helm_controller.then(|| {
+            let name = object.metadata.name.clone().unwrap_or_default();
+            OnTop::ValuesSecrets(keys(&["spec", "valuesSecrets"]), name)
+        }),
+        chart_unseen,
         overrides: (gvk.kind == "HelmChart" && gvk.group == "helm.cattle.io")
             .then(|| OverrideSource::HelmChartSet(keys(&["spec", "set"]))),
         values_over: (gvk.group == "helm.cattle.io").then(|| keys(&["spec", "values"])),
@@ -309,6 +388,57 @@ fn generations_of(chart: Option<&str>, version: Option<&str>) -> Generations {
         return Generations::only(Generation::Route);
     }
     Generations::of_version(version)
+}
+
+/// Where and why the chart that renders an object's values is not the one it names: a
+/// RKE2/k3s HelmChart's `spec.chartContent` (a base64 chart archive, which helm-controller
+/// installs in place of `spec.chart` and `spec.version`: k3s-io/helm-controller @ 21a911f,
+/// `pkg/apis/helm.cattle.io/v1/types.go` `ChartContent`), or a Flux HelmRelease's
+/// `spec.chartRef` to an `OCIRepository` or source `HelmChart` that is not named after the
+/// chart (`named`: the reference's name is). None when the object names its chart.
+fn chart_not_named(
+    gvk: &GroupVersionKind,
+    root: &Value,
+    named: bool,
+) -> Option<(Vec<Seg>, String)> {
+    match (gvk.group.as_str(), gvk.kind.as_str()) {
+        ("helm.cattle.io", "HelmChart") => {
+            str_at(root, &["spec", "chartContent"]).filter(|c| !c.trim().is_empty())?;
+            Some((
+                keys(&["spec", "chartContent"]),
+                "the chart archive inlined in spec.chartContent (its templates and default \
+                 values, installed in place of the upstream chart)"
+                    .to_owned(),
+            ))
+        }
+        ("helm.toolkit.fluxcd.io", "HelmRelease") if !named => {
+            if str_at(root, &["spec", "chart", "spec", "chart"]).is_some() {
+                return None;
+            }
+            let reference = root.pointer("/spec/chartRef")?;
+            let kind = reference
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or("object");
+            let name = reference
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or("<unnamed>");
+            let name = match reference.get("namespace").and_then(Value::as_str) {
+                Some(ns) => format!("{ns}/{name}"),
+                None => name.to_owned(),
+            };
+            Some((
+                keys(&["spec", "chartRef"]),
+                format!(
+                    "the chart of {} {} (spec.chartRef), which this HelmRelease does not name",
+                    shown_entry(kind),
+                    shown_entry(&name)
+                ),
+            ))
+        }
+        _ => None,
+    }
 }
 
 /// Whether a values string holds the CCM chart's own values, read structurally: a top-level
@@ -534,6 +664,7 @@ fn k0s_places(root: &Value, charts: &[String], at: &[&str], cancel: &Cancel) -> 
             yaml_string: true,
             unseen: Vec::new(),
             unseen_on_top: None,
+            chart_unseen: None,
             overrides: None,
             values_over: None,
             alias,
@@ -547,6 +678,223 @@ fn k0s_places(root: &Value, charts: &[String], at: &[&str], cancel: &Cancel) -> 
         out.push(place);
     }
     out
+}
+
+/// kustomize `helmCharts[]` entries naming the chart (`kubectl kustomize --enable-helm`;
+/// kubernetes-sigs/kustomize @ 12f9e6391464b3ad9dd3fe8182049dc1b1772990,
+/// `api/internal/builtins/HelmChartInflationGenerator.go`): `valuesInline` merged with
+/// `valuesFile` (the chart's `values.yaml` when unset) into one values file, the inline values
+/// winning (`valuesMerge: override`, the default) or losing (`merge`), or alone (`replace`);
+/// then each `additionalValuesFiles` entry as a further `-f`. Files are named as unseen here;
+/// `stackgate check` merges them in when they are among its inputs.
+fn kustomize_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
+    let Some(list) = root.get("helmCharts").and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (i, entry) in list.iter().enumerate() {
+        let name = entry.get("name").and_then(Value::as_str);
+        if !name.is_some_and(|n| chart_matches(n, charts)) {
+            continue;
+        }
+        let base = vec![Seg::key("helmCharts"), Seg::Index(i)];
+        let at = |field: &str| {
+            let mut path = base.clone();
+            path.push(Seg::key(field));
+            path
+        };
+        let merge = entry
+            .get("valuesMerge")
+            .and_then(Value::as_str)
+            .unwrap_or("override");
+        let file_named = entry
+            .get("valuesFile")
+            .and_then(Value::as_str)
+            .is_some_and(|f| !f.is_empty());
+        // The values file beneath the inline values (`override`), or over them (`merge`,
+        // named on top: nothing here decides); `replace` ignores it.
+        let (unseen, file_on_top) = match (merge, file_named) {
+            (_, false) | ("replace", _) => (Vec::new(), false),
+            ("merge", true) => (Vec::new(), true),
+            _ => (vec![at("valuesFile")], false),
+        };
+        let mut on_top = vec![at("additionalValuesFiles")];
+        if file_on_top {
+            on_top.insert(0, at("valuesFile"));
+        }
+        out.push(ValuesPlace {
+            path: at("valuesInline"),
+            yaml_string: false,
+            unseen,
+            unseen_on_top: Some(OnTop::AdditionalValuesFiles(on_top)),
+            chart_unseen: None,
+            overrides: None,
+            values_over: None,
+            alias: None,
+            generations: generations_of(name, entry.get("version").and_then(Value::as_str)),
+            switch: Switch::On,
+        });
+    }
+    out
+}
+
+/// Whether a text holds Go template syntax (Argo CD ApplicationSet templates, Sveltos values).
+fn go_templated(text: &str) -> bool {
+    text.contains("{{")
+}
+
+/// `place` with every path in it below `prefix` (a place found in a sub-object).
+fn prefixed(mut place: ValuesPlace, prefix: &[Seg]) -> ValuesPlace {
+    let under = |path: &mut Vec<Seg>| {
+        let mut out = prefix.to_vec();
+        out.append(path);
+        *path = out;
+    };
+    under(&mut place.path);
+    place.unseen.iter_mut().for_each(under);
+    match &mut place.unseen_on_top {
+        Some(OnTop::FileParameters(p) | OnTop::ValuesSecrets(p, _)) => under(p),
+        Some(OnTop::AdditionalValuesFiles(list)) => list.iter_mut().for_each(under),
+        None => {}
+    }
+    match &mut place.overrides {
+        Some(OverrideSource::HelmChartSet(p) | OverrideSource::ArgoParameters(p)) => under(p),
+        None => {}
+    }
+    if let Some(p) = &mut place.values_over {
+        under(p);
+    }
+    if let Some((p, _)) = &mut place.chart_unseen {
+        under(p);
+    }
+    place
+}
+
+/// Argo CD `ApplicationSet`: its `spec.template` is the Application each generator makes. A
+/// template without template syntax (`{{`) and without `spec.templatePatch` makes the same
+/// Application for every generated parameter set, so its sources are read as an
+/// Application's ([`argo_places`]); one with it that names the chart is named as unseen
+/// (each Application may get other values).
+fn application_set_places(root: &Value, charts: &[String], cancel: &Cancel) -> Vec<ValuesPlace> {
+    let Some(template) = root.pointer("/spec/template").filter(|t| t.is_object()) else {
+        return Vec::new();
+    };
+    let prefix = keys(&["spec", "template"]);
+    let text = template.to_string();
+    if go_templated(&text) || root.pointer("/spec/templatePatch").is_some() {
+        if !super::payload::mentions(&text, charts) {
+            return Vec::new();
+        }
+        return vec![ValuesPlace {
+            path: prefix.clone(),
+            yaml_string: false,
+            unseen: Vec::new(),
+            unseen_on_top: None,
+            chart_unseen: Some((
+                prefix,
+                "the Application template spec.template (rendered by the ApplicationSet \
+                 controller for each generated Application, and patched by \
+                 spec.templatePatch when set)"
+                    .to_owned(),
+            )),
+            overrides: None,
+            values_over: None,
+            alias: None,
+            generations: Generations::ALL,
+            switch: Switch::On,
+        }];
+    }
+    argo_places(template, charts, cancel)
+        .into_iter()
+        .map(|place| prefixed(place, &prefix))
+        .collect()
+}
+
+/// Sveltos `ClusterProfile` / `Profile` `spec.helmCharts[]` whose `chartName` names the chart:
+/// `values` (a string Sveltos renders as a Go template with the cluster's objects) is read as
+/// YAML when it holds no template syntax, else named as unseen; `valuesFrom` (ConfigMaps and
+/// Secrets) is named as unseen over it.
+fn sveltos_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
+    let Some(list) = root.pointer("/spec/helmCharts").and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (i, entry) in list.iter().enumerate() {
+        let name = entry.get("chartName").and_then(Value::as_str);
+        if !name.is_some_and(|n| chart_matches(n, charts)) {
+            continue;
+        }
+        let base = vec![Seg::key("spec"), Seg::key("helmCharts"), Seg::Index(i)];
+        let at = |field: &str| {
+            let mut path = base.clone();
+            path.push(Seg::key(field));
+            path
+        };
+        let templated = entry
+            .get("values")
+            .and_then(Value::as_str)
+            .is_some_and(go_templated);
+        out.push(ValuesPlace {
+            path: at("values"),
+            yaml_string: true,
+            unseen: Vec::new(),
+            unseen_on_top: Some(OnTop::AdditionalValuesFiles(vec![at("valuesFrom")])),
+            chart_unseen: templated.then(|| {
+                (
+                    at("values"),
+                    "a Go template Sveltos renders with each matching cluster's objects".to_owned(),
+                )
+            }),
+            overrides: None,
+            values_over: None,
+            alias: None,
+            generations: generations_of(name, entry.get("chartVersion").and_then(Value::as_str)),
+            switch: Switch::On,
+        });
+    }
+    out
+}
+
+/// Rancher Fleet: `helm` of a `fleet.yaml` (`at` = `helm`), a `HelmOp` or a `Bundle`
+/// (`spec.helm`) whose `chart` names the chart: `values` read; `valuesFiles` and `valuesFrom`
+/// named as unseen over them (stackgate does not claim their order), as is every
+/// `targetCustomizations[]` (per-cluster overrides) beside `helm`.
+fn fleet_places(root: &Value, charts: &[String], at: &[&str]) -> Vec<ValuesPlace> {
+    let helm = keys(at);
+    let Some(chart) = get(root, &helm)
+        .and_then(|h| h.get("chart"))
+        .and_then(Value::as_str)
+    else {
+        return Vec::new();
+    };
+    if !chart_matches(chart, charts) {
+        return Vec::new();
+    }
+    let field = |f: &str| {
+        let mut path = helm.clone();
+        path.push(Seg::key(f));
+        path
+    };
+    let mut customisations = helm.clone();
+    customisations.pop();
+    customisations.push(Seg::key("targetCustomizations"));
+    let version = get(root, &field("version")).and_then(Value::as_str);
+    vec![ValuesPlace {
+        path: field("values"),
+        yaml_string: false,
+        unseen: Vec::new(),
+        unseen_on_top: Some(OnTop::AdditionalValuesFiles(vec![
+            field("valuesFiles"),
+            field("valuesFrom"),
+            customisations,
+        ])),
+        chart_unseen: None,
+        overrides: None,
+        values_over: None,
+        alias: None,
+        generations: generations_of(Some(chart), version),
+        switch: Switch::On,
+    }]
 }
 
 /// Argo CD: `spec.source` and each `spec.sources[]` whose chart (or path) names the chart;
@@ -591,7 +939,8 @@ fn argo_places(root: &Value, charts: &[String], cancel: &Cancel) -> Vec<ValuesPl
                 path,
                 yaml_string: false,
                 unseen: vec![value_files],
-                unseen_on_top: Some(file_parameters),
+                unseen_on_top: Some(OnTop::FileParameters(file_parameters)),
+                chart_unseen: None,
                 overrides: Some(OverrideSource::ArgoParameters(parameters)),
                 values_over: None,
                 alias: Some(alias.clone()),
@@ -618,7 +967,8 @@ fn argo_places(root: &Value, charts: &[String], cancel: &Cancel) -> Vec<ValuesPl
                 path,
                 yaml_string: true,
                 unseen: vec![value_files],
-                unseen_on_top: Some(file_parameters),
+                unseen_on_top: Some(OnTop::FileParameters(file_parameters)),
+                chart_unseen: None,
                 overrides: Some(OverrideSource::ArgoParameters(parameters)),
                 values_over: None,
                 alias: Some(alias.clone()),
@@ -644,7 +994,8 @@ fn argo_places(root: &Value, charts: &[String], cancel: &Cancel) -> Vec<ValuesPl
                 path,
                 yaml_string,
                 unseen: vec![value_files.clone()],
-                unseen_on_top: Some(file_parameters.clone()),
+                unseen_on_top: Some(OnTop::FileParameters(file_parameters.clone())),
+                chart_unseen: None,
                 overrides: Some(OverrideSource::ArgoParameters(parameters.clone())),
                 values_over: None,
                 alias: None,
@@ -713,7 +1064,59 @@ pub(super) fn find(
         }
         found.extend(read(&object_name, root, place, values_file, group, cancel));
     }
+    if let Some(site) = post_rendered(gvk, root, &object_name, &found) {
+        found.push(site);
+    }
     found
+}
+
+/// The site that says a Flux HelmRelease's `spec.postRenderers` change what the chart renders
+/// from the values stackgate read (`found`): Flux runs them over the rendered manifests (a
+/// kustomize `patches`, `images`, … stack), so the cloud-config Secret and the CCM DaemonSet
+/// the CCM gets may differ from what the values render. None without post-renderers, or when
+/// no values of the chart were found (stackgate then claims nothing about the release).
+fn post_rendered(
+    gvk: &GroupVersionKind,
+    root: &Value,
+    object_name: &str,
+    found: &[FoundConfig],
+) -> Option<FoundConfig> {
+    if gvk.group != "helm.toolkit.fluxcd.io" || found.is_empty() {
+        return None;
+    }
+    let list = root.pointer("/spec/postRenderers")?.as_array()?;
+    if list.is_empty() {
+        return None;
+    }
+    // `kustomize.patches`, `kustomize.images`: what each post-renderer does, by field name.
+    let mut kinds: Vec<String> = Vec::new();
+    for renderer in list.iter().take(4).filter_map(Value::as_object) {
+        for (kind, spec) in renderer {
+            match spec.as_object() {
+                Some(fields) if !fields.is_empty() => kinds.extend(
+                    fields
+                        .keys()
+                        .take(4)
+                        .map(|f| format!("{}.{}", shown_entry(kind), shown_entry(f))),
+                ),
+                _ => kinds.push(shown_entry(kind)),
+            }
+        }
+    }
+    let at = keys(&["spec", "postRenderers"]);
+    let location = display(&at);
+    let error = SiteError::PostRendered {
+        location: location.clone(),
+        renderers: format!("{} post-renderer(s): {}", list.len(), kinds.join(", ")),
+    };
+    let mut site = FoundConfig::new(
+        object_name.to_owned(),
+        location,
+        Err(error),
+        UnseenValues { path: at },
+    );
+    site.mutable = false;
+    Some(site)
 }
 
 /// Reads the values at `place` and finds the cloud config in them (none when the chart would
@@ -918,11 +1321,16 @@ fn read_ordered(
         Ok(overrides) => overrides,
         Err(failure) => return Some(failure.site(object)),
     };
-    if let Some(parameters) = &place.unseen_on_top
-        && let Some(sources) = file_parameters_touching(root, parameters, place.alias.as_deref())
+    if let Some((at, chart)) = &place.chart_unseen {
+        // Which templates render these values (and which defaults they start from) is not
+        // known: nothing here decides.
+        return Some(unseen_site(object, at, chart.clone()));
+    }
+    if let Some((at, sources)) =
+        on_top_sources(root, place.unseen_on_top.as_ref(), place.alias.as_deref())
     {
-        // Helm reads these files last, over everything here: nothing here decides.
-        return Some(unseen_site(object, parameters, sources));
+        // Helm reads these after the values here: nothing here decides.
+        return Some(unseen_site(object, &at, sources));
     }
     if let Some((references, sources)) = unseen_sources(root, &place.unseen) {
         // The values here are merged over the unseen ones: they decide alone only with
@@ -1004,8 +1412,15 @@ fn unseen_sources_at(root: &Value, references: &[Seg]) -> Option<String> {
         _ => "",
     };
     if last == "valuesFile" {
-        // Flux's deprecated single values file of the chart source.
         let file = field.as_str().filter(|f| !f.is_empty())?;
+        if matches!(references.first(), Some(Seg::Key(k)) if k == "helmCharts") {
+            // kustomize: a file relative to the kustomization.
+            return Some(format!(
+                "values file {} of the kustomization",
+                shown_entry(file)
+            ));
+        }
+        // Flux's deprecated single values file of the chart source.
         return Some(format!(
             "values file {} of the chart source",
             shown_entry(file)
@@ -1031,6 +1446,86 @@ fn unseen_sources_at(root: &Value, references: &[Seg]) -> Option<String> {
         "valuesFiles" => Some(format!("values files {} of the chart source", files())),
         _ => values_from_sources(root),
     }
+}
+
+/// Where the unseen values set on top of a place are named and what messages say of them; None
+/// when there are none (or, for Argo CD file parameters, none sets the cloud config).
+fn on_top_sources(
+    root: &Value,
+    on_top: Option<&OnTop>,
+    alias: Option<&str>,
+) -> Option<(Vec<Seg>, String)> {
+    match on_top? {
+        OnTop::FileParameters(parameters) => {
+            file_parameters_touching(root, parameters, alias).map(|s| (parameters.clone(), s))
+        }
+        OnTop::AdditionalValuesFiles(fields) => {
+            let mut first = None;
+            let mut files: Vec<String> = Vec::new();
+            for at in fields {
+                let named: Vec<String> = match get(root, at) {
+                    Some(Value::String(file)) if !file.is_empty() => vec![shown_entry(file)],
+                    Some(Value::Array(list)) => list.iter().map(describe_named).collect(),
+                    _ => Vec::new(),
+                };
+                if !named.is_empty() {
+                    first.get_or_insert_with(|| at.clone());
+                    files.extend(named);
+                }
+            }
+            let first = first?;
+            let field = display(&first);
+            Some((first, format!("{} ({field})", files.join(", "))))
+        }
+        OnTop::ValuesSecrets(at, name) => values_secrets(root, at, name).map(|s| (at.clone(), s)),
+    }
+}
+
+/// What messages say of the RKE2/k3s `spec.valuesSecrets` at `at` that helm-controller mounts
+/// of the object `name` (`Secret occm-values keys values.yaml, extra.yaml`), None when it
+/// mounts none. An entry
+/// without keys, or naming the object's own `chart-values-<name>` Secret, is skipped as
+/// helm-controller skips it (k3s-io/helm-controller @ 21a911f, `pkg/controllers/chart/chart.go`,
+/// the `ValuesSecrets` loops of `args`/`valuesSecretAddConfig`); `ignoreUpdates` makes the
+/// Secret optional. Names only, never content.
+fn values_secrets(root: &Value, at: &[Seg], name: &str) -> Option<String> {
+    let own = format!("chart-values-{name}");
+    let said: Vec<String> = helm_controller_secrets(get(root, at)?, &own)
+        .map(|(name, keys, optional)| {
+            let keys: Vec<String> = keys.iter().map(|k| shown_entry(k)).collect();
+            let plural = if keys.len() == 1 { "key" } else { "keys" };
+            format!(
+                "Secret {} {plural} {}{}",
+                shown_entry(name),
+                keys.join(", "),
+                if optional { " (optional)" } else { "" }
+            )
+        })
+        .collect();
+    (!said.is_empty()).then(|| said.join(", "))
+}
+
+/// The entries of a helm-controller `valuesSecrets` list that are mounted: (Secret name, keys in
+/// order, whether optional). Entries without keys and the object's own Secret (`own`) are not.
+pub fn helm_controller_secrets<'a>(
+    list: &'a Value,
+    own: &'a str,
+) -> impl Iterator<Item = (&'a str, Vec<&'a str>, bool)> + 'a {
+    list.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(move |entry| {
+            let name = entry.get("name").and_then(Value::as_str).unwrap_or("");
+            let keys: Vec<&str> = entry
+                .get("keys")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            let optional = entry.get("ignoreUpdates").and_then(Value::as_bool) == Some(true);
+            (!keys.is_empty() && name != own).then_some((name, keys, optional))
+        })
 }
 
 /// What messages say of the Argo CD `helm.fileParameters` at `parameters` that set the CCM
@@ -1093,6 +1588,31 @@ fn values_from_sources(root: &Value) -> Option<String> {
             .collect::<Vec<_>>()
             .join(", "),
     )
+}
+
+/// An entry of a list naming values elsewhere, as messages name it (names only, never
+/// content): a file name, `ConfigMap NAME key KEY` / `Secret NAME key KEY` (Fleet's
+/// `configMapKeyRef` / `secretKeyRef`), `KIND NAME` (Sveltos' `valuesFrom`), a per-cluster
+/// customisation by its `name`, else `an entry`.
+fn describe_named(entry: &Value) -> String {
+    if let Some(file) = entry.as_str() {
+        return shown_entry(file);
+    }
+    let text = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(shown_entry);
+    for (field, kind) in [("configMapKeyRef", "ConfigMap"), ("secretKeyRef", "Secret")] {
+        if let Some(reference) = entry.get(field) {
+            let name = text(reference, "name").unwrap_or_default();
+            return match text(reference, "key") {
+                Some(key) => format!("{kind} {name} key {key}"),
+                None => format!("{kind} {name}"),
+            };
+        }
+    }
+    match (text(entry, "kind"), text(entry, "name")) {
+        (Some(kind), Some(name)) => format!("{kind} {name}"),
+        (None, Some(name)) => format!("customisation {name}"),
+        _ => "an entry".to_owned(),
+    }
 }
 
 /// One Flux `valuesFrom` reference as messages name it: `Secret occm-values key values.yaml`,
@@ -2365,7 +2885,26 @@ pub fn holds_chart_values(
     // An umbrella chart's values are another chart's: the decoder's first reading keeps the
     // CCM subchart's key in them. Once that key is there, the rest is read too: a condition
     // or tag of the umbrella's `Chart.yaml` may read any value in them (`unseen_switch`).
-    !values_places(gvk, object, &chart_names(sites), &Cancel::never()).is_empty()
+    let charts = chart_names(sites);
+    !values_places(gvk, object, &charts, &Cancel::never()).is_empty()
+        || unnamed_chart_ref_with_values(gvk, object, &charts)
+}
+
+/// Whether `object` is a Flux HelmRelease whose `spec.chartRef` does not name the chart and
+/// which has `spec.values`: the decoder's first reading keeps none of another chart's values,
+/// so whether these are the CCM chart's (and named as unseen, [`chart_not_named`]) is only told
+/// from the full reading.
+fn unnamed_chart_ref_with_values(
+    gvk: &GroupVersionKind,
+    object: &DynamicObject,
+    charts: &[String],
+) -> bool {
+    let root = content(object);
+    gvk.group == "helm.toolkit.fluxcd.io"
+        && gvk.kind == "HelmRelease"
+        && str_at(root, &["spec", "chart", "spec", "chart"]).is_none()
+        && str_at(root, &["spec", "chartRef", "name"]).is_some_and(|n| !chart_matches(n, charts))
+        && root.pointer("/spec/values").is_some_and(Value::is_object)
 }
 
 #[cfg(test)]

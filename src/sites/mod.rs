@@ -248,6 +248,15 @@ pub enum SiteError {
         /// The references, e.g. `Secret occm-values key values.yaml` (names, never content).
         sources: String,
     },
+    /// Flux `spec.postRenderers` change the manifests the chart renders from the values
+    /// stackgate read: what the CCM gets may not be what the values render.
+    #[error("{location} ({renderers}) change what the chart renders from these values")]
+    PostRendered {
+        /// Where (`spec.postRenderers`).
+        location: String,
+        /// What they are, e.g. `1 post-renderer(s): kustomize.patches` (names, never content).
+        renderers: String,
+    },
     /// A ConfigMap or Secret labelled as holding the CCM chart's values (the sites document's
     /// `valuesLabel`) has no data key of the name the label gives.
     #[error("{location} is not in the object")]
@@ -522,7 +531,7 @@ pub fn find_within(
         None => {
             let charts = helm::chart_names(sites);
             let mut found = helm::find(gvk, object, &charts, cancel);
-            found.extend(delivery::find(gvk, object, sites, &charts));
+            found.extend(delivery::find(gvk, object, sites, &charts, cancel));
             found
         }
     }
@@ -556,6 +565,26 @@ pub fn find_with_embedded_within(
     found.extend(labelled_values::find(kind, object, sites, cancel));
     (found, objects)
 }
+
+/// The chart names a sites document asks for ([`helm::chart_names`]): the carriers that nest
+/// chart values (`payload`, `delivery`) ask here, so they do not use `helm`, which uses them.
+fn chart_names_of(sites: &SitesDocument) -> Vec<String> {
+    helm::chart_names(sites)
+}
+
+/// The sites in the chart values an object carries ([`helm::find`]), for the nested-manifest
+/// reader ([`payload::read_nested`]): a document of a nested stream is read as an object.
+fn chart_values_sites(
+    gvk: &GroupVersionKind,
+    object: &DynamicObject,
+    sites: &SitesDocument,
+    cancel: &Cancel,
+) -> Vec<FoundConfig> {
+    helm::find(gvk, object, &helm::chart_names(sites), cancel)
+}
+
+/// Most nested manifest streams one object has parsed ([`helm::MAX_CARRIERS_PER_OBJECT`]).
+const MAX_NESTED_CARRIERS: usize = helm::MAX_CARRIERS_PER_OBJECT;
 
 /// ConfigMap or Secret, the two kinds whose `data` holds sites.
 pub fn data_kind(gvk: &GroupVersionKind) -> Option<SiteKind> {

@@ -59,6 +59,9 @@ use crate::cloudconf::{Document, IniEdit};
 use crate::yaml::edit::{self as yamledit, Change};
 use crate::yaml::{self, Node, Seg};
 
+/// How messages name a ClusterResourceSet payload value.
+const CRS_PAYLOAD: &str = "ClusterResourceSet payload";
+
 /// The Secret type Cluster API requires of a Secret a ClusterResourceSet names.
 pub const RESOURCE_SET_SECRET_TYPE: &str = "addons.cluster.x-k8s.io/resource-set";
 
@@ -223,7 +226,12 @@ pub fn may_hold_ccm(text: &str) -> bool {
 pub fn worth_parsing(text: &str, sites: &SitesDocument) -> bool {
     // One pass over the spellings for both questions: the text is unescaped at most twice.
     spellings(text, |text| {
-        text.contains("kind") && (names_a_site(text, sites) || names_a_ccm(text))
+        text.contains("kind")
+            && (names_a_site(text, sites)
+                || names_a_ccm(text)
+                || super::chart_names_of(sites)
+                    .iter()
+                    .any(|c| text.contains(c.as_str())))
     })
 }
 
@@ -378,6 +386,7 @@ pub(super) fn scan(
         SiteKind::ConfigMap => &[("data", Encoding::Text)],
     };
     let mut seen: Vec<&str> = Vec::new();
+    let charts = super::chart_names_of(sites);
     for (field, encoding) in fields {
         let Some(map) = object.data.get(*field).and_then(Value::as_object) else {
             continue;
@@ -402,10 +411,14 @@ pub(super) fn scan(
             };
             let site_here = may_hold_site(&text, sites);
             let ccm_here = objects && may_hold_ccm(&text);
-            if !site_here && !ccm_here {
+            let values_here = mentions(&text, &charts);
+            if !site_here && !ccm_here && !values_here {
                 continue;
             }
             let value = PayloadValue {
+                label: CRS_PAYLOAD,
+                inner_holder: false,
+                values: values_here,
                 outer: outer.clone(),
                 path,
                 location,
@@ -419,7 +432,7 @@ pub(super) fn scan(
                     continue;
                 }
             };
-            if site_here {
+            if site_here || values_here {
                 found.extend(value.sites(&docs, sites, secret_payload, cancel));
             }
             if ccm_here {
@@ -430,8 +443,54 @@ pub(super) fn scan(
     (found, embedded)
 }
 
+/// The configs in a manifest stream nested in a string field of `object` (its value `text` at
+/// `path`, named `location`): Rancher's `additionalManifest`, an Azimuth `Manifests` template
+/// without template syntax, a file a k0smotron control plane writes into its manifests
+/// directory. The one reader of nested manifests: ClusterResourceSet payloads go through it
+/// too. Each document that is a cloud-config site, or carries the CCM chart's values (a
+/// HelmChart, a k0s `Chart`, a Flux HelmRelease, …), is a site of the outer object named
+/// `label location document N (inner)`, edited in place with the verified minimal editor.
+/// A text that names no site and no chart is not parsed; one over [`MAX_PAYLOAD_TEXT_BYTES`]
+/// or not YAML is reported (it names one).
+pub(super) fn read_nested(
+    outer: String,
+    label: &'static str,
+    (path, location): (Vec<Seg>, String),
+    text: &str,
+    sites: &SitesDocument,
+    cancel: &Cancel,
+) -> Vec<FoundConfig> {
+    let charts = super::chart_names_of(sites);
+    let values = mentions(text, &charts);
+    if !values && !may_hold_site(text, sites) {
+        return Vec::new();
+    }
+    let value = PayloadValue {
+        label,
+        inner_holder: true,
+        values,
+        outer,
+        path,
+        location,
+        encoding: Encoding::Text,
+        text: text.to_owned(),
+    };
+    match value.parse(true, cancel) {
+        Ok(docs) => value.sites(&docs, sites, false, cancel),
+        Err(unreadable) => unreadable,
+    }
+}
+
 /// One payload value of the outer object.
 struct PayloadValue {
+    /// How messages name the carrier: `ClusterResourceSet payload`, `additionalManifest`.
+    label: &'static str,
+    /// Whether a config found in it is held as its inner object holds it (a stream nested in
+    /// a cluster object); false: a ClusterResourceSet payload's rule ([`PayloadValue::sites`]).
+    inner_holder: bool,
+    /// Whether documents that carry Helm chart values (a HelmChart, a k0s `Chart`, …) are read
+    /// too, not only ConfigMaps and Secrets.
+    values: bool,
     /// `Secret ns/name`.
     outer: String,
     /// Path of the value in the outer object.
@@ -455,6 +514,7 @@ impl PayloadValue {
     ) -> Result<Vec<yaml::YamlDoc>, Vec<FoundConfig>> {
         let unreadable = |error: SiteError| {
             let carrier = PayloadSite {
+                label: self.label,
                 value_path: self.path.clone(),
                 value_location: self.location.clone(),
                 encoding: self.encoding,
@@ -481,7 +541,7 @@ impl PayloadValue {
         if self.text.len() > MAX_PAYLOAD_TEXT_BYTES {
             return Err(if reported {
                 unreadable(SiteError::TooLarge {
-                    location: format!("ClusterResourceSet payload {}", self.location),
+                    location: format!("{} {}", self.label, self.location),
                     size: self.text.len(),
                     limit: MAX_PAYLOAD_TEXT_BYTES,
                 })
@@ -492,7 +552,7 @@ impl PayloadValue {
         match yaml::parse_stream_within(&self.text, cancel) {
             Ok(docs) => Ok(docs),
             Err(error) if reported => Err(unreadable(SiteError::Yaml {
-                location: format!("ClusterResourceSet payload {}", self.location),
+                location: format!("{} {}", self.label, self.location),
                 error,
             })),
             Err(_) => Err(Vec::new()),
@@ -502,7 +562,8 @@ impl PayloadValue {
     /// The site of a cloud config that is a clusterctl / envsubst variable: unseen, validate-only.
     fn unseen_variable(&self, doc: usize, inner: &str, variable: &str) -> FoundConfig {
         let location = format!(
-            "ClusterResourceSet payload {} document {} ({})",
+            "{} {} document {} ({})",
+            self.label,
             self.location,
             doc + 1,
             inner.trim_end()
@@ -512,6 +573,7 @@ impl PayloadValue {
             sources: format!("the clusterctl variable {}", variable.trim()),
         };
         let carrier = PayloadSite {
+            label: self.label,
             value_path: self.path.clone(),
             value_location: self.location.clone(),
             encoding: self.encoding,
@@ -588,17 +650,38 @@ impl PayloadValue {
             let Ok(json) = doc.root.to_json() else {
                 continue;
             };
-            let api_version = json.get("apiVersion").and_then(Value::as_str);
-            let kind = match (api_version, json.get("kind").and_then(Value::as_str)) {
-                (Some("v1"), Some("ConfigMap")) => SiteKind::ConfigMap,
-                (Some("v1"), Some("Secret")) => SiteKind::Secret,
+            let api_version = json.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+            let kind_name = json.get("kind").and_then(Value::as_str).unwrap_or("");
+            let kind = match (api_version, kind_name) {
+                ("v1", "ConfigMap") => Some(SiteKind::ConfigMap),
+                ("v1", "Secret") => Some(SiteKind::Secret),
+                _ if self.values && !kind_name.is_empty() => None,
                 _ => continue,
             };
+            let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+            let gvk = GroupVersionKind::gvk(group, version, kind_name);
             let Ok(inner) = serde_json::from_value::<DynamicObject>(json) else {
                 continue;
             };
-            for site in super::object_data::find(kind, &inner, sites) {
-                let inner_path = site.carrier.path();
+            let inner_sites = match kind {
+                Some(kind) => super::object_data::find(kind, &inner, sites),
+                // The chart's values in a values carrier (one level: a carrier nested in a
+                // nested stream is not read again).
+                None => super::chart_values_sites(&gvk, &inner, sites, cancel),
+            };
+            for site in inner_sites {
+                // A data key's path, or the values field's (a values string is edited in place).
+                let inner_path = site.carrier.path().or_else(|| {
+                    kind.is_none().then(|| {
+                        jsonptr::Pointer::parse(&site.pointer())
+                            .map(|p| {
+                                p.tokens()
+                                    .map(|t| Seg::Key(t.decoded().into_owned()))
+                                    .collect()
+                            })
+                            .unwrap_or_default()
+                    })
+                });
                 if let Some(variable) = inner_path
                     .as_deref()
                     .and_then(|p| string_at(&inner.data, p))
@@ -631,13 +714,16 @@ impl PayloadValue {
                 };
                 let other_platforms = site.other_platforms;
                 let carrier = PayloadSite {
+                    label: self.label,
                     value_path: self.path.clone(),
                     value_location: self.location.clone(),
                     encoding: self.encoding,
                     payload: Arc::clone(&shared),
                     doc: doc.index,
                     inner_describe,
-                    holder: if self.encoding == Encoding::Text && !reported {
+                    holder: if self.inner_holder {
+                        site.kind
+                    } else if self.encoding == Encoding::Text && !reported {
                         // A ConfigMap holds it in the management cluster, whatever the inner
                         // kind: readable as widely as any ConfigMap there.
                         Holder::ConfigMap
@@ -694,6 +780,8 @@ fn is_substitution_variable(raw: &str) -> bool {
 /// A cloud config in a ConfigMap or Secret embedded in a payload value of the outer object.
 #[derive(Debug)]
 pub(super) struct PayloadSite {
+    /// How messages name the carrier (`ClusterResourceSet payload`).
+    label: &'static str,
     /// Path of the payload value in the outer object.
     value_path: Vec<Seg>,
     /// `stringData["cloud-config-secret.yaml"]`.
@@ -786,7 +874,7 @@ impl Carrier for PayloadSite {
     }
 
     fn describe(&self, line: Option<usize>) -> String {
-        let mut out = format!("ClusterResourceSet payload {}", self.value_location);
+        let mut out = format!("{} {}", self.label, self.value_location);
         if self.inner.is_some() {
             out.push(' ');
             out.push_str(&self.inner_describe);
