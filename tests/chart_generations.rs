@@ -190,7 +190,8 @@ fn old_charts_read_cloud_config_not_cloud_config_contents() {
         // A missing setting is a warning, and the mutating webhook adds it.
         let (_, text) = validate(&object);
         assert!(
-            text.contains("spec.valuesContent, cloudConfig") && text.contains("is not set"),
+            // Line 4 of the values is `cloudConfig:` (lines 1–3 are `cloudConfigContents`).
+            text.contains("spec.valuesContent line 4: ") && text.contains("is not set"),
             "{version}: cloudConfig is what the chart renders: {text}"
         );
         // The fix edits what this generation reads, and holds.

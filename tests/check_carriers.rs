@@ -211,10 +211,8 @@ fn umbrella_values_are_read_and_fixed_under_the_subchart_key() {
     let found = messages(&report);
     assert!(
         found.iter().any(|(l, m)| *l == Level::Warning
-            && m.contains(
-                "openstack-cloud-controller-manager.cloudConfig: [LoadBalancer] \
-                 provider-requires-serial-api-calls is not set"
-            )),
+            && m.contains("[LoadBalancer] provider-requires-serial-api-calls is not set")
+            && m.contains("\nAt openstack-cloud-controller-manager.cloudConfig.\n")),
         "{found:?}"
     );
     let tempo = report
@@ -278,9 +276,8 @@ fn umbrella_dependency_alias_is_the_key_of_the_ccm_values() {
     let found = messages(&report);
     assert!(
         found.iter().any(|(l, m)| *l == Level::Warning
-            && m.contains(
-                "occm.cloudConfig: [LoadBalancer] provider-requires-serial-api-calls is not set"
-            )),
+            && m.contains("[LoadBalancer] provider-requires-serial-api-calls is not set")
+            && m.contains("\nAt occm.cloudConfig.\n")),
         "{found:?}"
     );
     let path = tmp.path().join("cluster-stack/values.yaml");

@@ -90,9 +90,10 @@ fn alone_the_labelled_secret_is_checked_where_it_is_written() {
     assert_eq!(*level, Level::Error);
     assert!(object.contains("openstack-ccm-values-base"), "{object}");
     assert!(
-        message.contains(
-            "data[\"hardened.yaml\"], cloudConfig.loadBalancer.provider-requires-serial-api-calls (line 118 of the values)"
-        ) && message.contains("is set to a false value"),
+        message.contains("data[\"hardened.yaml\"] line 118: ")
+            && message
+                .contains("\nAt cloudConfig.loadBalancer.provider-requires-serial-api-calls.\n")
+            && message.contains("is set to a false value"),
         "{message}"
     );
     // The real values with serial calls on: nothing.

@@ -553,7 +553,10 @@ fn a_k0s_clusterconfig_inside_k0smotron_is_read() {
     let (_, items) = check_file("k0smotron.yaml", &derived, &[]);
     assert!(
         items.iter().any(|(k, m)| *k == ItemKind::Mutation
-            && m.contains("K0smotronControlPlane default/openstack-hcp-cluster-cp spec.k0sConfig")),
+            && m.contains(
+                "K0smotronControlPlane default/openstack-hcp-cluster-cp charts[0].values line "
+            )
+            && m.contains("At spec.k0sConfig.spec.extensions.helm.charts[0].values, cloudConfig")),
         "{items:?}"
     );
     let faces = through_webhook(&derived);
@@ -567,9 +570,8 @@ fn a_k0s_clusterconfig_inside_a_k0sctl_file_is_read_by_check() {
     let (_, items) = check_file("k0sctl.yaml", &fixture("k0sctl-cluster.yaml"), &[]);
     assert!(
         items.iter().any(|(k, m)| *k == ItemKind::Mutation
-            && m.contains(
-                "Cluster k0s-cluster spec.k0s.config.spec.extensions.helm.charts[0].values"
-            )),
+            && m.contains("Cluster k0s-cluster charts[0].values line ")
+            && m.contains("At spec.k0s.config.spec.extensions.helm.charts[0].values, cloudConfig")),
         "{items:?}"
     );
 }

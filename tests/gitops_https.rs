@@ -100,9 +100,9 @@ async fn helmrelease_reviews() {
     assert_eq!(v["allowed"], false);
     let message = v["status"]["message"].as_str().unwrap_or_default();
     assert!(
-        message.contains(&format!(
-            "HelmRelease kube-system/openstack-cloud-controller-manager spec.values.cloudConfig.loadBalancer.{SERIAL}: "
-        )),
+        message.contains(
+            "HelmRelease kube-system/openstack-cloud-controller-manager spec.values: [LoadBalancer] "
+        ) && message.contains(&format!("\nAt cloudConfig.loadBalancer.{SERIAL}.\n")),
         "{message}"
     );
     assert!(!v.to_string().contains("fake-app-cred-secret"));
@@ -149,7 +149,8 @@ async fn application_reviews() {
     assert_eq!(v["status"]["code"], 403);
     let message = v["status"]["message"].as_str().unwrap_or_default();
     assert!(
-        message.contains(&format!("Application argocd/occm-valuesobject spec.source.helm.valuesObject.cloudConfig.loadBalancer.{SERIAL}: ")),
+        message.contains("Application argocd/occm-valuesobject spec.source.helm.valuesObject: ")
+            && message.contains(&format!("\nAt cloudConfig.loadBalancer.{SERIAL}.\n")),
         "{message}"
     );
     // The same values as a YAML string in `helm.values`, without the key: one line is added
@@ -192,9 +193,9 @@ async fn helmchart_reviews() {
     assert_eq!(v["allowed"], false, "{v}");
     let message = v["status"]["message"].as_str().unwrap_or_default();
     assert!(
-        message.contains(&format!(
-            "HelmChart kube-system/openstack-cloud-controller-manager spec.valuesContent, cloudConfig.loadBalancer.{SERIAL} (line 15 of the values): "
-        )),
+        message.contains(
+            "HelmChart kube-system/openstack-cloud-controller-manager spec.valuesContent line 15: "
+        ) && message.contains(&format!("\nAt cloudConfig.loadBalancer.{SERIAL}.\n")),
         "{message}"
     );
     assert!(!v.to_string().contains("fake-app-cred-secret"));
@@ -252,9 +253,10 @@ async fn helmchart_spec_set_is_read_over_values_content() {
     assert_eq!(v["allowed"], false, "{v}");
     let message = v["status"]["message"].as_str().unwrap_or_default();
     assert!(
-        message.contains(&format!(
-            "HelmChart kube-system/openstack-cloud-controller-manager spec.set[\"cloudConfig.loadBalancer.{SERIAL}\"]: "
-        )),
+        message.contains("HelmChart kube-system/openstack-cloud-controller-manager spec.set: ")
+            && message.contains(&format!(
+                "\nAt spec.set[\"cloudConfig.loadBalancer.{SERIAL}\"].\n"
+            )),
         "{message}"
     );
     assert!(!v.to_string().contains("fake-app-cred-secret"));
@@ -301,9 +303,10 @@ async fn argo_parameters_override_values_object() {
     assert_eq!(v["allowed"], false, "{v}");
     let message = v["status"]["message"].as_str().unwrap_or_default();
     assert!(
-        message.contains(&format!(
-            "Application argocd/occm-valuesobject spec.source.helm.parameters[1] (cloudConfig.loadBalancer.{SERIAL}): "
-        )),
+        message.contains("Application argocd/occm-valuesobject spec.source.helm.parameters[1]: ")
+            && message.contains(&format!(
+                "\nAt spec.source.helm.parameters[1] (cloudConfig.loadBalancer.{SERIAL}).\n"
+            )),
         "{message}"
     );
     // `forceString: true` makes it the string "false", which the chart renders the same way.
@@ -385,7 +388,8 @@ async fn umbrella_helmchart_values_content_is_read_and_patched_under_the_subchar
     let serial = serial_messages(&v);
     assert_eq!(serial.len(), 1, "{v}");
     assert!(
-        serial[0].contains("spec.valuesContent, openstack-cloud-controller-manager.cloudConfig"),
+        // Line 6 is under the subchart key (line 1 is the umbrella's own `cloudConfig`).
+        serial[0].contains("spec.valuesContent line 6: "),
         "{serial:?}"
     );
     assert!(!v.to_string().contains("fake-app-cred-secret"));

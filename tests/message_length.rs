@@ -197,3 +197,284 @@ fn first_lines_lead_with_the_fix_and_warnings_fit_kubectl() {
         problems.join("\n  ")
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Every location form (issue 33): one object per carrier of the delivery registry
+// (`src/sites/delivery.rs`) that the webhook reads, each with `provider-requires-serial-api-calls`
+// false, so each is denied, and its denial's first line is measured.
+
+/// A realistic long object name.
+const LONG_NAME: &str = "openstack-cloud-controller-manager";
+/// The namespace realistic objects are in.
+const NAMESPACE: &str = "kube-system";
+
+/// The INI every form carries: serial calls off.
+const SERIAL_OFF_INI: &str = "[Global]\nregion = RegionOne\n\n[LoadBalancer]\nsubnet-id = \
+    9c018814-f2a8-45dd-9679-5400d49b333a\nprovider-requires-serial-api-calls = false\n";
+
+/// The chart values every values form carries: serial calls off.
+fn serial_off_values() -> Value {
+    json!({"cloudConfig": {"global": {"region": "RegionOne"}, "loadBalancer": {
+        "subnet-id": "9c018814-f2a8-45dd-9679-5400d49b333a",
+        "provider-requires-serial-api-calls": false}}})
+}
+
+/// The same values as a YAML values string (a few lines before, as values files have).
+fn serial_off_values_text() -> String {
+    "image:\n  tag: v1.31.1\ncloudConfig:\n  global:\n    region: RegionOne\n  loadBalancer:\n    \
+     subnet-id: 9c018814-f2a8-45dd-9679-5400d49b333a\n    \
+     provider-requires-serial-api-calls: false\n"
+        .to_owned()
+}
+
+/// `cloudConfigContents` in a values string.
+fn serial_off_contents_text() -> String {
+    let mut text = String::from("cloudConfigContents: |\n");
+    for line in SERIAL_OFF_INI.lines() {
+        text.push_str("  ");
+        text.push_str(line);
+        text.push('\n');
+    }
+    text
+}
+
+/// One object per location form, every object named `name` in namespace `ns` where its kind
+/// lets the name be chosen (a cloud-config site is found by its name, so keeps it).
+fn location_forms(name: &str, ns: &str) -> Vec<(&'static str, Value)> {
+    let meta = json!({"name": name, "namespace": ns});
+    let text = serial_off_values_text();
+    let contents = serial_off_contents_text();
+    let k0s_config = |values: &str| {
+        json!({"apiVersion": "k0s.k0sproject.io/v1beta1", "kind": "ClusterConfig",
+            "metadata": {"name": "k0s"},
+            "spec": {"extensions": {"helm": {"charts": [{
+                "chartname": "openstack/openstack-cloud-controller-manager",
+                "name": "openstack-ccm", "namespace": "kube-system", "values": values}]}}}})
+    };
+    let crs_manifest = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: cloud-config\n  namespace: kube-system\n\
+         stringData:\n  cloud.conf: |\n{}",
+        SERIAL_OFF_INI
+            .lines()
+            .map(|l| format!("    {l}\n"))
+            .collect::<String>()
+    );
+    vec![
+        (
+            "Secret site stringData",
+            json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "cloud-config", "namespace": "kube-system"},
+                "stringData": {"cloud.conf": SERIAL_OFF_INI}}),
+        ),
+        (
+            "labelled ConfigMap site",
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": ns,
+                    "labels": {"stackgate.dev/cloud-config": "cloud.conf"}},
+                "data": {"cloud.conf": SERIAL_OFF_INI}}),
+        ),
+        (
+            "labelled values Secret",
+            json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": name, "namespace": ns,
+                    "labels": {"stackgate.dev/ccm-values": "values.yaml"}},
+                "stringData": {"values.yaml": text}}),
+        ),
+        (
+            "ClusterResourceSet payload Secret",
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": meta,
+                "type": "addons.cluster.x-k8s.io/resource-set",
+                "stringData": {"cloud-config.yaml": crs_manifest}}),
+        ),
+        (
+            "ClusterResourceSet payload ConfigMap",
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
+                "data": {"cloud-config.yaml": crs_manifest}}),
+        ),
+        (
+            "Flux HelmRelease spec.values",
+            json!({"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+                "metadata": meta, "spec": {"chart": {"spec": {
+                    "chart": "openstack-cloud-controller-manager", "version": "2.31.1"}},
+                    "values": serial_off_values()}}),
+        ),
+        (
+            "Flux HelmRelease spec.values.cloudConfigContents",
+            json!({"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+                "metadata": meta, "spec": {"chart": {"spec": {
+                    "chart": "openstack-cloud-controller-manager", "version": "2.31.1"}},
+                    "values": {"cloudConfigContents": SERIAL_OFF_INI}}}),
+        ),
+        (
+            "Flux HelmRelease umbrella values",
+            json!({"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+                "metadata": meta, "spec": {"chart": {"spec": {"chart": "openstack-umbrella"}},
+                    "values": {"openstack-cloud-controller-manager": serial_off_values()}}}),
+        ),
+        (
+            "Argo CD helm.values",
+            json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+                "metadata": {"name": name, "namespace": "argocd"},
+                "spec": {"source": {"repoURL": "https://kubernetes.github.io/cloud-provider-openstack",
+                    "chart": "openstack-cloud-controller-manager", "targetRevision": "2.31.1",
+                    "helm": {"values": text}}}}),
+        ),
+        (
+            "Argo CD helm.values cloudConfigContents",
+            json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+                "metadata": {"name": name, "namespace": "argocd"},
+                "spec": {"source": {"repoURL": "https://kubernetes.github.io/cloud-provider-openstack",
+                    "chart": "openstack-cloud-controller-manager", "targetRevision": "2.31.1",
+                    "helm": {"values": contents}}}}),
+        ),
+        (
+            "Argo CD helm.valuesObject (multi-source)",
+            json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+                "metadata": {"name": name, "namespace": "argocd"},
+                "spec": {"sources": [
+                    {"repoURL": "https://example.com/values.git", "ref": "values"},
+                    {"repoURL": "https://kubernetes.github.io/cloud-provider-openstack",
+                    "chart": "openstack-cloud-controller-manager", "targetRevision": "2.31.1",
+                    "helm": {"valuesObject": serial_off_values()}}]}}),
+        ),
+        (
+            "Argo CD helm.parameters",
+            json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+                "metadata": {"name": name, "namespace": "argocd"},
+                "spec": {"source": {"repoURL": "https://kubernetes.github.io/cloud-provider-openstack",
+                    "chart": "openstack-cloud-controller-manager", "targetRevision": "2.31.1",
+                    "helm": {"parameters": [{"name":
+                        "cloudConfig.loadBalancer.provider-requires-serial-api-calls",
+                        "value": "false"}]}}}}),
+        ),
+        (
+            "HelmChart spec.valuesContent",
+            json!({"apiVersion": "helm.cattle.io/v1", "kind": "HelmChart", "metadata": meta,
+                "spec": {"chart": "openstack-cloud-controller-manager", "version": "2.31.1",
+                    "valuesContent": text}}),
+        ),
+        (
+            "HelmChart spec.valuesContent cloudConfigContents",
+            json!({"apiVersion": "helm.cattle.io/v1", "kind": "HelmChart", "metadata": meta,
+                "spec": {"chart": "openstack-cloud-controller-manager", "version": "2.31.1",
+                    "valuesContent": contents}}),
+        ),
+        (
+            "HelmChart spec.set",
+            json!({"apiVersion": "helm.cattle.io/v1", "kind": "HelmChart", "metadata": meta,
+                "spec": {"chart": "openstack-cloud-controller-manager", "version": "2.31.1",
+                    "set": {"cloudConfig.loadBalancer.provider-requires-serial-api-calls":
+                        "false"}}}),
+        ),
+        (
+            "HelmChartConfig spec.valuesContent",
+            json!({"apiVersion": "helm.cattle.io/v1", "kind": "HelmChartConfig",
+                "metadata": meta, "spec": {"valuesContent": text}}),
+        ),
+        ("k0s ClusterConfig", {
+            let mut c = k0s_config(&text);
+            c["metadata"] = meta.clone();
+            c
+        }),
+        (
+            "K0smotronControlPlane spec.k0sConfig",
+            json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1beta2",
+                "kind": "K0smotronControlPlane", "metadata": meta,
+                "spec": {"k0sConfig": k0s_config(&text)}}),
+        ),
+        (
+            "K0sControlPlane spec.k0sConfigSpec.k0s",
+            json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1beta1",
+                "kind": "K0sControlPlane", "metadata": meta,
+                "spec": {"k0sConfigSpec": {"k0s": k0s_config(&text)}}}),
+        ),
+        (
+            "k0smotron Cluster spec.k0sConfig",
+            json!({"apiVersion": "k0smotron.io/v1beta1", "kind": "Cluster", "metadata": meta,
+                "spec": {"k0sConfig": k0s_config(&text)}}),
+        ),
+    ]
+}
+
+/// Each form's denials through `/validate`: (form, first lines).
+fn location_form_denials(name: &str, ns: &str) -> Vec<(&'static str, Vec<String>)> {
+    let engine = Engine::new(PolicySet::embedded().expect("embedded policies"));
+    let metrics = Metrics::new();
+    location_forms(name, ns)
+        .into_iter()
+        .map(|(form, object)| {
+            let body = serde_json::to_vec(&review(&object, Operation::Create)).expect("json");
+            let (_, verdict) = handle_with(
+                &engine,
+                Webhook::Validate,
+                &body,
+                &metrics,
+                &stackgate::engine::Facts::default(),
+                &Cancel::never(),
+            );
+            let verdict = verdict.expect("the object is evaluated");
+            let lines = verdict
+                .denials
+                .iter()
+                .map(|d| d.denial_text().lines().next().unwrap_or("").to_owned())
+                .collect();
+            (form, lines)
+        })
+        .collect()
+}
+
+/// A ClusterResourceSet payload's location still names the payload key, the document and the
+/// inner object whole (the payload carrier, `src/sites/payload.rs`, does not split its
+/// location yet): its first line is held to this bound with the realistic names.
+const PAYLOAD_FIRST_LINE_MAX: usize = 290;
+
+/// The problems of every form's denials with objects named `name` in `ns`: a form not
+/// denied, a first line without `Fix:` or longer than its bound plus `extra` characters.
+fn location_form_problems(name: &str, ns: &str, extra: usize) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (form, lines) in location_form_denials(name, ns) {
+        if lines.is_empty() {
+            problems.push(format!("{form}: not denied"));
+        }
+        let bound = if form.starts_with("ClusterResourceSet payload") {
+            PAYLOAD_FIRST_LINE_MAX
+        } else {
+            FIRST_LINE_MAX
+        } + extra;
+        for line in lines {
+            let len = line.chars().count();
+            eprintln!("{form:<48} {len:>4} {line}");
+            if len > bound || !line.contains("Fix:") {
+                problems.push(format!("{form}: {len} chars (bound {bound}): {line}"));
+            }
+        }
+    }
+    problems
+}
+
+/// Every location form is denied, and its first line is at most [`FIRST_LINE_MAX`]
+/// characters with the fix in it, for realistic long names.
+#[test]
+fn every_location_form_leads_with_the_fix_within_200_characters() {
+    let problems = location_form_problems(LONG_NAME, NAMESPACE, 0);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// With the longest names Kubernetes allows (a 253-character object name, a 63-character
+/// namespace), the first line grows by exactly what the names add, once each: nothing else in
+/// the location repeats them.
+#[test]
+fn the_longest_names_add_only_their_own_length() {
+    let name = [
+        "o".repeat(63),
+        "p".repeat(63),
+        "e".repeat(63),
+        "n".repeat(61),
+    ]
+    .join(".");
+    let ns = "k".repeat(63);
+    assert_eq!(name.len(), 253);
+    let extra = (name.len() - LONG_NAME.len()) + (ns.len() - NAMESPACE.len());
+    let problems = location_form_problems(&name, &ns, extra);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}

@@ -101,7 +101,7 @@ async fn labelled_values_without_serial_get_a_warning_and_a_one_line_patch() {
         let w = serial[0];
         assert!(
             w.contains(&format!(
-                "Secret openstack-ccm/openstack-ccm-values-base {field}[\"values.yaml\"], cloudConfig"
+                "Secret openstack-ccm/openstack-ccm-values-base {field}[\"values.yaml\"] line 3: "
             )),
             "{w}"
         );

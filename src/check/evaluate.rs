@@ -382,18 +382,8 @@ fn helm_chart_text(item: &mut Item) {
     let caveat =
         crate::rules::cluster_name::caveat_note(crate::rules::cluster_name::HELMCHARTCONFIG_CAVEAT);
     text.notes.retain(|n| *n != caveat);
-    if let Some(location) = &mut text.location {
-        while let Some(start) = location.find(" (line ") {
-            let rest = &location[start + 7..];
-            let digits = rest.chars().take_while(char::is_ascii_digit).count();
-            if digits > 0 && rest[digits..].starts_with(" of the values)") {
-                let end = start + 7 + digits + " of the values)".len();
-                location.replace_range(start..end, "");
-            } else {
-                break;
-            }
-        }
-    }
+    // The line is a part of its own: leaving it out leaves the rest of the location whole.
+    text.field_line = None;
     rerender(item);
 }
 

@@ -75,8 +75,18 @@ pub struct Finding {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Text {
     /// Where: the object, field, INI line and where that line is written
-    /// (`ConfigMap kube-system/cloud-config data["cloud.conf"] line 5`).
+    /// (`ConfigMap kube-system/cloud-config data["cloud.conf"] line 5`), short enough for the
+    /// first line: what it leaves out is in [`Text::within`].
     pub location: Option<String>,
+    /// The line of the field's text the finding is at, when the location names a text that is
+    /// not the cloud config (a values string: `spec.valuesContent` line 8). Its own part,
+    /// written ` line N` after the location, so that a face that cannot point at it leaves it
+    /// out (`check` on values it merged, whose lines are no file's).
+    pub field_line: Option<usize>,
+    /// Where exactly inside the field, when the location leaves it out to keep the first line
+    /// short (`cloudConfig.loadBalancer.provider-requires-serial-api-calls`): a part of its own,
+    /// after the first line.
+    pub within: Option<String>,
     /// What is wrong (short, no final period).
     pub what: String,
     /// The action that fixes it (short, no final period); empty for a mutation note.
@@ -98,9 +108,10 @@ impl Text {
     /// `<location>: <what>. Fix: <fix>`: what kubectl users read first, and all they need to
     /// act (at most ~200 characters for the documentation examples, `tests/message_length.rs`).
     pub fn first_line(&self) -> String {
-        let mut out = match &self.location {
-            Some(location) => format!("{location}: {}", self.what),
-            None => self.what.clone(),
+        let mut out = match (&self.location, self.field_line) {
+            (Some(location), Some(line)) => format!("{location} line {line}: {}", self.what),
+            (Some(location), None) => format!("{location}: {}", self.what),
+            (None, _) => self.what.clone(),
         };
         end_sentence(&mut out);
         if !self.fix.is_empty() {
@@ -115,7 +126,12 @@ impl Text {
     /// report row that names the source once per rule (`check`'s text report).
     pub fn one_line(&self) -> String {
         let mut out = self.first_line();
-        for part in std::iter::once(&self.why).chain(&self.notes) {
+        let within = self.within_part();
+        for part in within
+            .iter()
+            .chain(std::iter::once(&self.why))
+            .chain(&self.notes)
+        {
             let part = part.trim();
             if !part.is_empty() {
                 out.push(' ');
@@ -136,8 +152,11 @@ impl Text {
     /// attribution `Policy NAME, rule RULE (stackgate explain RULE/CODE); source: …`.
     pub fn full(&self, policy: &str, rule: RuleId, code: &str) -> String {
         let mut lines = vec![self.first_line()];
+        let within = self.within_part();
         lines.extend(
-            std::iter::once(&self.why)
+            within
+                .iter()
+                .chain(std::iter::once(&self.why))
                 .chain(&self.notes)
                 .map(|p| p.trim())
                 .filter(|p| !p.is_empty())
@@ -157,6 +176,11 @@ impl Text {
             self.source.trim()
         ));
         lines.join("\n")
+    }
+
+    /// `At <within>.`: the part of the location the first line leaves out, when there is one.
+    fn within_part(&self) -> Option<String> {
+        self.within.as_ref().map(|within| format!("At {within}."))
     }
 
     /// `annotate it with KEY="<reason>"`, or `have WHO annotate it with …` when the policy
@@ -187,6 +211,7 @@ impl Text {
         for part in [&mut self.what, &mut self.fix, &mut self.why]
             .into_iter()
             .chain(self.location.as_mut())
+            .chain(self.within.as_mut())
             .chain(self.notes.iter_mut())
         {
             cut_message(part);
@@ -1039,8 +1064,11 @@ impl Engine {
                     trace: site.trace(line),
                 };
                 for v in &output.violations {
+                    let located = site.locate(v.line);
                     let mut text = Text {
-                        location: Some(site.describe(v.line)),
+                        location: Some(located.at),
+                        field_line: located.field_line,
+                        within: located.within,
                         ..text_of(v)
                     };
                     if !site.mutable
@@ -1063,8 +1091,11 @@ impl Engine {
                     let (copy, applied) = edited.get_or_insert_with(|| (doc.clone(), Vec::new()));
                     let summary = copy.set(edit.section, edit.key, edit.value);
                     applied.push(edit.clone());
+                    let located = site.locate(Some(summary.line));
                     let text = Text {
-                        location: Some(site.describe(Some(summary.line))),
+                        location: Some(located.at),
+                        field_line: located.field_line,
+                        within: located.within,
                         what: format!(
                             "stackgate set [{}] {} = {}",
                             edit.section, edit.key, edit.value
@@ -1454,6 +1485,8 @@ fn limit_findings(verdict: &mut Verdict) {
         for (first, n) in summaries {
             let text = Text {
                 location: None,
+                field_line: None,
+                within: None,
                 what: format!(
                     "… and {n} more finding{} of policy {} (rule {}) on this object",
                     if n == 1 { "" } else { "s" },
@@ -1760,6 +1793,8 @@ fn not_applied(
 fn text_of(v: &crate::rules::Violation) -> Text {
     Text {
         location: None,
+        field_line: None,
+        within: None,
         what: v.what.clone(),
         fix: v.fix.clone(),
         why: v.why.clone(),

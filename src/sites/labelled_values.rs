@@ -30,7 +30,7 @@ use super::helm::{self, MAX_VALUES_TEXT_BYTES};
 use super::object_data::Encoding;
 use super::path::pointer;
 use super::values::{ValuesAt, ValuesText};
-use super::{Anchor, Carrier, FoundConfig, Holder, SiteError, SiteKind, SitesDocument};
+use super::{Anchor, Carrier, FoundConfig, Holder, Location, SiteError, SiteKind, SitesDocument};
 use crate::budget::Cancel;
 use crate::cloudconf::{Document, IniEdit};
 use crate::yaml::{self, Seg};
@@ -232,6 +232,17 @@ impl Carrier for LabelledValues {
         match &self.inner {
             Some(inner) => inner.describe(line),
             None => self.location.clone(),
+        }
+    }
+
+    fn locate(&self, line: Option<usize>) -> Location {
+        match &self.inner {
+            Some(inner) => inner.locate(line),
+            None => Location {
+                at: self.location.clone(),
+                field_line: None,
+                within: None,
+            },
         }
     }
 

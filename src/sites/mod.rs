@@ -331,6 +331,16 @@ trait Carrier: std::fmt::Debug + Send + Sync {
     /// object's name: `data["config"] line 3`, `spec.values.cloudConfig.global.region`.
     fn describe(&self, line: Option<usize>) -> String;
 
+    /// [`Carrier::describe`] in parts, for a finding's first line: by default all of it is
+    /// the location.
+    fn locate(&self, line: Option<usize>) -> Location {
+        Location {
+            at: self.describe(line),
+            field_line: None,
+            within: None,
+        }
+    }
+
     /// What kind of object holds it.
     fn holder(&self) -> Holder;
 
@@ -489,6 +499,31 @@ impl FoundConfig {
     pub fn describe(&self, line: Option<usize>) -> String {
         format!("{} {}", self.object, self.carrier.describe(line))
     }
+
+    /// Where line `line` (or the whole config) is, in the parts a finding's text keeps apart:
+    /// `HelmChart kube-system/occm spec.valuesContent`, line 8 of that text, at
+    /// `cloudConfig.loadBalancer.provider-requires-serial-api-calls`.
+    pub fn locate(&self, line: Option<usize>) -> Location {
+        let mut location = self.carrier.locate(line);
+        location.at = format!("{} {}", self.object, location.at)
+            .trim_end()
+            .to_owned();
+        location
+    }
+}
+
+/// Where a finding is, in parts (`engine::Text` keeps them apart): the first line names `at`
+/// and `field_line`; `within` follows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Location {
+    /// The object and the field: `HelmChart kube-system/occm spec.valuesContent`.
+    pub at: String,
+    /// The line of the field's text, when the field is a text other than the cloud config
+    /// (a values string) and the line is known.
+    pub field_line: Option<usize>,
+    /// The place inside the field that `at` leaves out: a values path, a line of
+    /// `cloudConfigContents`.
+    pub within: Option<String>,
 }
 
 /// Group and version of the synthetic object `stackgate check` builds for a plain INI cloud

@@ -19,7 +19,7 @@ use serde_json::{Map, Value};
 use super::path::{self, pointer};
 use super::render::{self, Origin};
 use super::strvals::Typing;
-use super::{Anchor, Carrier, Holder};
+use super::{Anchor, Carrier, Holder, Location};
 use crate::cloudconf::{Document, IniEdit};
 use crate::yaml::edit::{self as yamledit, Change};
 use crate::yaml::{self, Node, Seg};
@@ -46,6 +46,16 @@ impl ValuesAt {
     /// `spec.values.cloudConfig`, `spec.valuesContent, cloudConfigContents`.
     pub(super) fn name(&self, inner: &str) -> String {
         format!("{}{inner}", self.prefix)
+    }
+
+    /// The field the values are in, as a finding's first line names it, and the rest of the
+    /// prefix: `("spec.valuesContent", "ccm.")` for an umbrella's values string,
+    /// `("spec.values", "")`, `("", "")` for a values file (the values are the file).
+    fn field_and_rest(&self) -> (&str, &str) {
+        match self.prefix.split_once(", ") {
+            Some((field, rest)) => (field, rest),
+            None => (self.prefix.trim_end_matches('.'), ""),
+        }
     }
 
     /// An `add` of `value` at the values' path, starting at the first segment missing from
@@ -147,6 +157,35 @@ impl Carrier for RenderedValues {
         self.at.name(&rendered_path(&self.origins, line).join("."))
     }
 
+    /// The values field (`spec.values`, `spec.source.helm.valuesObject`) on the first line,
+    /// the values path after it: below an umbrella's subchart key, from that key (the message
+    /// names the INI key; the path says where it is written).
+    fn locate(&self, line: Option<usize>) -> Location {
+        let full = self.at.name(&rendered_path(&self.origins, line).join("."));
+        let field_end = self
+            .at
+            .path
+            .iter()
+            .rposition(|s| matches!(s, Seg::Key(k) if k == "values" || k == "valuesObject"))
+            .filter(|&i| i > 0);
+        if let Some(end) = field_end {
+            let field = path::display(&self.at.path[..=end]);
+            if let Some(rest) = full.strip_prefix(&format!("{field}.")) {
+                return Location {
+                    at: short_field(&self.at.path[..=end]).unwrap_or_else(|| field.clone()),
+                    field_line: None,
+                    within: Some(within(&field, &self.at.path[..=end], rest)),
+                };
+            }
+        }
+        // A values file: the values are the file, which the object names.
+        Location {
+            at: String::new(),
+            field_line: None,
+            within: Some(full),
+        }
+    }
+
     fn holder(&self) -> Holder {
         Holder::HelmValues
     }
@@ -231,6 +270,26 @@ impl ValuesText {
                 line,
             },
             None => Anchor::Node(self.at.path.clone()),
+        }
+    }
+
+    /// Where `inner` (a place inside the CCM chart's values) is, at `values_line` of the text:
+    /// the field and the line on a finding's first line, the place after it.
+    fn locate(&self, values_line: Option<usize>, inner: String) -> Location {
+        let (field, rest) = self.at.field_and_rest();
+        let place = format!("{rest}{inner}");
+        if field.is_empty() {
+            // A values file: the values are the file, which the object names.
+            return Location {
+                at: String::new(),
+                field_line: values_line,
+                within: Some(place),
+            };
+        }
+        Location {
+            at: short_field(&self.at.path).unwrap_or_else(|| field.to_owned()),
+            field_line: values_line,
+            within: Some(within(field, &self.at.path, &place)),
         }
     }
 
@@ -366,6 +425,12 @@ impl Carrier for ValuesTextRendered {
         ValuesText::with_values_line(self.text.at.name(&inner), self.values_line(line))
     }
 
+    /// The values string and its line on the first line, the values path after it.
+    fn locate(&self, line: Option<usize>) -> Location {
+        let inner = rendered_path(&self.origins, line).join(".");
+        self.text.locate(self.values_line(line), inner)
+    }
+
     fn holder(&self) -> Holder {
         Holder::HelmValues
     }
@@ -420,8 +485,40 @@ impl Carrier for ValuesTextContents {
         ValuesText::with_values_line(message, self.values_line(line))
     }
 
+    /// The values string and its line on the first line, the line of `cloudConfigContents`
+    /// after it.
+    fn locate(&self, line: Option<usize>) -> Location {
+        let mut inner = "cloudConfigContents".to_owned();
+        if let Some(line) = line {
+            inner.push_str(&format!(" line {line}"));
+        }
+        self.text.locate(self.values_line(line), inner)
+    }
+
     fn holder(&self) -> Holder {
         Holder::HelmValues
+    }
+}
+
+/// How a finding's first line names the field at `path` when it goes through a list item:
+/// from that item on (`charts[0].values` for a k0s ClusterConfig's
+/// `spec.k0sConfigSpec.k0s.spec.extensions.helm.charts[0].values`); the whole field follows the
+/// first line ([`within`]). None: the field is named whole.
+fn short_field(path: &[Seg]) -> Option<String> {
+    let start = path
+        .iter()
+        .rposition(|s| matches!(s, Seg::Index(_)))
+        .and_then(|i| i.checked_sub(1))
+        .filter(|&k| k > 0 && matches!(path[k], Seg::Key(_)))?;
+    Some(path::display(&path[start..]))
+}
+
+/// The place a finding's first line leaves out: `place` inside the field, with the whole
+/// `field` named first when [`short_field`] shortens it.
+fn within(field: &str, path: &[Seg], place: &str) -> String {
+    match short_field(path) {
+        Some(_) => format!("{field}, {place}"),
+        None => place.to_owned(),
     }
 }
 
@@ -691,6 +788,19 @@ impl Carrier for Overridden {
         match self.override_of(line) {
             Some(o) => o.name.clone(),
             None => self.inner.describe(line),
+        }
+    }
+
+    /// An override's field on the first line (`spec.set`, `spec.source.helm.parameters[0]`),
+    /// the entry after it (`spec.set["cloudConfig.loadBalancer.subnet-id"]`).
+    fn locate(&self, line: Option<usize>) -> Location {
+        match self.override_of(line) {
+            Some(o) => Location {
+                at: path::display(&o.value_path[..o.value_path.len().saturating_sub(1)]),
+                field_line: None,
+                within: Some(o.name.clone()),
+            },
+            None => self.inner.locate(line),
         }
     }
 
