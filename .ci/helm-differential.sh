@@ -9,8 +9,8 @@
 #
 # More cases / another seed: STACKGATE_HELM_DIFF_CASES=60000 STACKGATE_HELM_DIFF_SEED=7;
 # parallel helm runs: STACKGATE_HELM_DIFF_JOBS=N. Against the upstream chart at every version
-# of its index (by hand, fetched, not in CI): STACKGATE_HELM_DIFF_UPSTREAM_CHARTS=<dir of
-# scripts/upstream-charts.sh>.
+# of its index (by hand, fetched, not in CI): STACKGATE_HELM_DIFF_UPSTREAM_CHARTS=<dir>
+# (BENCHMARKS.md has the commands that extract the charts).
 # Fails loudly (non-zero exit) if Helm cannot be installed or any case disagrees.
 set -euo pipefail
 

@@ -27,7 +27,7 @@
 //! More cases / another seed: `STACKGATE_HELM_DIFF_CASES=60000 STACKGATE_HELM_DIFF_SEED=7`;
 //! `helm template` runs `STACKGATE_HELM_DIFF_JOBS` at a time (default: the machine's
 //! parallelism). Against the upstream chart at every version of its index instead of the
-//! fixtures: `STACKGATE_HELM_DIFF_UPSTREAM_CHARTS=<dir>` (`scripts/upstream-charts.sh`).
+//! fixtures: `STACKGATE_HELM_DIFF_UPSTREAM_CHARTS=<dir>` (BENCHMARKS.md, "Helm differential against the real chart at every version in the index", has the commands that extract them).
 //! The values are synthetic, so printing them on a mismatch is fine.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -62,7 +62,7 @@ const MAX_CASES_PER_RUN: usize = 300;
 /// Overrides [`MAX_CASES_PER_RUN`] (to measure another batch size).
 const BATCH_ENV: &str = "STACKGATE_HELM_DIFF_BATCH";
 /// A directory holding the upstream chart, one directory per version named by the version
-/// (`scripts/upstream-charts.sh` extracts every version of the official chart index): when set,
+/// (BENCHMARKS.md has the commands that extract every version of the official chart index): when set,
 /// every `ChartKind::Ccm` case renders with one of them, in turn, half of them pinned to that
 /// version as the delivery pins it, and the agreement is printed per version.
 const UPSTREAM_ENV: &str = "STACKGATE_HELM_DIFF_UPSTREAM_CHARTS";
