@@ -1551,10 +1551,10 @@ async fn clusterresourceset_payload_secrets_are_listed_by_their_type() {
     assert!(
         text.contains(
             "Secret/default/ccm-demo-crs-1: warning [serial-lb-api-calls/missing] Secret \
-             default/ccm-demo-crs-1 ClusterResourceSet payload \
-             data[\"cloud-config-secret.yaml\"] document 1 (Secret kube-system/cloud-config \
-             stringData[\"cloud.conf\"]): [LoadBalancer] provider-requires-serial-api-calls \
-             is not set"
+             default/ccm-demo-crs-1 data[\"cloud-config-secret.yaml\"]: [LoadBalancer] \
+             provider-requires-serial-api-calls is not set (default false). Fix: set it to \
+             true. At ClusterResourceSet payload document 1 (Secret kube-system/cloud-config \
+             stringData[\"cloud.conf\"])."
         ),
         "{text}"
     );

@@ -135,10 +135,11 @@ fn check_reports_payload_findings_at_lines_of_the_file() {
         .expect("ovn finding");
     assert!(
         ovn.message.starts_with(
-            "Secret default/ccm-demo-crs-1 ClusterResourceSet payload \
-             stringData[\"cloud-config-secret.yaml\"] document 1 (Secret \
-             kube-system/cloud-config stringData[\"cloud.conf\"]) line 5: [LoadBalancer] \
-             lb-provider = ovn"
+            "Secret default/ccm-demo-crs-1 stringData[\"cloud-config-secret.yaml\"]: \
+             [LoadBalancer] lb-provider = ovn"
+        ) && ovn.message.contains(
+            "\nAt ClusterResourceSet payload document 1 (Secret kube-system/cloud-config \
+             stringData[\"cloud.conf\"]) line 5.\n"
         ),
         "{}",
         ovn.message
@@ -287,10 +288,14 @@ async fn a_crs_secret_over_https_is_denied_and_patched_in_its_payload() {
     assert_eq!(v["allowed"], false);
     let message = v["status"]["message"].as_str().expect("denial message");
     assert_eq!(message.split("\n\n").count(), 3, "{message}");
-    assert!(message.contains(
-        "ClusterResourceSet payload data[\"cloud-config-secret.yaml\"] document 1 (Secret \
-         kube-system/cloud-config stringData[\"cloud.conf\"]) line 7"
-    ));
+    assert!(
+        message.contains("Secret default/ccm-demo-crs-1 data[\"cloud-config-secret.yaml\"]: ")
+            && message.contains(
+                "At ClusterResourceSet payload document 1 (Secret kube-system/cloud-config \
+                 stringData[\"cloud.conf\"]) line 7"
+            ),
+        "{message}"
+    );
     assert!(!message.contains("keystone.example.test"));
 
     let (status, m) = post(&client, "/mutate?timeout=10s", body).await;

@@ -423,11 +423,6 @@ fn location_form_denials(name: &str, ns: &str) -> Vec<(&'static str, Vec<String>
         .collect()
 }
 
-/// A ClusterResourceSet payload's location still names the payload key, the document and the
-/// inner object whole (the payload carrier, `src/sites/payload.rs`, does not split its
-/// location yet): its first line is held to this bound with the realistic names.
-const PAYLOAD_FIRST_LINE_MAX: usize = 290;
-
 /// The problems of every form's denials with objects named `name` in `ns`: a form not
 /// denied, a first line without `Fix:` or longer than its bound plus `extra` characters.
 fn location_form_problems(name: &str, ns: &str, extra: usize) -> Vec<String> {
@@ -436,11 +431,7 @@ fn location_form_problems(name: &str, ns: &str, extra: usize) -> Vec<String> {
         if lines.is_empty() {
             problems.push(format!("{form}: not denied"));
         }
-        let bound = if form.starts_with("ClusterResourceSet payload") {
-            PAYLOAD_FIRST_LINE_MAX
-        } else {
-            FIRST_LINE_MAX
-        } + extra;
+        let bound = FIRST_LINE_MAX + extra;
         for line in lines {
             let len = line.chars().count();
             eprintln!("{form:<48} {len:>4} {line}");

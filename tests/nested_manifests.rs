@@ -317,7 +317,8 @@ fn talos_inline_manifests_are_read_by_check() {
     assert!(
         found.iter().any(|(l, _, m)| *l == Level::Error
             && m.contains(SERIAL)
-            && m.contains("Talos machine config cluster.inlineManifests[0].contents (occm)")),
+            && m.contains(" cluster.inlineManifests[0].contents (occm): ")
+            && m.contains("\nAt Talos machine config document 1 (Secret kube-system/cloud-config")),
         "{found:#?}"
     );
     // A machine config without such manifests: nothing, and no "not a Kubernetes object".

@@ -53,7 +53,7 @@ use serde_json::Value;
 
 use super::object_data::Encoding;
 use super::path::pointer;
-use super::{Anchor, Carrier, FoundConfig, Holder, SiteError, SiteKind, SitesDocument};
+use super::{Anchor, Carrier, FoundConfig, Holder, Location, SiteError, SiteKind, SitesDocument};
 use crate::budget::Cancel;
 use crate::cloudconf::{Document, IniEdit};
 use crate::yaml::edit::{self as yamledit, Change};
@@ -883,6 +883,24 @@ impl Carrier for PayloadSite {
             out.push_str(&format!(" line {line}"));
         }
         out
+    }
+
+    /// The first line names the payload value; the document, the inner object and the line
+    /// inside the payload are the part after it (`At …`), so that first line stays short.
+    fn locate(&self, line: Option<usize>) -> Location {
+        let mut within = self.label.to_owned();
+        if self.inner.is_some() {
+            within.push(' ');
+            within.push_str(&self.inner_describe);
+        }
+        if let Some(line) = line {
+            within.push_str(&format!(" line {line}"));
+        }
+        Location {
+            at: self.value_location.clone(),
+            field_line: None,
+            within: Some(within),
+        }
     }
 
     fn holder(&self) -> Holder {
