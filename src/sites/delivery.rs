@@ -1055,12 +1055,6 @@ fn kubeone_cloud_config(gvk: &GroupVersionKind, object: &DynamicObject) -> Vec<F
 ///   the node, and applied by k0s when under its manifests directory
 ///   (`/var/lib/k0s/manifests/`: k0rdent's OpenStack template writes its CCM `Chart` there).
 fn nested_fields(gvk: &GroupVersionKind, root: &Value) -> Vec<(Vec<Seg>, &'static str, String)> {
-    let list = |pointer: &str| {
-        root.pointer(pointer)
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-            .unwrap_or_default()
-    };
     match (gvk.group.as_str(), gvk.kind.as_str()) {
         ("provisioning.cattle.io", "Cluster") => {
             let path = vec![
@@ -1074,69 +1068,66 @@ fn nested_fields(gvk: &GroupVersionKind, root: &Value) -> Vec<(Vec<Seg>, &'stati
                 "spec.rkeConfig.additionalManifest".to_owned(),
             )]
         }
-        ("addons.stackhpc.com", "Manifests") => list("/spec/manifestSources")
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| {
-                s.get("template")
-                    .and_then(Value::as_str)
-                    .is_some_and(|t| !templated(t))
-            })
-            .map(|(i, _)| {
-                let path = vec![
-                    Seg::key("spec"),
-                    Seg::key("manifestSources"),
-                    Seg::Index(i),
-                    Seg::key("template"),
-                ];
-                (
-                    path,
-                    "Manifests",
-                    format!("spec.manifestSources[{i}].template"),
-                )
-            })
-            .collect(),
-        ("stackgate.dev", TALOS_MACHINE_CONFIG_KIND) => list("/cluster/inlineManifests")
-            .iter()
-            .enumerate()
-            .filter(|(_, m)| m.get("contents").is_some_and(Value::is_string))
-            .map(|(i, m)| {
-                let path = vec![
-                    Seg::key("cluster"),
-                    Seg::key("inlineManifests"),
-                    Seg::Index(i),
-                    Seg::key("contents"),
-                ];
-                let name = m.get("name").and_then(Value::as_str).unwrap_or("");
-                let location = format!(
-                    "cluster.inlineManifests[{i}].contents ({})",
-                    super::path::shown_entry(name)
-                );
-                (path, "Talos machine config", location)
-            })
-            .collect(),
-        ("controlplane.cluster.x-k8s.io", "K0sControlPlane") => list("/spec/k0sConfigSpec/files")
-            .iter()
-            .enumerate()
-            .filter(|(_, f)| f.get("content").is_some_and(Value::is_string))
-            .map(|(i, f)| {
-                let path = vec![
-                    Seg::key("spec"),
-                    Seg::key("k0sConfigSpec"),
-                    Seg::key("files"),
-                    Seg::Index(i),
-                    Seg::key("content"),
-                ];
-                let file = f.get("path").and_then(Value::as_str).unwrap_or("");
-                let location = format!(
-                    "spec.k0sConfigSpec.files[{i}].content ({})",
-                    super::path::shown_entry(file)
-                );
-                (path, "K0sControlPlane", location)
-            })
-            .collect(),
+        ("addons.stackhpc.com", "Manifests") => list_entry_fields(
+            root,
+            &["spec", "manifestSources"],
+            "template",
+            None,
+            |t| !templated(t),
+            "Manifests",
+        ),
+        ("stackgate.dev", TALOS_MACHINE_CONFIG_KIND) => list_entry_fields(
+            root,
+            &["cluster", "inlineManifests"],
+            "contents",
+            Some("name"),
+            |_| true,
+            "Talos machine config",
+        ),
+        ("controlplane.cluster.x-k8s.io", "K0sControlPlane") => list_entry_fields(
+            root,
+            &["spec", "k0sConfigSpec", "files"],
+            "content",
+            Some("path"),
+            |_| true,
+            "K0sControlPlane",
+        ),
         _ => Vec::new(),
     }
+}
+
+/// The string `field` of each entry of the list at `list` that `keep` accepts: its path, the
+/// carrier's label and a location (`spec.files[0].content`, followed by the entry's
+/// `named_by` value in parentheses when given).
+fn list_entry_fields(
+    root: &Value,
+    list: &[&str],
+    field: &str,
+    named_by: Option<&str>,
+    keep: impl Fn(&str) -> bool,
+    label: &'static str,
+) -> Vec<(Vec<Seg>, &'static str, String)> {
+    let entries = list
+        .iter()
+        .try_fold(root, |v, k| v.get(k))
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    entries
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.get(field).and_then(Value::as_str).is_some_and(&keep))
+        .map(|(i, e)| {
+            let mut path: Vec<Seg> = list.iter().map(|k| Seg::key(k)).collect();
+            path.extend([Seg::Index(i), Seg::key(field)]);
+            let mut location = format!("{}[{i}].{field}", list.join("."));
+            if let Some(named_by) = named_by {
+                let name = e.get(named_by).and_then(Value::as_str).unwrap_or("");
+                location.push_str(&format!(" ({})", super::path::shown_entry(name)));
+            }
+            (path, label, location)
+        })
+        .collect()
 }
 
 /// The configs in the manifest streams nested in `object` ([`nested_fields`]), read with the
