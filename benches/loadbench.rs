@@ -106,6 +106,10 @@ struct Args {
     /// Write all results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Only write each selected case's request body to `DIR/<case>.json` and stop (for
+    /// measuring one review at a time, e.g. under callgrind; see BENCHMARKS.md).
+    #[arg(long, value_name = "DIR")]
+    write_bodies: Option<PathBuf>,
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -715,8 +719,30 @@ fn default_binary(name: &str) -> PathBuf {
     release.join(name)
 }
 
+/// Writes the selected cases' bodies to `dir/<case>.json`.
+fn write_bodies(dir: &Path, names: &[String]) {
+    std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    for case in cases::LOAD_CASES {
+        if !names.is_empty() && !names.iter().any(|n| n == case.name) {
+            continue;
+        }
+        match case.body() {
+            Ok(body) => {
+                let path = dir.join(format!("{}.json", case.name));
+                std::fs::write(&path, body).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                eprintln!("loadbench: wrote {}", path.display());
+            }
+            Err(why) => eprintln!("loadbench: skipping {}: {why}", case.name),
+        }
+    }
+}
+
 fn main() {
     let args = Args::parse();
+    if let Some(dir) = &args.write_bodies {
+        write_bodies(dir, &args.cases);
+        return;
+    }
     let _ = rustls::crypto::ring::default_provider().install_default();
     let stackgate = args
         .stackgate
