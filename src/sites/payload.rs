@@ -84,9 +84,19 @@ pub fn is_payload_secret_type(secret_type: Option<&str>) -> bool {
 /// names a `kind` and mentions the name of a site in `sites` or the site label. Cheap (a few
 /// substring scans); a true answer only means "worth parsing".
 pub fn may_hold_site(text: &str, sites: &SitesDocument) -> bool {
-    spellings(text, |text| {
+    let plain = plain_needles(site_needles(sites));
+    spellings(text, plain, |text| {
         text.contains("kind") && names_a_site(text, sites)
     })
+}
+
+/// The names [`names_a_site`] searches for.
+fn site_needles(sites: &SitesDocument) -> impl Iterator<Item = &str> {
+    sites
+        .sites
+        .iter()
+        .map(|s| s.name.as_str())
+        .chain(sites.label.as_deref())
 }
 
 /// Whether `text` (one spelling) mentions the name of a site in `sites` or the site label.
@@ -103,17 +113,51 @@ fn names_a_ccm(text: &str) -> bool {
 /// Whether `text` mentions one of `names`, as written or with its YAML escapes read: a YAML
 /// text without such a mention has no key or value spelling one of them.
 pub(super) fn mentions(text: &str, names: &[String]) -> bool {
-    spellings(text, |text| names.iter().any(|n| text.contains(n.as_str())))
+    let plain = plain_needles(names.iter().map(String::as_str));
+    spellings(text, plain, |text| {
+        names.iter().any(|n| text.contains(n.as_str()))
+    })
+}
+
+/// The characters the common escapes of a JSON string stand for (`\n`, `\t`, `\r`, `\"`):
+/// a name without them cannot be spelled across such an escape.
+const PLAIN_ESCAPED: [char; 4] = ['\n', '\t', '\r', '"'];
+
+/// Whether no needle holds a character of [`PLAIN_ESCAPED`] (so [`spellings`] may skip
+/// unescaping a text whose only escapes are those).
+fn plain_needles<'a>(mut needles: impl Iterator<Item = &'a str>) -> bool {
+    needles.all(|n| !n.contains(PLAIN_ESCAPED))
+}
+
+/// Whether every backslash of `text` begins one of the escapes `\n`, `\t`, `\r` or `\"`.
+fn only_plain_escapes(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let mut pos = 0;
+    while let Some(offset) = text[pos..].find('\\') {
+        let at = pos + offset;
+        if !matches!(bytes.get(at + 1), Some(b'n' | b't' | b'r' | b'"')) {
+            return false;
+        }
+        pos = at + 2;
+    }
+    true
 }
 
 /// Whether `test` holds for `text` as written, or with its escapes read once (YAML in a
 /// payload value) or twice (YAML in a string of an object's raw JSON). Text without a
 /// backslash has no escape, so that is one test.
-fn spellings(text: &str, test: impl Fn(&str) -> bool) -> bool {
+///
+/// `test` must be a search for names (true as soon as the text contains the right ones,
+/// as `contains` is), and `plain` must say that none of them holds a character of
+/// [`PLAIN_ESCAPED`]. Then a text whose only escapes are `\n`, `\t`, `\r` and `\"` (most of
+/// an object's raw JSON) is one test too: reading those escapes puts a character no name
+/// holds between the runs of the text, so a name found in the unescaped text lies inside
+/// one run and was found as written, and the unescaped text has no backslash left.
+fn spellings(text: &str, plain: bool, test: impl Fn(&str) -> bool) -> bool {
     if test(text) {
         return true;
     }
-    if !text.contains('\\') {
+    if !text.contains('\\') || (plain && only_plain_escapes(text)) {
         return false;
     }
     let once = unescape(text);
@@ -219,19 +263,26 @@ pub const CCM_MARKERS: &[&str] = &[
 /// embed an object the object families read: it names a `kind` and holds a CCM marker
 /// ([`CCM_MARKERS`]). Cheap; a true answer only means "worth parsing".
 pub fn may_hold_ccm(text: &str) -> bool {
-    spellings(text, |text| text.contains("kind") && names_a_ccm(text))
+    let plain = plain_needles(CCM_MARKERS.iter().copied());
+    spellings(text, plain, |text| {
+        text.contains("kind") && names_a_ccm(text)
+    })
 }
 
 /// Whether a payload value is worth parsing at all: it may embed a site or a CCM object.
 pub fn worth_parsing(text: &str, sites: &SitesDocument) -> bool {
+    let charts = super::chart_names_of(sites);
+    let plain = plain_needles(
+        site_needles(sites)
+            .chain(CCM_MARKERS.iter().copied())
+            .chain(charts.iter().map(String::as_str)),
+    );
     // One pass over the spellings for both questions: the text is unescaped at most twice.
-    spellings(text, |text| {
+    spellings(text, plain, |text| {
         text.contains("kind")
             && (names_a_site(text, sites)
                 || names_a_ccm(text)
-                || super::chart_names_of(sites)
-                    .iter()
-                    .any(|c| text.contains(c.as_str())))
+                || charts.iter().any(|c| text.contains(c.as_str())))
     })
 }
 
@@ -1023,6 +1074,84 @@ mod tests {
         ] {
             assert_eq!(unescape(text), unescape_reference(text), "{text:?}");
         }
+    }
+
+    /// `worth_parsing` as it was before [`spellings`] skipped unescaping texts whose only
+    /// escapes are `\n`, `\t`, `\r` and `\"`: every text with a backslash unescaped.
+    fn worth_parsing_reference(text: &str, sites: &SitesDocument) -> bool {
+        let charts = super::super::chart_names_of(sites);
+        spellings(text, false, |text| {
+            text.contains("kind")
+                && (names_a_site(text, sites)
+                    || names_a_ccm(text)
+                    || charts.iter().any(|c| text.contains(c.as_str())))
+        })
+    }
+
+    /// The payload prefilter with the plain-escape shortcut answers as the reference on
+    /// generated texts: names whole, split by every kind of escape (plain ones, hex and
+    /// Unicode escapes, escaped backslashes of JSON holding YAML, folded lines), and the
+    /// shortcut is taken only when its names hold none of the plain escapes' characters.
+    #[test]
+    fn worth_parsing_equals_the_unescaping_reference() {
+        let sites = sites();
+        let pieces = [
+            "kind",
+            "\\x6bind",
+            "k\\u0069nd",
+            "\\\\x6bind",
+            "ki",
+            "nd",
+            "cloud-config",
+            "cloud\\u002dconfig",
+            "cloud\\\\u002dconfig",
+            "cloud-",
+            "config",
+            "stackgate.dev/cloud-config",
+            "stackgate.dev\\/cloud-config",
+            "openstack-cloud-controller-manager",
+            "openstack-cloud-\\\n  controller-manager",
+            "--cloud-provider=openstack",
+            "\\n",
+            "\\t",
+            "\\r",
+            "\\\"",
+            "\\\\",
+            "\\\\n",
+            "\\",
+            "\"",
+            "\n",
+            " ",
+            "x",
+            "é",
+        ];
+        let mut seed: u64 = 0x0dd5;
+        let mut next = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) as usize
+        };
+        let mut found = 0;
+        for _ in 0..30_000 {
+            let len = next() % 8;
+            let text: String = (0..len).map(|_| pieces[next() % pieces.len()]).collect();
+            let expected = worth_parsing_reference(&text, &sites);
+            assert_eq!(worth_parsing(&text, &sites), expected, "{text:?}");
+            found += usize::from(expected);
+        }
+        // The generated texts reach both answers, through escapes too.
+        assert!(found > 1_000, "{found}");
+        assert!(worth_parsing("\\x6bind: \\\"cloud-config\\\"", &sites));
+        assert!(!worth_parsing("kind: \\\"cloud-\\nconfig\\\"", &sites));
+
+        // A name holding a plain escape's character: the shortcut is not taken.
+        let mut quoted = sites.clone();
+        quoted.sites[0].name = "say\"cheese".to_owned();
+        let text = "kind: say\\\"cheese";
+        assert!(worth_parsing_reference(text, &quoted));
+        assert!(worth_parsing(text, &quoted));
+        assert!(!worth_parsing(text, &sites));
     }
 
     use super::*;
