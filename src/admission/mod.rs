@@ -441,25 +441,10 @@ fn short(f: &Finding) -> String {
 fn encode(mut response: AdmissionResponse) -> Reply {
     // kube-core serializes the patch bytes as a JSON array of numbers, one value per byte; the
     // API documents base64 (Go's []byte), which is also 3-4 times smaller. Take the bytes out
-    // before serializing and put them back as one base64 string.
-    let patch = response.patch.take();
-    let review = response.into_review();
-    let encoded = match patch {
-        Some(bytes) => serde_json::to_value(&review).and_then(|mut value| {
-            if let Some(response) = value
-                .get_mut("response")
-                .and_then(serde_json::Value::as_object_mut)
-            {
-                response.insert(
-                    "patch".to_owned(),
-                    serde_json::Value::String(
-                        base64::engine::general_purpose::STANDARD.encode(bytes),
-                    ),
-                );
-            }
-            serde_json::to_vec(&value)
-        }),
-        None => serde_json::to_vec(&review),
+    // and write the review with them as one base64 string.
+    let encoded = match response.patch.take() {
+        Some(bytes) => write_patched(&response, &bytes),
+        None => serde_json::to_vec(&response.into_review()),
     };
     match encoded {
         Ok(body) => Reply {
@@ -471,6 +456,57 @@ fn encode(mut response: AdmissionResponse) -> Reply {
             "the admission response could not be encoded",
         ),
     }
+}
+
+/// A patched answer's JSON: the review of `response` with `patch` as one base64 string.
+///
+/// Written directly rather than through a `serde_json::Value` of the whole review (which cost
+/// a copy of every warning and annotation per answer), in the bytes that route wrote: keys in
+/// sorted order at every level (`Value`'s objects sort them), `status` through a `Value` of
+/// its own (its keys sorted too). `patchType` is `JSONPatch`: a patch here comes from
+/// `AdmissionResponse::with_patch`, the only way kube-core sets one, which sets that type
+/// (`tests::a_patched_answer_is_written_as_the_value_route_wrote_it` pins the bytes).
+fn write_patched(response: &AdmissionResponse, patch: &[u8]) -> serde_json::Result<Vec<u8>> {
+    use std::collections::BTreeMap;
+
+    #[derive(serde::Serialize)]
+    struct Review<'a> {
+        #[serde(rename = "apiVersion")]
+        api_version: &'a str,
+        kind: &'a str,
+        response: Response<'a>,
+    }
+    #[derive(serde::Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Response<'a> {
+        allowed: bool,
+        #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+        audit_annotations: BTreeMap<&'a str, &'a str>,
+        patch: String,
+        patch_type: &'static str,
+        status: serde_json::Value,
+        uid: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        warnings: Option<&'a [String]>,
+    }
+    let review = Review {
+        api_version: &response.types.api_version,
+        kind: &response.types.kind,
+        response: Response {
+            allowed: response.allowed,
+            audit_annotations: response
+                .audit_annotations
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect(),
+            patch: base64::engine::general_purpose::STANDARD.encode(patch),
+            patch_type: "JSONPatch",
+            status: serde_json::to_value(&response.result)?,
+            uid: &response.uid,
+            warnings: response.warnings.as_deref(),
+        },
+    };
+    serde_json::to_vec(&review)
 }
 
 /// The answer for a body that did not decode as an AdmissionReview. The serde error is
@@ -566,5 +602,89 @@ fn operation_str(op: &Operation) -> &'static str {
         Operation::Update => "UPDATE",
         Operation::Delete => "DELETE",
         Operation::Connect => "CONNECT",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use base64::Engine as _;
+    use kube::core::DynamicObject;
+    use kube::core::admission::{AdmissionResponse, AdmissionReview};
+
+    use super::{encode, write_patched};
+
+    /// The patched answer as it was written before [`write_patched`]: the whole review as a
+    /// `serde_json::Value`, its patch bytes replaced by one base64 string.
+    fn through_a_value(mut response: AdmissionResponse) -> Vec<u8> {
+        let patch = response.patch.take().expect("a patched response");
+        let mut value = serde_json::to_value(response.into_review()).unwrap();
+        value["response"]["patch"] = base64::engine::general_purpose::STANDARD
+            .encode(patch)
+            .into();
+        serde_json::to_vec(&value).unwrap()
+    }
+
+    fn response(audit: &[(&str, &str)], warnings: Option<Vec<&str>>) -> AdmissionResponse {
+        let review: AdmissionReview<DynamicObject> = serde_json::from_value(serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "0c9a8d74-\"quoted\"-é", "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+                "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+                "operation": "CREATE", "userInfo": {}, "object": null, "oldObject": null, "dryRun": false,
+            },
+        }))
+        .unwrap();
+        let request: kube::core::admission::AdmissionRequest<DynamicObject> =
+            review.try_into().unwrap();
+        let mut response = AdmissionResponse::from(&request);
+        response.audit_annotations = audit
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect::<HashMap<_, _>>();
+        response.warnings = warnings.map(|w| w.into_iter().map(str::to_owned).collect());
+        response
+    }
+
+    /// Every shape of a patched answer (annotations or none, warnings or none, a status with
+    /// fields, text that JSON escapes) is written byte for byte as the `Value` route wrote it.
+    #[test]
+    fn a_patched_answer_is_written_as_the_value_route_wrote_it() {
+        let patch = json_patch::Patch(
+            serde_json::from_value(serde_json::json!([
+                {"op": "replace", "path": "/data/config", "value": "[Global]\nx = \"é\\u{1}\"\n"},
+                {"op": "add", "path": "/metadata/annotations", "value": {}},
+            ]))
+            .unwrap(),
+        );
+        let mut with_status = response(&[("z-finding", "a"), ("a-exempted", "b\n\"c\"")], None);
+        with_status.result.code = 403;
+        with_status.result.message = "why \u{7f} <tag>".to_owned();
+        with_status.result.reason = "Forbidden".to_owned();
+        let shapes = [
+            response(&[], None),
+            response(&[], Some(vec![])),
+            response(
+                &[
+                    ("serial-lb-api-calls-finding", "x"),
+                    ("cloud-config-integrity-finding", "y"),
+                ],
+                Some(vec!["stackgate one: \"a\"", "two\ttabs"]),
+            ),
+            with_status,
+        ];
+        for shape in shapes {
+            let patched = shape.with_patch(patch.clone()).unwrap();
+            let mut taken = patched.clone();
+            let bytes = taken.patch.take().unwrap();
+            let direct = write_patched(&taken, &bytes).unwrap();
+            let reference = through_a_value(patched.clone());
+            assert_eq!(
+                String::from_utf8(direct).unwrap(),
+                String::from_utf8(reference.clone()).unwrap()
+            );
+            assert_eq!(encode(patched).body, reference);
+        }
     }
 }
