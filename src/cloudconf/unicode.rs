@@ -51,12 +51,23 @@ fn fold_min(c: char) -> u32 {
 
 /// Go's `strings.EqualFold`: equal under Unicode simple case folding.
 pub fn eq_fold(a: &str, b: &str) -> bool {
-    // Fast path, exact: the only non-ASCII members of an ASCII letter's folding orbit are
-    // U+212A (KELVIN SIGN, with k) and U+017F (LONG S, with s), which ASCII text cannot hold.
-    if a.is_ascii() && b.is_ascii() {
-        return a.eq_ignore_ascii_case(b);
+    // One pass while both are ASCII, exact: the only non-ASCII members of an ASCII letter's
+    // folding orbit are U+212A (KELVIN SIGN, with k) and U+017F (LONG S, with s), so two
+    // ASCII characters fold alike only when they are equal ignoring ASCII case. Most calls are
+    // lookups of one key among many that differ early: they end at the first such character
+    // instead of checking both texts for ASCII first.
+    let (x, y) = (a.as_bytes(), b.as_bytes());
+    for (i, (&p, &q)) in x.iter().zip(y).enumerate() {
+        if !p.is_ascii() || !q.is_ascii() {
+            // Both prefixes are ASCII, so `i` is a character boundary in both.
+            return eq_fold_unicode(&a[i..], &b[i..]);
+        }
+        if !p.eq_ignore_ascii_case(&q) {
+            return false;
+        }
     }
-    eq_fold_unicode(a, b)
+    // One is a prefix of the other (ignoring case): equal only if neither has more.
+    x.len() == y.len()
 }
 
 /// [`eq_fold`] without the ASCII fast path.
@@ -110,6 +121,49 @@ mod tests {
                 assert_eq!(eq_fold(&a, &b), eq_fold_unicode(&a, &b), "{a:?} vs {b:?}");
             }
         }
+    }
+
+    /// The byte-wise pass agrees with folding character by character on generated pairs of
+    /// texts that mix ASCII with the characters whose folds cross into it (KELVIN SIGN, LONG
+    /// S) or out of it, of equal and of different lengths, with the first non-ASCII
+    /// character anywhere.
+    #[test]
+    fn ascii_prefix_pass_agrees_with_unicode_folding() {
+        let alphabet: Vec<char> = "kKsSaA-_1 \u{212A}\u{17F}éÉßẞσΣςıİ中".chars().collect();
+        let mut seed: u64 = 0xf01d;
+        let mut next = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) as usize
+        };
+        let mut equal = 0;
+        for _ in 0..50_000 {
+            let a: String = (0..next() % 6)
+                .map(|_| alphabet[next() % alphabet.len()])
+                .collect();
+            // Half the pairs: `a` with some characters swapped for a fold partner, so that
+            // equal pairs are common.
+            let b: String = if next() % 2 == 0 {
+                a.chars()
+                    .map(|c| match (c, next() % 3) {
+                        ('k', 0) => '\u{212A}',
+                        ('s', 0) => '\u{17F}',
+                        ('ς', 0) => 'Σ',
+                        (c, 1) => c.to_ascii_uppercase(),
+                        (c, _) => c,
+                    })
+                    .collect()
+            } else {
+                (0..next() % 6)
+                    .map(|_| alphabet[next() % alphabet.len()])
+                    .collect()
+            };
+            let expected = eq_fold_unicode(&a, &b);
+            assert_eq!(eq_fold(&a, &b), expected, "{a:?} vs {b:?}");
+            equal += usize::from(expected);
+        }
+        assert!(equal > 10_000, "{equal}");
     }
 
     #[test]
