@@ -307,7 +307,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             selected_by: "matchCondition: spec changed",
         }]),
         audit: &[Audit::Listed("helm.toolkit.fluxcd.io", "v2", "HelmRelease")],
-        reader: "src/sites/helm.rs",
+        reader: "src/sites/helm/places.rs",
     },
     DeliveryPath {
         name: "Argo CD Application",
@@ -339,7 +339,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             selected_by: "matchCondition: spec changed",
         }]),
         audit: &[Audit::Listed("argoproj.io", "v1alpha1", "Application")],
-        reader: "src/sites/helm.rs",
+        reader: "src/sites/helm/places.rs",
     },
     DeliveryPath {
         name: "Argo CD ApplicationSet",
@@ -366,7 +366,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             selected_by: "matchCondition: spec changed",
         }]),
         audit: &[Audit::Listed("argoproj.io", "v1alpha1", "ApplicationSet")],
-        reader: "src/sites/helm.rs (application_set_places)",
+        reader: "src/sites/helm/places.rs (application_set_places)",
     },
     DeliveryPath {
         name: "Sveltos ClusterProfile / Profile `helmCharts`",
@@ -403,7 +403,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             "v1beta1",
             "Profile",
         )],
-        reader: "src/sites/helm.rs (sveltos_places)",
+        reader: "src/sites/helm/places.rs (sveltos_places)",
     },
     DeliveryPath {
         name: "Rancher Fleet HelmOp / Bundle",
@@ -430,7 +430,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             Audit::Listed("fleet.cattle.io", "v1alpha1", "HelmOp"),
             Audit::Listed("fleet.cattle.io", "v1alpha1", "Bundle"),
         ],
-        reader: "src/sites/helm.rs (fleet_places)",
+        reader: "src/sites/helm/places.rs (fleet_places)",
     },
     DeliveryPath {
         name: "Rancher Fleet `fleet.yaml`",
@@ -451,7 +451,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             "a file of a Git repository Fleet reads: `check` only (Fleet makes Bundles of it, which the webhook sees)",
         ),
         audit: &[Audit::NotInCluster],
-        reader: "src/sites/helm.rs (fleet_places)",
+        reader: "src/sites/helm/places.rs (fleet_places)",
     },
     DeliveryPath {
         name: "RKE2/k3s helm-controller HelmChart and HelmChartConfig",
@@ -498,7 +498,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             Audit::Listed("helm.cattle.io", "v1", "HelmChart"),
             Audit::Listed("helm.cattle.io", "v1", "HelmChartConfig"),
         ],
-        reader: "src/sites/helm.rs",
+        reader: "src/sites/helm/places.rs",
     },
     DeliveryPath {
         name: "k0s ClusterConfig",
@@ -521,7 +521,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             "v1beta1",
             "ClusterConfig",
         )],
-        reader: "src/sites/helm.rs",
+        reader: "src/sites/helm/places.rs",
     },
     DeliveryPath {
         name: "k0smotron control plane (a k0s ClusterConfig inside)",
@@ -557,7 +557,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
                 "K0sControlPlane",
             ),
         ],
-        reader: "src/sites/delivery.rs (k0s_config_path) and src/sites/helm.rs",
+        reader: "src/sites/delivery.rs (k0s_config_path) and src/sites/helm/places.rs",
     },
     DeliveryPath {
         name: "k0smotron Cluster (a k0s ClusterConfig inside)",
@@ -576,7 +576,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             selected_by: "matchCondition: spec changed",
         }]),
         audit: &[Audit::Listed("k0smotron.io", "v1beta2", "Cluster")],
-        reader: "src/sites/delivery.rs (k0s_config_path) and src/sites/helm.rs",
+        reader: "src/sites/delivery.rs (k0s_config_path) and src/sites/helm/places.rs",
     },
     DeliveryPath {
         name: "k0sctl Cluster (a k0s ClusterConfig inside)",
@@ -592,7 +592,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             "a k0sctl file is read by the k0sctl CLI, never applied to a cluster: `check` only",
         ),
         audit: &[Audit::NotInCluster],
-        reader: "src/sites/delivery.rs (k0s_config_path) and src/sites/helm.rs",
+        reader: "src/sites/delivery.rs (k0s_config_path) and src/sites/helm/places.rs",
     },
     DeliveryPath {
         name: "Azimuth cluster-api-addon-provider HelmRelease (also Magnum's CAPI driver)",
@@ -623,7 +623,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             "v1alpha1",
             "HelmRelease",
         )],
-        reader: "src/sites/helm.rs (a template-free template), src/sites/delivery.rs (unseen)",
+        reader: "src/sites/helm/places.rs (a template-free template), src/sites/delivery.rs (unseen)",
     },
     DeliveryPath {
         name: "Azimuth cluster-api-addon-provider Manifests",
@@ -670,7 +670,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             selected_by: "matchCondition: spec changed",
         }]),
         audit: &[Audit::Listed("helm.k0sproject.io", "v1beta1", "Chart")],
-        reader: "src/sites/helm.rs",
+        reader: "src/sites/helm/places.rs",
     },
     DeliveryPath {
         name: "Rancher provisioning Cluster (RKE2/k3s `additionalManifest`)",
@@ -778,7 +778,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             "a kustomization is read by kustomize, never applied to a cluster: `check` only",
         ),
         audit: &[Audit::NotInCluster],
-        reader: "src/sites/helm.rs (kustomize_places), src/check/index.rs (valuesFile)",
+        reader: "src/sites/helm/places.rs (kustomize_places), src/check/index.rs (valuesFile)",
     },
     DeliveryPath {
         name: "Plain Helm values file",
@@ -789,7 +789,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
         sources: &[read("the file", Operation::ValuesFile)],
         webhook: Err("a file of the repository: `check` only"),
         audit: &[Audit::NotInCluster],
-        reader: "src/sites/helm.rs",
+        reader: "src/sites/helm/places.rs",
     },
     DeliveryPath {
         name: "Plain INI cloud.conf",

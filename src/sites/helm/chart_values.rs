@@ -1,7 +1,16 @@
 //! The chart's values as other rules read them: `controllerExtraArgs` (the `ccm-concurrency`
 //! rule) and `ChartValues` (image, version and the CCM's other settings).
 
-use super::*;
+use super::overrides::{merged_with, place_overrides};
+use super::places::{OverrideSource, text_values, values_places};
+use super::{DEFAULT_CHARTS, MAX_CARRIERS_PER_OBJECT, content, get, is_values_file, keys};
+use crate::budget::Cancel;
+use crate::sites::path::{display, pointer};
+use crate::sites::render;
+use crate::sites::values::Override;
+use crate::yaml::{self, Seg};
+use kube::core::{DynamicObject, GroupVersionKind};
+use serde_json::Value;
 
 /// The chart's `controllerExtraArgs` in `object`, for the `ccm-concurrency` rule: (location
 /// for messages, JSON pointer of the field, the arguments). The first carrier that sets them
@@ -271,7 +280,7 @@ pub fn chart_values_all_within(
 }
 
 /// What [`ChartValues::set_entries`] keeps of an override: names and paths, never the value.
-pub(super) fn set_entry(o: &Override) -> SetEntry {
+fn set_entry(o: &Override) -> SetEntry {
     SetEntry {
         name: o.name.clone(),
         pointer: pointer(&o.value_path).to_string(),
@@ -293,7 +302,7 @@ pub(super) fn set_entry(o: &Override) -> SetEntry {
 /// For the values at `path`: the field listing values merged in from outside the object
 /// (Flux `spec.valuesFrom`, Argo CD `helm.valueFiles`), when not empty, and Argo CD's
 /// `helm.parameters`.
-pub(super) fn outside_values(
+fn outside_values(
     root: &Value,
     path: &[Seg],
 ) -> (Option<String>, Vec<(String, String)>) {
@@ -350,7 +359,7 @@ pub fn controller_extra_args(values: &Value) -> Option<Vec<String>> {
 
 /// The arguments of a `controllerExtraArgs` value: a YAML list written as a string (what the
 /// chart expects, e.g. `"- --concurrent-service-syncs=2\n"`) or an actual list.
-pub(super) fn extra_args(value: &Value) -> Option<Vec<String>> {
+fn extra_args(value: &Value) -> Option<Vec<String>> {
     let list = match value {
         Value::String(s) => match yaml::parse_one(s).and_then(|n| n.to_json()) {
             Ok(Value::Array(items)) => items,

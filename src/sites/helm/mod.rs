@@ -25,14 +25,12 @@
 use kube::core::{DynamicObject, GroupVersionKind};
 use serde_json::Value;
 
-use super::chart::chart_matches;
-use super::generation::{Generation, Generations};
+use super::generation::Generation;
 use super::object_data::TextField;
-use super::path::{display, joined, pointer, shown_entry};
+use super::path::{display, shown_entry};
 use super::render::{self, Origin};
-use super::strvals::{self, SetBudget, StrvalsError, Typing};
 use super::values::{
-    Overridden, Override, RenderedValues, UnseenValues, ValuesAt, ValuesText, ValuesTextContents,
+    Override, RenderedValues, UnseenValues, ValuesAt, ValuesText, ValuesTextContents,
     ValuesTextRendered,
 };
 use super::{FoundConfig, Holder, SiteError};
@@ -50,11 +48,11 @@ pub use chart_values::{
     helm_controller_extra_args, helm_controller_extra_args_all,
     helm_controller_extra_args_all_within,
 };
-use overrides::*;
+use overrides::{Beneath, SetFailure, argo_orders, in_values_over, merged_with, place_overrides};
 pub use places::holds_chart_values;
-use places::*;
-use unseen::*;
+use places::{OverrideSource, Switch, ValuesPlace, text_values, values_places};
 pub use unseen::{FLUX_DEFAULT_VALUES_KEY, describe_values_reference, helm_controller_secrets};
+use unseen::{on_top_sources, unseen_site, unseen_sources};
 pub use version::{CcmVersion, ccm_version, ccm_version_within, image_version};
 
 /// Largest Helm values string (`valuesContent`, Argo `helm.values`) stackgate parses for the
@@ -692,10 +690,14 @@ pub(super) fn renders_secret(values: &Value, generation: Generation) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::overrides::helm_controller_typed;
     use super::version::shown_version;
     use super::*;
     use crate::cloudconf::{Document, IniEdit};
     use crate::sites::Anchor;
+    use crate::sites::chart::chart_matches;
+    use crate::sites::path::pointer;
+    use crate::sites::strvals;
     use serde_json::json;
 
     fn charts() -> Vec<String> {

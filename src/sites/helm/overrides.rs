@@ -1,7 +1,19 @@
 //! Values set on top of a place (`--set`-like entries: HelmChart `spec.set`, Argo CD
 //! `helm.parameters`) merged as Helm merges them, and the orders Argo CD may apply them in.
 
-use super::*;
+use super::places::{OverrideSource, ValuesPlace};
+use super::{contents, get, in_values_map, in_values_text, render_cloud_config};
+use crate::budget::Cancel;
+use crate::sites::generation::Generation;
+use crate::sites::object_data::TextField;
+use crate::sites::path::{display, joined, shown_entry};
+use crate::sites::strvals::{SetBudget, StrvalsError, Typing};
+use crate::sites::values::{
+    Overridden, Override, RenderedValues, UnseenValues, ValuesAt, ValuesText, ValuesTextRendered,
+};
+use crate::sites::{FoundConfig, Holder, SiteError, strvals};
+use crate::yaml::Seg;
+use serde_json::Value;
 
 /// The values that `--set`-like overrides apply on top of.
 pub(super) enum Beneath {
@@ -97,14 +109,14 @@ pub(super) fn place_overrides(
 
 /// The keys of the chart's values a structured values file can change the cloud config
 /// through (what [`values_file_entries`] reads of it).
-pub(super) const CLOUD_CONFIG_KEYS: &[&str] = &["cloudConfig", "cloudConfigContents", "secret"];
+const CLOUD_CONFIG_KEYS: &[&str] = &["cloudConfig", "cloudConfigContents", "secret"];
 
 /// A structured values file (HelmChart `spec.values`) merged over the values beneath, as
 /// `--set` entries that set each of its leaves under [`CLOUD_CONFIG_KEYS`] (below the
 /// subchart key `alias` when set): Helm's merge of a values file replaces leaves and merges
 /// maps, which is what setting each leaf does. A leaf's line carries its value exactly (keys
 /// and values escaped for Helm's parser; strings as `--set-string`, other scalars typed).
-pub(super) fn values_file_entries(
+fn values_file_entries(
     root: &Value,
     path: &[Seg],
     alias: Option<&str>,
@@ -190,12 +202,12 @@ pub(super) fn values_file_entries(
 
 /// `path` as a `--set` key: keys joined with `.`, each with `\`, `.`, `[`, `,` and `=`
 /// escaped, list indexes as `[i]`.
-pub(super) fn set_key_text(path: &[Seg]) -> String {
+fn set_key_text(path: &[Seg]) -> String {
     joined(path, escaped_set_text)
 }
 
 /// `text` with every character Helm's `--set` parser treats specially escaped with `\`.
-pub(super) fn escaped_set_text(text: &str) -> String {
+fn escaped_set_text(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         if matches!(c, '\\' | '.' | '[' | ']' | ',' | '=' | '{' | '}') {
@@ -224,7 +236,7 @@ pub(super) fn escaped_set_text(text: &str) -> String {
 ///   `cleanSetParameters`): each `helm.parameters` entry goes into a map by name, `--set-string`
 ///   with `forceString: true`, else `--set` (a later entry of the same name replaces an earlier
 ///   one), values with commas escaped unless they are a `{...}` list.
-pub(super) fn overrides_of(
+fn overrides_of(
     root: &Value,
     source: &OverrideSource,
     cancel: &Cancel,
@@ -313,7 +325,7 @@ pub(super) fn overrides_of(
 }
 
 /// Most orders of Argo CD parameters read for one values carrier ([`argo_orders`]).
-pub(super) const MAX_ARGO_ORDERS: usize = 4;
+const MAX_ARGO_ORDERS: usize = 4;
 
 /// The orders in which Helm may get Argo CD's parameters (already in Helm's group order,
 /// `--set` then `--set-string`).
@@ -496,7 +508,7 @@ pub(super) fn in_values_over(
 }
 
 /// The merged `cloudConfigContents` (an override's value).
-pub(super) fn get_owned_string(merged: &Value) -> Value {
+fn get_owned_string(merged: &Value) -> Value {
     merged
         .get("cloudConfigContents")
         .cloned()

@@ -2,7 +2,18 @@
 //! readers (Argo CD, ApplicationSet, Sveltos, Fleet, k0s, kustomize), umbrella subchart keys
 //! and the chart generation a delivery pins.
 
-use super::*;
+use super::{
+    MAX_CARRIERS_PER_OBJECT, MAX_VALUES_TEXT_BYTES, VALUES_FILE_CHART_VERSION_KEY,
+    VALUES_FILE_KIND, VALUES_FILE_SUBCHART_CONDITION_KEY, VALUES_FILE_SUBCHART_KEY,
+    VALUES_FILE_SUBCHART_TAGS_KEY, chart_names, content, get, keys, str_at,
+};
+use crate::budget::Cancel;
+use crate::sites::chart::chart_matches;
+use crate::sites::generation::{Generation, Generations};
+use crate::sites::path::{display, shown_entry};
+use crate::yaml::{self, Seg};
+use kube::core::{DynamicObject, GroupVersionKind};
+use serde_json::Value;
 
 /// A place in an object that holds the chart's values.
 #[derive(Debug, Clone)]
@@ -261,7 +272,7 @@ pub(super) fn values_places(
 /// chart's versions are placed in [`crate::sites::generation::CHART_TAGS`]; Giant Swarm's app has
 /// versions of its own and renders with the helper of the CCM subchart it ships, read as the
 /// newest generation (as before generations were told apart).
-pub(super) fn generations_of(chart: Option<&str>, version: Option<&str>) -> Generations {
+fn generations_of(chart: Option<&str>, version: Option<&str>) -> Generations {
     let giant_swarm = [crate::sites::delivery::GIANT_SWARM_APP_CHART.to_owned()];
     if chart.is_some_and(|c| chart_matches(c, &giant_swarm)) {
         return Generations::only(Generation::Route);
@@ -275,7 +286,7 @@ pub(super) fn generations_of(chart: Option<&str>, version: Option<&str>) -> Gene
 /// `pkg/apis/helm.cattle.io/v1/types.go` `ChartContent`), or a Flux HelmRelease's
 /// `spec.chartRef` to an `OCIRepository` or source `HelmChart` that is not named after the
 /// chart (`named`: the reference's name is). None when the object names its chart.
-pub(super) fn chart_not_named(
+fn chart_not_named(
     gvk: &GroupVersionKind,
     root: &Value,
     named: bool,
@@ -329,7 +340,7 @@ pub(super) fn chart_not_named(
 /// Values with the CCM chart's own top-level keys are taken as the CCM chart's (no other chart
 /// known to stackgate renders a `cloudConfig`), so a `false` in them is never admitted in
 /// silence; `stackgate check` merges the pair when both are in its inputs.
-pub(super) fn holds_ccm_values(raw: Option<&Value>, cancel: &Cancel) -> bool {
+fn holds_ccm_values(raw: Option<&Value>, cancel: &Cancel) -> bool {
     text_values(raw, None, cancel)
         .as_ref()
         .and_then(Value::as_object)
@@ -341,7 +352,7 @@ pub(super) fn holds_ccm_values(raw: Option<&Value>, cancel: &Cancel) -> bool {
 /// Whether the umbrella renders it is its `Chart.yaml`'s to say ([`unseen_switch`]), not an
 /// `enabled` key's. Values of the CCM chart itself (`ours`) are read at their root when they
 /// hold `cloudConfig` or `cloudConfigContents`.
-pub(super) fn subchart_alias(
+fn subchart_alias(
     values: Option<&Value>,
     charts: &[String],
     ours: bool,
@@ -360,7 +371,7 @@ pub(super) fn subchart_alias(
 /// `alias` renders it, as far as an object that does not show the umbrella's `Chart.yaml` can
 /// tell: [`Switch::Unseen`] when those values, or the structured values or `--set` entries
 /// `place` applies on top, hold a `false` a condition or tag could read.
-pub(super) fn unseen_switch(
+fn unseen_switch(
     alias: &str,
     values: Option<&Value>,
     root: &Value,
@@ -390,7 +401,7 @@ pub(super) fn unseen_switch(
 /// The `--set`-like entries of `source` that set `false` (a bool, or the text Helm types as
 /// one), as a map from each entry's key as written to `false`; entries below the subchart key
 /// `alias` but its `enabled` are the CCM chart's settings, not switches, and are left out.
-pub(super) fn false_entries(
+fn false_entries(
     root: &Value,
     source: &OverrideSource,
     alias: &str,
@@ -474,7 +485,7 @@ pub(super) fn text_values(
 /// is taken as an umbrella's values under that key, so the site reports it as over
 /// stackgate's limit instead of padding hiding the subchart's values in silence. A key
 /// spelled only with YAML escapes in such a string is not found.
-pub(super) fn umbrella_text_alias(
+fn umbrella_text_alias(
     raw: Option<&Value>,
     charts: &[String],
     ours: bool,
@@ -506,7 +517,7 @@ pub(super) fn umbrella_text_alias(
 /// be parsed (they mention a chart name) are not parsed at all, each is taken as a place, so
 /// the object is reported over the carrier limit instead of costing dozens of parses per
 /// rule.
-pub(super) fn k0s_places(
+fn k0s_places(
     root: &Value,
     charts: &[String],
     at: &[&str],
@@ -588,7 +599,7 @@ pub(super) fn k0s_places(
 /// winning (`valuesMerge: override`, the default) or losing (`merge`), or alone (`replace`);
 /// then each `additionalValuesFiles` entry as a further `-f`. Files are named as unseen here;
 /// `stackgate check` merges them in when they are among its inputs.
-pub(super) fn kustomize_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
+fn kustomize_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
     let Some(list) = root.get("helmCharts").and_then(Value::as_array) else {
         return Vec::new();
     };
@@ -640,12 +651,12 @@ pub(super) fn kustomize_places(root: &Value, charts: &[String]) -> Vec<ValuesPla
 }
 
 /// Whether a text holds Go template syntax (Argo CD ApplicationSet templates, Sveltos values).
-pub(super) fn go_templated(text: &str) -> bool {
+fn go_templated(text: &str) -> bool {
     text.contains("{{")
 }
 
 /// `place` with every path in it below `prefix` (a place found in a sub-object).
-pub(super) fn prefixed(mut place: ValuesPlace, prefix: &[Seg]) -> ValuesPlace {
+fn prefixed(mut place: ValuesPlace, prefix: &[Seg]) -> ValuesPlace {
     let under = |path: &mut Vec<Seg>| {
         let mut out = prefix.to_vec();
         out.append(path);
@@ -676,7 +687,7 @@ pub(super) fn prefixed(mut place: ValuesPlace, prefix: &[Seg]) -> ValuesPlace {
 /// Application for every generated parameter set, so its sources are read as an
 /// Application's ([`argo_places`]); one with it that names the chart is named as unseen
 /// (each Application may get other values).
-pub(super) fn application_set_places(
+fn application_set_places(
     root: &Value,
     charts: &[String],
     cancel: &Cancel,
@@ -719,7 +730,7 @@ pub(super) fn application_set_places(
 /// `values` (a string Sveltos renders as a Go template with the cluster's objects) is read as
 /// YAML when it holds no template syntax, else named as unseen; `valuesFrom` (ConfigMaps and
 /// Secrets) is named as unseen over it.
-pub(super) fn sveltos_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
+fn sveltos_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
     let Some(list) = root.pointer("/spec/helmCharts").and_then(Value::as_array) else {
         return Vec::new();
     };
@@ -764,7 +775,7 @@ pub(super) fn sveltos_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace
 /// (`spec.helm`) whose `chart` names the chart: `values` read; `valuesFiles` and `valuesFrom`
 /// named as unseen over them (stackgate does not claim their order), as is every
 /// `targetCustomizations[]` (per-cluster overrides) beside `helm`.
-pub(super) fn fleet_places(root: &Value, charts: &[String], at: &[&str]) -> Vec<ValuesPlace> {
+fn fleet_places(root: &Value, charts: &[String], at: &[&str]) -> Vec<ValuesPlace> {
     let helm = keys(at);
     let Some(chart) = get(root, &helm)
         .and_then(|h| h.get("chart"))
@@ -805,7 +816,7 @@ pub(super) fn fleet_places(root: &Value, charts: &[String], at: &[&str]) -> Vec<
 /// Argo CD: `spec.source` and each `spec.sources[]` whose chart (or path) names the chart;
 /// `helm.valuesObject` (also when neither is set: that is where values would go), else
 /// `helm.values` (a YAML string).
-pub(super) fn argo_places(root: &Value, charts: &[String], cancel: &Cancel) -> Vec<ValuesPlace> {
+fn argo_places(root: &Value, charts: &[String], cancel: &Cancel) -> Vec<ValuesPlace> {
     let mut out = Vec::new();
     let mut sources: Vec<Vec<Seg>> = Vec::new();
     if root.pointer("/spec/source").is_some_and(Value::is_object) {
@@ -945,7 +956,7 @@ pub fn holds_chart_values(
 /// which has `spec.values`: the decoder's first reading keeps none of another chart's values,
 /// so whether these are the CCM chart's (and named as unseen, [`chart_not_named`]) is only told
 /// from the full reading.
-pub(super) fn unnamed_chart_ref_with_values(
+fn unnamed_chart_ref_with_values(
     gvk: &GroupVersionKind,
     object: &DynamicObject,
     charts: &[String],

@@ -2,7 +2,14 @@
 //! of a place (Flux `valuesFrom`, Argo CD `fileParameters`, helm-controller `valuesSecrets`)
 //! and how a values reference is described.
 
-use super::*;
+use super::get;
+use super::places::OnTop;
+use crate::sites::path::{display, shown_entry};
+use crate::sites::strvals::Typing;
+use crate::sites::values::UnseenValues;
+use crate::sites::{FoundConfig, SiteError, strvals};
+use crate::yaml::Seg;
+use serde_json::Value;
 
 /// The site that says values come from `sources`, named at `references`, which this run
 /// cannot see: nothing is rendered or edited.
@@ -35,7 +42,7 @@ pub(super) fn unseen_sources(root: &Value, references: &[Vec<Seg>]) -> Option<(V
 }
 
 /// What messages say the field at `references` names, when it names any values.
-pub(super) fn unseen_sources_at(root: &Value, references: &[Seg]) -> Option<String> {
+fn unseen_sources_at(root: &Value, references: &[Seg]) -> Option<String> {
     let field = get(root, references)?;
     let last = match references.last() {
         Some(Seg::Key(k)) => k.as_str(),
@@ -118,7 +125,7 @@ pub(super) fn on_top_sources(
 /// helm-controller skips it (k3s-io/helm-controller @ 21a911f, `pkg/controllers/chart/chart.go`,
 /// the `ValuesSecrets` loops of `args`/`valuesSecretAddConfig`); `ignoreUpdates` makes the
 /// Secret optional. Names only, never content.
-pub(super) fn values_secrets(root: &Value, at: &[Seg], name: &str) -> Option<String> {
+fn values_secrets(root: &Value, at: &[Seg], name: &str) -> Option<String> {
     let own = format!("chart-values-{name}");
     let said: Vec<String> = helm_controller_secrets(get(root, at)?, &own)
         .map(|(name, keys, optional)| {
@@ -162,7 +169,7 @@ pub fn helm_controller_secrets<'a>(
 /// chart's cloud config (`cloudConfig…` or `cloudConfigContents`, below the subchart key
 /// `alias` when set) from files this run cannot see; None when none does. A name Helm's parser
 /// cannot read is counted as one that does (Helm would stop on it).
-pub(super) fn file_parameters_touching(
+fn file_parameters_touching(
     root: &Value,
     parameters: &[Seg],
     alias: Option<&str>,
@@ -207,7 +214,7 @@ pub(super) fn file_parameters_touching(
 }
 
 /// The references of a HelmRelease's `spec.valuesFrom`, for messages (None when it has none).
-pub(super) fn values_from_sources(root: &Value) -> Option<String> {
+fn values_from_sources(root: &Value) -> Option<String> {
     let list = root.pointer("/spec/valuesFrom")?.as_array()?;
     if list.is_empty() {
         return None;
@@ -224,7 +231,7 @@ pub(super) fn values_from_sources(root: &Value) -> Option<String> {
 /// content): a file name, `ConfigMap NAME key KEY` / `Secret NAME key KEY` (Fleet's
 /// `configMapKeyRef` / `secretKeyRef`), `KIND NAME` (Sveltos' `valuesFrom`), a per-cluster
 /// customisation by its `name`, else `an entry`.
-pub(super) fn describe_named(entry: &Value) -> String {
+fn describe_named(entry: &Value) -> String {
     if let Some(file) = entry.as_str() {
         return shown_entry(file);
     }

@@ -1,6 +1,11 @@
 //! The CCM version a delivery pins: chart version, `image.tag`, or an image reference.
 
-use super::*;
+use super::places::values_places;
+use super::{content, get, str_at};
+use crate::budget::Cancel;
+use crate::sites::chart::chart_matches;
+use kube::core::{DynamicObject, GroupVersionKind};
+use serde_json::Value;
 
 /// The OpenStack CCM release a GitOps object deploys, as far as the object says so exactly.
 ///
@@ -121,7 +126,7 @@ pub fn image_version(image: &str) -> Option<CcmVersion> {
 
 /// `2.Y.Z` or `2.Y.Z-pre` (an optional leading `v`) → (Y, whether a pre-release); only chart
 /// major 2 from 2.27 on, whose appVersion follows the chart's minor.
-pub(super) fn chart_version_minor(version: &str) -> Option<(u64, bool)> {
+fn chart_version_minor(version: &str) -> Option<(u64, bool)> {
     let v = version.trim();
     let v = v.strip_prefix('v').unwrap_or(v);
     let (core, pre) = match v.split_once('-') {
@@ -139,7 +144,7 @@ pub(super) fn chart_version_minor(version: &str) -> Option<(u64, bool)> {
 }
 
 /// `v1.Y.Z` (with anything after the patch number, e.g. `-rc.1`) → Y.
-pub(super) fn image_tag_minor(tag: &str) -> Option<u64> {
+fn image_tag_minor(tag: &str) -> Option<u64> {
     let rest = tag.trim().strip_prefix("v1.")?;
     let (minor, after) = rest.split_once('.')?;
     let patch: String = after.chars().take_while(char::is_ascii_digit).collect();
@@ -149,7 +154,7 @@ pub(super) fn image_tag_minor(tag: &str) -> Option<u64> {
     minor.parse().ok()
 }
 
-pub(super) fn is_number(s: &str) -> bool {
+fn is_number(s: &str) -> bool {
     !s.is_empty() && s.len() <= 6 && s.bytes().all(|b| b.is_ascii_digit())
 }
 
