@@ -2,9 +2,10 @@
 //! rule) and `ChartValues` (image, version and the CCM's other settings).
 
 use super::overrides::{merged_with, place_overrides};
-use super::places::{OverrideSource, text_values, values_places};
+use super::places::{OverrideSource, text_values};
 use super::{DEFAULT_CHARTS, MAX_CARRIERS_PER_OBJECT, content, get, is_values_file, keys};
 use crate::budget::Cancel;
+use crate::sites::delivery::values_places;
 use crate::sites::path::{display, pointer};
 use crate::sites::render;
 use crate::sites::values::Override;
@@ -302,10 +303,7 @@ fn set_entry(o: &Override) -> SetEntry {
 /// For the values at `path`: the field listing values merged in from outside the object
 /// (Flux `spec.valuesFrom`, Argo CD `helm.valueFiles`), when not empty, and Argo CD's
 /// `helm.parameters`.
-fn outside_values(
-    root: &Value,
-    path: &[Seg],
-) -> (Option<String>, Vec<(String, String)>) {
+fn outside_values(root: &Value, path: &[Seg]) -> (Option<String>, Vec<(String, String)>) {
     let non_empty = |v: Option<&Value>| v.and_then(Value::as_array).is_some_and(|a| !a.is_empty());
     match path {
         [Seg::Key(spec), Seg::Key(values)] if spec == "spec" && values == "values" => {

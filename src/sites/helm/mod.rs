@@ -3,8 +3,8 @@
 //!
 //! Which objects these are, where each names the chart and which of its fields hold values (in
 //! Helm's order, and which stackgate cannot see) is the registry of delivery paths
-//! ([`super::delivery::REGISTRY`], generated into `docs/carriers.md`): every entry whose
-//! reader names this file. With values this object does not hold (Flux `spec.valuesFrom`, Argo
+//! ([`super::delivery::REGISTRY`], generated into `docs/carriers.md`): each entry's `values`
+//! are the typed places and readers `places.rs` reads. With values this object does not hold (Flux `spec.valuesFrom`, Argo
 //! CD `helm.valueFiles`, …) the site is unseen (`SiteError::Unseen`) unless the values here
 //! decide alone.
 //!
@@ -39,86 +39,40 @@ use crate::yaml::{self, Seg};
 
 mod chart_values;
 mod overrides;
-mod places;
+pub(super) mod places;
 mod unseen;
 mod version;
 
+use super::delivery::{unnamed_chart_ref_with_values, values_places};
 pub use chart_values::{
     ChartValues, SetEntry, chart_values_all, chart_values_all_within, controller_extra_args,
     helm_controller_extra_args, helm_controller_extra_args_all,
     helm_controller_extra_args_all_within,
 };
 use overrides::{Beneath, SetFailure, argo_orders, in_values_over, merged_with, place_overrides};
-pub use places::holds_chart_values;
-use places::{OverrideSource, Switch, ValuesPlace, text_values, values_places};
+pub use places::{
+    MAX_CARRIERS_PER_OBJECT, MAX_VALUES_TEXT_BYTES, VALUES_FILE_API_VERSION,
+    VALUES_FILE_CHART_VERSION_KEY, VALUES_FILE_KIND, VALUES_FILE_SUBCHART_CONDITION_KEY,
+    VALUES_FILE_SUBCHART_KEY, VALUES_FILE_SUBCHART_TAGS_KEY,
+};
+use places::{OverrideSource, Switch, ValuesPlace, text_values};
+use places::{content, get, keys, str_at};
 pub use unseen::{FLUX_DEFAULT_VALUES_KEY, describe_values_reference, helm_controller_secrets};
 use unseen::{on_top_sources, unseen_site, unseen_sources};
 pub use version::{CcmVersion, ccm_version, ccm_version_within, image_version};
-
-/// Largest Helm values string (`valuesContent`, Argo `helm.values`) stackgate parses for the
-/// CCM chart, in bytes. The chart's values are a few KiB; parsed YAML costs hundreds of bytes
-/// per node, so a larger string is reported as one stackgate cannot check instead.
-pub const MAX_VALUES_TEXT_BYTES: usize = 64 * 1024;
-
-/// Most places in one object that carry the CCM chart's values (Argo CD `spec.sources`
-/// entries naming the chart, each with `valuesObject` and `values`). Real Applications have one
-/// or two; more are reported, and none is read.
-pub const MAX_CARRIERS_PER_OBJECT: usize = 8;
 
 /// Charts whose values hold an OpenStack CCM cloud config, when the policy set names none.
 pub const DEFAULT_CHARTS: &[&str] = &[
     "openstack-cloud-controller-manager",
     // Giant Swarm's umbrella: the CCM chart's values shape at its root (`delivery.rs`).
-    super::delivery::GIANT_SWARM_APP_CHART,
+    super::chart::GIANT_SWARM_APP_CHART,
 ];
-
-/// Group and version of the synthetic object `stackgate check` builds for a plain values
-/// file: `{apiVersion: stackgate.dev/v1alpha1, kind: HelmValues, chart: <name>, values: {...}}`.
-pub const VALUES_FILE_API_VERSION: &str = "stackgate.dev/v1alpha1";
-/// Kind of the synthetic values-file object.
-pub const VALUES_FILE_KIND: &str = "HelmValues";
-/// Field of the synthetic values-file object naming the key the chart's values are under,
-/// when the file is an umbrella chart's values file (`stackgate check` reads the key from the
-/// umbrella's `Chart.yaml` dependency `alias`).
-pub const VALUES_FILE_SUBCHART_KEY: &str = "subchartKey";
-/// Field of the synthetic values-file object holding the umbrella's `Chart.yaml` dependency
-/// `condition` of the subchart under [`VALUES_FILE_SUBCHART_KEY`] (absent: none).
-pub const VALUES_FILE_SUBCHART_CONDITION_KEY: &str = "subchartCondition";
-/// Field of the synthetic values-file object holding that dependency's `tags` (a list).
-pub const VALUES_FILE_SUBCHART_TAGS_KEY: &str = "subchartTags";
-/// Field of the synthetic values-file object naming the chart version the values are for
-/// (`stackgate check --values-for CHART@VERSION`), which decides the chart's generation
-/// ([`super::generation`]).
-pub const VALUES_FILE_CHART_VERSION_KEY: &str = "chartVersion";
 
 /// The chart names a policy set's sites document asks for.
 pub fn chart_names(sites: &super::SitesDocument) -> Vec<String> {
     // The sites document has no chart list yet: use the default.
     let _ = sites;
     DEFAULT_CHARTS.iter().map(|s| (*s).to_owned()).collect()
-}
-
-fn keys(path: &[&str]) -> Vec<Seg> {
-    path.iter().map(|k| Seg::key(k)).collect()
-}
-
-fn get<'a>(root: &'a Value, path: &[Seg]) -> Option<&'a Value> {
-    path.iter().try_fold(root, |v, seg| match seg {
-        Seg::Key(k) => v.get(k),
-        Seg::Index(i) => v.get(i),
-    })
-}
-
-fn str_at<'a>(root: &'a Value, path: &[&str]) -> Option<&'a str> {
-    path.iter()
-        .try_fold(root, |v, k| v.get(k))
-        .and_then(Value::as_str)
-}
-
-/// The object's content as one JSON value (`data` holds everything but apiVersion, kind and
-/// metadata, which no carrier path uses).
-fn content(object: &DynamicObject) -> &Value {
-    &object.data
 }
 
 /// How many leading segments of `path` exist in `root` (not null).
@@ -686,6 +640,24 @@ pub(super) fn renders_secret(values: &Value, generation: Generation) -> bool {
         &["create"]
     };
     switches.iter().all(|k| secret.get(k).is_none_or(truthy))
+}
+
+/// Whether `object` carries Helm values for one of the charts the sites document asks for
+/// (a GitOps object or values file whose chart reference matches). The admission decoder
+/// reads `spec.values`-like subtrees only for these: every other chart's values are skipped
+/// unread (an umbrella chart's values are read whole only when they hold the CCM subchart's
+/// key), which keeps the memory a review costs independent of foreign charts' values.
+pub fn holds_chart_values(
+    gvk: &GroupVersionKind,
+    object: &DynamicObject,
+    sites: &crate::sites::SitesDocument,
+) -> bool {
+    // An umbrella chart's values are another chart's: the decoder's first reading keeps the
+    // CCM subchart's key in them. Once that key is there, the rest is read too: a condition
+    // or tag of the umbrella's `Chart.yaml` may read any value in them (`unseen_switch`).
+    let charts = chart_names(sites);
+    !values_places(gvk, object, &charts, &Cancel::never()).is_empty()
+        || unnamed_chart_ref_with_values(gvk, object, &charts)
 }
 
 #[cfg(test)]

@@ -2,22 +2,72 @@
 //! readers (Argo CD, ApplicationSet, Sveltos, Fleet, k0s, kustomize), umbrella subchart keys
 //! and the chart generation a delivery pins.
 
-use super::{
-    MAX_CARRIERS_PER_OBJECT, MAX_VALUES_TEXT_BYTES, VALUES_FILE_CHART_VERSION_KEY,
-    VALUES_FILE_KIND, VALUES_FILE_SUBCHART_CONDITION_KEY, VALUES_FILE_SUBCHART_KEY,
-    VALUES_FILE_SUBCHART_TAGS_KEY, chart_names, content, get, keys, str_at,
-};
 use crate::budget::Cancel;
-use crate::sites::chart::chart_matches;
+use crate::sites::chart::{GIANT_SWARM_APP_CHART, chart_matches};
 use crate::sites::generation::{Generation, Generations};
 use crate::sites::path::{display, shown_entry};
 use crate::yaml::{self, Seg};
-use kube::core::{DynamicObject, GroupVersionKind};
+use kube::core::DynamicObject;
 use serde_json::Value;
+
+/// Largest Helm values string (`valuesContent`, Argo `helm.values`) stackgate parses for the
+/// CCM chart, in bytes. The chart's values are a few KiB; parsed YAML costs hundreds of bytes
+/// per node, so a larger string is reported as one stackgate cannot check instead.
+pub const MAX_VALUES_TEXT_BYTES: usize = 64 * 1024;
+
+/// Most places in one object that carry the CCM chart's values (Argo CD `spec.sources`
+/// entries naming the chart, each with `valuesObject` and `values`). Real Applications have one
+/// or two; more are reported, and none is read.
+pub const MAX_CARRIERS_PER_OBJECT: usize = 8;
+
+/// Group and version of the synthetic object `stackgate check` builds for a plain values
+/// file: `{apiVersion: stackgate.dev/v1alpha1, kind: HelmValues, chart: <name>, values: {...}}`.
+pub const VALUES_FILE_API_VERSION: &str = "stackgate.dev/v1alpha1";
+/// Kind of the synthetic values-file object.
+pub const VALUES_FILE_KIND: &str = "HelmValues";
+/// Field of the synthetic values-file object naming the key the chart's values are under,
+/// when the file is an umbrella chart's values file (`stackgate check` reads the key from the
+/// umbrella's `Chart.yaml` dependency `alias`).
+pub const VALUES_FILE_SUBCHART_KEY: &str = "subchartKey";
+/// Field of the synthetic values-file object holding the umbrella's `Chart.yaml` dependency
+/// `condition` of the subchart under [`VALUES_FILE_SUBCHART_KEY`] (absent: none).
+pub const VALUES_FILE_SUBCHART_CONDITION_KEY: &str = "subchartCondition";
+/// Field of the synthetic values-file object holding that dependency's `tags` (a list).
+pub const VALUES_FILE_SUBCHART_TAGS_KEY: &str = "subchartTags";
+/// Field of the synthetic values-file object naming the chart version the values are for
+/// (`stackgate check --values-for CHART@VERSION`), which decides the chart's generation
+/// ([`crate::sites::generation`]).
+pub const VALUES_FILE_CHART_VERSION_KEY: &str = "chartVersion";
+
+/// The path of `path`'s keys.
+pub(super) fn keys(path: &[&str]) -> Vec<Seg> {
+    path.iter().map(|k| Seg::key(k)).collect()
+}
+
+/// The value at `path` in `root`.
+pub(super) fn get<'a>(root: &'a Value, path: &[Seg]) -> Option<&'a Value> {
+    path.iter().try_fold(root, |v, seg| match seg {
+        Seg::Key(k) => v.get(k),
+        Seg::Index(i) => v.get(i),
+    })
+}
+
+/// The string at the keys `path` in `root`.
+pub(super) fn str_at<'a>(root: &'a Value, path: &[&str]) -> Option<&'a str> {
+    path.iter()
+        .try_fold(root, |v, k| v.get(k))
+        .and_then(Value::as_str)
+}
+
+/// The object's content as one JSON value (`data` holds everything but apiVersion, kind and
+/// metadata, which no carrier path uses).
+pub(super) fn content(object: &DynamicObject) -> &Value {
+    &object.data
+}
 
 /// A place in an object that holds the chart's values.
 #[derive(Debug, Clone)]
-pub(super) struct ValuesPlace {
+pub(in crate::sites) struct ValuesPlace {
     /// Path of the values map or of the values string, from the object root.
     pub(super) path: Vec<Seg>,
     /// The values are a YAML string (HelmChart `valuesContent`, Argo `helm.values`), not a map.
@@ -83,101 +133,152 @@ pub(super) enum OverrideSource {
     ArgoParameters(Vec<Seg>),
 }
 
-/// The places in `object` that hold values of the charts in `charts`.
+/// One place of an object that holds the CCM chart's values, as data: a registry entry's
+/// [`crate::sites::delivery::Values::Place`]. Paths are JSON pointers from the object's root
+/// (a number is a list index: Azimuth's `/spec/valuesSources/0/template`).
+#[derive(Debug, Clone, Copy)]
+pub struct Place {
+    /// Where the object names its chart; the first that is set is the reference.
+    pub chart: &'static [ChartAt],
+    /// The values: a map, or a YAML string when `yaml_string`.
+    pub values: &'static str,
+    /// The values are a YAML string (HelmChart `valuesContent`), not a map.
+    pub yaml_string: bool,
+    /// Where the object pins the chart version, which decides the chart's generation.
+    pub version: Option<&'static str>,
+    /// Values the controller hands Helm beneath these, named but not held (Flux
+    /// `spec.valuesFrom`): the site is unseen unless these values decide alone.
+    pub unseen_beneath: &'static [&'static str],
+    /// RKE2/k3s helm-controller `spec.valuesSecrets`: Secret keys mounted as values files
+    /// after the object's own values, named but not held.
+    pub values_secrets: Option<&'static str>,
+    /// RKE2/k3s HelmChart `spec.set`: `--set` entries read over the values.
+    pub set: Option<&'static str>,
+    /// Structured values Helm reads as a values file after these (helm-controller
+    /// `spec.values` after `spec.valuesContent`).
+    pub values_over: Option<&'static str>,
+    /// Where the object may say that the chart it installs is not the one it names.
+    pub chart_unseen: Option<ChartUnseen>,
+    /// The synthetic values file of `stackgate check`: its own fields name the umbrella
+    /// dependency the values are under ([`VALUES_FILE_SUBCHART_KEY`] and the others).
+    pub umbrella_dependency: bool,
+}
+
+/// Where an object names the chart its values are for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChartAt {
+    /// A string field (JSON pointer).
+    Field(&'static str),
+    /// The object's own name: a RKE2/k3s HelmChartConfig customises the HelmChart of its name,
+    /// which need not be named after the chart it installs, so values holding the CCM chart's
+    /// own keys are read as the CCM chart's too.
+    ObjectName,
+}
+
+/// Where an object says the chart that renders its values is not the one it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChartUnseen {
+    /// An inline chart archive installed in place of the named chart (HelmChart
+    /// `spec.chartContent`).
+    InlineArchive(&'static str),
+    /// A reference to another object that names the chart (Flux `spec.chartRef`), used when
+    /// the first [`Place::chart`] field is not set and the reference's name is not the chart.
+    Reference(&'static str),
+}
+
+/// The reader of a registry entry whose objects hold values in a shape one static place
+/// cannot describe (lists of charts or sources, an embedded config): a function over the
+/// object, and where in the object it starts.
+#[derive(Debug, Clone, Copy)]
+pub struct PlaceReader {
+    read: fn(&ReaderInput<'_>) -> Vec<ValuesPlace>,
+    at: &'static [&'static str],
+}
+
+impl PlaceReader {
+    /// Argo CD Application sources.
+    pub const ARGO: PlaceReader = PlaceReader::new(argo_places, &[]);
+    /// Argo CD ApplicationSet templates (read as an Application).
+    pub const APPLICATION_SET: PlaceReader = PlaceReader::new(application_set_places, &[]);
+    /// Sveltos `spec.helmCharts[]`.
+    pub const SVELTOS: PlaceReader = PlaceReader::new(sveltos_places, &[]);
+    /// kustomize `helmCharts[]`.
+    pub const KUSTOMIZE: PlaceReader = PlaceReader::new(kustomize_places, &[]);
+
+    /// Rancher Fleet `helm` options at `at` (`spec.helm` of a HelmOp or Bundle, `helm` of a
+    /// `fleet.yaml`).
+    pub const fn fleet(at: &'static [&'static str]) -> PlaceReader {
+        PlaceReader::new(fleet_places, at)
+    }
+
+    /// A k0s `ClusterConfig` at `at` (the object itself when empty, else the embedded one).
+    pub const fn k0s(at: &'static [&'static str]) -> PlaceReader {
+        PlaceReader::new(k0s_places, at)
+    }
+
+    const fn new(
+        read: fn(&ReaderInput<'_>) -> Vec<ValuesPlace>,
+        at: &'static [&'static str],
+    ) -> PlaceReader {
+        PlaceReader { read, at }
+    }
+
+    /// The places of `root` holding values of `charts`.
+    pub(in crate::sites) fn places(
+        &self,
+        root: &Value,
+        charts: &[String],
+        cancel: &Cancel,
+    ) -> Vec<ValuesPlace> {
+        (self.read)(&ReaderInput {
+            root,
+            charts,
+            at: self.at,
+            cancel,
+        })
+    }
+}
+
+/// What a [`PlaceReader`] reads: the object's content, the charts asked for, where in the
+/// object it starts and the flag that stops parsing values strings.
+struct ReaderInput<'a> {
+    root: &'a Value,
+    charts: &'a [String],
+    at: &'static [&'static str],
+    cancel: &'a Cancel,
+}
+
+/// A JSON pointer of the registry as a path (a number is a list index).
+pub(in crate::sites) fn pointer_path(pointer: &str) -> Vec<Seg> {
+    pointer
+        .split('/')
+        .skip(1)
+        .map(|k| k.parse::<usize>().map_or_else(|_| Seg::key(k), Seg::Index))
+        .collect()
+}
+
+/// The places `place` describes in `object` that hold values of the charts in `charts`.
 ///
 /// Values strings are parsed here (to find an umbrella chart's subchart key): once `cancel`
 /// fires no more are, and what is returned is not an answer (the caller checks the flag).
-pub(super) fn values_places(
-    gvk: &GroupVersionKind,
+pub(in crate::sites) fn read_place(
     object: &DynamicObject,
+    described: &Place,
     charts: &[String],
     cancel: &Cancel,
 ) -> Vec<ValuesPlace> {
     let root = content(object);
-    // (chart reference, values path, whether a YAML string) for kinds with one place.
-    let single: Option<(Option<&str>, &[&str], bool)> =
-        match (gvk.group.as_str(), gvk.version.as_str(), gvk.kind.as_str()) {
-            ("helm.toolkit.fluxcd.io", "v2" | "v2beta2" | "v2beta1", "HelmRelease") => Some((
-                str_at(root, &["spec", "chart", "spec", "chart"])
-                    .or_else(|| str_at(root, &["spec", "chartRef", "name"])),
-                &["spec", "values"],
-                false,
-            )),
-            ("helm.cattle.io", "v1", "HelmChart") => Some((
-                str_at(root, &["spec", "chart"]),
-                &["spec", "valuesContent"],
-                true,
-            )),
-            // A HelmChartConfig customises the HelmChart of the same name.
-            ("helm.cattle.io", "v1", "HelmChartConfig") => Some((
-                object.metadata.name.as_deref(),
-                &["spec", "valuesContent"],
-                true,
-            )),
-            ("stackgate.dev", "v1alpha1", VALUES_FILE_KIND) => {
-                Some((str_at(root, &["chart"]), &["values"], false))
-            }
-            // Azimuth's addon provider: one template-free template is the values as written.
-            ("addons.stackhpc.com", "v1alpha1", "HelmRelease")
-                if crate::sites::delivery::plain_values_template(root).is_some() =>
-            {
-                Some((
-                    str_at(root, &["spec", "chart", "name"]),
-                    &["spec", "valuesSources", "0", "template"],
-                    true,
-                ))
-            }
-            // k0s applies `Chart` objects from its manifests directory (k0sproject/k0s
-            // `pkg/apis/helm/v1beta1/chart_types.go`: `chartName`, `version`, `values` string).
-            ("helm.k0sproject.io", "v1beta1", "Chart") => Some((
-                str_at(root, &["spec", "chartName"]),
-                &["spec", "values"],
-                true,
-            )),
-            ("argoproj.io", "v1alpha1", "Application") => return argo_places(root, charts, cancel),
-            ("argoproj.io", "v1alpha1", "ApplicationSet") => {
-                return application_set_places(root, charts, cancel);
-            }
-            ("config.projectsveltos.io", _, "ClusterProfile" | "Profile") => {
-                return sveltos_places(root, charts);
-            }
-            ("fleet.cattle.io", _, "HelmOp" | "Bundle") => {
-                return fleet_places(root, charts, &["spec", "helm"]);
-            }
-            ("stackgate.dev", "v1alpha1", crate::sites::delivery::FLEET_YAML_KIND) => {
-                return fleet_places(root, charts, &["helm"]);
-            }
-            ("k0s.k0sproject.io", _, "ClusterConfig") => {
-                return k0s_places(root, charts, &[], cancel);
-            }
-            ("kustomize.config.k8s.io", _, "Kustomization") => {
-                return kustomize_places(root, charts);
-            }
-            // Objects that embed a k0s ClusterConfig (k0smotron, k0sctl): `delivery.rs`.
-            (group, _, kind) => match crate::sites::delivery::k0s_config_path(group, kind) {
-                Some(at) => return k0s_places(root, charts, at, cancel),
-                None => None,
-            },
-        };
-    let Some((chart, path, yaml_string)) = single else {
-        return Vec::new();
-    };
-    // A list index in a static path (Azimuth's `valuesSources[0]`) is an index.
-    let path: Vec<Seg> = path
-        .iter()
-        .map(|k| k.parse::<usize>().map_or_else(|_| Seg::key(k), Seg::Index))
-        .collect();
-    // Where each delivery pins the chart version (a HelmChartConfig's HelmChart has it).
-    let version = match (gvk.group.as_str(), gvk.kind.as_str()) {
-        ("helm.toolkit.fluxcd.io", _) => str_at(root, &["spec", "chart", "spec", "version"]),
-        ("helm.cattle.io", "HelmChart") | ("helm.k0sproject.io", "Chart") => {
-            str_at(root, &["spec", "version"])
-        }
-        ("addons.stackhpc.com", "HelmRelease") => str_at(root, &["spec", "chart", "version"]),
-        ("stackgate.dev", VALUES_FILE_KIND) => str_at(root, &[VALUES_FILE_CHART_VERSION_KEY]),
-        _ => None,
-    };
-    let helm_controller = gvk.group == "helm.cattle.io";
+    let by_name = described.chart.contains(&ChartAt::ObjectName);
+    let chart = described.chart.iter().find_map(|at| match at {
+        ChartAt::Field(pointer) => root.pointer(pointer).and_then(Value::as_str),
+        ChartAt::ObjectName => object.metadata.name.as_deref(),
+    });
+    let path = pointer_path(described.values);
+    let version = described
+        .version
+        .and_then(|v| root.pointer(v))
+        .and_then(Value::as_str);
+    let yaml_string = described.yaml_string;
     let holds_ccm = || match yaml_string {
         true => holds_ccm_values(get(root, &path.clone()), cancel),
         false => get(root, &path.clone())
@@ -192,35 +293,30 @@ pub(super) fn values_places(
     // object is not named after the chart (`stackgate check` resolves the object when it is
     // among its inputs and names the chart in the release). Values with the CCM chart's own
     // top-level keys are then named as unseen, never read as the upstream chart's.
-    let chart_unseen = chart_not_named(gvk, root, named).filter(|_| named || holds_ccm());
-    let ours = named
-        || (helm_controller && gvk.kind == "HelmChartConfig" && holds_ccm())
-        || chart_unseen.is_some();
+    let chart_unseen = chart_not_named(described, root, named).filter(|_| named || holds_ccm());
+    let ours = named || (by_name && holds_ccm()) || chart_unseen.is_some();
     let mut place = ValuesPlace {
         path: path.clone(),
         yaml_string,
-        unseen: if gvk.group == "helm.toolkit.fluxcd.io" {
-            vec![
-                keys(&["spec", "valuesFrom"]),
-                keys(&["spec", "chart", "spec", "valuesFiles"]),
-                keys(&["spec", "chart", "spec", "valuesFile"]),
-            ]
-        } else {
-            Vec::new()
-        },
-        unseen_on_top: helm_controller.then(|| {
+        unseen: described
+            .unseen_beneath
+            .iter()
+            .map(|p| pointer_path(p))
+            .collect(),
+        unseen_on_top: described.values_secrets.map(|at| {
             let name = object.metadata.name.clone().unwrap_or_default();
-            OnTop::ValuesSecrets(keys(&["spec", "valuesSecrets"]), name)
+            OnTop::ValuesSecrets(pointer_path(at), name)
         }),
         chart_unseen,
-        overrides: (gvk.kind == "HelmChart" && gvk.group == "helm.cattle.io")
-            .then(|| OverrideSource::HelmChartSet(keys(&["spec", "set"]))),
-        values_over: (gvk.group == "helm.cattle.io").then(|| keys(&["spec", "values"])),
+        overrides: described
+            .set
+            .map(|at| OverrideSource::HelmChartSet(pointer_path(at))),
+        values_over: described.values_over.map(pointer_path),
         alias: None,
         generations: generations_of(chart, version),
         switch: Switch::On,
     };
-    if gvk.kind == VALUES_FILE_KIND
+    if described.umbrella_dependency
         && let Some(key) = str_at(root, &[VALUES_FILE_SUBCHART_KEY])
     {
         // An umbrella chart's values file: the chart's values are under the dependency's
@@ -273,7 +369,7 @@ pub(super) fn values_places(
 /// versions of its own and renders with the helper of the CCM subchart it ships, read as the
 /// newest generation (as before generations were told apart).
 fn generations_of(chart: Option<&str>, version: Option<&str>) -> Generations {
-    let giant_swarm = [crate::sites::delivery::GIANT_SWARM_APP_CHART.to_owned()];
+    let giant_swarm = [GIANT_SWARM_APP_CHART.to_owned()];
     if chart.is_some_and(|c| chart_matches(c, &giant_swarm)) {
         return Generations::only(Generation::Route);
     }
@@ -286,26 +382,33 @@ fn generations_of(chart: Option<&str>, version: Option<&str>) -> Generations {
 /// `pkg/apis/helm.cattle.io/v1/types.go` `ChartContent`), or a Flux HelmRelease's
 /// `spec.chartRef` to an `OCIRepository` or source `HelmChart` that is not named after the
 /// chart (`named`: the reference's name is). None when the object names its chart.
-fn chart_not_named(
-    gvk: &GroupVersionKind,
-    root: &Value,
-    named: bool,
-) -> Option<(Vec<Seg>, String)> {
-    match (gvk.group.as_str(), gvk.kind.as_str()) {
-        ("helm.cattle.io", "HelmChart") => {
-            str_at(root, &["spec", "chartContent"]).filter(|c| !c.trim().is_empty())?;
+fn chart_not_named(place: &Place, root: &Value, named: bool) -> Option<(Vec<Seg>, String)> {
+    match place.chart_unseen? {
+        ChartUnseen::InlineArchive(at) => {
+            root.pointer(at)
+                .and_then(Value::as_str)
+                .filter(|c| !c.trim().is_empty())?;
+            let path = pointer_path(at);
             Some((
-                keys(&["spec", "chartContent"]),
-                "the chart archive inlined in spec.chartContent (its templates and default \
-                 values, installed in place of the upstream chart)"
-                    .to_owned(),
+                path.clone(),
+                format!(
+                    "the chart archive inlined in {} (its templates and default values, \
+                     installed in place of the upstream chart)",
+                    display(&path)
+                ),
             ))
         }
-        ("helm.toolkit.fluxcd.io", "HelmRelease") if !named => {
-            if str_at(root, &["spec", "chart", "spec", "chart"]).is_some() {
+        ChartUnseen::Reference(_) if named => None,
+        ChartUnseen::Reference(at) => {
+            // The reference is read only when the first chart field is not set.
+            let first = place.chart.first().and_then(|c| match c {
+                ChartAt::Field(pointer) => root.pointer(pointer).and_then(Value::as_str),
+                ChartAt::ObjectName => None,
+            });
+            if first.is_some() {
                 return None;
             }
-            let reference = root.pointer("/spec/chartRef")?;
+            let reference = root.pointer(at)?;
             let kind = reference
                 .get("kind")
                 .and_then(Value::as_str)
@@ -318,16 +421,17 @@ fn chart_not_named(
                 Some(ns) => format!("{ns}/{name}"),
                 None => name.to_owned(),
             };
+            let path = pointer_path(at);
             Some((
-                keys(&["spec", "chartRef"]),
+                path.clone(),
                 format!(
-                    "the chart of {} {} (spec.chartRef), which this HelmRelease does not name",
+                    "the chart of {} {} ({}), which this HelmRelease does not name",
                     shown_entry(kind),
-                    shown_entry(&name)
+                    shown_entry(&name),
+                    display(&path)
                 ),
             ))
         }
-        _ => None,
     }
 }
 
@@ -352,11 +456,7 @@ fn holds_ccm_values(raw: Option<&Value>, cancel: &Cancel) -> bool {
 /// Whether the umbrella renders it is its `Chart.yaml`'s to say ([`unseen_switch`]), not an
 /// `enabled` key's. Values of the CCM chart itself (`ours`) are read at their root when they
 /// hold `cloudConfig` or `cloudConfigContents`.
-fn subchart_alias(
-    values: Option<&Value>,
-    charts: &[String],
-    ours: bool,
-) -> Option<String> {
+fn subchart_alias(values: Option<&Value>, charts: &[String], ours: bool) -> Option<String> {
     let map = values?.as_object()?;
     if ours && (map.contains_key("cloudConfig") || map.contains_key("cloudConfigContents")) {
         return None;
@@ -371,12 +471,7 @@ fn subchart_alias(
 /// `alias` renders it, as far as an object that does not show the umbrella's `Chart.yaml` can
 /// tell: [`Switch::Unseen`] when those values, or the structured values or `--set` entries
 /// `place` applies on top, hold a `false` a condition or tag could read.
-fn unseen_switch(
-    alias: &str,
-    values: Option<&Value>,
-    root: &Value,
-    place: &ValuesPlace,
-) -> Switch {
+fn unseen_switch(alias: &str, values: Option<&Value>, root: &Value, place: &ValuesPlace) -> Switch {
     let null = Value::Null;
     let mut sources: Vec<(String, &Value)> = vec![(String::new(), values.unwrap_or(&null))];
     if let Some(path) = &place.values_over
@@ -401,11 +496,7 @@ fn unseen_switch(
 /// The `--set`-like entries of `source` that set `false` (a bool, or the text Helm types as
 /// one), as a map from each entry's key as written to `false`; entries below the subchart key
 /// `alias` but its `enabled` are the CCM chart's settings, not switches, and are left out.
-fn false_entries(
-    root: &Value,
-    source: &OverrideSource,
-    alias: &str,
-) -> (Vec<Seg>, Value) {
+fn false_entries(root: &Value, source: &OverrideSource, alias: &str) -> (Vec<Seg>, Value) {
     let is_false = |v: &Value| match v {
         Value::Bool(b) => !b,
         Value::String(s) => s.eq_ignore_ascii_case("false"),
@@ -517,12 +608,13 @@ fn umbrella_text_alias(
 /// be parsed (they mention a chart name) are not parsed at all, each is taken as a place, so
 /// the object is reported over the carrier limit instead of costing dozens of parses per
 /// rule.
-fn k0s_places(
-    root: &Value,
-    charts: &[String],
-    at: &[&str],
-    cancel: &Cancel,
-) -> Vec<ValuesPlace> {
+fn k0s_places(input: &ReaderInput<'_>) -> Vec<ValuesPlace> {
+    let &ReaderInput {
+        root,
+        charts,
+        at,
+        cancel,
+    } = input;
     let Some(list) = at
         .iter()
         .try_fold(root, |v, k| v.get(k))
@@ -599,7 +691,8 @@ fn k0s_places(
 /// winning (`valuesMerge: override`, the default) or losing (`merge`), or alone (`replace`);
 /// then each `additionalValuesFiles` entry as a further `-f`. Files are named as unseen here;
 /// `stackgate check` merges them in when they are among its inputs.
-fn kustomize_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
+fn kustomize_places(input: &ReaderInput<'_>) -> Vec<ValuesPlace> {
+    let &ReaderInput { root, charts, .. } = input;
     let Some(list) = root.get("helmCharts").and_then(Value::as_array) else {
         return Vec::new();
     };
@@ -687,11 +780,8 @@ fn prefixed(mut place: ValuesPlace, prefix: &[Seg]) -> ValuesPlace {
 /// Application for every generated parameter set, so its sources are read as an
 /// Application's ([`argo_places`]); one with it that names the chart is named as unseen
 /// (each Application may get other values).
-fn application_set_places(
-    root: &Value,
-    charts: &[String],
-    cancel: &Cancel,
-) -> Vec<ValuesPlace> {
+fn application_set_places(input: &ReaderInput<'_>) -> Vec<ValuesPlace> {
+    let &ReaderInput { root, charts, .. } = input;
     let Some(template) = root.pointer("/spec/template").filter(|t| t.is_object()) else {
         return Vec::new();
     };
@@ -720,17 +810,21 @@ fn application_set_places(
             switch: Switch::On,
         }];
     }
-    argo_places(template, charts, cancel)
-        .into_iter()
-        .map(|place| prefixed(place, &prefix))
-        .collect()
+    argo_places(&ReaderInput {
+        root: template,
+        ..*input
+    })
+    .into_iter()
+    .map(|place| prefixed(place, &prefix))
+    .collect()
 }
 
 /// Sveltos `ClusterProfile` / `Profile` `spec.helmCharts[]` whose `chartName` names the chart:
 /// `values` (a string Sveltos renders as a Go template with the cluster's objects) is read as
 /// YAML when it holds no template syntax, else named as unseen; `valuesFrom` (ConfigMaps and
 /// Secrets) is named as unseen over it.
-fn sveltos_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
+fn sveltos_places(input: &ReaderInput<'_>) -> Vec<ValuesPlace> {
+    let &ReaderInput { root, charts, .. } = input;
     let Some(list) = root.pointer("/spec/helmCharts").and_then(Value::as_array) else {
         return Vec::new();
     };
@@ -775,7 +869,10 @@ fn sveltos_places(root: &Value, charts: &[String]) -> Vec<ValuesPlace> {
 /// (`spec.helm`) whose `chart` names the chart: `values` read; `valuesFiles` and `valuesFrom`
 /// named as unseen over them (stackgate does not claim their order), as is every
 /// `targetCustomizations[]` (per-cluster overrides) beside `helm`.
-fn fleet_places(root: &Value, charts: &[String], at: &[&str]) -> Vec<ValuesPlace> {
+fn fleet_places(input: &ReaderInput<'_>) -> Vec<ValuesPlace> {
+    let &ReaderInput {
+        root, charts, at, ..
+    } = input;
     let helm = keys(at);
     let Some(chart) = get(root, &helm)
         .and_then(|h| h.get("chart"))
@@ -816,7 +913,13 @@ fn fleet_places(root: &Value, charts: &[String], at: &[&str]) -> Vec<ValuesPlace
 /// Argo CD: `spec.source` and each `spec.sources[]` whose chart (or path) names the chart;
 /// `helm.valuesObject` (also when neither is set: that is where values would go), else
 /// `helm.values` (a YAML string).
-fn argo_places(root: &Value, charts: &[String], cancel: &Cancel) -> Vec<ValuesPlace> {
+fn argo_places(input: &ReaderInput<'_>) -> Vec<ValuesPlace> {
+    let &ReaderInput {
+        root,
+        charts,
+        cancel,
+        ..
+    } = input;
     let mut out = Vec::new();
     let mut sources: Vec<Vec<Seg>> = Vec::new();
     if root.pointer("/spec/source").is_some_and(Value::is_object) {
@@ -932,39 +1035,4 @@ fn argo_places(root: &Value, charts: &[String], cancel: &Cancel) -> Vec<ValuesPl
         }
     }
     out
-}
-
-/// Whether `object` carries Helm values for one of the charts the sites document asks for
-/// (a GitOps object or values file whose chart reference matches). The admission decoder
-/// reads `spec.values`-like subtrees only for these: every other chart's values are skipped
-/// unread (an umbrella chart's values are read whole only when they hold the CCM subchart's
-/// key), which keeps the memory a review costs independent of foreign charts' values.
-pub fn holds_chart_values(
-    gvk: &GroupVersionKind,
-    object: &DynamicObject,
-    sites: &crate::sites::SitesDocument,
-) -> bool {
-    // An umbrella chart's values are another chart's: the decoder's first reading keeps the
-    // CCM subchart's key in them. Once that key is there, the rest is read too: a condition
-    // or tag of the umbrella's `Chart.yaml` may read any value in them (`unseen_switch`).
-    let charts = chart_names(sites);
-    !values_places(gvk, object, &charts, &Cancel::never()).is_empty()
-        || unnamed_chart_ref_with_values(gvk, object, &charts)
-}
-
-/// Whether `object` is a Flux HelmRelease whose `spec.chartRef` does not name the chart and
-/// which has `spec.values`: the decoder's first reading keeps none of another chart's values,
-/// so whether these are the CCM chart's (and named as unseen, [`chart_not_named`]) is only told
-/// from the full reading.
-fn unnamed_chart_ref_with_values(
-    gvk: &GroupVersionKind,
-    object: &DynamicObject,
-    charts: &[String],
-) -> bool {
-    let root = content(object);
-    gvk.group == "helm.toolkit.fluxcd.io"
-        && gvk.kind == "HelmRelease"
-        && str_at(root, &["spec", "chart", "spec", "chart"]).is_none()
-        && str_at(root, &["spec", "chartRef", "name"]).is_some_and(|n| !chart_matches(n, charts))
-        && root.pointer("/spec/values").is_some_and(Value::is_object)
 }

@@ -1,9 +1,9 @@
 //! The CCM version a delivery pins: chart version, `image.tag`, or an image reference.
 
-use super::places::values_places;
 use super::{content, get, str_at};
 use crate::budget::Cancel;
 use crate::sites::chart::chart_matches;
+use crate::sites::delivery::values_places;
 use kube::core::{DynamicObject, GroupVersionKind};
 use serde_json::Value;
 
