@@ -699,6 +699,38 @@ mod tests {
         )
     }
 
+    /// The admission decoder keeps another chart's values whole only for a Flux release that
+    /// names its chart by a `chartRef` alone (whether they are the CCM chart's is told from the
+    /// full reading): not when `spec.chart.spec.chart` names another chart beside it, and not
+    /// without structured values.
+    #[test]
+    fn only_a_chart_ref_alone_with_values_keeps_another_charts_values() {
+        let sites: crate::sites::SitesDocument =
+            serde_saphyr::from_str(include_str!("../../../policies/cloud-config-sites.yaml"))
+                .expect("the default sites document parses");
+        let release = |chart: Option<&str>, values: Option<Value>| {
+            let mut spec = json!({"chartRef": {"kind": "OCIRepository", "name": "occm-chart"}});
+            if let Some(chart) = chart {
+                spec["chart"] = json!({"spec": {"chart": chart}});
+            }
+            if let Some(values) = values {
+                spec["values"] = values;
+            }
+            obj(
+                json!({"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+                "metadata": {"name": "occm", "namespace": "kube-system"}, "spec": spec}),
+            )
+        };
+        let holds = |(gvk, object): (GroupVersionKind, DynamicObject)| {
+            holds_chart_values(&gvk, &object, &sites)
+        };
+        let values = json!({"image": {"tag": "v1.33.0"}});
+        assert!(holds(release(None, Some(values.clone()))));
+        assert!(!holds(release(None, None)));
+        assert!(!holds(release(None, Some(json!("image: {}")))));
+        assert!(!holds(release(Some("other-chart"), Some(values))));
+    }
+
     #[test]
     fn ccm_versions_from_chart_versions_and_image_tags() {
         let c = charts();
