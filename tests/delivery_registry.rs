@@ -699,3 +699,109 @@ fn the_chart_registers_the_webhooks_the_registry_asks_for() {
         "no namespaces listed, no matchConditions: no webhook sends every Secret"
     );
 }
+
+/// A registry JSON pointer as messages and the registry's prose name it
+/// (`/spec/valuesSources/0/template` → `spec.valuesSources[0].template`).
+fn dotted(pointer: &str) -> String {
+    let mut out = String::new();
+    for seg in pointer.split('/').skip(1) {
+        if seg.parse::<usize>().is_ok() {
+            out.push_str(&format!("[{seg}]"));
+        } else {
+            if !out.is_empty() {
+                out.push('.');
+            }
+            out.push_str(seg);
+        }
+    }
+    out
+}
+
+/// Whether `prose` names the field `dotted` (not only a longer field it begins:
+/// `spec.values` is not named by `spec.valuesContent`).
+fn names_field(prose: &str, dotted: &str) -> bool {
+    prose.match_indices(dotted).any(|(at, _)| {
+        prose[at + dotted.len()..]
+            .chars()
+            .next()
+            .is_none_or(|c| !c.is_ascii_alphanumeric())
+    })
+}
+
+#[test]
+fn every_typed_place_of_the_registry_is_a_source_its_prose_names() {
+    use stackgate::sites::delivery::{ChartUnseen, Operation, Values};
+    let mut disagree = Vec::new();
+    let mut places = 0;
+    for path in REGISTRY {
+        for reading in path.values {
+            for kind in reading.kinds {
+                assert!(
+                    path.kinds.contains(kind),
+                    "{}: reads {kind}, not one of its kinds",
+                    path.name
+                );
+            }
+            let Values::Place(place) = reading.values else {
+                continue;
+            };
+            places += 1;
+            let read = |dotted: &str, operation: Option<Operation>| {
+                path.sources.iter().any(|s| {
+                    s.read
+                        && operation.is_none_or(|o| o == s.operation)
+                        && names_field(s.field, dotted)
+                })
+            };
+            let unseen = |pointer: &str, operation: Option<Operation>| {
+                path.sources.iter().any(|s| {
+                    operation.is_none_or(|o| o == s.operation)
+                        && s.unseen_at.is_some_and(|u| u.pointer == pointer)
+                })
+            };
+            // The plain values file is the synthetic object's `values`, which the prose calls
+            // the file.
+            let values = dotted(place.values);
+            if !(read(&values, Some(Operation::ValuesFile)) || place.umbrella_dependency) {
+                disagree.push(format!("{}: values {values} is no read source", path.name));
+            }
+            for beneath in place.unseen_beneath {
+                let named = path
+                    .sources
+                    .iter()
+                    .any(|s| !s.read && names_field(s.field, &dotted(beneath)));
+                if !named {
+                    disagree.push(format!("{}: {beneath} is no unseen source", path.name));
+                }
+            }
+            if let Some(at) = place.values_secrets
+                && !unseen(at, Some(Operation::ValuesFile))
+            {
+                disagree.push(format!("{}: {at} is no unseen values file", path.name));
+            }
+            if let Some(at) = place.set
+                && !read(&dotted(at), Some(Operation::Set))
+            {
+                disagree.push(format!("{}: {at} is no read --set source", path.name));
+            }
+            if let Some(at) = place.values_over
+                && !read(&dotted(at), Some(Operation::ValuesFile))
+            {
+                disagree.push(format!("{}: {at} is no read values file", path.name));
+            }
+            match place.chart_unseen {
+                Some(ChartUnseen::InlineArchive(at) | ChartUnseen::Reference(at))
+                    if !unseen(at, Some(Operation::Chart)) =>
+                {
+                    disagree.push(format!("{}: {at} is no unseen chart source", path.name));
+                }
+                _ => {}
+            }
+        }
+    }
+    assert!(places >= 6, "only {places} typed places in the registry");
+    assert!(
+        disagree.is_empty(),
+        "the typed places and the prose sources disagree: {disagree:#?}"
+    );
+}

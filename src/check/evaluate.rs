@@ -77,15 +77,14 @@ fn unless_read_by_a_release(
         .as_ref()
         .map(|t| t.kind.clone())
         .unwrap_or_default();
-    let read =
-        sites::labelled_values::values_key(&object, &engine.policies().sites).is_some_and(|key| {
-            index.read_by_a_release(
-                &kind,
-                object.metadata.namespace.as_deref(),
-                object.metadata.name.as_deref().unwrap_or(""),
-                key,
-            )
-        });
+    let read = sites::labelled_values_key(&object, &engine.policies().sites).is_some_and(|key| {
+        index.read_by_a_release(
+            &kind,
+            object.metadata.namespace.as_deref(),
+            object.metadata.name.as_deref().unwrap_or(""),
+            key,
+        )
+    });
     if read && let Some(labels) = object.metadata.labels.as_mut() {
         labels.remove(label);
     }
@@ -144,7 +143,7 @@ pub fn check_text_in(
         // A ConfigMap ClusterResourceSet payload embedding a Secret is shown like a Secret.
         let keeps_secrets = is_core_secret(&c.json)
             || parsed.as_ref().is_some_and(|(kind, object)| {
-                sites::payload::embeds_secret(kind, object, &engine.policies().sites)
+                sites::embeds_secret(kind, object, &engine.policies().sites)
             });
         if keeps_secrets && let Some(node) = docs.get(c.doc).and_then(|d| d.root.at(&c.prefix)) {
             checked
@@ -163,7 +162,7 @@ pub fn check_text_in(
         // HelmChart's findings about values set here are placed at this file's lines.
         if index.config_merged_into(&c.json).is_some() {
             checked.objects.push(ObjectResult {
-                object: sites::helm::object_name(&kind, &object),
+                object: sites::object_name(&kind, &object),
                 line: c.line,
                 items: Vec::new(),
                 verdict: Verdict::default(),
@@ -197,7 +196,7 @@ pub fn check_text_in(
                     column: 1,
                     message: format!(
                         "{} not evaluated: {exhausted}",
-                        sites::helm::object_name(&kind, &object)
+                        sites::object_name(&kind, &object)
                     ),
                 });
                 continue;
@@ -303,7 +302,7 @@ pub fn check_text_in(
             }
         }
         checked.objects.push(ObjectResult {
-            object: sites::helm::object_name(&kind, &object),
+            object: sites::object_name(&kind, &object),
             line: c.line,
             items,
             verdict,

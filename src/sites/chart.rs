@@ -91,6 +91,13 @@ fn percent_decoded(text: &str) -> String {
     String::from_utf8(out).unwrap_or_else(|_| text.to_owned())
 }
 
+/// The chart Giant Swarm ships the CCM in: an umbrella whose own top-level `cloudConfig` the
+/// CCM subchart's `cloudConfig` helper renders into the cloud-config Secret
+/// (giantswarm/cloud-provider-openstack-app at d98a895326464a83cfc36a139316ccb95d3de59d,
+/// `helm/cloud-provider-openstack-app/templates/cloud-config-secret.yaml`). Its values have the
+/// CCM chart's shape at their root.
+pub const GIANT_SWARM_APP_CHART: &str = "cloud-provider-openstack-app";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,17 +9,26 @@
 //! ([`crate::audit::targets`]), what `stackgate check` recognises (one sample object per entry
 //! goes through the engine) and the carrier table in `docs/carriers.md`
 //! ([`carriers_markdown`]); each unseen source ([`UnseenAt`]) is set on the sample and both
-//! the webhook and `check` must say the values are unseen, naming it. Adding a delivery path
-//! is an entry here, its reader, and its sample in that test.
+//! the webhook and `check` must say the values are unseen, naming it.
 //!
-//! This module also reads the carriers that only embed another one ([`k0s_config_path`]: a k0s
-//! `ClusterConfig` inside k0smotron and k0sctl objects) and says which objects hold values
-//! stackgate cannot see (`find`: Azimuth's addon objects, whose values are Jinja2 templates
-//! the addon provider renders, and Giant Swarm `App`s).
+//! The registry also drives the values reader: each entry's `values` says, per kind, where the
+//! CCM chart's values are ([`Values::Place`]: chart reference, values path, whether a YAML
+//! string, version, what is unseen beneath or on top, `--set` entries) or which structured
+//! reader reads them ([`Values::Reader`]: Argo CD, ApplicationSet, Sveltos, Fleet, k0s,
+//! kustomize), and [`values_places`] loops over it; no other code matches on the kinds. The
+//! test checks that each typed place is a source the entry's prose names. Adding a values
+//! kind with one place is an entry here (its `values` and prose sources) and its sample in
+//! that test.
+//!
+//! This module also says which objects hold values stackgate cannot see (`find`: Azimuth's
+//! addon objects, whose values are Jinja2 templates the addon provider renders, and Giant
+//! Swarm `App`s).
 
 use kube::core::{DynamicObject, GroupVersionKind};
 use serde_json::Value;
 
+pub use super::helm::places::{ChartAt, ChartUnseen, Place, PlaceReader};
+use super::helm::places::{VALUES_FILE_KIND, ValuesPlace, read_place};
 use super::values::UnseenValues;
 use super::{FoundConfig, SiteError, SitesDocument};
 use crate::budget::Cancel;
@@ -139,7 +148,7 @@ pub enum Audit {
 }
 
 /// One controller or carrier that brings the CCM its cloud config.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub struct DeliveryPath {
     /// How the docs name it.
     pub name: &'static str,
@@ -158,8 +167,115 @@ pub struct DeliveryPath {
     pub webhook: Result<&'static [Registration], &'static str>,
     /// Whether `stackgate audit` lists them.
     pub audit: &'static [Audit],
+    /// Where its objects hold the CCM chart's values, per kind: what the values reader loops
+    /// over ([`values_places`]). Empty for an entry that holds none (a cloud config itself,
+    /// embedded manifests, values named as unseen only).
+    pub values: &'static [ValuesReading],
     /// Where stackgate reads it.
     pub reader: &'static str,
+}
+
+/// How the objects of some kinds of a delivery path hold the CCM chart's values.
+#[derive(Debug, Clone, Copy)]
+pub struct ValuesReading {
+    /// The kinds read so (of the entry's kinds).
+    pub kinds: &'static [&'static str],
+    /// Read at any API version of the group (the reader reads the kind's shape, and `check`
+    /// reads files of versions the webhook is not registered for); else at the entry's
+    /// versions only.
+    pub any_version: bool,
+    /// Only objects whose content this holds for are read so (an Azimuth HelmRelease: one
+    /// template-free template).
+    pub when: Option<fn(&Value) -> bool>,
+    /// The one place of the values, or the reader of a shape one place cannot describe.
+    pub values: Values,
+}
+
+/// Where an object holds the CCM chart's values.
+#[derive(Debug, Clone, Copy)]
+pub enum Values {
+    /// One place, as data.
+    Place(Place),
+    /// A reader over lists of charts or sources, or an embedded config.
+    Reader(PlaceReader),
+}
+
+/// The base of the registry's single places: a values map that names no version and nothing
+/// beneath, on top or instead (every [`Place`] below sets its chart and values).
+const VALUES_MAP: Place = Place {
+    chart: &[],
+    values: "",
+    yaml_string: false,
+    version: None,
+    unseen_beneath: &[],
+    values_secrets: None,
+    set: None,
+    values_over: None,
+    chart_unseen: None,
+    umbrella_dependency: false,
+};
+
+/// The reading of the CCM chart's values the registry gives objects of `gvk` with content
+/// `root`, if any.
+fn reading_of(gvk: &GroupVersionKind, root: &Value) -> Option<Values> {
+    REGISTRY
+        .iter()
+        .filter(|path| path.group == gvk.group)
+        .flat_map(|path| path.values.iter().map(move |r| (path, r)))
+        .find(|(path, r)| {
+            r.kinds.contains(&gvk.kind.as_str())
+                && (r.any_version || path.versions.contains(&gvk.version.as_str()))
+                && r.when.is_none_or(|holds| holds(root))
+        })
+        .map(|(_, r)| r.values)
+}
+
+/// The places in `object` that hold values of the charts in `charts`, as the registry says
+/// objects of `gvk` hold them.
+///
+/// Values strings are parsed (to find an umbrella chart's subchart key): once `cancel` fires
+/// no more are, and what is returned is not an answer (the caller checks the flag).
+pub(super) fn values_places(
+    gvk: &GroupVersionKind,
+    object: &DynamicObject,
+    charts: &[String],
+    cancel: &Cancel,
+) -> Vec<ValuesPlace> {
+    match reading_of(gvk, &object.data) {
+        Some(Values::Place(place)) => read_place(object, &place, charts, cancel),
+        Some(Values::Reader(reader)) => reader.places(&object.data, charts, cancel),
+        None => Vec::new(),
+    }
+}
+
+/// Whether `object`'s place names its chart only by a reference to another object (Flux
+/// `spec.chartRef`) whose name is not the chart, and holds structured values: the decoder's
+/// first reading keeps none of another chart's values, so whether these are the CCM chart's
+/// (and named as unseen) is only told from the full reading.
+pub(super) fn unnamed_chart_ref_with_values(
+    gvk: &GroupVersionKind,
+    object: &DynamicObject,
+    charts: &[String],
+) -> bool {
+    let root = &object.data;
+    let Some(Values::Place(place)) = reading_of(gvk, root) else {
+        return false;
+    };
+    let Some(ChartUnseen::Reference(at)) = place.chart_unseen else {
+        return false;
+    };
+    let first_unset = match place.chart.first() {
+        Some(ChartAt::Field(first)) => root.pointer(first).and_then(Value::as_str).is_none(),
+        _ => true,
+    };
+    first_unset
+        && root
+            .pointer(at)
+            .and_then(|r| r.get("name"))
+            .and_then(Value::as_str)
+            .is_some_and(|n| !super::chart::chart_matches(n, charts))
+        && !place.yaml_string
+        && root.pointer(place.values).is_some_and(Value::is_object)
 }
 
 const CM_SECRET: &[&str] = &["configmaps", "secrets"];
@@ -185,6 +301,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             Audit::Listed("", "v1", "ConfigMap"),
             Audit::Listed("", "v1", "Secret"),
         ],
+        values: &[],
         reader: "src/sites/object_data.rs",
     },
     DeliveryPath {
@@ -205,6 +322,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             Audit::Listed("", "v1", "ConfigMap"),
             Audit::Listed("", "v1", "Secret"),
         ],
+        values: &[],
         reader: "src/facts/ccm_config.rs",
     },
     DeliveryPath {
@@ -224,6 +342,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             Audit::Listed("", "v1", "ConfigMap"),
             Audit::Listed("", "v1", "Secret"),
         ],
+        values: &[],
         reader: "src/sites/labelled_values.rs",
     },
     DeliveryPath {
@@ -259,6 +378,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             },
         ]),
         audit: &[Audit::Listed("", "v1", "Secret")],
+        values: &[],
         reader: "src/sites/payload.rs",
     },
     DeliveryPath {
@@ -275,7 +395,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
                 r#"{"kind": "OCIRepository", "name": "occm-chart"}"#,
             ),
             unseen(
-                "spec.chart.spec.valuesFiles",
+                "spec.chart.spec.valuesFiles, spec.chart.spec.valuesFile (deprecated)",
                 Operation::ValuesFile,
                 "/spec/chart/spec/valuesFiles",
                 r#"["values.yaml", "values-prod.yaml"]"#,
@@ -307,7 +427,27 @@ pub const REGISTRY: &[DeliveryPath] = &[
             selected_by: "matchCondition: spec changed",
         }]),
         audit: &[Audit::Listed("helm.toolkit.fluxcd.io", "v2", "HelmRelease")],
-        reader: "src/sites/helm.rs",
+        values: &[ValuesReading {
+            kinds: &["HelmRelease"],
+            any_version: false,
+            when: None,
+            values: Values::Place(Place {
+                chart: &[
+                    ChartAt::Field("/spec/chart/spec/chart"),
+                    ChartAt::Field("/spec/chartRef/name"),
+                ],
+                values: "/spec/values",
+                version: Some("/spec/chart/spec/version"),
+                unseen_beneath: &[
+                    "/spec/valuesFrom",
+                    "/spec/chart/spec/valuesFiles",
+                    "/spec/chart/spec/valuesFile",
+                ],
+                chart_unseen: Some(ChartUnseen::Reference("/spec/chartRef")),
+                ..VALUES_MAP
+            }),
+        }],
+        reader: "src/sites/helm/places.rs",
     },
     DeliveryPath {
         name: "Argo CD Application",
@@ -339,7 +479,13 @@ pub const REGISTRY: &[DeliveryPath] = &[
             selected_by: "matchCondition: spec changed",
         }]),
         audit: &[Audit::Listed("argoproj.io", "v1alpha1", "Application")],
-        reader: "src/sites/helm.rs",
+        values: &[ValuesReading {
+            kinds: &["Application"],
+            any_version: false,
+            when: None,
+            values: Values::Reader(PlaceReader::ARGO),
+        }],
+        reader: "src/sites/helm/places.rs",
     },
     DeliveryPath {
         name: "Argo CD ApplicationSet",
@@ -366,7 +512,13 @@ pub const REGISTRY: &[DeliveryPath] = &[
             selected_by: "matchCondition: spec changed",
         }]),
         audit: &[Audit::Listed("argoproj.io", "v1alpha1", "ApplicationSet")],
-        reader: "src/sites/helm.rs (application_set_places)",
+        values: &[ValuesReading {
+            kinds: &["ApplicationSet"],
+            any_version: false,
+            when: None,
+            values: Values::Reader(PlaceReader::APPLICATION_SET),
+        }],
+        reader: "src/sites/helm/places.rs (application_set_places)",
     },
     DeliveryPath {
         name: "Sveltos ClusterProfile / Profile `helmCharts`",
@@ -403,7 +555,13 @@ pub const REGISTRY: &[DeliveryPath] = &[
             "v1beta1",
             "Profile",
         )],
-        reader: "src/sites/helm.rs (sveltos_places)",
+        values: &[ValuesReading {
+            kinds: &["Profile", "ClusterProfile"],
+            any_version: true,
+            when: None,
+            values: Values::Reader(PlaceReader::SVELTOS),
+        }],
+        reader: "src/sites/helm/places.rs (sveltos_places)",
     },
     DeliveryPath {
         name: "Rancher Fleet HelmOp / Bundle",
@@ -430,7 +588,13 @@ pub const REGISTRY: &[DeliveryPath] = &[
             Audit::Listed("fleet.cattle.io", "v1alpha1", "HelmOp"),
             Audit::Listed("fleet.cattle.io", "v1alpha1", "Bundle"),
         ],
-        reader: "src/sites/helm.rs (fleet_places)",
+        values: &[ValuesReading {
+            kinds: &["HelmOp", "Bundle"],
+            any_version: true,
+            when: None,
+            values: Values::Reader(PlaceReader::fleet(&["spec", "helm"])),
+        }],
+        reader: "src/sites/helm/places.rs (fleet_places)",
     },
     DeliveryPath {
         name: "Rancher Fleet `fleet.yaml`",
@@ -451,7 +615,13 @@ pub const REGISTRY: &[DeliveryPath] = &[
             "a file of a Git repository Fleet reads: `check` only (Fleet makes Bundles of it, which the webhook sees)",
         ),
         audit: &[Audit::NotInCluster],
-        reader: "src/sites/helm.rs (fleet_places)",
+        values: &[ValuesReading {
+            kinds: &[FLEET_YAML_KIND],
+            any_version: false,
+            when: None,
+            values: Values::Reader(PlaceReader::fleet(&["helm"])),
+        }],
+        reader: "src/sites/helm/places.rs (fleet_places)",
     },
     DeliveryPath {
         name: "RKE2/k3s helm-controller HelmChart and HelmChartConfig",
@@ -498,7 +668,39 @@ pub const REGISTRY: &[DeliveryPath] = &[
             Audit::Listed("helm.cattle.io", "v1", "HelmChart"),
             Audit::Listed("helm.cattle.io", "v1", "HelmChartConfig"),
         ],
-        reader: "src/sites/helm.rs",
+        values: &[
+            ValuesReading {
+                kinds: &["HelmChart"],
+                any_version: false,
+                when: None,
+                values: Values::Place(Place {
+                    chart: &[ChartAt::Field("/spec/chart")],
+                    values: "/spec/valuesContent",
+                    yaml_string: true,
+                    version: Some("/spec/version"),
+                    values_secrets: Some("/spec/valuesSecrets"),
+                    set: Some("/spec/set"),
+                    values_over: Some("/spec/values"),
+                    chart_unseen: Some(ChartUnseen::InlineArchive("/spec/chartContent")),
+                    ..VALUES_MAP
+                }),
+            },
+            // A HelmChartConfig customises the HelmChart of the same name.
+            ValuesReading {
+                kinds: &["HelmChartConfig"],
+                any_version: false,
+                when: None,
+                values: Values::Place(Place {
+                    chart: &[ChartAt::ObjectName],
+                    values: "/spec/valuesContent",
+                    yaml_string: true,
+                    values_secrets: Some("/spec/valuesSecrets"),
+                    values_over: Some("/spec/values"),
+                    ..VALUES_MAP
+                }),
+            },
+        ],
+        reader: "src/sites/helm/places.rs",
     },
     DeliveryPath {
         name: "k0s ClusterConfig",
@@ -521,7 +723,13 @@ pub const REGISTRY: &[DeliveryPath] = &[
             "v1beta1",
             "ClusterConfig",
         )],
-        reader: "src/sites/helm.rs",
+        values: &[ValuesReading {
+            kinds: &["ClusterConfig"],
+            any_version: true,
+            when: None,
+            values: Values::Reader(PlaceReader::k0s(&[])),
+        }],
+        reader: "src/sites/helm/places.rs",
     },
     DeliveryPath {
         name: "k0smotron control plane (a k0s ClusterConfig inside)",
@@ -557,7 +765,25 @@ pub const REGISTRY: &[DeliveryPath] = &[
                 "K0sControlPlane",
             ),
         ],
-        reader: "src/sites/delivery.rs (k0s_config_path) and src/sites/helm.rs",
+        values: &[
+            // k0sproject/k0smotron at 3897bbe645698acbe9974449bb771e949dedb77e:
+            // `api/k0smotron.io/v1beta2/k0smotroncluster_types.go` (`K0sConfig
+            // *unstructured.Unstructured json:"k0sConfig"`) and `api/bootstrap/v1beta2/k0s_types.go`
+            // (`K0s *unstructured.Unstructured json:"k0s"`).
+            ValuesReading {
+                kinds: &["K0smotronControlPlane"],
+                any_version: true,
+                when: None,
+                values: Values::Reader(PlaceReader::k0s(&["spec", "k0sConfig"])),
+            },
+            ValuesReading {
+                kinds: &["K0sControlPlane"],
+                any_version: true,
+                when: None,
+                values: Values::Reader(PlaceReader::k0s(&["spec", "k0sConfigSpec", "k0s"])),
+            },
+        ],
+        reader: "src/sites/delivery.rs (k0s_config_path) and src/sites/helm/places.rs",
     },
     DeliveryPath {
         name: "k0smotron Cluster (a k0s ClusterConfig inside)",
@@ -576,7 +802,13 @@ pub const REGISTRY: &[DeliveryPath] = &[
             selected_by: "matchCondition: spec changed",
         }]),
         audit: &[Audit::Listed("k0smotron.io", "v1beta2", "Cluster")],
-        reader: "src/sites/delivery.rs (k0s_config_path) and src/sites/helm.rs",
+        values: &[ValuesReading {
+            kinds: &["Cluster"],
+            any_version: true,
+            when: None,
+            values: Values::Reader(PlaceReader::k0s(&["spec", "k0sConfig"])),
+        }],
+        reader: "src/sites/delivery.rs (k0s_config_path) and src/sites/helm/places.rs",
     },
     DeliveryPath {
         name: "k0sctl Cluster (a k0s ClusterConfig inside)",
@@ -592,7 +824,16 @@ pub const REGISTRY: &[DeliveryPath] = &[
             "a k0sctl file is read by the k0sctl CLI, never applied to a cluster: `check` only",
         ),
         audit: &[Audit::NotInCluster],
-        reader: "src/sites/delivery.rs (k0s_config_path) and src/sites/helm.rs",
+        values: &[
+            // The `k0s.config` of `k0sctl.yaml` (k0sproject/k0sctl).
+            ValuesReading {
+                kinds: &["Cluster"],
+                any_version: true,
+                when: None,
+                values: Values::Reader(PlaceReader::k0s(&["spec", "k0s", "config"])),
+            },
+        ],
+        reader: "src/sites/delivery.rs (k0s_config_path) and src/sites/helm/places.rs",
     },
     DeliveryPath {
         name: "Azimuth cluster-api-addon-provider HelmRelease (also Magnum's CAPI driver)",
@@ -623,7 +864,20 @@ pub const REGISTRY: &[DeliveryPath] = &[
             "v1alpha1",
             "HelmRelease",
         )],
-        reader: "src/sites/helm.rs (a template-free template), src/sites/delivery.rs (unseen)",
+        values: &[ValuesReading {
+            kinds: &["HelmRelease"],
+            any_version: false,
+            // One template-free template is the values as written.
+            when: Some(|root| plain_values_template(root).is_some()),
+            values: Values::Place(Place {
+                chart: &[ChartAt::Field("/spec/chart/name")],
+                values: "/spec/valuesSources/0/template",
+                yaml_string: true,
+                version: Some("/spec/chart/version"),
+                ..VALUES_MAP
+            }),
+        }],
+        reader: "src/sites/helm/places.rs (a template-free template), src/sites/delivery.rs (unseen)",
     },
     DeliveryPath {
         name: "Azimuth cluster-api-addon-provider Manifests",
@@ -654,6 +908,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             "v1alpha1",
             "Manifests",
         )],
+        values: &[],
         reader: "src/sites/payload.rs (`read_nested`, template-free templates), src/sites/delivery.rs (unseen)",
     },
     DeliveryPath {
@@ -670,7 +925,21 @@ pub const REGISTRY: &[DeliveryPath] = &[
             selected_by: "matchCondition: spec changed",
         }]),
         audit: &[Audit::Listed("helm.k0sproject.io", "v1beta1", "Chart")],
-        reader: "src/sites/helm.rs",
+        values: &[ValuesReading {
+            kinds: &["Chart"],
+            any_version: false,
+            when: None,
+            // k0sproject/k0s `pkg/apis/helm/v1beta1/chart_types.go`: `chartName`, `version`,
+            // `values` (a string).
+            values: Values::Place(Place {
+                chart: &[ChartAt::Field("/spec/chartName")],
+                values: "/spec/values",
+                yaml_string: true,
+                version: Some("/spec/version"),
+                ..VALUES_MAP
+            }),
+        }],
+        reader: "src/sites/helm/places.rs",
     },
     DeliveryPath {
         name: "Rancher provisioning Cluster (RKE2/k3s `additionalManifest`)",
@@ -689,6 +958,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             selected_by: "matchCondition: spec changed",
         }]),
         audit: &[Audit::Listed("provisioning.cattle.io", "v1", "Cluster")],
+        values: &[],
         reader: "src/sites/delivery.rs (nested_fields) and src/sites/payload.rs (read_nested)",
     },
     DeliveryPath {
@@ -722,6 +992,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             "v1alpha1",
             "App",
         )],
+        values: &[],
         reader: "src/sites/delivery.rs (unseen)",
     },
     DeliveryPath {
@@ -738,6 +1009,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             "a Talos machine config is applied by talosctl to the nodes, never to the Kubernetes API: `check` only",
         ),
         audit: &[Audit::NotInCluster],
+        values: &[],
         reader: "src/sites/delivery.rs (talos_machine_config, nested_fields) and src/sites/payload.rs (read_nested)",
     },
     DeliveryPath {
@@ -751,6 +1023,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             "a KubeOne manifest is read by the kubeone CLI, never applied to a cluster: `check` only",
         ),
         audit: &[Audit::NotInCluster],
+        values: &[],
         reader: "src/sites/delivery.rs (kubeone_cloud_config)",
     },
     DeliveryPath {
@@ -778,7 +1051,13 @@ pub const REGISTRY: &[DeliveryPath] = &[
             "a kustomization is read by kustomize, never applied to a cluster: `check` only",
         ),
         audit: &[Audit::NotInCluster],
-        reader: "src/sites/helm.rs (kustomize_places), src/check/index.rs (valuesFile)",
+        values: &[ValuesReading {
+            kinds: &["Kustomization"],
+            any_version: true,
+            when: None,
+            values: Values::Reader(PlaceReader::KUSTOMIZE),
+        }],
+        reader: "src/sites/helm/places.rs (kustomize_places), src/check/index.rs (valuesFile)",
     },
     DeliveryPath {
         name: "Plain Helm values file",
@@ -789,7 +1068,19 @@ pub const REGISTRY: &[DeliveryPath] = &[
         sources: &[read("the file", Operation::ValuesFile)],
         webhook: Err("a file of the repository: `check` only"),
         audit: &[Audit::NotInCluster],
-        reader: "src/sites/helm.rs",
+        values: &[ValuesReading {
+            kinds: &[VALUES_FILE_KIND],
+            any_version: false,
+            when: None,
+            values: Values::Place(Place {
+                chart: &[ChartAt::Field("/chart")],
+                values: "/values",
+                version: Some("/chartVersion"),
+                umbrella_dependency: true,
+                ..VALUES_MAP
+            }),
+        }],
+        reader: "src/sites/helm/places.rs",
     },
     DeliveryPath {
         name: "Plain INI cloud.conf",
@@ -800,37 +1091,12 @@ pub const REGISTRY: &[DeliveryPath] = &[
         sources: &[read("the file", Operation::CloudConfig)],
         webhook: Err("a file of the repository: `check` only"),
         audit: &[Audit::NotInCluster],
+        values: &[],
         reader: "src/sites/object_data.rs",
     },
 ];
 
-/// Where a k0s `ClusterConfig` sits inside an object that embeds one (the path of the
-/// embedded object), for the kinds that do:
-///
-/// From k0sproject/k0smotron at 3897bbe645698acbe9974449bb771e949dedb77e:
-/// `K0smotronControlPlane.spec.k0sConfig` and `k0smotron.io Cluster.spec.k0sConfig`
-/// (`api/k0smotron.io/v1beta2/k0smotroncluster_types.go`: `K0sConfig
-/// *unstructured.Unstructured json:"k0sConfig"`), `K0sControlPlane.spec.k0sConfigSpec.k0s`
-/// (`api/bootstrap/v1beta2/k0s_types.go`: `K0s *unstructured.Unstructured json:"k0s"`); k0sctl's
-/// `Cluster.spec.k0s.config` (k0sproject/k0sctl, the `k0s.config` of `k0sctl.yaml`).
-pub fn k0s_config_path(group: &str, kind: &str) -> Option<&'static [&'static str]> {
-    match (group, kind) {
-        ("controlplane.cluster.x-k8s.io", "K0smotronControlPlane")
-        | ("k0smotron.io", "Cluster") => Some(&["spec", "k0sConfig"]),
-        ("controlplane.cluster.x-k8s.io", "K0sControlPlane") => {
-            Some(&["spec", "k0sConfigSpec", "k0s"])
-        }
-        ("k0sctl.k0sproject.io", "Cluster") => Some(&["spec", "k0s", "config"]),
-        _ => None,
-    }
-}
-
-/// The chart Giant Swarm ships the CCM in: an umbrella whose own top-level `cloudConfig` the
-/// CCM subchart's `cloudConfig` helper renders into the cloud-config Secret
-/// (giantswarm/cloud-provider-openstack-app at d98a895326464a83cfc36a139316ccb95d3de59d,
-/// `helm/cloud-provider-openstack-app/templates/cloud-config-secret.yaml`). Its values have the
-/// CCM chart's shape at their root.
-pub const GIANT_SWARM_APP_CHART: &str = "cloud-provider-openstack-app";
+pub use super::chart::GIANT_SWARM_APP_CHART;
 
 /// Objects whose CCM values stackgate cannot see: one unseen site each, naming the sources
 /// (never their content). Azimuth's addon objects (values and manifests are Jinja2 templates

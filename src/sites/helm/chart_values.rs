@@ -1,0 +1,388 @@
+//! The chart's values as other rules read them: `controllerExtraArgs` (the `ccm-concurrency`
+//! rule) and `ChartValues` (image, version and the CCM's other settings).
+
+use super::overrides::{merged_with, place_overrides};
+use super::places::{OverrideSource, text_values};
+use super::{DEFAULT_CHARTS, MAX_CARRIERS_PER_OBJECT, content, get, is_values_file, keys};
+use crate::budget::Cancel;
+use crate::sites::delivery::values_places;
+use crate::sites::path::{display, pointer};
+use crate::sites::render;
+use crate::sites::values::Override;
+use crate::yaml::{self, Seg};
+use kube::core::{DynamicObject, GroupVersionKind};
+use serde_json::Value;
+
+/// The chart's `controllerExtraArgs` in `object`, for the `ccm-concurrency` rule: (location
+/// for messages, JSON pointer of the field, the arguments). The first carrier that sets them
+/// wins; see [`helm_controller_extra_args_all`] for every carrier.
+pub fn helm_controller_extra_args(
+    gvk: &GroupVersionKind,
+    object: &DynamicObject,
+) -> Option<(String, String, Vec<String>)> {
+    helm_controller_extra_args_all(gvk, object)
+        .into_iter()
+        .next()
+}
+
+/// Every `controllerExtraArgs` setting of the CCM chart in `object` (one per values carrier
+/// that sets it), as (location, JSON pointer, arguments).
+pub fn helm_controller_extra_args_all(
+    gvk: &GroupVersionKind,
+    object: &DynamicObject,
+) -> Vec<(String, String, Vec<String>)> {
+    helm_controller_extra_args_all_within(gvk, object, &Cancel::never())
+}
+
+/// [`helm_controller_extra_args_all`] that stops reading values once `cancel` fires (what it
+/// then returns is not an answer; the caller checks the flag).
+pub fn helm_controller_extra_args_all_within(
+    gvk: &GroupVersionKind,
+    object: &DynamicObject,
+    cancel: &Cancel,
+) -> Vec<(String, String, Vec<String>)> {
+    let charts: Vec<String> = DEFAULT_CHARTS.iter().map(|s| (*s).to_owned()).collect();
+    let root = content(object);
+    let values_file = is_values_file(gvk);
+    // A values file's values are the file itself: name paths without the `values` prefix.
+    let shown = |p: &[Seg]| {
+        if values_file {
+            display(p.get(1..).unwrap_or_default())
+        } else {
+            display(p)
+        }
+    };
+    let mut out = Vec::new();
+    let places = values_places(gvk, object, &charts, cancel);
+    if places.len() > MAX_CARRIERS_PER_OBJECT {
+        // Reported by the cloud-config site (`find`); reading them here would multiply the
+        // per-string YAML caps.
+        return out;
+    }
+    for place in places {
+        // Stop at the flag, not at the next place: what is returned is then not an answer.
+        if cancel.check().is_err() {
+            return Vec::new();
+        }
+        let raw = get(root, &place.path);
+        // `--set`-like entries apply on top; one Helm cannot read is reported by the
+        // cloud-config site, and nothing is claimed here.
+        let Ok(overrides) = place_overrides(root, &place, cancel) else {
+            continue;
+        };
+        let field = shown(&place.path);
+        let (values, location, field_pointer) = if place.yaml_string {
+            let values = match raw {
+                None | Some(Value::Null) => Value::Null,
+                Some(_) => match text_values(raw, place.alias.as_deref(), cancel) {
+                    Some(values) => values,
+                    None => continue,
+                },
+            };
+            let within = place
+                .alias
+                .as_ref()
+                .map(|a| format!("{a}."))
+                .unwrap_or_default();
+            (
+                values,
+                format!("{field}, {within}controllerExtraArgs"),
+                pointer(&place.path).to_string(),
+            )
+        } else {
+            let mut p = place.path.clone();
+            p.push(Seg::key("controllerExtraArgs"));
+            (
+                raw.cloned().unwrap_or(Value::Null),
+                shown(&p),
+                pointer(&p).to_string(),
+            )
+        };
+        let Ok(merged) = merged_with(&values, &overrides, cancel) else {
+            continue;
+        };
+        let Some(args) = merged.get("controllerExtraArgs").and_then(extra_args) else {
+            continue;
+        };
+        // Set by an entry on top: point at that entry.
+        match overrides
+            .iter()
+            .rev()
+            .find(|o| o.touches("controllerExtraArgs"))
+        {
+            Some(o) => out.push((o.name.clone(), pointer(&o.value_path).to_string(), args)),
+            None => out.push((location, field_pointer, args)),
+        }
+    }
+    out
+}
+
+/// The CCM chart's values in one carrier of an object, parsed (for object families that read
+/// settings other than the cloud config, e.g. `cluster.name`).
+#[derive(Debug, Clone)]
+pub struct ChartValues {
+    /// How messages name the carrier: `spec.values`, `spec.valuesContent`, or empty for a
+    /// plain values file (its values are the file).
+    pub field: String,
+    /// The path of the carrier from the object root (the values map or the values string).
+    pub path: Vec<Seg>,
+    /// The values are a YAML string (`valuesContent`, Argo `helm.values`), so a finding can
+    /// only point at the string field.
+    pub yaml_string: bool,
+    /// The values (Null when the carrier is absent: the chart's defaults apply), with a
+    /// RKE2/k3s HelmChart's `spec.set` entries applied as Helm applies `--set`.
+    pub values: Value,
+    /// Values merged in from outside the object, under these inline values (Flux
+    /// `spec.valuesFrom`, Argo CD `helm.valueFiles`): the field that lists them, e.g.
+    /// `spec.valuesFrom`. A setting these values do not make may come from there.
+    pub merged_from: Option<String>,
+    /// Argo CD `helm.parameters` (`[{name, value}]`), which override the values.
+    pub parameters: Vec<(String, String)>,
+    /// A RKE2/k3s HelmChartConfig: an overlay on the HelmChart of the same name, so what it
+    /// does not set comes from that HelmChart, not from the chart's defaults.
+    pub overlay: bool,
+    /// A RKE2/k3s HelmChart: a HelmChartConfig of the same name may override its values.
+    pub overridable: bool,
+    /// In a values string of an umbrella chart, the subchart key the CCM chart's values are
+    /// under (`openstack-cloud-controller-manager`); messages name keys below it.
+    pub within: Option<String>,
+    /// The RKE2/k3s `spec.set` entries applied to `values`, in the order Helm applies them.
+    pub set_entries: Vec<SetEntry>,
+}
+
+/// One `spec.set` entry applied to a HelmChart's values: where it is, and what it sets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetEntry {
+    /// How messages name it: `spec.set["cluster.name"]`.
+    pub name: String,
+    /// JSON pointer of its value in the object.
+    pub pointer: String,
+    /// The values paths it sets (keys; a list index as its number).
+    pub paths: Vec<Vec<String>>,
+}
+
+impl ChartValues {
+    /// The last `spec.set` entry that sets exactly the values path `keys`: where a finding about
+    /// that value belongs, as Helm applies `--set` over every values file.
+    pub fn set_entry_for(&self, keys: &[&str]) -> Option<&SetEntry> {
+        self.set_entries.iter().rev().find(|e| {
+            e.paths
+                .iter()
+                .any(|p| p.iter().map(String::as_str).eq(keys.iter().copied()))
+        })
+    }
+
+    /// How messages name `key` (a dotted values path) in this carrier:
+    /// `spec.values.cluster.name`, `spec.valuesContent, cluster.name`, `cluster.name`.
+    pub fn describe(&self, key: &str) -> String {
+        let key = match &self.within {
+            Some(within) => format!("{within}.{key}"),
+            None => key.to_owned(),
+        };
+        match (self.field.is_empty(), self.yaml_string) {
+            (true, _) => key,
+            (false, true) => format!("{}, {key}", self.field),
+            (false, false) => format!("{}.{key}", self.field),
+        }
+    }
+
+    /// JSON pointer of `key` (values path segments) in the object: inside a values map, or
+    /// the values string field itself.
+    pub fn pointer(&self, key: &[&str]) -> String {
+        let mut path = self.path.clone();
+        if !self.yaml_string {
+            path.extend(keys(key));
+        }
+        pointer(&path).to_string()
+    }
+}
+
+/// Every carrier of the CCM chart's values in `object`, parsed. A values string that cannot
+/// be read (not YAML, over [`MAX_VALUES_TEXT_BYTES`]) is left out: the cloud-config site
+/// reports it. None at all past [`MAX_CARRIERS_PER_OBJECT`] (reported the same way).
+pub fn chart_values_all(gvk: &GroupVersionKind, object: &DynamicObject) -> Vec<ChartValues> {
+    chart_values_all_within(gvk, object, &Cancel::never())
+}
+
+/// [`chart_values_all`] that stops reading values once `cancel` fires (what it then returns
+/// is not an answer; the caller checks the flag).
+pub fn chart_values_all_within(
+    gvk: &GroupVersionKind,
+    object: &DynamicObject,
+    cancel: &Cancel,
+) -> Vec<ChartValues> {
+    let charts: Vec<String> = DEFAULT_CHARTS.iter().map(|s| (*s).to_owned()).collect();
+    let root = content(object);
+    let values_file = is_values_file(gvk);
+    let places = values_places(gvk, object, &charts, cancel);
+    if places.len() > MAX_CARRIERS_PER_OBJECT {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for place in places {
+        // Stop at the flag, not at the next place: what is returned is then not an answer.
+        if cancel.check().is_err() {
+            return Vec::new();
+        }
+        let raw = get(root, &place.path);
+        let field = if values_file {
+            display(place.path.get(1..).unwrap_or_default())
+        } else {
+            display(&place.path)
+        };
+        let values = if place.yaml_string {
+            match raw {
+                None | Some(Value::Null) => Value::Null,
+                Some(_) => match text_values(raw, place.alias.as_deref(), cancel) {
+                    Some(values) => values,
+                    None => continue,
+                },
+            }
+        } else {
+            raw.cloned().unwrap_or(Value::Null)
+        };
+        // RKE2/k3s `spec.set` entries apply on top (Argo CD parameters are handed over as
+        // `parameters`); entries Helm cannot read are reported by the cloud-config site.
+        let mut set_entries = Vec::new();
+        let values = match &place.overrides {
+            Some(OverrideSource::HelmChartSet(_)) => {
+                let Ok(overrides) = place_overrides(root, &place, cancel) else {
+                    continue;
+                };
+                set_entries = overrides.iter().map(set_entry).collect();
+                if overrides.is_empty() {
+                    values
+                } else {
+                    match merged_with(&values, &overrides, cancel) {
+                        Ok(merged) => merged,
+                        Err(_) => continue,
+                    }
+                }
+            }
+            _ => values,
+        };
+        let (merged_from, parameters) = outside_values(root, &place.path);
+        let overlay = gvk.group == "helm.cattle.io" && gvk.kind == "HelmChartConfig";
+        let overridable = gvk.group == "helm.cattle.io" && gvk.kind == "HelmChart";
+        out.push(ChartValues {
+            field,
+            path: place.path,
+            yaml_string: place.yaml_string,
+            values,
+            merged_from,
+            parameters,
+            overlay,
+            overridable,
+            within: place.alias.filter(|_| place.yaml_string),
+            set_entries,
+        });
+    }
+    out
+}
+
+/// What [`ChartValues::set_entries`] keeps of an override: names and paths, never the value.
+fn set_entry(o: &Override) -> SetEntry {
+    SetEntry {
+        name: o.name.clone(),
+        pointer: pointer(&o.value_path).to_string(),
+        paths: o
+            .paths
+            .iter()
+            .map(|p| {
+                p.iter()
+                    .map(|s| match s {
+                        Seg::Key(k) => k.clone(),
+                        Seg::Index(i) => i.to_string(),
+                    })
+                    .collect()
+            })
+            .collect(),
+    }
+}
+
+/// For the values at `path`: the field listing values merged in from outside the object
+/// (Flux `spec.valuesFrom`, Argo CD `helm.valueFiles`), when not empty, and Argo CD's
+/// `helm.parameters`.
+fn outside_values(root: &Value, path: &[Seg]) -> (Option<String>, Vec<(String, String)>) {
+    let non_empty = |v: Option<&Value>| v.and_then(Value::as_array).is_some_and(|a| !a.is_empty());
+    match path {
+        [Seg::Key(spec), Seg::Key(values)] if spec == "spec" && values == "values" => {
+            let from = root.pointer("/spec/valuesFrom");
+            let files = root.pointer("/spec/chart/spec/valuesFiles");
+            let file = root
+                .pointer("/spec/chart/spec/valuesFile")
+                .and_then(Value::as_str)
+                .is_some_and(|f| !f.is_empty());
+            let merged = if non_empty(from) {
+                Some("spec.valuesFrom".to_owned())
+            } else if non_empty(files) {
+                Some("spec.chart.spec.valuesFiles".to_owned())
+            } else {
+                file.then(|| "spec.chart.spec.valuesFile".to_owned())
+            };
+            (merged, Vec::new())
+        }
+        [base @ .., Seg::Key(helm), _] if helm == "helm" => {
+            let mut helm_path = base.to_vec();
+            helm_path.push(Seg::key("helm"));
+            let Some(helm) = get(root, &helm_path) else {
+                return (None, Vec::new());
+            };
+            let mut files_path = helm_path.clone();
+            files_path.push(Seg::key("valueFiles"));
+            let merged = non_empty(helm.get("valueFiles")).then(|| display(&files_path));
+            let parameters = helm
+                .get("parameters")
+                .and_then(Value::as_array)
+                .map(|list| {
+                    list.iter()
+                        .filter_map(|p| {
+                            let name = p.get("name").and_then(Value::as_str)?;
+                            let value = p.get("value").map(render::go_value).unwrap_or_default();
+                            Some((name.to_owned(), value))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            (merged, parameters)
+        }
+        _ => (None, Vec::new()),
+    }
+}
+
+/// The arguments of the chart's `controllerExtraArgs` in `values`, when set.
+pub fn controller_extra_args(values: &Value) -> Option<Vec<String>> {
+    values.get("controllerExtraArgs").and_then(extra_args)
+}
+
+/// The arguments of a `controllerExtraArgs` value: a YAML list written as a string (what the
+/// chart expects, e.g. `"- --concurrent-service-syncs=2\n"`) or an actual list.
+fn extra_args(value: &Value) -> Option<Vec<String>> {
+    let list = match value {
+        Value::String(s) => match yaml::parse_one(s).and_then(|n| n.to_json()) {
+            Ok(Value::Array(items)) => items,
+            Ok(Value::Null) => return None,
+            // Not a list: the chart pastes the text into the container args anyway; read
+            // each `- item` line.
+            _ => {
+                return Some(
+                    s.lines()
+                        .filter_map(|l| l.trim_start().strip_prefix('-'))
+                        .map(|a| a.trim().trim_matches(['"', '\'']).to_owned())
+                        .filter(|a| !a.is_empty())
+                        .collect(),
+                );
+            }
+        },
+        Value::Array(items) => items.clone(),
+        _ => return None,
+    };
+    Some(
+        list.iter()
+            .map(|v| match v {
+                Value::String(s) => s.clone(),
+                other => render::go_value(other),
+            })
+            .collect(),
+    )
+}
