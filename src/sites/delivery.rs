@@ -15,7 +15,7 @@
 //! CCM chart's values are ([`Values::Place`]: chart reference, values path, whether a YAML
 //! string, version, what is unseen beneath or on top, `--set` entries) or which structured
 //! reader reads them ([`Values::Reader`]: Argo CD, ApplicationSet, Sveltos, Fleet, k0s,
-//! kustomize), and [`values_places`] loops over it; no other code matches on the kinds. The
+//! kustomize), and `values_places` loops over it, so finding the values needs no match on kinds elsewhere (the chart version a release pins, post-renderers and `--set` layering still have their own). The
 //! test checks that each typed place is a source the entry's prose names. Adding a values
 //! kind with one place is an entry here (its `values` and prose sources) and its sample in
 //! that test.
@@ -168,7 +168,7 @@ pub struct DeliveryPath {
     /// Whether `stackgate audit` lists them.
     pub audit: &'static [Audit],
     /// Where its objects hold the CCM chart's values, per kind: what the values reader loops
-    /// over ([`values_places`]). Empty for an entry that holds none (a cloud config itself,
+    /// over (`values_places`). Empty for an entry that holds none (a cloud config itself,
     /// embedded manifests, values named as unseen only).
     pub values: &'static [ValuesReading],
     /// Where stackgate reads it.

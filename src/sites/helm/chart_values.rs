@@ -198,7 +198,7 @@ impl ChartValues {
 }
 
 /// Every carrier of the CCM chart's values in `object`, parsed. A values string that cannot
-/// be read (not YAML, over [`MAX_VALUES_TEXT_BYTES`]) is left out: the cloud-config site
+/// be read (not YAML, over [`MAX_VALUES_TEXT_BYTES`](super::MAX_VALUES_TEXT_BYTES)) is left out: the cloud-config site
 /// reports it. None at all past [`MAX_CARRIERS_PER_OBJECT`] (reported the same way).
 pub fn chart_values_all(gvk: &GroupVersionKind, object: &DynamicObject) -> Vec<ChartValues> {
     chart_values_all_within(gvk, object, &Cancel::never())
