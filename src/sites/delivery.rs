@@ -15,7 +15,9 @@
 //! CCM chart's values are ([`Values::Place`]: chart reference, values path, whether a YAML
 //! string, version, what is unseen beneath or on top, `--set` entries) or which structured
 //! reader reads them ([`Values::Reader`]: Argo CD, ApplicationSet, Sveltos, Fleet, k0s,
-//! kustomize), and `values_places` loops over it, so finding the values needs no match on kinds elsewhere (the chart version a release pins, post-renderers and `--set` layering still have their own). The
+//! kustomize), and `values_places` loops over it, so finding the values needs no match on
+//! kinds elsewhere (the chart version a release pins, post-renderers and `--set` layering
+//! still have their own). The
 //! test checks that each typed place is a source the entry's prose names. Adding a values
 //! kind with one place is an entry here (its `values` and prose sources) and its sample in
 //! that test.
