@@ -215,11 +215,16 @@ pub fn check_text_in(
         }
         let root = docs.get(c.doc).map(|d| &d.root);
         let locate = |f: &Finding| root.map_or(c.line, |r| locate(text, r, &c, f));
+        // Where the evaluated object holds the chart's values, as the registry places them.
+        let fields = match resolved.as_ref().filter(|r| r.sources.is_some()) {
+            Some(_) => sites::delivery::values_fields(&kind, &object, &engine.policies().sites),
+            None => Vec::new(),
+        };
         let mut items = verdict_items(&verdict, locate, c.line, |f, item| {
             let Some(resolved) = resolved.as_ref().filter(|r| r.sources.is_some()) else {
                 return;
             };
-            let place = values_path(f, resolved).and_then(|p| resolved.place_of(&p));
+            let place = values_path(f, resolved, &fields).and_then(|p| resolved.place_of(&p));
             if merge == Merge::HelmChartConfig {
                 helm_chart_text(item);
             }
@@ -239,7 +244,7 @@ pub fn check_text_in(
                     }
                 }
                 (Some(Place::Own(Some((field, yaml_string)))), Some(root)) => {
-                    let path = values_path(f, resolved).unwrap_or_default();
+                    let path = values_path(f, resolved, &fields).unwrap_or_default();
                     if let Some(line) = own_line(text, root, &c, &field, yaml_string, &path) {
                         item.line = line;
                     }
@@ -388,35 +393,72 @@ fn helm_chart_text(item: &mut Item) {
 
 /// The values keys a finding about a resolved object is about, when known: the node its
 /// anchor names under the merged values, or for the cluster-name family on a values string,
-/// `cluster.name` (when no `controllerExtraArgs` could set the name instead).
-fn values_path(f: &Finding, resolved: &Resolved) -> Option<Vec<String>> {
-    let under_values = |path: &[Seg]| -> Option<Vec<String>> {
-        let keys: Vec<&str> = path
-            .iter()
+/// `cluster.name` (when no `controllerExtraArgs` could set the name instead). Which fields
+/// hold values, and whether as a map or a YAML string, is the registry's
+/// ([`sites::delivery::values_fields`]).
+fn values_path(
+    f: &Finding,
+    resolved: &Resolved,
+    fields: &[sites::delivery::ValuesField],
+) -> Option<Vec<String>> {
+    values_keys(
+        &f.anchor,
+        f.rule == crate::rules::cluster_name::FAMILY.id,
+        &resolved.object,
+        fields,
+    )
+}
+
+/// [`values_path`] of a finding at `anchor` (of the cluster-name family when `name_rule`) on
+/// `object`, whose values are in `fields`.
+fn values_keys(
+    anchor: &engine::Anchor,
+    name_rule: bool,
+    object: &Value,
+    fields: &[sites::delivery::ValuesField],
+) -> Option<Vec<String>> {
+    // A path of keys only: the merged layers are told apart by values keys, and the layers of
+    // every source of a list of sources (Argo CD `spec.sources[]`) are merged into one list,
+    // so a field inside a list is not one a layer can be found for.
+    let keys_of = |path: &[Seg]| -> Option<Vec<String>> {
+        path.iter()
             .map(|s| match s {
-                Seg::Key(k) => Some(k.as_str()),
+                Seg::Key(k) => Some(k.clone()),
                 Seg::Index(_) => None,
             })
-            .collect::<Option<_>>()?;
-        let start = match keys.as_slice() {
-            ["spec", "values", ..] => 2,
-            _ => keys.iter().position(|k| *k == "valuesObject")? + 1,
-        };
-        Some(keys[start..].iter().map(|k| (*k).to_owned()).collect())
+            .collect()
     };
-    let text_field = [Seg::key("spec"), Seg::key("valuesContent")];
-    match &f.anchor {
+    let under_values = |path: &[Seg]| -> Option<Vec<String>> {
+        let keys = keys_of(path)?;
+        fields
+            .iter()
+            .filter(|field| !field.yaml_string)
+            .find_map(|field| {
+                let field = keys_of(&field.path)?;
+                keys.strip_prefix(field.as_slice()).map(<[String]>::to_vec)
+            })
+    };
+    let text_field = |path: &[Seg]| {
+        fields
+            .iter()
+            .any(|field| field.yaml_string && field.path[..] == path[..])
+    };
+    let text_at = |path: &[Seg]| -> Option<&str> {
+        let pointer: String = keys_of(path)?
+            .iter()
+            .map(|k| format!("/{}", k.replace('~', "~0").replace('/', "~1")))
+            .collect();
+        object.pointer(&pointer)?.as_str()
+    };
+    match anchor {
         engine::Anchor::CloudConfig { trace, .. } => match trace {
-            Anchor::Node(path) if resolved.merge == Merge::FluxOrArgo => under_values(path),
-            Anchor::TextLine { path, line }
-                if resolved.merge == Merge::HelmChartConfig && path[..] == text_field[..] =>
-            {
-                let text = resolved.object.pointer("/spec/valuesContent")?.as_str()?;
-                let root = yaml::parse_one(text).ok()?;
+            Anchor::Node(path) => under_values(path),
+            Anchor::TextLine { path, line } if text_field(path) => {
+                let root = yaml::parse_one(text_at(path)?).ok()?;
                 let mut keys = Vec::new();
                 key_path_at_line(&root, *line, &mut keys).then_some(keys)
             }
-            _ => None,
+            Anchor::TextLine { .. } => None,
         },
         engine::Anchor::Field { pointer } => {
             let ptr = jsonptr::Pointer::parse(pointer).ok()?;
@@ -424,16 +466,11 @@ fn values_path(f: &Finding, resolved: &Resolved) -> Option<Vec<String>> {
                 .tokens()
                 .map(|t| Seg::Key(t.decoded().into_owned()))
                 .collect();
-            if resolved.merge == Merge::FluxOrArgo {
-                return under_values(&segs).filter(|p| !p.is_empty());
+            if let Some(keys) = under_values(&segs) {
+                return Some(keys).filter(|p| !p.is_empty());
             }
-            let name_rule = f.rule == crate::rules::cluster_name::FAMILY.id;
-            let extra_args = resolved
-                .object
-                .pointer("/spec/valuesContent")
-                .and_then(Value::as_str)
-                .is_some_and(|t| t.contains("controllerExtraArgs"));
-            (name_rule && segs[..] == text_field[..] && !extra_args)
+            let extra_args = text_at(&segs).is_some_and(|t| t.contains("controllerExtraArgs"));
+            (name_rule && text_field(&segs) && !extra_args)
                 .then(|| vec!["cluster".to_owned(), "name".to_owned()])
         }
         // A resolved object is a Helm carrier, never a payload.
@@ -790,4 +827,158 @@ fn config_not_in_run(
             file: None,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sites() -> crate::sites::SitesDocument {
+        serde_saphyr::from_str(include_str!("../../policies/cloud-config-sites.yaml"))
+            .expect("the default sites document parses")
+    }
+
+    /// The values keys a finding at `anchor` names on the resolved `object`, with the fields
+    /// the registry places its values in.
+    fn keys(object: &Value, anchor: &engine::Anchor, name_rule: bool) -> Option<Vec<String>> {
+        let (kind, dynamic) = object_of(object).expect("an object");
+        let fields = sites::delivery::values_fields(&kind, &dynamic, &sites());
+        values_keys(anchor, name_rule, object, &fields)
+    }
+
+    fn node(path: &[Seg]) -> engine::Anchor {
+        engine::Anchor::CloudConfig {
+            pointer: String::new(),
+            line: None,
+            trace: Anchor::Node(path.to_vec()),
+        }
+    }
+
+    fn field(pointer: &str) -> engine::Anchor {
+        engine::Anchor::Field {
+            pointer: pointer.to_owned(),
+        }
+    }
+
+    fn segs(keys: &[&str]) -> Vec<Seg> {
+        keys.iter().map(|k| Seg::key(k)).collect()
+    }
+
+    fn strings(keys: &[&str]) -> Option<Vec<String>> {
+        Some(keys.iter().map(|k| (*k).to_owned()).collect())
+    }
+
+    const CHART: &str = "openstack-cloud-controller-manager";
+
+    #[test]
+    fn flux_values_keys_are_below_spec_values() {
+        let release = json!({
+            "apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+            "metadata": {"name": "occm", "namespace": "kube-system"},
+            "spec": {"chart": {"spec": {"chart": CHART}},
+                     "values": {"cloudConfig": {"global": {"region": "RegionOne"}}}},
+        });
+        let at = node(&segs(&[
+            "spec",
+            "values",
+            "cloudConfig",
+            "global",
+            "region",
+        ]));
+        assert_eq!(
+            keys(&release, &at, false),
+            strings(&["cloudConfig", "global", "region"])
+        );
+        assert_eq!(
+            keys(&release, &field("/spec/values/cluster/name"), true),
+            strings(&["cluster", "name"])
+        );
+        // The values map itself is no key.
+        assert_eq!(keys(&release, &field("/spec/values"), true), None);
+        assert_eq!(keys(&release, &field("/spec/chart/spec/chart"), true), None);
+    }
+
+    #[test]
+    fn umbrella_values_keys_start_with_the_subchart_key() {
+        let release = json!({
+            "apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+            "metadata": {"name": "platform", "namespace": "kube-system"},
+            "spec": {"chart": {"spec": {"chart": "platform"}},
+                     "values": {CHART: {"cloudConfig": {"global": {"region": "RegionOne"}}}}},
+        });
+        let at = node(&segs(&["spec", "values", CHART, "cloudConfig", "global"]));
+        assert_eq!(
+            keys(&release, &at, false),
+            strings(&[CHART, "cloudConfig", "global"])
+        );
+    }
+
+    #[test]
+    fn argo_values_keys_are_below_values_object_of_a_single_source_only() {
+        let source = json!({"chart": CHART, "repoURL": "https://example.org/charts",
+                            "helm": {"valuesObject": {"cloudConfig": {"global": {"region": "R"}}}}});
+        let single = json!({
+            "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+            "metadata": {"name": "occm", "namespace": "argocd"},
+            "spec": {"source": source},
+        });
+        let at = node(&segs(&[
+            "spec",
+            "source",
+            "helm",
+            "valuesObject",
+            "cloudConfig",
+            "global",
+        ]));
+        assert_eq!(
+            keys(&single, &at, false),
+            strings(&["cloudConfig", "global"])
+        );
+        // The layers of a list of sources are merged into one list: no key is claimed.
+        let listed = json!({
+            "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+            "metadata": {"name": "occm", "namespace": "argocd"},
+            "spec": {"sources": [source]},
+        });
+        let mut path = vec![Seg::key("spec"), Seg::key("sources"), Seg::Index(0)];
+        path.extend(segs(&["helm", "valuesObject", "cloudConfig", "global"]));
+        assert_eq!(keys(&listed, &node(&path), false), None);
+    }
+
+    #[test]
+    fn helm_chart_values_keys_are_read_from_the_values_content_line() {
+        let chart = |text: &str| {
+            json!({
+                "apiVersion": "helm.cattle.io/v1", "kind": "HelmChart",
+                "metadata": {"name": CHART, "namespace": "kube-system"},
+                "spec": {"chart": CHART, "valuesContent": text},
+            })
+        };
+        let resolved = chart("cloudConfig:\n  global:\n    region: RegionOne\n");
+        let line = |line| engine::Anchor::CloudConfig {
+            pointer: String::new(),
+            line: None,
+            trace: Anchor::TextLine {
+                path: segs(&["spec", "valuesContent"]),
+                line,
+            },
+        };
+        assert_eq!(
+            keys(&resolved, &line(3), false),
+            strings(&["cloudConfig", "global", "region"])
+        );
+        // A node of a structured field is not a values key of a values string.
+        let at = node(&segs(&["spec", "values", "cloudConfig"]));
+        assert_eq!(keys(&resolved, &at, false), None);
+        // The cluster-name family on the values string: `cluster.name`, unless the
+        // controller's extra arguments could name the cluster instead.
+        let content = field("/spec/valuesContent");
+        assert_eq!(
+            keys(&resolved, &content, true),
+            strings(&["cluster", "name"])
+        );
+        assert_eq!(keys(&resolved, &content, false), None);
+        let extra = chart("controllerExtraArgs: |-\n  - --cluster-name=a\ncloudConfig: {}\n");
+        assert_eq!(keys(&extra, &content, true), None);
+    }
 }

@@ -20,12 +20,15 @@
 //! run, in helm-controller's order ([`ValuesIndex::resolve`] cites the source); the
 //! HelmChartConfig is then reported through the HelmChart ([`ValuesIndex::config_merged_into`]).
 //!
+//! Argo CD Application value files are resolved in Argo CD's order by
+//! [`crate::sites::resolve`], which looks in the run's files through this index ([`Inputs`]).
+//!
 //! Each merged source is a [`Layer`] that knows its input and where its lines are, so
 //! [`Resolved::place_of`] tells which file and line set a merged value (the last source that
 //! holds it).
 
 use std::collections::HashMap;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
@@ -33,6 +36,8 @@ use super::input::{Content, Input};
 use crate::secret_text::{self, SecretText};
 use crate::sites::decode_base64_like_go;
 use crate::sites::helm::{FLUX_DEFAULT_VALUES_KEY, describe_values_reference};
+use crate::sites::resolve::{self, Inputs, value_file_suffix, value_files};
+pub(super) use crate::sites::resolve::{argo_sources, normalize};
 use crate::sites::strvals::SetBudget;
 use crate::sites::umbrella::Dependency;
 use crate::yaml::{self, Seg};
@@ -382,6 +387,18 @@ impl Resolved {
             line: layer.line_of(path)?,
             what: layer.what.clone(),
         })
+    }
+}
+
+/// The run's value files, as the Argo CD resolver looks in them ([`resolve::argo_value_files`]).
+impl Inputs for ValuesIndex {
+    fn file(&self, suffix: &Path) -> Option<(&str, &str)> {
+        let mut matches = self.files.iter().filter(|(p, _, _)| p.ends_with(suffix));
+        let (_, name, text) = matches.next()?;
+        matches
+            .next()
+            .is_none()
+            .then_some((name.as_str(), text.as_str()))
     }
 }
 
@@ -938,43 +955,29 @@ impl ValuesIndex {
         let mut complete = true;
         let mut sources = Vec::new();
         let mut layers = Vec::new();
-        for (pointer, source) in argo_sources(object) {
-            let files: Vec<&str> = value_files(source).collect();
-            if files.is_empty() {
-                continue;
-            }
+        for source in resolve::argo_value_files(object, self) {
             any = true;
+            let pointer = &source.pointer;
             let mut merged = Value::Object(Map::new());
             let mut unresolved = Vec::new();
-            for file in &files {
-                let found = value_file_suffix(source, file).and_then(|suffix| {
-                    let mut matches = self.files.iter().filter(|(p, _, _)| p.ends_with(&suffix));
-                    let first = matches.next()?;
-                    matches.next().is_none().then_some(first)
-                });
-                let parsed = found.and_then(|(_, name, text)| {
-                    match yaml::parse_one(text).and_then(|n| n.to_json()).ok()? {
-                        Value::Null => Some((name, Value::Object(Map::new()))),
-                        v @ Value::Object(_) => Some((name, v)),
-                        _ => None,
-                    }
-                });
-                match parsed {
-                    Some((name, values)) => {
-                        merge_maps(&mut merged, values.clone());
+            for file in source.files {
+                let file_name = file.file;
+                match file.found {
+                    Some(found) => {
+                        merge_maps(&mut merged, found.values.clone());
                         let shown = pointer.trim_start_matches('/').replace('/', ".");
-                        let label = format!("value file {file} of {shown}, from {name}");
-                        let text = found.map(|(_, _, t)| t.clone()).unwrap_or_default();
+                        let label =
+                            format!("value file {file_name} of {shown}, from {}", found.name);
                         layers.push(Layer {
                             label: label.clone(),
-                            what: format!("value file {file} of {shown}"),
-                            input: name.clone(),
-                            values,
-                            lines: Lines::File(text),
+                            what: format!("value file {file_name} of {shown}"),
+                            input: found.name.to_owned(),
+                            values: found.values,
+                            lines: Lines::File(found.text.to_owned()),
                         });
                         sources.push(label);
                     }
-                    None => unresolved.push(Value::String((*file).to_owned())),
+                    None => unresolved.push(Value::String(file_name.to_owned())),
                 }
             }
             let helm = out
@@ -985,13 +988,7 @@ impl ValuesIndex {
                 helm.insert("valueFiles".to_owned(), Value::Array(unresolved));
                 continue;
             }
-            // Argo CD passes `valuesObject` when set, else the `values` string, after the files.
-            let top = match (helm.get("valuesObject"), helm.get("values")) {
-                (Some(o), _) if !o.is_null() => Some(o.clone()),
-                (_, Some(Value::String(t))) => yaml::parse_one(t).and_then(|n| n.to_json()).ok(),
-                _ => Some(Value::Null),
-            };
-            let Some(top) = top else {
+            let Some(top) = resolve::argo_values_over_files(helm) else {
                 // An unreadable values string: left for the engine to report.
                 complete = false;
                 continue;
@@ -1518,50 +1515,6 @@ impl ChartDirs {
     }
 }
 
-/// The sources of an Argo CD Application, with their JSON pointers (`/spec/source`,
-/// `/spec/sources/0`).
-pub(super) fn argo_sources(object: &Value) -> Vec<(String, &Value)> {
-    let mut out = Vec::new();
-    if let Some(source) = object.pointer("/spec/source").filter(|s| s.is_object()) {
-        out.push(("/spec/source".to_owned(), source));
-    }
-    if let Some(list) = object.pointer("/spec/sources").and_then(Value::as_array) {
-        out.extend(
-            list.iter()
-                .enumerate()
-                .map(|(i, s)| (format!("/spec/sources/{i}"), s)),
-        );
-    }
-    out
-}
-
-/// A source's `helm.valueFiles`.
-fn value_files(source: &Value) -> impl Iterator<Item = &str> {
-    source
-        .pointer("/helm/valueFiles")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-}
-
-/// The path suffix a value file has in the repository: relative to the source's `path` (a Git
-/// source), or after the `$ref/` of a multi-source reference (the referenced repository's
-/// root). None for a file inside a packaged chart or at a URL, which no input can be.
-fn value_file_suffix(source: &Value, file: &str) -> Option<PathBuf> {
-    if file.contains("://") {
-        return None;
-    }
-    let suffix = match file.strip_prefix('$') {
-        Some(reference) => normalize(Path::new(reference.split_once('/')?.1)),
-        None => {
-            let base = source.get("path").and_then(Value::as_str)?;
-            normalize(&Path::new(base).join(file))
-        }
-    };
-    (!suffix.as_os_str().is_empty() && !suffix.starts_with("..")).then_some(suffix)
-}
-
 /// Why a reference did not resolve.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Lookup {
@@ -1683,24 +1636,6 @@ fn unquote(value: &str) -> String {
         }
     }
     value.to_owned()
-}
-
-/// `path` without `.` components and with `..` applied, lexically (the inputs were found by
-/// walking, so both sides are spelled the same way).
-pub(super) fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for component in path.components() {
-        match component {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                if !out.pop() {
-                    out.push("..");
-                }
-            }
-            other => out.push(other.as_os_str()),
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -250,6 +250,43 @@ pub(super) fn values_places(
     }
 }
 
+/// A field of an object that holds the CCM chart's values, as the registry places it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValuesField {
+    /// Path of the field from the object's root: the values map, or the values string. For
+    /// an umbrella chart's values it is the umbrella's field, whose keys start with the
+    /// subchart's key (the alias a place reads below is not part of it).
+    pub path: Vec<Seg>,
+    /// The field is a YAML string (HelmChart `valuesContent`), not a map.
+    pub yaml_string: bool,
+}
+
+/// The fields of `object` that hold values of the charts `sites` asks for, as the registry
+/// places them ([`values_places`]): what a face needs to tell values keys from the object's
+/// own fields without naming any controller's.
+pub fn values_fields(
+    gvk: &GroupVersionKind,
+    object: &DynamicObject,
+    sites: &SitesDocument,
+) -> Vec<ValuesField> {
+    let charts = super::chart_names_of(sites);
+    values_places(gvk, object, &charts, &Cancel::never())
+        .into_iter()
+        .map(|place| {
+            let mut path = place.path;
+            // A map place of an umbrella's values ends with the subchart's key; a values
+            // string's place is the string itself.
+            if !place.yaml_string && place.alias.is_some() {
+                path.pop();
+            }
+            ValuesField {
+                path,
+                yaml_string: place.yaml_string,
+            }
+        })
+        .collect()
+}
+
 /// Whether `object`'s place names its chart only by a reference to another object (Flux
 /// `spec.chartRef`) whose name is not the chart, and holds structured values: the decoder's
 /// first reading keeps none of another chart's values, so whether these are the CCM chart's

@@ -24,6 +24,7 @@ mod object_data;
 mod path;
 pub mod payload;
 pub mod render;
+pub mod resolve;
 pub mod strvals;
 pub mod umbrella;
 mod values;

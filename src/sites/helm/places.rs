@@ -69,9 +69,9 @@ pub(super) fn content(object: &DynamicObject) -> &Value {
 #[derive(Debug, Clone)]
 pub(in crate::sites) struct ValuesPlace {
     /// Path of the values map or of the values string, from the object root.
-    pub(super) path: Vec<Seg>,
+    pub(in crate::sites) path: Vec<Seg>,
     /// The values are a YAML string (HelmChart `valuesContent`, Argo `helm.values`), not a map.
-    pub(super) yaml_string: bool,
+    pub(in crate::sites) yaml_string: bool,
     /// Where values beneath these are named but not held (Flux `spec.valuesFrom` and
     /// `spec.chart.spec.valuesFiles` / `valuesFile`, Argo CD `helm.valueFiles`).
     pub(super) unseen: Vec<Vec<Seg>>,
@@ -90,7 +90,7 @@ pub(in crate::sites) struct ValuesPlace {
     pub(super) values_over: Option<Vec<Seg>>,
     /// The CCM chart is a subchart of the chart these values are for, under this key: `path`
     /// ends with it, and overrides are read below it.
-    pub(super) alias: Option<String>,
+    pub(in crate::sites) alias: Option<String>,
     /// The chart generations the delivery's pinned version allows (all when it pins none).
     pub(super) generations: Generations,
     /// Whether the umbrella chart renders the subchart under `alias` ([`crate::sites::umbrella`]).
