@@ -262,7 +262,7 @@ pub struct ValuesField {
 }
 
 /// The fields of `object` that hold values of the charts `sites` asks for, as the registry
-/// places them ([`values_places`]): what a face needs to tell values keys from the object's
+/// places them (`values_places`): what a face needs to tell values keys from the object's
 /// own fields without naming any controller's.
 pub fn values_fields(
     gvk: &GroupVersionKind,
