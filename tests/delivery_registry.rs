@@ -805,3 +805,47 @@ fn every_typed_place_of_the_registry_is_a_source_its_prose_names() {
         "the typed places and the prose sources disagree: {disagree:#?}"
     );
 }
+
+/// Every reader an entry names exists: each `src/…rs` file in its `reader` text, and each
+/// function named in parentheses beside it (`(k0s_places, …)`) is a `fn` in one of those
+/// files. The docs' carrier table prints these texts, so a function renamed or deleted by a
+/// refactor must not stay named there.
+#[test]
+fn every_reader_the_registry_names_exists() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    for entry in REGISTRY {
+        let files: Vec<&str> = entry
+            .reader
+            .split(|c: char| c.is_whitespace() || c == ',' || c == '(' || c == ')')
+            .filter(|t| t.starts_with("src/") && t.ends_with(".rs"))
+            .collect();
+        assert!(!files.is_empty(), "{}: reader names no file", entry.name);
+        let sources: Vec<String> = files
+            .iter()
+            .map(|f| {
+                std::fs::read_to_string(root.join(f))
+                    .unwrap_or_else(|e| panic!("{}: reader file {f}: {e}", entry.name))
+            })
+            .collect();
+        let named = entry
+            .reader
+            .split('(')
+            .skip(1)
+            .filter_map(|rest| rest.split(')').next())
+            .flat_map(|inside| inside.split(", "))
+            .map(|t| t.trim_matches('`'))
+            .filter(|t| {
+                t.contains('_')
+                    && t.chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+            });
+        for function in named {
+            let declared = format!("fn {function}(");
+            assert!(
+                sources.iter().any(|s| s.contains(&declared)),
+                "{}: reader names {function}, which is not a fn in {files:?}",
+                entry.name
+            );
+        }
+    }
+}

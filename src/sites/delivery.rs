@@ -822,7 +822,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
                 values: Values::Reader(PlaceReader::k0s(&["spec", "k0sConfigSpec", "k0s"])),
             },
         ],
-        reader: "src/sites/delivery.rs (k0s_config_path) and src/sites/helm/places.rs",
+        reader: "src/sites/helm/places.rs (k0s_places, at the path the entry's PlaceReader::k0s names)",
     },
     DeliveryPath {
         name: "k0smotron Cluster (a k0s ClusterConfig inside)",
@@ -847,7 +847,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             when: None,
             values: Values::Reader(PlaceReader::k0s(&["spec", "k0sConfig"])),
         }],
-        reader: "src/sites/delivery.rs (k0s_config_path) and src/sites/helm/places.rs",
+        reader: "src/sites/helm/places.rs (k0s_places, at the path the entry's PlaceReader::k0s names)",
     },
     DeliveryPath {
         name: "k0sctl Cluster (a k0s ClusterConfig inside)",
@@ -872,7 +872,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
                 values: Values::Reader(PlaceReader::k0s(&["spec", "k0s", "config"])),
             },
         ],
-        reader: "src/sites/delivery.rs (k0s_config_path) and src/sites/helm/places.rs",
+        reader: "src/sites/helm/places.rs (k0s_places, at the path the entry's PlaceReader::k0s names)",
     },
     DeliveryPath {
         name: "Azimuth cluster-api-addon-provider HelmRelease (also Magnum's CAPI driver)",
@@ -1049,7 +1049,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
         ),
         audit: &[Audit::NotInCluster],
         values: &[],
-        reader: "src/sites/delivery.rs (talos_machine_config, nested_fields) and src/sites/payload.rs (read_nested)",
+        reader: "src/sites/delivery.rs (synthetic_object, nested_fields) and src/sites/payload.rs (read_nested)",
     },
     DeliveryPath {
         name: "KubeOne manifest `cloudProvider.cloudConfig`",
