@@ -9,9 +9,37 @@
 use std::fmt;
 
 /// Text read from a Secret (`data`, `stringData`, a values key a HelmRelease reads from a
-/// Secret). Compared, parsed or masked; never printed.
+/// Secret, a clouds.yaml credential) or any cloud config (whatever holds it, a cloud config
+/// may carry `[Global] password`). Compared, parsed or masked; never printed.
+///
+/// Its `Debug` shows the length only:
+///
+/// ```
+/// let text = stackgate::secret_text::SecretText::new("hunter2".to_owned());
+/// assert_eq!(format!("{text:?}"), "SecretText(7 bytes)");
+/// ```
+///
+/// It cannot be formatted for display:
+///
+/// ```compile_fail
+/// let text = stackgate::secret_text::SecretText::new("hunter2".to_owned());
+/// let _ = format!("{text}");
+/// ```
+///
+/// nor serialized:
+///
+/// ```compile_fail
+/// let text = stackgate::secret_text::SecretText::new("hunter2".to_owned());
+/// let _ = serde_json::to_string(&text);
+/// ```
 #[derive(Clone, PartialEq, Eq)]
 pub struct SecretText(String);
+
+impl From<String> for SecretText {
+    fn from(text: String) -> Self {
+        Self(text)
+    }
+}
 
 impl SecretText {
     /// Wraps text read from a Secret.

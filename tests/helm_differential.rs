@@ -1859,8 +1859,8 @@ fn stackgate_render(case: &Case, sites: &SitesDocument) -> (Result<Option<String
         [] => Ok(None),
         [one] => one
             .text
-            .clone()
-            .map(Some)
+            .as_ref()
+            .map(|text| Some(text.expose().to_owned()))
             .map_err(|e| format!("site error: {e}")),
         many => Err(format!("{} sites", many.len())),
     };
@@ -2458,7 +2458,7 @@ fn characters_helm_escapes_are_denied_through_the_engine() {
         let kind = gvk("helm.toolkit.fluxcd.io", "v2", "HelmRelease");
         let sites = PolicySet::embedded().expect("embedded policies").sites;
         let found = sites::find(&kind, &object, &sites);
-        let text = found[0].text.clone().expect("rendered");
+        let text = found[0].text.clone().expect("rendered").expose().to_owned();
         let escape = if u32::from(c) < 0x1_0000 {
             format!("\\u{:04x}", u32::from(c))
         } else {

@@ -1258,7 +1258,10 @@ impl Engine {
             self.evaluate_unreadable_site(run, site, object, namespace, kind, text, verdict);
             return;
         }
-        let parsed = site.text.as_ref().map(|text| Document::parse(text));
+        let parsed = site
+            .text
+            .as_ref()
+            .map(|text| Document::parse(text.expose()));
         if site.other_platforms && !is_openstack_site(site, &parsed) {
             // Another platform's cloud config (YAML on vSphere, JSON on Nutanix, a GCE or AWS
             // gcfg): no finding and, above all, no OpenStack key written into it.
@@ -1435,7 +1438,10 @@ fn is_openstack_site(
     use crate::cloudconf::schema::{is_openstack_config, looks_like_gcfg};
     match parsed {
         Ok(Ok(doc)) => is_openstack_config(doc),
-        Ok(Err(_)) => site.text.as_deref().is_ok_and(looks_like_gcfg),
+        Ok(Err(_)) => site
+            .text
+            .as_ref()
+            .is_ok_and(|text| looks_like_gcfg(text.expose())),
         // Unreadable (base64, UTF-8): nothing tells whose it is; it is reported as before.
         Err(_) => true,
     }

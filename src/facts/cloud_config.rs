@@ -7,11 +7,11 @@
 //! (`--cloud-config-object`, [`ConfigObject::watch`]); [`settings_of`] and [`Seen`] read every
 //! cloud-config site of a face's input (`check`'s files, `audit`'s listed sites) in any order.
 
-use base64::Engine as _;
 use kube::core::{DynamicObject, GroupVersionKind};
 
 use super::{Resource, Watch};
 use crate::cloudconf::{Document, parse_bool, schema};
+use crate::secret_text::SecretText;
 use crate::sites::{self, SiteKind, SitesDocument};
 
 /// Secrets, one of the two kinds a watched cloud config can be.
@@ -187,20 +187,21 @@ impl ConfigObject {
         let Some(value) = data.and_then(serde_json::Value::as_str) else {
             return unavailable("is not set");
         };
+        // Held as `SecretText` from here on: the INI carries credentials, and the fact keeps
+        // only the load-balancer settings it reads out of it.
         let text = match self.kind {
-            SiteKind::ConfigMap => value.to_owned(),
+            SiteKind::ConfigMap => SecretText::new(value.to_owned()),
             SiteKind::Secret => {
-                let compact: String = value.split_ascii_whitespace().collect();
-                let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(compact) else {
+                let Ok(bytes) = sites::decode_base64_like_go(value) else {
                     return unavailable("is not valid base64");
                 };
                 let Ok(text) = String::from_utf8(bytes) else {
                     return unavailable("is not UTF-8 text");
                 };
-                text
+                SecretText::new(text)
             }
         };
-        CloudConfigFact::Known(LbSettings::from_ini(source, &text))
+        CloudConfigFact::Known(LbSettings::from_ini(source, text.expose()))
     }
 }
 
@@ -218,6 +219,7 @@ pub fn settings_of(
         let Ok(ini) = &site.text else {
             continue;
         };
+        let ini = ini.expose();
         let source = match place {
             Some(place) => format!("{} in {place}", site.describe(None)),
             None => site.describe(None),
@@ -281,6 +283,7 @@ impl Seen {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::Engine as _;
     use serde_json::json;
 
     #[test]

@@ -120,7 +120,12 @@ pub fn site_diffs(
         if old_text == new_text {
             continue;
         }
-        let diff = masked_diff(old_text, new_text, &label(&site), mode(&site));
+        let diff = masked_diff(
+            old_text.expose(),
+            new_text.expose(),
+            &label(&site),
+            mode(&site),
+        );
         out.push((site.pointer(), diff));
     }
     out

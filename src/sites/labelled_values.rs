@@ -153,7 +153,7 @@ pub(super) fn find(
         inner: Some(inner.carrier.clone()),
         ..carrier
     };
-    let mut site = FoundConfig::new(object_name, inner.location.clone(), inner.text, carrier);
+    let mut site = FoundConfig::holding(object_name, inner.location.clone(), inner.text, carrier);
     site.values_source = true;
     if !takes_an_edit(&site) {
         site.mutable = false;
@@ -173,7 +173,11 @@ fn read_text(raw: &Value, encoding: Encoding, location: &str) -> Result<String, 
 /// Whether the site's values can take the edit rules make as a minimal verified edit (a
 /// config that cannot be read takes none, and needs none).
 fn takes_an_edit(site: &FoundConfig) -> bool {
-    let Ok(Ok(mut doc)) = site.text.as_deref().map(Document::parse) else {
+    let Ok(Ok(mut doc)) = site
+        .text
+        .as_ref()
+        .map(|text| Document::parse(text.expose()))
+    else {
         return true;
     };
     doc.set(PROBE.section, PROBE.key, PROBE.value);
@@ -254,6 +258,7 @@ impl Carrier for LabelledValues {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::secret_text::SecretText;
     use base64::Engine as _;
     use kube::core::GroupVersionKind;
     use serde_json::json;
@@ -282,7 +287,7 @@ mod tests {
     }
 
     fn with_serial(site: &FoundConfig) -> Value {
-        let mut doc = Document::parse(site.text.as_deref().unwrap()).unwrap();
+        let mut doc = Document::parse(site.text.as_ref().map(SecretText::expose).unwrap()).unwrap();
         doc.set(PROBE.section, PROBE.key, PROBE.value);
         serde_json::to_value(site.patch(&doc, &[PROBE])).unwrap()
     }

@@ -37,6 +37,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::budget::Cancel;
 use crate::cloudconf::{Document, IniEdit};
+use crate::secret_text::SecretText;
 use crate::yaml;
 
 pub use crate::yaml::Seg;
@@ -423,8 +424,10 @@ pub struct FoundConfig {
     pub object: String,
     /// `data["config"]`.
     pub location: String,
-    /// The INI text, or why it cannot be read.
-    pub text: Result<String, SiteError>,
+    /// The INI text, or why it cannot be read. Never printed: a cloud config carries
+    /// credentials whatever holds it, so the text is read only through
+    /// [`SecretText::expose`] (parsers, comparisons, masking).
+    pub text: Result<SecretText, SiteError>,
     /// Whether stackgate may edit this site.
     pub mutable: bool,
     /// Why it is validate-only, when it is.
@@ -458,6 +461,17 @@ impl FoundConfig {
         object: String,
         location: String,
         text: Result<String, SiteError>,
+        carrier: impl Carrier + 'static,
+    ) -> Self {
+        Self::holding(object, location, text.map(SecretText::new), carrier)
+    }
+
+    /// A site stackgate may edit, held by `carrier`, whose text was read by another site (an
+    /// embedded document's).
+    fn holding(
+        object: String,
+        location: String,
+        text: Result<SecretText, SiteError>,
         carrier: impl Carrier + 'static,
     ) -> Self {
         let kind = carrier.holder();
@@ -640,6 +654,7 @@ pub fn data_kind(gvk: &GroupVersionKind) -> Option<SiteKind> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::secret_text::SecretText;
     use base64::Engine as _;
     use serde_json::{Value, json};
 
@@ -674,7 +689,7 @@ mod tests {
         let found = find(&gvk("Secret"), &o, &sites);
         assert_eq!(found.len(), 1);
         assert_eq!(
-            found[0].text.as_deref().ok(),
+            found[0].text.as_ref().map(SecretText::expose).ok(),
             Some("[Global]\nregion = RegionOne\n".repeat(4).as_str())
         );
     }
@@ -688,7 +703,10 @@ mod tests {
         );
         let found = find(&gvk("Secret"), &o, &sites);
         assert_eq!(found.len(), 1);
-        assert_eq!(found[0].text.as_deref(), Ok("[Global]\n"));
+        assert_eq!(
+            found[0].text.as_ref().map(SecretText::expose),
+            Ok("[Global]\n")
+        );
         assert!(found[0].secret);
         let edited = Document::parse("[LoadBalancer]\n").unwrap();
         let patch = serde_json::to_value(found[0].patch(&edited, &[])).unwrap();

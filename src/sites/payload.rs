@@ -785,7 +785,8 @@ impl PayloadValue {
                     inner_node,
                 };
                 let location = carrier.describe(None);
-                let mut outer = FoundConfig::new(self.outer.clone(), location, site.text, carrier);
+                let mut outer =
+                    FoundConfig::holding(self.outer.clone(), location, site.text, carrier);
                 // Secret either way when the outer object or the inner one is a Secret.
                 outer.secret = secret || self.encoding == Encoding::Base64 || reported;
                 outer.mutable = mutable;
@@ -1155,6 +1156,7 @@ mod tests {
     }
 
     use super::*;
+    use crate::secret_text::SecretText;
     use base64::Engine as _;
     use serde_json::json;
 
@@ -1180,7 +1182,10 @@ mod tests {
         let found = find(SiteKind::Secret, &crs_secret(INNER), &sites());
         assert_eq!(found.len(), 1);
         let site = &found[0];
-        assert_eq!(site.text.as_deref(), Ok("[Global]\nregion = RegionOne\n"));
+        assert_eq!(
+            site.text.as_ref().map(SecretText::expose),
+            Ok("[Global]\nregion = RegionOne\n")
+        );
         assert!(site.mutable && site.secret);
         assert_eq!(
             site.describe(Some(2)),
@@ -1249,7 +1254,8 @@ mod tests {
             "type": RESOURCE_SET_SECRET_TYPE, "data": {"p.yaml": encoded}}))
         .unwrap();
         let found = find(SiteKind::Secret, &secret, &sites());
-        let mut doc = Document::parse(found[0].text.as_deref().unwrap()).unwrap();
+        let mut doc =
+            Document::parse(found[0].text.as_ref().map(SecretText::expose).unwrap()).unwrap();
         doc.set("LoadBalancer", "provider-requires-serial-api-calls", "true");
         let patch = serde_json::to_value(found[0].patch(&doc, &[])).unwrap();
         assert_eq!(patch[0]["path"], "/data/p.yaml");

@@ -315,7 +315,7 @@ fn same_reading(a: &[FoundConfig], b: &[FoundConfig]) -> bool {
                 && a.pointer() == b.pointer()
                 && a.mutable == b.mutable
                 && match (&a.text, &b.text) {
-                    (Ok(x), Ok(y)) => x == y || super::same_settings(x, y),
+                    (Ok(x), Ok(y)) => x == y || super::same_settings(x.expose(), y.expose()),
                     (Err(x), Err(y)) => x == y,
                     _ => false,
                 }
@@ -666,6 +666,7 @@ mod tests {
     use super::version::shown_version;
     use super::*;
     use crate::cloudconf::{Document, IniEdit};
+    use crate::secret_text::SecretText;
     use crate::sites::Anchor;
     use crate::sites::chart::chart_matches;
     use crate::sites::path::pointer;
@@ -685,7 +686,7 @@ mod tests {
 
     /// The patch `found` writes for [`SERIAL_CALLS`], given its text as parsed (not edited).
     fn serial_calls_patch(found: &FoundConfig) -> Value {
-        let doc = Document::parse(found.text.as_ref().unwrap()).unwrap();
+        let doc = Document::parse(found.text.as_ref().unwrap().expose()).unwrap();
         serde_json::to_value(found.patch(&doc, &[SERIAL_CALLS])).unwrap()
     }
 
@@ -842,7 +843,7 @@ mod tests {
         assert_eq!(found.len(), 1);
         let f = &found[0];
         assert_eq!(f.location, "spec.values.cloudConfig");
-        let text = f.text.clone().unwrap();
+        let text = f.text.clone().unwrap().expose().to_owned();
         assert!(text.starts_with("[Global]\nregion = \"r\"\n\n[Networking]\n\n[LoadBalancer]\n\n"));
         assert_eq!(
             f.describe(Some(2)),
@@ -896,7 +897,7 @@ mod tests {
             f.describe(Some(6)),
             "HelmChart kube-system/occm spec.valuesContent, cloudConfig.loadBalancer.subnet-id (line 4 of the values)"
         );
-        let mut doc = Document::parse(f.text.as_ref().unwrap()).unwrap();
+        let mut doc = Document::parse(f.text.as_ref().unwrap().expose()).unwrap();
         let edit = SERIAL_CALLS;
         doc.set(edit.section, edit.key, edit.value);
         let ops = serde_json::to_value(f.patch(&doc, &[edit])).unwrap();
@@ -1011,7 +1012,8 @@ mod tests {
         assert_eq!(
             find(&gvk, &o, &charts(), &Cancel::never())[0]
                 .text
-                .as_deref(),
+                .as_ref()
+                .map(SecretText::expose),
             Ok("[Global]\n")
         );
         let (gvk, o) = release(json!({"secret":{"enabled":false}}));
@@ -1029,7 +1031,7 @@ mod tests {
         let found = find(&gvk, &o, &charts(), &Cancel::never());
         assert_eq!(found.len(), 1);
         let f = &found[0];
-        let text = f.text.clone().unwrap();
+        let text = f.text.clone().unwrap().expose().to_owned();
         assert!(text.contains("region = \"s\""), "{text}");
         assert!(text.contains("lb-method = \"ROUND_ROBIN\""), "{text}");
         let line = text
@@ -1137,7 +1139,7 @@ mod tests {
             f.location,
             "spec.valuesContent, openstack-cloud-controller-manager.cloudConfig"
         );
-        let text = f.text.clone().unwrap();
+        let text = f.text.clone().unwrap().expose().to_owned();
         // Only the entry under the subchart key applies to the CCM.
         assert!(text.contains("lb-method = \"ROUND_ROBIN\""), "{text}");
         assert_eq!(
@@ -1259,6 +1261,7 @@ mod tests {
                     .text
                     .as_ref()
                     .unwrap()
+                    .expose()
                     .lines()
                     .position(|l| l.starts_with("provider"))
                     .unwrap()
@@ -1316,7 +1319,10 @@ mod tests {
         let found = find(&gvk, &o, &charts(), &Cancel::never());
         assert_eq!(found.len(), 1);
         assert!(
-            found[0].text.as_ref().is_ok_and(|t| t.contains("false")),
+            found[0]
+                .text
+                .as_ref()
+                .is_ok_and(|t| t.expose().contains("false")),
             "{:?}",
             found[0].text
         );
@@ -1361,7 +1367,7 @@ mod tests {
         let (gvk, o) = chart(json!({"tolerations[0].key": "x",
             "extraEnv[1].provider-requires-serial-api-calls": "false"}));
         let found = find(&gvk, &o, &charts(), &Cancel::never());
-        let text = found[0].text.clone().unwrap();
+        let text = found[0].text.clone().unwrap().expose().to_owned();
         assert!(
             text.contains("provider-requires-serial-api-calls = \"true\""),
             "{text}"
@@ -1371,7 +1377,9 @@ mod tests {
         let text = find(&gvk, &o, &charts(), &Cancel::never())[0]
             .text
             .clone()
-            .unwrap();
+            .unwrap()
+            .expose()
+            .to_owned();
         assert!(text.contains("region = \"a,b\""), "{text}");
         // A path Helm cannot read: the site says so and nothing is edited.
         for key in ["cloudConfig.loadBalancer[x]", "cloudConfig..a", "a[0]b"] {
