@@ -34,6 +34,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use stackgate::sites::delivery::CLUSTER_SCOPED;
 
 const UID: i64 = 65532;
 const MAX_TIMEOUT_SECONDS: i32 = 5;
@@ -554,7 +555,20 @@ fn check_hook(r: &Render, h: &Hook<'_>, service: &Service, ca_bundle: Option<&st
             assert!(!v.contains('*'), "{what}: wildcard {v:?} in rules");
             assert!(!v.contains('/'), "{what}: subresource {v:?} in rules");
         }
-        assert_eq!(rule.scope.as_deref(), Some("Namespaced"), "{what}: scope");
+        // Cluster-scoped resources (`sites::delivery::CLUSTER_SCOPED`) only in rules of their
+        // own: a namespaced rule never matches them.
+        let cluster_scoped = rule.api_groups.iter().flatten().all(|g| {
+            rule.resources
+                .iter()
+                .flatten()
+                .all(|r| CLUSTER_SCOPED.contains(&(g.as_str(), r.as_str())))
+        });
+        let scope = if cluster_scoped {
+            "Cluster"
+        } else {
+            "Namespaced"
+        };
+        assert_eq!(rule.scope.as_deref(), Some(scope), "{what}: scope");
         let ops: BTreeSet<&str> = rule
             .operations
             .iter()

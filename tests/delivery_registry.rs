@@ -22,7 +22,7 @@ use stackgate::facts::ccm_config::CcmConfigReads;
 use stackgate::facts::ccm_workload::CcmMarkers;
 use stackgate::metrics::Metrics;
 use stackgate::policy::PolicySet;
-use stackgate::sites::delivery::{Audit, REGISTRY, UnseenAt};
+use stackgate::sites::delivery::{Audit, CLUSTER_SCOPED, REGISTRY, UnseenAt};
 
 fn engine() -> Engine {
     Engine::new(PolicySet::embedded().expect("embedded policies load"))
@@ -614,8 +614,11 @@ fn docs_carriers_md_is_generated_from_the_registry() {
     );
 }
 
-/// (group, version, resource) of every rule of the delivery-path webhooks in one render.
-fn chart_rules(text: &str) -> (BTreeSet<(String, String, String)>, BTreeSet<String>) {
+/// A webhook rule for one resource: (group, version, resource, scope).
+type Rule = (String, String, String, String);
+
+/// (group, version, resource, scope) of every rule of the delivery-path webhooks in one render.
+fn chart_rules(text: &str) -> (BTreeSet<Rule>, BTreeSet<String>) {
     let mut rules = BTreeSet::new();
     let mut names = BTreeSet::new();
     for doc in stackgate::yaml::parse_stream(text).expect("render parses") {
@@ -649,6 +652,7 @@ fn chart_rules(text: &str) -> (BTreeSet<(String, String, String)>, BTreeSet<Stri
                                 g.as_str().unwrap_or_default().to_owned(),
                                 ver.as_str().unwrap_or_default().to_owned(),
                                 r.as_str().unwrap_or_default().to_owned(),
+                                rule["scope"].as_str().unwrap_or("*").to_owned(),
                             ));
                         }
                     }
@@ -666,15 +670,29 @@ fn the_chart_registers_the_webhooks_the_registry_asks_for() {
     let text = std::fs::read_to_string(dir.join("default.yaml"))
         .expect("target/chart-render/default.yaml: run .ci/chart.sh");
     let (rendered, names) = chart_rules(&text);
-    let wanted: BTreeSet<(String, String, String)> = REGISTRY
+    // A rule's scope must match the resource's: a `Namespaced` rule never matches a
+    // cluster-scoped object.
+    let scope = |group: &str, resource: &str| {
+        if CLUSTER_SCOPED.contains(&(group, resource)) {
+            "Cluster"
+        } else {
+            "Namespaced"
+        }
+    };
+    let wanted: BTreeSet<Rule> = REGISTRY
         .iter()
         .filter_map(|p| p.webhook.ok())
         .flatten()
         .flat_map(|r| {
             r.versions.iter().flat_map(move |v| {
-                r.resources
-                    .iter()
-                    .map(move |res| (r.group.to_owned(), (*v).to_owned(), (*res).to_owned()))
+                r.resources.iter().map(move |res| {
+                    (
+                        r.group.to_owned(),
+                        (*v).to_owned(),
+                        (*res).to_owned(),
+                        scope(r.group, res).to_owned(),
+                    )
+                })
             })
         })
         .collect();

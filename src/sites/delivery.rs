@@ -140,6 +140,12 @@ pub struct Registration {
     pub selected_by: &'static str,
 }
 
+/// The resources of the registry's webhook registrations that are cluster-scoped, as (API
+/// group, resource). A rule of `scope: Namespaced` never matches them, so the chart registers
+/// them in a rule of `scope: Cluster`; a `namespaceSelector` never skips a cluster-scoped
+/// object, so namespace exemptions do not apply to them (an exception names them).
+pub const CLUSTER_SCOPED: &[(&str, &str)] = &[("config.projectsveltos.io", "clusterprofiles")];
+
 /// Whether and how `stackgate audit` lists a delivery path's objects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Audit {
@@ -586,14 +592,13 @@ pub const REGISTRY: &[DeliveryPath] = &[
         webhook: Ok(&[Registration {
             group: "config.projectsveltos.io",
             versions: &["v1beta1"],
-            resources: &["profiles"],
-            selected_by: "matchCondition: spec changed. A ClusterProfile is cluster-scoped and the chart registers namespaced resources only (so its namespace exemptions hold): the webhook and the audit do not see ClusterProfiles; `check` reads them",
+            resources: &["profiles", "clusterprofiles"],
+            selected_by: "matchCondition: spec changed. A ClusterProfile is cluster-scoped (`CLUSTER_SCOPED`): the chart registers it in a rule of `scope: Cluster`, and no namespace exemption applies to it",
         }]),
-        audit: &[Audit::Listed(
-            "config.projectsveltos.io",
-            "v1beta1",
-            "Profile",
-        )],
+        audit: &[
+            Audit::Listed("config.projectsveltos.io", "v1beta1", "Profile"),
+            Audit::Listed("config.projectsveltos.io", "v1beta1", "ClusterProfile"),
+        ],
         values: &[ValuesReading {
             kinds: &["Profile", "ClusterProfile"],
             any_version: true,
