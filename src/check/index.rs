@@ -10,20 +10,20 @@
 //! building it reads nothing but the texts already read.
 //!
 //! The controllers' orders (Flux `valuesFrom`, helm-controller HelmChart + HelmChartConfig +
-//! `valuesSecrets`, Argo CD value files) are [`crate::sites::resolve`]'s, which looks in the
-//! run through this index ([`Inputs`]); [`ValuesIndex::resolve`] asks it, except for a
-//! kustomization's `helmCharts[].valuesFile`, resolved here while indexing.
+//! `valuesSecrets`, Argo CD value files, kustomize `helmCharts[].valuesFile`) are
+//! [`crate::sites::resolve`]'s, which looks in the run through this index ([`Inputs`]);
+//! [`ValuesIndex::resolve`] asks it.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::input::{Content, Input};
 use crate::sites::decode_base64_like_go;
 use crate::sites::resolve::{
     self, ChartConfig, ChartSource, DataPlace, DataText, Found, Inputs, Lookup, helm_cattle_key,
-    merge_maps, reference_target, value_file_suffix, value_files,
+    reference_target, value_file_suffix, value_files,
 };
 pub(super) use crate::sites::resolve::{Merge, Place, Resolved, argo_sources, normalize};
 use crate::sites::umbrella::Dependency;
@@ -202,13 +202,9 @@ impl ValuesIndex {
         index
     }
 
-    /// Resolves the `valuesFile` of the kustomizations' `helmCharts[]` entries that install
-    /// the CCM chart, relative to the kustomization's directory, from the run's inputs: the
-    /// file's values with `valuesInline` merged over them, as kustomize writes the one values
-    /// file it hands to Helm (`valuesMerge: override`, the default; kubernetes-sigs/kustomize
-    /// @ 12f9e6391464b3ad9dd3fe8182049dc1b1772990,
-    /// `api/internal/builtins/HelmChartInflationGenerator.go` `replaceValuesInline`). Entries
-    /// with `additionalValuesFiles` or `valuesMerge: merge` stay named as unseen.
+    /// Records the kustomizations of the run whose `helmCharts[]` name a `valuesFile` among
+    /// the inputs, resolved relative to the kustomization's directory
+    /// ([`resolve::kustomize_values_files`]).
     fn add_kustomize_values(&mut self, texts: &[(&Input, &str)]) {
         if !texts.iter().any(|(_, t)| t.contains("helmCharts")) {
             return;
@@ -217,10 +213,7 @@ impl ValuesIndex {
             .iter()
             .filter_map(|(i, t)| Some((normalize(i.path.as_deref()?), (i.name.as_str(), *t))))
             .collect();
-        let charts: Vec<String> = crate::sites::helm::DEFAULT_CHARTS
-            .iter()
-            .map(|c| (*c).to_owned())
-            .collect();
+        let file_at = |path: &Path| by_path.get(&normalize(path)).copied();
         for (input, text) in texts.iter().filter(|(_, t)| t.contains("helmCharts")) {
             let Some(dir) = input.path.as_deref().and_then(Path::parent) else {
                 continue;
@@ -232,66 +225,10 @@ impl ValuesIndex {
                 let Ok(json) = doc.root.to_json() else {
                     continue;
                 };
-                let json =
-                    crate::sites::delivery::synthetic_object(&json, &input.name).unwrap_or(json);
-                if json.get("kind").and_then(Value::as_str) != Some("Kustomization") {
-                    continue;
-                }
-                let mut out = json.clone();
-                let mut sources = Vec::new();
-                let entries = out
-                    .get_mut("helmCharts")
-                    .and_then(Value::as_array_mut)
-                    .into_iter()
-                    .flatten();
-                for entry in entries {
-                    let name = entry.get("name").and_then(Value::as_str).unwrap_or("");
-                    let Some(file) = entry
-                        .get("valuesFile")
-                        .and_then(Value::as_str)
-                        .map(str::to_owned)
-                    else {
-                        continue;
-                    };
-                    let merge = entry.get("valuesMerge").and_then(Value::as_str);
-                    let additional = entry
-                        .get("additionalValuesFiles")
-                        .and_then(Value::as_array)
-                        .is_some_and(|a| !a.is_empty());
-                    if !crate::sites::chart::chart_matches(name, &charts)
-                        || !matches!(merge, None | Some("override"))
-                        || additional
-                    {
-                        continue;
-                    }
-                    let Some((shown, file_text)) = by_path.get(&normalize(&dir.join(&file))) else {
-                        continue;
-                    };
-                    let mut values = match yaml::parse_one(file_text).and_then(|n| n.to_json()) {
-                        Ok(Value::Null) => Value::Object(Map::new()),
-                        Ok(v @ Value::Object(_)) => v,
-                        _ => continue,
-                    };
-                    if let Some(inline) = entry.get("valuesInline").filter(|v| v.is_object()) {
-                        merge_maps(&mut values, inline.clone());
-                    }
-                    let Some(map) = entry.as_object_mut() else {
-                        continue;
-                    };
-                    map.insert("valuesInline".to_owned(), values);
-                    map.remove("valuesFile");
-                    sources.push(format!(
-                        "values file {file} of the kustomization, from {shown}"
-                    ));
-                }
-                if !sources.is_empty() {
-                    let resolved = Resolved {
-                        object: out,
-                        sources: Some(sources),
-                        layers: Vec::new(),
-                        merge: Merge::FluxOrArgo,
-                    };
-                    self.kustomizations.push((json, resolved));
+                if let Some(found) =
+                    resolve::kustomize_values_files(&json, &input.name, dir, file_at)
+                {
+                    self.kustomizations.push(found);
                 }
             }
         }

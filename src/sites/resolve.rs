@@ -22,6 +22,8 @@
 //!   source's `helm.valueFiles` in list order, a file relative to the source's `path` or, as
 //!   `$ref/…`, to the root of the source whose `ref` it names; then `helm.valuesObject` when
 //!   set, else the `helm.values` string, on top.
+//! - **kustomize** `helmCharts[]` ([`kustomize_values_files`]): the `valuesFile`, then
+//!   `valuesInline` over it.
 //!
 //! Each merged source is a [`Layer`] that knows its input and where its lines are, so
 //! [`Resolved::place_of`] tells which file and line set a merged value (the last source that
@@ -213,6 +215,87 @@ pub fn values_from(object: &Value, inputs: &impl Inputs) -> Option<Resolved> {
         layers,
         merge: Merge::FluxOrArgo,
     })
+}
+
+/// A kustomization (`json`, in input `input` in directory `dir`) with the `valuesFile` of its
+/// `helmCharts[]` entries that install the CCM chart resolved from the inputs (`file_at`: the
+/// input at a path, by name and text): the file's values with `valuesInline` merged over them,
+/// as kustomize writes the one values file it hands to Helm (`valuesMerge: override`, the
+/// default; kubernetes-sigs/kustomize @ 12f9e6391464b3ad9dd3fe8182049dc1b1772990,
+/// `api/internal/builtins/HelmChartInflationGenerator.go` `replaceValuesInline`). Entries with
+/// `additionalValuesFiles` or `valuesMerge: merge` stay named as unseen. Returns the object
+/// as `check` evaluates it and the resolved one; None when no entry resolves.
+pub fn kustomize_values_files<'a>(
+    json: &Value,
+    input: &str,
+    dir: &Path,
+    file_at: impl Fn(&Path) -> Option<(&'a str, &'a str)>,
+) -> Option<(Value, Resolved)> {
+    let json = super::delivery::synthetic_object(json, input).unwrap_or_else(|| json.clone());
+    if json.get("kind").and_then(Value::as_str) != Some("Kustomization") {
+        return None;
+    }
+    let charts: Vec<String> = super::helm::DEFAULT_CHARTS
+        .iter()
+        .map(|c| (*c).to_owned())
+        .collect();
+    let mut out = json.clone();
+    let mut sources = Vec::new();
+    let entries = out
+        .get_mut("helmCharts")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten();
+    for entry in entries {
+        let name = entry.get("name").and_then(Value::as_str).unwrap_or("");
+        let Some(file) = entry
+            .get("valuesFile")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+        else {
+            continue;
+        };
+        let merge = entry.get("valuesMerge").and_then(Value::as_str);
+        let additional = entry
+            .get("additionalValuesFiles")
+            .and_then(Value::as_array)
+            .is_some_and(|a| !a.is_empty());
+        if !super::chart::chart_matches(name, &charts)
+            || !matches!(merge, None | Some("override"))
+            || additional
+        {
+            continue;
+        }
+        let Some((shown, file_text)) = file_at(&dir.join(&file)) else {
+            continue;
+        };
+        let mut values = match yaml::parse_one(file_text).and_then(|n| n.to_json()) {
+            Ok(Value::Null) => Value::Object(Map::new()),
+            Ok(v @ Value::Object(_)) => v,
+            _ => continue,
+        };
+        if let Some(inline) = entry.get("valuesInline").filter(|v| v.is_object()) {
+            merge_maps(&mut values, inline.clone());
+        }
+        let Some(map) = entry.as_object_mut() else {
+            continue;
+        };
+        map.insert("valuesInline".to_owned(), values);
+        map.remove("valuesFile");
+        sources.push(format!(
+            "values file {file} of the kustomization, from {shown}"
+        ));
+    }
+    if sources.is_empty() {
+        return None;
+    }
+    let resolved = Resolved {
+        object: out,
+        sources: Some(sources),
+        layers: Vec::new(),
+        merge: Merge::FluxOrArgo,
+    };
+    Some((json, resolved))
 }
 
 /// `release` with its `spec.chartRef` replaced by the chart and version of the one chart
@@ -1698,5 +1781,60 @@ mod tests {
             &mut SetBudget::default()
         ));
         assert_eq!(values, before);
+    }
+
+    #[test]
+    fn kustomize_values_inline_wins_over_the_values_file() {
+        let file = "cloudConfig: {global: {region: file}, loadBalancer: {subnet-id: file}}\n";
+        let file_at = |path: &Path| {
+            (path == Path::new("app/../base/occm.yaml")).then_some(("base/occm.yaml", file))
+        };
+        let kustomization = |extra: Value| {
+            let mut entry = json!({"name": "openstack-cloud-controller-manager",
+                "valuesFile": "../base/occm.yaml",
+                "valuesInline": {"cloudConfig": {"global": {"region": "inline"}}}});
+            if let (Some(e), Some(x)) = (entry.as_object_mut(), extra.as_object()) {
+                e.extend(x.clone());
+            }
+            json!({"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+                "helmCharts": [entry, {"name": "other", "valuesFile": "../base/occm.yaml"}]})
+        };
+        let object = kustomization(json!({}));
+        let (key, resolved) =
+            kustomize_values_files(&object, "app/kustomization.yaml", Path::new("app"), file_at)
+                .expect("resolved");
+        assert_eq!(key, object);
+        assert_eq!(
+            resolved.object["helmCharts"][0],
+            json!({"name": "openstack-cloud-controller-manager", "valuesInline":
+                {"cloudConfig": {"global": {"region": "inline"},
+                    "loadBalancer": {"subnet-id": "file"}}}})
+        );
+        // Another chart's entry is left as written.
+        assert_eq!(
+            resolved.object["helmCharts"][1]["valuesFile"],
+            "../base/occm.yaml"
+        );
+        assert_eq!(
+            resolved.sources,
+            Some(vec![
+                "values file ../base/occm.yaml of the kustomization, from base/occm.yaml"
+                    .to_owned()
+            ])
+        );
+        // What kustomize merges otherwise stays named as unseen.
+        for extra in [
+            json!({"valuesMerge": "merge"}),
+            json!({"additionalValuesFiles": ["more.yaml"]}),
+        ] {
+            let object = kustomization(extra);
+            let found = kustomize_values_files(
+                &object,
+                "app/kustomization.yaml",
+                Path::new("app"),
+                file_at,
+            );
+            assert_eq!(found, None, "{object}");
+        }
     }
 }
