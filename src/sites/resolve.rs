@@ -833,6 +833,46 @@ pub enum Merge {
     HelmChartConfig,
 }
 
+impl Merge {
+    /// The field of the resolved object that holds the merged values as a YAML text the
+    /// resolver wrote (HelmChart `spec.valuesContent`): its lines are no file's lines. None
+    /// when the merged values are a map.
+    pub fn merged_text_field(self) -> Option<Vec<Seg>> {
+        match self {
+            Merge::HelmChartConfig => Some(vec![Seg::key("spec"), Seg::key("valuesContent")]),
+            Merge::FluxOrArgo => None,
+        }
+    }
+}
+
+/// `object` with only its own values: without the values it names but does not hold (Flux
+/// `spec.valuesFrom`, the `helm.valueFiles` of each Argo CD source), which a resolver merges
+/// beneath them. What a fix of the object's own values is evaluated on.
+pub fn own_values_only(object: &Value) -> Value {
+    let mut own = object.clone();
+    if let Some(spec) = own.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.remove("valuesFrom");
+        if let Some(helm) = spec
+            .get_mut("source")
+            .and_then(|s| s.get_mut("helm"))
+            .and_then(Value::as_object_mut)
+        {
+            helm.remove("valueFiles");
+        }
+        for source in spec
+            .get_mut("sources")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(helm) = source.get_mut("helm").and_then(Value::as_object_mut) {
+                helm.remove("valueFiles");
+            }
+        }
+    }
+    own
+}
+
 /// One source of merged values: what it is, the input it is written in, its values, and
 /// where their lines are.
 #[derive(Debug, Clone, PartialEq)]
@@ -1836,5 +1876,27 @@ mod tests {
             );
             assert_eq!(found, None, "{object}");
         }
+    }
+
+    #[test]
+    fn own_values_only_drops_what_is_named_but_not_held() {
+        let release = helm_release(json!([{"kind": "ConfigMap", "name": "c"}]), json!({"a": 1}));
+        let own = own_values_only(&release);
+        assert_eq!(own["spec"].get("valuesFrom"), None);
+        assert_eq!(own["spec"]["values"], json!({"a": 1}));
+        let app = json!({"spec": {
+            "source": {"helm": {"valueFiles": ["v.yaml"], "values": "a: 1"}},
+            "sources": [{"helm": {"valueFiles": ["$r/v.yaml"], "valuesObject": {"b": 2}}},
+                {"ref": "r"}]}});
+        assert_eq!(
+            own_values_only(&app),
+            json!({"spec": {"source": {"helm": {"values": "a: 1"}},
+                "sources": [{"helm": {"valuesObject": {"b": 2}}}, {"ref": "r"}]}})
+        );
+        assert_eq!(
+            Merge::HelmChartConfig.merged_text_field(),
+            Some(vec![Seg::key("spec"), Seg::key("valuesContent")])
+        );
+        assert_eq!(Merge::FluxOrArgo.merged_text_field(), None);
     }
 }
