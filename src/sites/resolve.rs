@@ -1605,6 +1605,14 @@ mod tests {
         );
         let resolved = resolve(&chart, &run).expect("resolved");
         assert_eq!(resolved.merge, Merge::HelmChartConfig);
+        assert_eq!(
+            resolved
+                .sources
+                .as_ref()
+                .and_then(|s| s.first())
+                .map(String::as_str),
+            Some("the HelmChart's spec.valuesContent")
+        );
         let labels: Vec<&str> = resolved.layers.iter().map(|l| l.what.as_str()).collect();
         assert_eq!(
             labels,
@@ -1898,5 +1906,115 @@ mod tests {
             Some(vec![Seg::key("spec"), Seg::key("valuesContent")])
         );
         assert_eq!(Merge::FluxOrArgo.merged_text_field(), None);
+    }
+
+    #[test]
+    fn empty_values_texts_add_nothing_and_block_nothing() {
+        // An empty ConfigMap values text, HelmChart valuesContent and Secret key: each read as
+        // no values (Helm's empty values file), never as values that cannot be seen.
+        let run = Run {
+            objects: vec![
+                (
+                    "ConfigMap",
+                    Some("ns"),
+                    "empty",
+                    vec![("values.yaml", plain(""))],
+                ),
+                (
+                    "ConfigMap",
+                    Some("ns"),
+                    "base",
+                    vec![("values.yaml", plain("a: 1\n"))],
+                ),
+                (
+                    "Secret",
+                    Some("kube-system"),
+                    "s",
+                    vec![("empty", secret("")), ("v", secret("b: 2\n"))],
+                ),
+            ],
+            ..Run::default()
+        };
+        let release = helm_release(
+            json!([{"kind": "ConfigMap", "name": "empty"}, {"kind": "ConfigMap", "name": "base"}]),
+            Value::Null,
+        );
+        assert_eq!(flux_values(&run, &release), json!({"a": 1}));
+        let chart = cattle_chart("", json!([{"name": "s", "keys": ["empty", "v"]}]));
+        assert_eq!(cattle_values(&run, &chart), json!({"b": 2}));
+    }
+
+    #[test]
+    fn a_chart_config_of_another_namespace_is_not_the_charts() {
+        let config = |text: &'static str| {
+            let root = yaml::parse_one(text).expect("YAML");
+            ChartConfig::read(&root, text, "config.yaml").expect("a HelmChartConfig")
+        };
+        const OTHER: &str = "apiVersion: helm.cattle.io/v1\nkind: HelmChartConfig\n\
+            metadata: {name: occm, namespace: other}\nspec: {valuesContent: 'a: other'}\n";
+        const LOOSE: &str = "apiVersion: helm.cattle.io/v1\nkind: HelmChartConfig\n\
+            metadata: {name: occm}\nspec: {valuesContent: 'a: loose'}\n";
+        let chart = cattle_chart("a: chart\n", Value::Null);
+        // The one of the HelmChart's namespace, though another namespace has one too.
+        let run = Run {
+            configs: vec![config(OTHER), config(CHART_CONFIG)],
+            ..secrets_run()
+        };
+        assert_eq!(cattle_values(&run, &chart)["a"], "config");
+        // Only another namespace's: nothing to merge.
+        let run = Run {
+            configs: vec![config(OTHER)],
+            ..Run::default()
+        };
+        assert_eq!(resolve(&chart, &run), None);
+        // One whose namespace is left to the deployment: the HelmChart's.
+        let run = Run {
+            configs: vec![config(LOOSE)],
+            ..Run::default()
+        };
+        assert_eq!(cattle_values(&run, &chart), json!({"a": "loose"}));
+    }
+
+    #[test]
+    fn the_secrets_a_chart_and_its_config_read_are_named_in_mount_order() {
+        let root = yaml::parse_one(CHART_CONFIG).expect("YAML");
+        let run = Run {
+            configs: vec![ChartConfig::read(&root, CHART_CONFIG, "config.yaml").expect("one")],
+            ..Run::default()
+        };
+        let chart = cattle_chart("", json!([{"name": "s1", "keys": ["k2", "k1"]}]));
+        let ns = Some("kube-system".to_owned());
+        let read = |name: &str, key: &str| (ns.clone(), name.to_owned(), key.to_owned());
+        assert_eq!(
+            values_secrets_read(&chart, &run),
+            vec![read("s1", "k2"), read("s1", "k1"), read("s2", "k")]
+        );
+        assert_eq!(
+            values_secrets_read(&json!({"kind": "HelmRelease"}), &run),
+            vec![]
+        );
+    }
+
+    #[test]
+    fn merged_chart_values_are_bounded_like_any_values_text() {
+        // The merged text is pretty JSON: `{\n  "a": "…"\n}`, 13 bytes around the value.
+        let at = |len: usize| {
+            let text = format!("a: {}\n", "x".repeat(len));
+            let run = Run {
+                objects: vec![(
+                    "Secret",
+                    Some("kube-system"),
+                    "s1",
+                    vec![("k1", secret(&text))],
+                )],
+                ..Run::default()
+            };
+            let chart = cattle_chart("", json!([{"name": "s1", "keys": ["k1"]}]));
+            resolve(&chart, &run)
+        };
+        let limit = MAX_VALUES_TEXT_BYTES - 13;
+        assert!(at(limit).is_some());
+        assert_eq!(at(limit + 1), None);
+        assert_eq!(at(2 * limit), None);
     }
 }
