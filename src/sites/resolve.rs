@@ -2017,4 +2017,139 @@ mod tests {
         assert_eq!(at(limit + 1), None);
         assert_eq!(at(2 * limit), None);
     }
+
+    #[test]
+    fn only_argo_applications_and_flux_releases_are_resolved_as_theirs() {
+        let run = files(vec![("repo/occm/values.yaml", "a: 1\n")]);
+        let source = json!({"path": "occm", "helm": {"valueFiles": ["values.yaml"]}});
+        let app = |api: &str, kind: &str| {
+            json!({"apiVersion": api, "kind": kind, "metadata": {"name": "a"},
+                "spec": {"source": source.clone()}})
+        };
+        let resolved = resolve(&app("argoproj.io/v1alpha1", "Application"), &run);
+        assert_eq!(
+            resolved.map(|r| r.object["spec"]["source"]["helm"].clone()),
+            Some(json!({"valuesObject": {"a": 1}}))
+        );
+        // Another group's Application, another Argo CD kind: not Argo CD's value files.
+        assert_eq!(
+            resolve(&app("app.k8s.io/v1beta1", "Application"), &run),
+            None
+        );
+        assert_eq!(
+            resolve(&app("argoproj.io/v1alpha1", "AppProject"), &run),
+            None
+        );
+        // A HelmRelease only of Flux's group; Flux's group only for a HelmRelease.
+        let run = Run {
+            objects: vec![(
+                "ConfigMap",
+                Some("ns"),
+                "c",
+                vec![("values.yaml", plain("a: 1\n"))],
+            )],
+            ..Run::default()
+        };
+        let mut release = helm_release(json!([{"kind": "ConfigMap", "name": "c"}]), Value::Null);
+        assert!(resolve(&release, &run).is_some());
+        release["kind"] = json!("Kustomization");
+        assert_eq!(resolve(&release, &run), None);
+        release["kind"] = json!("HelmRelease");
+        release["apiVersion"] = json!("example.org/v1");
+        assert_eq!(resolve(&release, &run), None);
+    }
+
+    #[test]
+    fn a_chart_ref_is_read_as_the_one_chart_source_it_names() {
+        let source = |kind: &str, namespace: Option<&str>, name: &str, version: &str| {
+            let mut json = match kind {
+                "OCIRepository" => json!({"apiVersion": "source.toolkit.fluxcd.io/v1beta2",
+                    "kind": kind, "metadata": {"name": name},
+                    "spec": {"url": "oci://r.example/charts/openstack-cloud-controller-manager",
+                        "ref": {"tag": version}}}),
+                _ => json!({"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": kind,
+                    "metadata": {"name": name},
+                    "spec": {"chart": "openstack-cloud-controller-manager", "version": version}}),
+            };
+            if let Some(ns) = namespace {
+                json["metadata"]["namespace"] = json!(ns);
+            }
+            ChartSource::of(&json).expect("a chart source")
+        };
+        let release = |reference: Value| {
+            json!({"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+                "metadata": {"name": "occm", "namespace": "ns"},
+                "spec": {"chartRef": reference}})
+        };
+        let chart_of = |run: &Run, reference: Value| {
+            with_chart_ref(&release(reference), run).map(|r| r["spec"]["chart"].clone())
+        };
+        let oci = json!({"kind": "OCIRepository", "name": "occm"});
+        let pinned = |v: &str| json!({"spec": {"chart": "openstack-cloud-controller-manager", "version": v}});
+        // The source of the release's namespace, though another namespace's has that name.
+        let run = Run {
+            sources: vec![
+                source("OCIRepository", Some("other"), "occm", "1.0.0"),
+                source("OCIRepository", Some("ns"), "occm", "2.31.1"),
+                source("HelmChart", Some("ns"), "occm", "1.3.0"),
+                source("OCIRepository", Some("ns"), "else", "1.3.0"),
+            ],
+            ..Run::default()
+        };
+        assert_eq!(chart_of(&run, oci.clone()), Some(pinned("2.31.1")));
+        let source_chart = json!({"kind": "HelmChart", "name": "occm"});
+        assert_eq!(chart_of(&run, source_chart), Some(pinned("1.3.0")));
+        let elsewhere = json!({"kind": "OCIRepository", "name": "occm", "namespace": "other"});
+        assert_eq!(chart_of(&run, elsewhere), Some(pinned("1.0.0")));
+        // Only another namespace's: not the one named.
+        let run = Run {
+            sources: vec![source("OCIRepository", Some("other"), "occm", "1.0.0")],
+            ..Run::default()
+        };
+        assert_eq!(chart_of(&run, oci.clone()), None);
+        // One whose namespace is left to the deployment.
+        let run = Run {
+            sources: vec![source("OCIRepository", None, "occm", "2.28.0")],
+            ..Run::default()
+        };
+        assert_eq!(chart_of(&run, oci.clone()), Some(pinned("2.28.0")));
+        // Two such that disagree on the version, or on the chart: which one cannot be told.
+        let mut other_chart = source("OCIRepository", None, "occm", "2.28.0");
+        other_chart.chart = "tempo".to_owned();
+        for second in [source("OCIRepository", None, "occm", "2.29.0"), other_chart] {
+            let run = Run {
+                sources: vec![source("OCIRepository", None, "occm", "2.28.0"), second],
+                ..Run::default()
+            };
+            assert_eq!(chart_of(&run, oci.clone()), None);
+        }
+        // Two that agree: that chart.
+        let run = Run {
+            sources: vec![
+                source("OCIRepository", None, "occm", "2.28.0"),
+                source("OCIRepository", None, "occm", "2.28.0"),
+            ],
+            ..Run::default()
+        };
+        assert_eq!(chart_of(&run, oci.clone()), Some(pinned("2.28.0")));
+        // A release that names its chart itself keeps it.
+        let mut named = release(oci);
+        named["spec"]["chart"] = json!({"spec": {"chart": "x"}});
+        assert_eq!(with_chart_ref(&named, &run), None);
+    }
+
+    #[test]
+    fn an_empty_kustomize_values_file_is_no_values() {
+        let file_at = |path: &Path| (path == Path::new("app/v.yaml")).then_some(("app/v.yaml", ""));
+        let object = json!({"apiVersion": "kustomize.config.k8s.io/v1beta1",
+            "kind": "Kustomization", "helmCharts": [
+                {"name": "openstack-cloud-controller-manager", "valuesFile": "v.yaml"}]});
+        let (_, resolved) =
+            kustomize_values_files(&object, "app/kustomization.yaml", Path::new("app"), file_at)
+                .expect("resolved");
+        assert_eq!(
+            resolved.object["helmCharts"][0],
+            json!({"name": "openstack-cloud-controller-manager", "valuesInline": {}})
+        );
+    }
 }
