@@ -12,18 +12,16 @@
 //! - before 2.28.0-alpha.5 `secret.enabled` is not read: the Secret is rendered and mounted;
 //! - `[Route]` is rendered from 2.29.2 and 2.30.0 on, not at 2.29.3.
 
-#[path = "support/review.rs"]
-mod review;
+#[path = "support/in_process.rs"]
+mod in_process;
 
 use base64::Engine as _;
 use clap::Parser;
 use serde_json::{Value, json};
-use stackgate::admission::{self, Webhook};
+use stackgate::admission::Webhook;
 use stackgate::check::{self, CheckOptions};
 use stackgate::cli::CheckArgs;
 use stackgate::engine::Engine;
-use stackgate::metrics::Metrics;
-use stackgate::policy::PolicySet;
 use stackgate::report::{Level, Report};
 
 const CHART: &str = "openstack-cloud-controller-manager";
@@ -35,34 +33,16 @@ struct Cmd {
 }
 
 fn engine() -> Engine {
-    Engine::new(PolicySet::embedded().expect("embedded policies load"))
+    in_process::engine()
 }
 
 fn respond(webhook: Webhook, object: &Value) -> Value {
-    let body = review::review_for(object, "chart-generations");
-    let reply = admission::handle(
-        &engine(),
-        webhook,
-        &serde_json::to_vec(&body).expect("encode"),
-        &Metrics::new(),
-    );
-    assert_eq!(reply.status, 200);
-    serde_json::from_slice::<Value>(&reply.body).expect("review")["response"].clone()
+    in_process::respond(webhook, object, "chart-generations")
 }
 
-/// The validating webhook's answer: (allowed, message and warnings).
+/// The validating webhook's answer for a CREATE of `object`: (allowed, message and warnings).
 fn validate(object: &Value) -> (bool, String) {
-    let response = respond(Webhook::Validate, object);
-    let allowed = response["allowed"].as_bool().expect("allowed");
-    let mut text = response["status"]["message"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    for w in response["warnings"].as_array().into_iter().flatten() {
-        text.push('\n');
-        text.push_str(w.as_str().unwrap_or_default());
-    }
-    (allowed, text)
+    in_process::validate(object, "chart-generations")
 }
 
 /// The mutating webhook's patch applied to `object` (None when there is no patch).

@@ -16,18 +16,16 @@
 //!   `<index> = "<item>"` line per item (which the CCM's gcfg refuses); a scalar section stops
 //!   the chart (`range can't iterate over …`).
 
-#[path = "support/review.rs"]
-mod review;
+#[path = "support/in_process.rs"]
+mod in_process;
 
 use base64::Engine as _;
 use clap::Parser;
 use serde_json::{Value, json};
-use stackgate::admission::{self, Webhook};
+use stackgate::admission::Webhook;
 use stackgate::check::{self, CheckOptions};
 use stackgate::cli::CheckArgs;
 use stackgate::engine::Engine;
-use stackgate::metrics::Metrics;
-use stackgate::policy::PolicySet;
 use stackgate::report::{Level, Report};
 
 const SERIAL: &str = "provider-requires-serial-api-calls";
@@ -40,35 +38,16 @@ struct Cmd {
 }
 
 fn engine() -> Engine {
-    Engine::new(PolicySet::embedded().expect("embedded policies load"))
+    in_process::engine()
 }
 
-/// The webhook's `response` for a CREATE of `object` at `webhook`.
 fn respond(webhook: Webhook, object: &Value) -> Value {
-    let body = review::review_for(object, "helm-values-exact");
-    let reply = admission::handle(
-        &engine(),
-        webhook,
-        &serde_json::to_vec(&body).expect("encode"),
-        &Metrics::new(),
-    );
-    assert_eq!(reply.status, 200);
-    serde_json::from_slice::<Value>(&reply.body).expect("review")["response"].clone()
+    in_process::respond(webhook, object, "helm-values-exact")
 }
 
-/// The validating webhook's answer: (allowed, message and warnings).
+/// The validating webhook's answer for a CREATE of `object`: (allowed, message and warnings).
 fn validate(object: &Value) -> (bool, String) {
-    let response = respond(Webhook::Validate, object);
-    let allowed = response["allowed"].as_bool().expect("allowed");
-    let mut text = response["status"]["message"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    for w in response["warnings"].as_array().into_iter().flatten() {
-        text.push('\n');
-        text.push_str(w.as_str().unwrap_or_default());
-    }
-    (allowed, text)
+    in_process::validate(object, "helm-values-exact")
 }
 
 /// `object` with the mutating webhook's patch applied (unchanged when there is none).

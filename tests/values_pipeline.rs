@@ -3,17 +3,14 @@
 //! is denied by the webhook (`/validate`, an AdmissionReview as the apiserver sends it) and by
 //! `stackgate check`, and hostile `--set` shapes get an answer, never a crash.
 
-#[path = "support/review.rs"]
-mod review;
+#[path = "support/in_process.rs"]
+mod in_process;
 
 use clap::Parser;
 use serde_json::{Value, json};
-use stackgate::admission::{self, Webhook};
 use stackgate::check::{self, CheckOptions};
 use stackgate::cli::CheckArgs;
 use stackgate::engine::Engine;
-use stackgate::metrics::Metrics;
-use stackgate::policy::PolicySet;
 use stackgate::report::{Level, Report};
 
 #[derive(Parser)]
@@ -23,31 +20,12 @@ struct Cmd {
 }
 
 fn engine() -> Engine {
-    Engine::new(PolicySet::embedded().expect("embedded policies load"))
+    in_process::engine()
 }
 
 /// The validating webhook's answer for a CREATE of `object`: (allowed, message and warnings).
 fn validate(object: &Value) -> (bool, String) {
-    let body = review::review_for(object, "values-pipeline");
-    let reply = admission::handle(
-        &engine(),
-        Webhook::Validate,
-        &serde_json::to_vec(&body).expect("encode"),
-        &Metrics::new(),
-    );
-    assert_eq!(reply.status, 200);
-    let response =
-        serde_json::from_slice::<Value>(&reply.body).expect("review")["response"].clone();
-    let allowed = response["allowed"].as_bool().expect("allowed");
-    let mut text = response["status"]["message"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    for w in response["warnings"].as_array().into_iter().flatten() {
-        text.push('\n');
-        text.push_str(w.as_str().unwrap_or_default());
-    }
-    (allowed, text)
+    in_process::validate(object, "values-pipeline")
 }
 
 /// `stackgate check -` over `text`.

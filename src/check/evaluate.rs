@@ -260,8 +260,8 @@ pub fn check_text_in(
                         ) =>
                 {
                     // Lines of the merged values text are not lines of this file: the line
-                    // of the HelmChart's valuesContent field.
-                    let field = [Seg::key("spec"), Seg::key("valuesContent")];
+                    // of the field the resolver wrote it into (the HelmChart's valuesContent).
+                    let field = merge.merged_text_field().unwrap_or_default();
                     item.line =
                         doc_path(&c, &field).map_or(c.line, |p| root.deepest(&p).2.max(c.line));
                 }
@@ -532,27 +532,7 @@ fn own_values_patch(
     index: &ValuesIndex,
     original: &Value,
 ) -> Option<Vec<PatchOperation>> {
-    let mut own = original.clone();
-    if let Some(spec) = own.get_mut("spec").and_then(Value::as_object_mut) {
-        spec.remove("valuesFrom");
-        if let Some(helm) = spec
-            .get_mut("source")
-            .and_then(|s| s.get_mut("helm"))
-            .and_then(Value::as_object_mut)
-        {
-            helm.remove("valueFiles");
-        }
-        for source in spec
-            .get_mut("sources")
-            .and_then(Value::as_array_mut)
-            .into_iter()
-            .flatten()
-        {
-            if let Some(helm) = source.get_mut("helm").and_then(Value::as_object_mut) {
-                helm.remove("valueFiles");
-            }
-        }
-    }
+    let own = crate::sites::resolve::own_values_only(original);
     let (kind, object) = object_of(&own)?;
     let patch = engine.evaluate(&Subject::create(&kind, &object)).patch;
     if patch.is_empty() {

@@ -1101,7 +1101,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             when: None,
             values: Values::Reader(PlaceReader::KUSTOMIZE),
         }],
-        reader: "src/sites/helm/places.rs (kustomize_places), src/check/index.rs (valuesFile)",
+        reader: "src/sites/helm/places.rs (kustomize_places), src/sites/resolve.rs (kustomize_values_files)",
     },
     DeliveryPath {
         name: "Plain Helm values file",
