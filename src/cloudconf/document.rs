@@ -303,10 +303,14 @@ impl Document {
     }
 
     fn entry_matches(&self, e: &RawEntry, section: &str, sub: Option<&str>, key: &str) -> bool {
-        self.headers
-            .get(e.header)
-            .is_some_and(|h| self.header_matches(h, section, sub))
-            && eq_fold(self.slice(&e.key), key)
+        // The key first: a lookup compares one key against every entry, and keys differ in
+        // their first characters where the section (the same for most entries) is equal to
+        // its end. Both compares are pure, so the order changes only the cost.
+        eq_fold(self.slice(&e.key), key)
+            && self
+                .headers
+                .get(e.header)
+                .is_some_and(|h| self.header_matches(h, section, sub))
     }
 
     fn effective_index(&self, section: &str, sub: Option<&str>, key: &str) -> Option<usize> {
