@@ -305,6 +305,11 @@ mod tests {
         assert_eq!(go_float(0.0001), "0.0001");
         assert_eq!(go_float(0.00001), "1e-05");
         assert_eq!(go_float(-3.0), "-3");
+        // Go's strconv.FormatFloat signs both infinities and writes NaN and -0 as such.
+        assert_eq!(go_float(f64::INFINITY), "+Inf");
+        assert_eq!(go_float(f64::NEG_INFINITY), "-Inf");
+        assert_eq!(go_float(f64::NAN), "NaN");
+        assert_eq!(go_float(-0.0), "-0");
         assert_eq!(quote(&json!(null)), "");
         assert_eq!(quote(&json!("a\"b\\c\u{0}")), "\"a\\\"b\\\\c\\x00\"");
         assert_eq!(quote(&json!(["a", 1])), "\"[a 1]\"");
