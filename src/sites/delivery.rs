@@ -31,6 +31,7 @@ use serde_json::Value;
 
 pub use super::helm::places::{ChartAt, ChartUnseen, Place, PlaceReader};
 use super::helm::places::{VALUES_FILE_KIND, ValuesPlace, read_place};
+use super::path::value_at;
 use super::values::UnseenValues;
 use super::{FoundConfig, SiteError, SitesDocument};
 use crate::budget::Cancel;
@@ -310,17 +311,16 @@ pub(super) fn unnamed_chart_ref_with_values(
         return false;
     };
     let first_unset = match place.chart.first() {
-        Some(ChartAt::Field(first)) => root.pointer(first).and_then(Value::as_str).is_none(),
+        Some(ChartAt::Field(first)) => value_at(root, first).and_then(Value::as_str).is_none(),
         _ => true,
     };
     first_unset
-        && root
-            .pointer(at)
+        && value_at(root, at)
             .and_then(|r| r.get("name"))
             .and_then(Value::as_str)
             .is_some_and(|n| !super::chart::chart_matches(n, charts))
         && !place.yaml_string
-        && root.pointer(place.values).is_some_and(Value::is_object)
+        && value_at(root, place.values).is_some_and(Value::is_object)
 }
 
 const CM_SECRET: &[&str] = &["configmaps", "secrets"];
@@ -1174,16 +1174,16 @@ pub(super) fn find(
     };
     let (field, sources) = match (gvk.group.as_str(), gvk.kind.as_str()) {
         ("addons.stackhpc.com", "HelmRelease")
-            if names_chart(root.pointer("/spec/chart/name").and_then(Value::as_str))
+            if names_chart(value_at(root, "/spec/chart/name").and_then(Value::as_str))
                 && plain_values_template(root).is_none() =>
         {
             (
                 "valuesSources",
-                describe_sources("valuesSources", root.pointer("/spec/valuesSources")),
+                describe_sources("valuesSources", value_at(root, "/spec/valuesSources")),
             )
         }
         ("application.giantswarm.io", "App")
-            if names_chart(root.pointer("/spec/name").and_then(Value::as_str)) =>
+            if names_chart(value_at(root, "/spec/name").and_then(Value::as_str)) =>
         {
             // Each reference is named with its field, and the finding sits at the first field
             // set (`spec.config` when neither is: the catalog's defaults still apply).
@@ -1196,7 +1196,7 @@ pub(super) fn find(
                 ("userConfig", "secret"),
             ] {
                 let at = format!("/spec/{field}/{what}/name");
-                if let Some(name) = root.pointer(&at).and_then(Value::as_str) {
+                if let Some(name) = value_at(root, &at).and_then(Value::as_str) {
                     let kind = if what == "secret" {
                         "Secret"
                     } else {
@@ -1241,7 +1241,10 @@ fn unseen_at(
 /// template syntax (its index): the values are that YAML, read as the chart's values by
 /// [`super::helm`]. None with other or more sources (named as unseen).
 pub(super) fn plain_values_template(root: &Value) -> Option<usize> {
-    match root.pointer("/spec/valuesSources")?.as_array()?.as_slice() {
+    match value_at(root, "/spec/valuesSources")?
+        .as_array()?
+        .as_slice()
+    {
         [only] if only.as_object().is_some_and(|m| m.len() == 1) => only
             .get("template")
             .and_then(Value::as_str)
@@ -1330,11 +1333,11 @@ fn kubeone_cloud_config(gvk: &GroupVersionKind, object: &DynamicObject) -> Vec<F
     let root = &object.data;
     if gvk.group != "kubeone.k8c.io"
         || gvk.kind != "KubeOneCluster"
-        || root.pointer("/cloudProvider/openstack").is_none()
+        || value_at(root, "/cloudProvider/openstack").is_none()
     {
         return Vec::new();
     }
-    let Some(raw) = root.pointer("/cloudProvider/cloudConfig") else {
+    let Some(raw) = value_at(root, "/cloudProvider/cloudConfig") else {
         return Vec::new();
     };
     let name = object
@@ -1517,8 +1520,7 @@ fn unseen_manifests(
     sites: &SitesDocument,
 ) -> Vec<FoundConfig> {
     let root = &object.data;
-    let unread: Vec<Value> = root
-        .pointer("/spec/manifestSources")
+    let unread: Vec<Value> = value_at(root, "/spec/manifestSources")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -1540,7 +1542,7 @@ fn unseen_manifests(
     if !embeds_site {
         return Vec::new();
     }
-    let sources = describe_sources("manifestSources", root.pointer("/spec/manifestSources"));
+    let sources = describe_sources("manifestSources", value_at(root, "/spec/manifestSources"));
     unseen_at(gvk, object, "manifestSources", sources)
 }
 

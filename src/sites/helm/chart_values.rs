@@ -6,7 +6,7 @@ use super::places::{OverrideSource, text_values};
 use super::{DEFAULT_CHARTS, MAX_CARRIERS_PER_OBJECT, content, get, is_values_file, keys};
 use crate::budget::Cancel;
 use crate::sites::delivery::values_places;
-use crate::sites::path::{display, pointer};
+use crate::sites::path::{display, pointer, value_at};
 use crate::sites::render;
 use crate::sites::values::Override;
 use crate::yaml::{self, Seg};
@@ -307,10 +307,9 @@ fn outside_values(root: &Value, path: &[Seg]) -> (Option<String>, Vec<(String, S
     let non_empty = |v: Option<&Value>| v.and_then(Value::as_array).is_some_and(|a| !a.is_empty());
     match path {
         [Seg::Key(spec), Seg::Key(values)] if spec == "spec" && values == "values" => {
-            let from = root.pointer("/spec/valuesFrom");
-            let files = root.pointer("/spec/chart/spec/valuesFiles");
-            let file = root
-                .pointer("/spec/chart/spec/valuesFile")
+            let from = value_at(root, "/spec/valuesFrom");
+            let files = value_at(root, "/spec/chart/spec/valuesFiles");
+            let file = value_at(root, "/spec/chart/spec/valuesFile")
                 .and_then(Value::as_str)
                 .is_some_and(|f| !f.is_empty());
             let merged = if non_empty(from) {

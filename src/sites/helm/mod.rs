@@ -27,7 +27,7 @@ use serde_json::Value;
 
 use super::generation::Generation;
 use super::object_data::TextField;
-use super::path::{display, shown_entry};
+use super::path::{display, shown_entry, value_at};
 use super::render::{self, Origin};
 use super::values::{
     Override, RenderedValues, UnseenValues, ValuesAt, ValuesText, ValuesTextContents,
@@ -161,7 +161,7 @@ fn post_rendered(
     if gvk.group != "helm.toolkit.fluxcd.io" || found.is_empty() {
         return None;
     }
-    let list = root.pointer("/spec/postRenderers")?.as_array()?;
+    let list = value_at(root, "/spec/postRenderers")?.as_array()?;
     if list.is_empty() {
         return None;
     }

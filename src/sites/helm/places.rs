@@ -5,7 +5,7 @@
 use crate::budget::Cancel;
 use crate::sites::chart::{GIANT_SWARM_APP_CHART, chart_matches};
 use crate::sites::generation::{Generation, Generations};
-use crate::sites::path::{display, shown_entry};
+use crate::sites::path::{display, shown_entry, value_at};
 use crate::yaml::{self, Seg};
 use kube::core::DynamicObject;
 use serde_json::Value;
@@ -270,13 +270,13 @@ pub(in crate::sites) fn read_place(
     let root = content(object);
     let by_name = described.chart.contains(&ChartAt::ObjectName);
     let chart = described.chart.iter().find_map(|at| match at {
-        ChartAt::Field(pointer) => root.pointer(pointer).and_then(Value::as_str),
+        ChartAt::Field(pointer) => value_at(root, pointer).and_then(Value::as_str),
         ChartAt::ObjectName => object.metadata.name.as_deref(),
     });
     let path = pointer_path(described.values);
     let version = described
         .version
-        .and_then(|v| root.pointer(v))
+        .and_then(|v| value_at(root, v))
         .and_then(Value::as_str);
     let yaml_string = described.yaml_string;
     let holds_ccm = || match yaml_string {
@@ -385,7 +385,7 @@ fn generations_of(chart: Option<&str>, version: Option<&str>) -> Generations {
 fn chart_not_named(place: &Place, root: &Value, named: bool) -> Option<(Vec<Seg>, String)> {
     match place.chart_unseen? {
         ChartUnseen::InlineArchive(at) => {
-            root.pointer(at)
+            value_at(root, at)
                 .and_then(Value::as_str)
                 .filter(|c| !c.trim().is_empty())?;
             let path = pointer_path(at);
@@ -402,13 +402,13 @@ fn chart_not_named(place: &Place, root: &Value, named: bool) -> Option<(Vec<Seg>
         ChartUnseen::Reference(at) => {
             // The reference is read only when the first chart field is not set.
             let first = place.chart.first().and_then(|c| match c {
-                ChartAt::Field(pointer) => root.pointer(pointer).and_then(Value::as_str),
+                ChartAt::Field(pointer) => value_at(root, pointer).and_then(Value::as_str),
                 ChartAt::ObjectName => None,
             });
             if first.is_some() {
                 return None;
             }
-            let reference = root.pointer(at)?;
+            let reference = value_at(root, at)?;
             let kind = reference
                 .get("kind")
                 .and_then(Value::as_str)
@@ -618,7 +618,7 @@ fn k0s_places(input: &ReaderInput<'_>) -> Vec<ValuesPlace> {
     let Some(list) = at
         .iter()
         .try_fold(root, |v, k| v.get(k))
-        .and_then(|config| config.pointer("/spec/extensions/helm/charts"))
+        .and_then(|config| value_at(config, "/spec/extensions/helm/charts"))
         .and_then(Value::as_array)
     else {
         return Vec::new();
@@ -782,12 +782,12 @@ fn prefixed(mut place: ValuesPlace, prefix: &[Seg]) -> ValuesPlace {
 /// (each Application may get other values).
 fn application_set_places(input: &ReaderInput<'_>) -> Vec<ValuesPlace> {
     let &ReaderInput { root, charts, .. } = input;
-    let Some(template) = root.pointer("/spec/template").filter(|t| t.is_object()) else {
+    let Some(template) = value_at(root, "/spec/template").filter(|t| t.is_object()) else {
         return Vec::new();
     };
     let prefix = keys(&["spec", "template"]);
     let text = template.to_string();
-    if go_templated(&text) || root.pointer("/spec/templatePatch").is_some() {
+    if go_templated(&text) || value_at(root, "/spec/templatePatch").is_some() {
         if !crate::sites::payload::mentions(&text, charts) {
             return Vec::new();
         }
@@ -825,7 +825,7 @@ fn application_set_places(input: &ReaderInput<'_>) -> Vec<ValuesPlace> {
 /// Secrets) is named as unseen over it.
 fn sveltos_places(input: &ReaderInput<'_>) -> Vec<ValuesPlace> {
     let &ReaderInput { root, charts, .. } = input;
-    let Some(list) = root.pointer("/spec/helmCharts").and_then(Value::as_array) else {
+    let Some(list) = value_at(root, "/spec/helmCharts").and_then(Value::as_array) else {
         return Vec::new();
     };
     let mut out = Vec::new();
@@ -922,10 +922,10 @@ fn argo_places(input: &ReaderInput<'_>) -> Vec<ValuesPlace> {
     } = input;
     let mut out = Vec::new();
     let mut sources: Vec<Vec<Seg>> = Vec::new();
-    if root.pointer("/spec/source").is_some_and(Value::is_object) {
+    if value_at(root, "/spec/source").is_some_and(Value::is_object) {
         sources.push(keys(&["spec", "source"]));
     }
-    if let Some(list) = root.pointer("/spec/sources").and_then(Value::as_array) {
+    if let Some(list) = value_at(root, "/spec/sources").and_then(Value::as_array) {
         sources.extend(
             (0..list.len()).map(|i| vec![Seg::key("spec"), Seg::key("sources"), Seg::Index(i)]),
         );

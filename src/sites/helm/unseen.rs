@@ -4,7 +4,7 @@
 
 use super::get;
 use super::places::OnTop;
-use crate::sites::path::{display, shown_entry};
+use crate::sites::path::{display, shown_entry, value_at};
 use crate::sites::strvals::Typing;
 use crate::sites::values::UnseenValues;
 use crate::sites::{FoundConfig, SiteError, strvals};
@@ -215,7 +215,7 @@ fn file_parameters_touching(
 
 /// The references of a HelmRelease's `spec.valuesFrom`, for messages (None when it has none).
 fn values_from_sources(root: &Value) -> Option<String> {
-    let list = root.pointer("/spec/valuesFrom")?.as_array()?;
+    let list = value_at(root, "/spec/valuesFrom")?.as_array()?;
     if list.is_empty() {
         return None;
     }

@@ -4,6 +4,7 @@ use super::{content, get, str_at};
 use crate::budget::Cancel;
 use crate::sites::chart::chart_matches;
 use crate::sites::delivery::values_places;
+use crate::sites::path::value_at;
 use kube::core::{DynamicObject, GroupVersionKind};
 use serde_json::Value;
 
@@ -80,8 +81,8 @@ pub fn ccm_version_within(
         }
         ("helm.cattle.io", "HelmChart") => str_at(root, &["spec", "version"]),
         ("argoproj.io", "Application") => {
-            let mut sources: Vec<&Value> = root.pointer("/spec/source").into_iter().collect();
-            if let Some(list) = root.pointer("/spec/sources").and_then(Value::as_array) {
+            let mut sources: Vec<&Value> = value_at(root, "/spec/source").into_iter().collect();
+            if let Some(list) = value_at(root, "/spec/sources").and_then(Value::as_array) {
                 sources.extend(list);
             }
             sources
