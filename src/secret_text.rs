@@ -35,12 +35,6 @@ use std::fmt;
 #[derive(Clone, PartialEq, Eq)]
 pub struct SecretText(String);
 
-impl From<String> for SecretText {
-    fn from(text: String) -> Self {
-        Self(text)
-    }
-}
-
 impl SecretText {
     /// Wraps text read from a Secret.
     pub fn new(text: String) -> Self {

@@ -21,57 +21,20 @@ mod common;
 #[path = "support/real_apiserver.rs"]
 mod real_apiserver;
 
-use std::net::SocketAddr;
-use std::path::Path;
 use std::time::Duration;
 
-use base64::Engine as _;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use real_apiserver::{binaries, start_apiserver, start_stackgate};
+use real_apiserver::{binaries, chart_render, chart_webhook, start_apiserver, start_stackgate};
 
 const NS: &str = "sveltos-profiles";
 const GROUP: &str = "config.projectsveltos.io";
 /// How long a new CRD or webhook configuration may take to be served and enforced.
 const DEADLINE: Duration = Duration::from_secs(30);
 const CHART: &str = "openstack-cloud-controller-manager";
-
-/// The chart's ValidatingWebhookConfiguration reduced to the GitOps webhook, calling `addr`
-/// and failing closed.
-fn registration(render: &[Value], addr: SocketAddr, ca_pem: &str) -> Value {
-    let mut config = render
-        .iter()
-        .find(|d| d["kind"] == "ValidatingWebhookConfiguration")
-        .expect("the render has a ValidatingWebhookConfiguration")
-        .clone();
-    let webhooks: Vec<Value> = config["webhooks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|w| w["name"].as_str().is_some_and(|n| n.starts_with("gitops.")))
-        .map(|w| {
-            let mut w = w.clone();
-            let path = w["clientConfig"]["service"]["path"]
-                .as_str()
-                .unwrap()
-                .to_owned();
-            w["clientConfig"] = json!({
-                "url": format!("https://{addr}{path}"),
-                "caBundle": base64::engine::general_purpose::STANDARD.encode(ca_pem),
-            });
-            w["failurePolicy"] = json!("Fail");
-            w["timeoutSeconds"] = json!(10);
-            w
-        })
-        .collect();
-    assert_eq!(webhooks.len(), 1, "one gitops webhook");
-    config["webhooks"] = Value::Array(webhooks);
-    config["metadata"] = json!({"name": "stackgate"});
-    config
-}
 
 /// A minimal CRD of Sveltos' group for `kind` with `scope`, any `spec`.
 fn crd(kind: &str, plural: &str, scope: &str) -> Value {
@@ -151,16 +114,13 @@ async fn a_cluster_profile_is_sent_by_the_charts_cluster_scoped_rule() {
             return;
         }
     };
-    let render_path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("target/chart-render/default.yaml");
-    let Ok(text) = std::fs::read_to_string(&render_path) else {
-        eprintln!(
-            "skipped: {} is missing (run .ci/chart.sh first: it renders the chart with Helm)",
-            render_path.display()
-        );
-        return;
+    let render = match chart_render() {
+        Ok(render) => render,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
     };
-    let render: Vec<Value> = serde_saphyr::from_multiple(&text).expect("the render is YAML");
     common::setup();
     let dir = tempfile::tempdir().unwrap();
     let (_etcd, _apiserver, client, _kubeconfig) =
@@ -208,8 +168,14 @@ async fn a_cluster_profile_is_sent_by_the_charts_cluster_scoped_rule() {
     .await
     .expect("before the webhook is registered, the apiserver stores it");
 
-    let config: DynamicObject =
-        serde_json::from_value(registration(&render, stackgate.addr, &stackgate.ca)).unwrap();
+    let config: DynamicObject = serde_json::from_value(chart_webhook(
+        &render,
+        "ValidatingWebhookConfiguration",
+        "gitops.",
+        stackgate.addr,
+        &stackgate.ca,
+    ))
+    .unwrap();
     Api::<DynamicObject>::all_with(
         client.clone(),
         &resource(

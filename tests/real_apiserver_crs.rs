@@ -22,62 +22,18 @@ mod common;
 mod real_apiserver;
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::time::Duration;
 
-use base64::Engine as _;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use real_apiserver::{binaries, start_apiserver, start_stackgate};
+use real_apiserver::{binaries, chart_render, chart_webhook, start_apiserver, start_stackgate};
 
 const NS: &str = "cluster-a";
 /// How long a new webhook configuration may take to reach the apiserver's admission chain.
 const WEBHOOK_DEADLINE: Duration = Duration::from_secs(30);
-
-/// The chart's webhook configurations of `kind`, reduced to the ConfigMap payload webhook,
-/// calling `addr` and failing closed.
-fn registration(render: &[Value], kind: &str, addr: SocketAddr, ca_pem: &str) -> Value {
-    let mut config = render
-        .iter()
-        .find(|d| d["kind"] == kind)
-        .unwrap_or_else(|| panic!("the render has no {kind}"))
-        .clone();
-    let webhooks: Vec<Value> = config["webhooks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|w| {
-            w["name"]
-                .as_str()
-                .is_some_and(|n| n.starts_with("crs-payload-configmaps."))
-        })
-        .map(|w| {
-            let mut w = w.clone();
-            let path = w["clientConfig"]["service"]["path"]
-                .as_str()
-                .unwrap()
-                .to_owned();
-            w["clientConfig"] = json!({
-                "url": format!("https://{addr}{path}"),
-                "caBundle": base64::engine::general_purpose::STANDARD.encode(ca_pem),
-            });
-            w["failurePolicy"] = json!("Fail");
-            w["timeoutSeconds"] = json!(10);
-            w
-        })
-        .collect();
-    assert_eq!(
-        webhooks.len(),
-        1,
-        "{kind}: one crs-payload-configmaps webhook"
-    );
-    config["webhooks"] = Value::Array(webhooks);
-    config["metadata"] = json!({"name": "stackgate"});
-    config
-}
 
 /// A ConfigMap whose `resources` key embeds the cloud-config Secret a ClusterResourceSet
 /// applies to the workload cluster.
@@ -117,16 +73,13 @@ async fn payload_configmaps_are_sent_by_the_charts_condition_and_others_are_not(
             return;
         }
     };
-    let render_path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("target/chart-render/default.yaml");
-    let Ok(text) = std::fs::read_to_string(&render_path) else {
-        eprintln!(
-            "skipped: {} is missing (run .ci/chart.sh first: it renders the chart with Helm)",
-            render_path.display()
-        );
-        return;
+    let render = match chart_render() {
+        Ok(render) => render,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
     };
-    let render: Vec<Value> = serde_saphyr::from_multiple(&text).expect("the render is YAML");
     common::setup();
     let dir = tempfile::tempdir().unwrap();
     let (_etcd, _apiserver, client, _kubeconfig) =
@@ -161,8 +114,14 @@ async fn payload_configmaps_are_sent_by_the_charts_condition_and_others_are_not(
             &GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind),
             plural,
         );
-        let config: DynamicObject =
-            serde_json::from_value(registration(&render, kind, addr, &ca)).unwrap();
+        let config: DynamicObject = serde_json::from_value(chart_webhook(
+            &render,
+            kind,
+            "crs-payload-configmaps.",
+            addr,
+            &ca,
+        ))
+        .unwrap();
         Api::<DynamicObject>::all_with(client.clone(), &ar)
             .create(&PostParams::default(), &config)
             .await

@@ -109,6 +109,9 @@ impl Inputs for ValuesIndex {
             .then_some((name.as_str(), text.as_str()))
     }
 
+    /// The data value `key` of the `kind` object `name` a HelmRelease in `namespace` refers to:
+    /// `Ok(Some(text, origin))`, `Ok(None)` when the object exists without the key, `Err(())`
+    /// when this run cannot tell (no such object, several that disagree, an unreadable value).
     fn data(
         &self,
         kind: &str,
@@ -116,7 +119,37 @@ impl Inputs for ValuesIndex {
         name: &str,
         key: &str,
     ) -> Result<Option<Found<'_>>, Lookup> {
-        self.lookup(kind, namespace, name, key)
+        let candidates = resolve::in_release_namespace(
+            self.objects
+                .iter()
+                .filter(|o| o.kind == kind && o.name == name),
+            |o| o.namespace.as_deref(),
+            namespace,
+        );
+        let values: Vec<Option<(&Option<DataText>, &str)>> = candidates
+            .iter()
+            .map(|o| {
+                o.data
+                    .iter()
+                    .rfind(|(k, _, _)| k == key)
+                    .map(|(_, t, from)| (t, from.as_str()))
+            })
+            .collect();
+        let Some(first) = values.first() else {
+            return Err(Lookup::Absent);
+        };
+        if values.iter().any(|v| v.map(|x| x.0) != first.map(|x| x.0)) {
+            return Err(Lookup::Unknown);
+        }
+        match first {
+            None => Ok(None),
+            Some((Some(text), from)) => Ok(Some((
+                text,
+                from,
+                candidates.first().and_then(|o| o.places.get(key)),
+            ))),
+            Some((None, _)) => Err(Lookup::Unknown),
+        }
     }
 
     fn chart_configs(&self) -> &[ChartConfig] {
@@ -504,57 +537,6 @@ impl ValuesIndex {
                     places,
                 });
             }
-        }
-    }
-
-    /// The data value `key` of the `kind` object `name` a HelmRelease in `namespace` refers to:
-    /// `Ok(Some(text, origin))`, `Ok(None)` when the object exists without the key, `Err(())`
-    /// when this run cannot tell (no such object, several that disagree, an unreadable value).
-    fn lookup(
-        &self,
-        kind: &str,
-        namespace: Option<&str>,
-        name: &str,
-        key: &str,
-    ) -> Result<Option<Found<'_>>, Lookup> {
-        let named = || {
-            self.objects
-                .iter()
-                .filter(move |o| o.kind == kind && o.name == name)
-        };
-        // The object in the HelmRelease's namespace; else one whose namespace is left to the
-        // deployment (kustomize's `namespace:`, `kubectl -n`), on either side.
-        let mut candidates: Vec<&DataObject> = named()
-            .filter(|o| o.namespace.is_some() && o.namespace.as_deref() == namespace)
-            .collect();
-        if candidates.is_empty() {
-            candidates = named()
-                .filter(|o| o.namespace.is_none() || namespace.is_none())
-                .collect();
-        }
-        let values: Vec<Option<(&Option<DataText>, &str)>> = candidates
-            .iter()
-            .map(|o| {
-                o.data
-                    .iter()
-                    .rfind(|(k, _, _)| k == key)
-                    .map(|(_, t, from)| (t, from.as_str()))
-            })
-            .collect();
-        let Some(first) = values.first() else {
-            return Err(Lookup::Absent);
-        };
-        if values.iter().any(|v| v.map(|x| x.0) != first.map(|x| x.0)) {
-            return Err(Lookup::Unknown);
-        }
-        match first {
-            None => Ok(None),
-            Some((Some(text), from)) => Ok(Some((
-                text,
-                from,
-                candidates.first().and_then(|o| o.places.get(key)),
-            ))),
-            Some((None, _)) => Err(Lookup::Unknown),
         }
     }
 

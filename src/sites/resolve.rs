@@ -298,6 +298,26 @@ pub fn kustomize_values_files<'a>(
     Some((json, resolved))
 }
 
+/// The objects among `named` (those of the kind and name a release refers to) that a release
+/// in `namespace` reads: those in its namespace; else those whose namespace is left to the
+/// deployment (kustomize's `namespace:`, `kubectl -n`), on either side.
+pub fn in_release_namespace<'a, T>(
+    named: impl Iterator<Item = &'a T> + Clone,
+    namespace_of: impl Fn(&T) -> Option<&str>,
+    namespace: Option<&str>,
+) -> Vec<&'a T> {
+    let same: Vec<&T> = named
+        .clone()
+        .filter(|o| namespace_of(o).is_some() && namespace_of(o) == namespace)
+        .collect();
+    if !same.is_empty() {
+        return same;
+    }
+    named
+        .filter(|o| namespace_of(o).is_none() || namespace.is_none())
+        .collect()
+}
+
 /// `release` with its `spec.chartRef` replaced by the chart and version of the one chart
 /// source of the inputs it names (as `spec.chart.spec`, so the release is read as the chart
 /// it installs); None when it has no `chartRef`, or the inputs hold no such source or
@@ -313,20 +333,14 @@ pub fn with_chart_ref(release: &Value, inputs: &impl Inputs) -> Option<Value> {
         .get("namespace")
         .or_else(|| release.pointer("/metadata/namespace"))
         .and_then(Value::as_str);
-    let named = || {
+    let candidates = in_release_namespace(
         inputs
             .chart_sources()
             .iter()
-            .filter(move |s| s.kind == kind && s.name == name)
-    };
-    let mut candidates: Vec<&ChartSource> = named()
-        .filter(|s| s.namespace.is_some() && s.namespace.as_deref() == namespace)
-        .collect();
-    if candidates.is_empty() {
-        candidates = named()
-            .filter(|s| s.namespace.is_none() || namespace.is_none())
-            .collect();
-    }
+            .filter(|s| s.kind == kind && s.name == name),
+        |s| s.namespace.as_deref(),
+        namespace,
+    );
     let first = candidates.first()?;
     if candidates
         .iter()

@@ -270,3 +270,61 @@ pub async fn start_apiserver(
     }
     (etcd, apiserver, client, kubeconfig)
 }
+
+/// The chart as `.ci/chart.sh` renders it (`target/chart-render/default.yaml`), or why it is
+/// not there.
+#[allow(dead_code)] // only the tests that register the chart's own webhooks call it
+pub fn chart_render() -> Result<Vec<serde_json::Value>, String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/chart-render/default.yaml");
+    let text = std::fs::read_to_string(&path).map_err(|_| {
+        format!(
+            "{} is missing (run .ci/chart.sh first: it renders the chart with Helm)",
+            path.display()
+        )
+    })?;
+    Ok(serde_saphyr::from_multiple(&text).expect("the render is YAML"))
+}
+
+/// The render's webhook configuration of `kind` reduced to its one webhook whose name starts
+/// with `prefix`, calling the stackgate at `addr` (CA `ca_pem`) and failing closed, so that a
+/// call that did not happen cannot pass for an admission.
+#[allow(dead_code)] // only the tests that register the chart's own webhooks call it
+pub fn chart_webhook(
+    render: &[serde_json::Value],
+    kind: &str,
+    prefix: &str,
+    addr: std::net::SocketAddr,
+    ca_pem: &str,
+) -> serde_json::Value {
+    use base64::Engine as _;
+    use serde_json::{Value, json};
+    let mut config = render
+        .iter()
+        .find(|d| d["kind"] == kind)
+        .unwrap_or_else(|| panic!("the render has no {kind}"))
+        .clone();
+    let webhooks: Vec<Value> = config["webhooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|w| w["name"].as_str().is_some_and(|n| n.starts_with(prefix)))
+        .map(|w| {
+            let mut w = w.clone();
+            let path = w["clientConfig"]["service"]["path"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+            w["clientConfig"] = json!({
+                "url": format!("https://{addr}{path}"),
+                "caBundle": base64::engine::general_purpose::STANDARD.encode(ca_pem),
+            });
+            w["failurePolicy"] = json!("Fail");
+            w["timeoutSeconds"] = json!(10);
+            w
+        })
+        .collect();
+    assert_eq!(webhooks.len(), 1, "{kind}: one {prefix} webhook");
+    config["webhooks"] = Value::Array(webhooks);
+    config["metadata"] = json!({"name": "stackgate"});
+    config
+}
