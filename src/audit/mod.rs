@@ -1525,7 +1525,7 @@ pub fn evaluate_update_with(
 ) -> (ObjectResult, Option<String>) {
     let subject = update_of_itself(gvk, object);
     let verdict = engine.evaluate_with(&subject, facts);
-    object_result(engine, ar, gvk, object, verdict)
+    object_result(engine, ar, &subject, object, verdict)
 }
 
 /// `object` written again unchanged: an UPDATE whose old and new objects are the stored one.
@@ -1564,19 +1564,22 @@ pub fn evaluate_update_bounded(
     let cancel = crate::budget::Cancel::new();
     let subject = update_of_itself(gvk, object);
     let verdict = engine.evaluate_within(&subject, facts, &cancel)?;
-    let evaluated = object_result(engine, ar, gvk, object, verdict);
+    let evaluated = object_result(engine, ar, &subject, object, verdict);
     cancel.check()?;
     Ok(evaluated)
 }
 
-/// The report entry of one evaluated object, and the masked diff of its fix.
+/// The report entry of one evaluated object (`subject`'s), and the masked diff of its fix. The
+/// entry names the object as its findings do ([`Subject::reference`]): a stored object's
+/// names are within the bounds a reference cuts at, and audit reads no values files.
 fn object_result(
     engine: &Engine,
     ar: &ApiResource,
-    gvk: &GroupVersionKind,
+    subject: &Subject<'_>,
     object: &DynamicObject,
     verdict: Verdict,
 ) -> (ObjectResult, Option<String>) {
+    let gvk = subject.kind;
     let mut items = verdict_items(&verdict, |_| 0, 0, |_, _| {});
     items.sort_by_key(|i| std::cmp::Reverse(i.level));
     let diff = if verdict.patch.is_empty() {
@@ -1588,7 +1591,7 @@ fn object_result(
     let json = json!({"apiVersion": ar.api_version, "kind": ar.kind});
     (
         ObjectResult {
-            object: sites::helm::object_name(gvk, object),
+            object: subject.reference().to_string(),
             line: 0,
             items,
             verdict,
@@ -1617,7 +1620,7 @@ fn fix_diff(
             object,
             &written,
             patch,
-            &engine.policies().sites,
+            engine,
             |site| format!("{} {}", site.object, site.location),
             |site| {
                 if site.secret {

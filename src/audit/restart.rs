@@ -351,7 +351,7 @@ async fn check_workload(
                 ));
             }
         };
-        for site in crate::sites::find(&gvk, &object, &engine.policies().sites) {
+        for site in engine.configs(&crate::engine::Subject::create(&gvk, &object)) {
             let pointer = site.pointer();
             let Some(key) = pointer
                 .strip_prefix("/data/")

@@ -5,17 +5,18 @@ use json_patch::PatchOperation;
 use kube::core::{DynamicObject, GroupVersionKind};
 use serde_json::{Value, json};
 
-use super::index::{Merge, Place, Resolved, ValuesIndex};
+use super::index::{Merge, Place, Resolved, ValuesIndex, own_values_only};
 use super::input::ValuesTarget;
 use crate::budget::Cancel;
-use crate::engine::{self, Engine, Facts, Finding, Subject, Verdict};
+use crate::engine::{
+    self, Engine, Facts, Finding, FoundConfig, Subject, SubjectView, Trace, ValuesField, Verdict,
+};
 use crate::report::mask::{MaskMode, site_diffs};
 use crate::report::{Item, ItemKind, Level, ObjectResult, Problem, verdict_items};
 use crate::sites::helm::{
     VALUES_FILE_API_VERSION, VALUES_FILE_CHART_VERSION_KEY, VALUES_FILE_KIND,
     VALUES_FILE_SUBCHART_CONDITION_KEY, VALUES_FILE_SUBCHART_KEY, VALUES_FILE_SUBCHART_TAGS_KEY,
 };
-use crate::sites::{self, Anchor, FoundConfig};
 use crate::yaml::edit::{self as yamledit, Change};
 use crate::yaml::{self, Node, Seg};
 
@@ -59,34 +60,28 @@ pub fn check_text(engine: &Engine, name: &str, text: &str, values_chart: Option<
     )
 }
 
-/// `object` without the values label (`sites::labelled_values`) when a HelmRelease of the run
-/// reads the key it names through `valuesFrom`: that release's merged evaluation reports what
-/// the values hold, naming this object as the source, so evaluating the values here too would
-/// report each finding twice (and a fix belongs where the merged values say). Alone in a run,
-/// the labelled object is evaluated as the webhook evaluates it.
+/// `object` without the values label ([`SubjectView::labelled_values`]) when a HelmRelease of
+/// the run reads the key it names through `valuesFrom`: that release's merged evaluation
+/// reports what the values hold, naming this object as the source, so evaluating the values
+/// here too would report each finding twice (and a fix belongs where the merged values say).
+/// Alone in a run, the labelled object is evaluated as the webhook evaluates it.
 fn unless_read_by_a_release(
-    engine: &Engine,
     index: &ValuesIndex,
+    kind: &GroupVersionKind,
+    view: &SubjectView,
     mut object: DynamicObject,
 ) -> DynamicObject {
-    let Some(label) = engine.policies().sites.values_label.as_deref() else {
+    let Some(labelled) = &view.labelled_values else {
         return object;
     };
-    let kind = object
-        .types
-        .as_ref()
-        .map(|t| t.kind.clone())
-        .unwrap_or_default();
-    let read = sites::labelled_values_key(&object, &engine.policies().sites).is_some_and(|key| {
-        index.read_by_a_release(
-            &kind,
-            object.metadata.namespace.as_deref(),
-            object.metadata.name.as_deref().unwrap_or(""),
-            key,
-        )
-    });
+    let read = index.read_by_a_release(
+        &kind.kind,
+        object.metadata.namespace.as_deref(),
+        object.metadata.name.as_deref().unwrap_or(""),
+        &labelled.key,
+    );
     if read && let Some(labels) = object.metadata.labels.as_mut() {
-        labels.remove(label);
+        labels.remove(&labelled.label);
     }
     object
 }
@@ -139,18 +134,19 @@ pub fn check_text_in(
     let mut fixed = text.to_owned();
     let mut shown = text.to_owned();
     for c in candidates {
-        let parsed = object_of(&c.json);
+        let parsed = object_of(&c.json).map(|(kind, object)| {
+            let view = engine.describe(&Subject::create(&kind, &object));
+            (kind, object, view)
+        });
         // A ConfigMap ClusterResourceSet payload embedding a Secret is shown like a Secret.
         let keeps_secrets = is_core_secret(&c.json)
-            || parsed.as_ref().is_some_and(|(kind, object)| {
-                sites::embeds_secret(kind, object, &engine.policies().sites)
-            });
+            || parsed.as_ref().is_some_and(|(_, _, view)| view.holds_secrets);
         if keeps_secrets && let Some(node) = docs.get(c.doc).and_then(|d| d.root.at(&c.prefix)) {
             checked
                 .secret_lines
                 .push((node.start.line, node.end.line.max(node.start.line)));
         }
-        let Some((kind, object)) = parsed else {
+        let Some((kind, object, view)) = parsed else {
             checked.problems.push(Problem {
                 line: c.line,
                 column: 1,
@@ -162,7 +158,7 @@ pub fn check_text_in(
         // HelmChart's findings about values set here are placed at this file's lines.
         if index.config_merged_into(&c.json).is_some() {
             checked.objects.push(ObjectResult {
-                object: sites::object_name(&kind, &object),
+                object: view.name,
                 line: c.line,
                 items: Vec::new(),
                 verdict: Verdict::default(),
@@ -175,13 +171,17 @@ pub fn check_text_in(
         // With `valuesFrom` resolved, the engine evaluates the merged values; findings and the
         // patch are about them, not about this file's text, so no edit is written here.
         let resolved = index.resolve(&c.json);
-        let (kind, object) = match resolved.as_ref().and_then(|r| object_of(&r.object)) {
-            Some(merged) => merged,
-            None => (kind, object),
+        // What is shown of the merged object is asked again: its values are not the file's.
+        let (kind, object, view) = match resolved.as_ref().and_then(|r| object_of(&r.object)) {
+            Some((kind, object)) => {
+                let view = engine.describe(&Subject::create(&kind, &object));
+                (kind, object, view)
+            }
+            None => (kind, object, view),
         };
         let merged_from = resolved.as_ref().and_then(|r| r.sources.clone());
         let merge = resolved.as_ref().map_or(Merge::FluxOrArgo, |r| r.merge);
-        let object = unless_read_by_a_release(engine, index, object);
+        let object = unless_read_by_a_release(index, &kind, &view, object);
         let evaluated = {
             // The account is on this thread and nothing else runs on it meanwhile, so it
             // counts this evaluation alone; the flag never fires, only memory stops it.
@@ -194,10 +194,7 @@ pub fn check_text_in(
                 checked.problems.push(Problem {
                     line: c.line,
                     column: 1,
-                    message: format!(
-                        "{} not evaluated: {exhausted}",
-                        sites::object_name(&kind, &object)
-                    ),
+                    message: format!("{} not evaluated: {exhausted}", view.name),
                 });
                 continue;
             }
@@ -216,15 +213,12 @@ pub fn check_text_in(
         let root = docs.get(c.doc).map(|d| &d.root);
         let locate = |f: &Finding| root.map_or(c.line, |r| locate(text, r, &c, f));
         // Where the evaluated object holds the chart's values, as the registry places them.
-        let fields = match resolved.as_ref().filter(|r| r.sources.is_some()) {
-            Some(_) => sites::delivery::values_fields(&kind, &object, &engine.policies().sites),
-            None => Vec::new(),
-        };
+        let fields = &view.values_fields;
         let mut items = verdict_items(&verdict, locate, c.line, |f, item| {
             let Some(resolved) = resolved.as_ref().filter(|r| r.sources.is_some()) else {
                 return;
             };
-            let place = values_path(f, resolved, &fields).and_then(|p| resolved.place_of(&p));
+            let place = values_path(f, resolved, fields).and_then(|p| resolved.place_of(&p));
             if merge == Merge::HelmChartConfig {
                 helm_chart_text(item);
             }
@@ -244,7 +238,7 @@ pub fn check_text_in(
                     }
                 }
                 (Some(Place::Own(Some((field, yaml_string)))), Some(root)) => {
-                    let path = values_path(f, resolved, &fields).unwrap_or_default();
+                    let path = values_path(f, resolved, fields).unwrap_or_default();
                     if let Some(line) = own_line(text, root, &c, &field, yaml_string, &path) {
                         item.line = line;
                     }
@@ -254,7 +248,7 @@ pub fn check_text_in(
                         && matches!(
                             &f.anchor,
                             engine::Anchor::CloudConfig {
-                                trace: Anchor::TextLine { .. },
+                                trace: Trace::TextLine { .. },
                                 ..
                             }
                         ) =>
@@ -297,7 +291,7 @@ pub fn check_text_in(
                     &object,
                     &c.json,
                     &verdict.patch,
-                    &engine.policies().sites,
+                    engine,
                     label,
                     |_| MaskMode::SecretIni,
                 )
@@ -307,7 +301,7 @@ pub fn check_text_in(
             }
         }
         checked.objects.push(ObjectResult {
-            object: sites::object_name(&kind, &object),
+            object: view.name,
             line: c.line,
             items,
             verdict,
@@ -395,11 +389,11 @@ fn helm_chart_text(item: &mut Item) {
 /// anchor names under the merged values, or for the cluster-name family on a values string,
 /// `cluster.name` (when no `controllerExtraArgs` could set the name instead). Which fields
 /// hold values, and whether as a map or a YAML string, is the registry's
-/// ([`sites::delivery::values_fields`]).
+/// ([`SubjectView::values_fields`]).
 fn values_path(
     f: &Finding,
     resolved: &Resolved,
-    fields: &[sites::delivery::ValuesField],
+    fields: &[ValuesField],
 ) -> Option<Vec<String>> {
     values_keys(
         &f.anchor,
@@ -415,7 +409,7 @@ fn values_keys(
     anchor: &engine::Anchor,
     name_rule: bool,
     object: &Value,
-    fields: &[sites::delivery::ValuesField],
+    fields: &[ValuesField],
 ) -> Option<Vec<String>> {
     // A path of keys only: the merged layers are told apart by values keys, and the layers of
     // every source of a list of sources (Argo CD `spec.sources[]`) are merged into one list,
@@ -452,13 +446,13 @@ fn values_keys(
     };
     match anchor {
         engine::Anchor::CloudConfig { trace, .. } => match trace {
-            Anchor::Node(path) => under_values(path),
-            Anchor::TextLine { path, line } if text_field(path) => {
+            Trace::Node(path) => under_values(path),
+            Trace::TextLine { path, line } if text_field(path) => {
                 let root = yaml::parse_one(text_at(path)?).ok()?;
                 let mut keys = Vec::new();
                 key_path_at_line(&root, *line, &mut keys).then_some(keys)
             }
-            Anchor::TextLine { .. } => None,
+            Trace::TextLine { .. } => None,
         },
         engine::Anchor::Field { pointer } => {
             let ptr = jsonptr::Pointer::parse(pointer).ok()?;
@@ -532,7 +526,7 @@ fn own_values_patch(
     index: &ValuesIndex,
     original: &Value,
 ) -> Option<Vec<PatchOperation>> {
-    let own = crate::sites::resolve::own_values_only(original);
+    let own = own_values_only(original);
     let (kind, object) = object_of(&own)?;
     let patch = engine.evaluate(&Subject::create(&kind, &object)).patch;
     if patch.is_empty() {
@@ -684,7 +678,7 @@ fn locate(text: &str, root: &Node, c: &Candidate, f: &Finding) -> usize {
         engine::Anchor::CloudConfig { trace, .. } | engine::Anchor::Embedded { trace, .. } => {
             trace.clone()
         }
-        engine::Anchor::Field { pointer } => Anchor::Node(pointer_segs(
+        engine::Anchor::Field { pointer } => Trace::Node(pointer_segs(
             root.at(&c.prefix).unwrap_or(root),
             pointer,
             c.values_file,
@@ -692,7 +686,7 @@ fn locate(text: &str, root: &Node, c: &Candidate, f: &Finding) -> usize {
         engine::Anchor::Object => return object_line,
     };
     let line = match anchor {
-        Anchor::Node(path) => doc_path(c, &path).map(|p| {
+        Trace::Node(path) => doc_path(c, &path).map(|p| {
             let (used, _, line) = root.deepest(&p);
             if used > c.prefix.len() {
                 line
@@ -700,7 +694,7 @@ fn locate(text: &str, root: &Node, c: &Candidate, f: &Finding) -> usize {
                 object_line
             }
         }),
-        Anchor::TextLine { path, line } => doc_path(c, &path).map(|p| match root.at(&p) {
+        Trace::TextLine { path, line } => doc_path(c, &path).map(|p| match root.at(&p) {
             Some(node) if node.scalar().is_some() => yaml::line_within_scalar(text, node, line),
             _ => root.deepest(&p).2,
         }),
@@ -813,24 +807,20 @@ fn config_not_in_run(
 mod tests {
     use super::*;
 
-    fn sites() -> crate::sites::SitesDocument {
-        serde_saphyr::from_str(include_str!("../../policies/cloud-config-sites.yaml"))
-            .expect("the default sites document parses")
-    }
-
     /// The values keys a finding at `anchor` names on the resolved `object`, with the fields
-    /// the registry places its values in.
+    /// the engine says it holds values in.
     fn keys(object: &Value, anchor: &engine::Anchor, name_rule: bool) -> Option<Vec<String>> {
         let (kind, dynamic) = object_of(object).expect("an object");
-        let fields = sites::delivery::values_fields(&kind, &dynamic, &sites());
-        values_keys(anchor, name_rule, object, &fields)
+        let engine = Engine::new(crate::policy::PolicySet::embedded().expect("the policies load"));
+        let view = engine.describe(&Subject::create(&kind, &dynamic));
+        values_keys(anchor, name_rule, object, &view.values_fields)
     }
 
     fn node(path: &[Seg]) -> engine::Anchor {
         engine::Anchor::CloudConfig {
             pointer: String::new(),
             line: None,
-            trace: Anchor::Node(path.to_vec()),
+            trace: Trace::Node(path.to_vec()),
         }
     }
 
@@ -938,7 +928,7 @@ mod tests {
         let line = |line| engine::Anchor::CloudConfig {
             pointer: String::new(),
             line: None,
-            trace: Anchor::TextLine {
+            trace: Trace::TextLine {
                 path: segs(&["spec", "valuesContent"]),
                 line,
             },

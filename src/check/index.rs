@@ -25,7 +25,9 @@ use crate::sites::resolve::{
     self, ChartConfig, ChartSource, DataPlace, DataText, Found, Inputs, Lookup, helm_cattle_key,
     reference_target, value_file_suffix, value_files,
 };
-pub(super) use crate::sites::resolve::{Merge, Place, Resolved, argo_sources, normalize};
+pub(super) use crate::sites::resolve::{
+    Merge, Place, Resolved, argo_sources, normalize, own_values_only,
+};
 use crate::sites::umbrella::Dependency;
 use crate::yaml;
 

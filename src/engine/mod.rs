@@ -7,6 +7,7 @@
 //! lets the webhook, `stackgate check` and the documentation agree.
 
 pub mod docs;
+mod view;
 
 use std::cell::OnceCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -23,9 +24,10 @@ use crate::releases::Snapshot;
 use crate::rules::{
     Check, ConfigView, Context, FAMILIES, ObjectInput, RuleOutput, Severity, Unreadable,
 };
-use crate::sites::{self, FoundConfig, SiteError};
+use crate::sites::{self, SiteError};
 
 pub use crate::rules::{Facts, ObjectRef, Operation, Platform, Requester, RuleId, Subject};
+pub use view::{FoundConfig, LabelledValues, SubjectView, Trace, ValuesField};
 
 /// The code of a mutation finding (what the patch changes).
 pub const CODE_MUTATION: &str = "mutation";

@@ -8,7 +8,7 @@ use json_patch::PatchOperation;
 use kube::core::{DynamicObject, GroupVersionKind};
 use serde_json::Value;
 
-use crate::sites::{self, FoundConfig, SitesDocument};
+use crate::engine::{Engine, FoundConfig, Subject};
 
 /// Whether a key names a credential (its value is never shown).
 pub fn sensitive_key(key: &str) -> bool {
@@ -90,14 +90,15 @@ pub fn masked_diff(old: &str, new: &str, label: &str, mode: MaskMode<'_>) -> Str
 /// Masked diffs of each cloud config that `patch` changes, with the pointer of its site: the
 /// sites of `before` (the object as evaluated), found again in `written` (the object as
 /// written, which the patch applies to) with the patch applied, matched by pointer, and
-/// diffed when their text changed. `label` and `mode` say how each site's diff is headed and
-/// masked. Empty when the patch does not apply.
+/// diffed when their text changed. The sites are the ones `engine` finds ([`Engine::configs`]).
+/// `label` and `mode` say how each site's diff is headed and masked. Empty when the patch
+/// does not apply.
 pub fn site_diffs(
     gvk: &GroupVersionKind,
     before: &DynamicObject,
     written: &Value,
     patch: &[PatchOperation],
-    sites: &SitesDocument,
+    engine: &Engine,
     label: impl Fn(&FoundConfig) -> String,
     mode: impl Fn(&FoundConfig) -> MaskMode<'static>,
 ) -> Vec<(String, String)> {
@@ -108,9 +109,9 @@ pub fn site_diffs(
     let Ok(after_obj) = serde_json::from_value::<DynamicObject>(patched) else {
         return Vec::new();
     };
-    let after = sites::find(gvk, &after_obj, sites);
+    let after = engine.configs(&Subject::create(gvk, &after_obj));
     let mut out = Vec::new();
-    for site in sites::find(gvk, before, sites) {
+    for site in engine.configs(&Subject::create(gvk, before)) {
         let Some(new) = after.iter().find(|s| s.pointer() == site.pointer()) else {
             continue;
         };
@@ -428,8 +429,7 @@ mod tests {
 
     #[test]
     fn site_diffs_diff_each_config_the_patch_changes_masked_with_its_pointer() {
-        let sites: SitesDocument =
-            serde_saphyr::from_str(include_str!("../../policies/cloud-config-sites.yaml")).unwrap();
+        let engine = Engine::new(crate::policy::PolicySet::embedded().unwrap());
         let gvk = GroupVersionKind::gvk("", "v1", "Secret");
         let old = "[Global]\npassword = hunter2\n[LoadBalancer]\nsubnet-id = s\n";
         let new = format!("{old}provider-requires-serial-api-calls = true\n");
@@ -446,7 +446,7 @@ mod tests {
                 &before,
                 &written,
                 patch,
-                &sites,
+                &engine,
                 |site| format!("{} {}", site.object, site.location),
                 |_| MaskMode::SecretIni,
             )

@@ -44,8 +44,8 @@ pub use crate::yaml::Seg;
 pub use helm::{helm_controller_extra_args, helm_controller_extra_args_all};
 pub use object_data::decode_base64_like_go;
 
-// What a face asks of an object it holds (how messages name it, whether its diffs must be
-// masked as a Secret's, the labelled values key it holds), without reaching into carriers.
+// What the engine's view of an object reads (how messages name it, whether its diffs must be
+// masked as a Secret's, the labelled values key it holds): faces ask `Engine::describe`.
 pub use helm::object_name;
 pub use labelled_values::values_key as labelled_values_key;
 pub use payload::embeds_secret;
