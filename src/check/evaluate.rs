@@ -370,18 +370,13 @@ fn merged_note(sources: &[String], merge: Merge, fixable: bool) -> String {
     )
 }
 
-/// A finding about a HelmChart evaluated with its HelmChartConfig: without the caveat that a
-/// HelmChartConfig may set what this write does not show (it is merged in), and without the
-/// line of the merged values text (not a line of any file; the item's line is).
+/// A finding about a HelmChart evaluated with its HelmChartConfig, shown as the engine renders
+/// a merged overlay ([`engine::Text::merged_overlay`]): the item's line is the file's.
 fn helm_chart_text(item: &mut Item) {
     let Some(text) = &mut item.text else {
         return;
     };
-    let caveat =
-        crate::rules::cluster_name::caveat_note(crate::rules::cluster_name::HELMCHARTCONFIG_CAVEAT);
-    text.notes.retain(|n| *n != caveat);
-    // The line is a part of its own: leaving it out leaves the rest of the location whole.
-    text.field_line = None;
+    text.merged_overlay();
     rerender(item);
 }
 

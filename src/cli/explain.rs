@@ -318,7 +318,7 @@ fn render(engine: &Engine, family: &'static Family, code: Option<&'static str>) 
                 if !text.why.is_empty() {
                     parts.push(("Why", text.why.clone()));
                 }
-                for note in &text.notes {
+                for note in text.unseen_overlay.iter().chain(&text.notes) {
                     parts.push(("Note", note.clone()));
                 }
                 if let Some(key) = &text.exemption {

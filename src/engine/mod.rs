@@ -95,6 +95,11 @@ pub struct Text {
     pub fix: String,
     /// Why it matters, with the upstream reference; may be long.
     pub why: String,
+    /// A caveat that holds only while the object is judged alone: an overlay a controller
+    /// merges over it, which the write does not show, may set what was found instead (a
+    /// RKE2/k3s HelmChartConfig over its HelmChart). A sentence, shown before the notes; a
+    /// face that merged the overlay in leaves it out ([`Text::merged_overlay`]).
+    pub unseen_overlay: Option<String>,
     /// Further caveats, each a sentence.
     pub notes: Vec<String>,
     /// The annotation that exempts the object, when the policy allows exemptions.
@@ -132,6 +137,7 @@ impl Text {
         for part in within
             .iter()
             .chain(std::iter::once(&self.why))
+            .chain(&self.unseen_overlay)
             .chain(&self.notes)
         {
             let part = part.trim();
@@ -159,6 +165,7 @@ impl Text {
             within
                 .iter()
                 .chain(std::iter::once(&self.why))
+                .chain(&self.unseen_overlay)
                 .chain(&self.notes)
                 .map(|p| p.trim())
                 .filter(|p| !p.is_empty())
@@ -178,6 +185,16 @@ impl Text {
             self.source.trim()
         ));
         lines.join("\n")
+    }
+
+    /// The text as a face shows it when it merged in the overlay a controller applies over the
+    /// object and judged the merge (`check` evaluating a HelmChart with its HelmChartConfig):
+    /// without the caveat about an unseen overlay ([`Text::unseen_overlay`]), which no longer
+    /// holds, and without the line of the values text ([`Text::field_line`]), which is a line
+    /// of the merged text, in no file (the face places the finding at its own line).
+    pub fn merged_overlay(&mut self) {
+        self.unseen_overlay = None;
+        self.field_line = None;
     }
 
     /// `At <within>.`: the part of the location the first line leaves out, when there is one.
@@ -214,6 +231,7 @@ impl Text {
             .into_iter()
             .chain(self.location.as_mut())
             .chain(self.within.as_mut())
+            .chain(self.unseen_overlay.as_mut())
             .chain(self.notes.iter_mut())
         {
             cut_message(part);
@@ -1506,6 +1524,7 @@ fn limit_findings(verdict: &mut Verdict) {
                     "A verdict lists at most {MAX_FINDINGS_PER_LIST} findings of one kind, so \
                      that an answer stays small whatever the object holds."
                 ),
+                unseen_overlay: None,
                 notes: Vec::new(),
                 exemption: first.text.exemption.clone(),
                 exempters: first.text.exempters.clone(),
@@ -1806,6 +1825,7 @@ fn text_of(v: &crate::rules::Violation) -> Text {
         what: v.what.clone(),
         fix: v.fix.clone(),
         why: v.why.clone(),
+        unseen_overlay: v.unseen_overlay.clone(),
         notes: v.notes.clone(),
         exemption: None,
         exempters: None,
@@ -1982,5 +2002,55 @@ mod tests {
         assert_eq!(verdict.audit_annotations["p"].len(), MAX_MESSAGE_BYTES);
         // Cutting messages is not the findings cap.
         assert!(verdict.limits.is_empty());
+    }
+
+    #[test]
+    fn an_unseen_overlay_is_the_first_note_until_a_face_merges_the_overlay() {
+        let mut text = Text {
+            location: Some("HelmChart kube-system/occm spec.valuesContent".to_owned()),
+            field_line: Some(4),
+            what: "the CCM runs with the default cluster name".to_owned(),
+            fix: "set it".to_owned(),
+            why: "Why.".to_owned(),
+            unseen_overlay: Some("This holds unless an overlay sets it.".to_owned()),
+            notes: vec!["Note: another.".to_owned()],
+            ..Text::default()
+        };
+        let rule = RuleId::parse(rule(0)).expect("a registered family");
+        assert_eq!(
+            text.first_line(),
+            "HelmChart kube-system/occm spec.valuesContent line 4: the CCM runs with the \
+             default cluster name. Fix: set it."
+        );
+        assert!(
+            text.one_line()
+                .ends_with(" Why. This holds unless an overlay sets it. Note: another."),
+            "{}",
+            text.one_line()
+        );
+        let full = text.full("p", rule, "c");
+        let lines: Vec<&str> = full.lines().collect();
+        assert_eq!(
+            lines[1..4],
+            ["Why.", "This holds unless an overlay sets it.", "Note: another."]
+        );
+
+        text.merged_overlay();
+        assert_eq!(text.unseen_overlay, None);
+        assert_eq!(text.field_line, None);
+        assert_eq!(text.notes, ["Note: another."]);
+        assert!(text.first_line().starts_with("HelmChart kube-system/occm spec.valuesContent: "));
+        assert!(!text.one_line().contains("overlay"));
+        assert!(!text.full("p", rule, "c").contains("overlay"));
+    }
+
+    #[test]
+    fn an_unseen_overlay_is_cut_like_every_part() {
+        let mut text = Text {
+            unseen_overlay: Some("o".repeat(2 * MAX_MESSAGE_BYTES)),
+            ..Text::default()
+        };
+        text.cut();
+        assert!(text.unseen_overlay.is_some_and(|o| o.len() <= MAX_MESSAGE_BYTES));
     }
 }

@@ -95,6 +95,7 @@ fn check_object(input: &ObjectInput<'_>) -> RuleOutput {
             fix,
             why,
             notes: Vec::new(),
+            unseen_overlay: None,
             fixed_by_edit: false,
         });
     }

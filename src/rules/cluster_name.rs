@@ -131,7 +131,31 @@ pub struct NameSource {
     /// The name.
     pub name: Name,
     /// What else may set the name that this write does not show, for messages.
-    pub caveat: Option<&'static str>,
+    pub caveat: Option<Caveat>,
+}
+
+/// What may set the name where a write does not show it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caveat {
+    /// Another values file or `--set` of the same release (a plain values file is one of
+    /// them): a note of the finding.
+    OtherValues,
+    /// A RKE2/k3s HelmChartConfig of the same name over a HelmChart: the finding's
+    /// `unseen_overlay`, which a face that merged the HelmChartConfig in leaves out.
+    HelmChartConfig,
+}
+
+impl Caveat {
+    /// The clause the note is made of ([`caveat_note`]).
+    fn clause(self) -> &'static str {
+        match self {
+            Caveat::OtherValues => {
+                "unless another values file or --set of the same release sets cluster.name, \
+                 which this file does not show"
+            }
+            Caveat::HelmChartConfig => HELMCHARTCONFIG_CAVEAT,
+        }
+    }
 }
 
 fn check(input: &ObjectInput<'_>) -> RuleOutput {
@@ -210,10 +234,7 @@ fn name_sources_within(
         .filter_map(|values| values_source(&holder, values))
         .map(|mut source| {
             if values_file && source.caveat.is_none() {
-                source.caveat = Some(
-                    "unless another values file or --set of the same release sets cluster.name, \
-                     which this file does not show",
-                );
+                source.caveat = Some(Caveat::OtherValues);
             }
             source
         })
@@ -343,8 +364,8 @@ fn container_source(container: &CcmContainer<'_>) -> NameSource {
 }
 
 /// What a RKE2/k3s HelmChart's finding says when a HelmChartConfig it cannot see may set the
-/// name (`stackgate check` drops it when the HelmChartConfig is merged in).
-pub const HELMCHARTCONFIG_CAVEAT: &str =
+/// name (`stackgate check` leaves it out when the HelmChartConfig is merged in).
+const HELMCHARTCONFIG_CAVEAT: &str =
     "unless a HelmChartConfig of the same name sets cluster.name, which this write does not show";
 
 fn values_source(holder: &str, values: &ChartValues) -> Option<NameSource> {
@@ -434,7 +455,7 @@ fn values_source(holder: &str, values: &ChartValues) -> Option<NameSource> {
             explicit: true,
         },
     };
-    let caveat = (values.overridable && set_entry.is_none()).then_some(HELMCHARTCONFIG_CAVEAT);
+    let caveat = (values.overridable && set_entry.is_none()).then_some(Caveat::HelmChartConfig);
     Some(NameSource {
         key,
         location,
@@ -454,9 +475,8 @@ fn shown(name: &str) -> String {
     }
 }
 
-/// The note a caveat gives a finding (`stackgate check` drops the HelmChartConfig one when it
-/// merges the HelmChartConfig in).
-pub fn caveat_note(caveat: &str) -> String {
+/// The sentence a caveat gives a finding.
+fn caveat_note(caveat: &str) -> String {
     format!("This holds {caveat}.")
 }
 
@@ -485,7 +505,16 @@ fn default_name(source: &NameSource, name: &str, explicit: bool, severity: Sever
              first Service of type LoadBalancer exists (renaming later recreates every load \
              balancer)."
         ),
-        notes: source.caveat.map(caveat_note).into_iter().collect(),
+        notes: source
+            .caveat
+            .filter(|c| *c == Caveat::OtherValues)
+            .map(|c| caveat_note(c.clause()))
+            .into_iter()
+            .collect(),
+        unseen_overlay: source
+            .caveat
+            .filter(|c| *c == Caveat::HelmChartConfig)
+            .map(|c| caveat_note(c.clause())),
         fixed_by_edit: false,
     }
 }
@@ -512,6 +541,7 @@ fn renamed(source: &NameSource, was: &str, name: &str) -> Violation {
              Octavia ({RENAME_SOURCE}; {SOURCES})."
         ),
         notes: Vec::new(),
+        unseen_overlay: None,
         fixed_by_edit: false,
     }
 }
@@ -532,6 +562,7 @@ fn unknown(source: &NameSource, why: &str) -> Violation {
              new IP ({RENAME_SOURCE})."
         ),
         notes: Vec::new(),
+        unseen_overlay: None,
         fixed_by_edit: false,
     }
 }

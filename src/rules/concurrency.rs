@@ -272,6 +272,7 @@ pub fn violation(
         fix,
         why,
         notes: Vec::new(),
+        unseen_overlay: None,
         fixed_by_edit: false,
     })
 }

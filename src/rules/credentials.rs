@@ -103,6 +103,7 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
                      clouds.yaml with `use-clouds = true`, and rotate the credential."
                 ),
                 notes: Vec::new(),
+                unseen_overlay: None,
                 fixed_by_edit: false,
             });
             continue;
@@ -145,6 +146,7 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
                       line, and rotate it."
                     .to_owned(),
                 notes: Vec::new(),
+                unseen_overlay: None,
                 fixed_by_edit: false,
             });
         }

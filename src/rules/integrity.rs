@@ -131,6 +131,7 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
                 fix: fix.to_owned(),
                 why: why_text,
                 notes: Vec::new(),
+                unseen_overlay: None,
                 fixed_by_edit: false,
             });
             return out;
@@ -167,6 +168,7 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
                   it."
             .to_owned(),
             notes: Vec::new(),
+            unseen_overlay: None,
             fixed_by_edit: false,
         });
     }
@@ -192,6 +194,7 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
                       makes no claim about it (unsubstituted, the CCM would not start)."
                     .to_owned(),
                 notes: Vec::new(),
+                unseen_overlay: None,
                 fixed_by_edit: false,
             });
             continue;
@@ -215,6 +218,7 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
             fix: problem_fix(p.kind).to_owned(),
             why: format!("{}; the CCM would fail to start on this file.", p.message),
             notes: Vec::new(),
+            unseen_overlay: None,
             fixed_by_edit: false,
         });
     }
@@ -312,6 +316,7 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
                 ),
             },
             notes,
+            unseen_overlay: None,
             fixed_by_edit: false,
         });
     }
@@ -349,6 +354,7 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
             fix: "wrap the value in double quotes".to_owned(),
             why: why.to_owned(),
             notes: Vec::new(),
+            unseen_overlay: None,
             fixed_by_edit: false,
         });
     }
@@ -401,6 +407,7 @@ fn silent_values(
         fix,
         why: format!("{why} ({SOURCE_CCM_START})."),
         notes: Vec::new(),
+        unseen_overlay: None,
         fixed_by_edit: false,
     };
     if let Some(e) = doc.effective("Global", None, "tls-insecure")
@@ -525,6 +532,7 @@ fn newer_keys(doc: &Document, version: &crate::sites::helm::CcmVersion, out: &mu
                     shown_range(version),
                 ),
                 notes: Vec::new(),
+                unseen_overlay: None,
                 fixed_by_edit: false,
             });
         }

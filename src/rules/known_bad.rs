@@ -60,6 +60,7 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
                   and always use Octavia, so the setting also misleads."
                 .to_owned(),
             notes: Vec::new(),
+            unseen_overlay: None,
             fixed_by_edit: false,
         });
     }
@@ -111,6 +112,7 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
                       not support ROUND_ROBIN algorithm\"), so every LoadBalancer Service fails."
                     .to_owned(),
                 notes: note.map(str::to_owned).into_iter().collect(),
+                unseen_overlay: None,
                 fixed_by_edit: false,
             });
         }

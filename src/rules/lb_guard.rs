@@ -563,6 +563,7 @@ fn unavailable(what: &str, reason: &str, unknown: WhenUnknown) -> Violation {
         fix: fix.to_owned(),
         why,
         notes: Vec::new(),
+        unseen_overlay: None,
         fixed_by_edit: false,
     }
 }
@@ -758,6 +759,7 @@ fn refusal(what: &str, lb: &LoadBalancerStatus, problems: Problems) -> Violation
             listed.join("; ")
         ),
         notes: Vec::new(),
+        unseen_overlay: None,
         fixed_by_edit: false,
     }
 }

@@ -135,6 +135,12 @@ pub struct Violation {
     /// Why it matters, with the upstream reference the rule relies on; may be long (shown
     /// after the first line, in denials, reports and `stackgate explain`).
     pub why: String,
+    /// A caveat that holds only while the object is judged alone: what an overlay a
+    /// controller merges over it, which this write does not show, may set instead (a RKE2/k3s
+    /// HelmChartConfig over its HelmChart). A sentence, shown before the notes; a face that
+    /// merged the overlay in and judged the merge leaves it out (the engine's
+    /// `Text::merged_overlay`).
+    pub unseen_overlay: Option<String>,
     /// Further caveats, each a sentence.
     pub notes: Vec<String>,
     /// Whether the rule's own edit fixes it (then it is not reported where the edit applies).
@@ -148,6 +154,7 @@ impl Violation {
         let mut parts: Vec<&str> = Vec::new();
         parts.extend(self.location.as_deref());
         parts.extend([self.what.as_str(), self.fix.as_str(), self.why.as_str()]);
+        parts.extend(self.unseen_overlay.as_deref());
         parts.extend(self.notes.iter().map(String::as_str));
         parts.join(" ")
     }
@@ -249,6 +256,7 @@ impl KindCollector {
                  {MAX_FINDINGS_PER_KIND} of one kind are)."
             ),
             notes: Vec::new(),
+            unseen_overlay: None,
             fixed_by_edit: false,
         });
     }

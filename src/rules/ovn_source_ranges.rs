@@ -171,6 +171,7 @@ fn check(input: &ObjectInput<'_>) -> RuleOutput {
                 settings.source, settings.source
             ),
             notes: Vec::new(),
+            unseen_overlay: None,
             fixed_by_edit: false,
         });
     }
@@ -198,6 +199,7 @@ fn check(input: &ObjectInput<'_>) -> RuleOutput {
                 settings.source
             ),
             notes: Vec::new(),
+            unseen_overlay: None,
             fixed_by_edit: false,
         });
     }
@@ -230,6 +232,7 @@ fn unseen(service: &str, asks: &ServiceAsks, why: &str) -> Violation {
              SOURCE_IP_PORT lb-method ({SOURCES})."
         ),
         notes: Vec::new(),
+        unseen_overlay: None,
         fixed_by_edit: false,
     }
 }

@@ -173,6 +173,7 @@ pub fn check(
                   release applies and neither adds nor checks release annotations."
                 .to_owned(),
             notes: Vec::new(),
+            unseen_overlay: None,
             fixed_by_edit: false,
         });
     }
@@ -230,6 +231,7 @@ pub fn check(
                             mapping.source.trim()
                         ),
                         notes: Vec::new(),
+                        unseen_overlay: None,
                         fixed_by_edit: false,
                     });
                 }
@@ -258,6 +260,7 @@ pub fn check(
                                 mapping.source.trim()
                             ),
                             notes: ratchet_note(ratchet),
+                            unseen_overlay: None,
                             fixed_by_edit: false,
                         });
                     }
@@ -301,6 +304,7 @@ pub fn check(
                             mapping.source.trim()
                         ),
                         notes: ratchet_note(ratchet),
+                        unseen_overlay: None,
                         fixed_by_edit: true,
                     });
                 }

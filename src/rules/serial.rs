@@ -75,6 +75,7 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
                      reads, stackgate adds {KEY} = true if it is missing."
                 ),
                 notes: Vec::new(),
+                unseen_overlay: None,
                 fixed_by_edit: false,
             });
             return out;
@@ -118,6 +119,7 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
                 fix: "set it to true".to_owned(),
                 why,
                 notes: Vec::new(),
+                unseen_overlay: None,
                 fixed_by_edit: true,
             });
         }
@@ -136,6 +138,7 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
                      line also works: it adds the line."
                 ),
                 notes: Vec::new(),
+                unseen_overlay: None,
                 fixed_by_edit: false,
             }),
             None => out.violations.push(Violation {
@@ -150,6 +153,7 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
                       it would fail to start."
                     .to_owned(),
                 notes: Vec::new(),
+                unseen_overlay: None,
                 fixed_by_edit: false,
             }),
         },
