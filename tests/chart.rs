@@ -34,7 +34,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use stackgate::sites::delivery::CLUSTER_SCOPED;
+use stackgate::sites::delivery::{Scope, registered_scope};
 
 const UID: i64 = 65532;
 const MAX_TIMEOUT_SECONDS: i32 = 5;
@@ -555,13 +555,13 @@ fn check_hook(r: &Render, h: &Hook<'_>, service: &Service, ca_bundle: Option<&st
             assert!(!v.contains('*'), "{what}: wildcard {v:?} in rules");
             assert!(!v.contains('/'), "{what}: subresource {v:?} in rules");
         }
-        // Cluster-scoped resources (`sites::delivery::CLUSTER_SCOPED`) only in rules of their
-        // own: a namespaced rule never matches them.
+        // Resources the registry registers at cluster scope (`Registration::scope`) only in
+        // rules of their own: a namespaced rule never matches them.
         let cluster_scoped = rule.api_groups.iter().flatten().all(|g| {
             rule.resources
                 .iter()
                 .flatten()
-                .all(|r| CLUSTER_SCOPED.contains(&(g.as_str(), r.as_str())))
+                .all(|r| registered_scope(g, r) == Some(Scope::Cluster))
         });
         let scope = if cluster_scoped {
             "Cluster"

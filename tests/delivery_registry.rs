@@ -22,7 +22,7 @@ use stackgate::facts::ccm_config::CcmConfigReads;
 use stackgate::facts::ccm_workload::CcmMarkers;
 use stackgate::metrics::Metrics;
 use stackgate::policy::PolicySet;
-use stackgate::sites::delivery::{Audit, CLUSTER_SCOPED, REGISTRY, UnseenAt};
+use stackgate::sites::delivery::{Audit, REGISTRY, UnseenAt};
 
 fn engine() -> Engine {
     Engine::new(PolicySet::embedded().expect("embedded policies load"))
@@ -670,15 +670,8 @@ fn the_chart_registers_the_webhooks_the_registry_asks_for() {
     let text = std::fs::read_to_string(dir.join("default.yaml"))
         .expect("target/chart-render/default.yaml: run .ci/chart.sh");
     let (rendered, names) = chart_rules(&text);
-    // A rule's scope must match the resource's: a `Namespaced` rule never matches a
+    // A rule's scope must be the registration's: a `Namespaced` rule never matches a
     // cluster-scoped object.
-    let scope = |group: &str, resource: &str| {
-        if CLUSTER_SCOPED.contains(&(group, resource)) {
-            "Cluster"
-        } else {
-            "Namespaced"
-        }
-    };
     let wanted: BTreeSet<Rule> = REGISTRY
         .iter()
         .filter_map(|p| p.webhook.ok())
@@ -690,7 +683,7 @@ fn the_chart_registers_the_webhooks_the_registry_asks_for() {
                         r.group.to_owned(),
                         (*v).to_owned(),
                         (*res).to_owned(),
-                        scope(r.group, res).to_owned(),
+                        r.scope.as_str().to_owned(),
                     )
                 })
             })

@@ -1,10 +1,10 @@
 //! A cluster-scoped delivery path through a real kube-apiserver with the chart's own webhook
 //! registrations (issue 33): Sveltos' `ClusterProfile` carries the CCM chart's values like the
 //! namespaced `Profile`, but a rule of `scope: Namespaced` never matches it. The chart
-//! registers it in a rule of `scope: Cluster` (`sites::delivery::CLUSTER_SCOPED`); this test
-//! checks that the apiserver then sends it: a ClusterProfile whose values turn serial calls off
-//! is refused with stackgate's message, one that keeps them on is stored, and a namespaced
-//! Profile is still refused.
+//! registers it in a rule of `scope: Cluster` (its registration's `scope` in
+//! `sites::delivery`); this test checks that the apiserver then sends it: a ClusterProfile
+//! whose values turn serial calls off is refused with stackgate's message, one that keeps them
+//! on is stored, and a namespaced Profile is still refused.
 //!
 //! The webhooks are taken from the chart as `.ci/chart.sh` renders it
 //! (`target/chart-render/default.yaml`), reduced to the `gitops.validate` webhook, with its

@@ -139,13 +139,42 @@ pub struct Registration {
     pub resources: &'static [&'static str],
     /// How the chart selects the objects among all of the resources' writes.
     pub selected_by: &'static str,
+    /// Whether the resources are namespaced or cluster-scoped: the scope of the chart's rule.
+    pub scope: Scope,
 }
 
-/// The resources of the registry's webhook registrations that are cluster-scoped, as (API
-/// group, resource). A rule of `scope: Namespaced` never matches them, so the chart registers
-/// them in a rule of `scope: Cluster`; a `namespaceSelector` never skips a cluster-scoped
-/// object, so namespace exemptions do not apply to them (an exception names them).
-pub const CLUSTER_SCOPED: &[(&str, &str)] = &[("config.projectsveltos.io", "clusterprofiles")];
+/// Whether a registration's resources are namespaced or cluster-scoped, as the apiserver
+/// serves them. A webhook rule of `scope: Namespaced` never matches a cluster-scoped object,
+/// so the chart registers each scope in rules of its own; a `namespaceSelector` never skips a
+/// cluster-scoped object, so namespace exemptions do not apply to it (an exception names it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Objects in a namespace.
+    Namespaced,
+    /// Objects of the cluster, in no namespace.
+    Cluster,
+}
+
+impl Scope {
+    /// The `scope` of a webhook rule (`Namespaced`, `Cluster`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Namespaced => "Namespaced",
+            Scope::Cluster => "Cluster",
+        }
+    }
+}
+
+/// The scope the registry registers `resource` of API `group` in, or None when no
+/// registration names it.
+pub fn registered_scope(group: &str, resource: &str) -> Option<Scope> {
+    REGISTRY
+        .iter()
+        .filter_map(|path| path.webhook.ok())
+        .flatten()
+        .find(|r| r.group == group && r.resources.contains(&resource))
+        .map(|r| r.scope)
+}
 
 /// Whether and how `stackgate audit` lists a delivery path's objects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -341,6 +370,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             versions: V1,
             resources: CM_SECRET,
             selected_by: "namespaces of the named sites and a matchCondition on the name; the site label",
+            scope: Scope::Namespaced,
         }]),
         audit: &[
             Audit::Listed("", "v1", "ConfigMap"),
@@ -361,6 +391,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             versions: V1,
             resources: CM_SECRET,
             selected_by: "chart `ccmConfigSource.enabled` (serve `--ccm-config-source auto` watches Deployments and DaemonSets): the namespaces in `ccmConfigSource.namespaces`, with matchConditions (1.28+) keeping out service-account tokens, Helm release records, TLS, registry, basic-auth, SSH and bootstrap-token Secrets, three system ConfigMaps and the named sites",
+            scope: Scope::Namespaced,
         }]),
         // The audit lists the CCM workloads first and reads each object they name.
         audit: &[
@@ -382,6 +413,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             versions: V1,
             resources: CM_SECRET,
             selected_by: "objectSelector on the values label",
+            scope: Scope::Namespaced,
         }]),
         audit: &[
             Audit::Listed("", "v1", "ConfigMap"),
@@ -414,12 +446,14 @@ pub const REGISTRY: &[DeliveryPath] = &[
                 versions: V1,
                 resources: &["secrets"],
                 selected_by: "matchCondition on `object.type` (1.28+); without matchConditions the namespaces in `webhooks.legacy.crsPayloadNamespaces`",
+                scope: Scope::Namespaced,
             },
             Registration {
                 group: "",
                 versions: V1,
                 resources: &["configmaps"],
                 selected_by: "matchCondition on the data (1.28+): more than 10,000 keys, or a value holding a YAML escape, or `kind` and a token of a site's name, the site label or a CCM marker, so never narrower than the payload reader (docs/limits.md). Without matchConditions none is sent (`check` reads them; the audit does not list ConfigMaps by content)",
+                scope: Scope::Namespaced,
             },
         ]),
         audit: &[Audit::Listed("", "v1", "Secret")],
@@ -470,6 +504,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             versions: FLUX,
             resources: &["helmreleases"],
             selected_by: "matchCondition: spec changed",
+            scope: Scope::Namespaced,
         }]),
         audit: &[Audit::Listed("helm.toolkit.fluxcd.io", "v2", "HelmRelease")],
         values: &[ValuesReading {
@@ -522,6 +557,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             versions: &["v1alpha1"],
             resources: &["applications"],
             selected_by: "matchCondition: spec changed",
+            scope: Scope::Namespaced,
         }]),
         audit: &[Audit::Listed("argoproj.io", "v1alpha1", "Application")],
         values: &[ValuesReading {
@@ -555,6 +591,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             versions: &["v1alpha1"],
             resources: &["applicationsets"],
             selected_by: "matchCondition: spec changed",
+            scope: Scope::Namespaced,
         }]),
         audit: &[Audit::Listed("argoproj.io", "v1alpha1", "ApplicationSet")],
         values: &[ValuesReading {
@@ -589,12 +626,22 @@ pub const REGISTRY: &[DeliveryPath] = &[
                 r#"[{"kind": "ConfigMap", "name": "occm-values", "namespace": "default"}]"#,
             ),
         ],
-        webhook: Ok(&[Registration {
-            group: "config.projectsveltos.io",
-            versions: &["v1beta1"],
-            resources: &["profiles", "clusterprofiles"],
-            selected_by: "matchCondition: spec changed. A ClusterProfile is cluster-scoped (`CLUSTER_SCOPED`): the chart registers it in a rule of `scope: Cluster`, and no namespace exemption applies to it",
-        }]),
+        webhook: Ok(&[
+            Registration {
+                group: "config.projectsveltos.io",
+                versions: &["v1beta1"],
+                resources: &["profiles"],
+                selected_by: "matchCondition: spec changed",
+                scope: Scope::Namespaced,
+            },
+            Registration {
+                group: "config.projectsveltos.io",
+                versions: &["v1beta1"],
+                resources: &["clusterprofiles"],
+                selected_by: "matchCondition: spec changed; in a rule of its own, where no namespace exemption applies",
+                scope: Scope::Cluster,
+            },
+        ]),
         audit: &[
             Audit::Listed("config.projectsveltos.io", "v1beta1", "Profile"),
             Audit::Listed("config.projectsveltos.io", "v1beta1", "ClusterProfile"),
@@ -627,6 +674,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             versions: &["v1alpha1"],
             resources: &["helmops", "bundles"],
             selected_by: "matchCondition: spec changed",
+            scope: Scope::Namespaced,
         }]),
         audit: &[
             Audit::Listed("fleet.cattle.io", "v1alpha1", "HelmOp"),
@@ -707,6 +755,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             versions: V1,
             resources: &["helmcharts", "helmchartconfigs"],
             selected_by: "matchCondition: spec changed",
+            scope: Scope::Namespaced,
         }]),
         audit: &[
             Audit::Listed("helm.cattle.io", "v1", "HelmChart"),
@@ -761,6 +810,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             versions: &["v1beta1"],
             resources: &["clusterconfigs"],
             selected_by: "matchCondition: spec changed",
+            scope: Scope::Namespaced,
         }]),
         audit: &[Audit::Listed(
             "k0s.k0sproject.io",
@@ -796,6 +846,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             versions: &["v1beta1", "v1beta2"],
             resources: &["k0smotroncontrolplanes", "k0scontrolplanes"],
             selected_by: "matchCondition: spec changed",
+            scope: Scope::Namespaced,
         }]),
         audit: &[
             Audit::Listed(
@@ -844,6 +895,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             versions: &["v1beta1", "v1beta2"],
             resources: &["clusters"],
             selected_by: "matchCondition: spec changed",
+            scope: Scope::Namespaced,
         }]),
         audit: &[Audit::Listed("k0smotron.io", "v1beta2", "Cluster")],
         values: &[ValuesReading {
@@ -902,6 +954,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             versions: &["v1alpha1"],
             resources: &["helmreleases", "manifests"],
             selected_by: "matchCondition: spec changed",
+            scope: Scope::Namespaced,
         }]),
         audit: &[Audit::Listed(
             "addons.stackhpc.com",
@@ -946,6 +999,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             versions: &["v1alpha1"],
             resources: &["helmreleases", "manifests"],
             selected_by: "matchCondition: spec changed",
+            scope: Scope::Namespaced,
         }]),
         audit: &[Audit::Listed(
             "addons.stackhpc.com",
@@ -967,6 +1021,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             versions: &["v1beta1"],
             resources: &["charts"],
             selected_by: "matchCondition: spec changed",
+            scope: Scope::Namespaced,
         }]),
         audit: &[Audit::Listed("helm.k0sproject.io", "v1beta1", "Chart")],
         values: &[ValuesReading {
@@ -1000,6 +1055,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             versions: V1,
             resources: &["clusters"],
             selected_by: "matchCondition: spec changed",
+            scope: Scope::Namespaced,
         }]),
         audit: &[Audit::Listed("provisioning.cattle.io", "v1", "Cluster")],
         values: &[],
@@ -1030,6 +1086,7 @@ pub const REGISTRY: &[DeliveryPath] = &[
             versions: &["v1alpha1"],
             resources: &["apps"],
             selected_by: "matchCondition: spec changed",
+            scope: Scope::Namespaced,
         }]),
         audit: &[Audit::Listed(
             "application.giantswarm.io",
@@ -1625,10 +1682,14 @@ pub fn carriers_markdown() -> String {
                 .iter()
                 .map(|r| {
                     format!(
-                        "{} {}: {} ({})",
+                        "{} {}: {}{} ({})",
                         if r.group.is_empty() { "core" } else { r.group },
                         r.versions.join("/"),
                         r.resources.join(", "),
+                        match r.scope {
+                            Scope::Namespaced => "",
+                            Scope::Cluster => ", cluster-scoped",
+                        },
                         r.selected_by
                     )
                 })
@@ -1654,4 +1715,55 @@ pub fn carriers_markdown() -> String {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_resource_is_registered_in_one_scope_and_a_cluster_profile_at_cluster_scope() {
+        assert_eq!(
+            registered_scope("config.projectsveltos.io", "clusterprofiles"),
+            Some(Scope::Cluster)
+        );
+        assert_eq!(
+            registered_scope("config.projectsveltos.io", "profiles"),
+            Some(Scope::Namespaced)
+        );
+        assert_eq!(registered_scope("", "secrets"), Some(Scope::Namespaced));
+        assert_eq!(registered_scope("example.org", "clusterprofiles"), None);
+        assert_eq!(registered_scope("config.projectsveltos.io", "sveltos"), None);
+        let registrations: Vec<&Registration> = REGISTRY
+            .iter()
+            .filter_map(|path| path.webhook.ok())
+            .flatten()
+            .collect();
+        for r in &registrations {
+            for resource in r.resources {
+                assert!(
+                    registrations
+                        .iter()
+                        .filter(|o| o.group == r.group && o.resources.contains(resource))
+                        .all(|o| o.scope == r.scope),
+                    "{}/{resource} is registered in two scopes",
+                    r.group
+                );
+            }
+        }
+        assert_eq!(Scope::Cluster.as_str(), "Cluster");
+        assert_eq!(Scope::Namespaced.as_str(), "Namespaced");
+    }
+
+    #[test]
+    fn the_carrier_table_says_which_registration_is_cluster_scoped() {
+        let table = carriers_markdown();
+        let row = table
+            .lines()
+            .find(|l| l.starts_with("| Sveltos ClusterProfile"))
+            .expect("the Sveltos row");
+        assert!(row.contains("v1beta1: clusterprofiles, cluster-scoped ("), "{row}");
+        assert!(row.contains("v1beta1: profiles (matchCondition"), "{row}");
+        assert_eq!(table.matches(", cluster-scoped (").count(), 1);
+    }
 }
