@@ -2053,4 +2053,32 @@ mod tests {
         text.cut();
         assert!(text.unseen_overlay.is_some_and(|o| o.len() <= MAX_MESSAGE_BYTES));
     }
+
+    #[test]
+    fn a_rule_s_parts_become_the_finding_s_text() {
+        let v = crate::rules::Violation {
+            severity: Severity::Warn,
+            code: "c",
+            line: Some(3),
+            pointer: Some("/spec".to_owned()),
+            location: Some("HelmChart a/b".to_owned()),
+            what: "what".to_owned(),
+            fix: "fix".to_owned(),
+            why: "why".to_owned(),
+            unseen_overlay: Some("overlay".to_owned()),
+            notes: vec!["note".to_owned()],
+            fixed_by_edit: false,
+        };
+        assert_eq!(
+            text_of(&v),
+            Text {
+                what: "what".to_owned(),
+                fix: "fix".to_owned(),
+                why: "why".to_owned(),
+                unseen_overlay: Some("overlay".to_owned()),
+                notes: vec!["note".to_owned()],
+                ..Text::default()
+            }
+        );
+    }
 }

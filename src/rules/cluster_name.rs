@@ -658,4 +658,57 @@ mod tests {
         );
         assert_eq!(s[0].pointer, "/spec/valuesContent");
     }
+
+    #[test]
+    fn caveats_name_what_may_set_the_name_where_the_write_does_not_show_it() {
+        const CHART: &str = "openstack-cloud-controller-manager";
+        let chart = |spec: Value| {
+            json!({"apiVersion": "helm.cattle.io/v1", "kind": "HelmChart",
+                "metadata": {"name": "occm", "namespace": "kube-system"}, "spec": spec})
+        };
+        let caveats = |source: &NameSource| {
+            let v = default_name(source, DEFAULT_NAME, false, Severity::Warn);
+            (v.unseen_overlay, v.notes)
+        };
+        // A HelmChart: a HelmChartConfig this write does not show may set it (the overlay).
+        let s = sources(chart(json!({"chart": CHART, "valuesContent": "cloudConfig: {}\n"})));
+        assert_eq!(s[0].caveat, Some(Caveat::HelmChartConfig));
+        assert_eq!(
+            caveats(&s[0]),
+            (
+                Some(
+                    "This holds unless a HelmChartConfig of the same name sets cluster.name, \
+                     which this write does not show."
+                        .to_owned()
+                ),
+                Vec::new()
+            )
+        );
+        // Its `spec.set` entry wins over a HelmChartConfig: nothing to say.
+        let s = sources(chart(json!({"chart": CHART, "set": {"cluster.name": "kubernetes"}})));
+        assert_eq!(s[0].caveat, None);
+        assert_eq!(caveats(&s[0]), (None, Vec::new()));
+        // A plain values file: another values file of the release may (a note).
+        let s = sources(json!({"apiVersion": helm::VALUES_FILE_API_VERSION,
+            "kind": helm::VALUES_FILE_KIND, "metadata": {"name": "values.yaml"},
+            "chart": CHART, "values": {}}));
+        assert_eq!(s[0].caveat, Some(Caveat::OtherValues));
+        assert_eq!(
+            caveats(&s[0]),
+            (
+                None,
+                vec![
+                    "This holds unless another values file or --set of the same release sets \
+                     cluster.name, which this file does not show."
+                        .to_owned()
+                ]
+            )
+        );
+        // A Flux HelmRelease's values are every values source of its release: neither.
+        let s = sources(json!({"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+            "metadata": {"name": "occm", "namespace": "kube-system"},
+            "spec": {"chart": {"spec": {"chart": CHART}}, "values": {}}}));
+        assert_eq!(s[0].caveat, None);
+        assert_eq!(caveats(&s[0]), (None, Vec::new()));
+    }
 }
