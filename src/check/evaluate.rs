@@ -140,7 +140,9 @@ pub fn check_text_in(
         });
         // A ConfigMap ClusterResourceSet payload embedding a Secret is shown like a Secret.
         let keeps_secrets = is_core_secret(&c.json)
-            || parsed.as_ref().is_some_and(|(_, _, view)| view.holds_secrets);
+            || parsed
+                .as_ref()
+                .is_some_and(|(_, _, view)| view.holds_secrets);
         if keeps_secrets && let Some(node) = docs.get(c.doc).and_then(|d| d.root.at(&c.prefix)) {
             checked
                 .secret_lines
@@ -385,11 +387,7 @@ fn helm_chart_text(item: &mut Item) {
 /// `cluster.name` (when no `controllerExtraArgs` could set the name instead). Which fields
 /// hold values, and whether as a map or a YAML string, is the registry's
 /// ([`SubjectView::values_fields`]).
-fn values_path(
-    f: &Finding,
-    resolved: &Resolved,
-    fields: &[ValuesField],
-) -> Option<Vec<String>> {
+fn values_path(f: &Finding, resolved: &Resolved, fields: &[ValuesField]) -> Option<Vec<String>> {
     values_keys(
         &f.anchor,
         f.rule == crate::rules::cluster_name::FAMILY.id,

@@ -2032,14 +2032,21 @@ mod tests {
         let lines: Vec<&str> = full.lines().collect();
         assert_eq!(
             lines[1..4],
-            ["Why.", "This holds unless an overlay sets it.", "Note: another."]
+            [
+                "Why.",
+                "This holds unless an overlay sets it.",
+                "Note: another."
+            ]
         );
 
         text.merged_overlay();
         assert_eq!(text.unseen_overlay, None);
         assert_eq!(text.field_line, None);
         assert_eq!(text.notes, ["Note: another."]);
-        assert!(text.first_line().starts_with("HelmChart kube-system/occm spec.valuesContent: "));
+        assert!(
+            text.first_line()
+                .starts_with("HelmChart kube-system/occm spec.valuesContent: ")
+        );
         assert!(!text.one_line().contains("overlay"));
         assert!(!text.full("p", rule, "c").contains("overlay"));
     }
@@ -2051,7 +2058,10 @@ mod tests {
             ..Text::default()
         };
         text.cut();
-        assert!(text.unseen_overlay.is_some_and(|o| o.len() <= MAX_MESSAGE_BYTES));
+        assert!(
+            text.unseen_overlay
+                .is_some_and(|o| o.len() <= MAX_MESSAGE_BYTES)
+        );
     }
 
     #[test]

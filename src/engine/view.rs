@@ -15,11 +15,11 @@ use kube::core::GroupVersionKind;
 use super::{Engine, Subject};
 use crate::sites;
 
-pub use crate::sites::delivery::ValuesField;
 /// Where a cloud config's line is written in the object (a values path, or a line of a
 /// string): the `trace` of [`super::Anchor::CloudConfig`] and [`super::Anchor::Embedded`].
 pub use crate::sites::Anchor as Trace;
 pub use crate::sites::FoundConfig;
+pub use crate::sites::delivery::ValuesField;
 
 /// What a face shows about an object besides its findings ([`Engine::describe`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -180,10 +180,9 @@ mod tests {
         assert!(view.holds_secrets);
         assert_eq!(configs(payload), ["/data/cloud-config.yaml"]);
         // The same manifest embedding a ConfigMap keeps no secret.
-        let plain = embedded.replace("kind: Secret", "kind: ConfigMap").replace(
-            "stringData:\n  cloud.conf",
-            "data:\n  cloud.conf",
-        );
+        let plain = embedded
+            .replace("kind: Secret", "kind: ConfigMap")
+            .replace("stringData:\n  cloud.conf", "data:\n  cloud.conf");
         let view = describe(json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "crs-cloud-config", "namespace": "default"},
             "data": {"cloud-config.yaml": plain}}));

@@ -671,7 +671,9 @@ mod tests {
             (v.unseen_overlay, v.notes)
         };
         // A HelmChart: a HelmChartConfig this write does not show may set it (the overlay).
-        let s = sources(chart(json!({"chart": CHART, "valuesContent": "cloudConfig: {}\n"})));
+        let s = sources(chart(
+            json!({"chart": CHART, "valuesContent": "cloudConfig: {}\n"}),
+        ));
         assert_eq!(s[0].caveat, Some(Caveat::HelmChartConfig));
         assert_eq!(
             caveats(&s[0]),
@@ -685,7 +687,9 @@ mod tests {
             )
         );
         // Its `spec.set` entry wins over a HelmChartConfig: nothing to say.
-        let s = sources(chart(json!({"chart": CHART, "set": {"cluster.name": "kubernetes"}})));
+        let s = sources(chart(
+            json!({"chart": CHART, "set": {"cluster.name": "kubernetes"}}),
+        ));
         assert_eq!(s[0].caveat, None);
         assert_eq!(caveats(&s[0]), (None, Vec::new()));
         // A plain values file: another values file of the release may (a note).
@@ -705,9 +709,11 @@ mod tests {
             )
         );
         // A Flux HelmRelease's values are every values source of its release: neither.
-        let s = sources(json!({"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+        let s = sources(
+            json!({"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
             "metadata": {"name": "occm", "namespace": "kube-system"},
-            "spec": {"chart": {"spec": {"chart": CHART}}, "values": {}}}));
+            "spec": {"chart": {"spec": {"chart": CHART}}, "values": {}}}),
+        );
         assert_eq!(s[0].caveat, None);
         assert_eq!(caveats(&s[0]), (None, Vec::new()));
     }

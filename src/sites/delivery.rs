@@ -1733,7 +1733,10 @@ mod tests {
         );
         assert_eq!(registered_scope("", "secrets"), Some(Scope::Namespaced));
         assert_eq!(registered_scope("example.org", "clusterprofiles"), None);
-        assert_eq!(registered_scope("config.projectsveltos.io", "sveltos"), None);
+        assert_eq!(
+            registered_scope("config.projectsveltos.io", "sveltos"),
+            None
+        );
         let registrations: Vec<&Registration> = REGISTRY
             .iter()
             .filter_map(|path| path.webhook.ok())
@@ -1762,7 +1765,10 @@ mod tests {
             .lines()
             .find(|l| l.starts_with("| Sveltos ClusterProfile"))
             .expect("the Sveltos row");
-        assert!(row.contains("v1beta1: clusterprofiles, cluster-scoped ("), "{row}");
+        assert!(
+            row.contains("v1beta1: clusterprofiles, cluster-scoped ("),
+            "{row}"
+        );
         assert!(row.contains("v1beta1: profiles (matchCondition"), "{row}");
         assert_eq!(table.matches(", cluster-scoped (").count(), 1);
     }
