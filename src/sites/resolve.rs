@@ -2166,4 +2166,46 @@ mod tests {
             json!({"name": "openstack-cloud-controller-manager", "valuesInline": {}})
         );
     }
+
+    #[test]
+    fn a_chart_config_with_empty_values_content_or_null_values_merges_the_rest() {
+        // helm-controller mounts an empty `valuesContent` or a null `values` as no values:
+        // the HelmChartConfig's other field is still merged over the HelmChart's values,
+        // never read as values that cannot be known (which would evaluate the HelmChart alone).
+        for text in [
+            "apiVersion: helm.cattle.io/v1\nkind: HelmChartConfig\n\
+             metadata: {name: occm, namespace: kube-system}\n\
+             spec: {valuesContent: '', values: {a: config}}\n",
+            "apiVersion: helm.cattle.io/v1\nkind: HelmChartConfig\n\
+             metadata: {name: occm, namespace: kube-system}\n\
+             spec: {valuesContent: 'a: config', values: null}\n",
+        ] {
+            let root = yaml::parse_one(text).expect("YAML");
+            let run = Run {
+                configs: vec![ChartConfig::read(&root, text, "config.yaml").expect("one")],
+                ..Run::default()
+            };
+            let chart = cattle_chart("a: chart\nb: chart\n", Value::Null);
+            assert_eq!(
+                cattle_values(&run, &chart),
+                json!({"a": "config", "b": "chart"}),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_target_path_value_quoted_on_one_side_only_is_typed_as_written() {
+        // Flux trims the quotes only of a value that starts and ends with the same quote.
+        for text in ["'false", "false'", "\"false", "'false\""] {
+            let mut values = json!({});
+            assert!(set_at_path(
+                &mut values,
+                "x",
+                text,
+                &mut SetBudget::default()
+            ));
+            assert_eq!(values, json!({"x": text}), "{text}");
+        }
+    }
 }
