@@ -31,7 +31,7 @@ mod cases;
 
 #[cfg(feature = "counting-allocator")]
 #[global_allocator]
-static ALLOCATOR: alloc_account::Counting = alloc_account::Counting;
+static ALLOCATOR: alloc_account::Counting = alloc_account::Counting::SYSTEM;
 
 /// The memory account `serve` opens around each review, when the bench counts.
 fn account() -> Option<stackgate::budget::MemoryScope> {

@@ -8,10 +8,11 @@ use clap::Parser as _;
 use stackgate::cli::run::{self, face_engine, load_policies};
 use stackgate::cli::{Cli, Command};
 
-/// Every allocation goes through the system allocator and, while a review is evaluated on a
-/// thread, onto that review's memory account (`budget::MemoryScope`, `--max-evaluation-memory`).
+/// Every allocation goes through mimalloc and, while a review is evaluated on a thread, onto
+/// that review's memory account (`budget::MemoryScope`, `--max-evaluation-memory`).
 #[global_allocator]
-static ALLOCATOR: alloc_account::Counting = alloc_account::Counting;
+static ALLOCATOR: alloc_account::Counting<mimalloc::MiMalloc> =
+    alloc_account::Counting::over(mimalloc::MiMalloc);
 
 fn main() -> ExitCode {
     // Exactly one rustls provider (ring) is compiled in; installing it explicitly keeps

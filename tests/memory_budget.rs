@@ -24,7 +24,7 @@ use stackgate::metrics::Metrics;
 use stackgate::policy::PolicySet;
 
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: Counting = Counting::SYSTEM;
 
 const MIB: usize = 1024 * 1024;
 

@@ -1,6 +1,7 @@
 //! A counting global allocator with a per-thread account of live bytes.
 //!
-//! [`Counting`] delegates every call to [`std::alloc::System`]. While a [`Scope`] is active on
+//! [`Counting`] delegates every call to the allocator it wraps ([`std::alloc::System`] unless
+//! another is given, [`Counting::over`]). While a [`Scope`] is active on
 //! the current thread it adds the size of each allocation to that thread's account and
 //! subtracts the size of each deallocation (net live bytes since the scope was entered,
 //! signed, saturating) and records the peak. [`over_limit`] is one thread-local read: the
@@ -65,22 +66,38 @@ fn signed(bytes: usize) -> isize {
     isize::try_from(bytes).unwrap_or(isize::MAX)
 }
 
-/// The global allocator: [`System`] plus the current thread's account. Install it with
-/// `#[global_allocator] static ALLOCATOR: alloc_account::Counting = alloc_account::Counting;`.
+/// The global allocator: the allocator it wraps plus the current thread's account. Install it
+/// with `#[global_allocator] static ALLOCATOR: alloc_account::Counting =
+/// alloc_account::Counting::SYSTEM;`, or over another allocator with [`Counting::over`].
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Counting;
+pub struct Counting<A = System> {
+    inner: A,
+}
 
-// SAFETY: every method forwards its arguments unchanged to `System`, which upholds the
-// `GlobalAlloc` contract, and returns what `System` returned. The bookkeeping around each call
-// only reads and writes this thread's `Cell`s of integers: it does not allocate (so it cannot
-// recurse into the allocator), cannot panic (saturating arithmetic, `try_with`) and does not
-// touch the memory being allocated or freed.
+impl Counting<System> {
+    /// Counting over the system allocator.
+    pub const SYSTEM: Self = Counting { inner: System };
+}
+
+impl<A> Counting<A> {
+    /// Counting over `inner`: every call goes to `inner`, and its sizes onto the account.
+    pub const fn over(inner: A) -> Self {
+        Counting { inner }
+    }
+}
+
+// SAFETY: every method forwards its arguments unchanged to the wrapped allocator `A`, which
+// upholds the `GlobalAlloc` contract (it is itself a `GlobalAlloc`), and returns what it
+// returned; a pointer given back to this allocator was therefore made by `A`. The bookkeeping
+// around each call only reads and writes this thread's `Cell`s of integers: it does not
+// allocate (so it cannot recurse into the allocator), cannot panic (saturating arithmetic,
+// `try_with`) and does not touch the memory being allocated or freed.
 #[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
+unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract for `layout`.
-        let ptr = unsafe { System.alloc(layout) };
+        let ptr = unsafe { self.inner.alloc(layout) };
         if !ptr.is_null() {
             record(signed(layout.size()));
         }
@@ -90,7 +107,7 @@ unsafe impl GlobalAlloc for Counting {
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: as for `alloc`.
-        let ptr = unsafe { System.alloc_zeroed(layout) };
+        let ptr = unsafe { self.inner.alloc_zeroed(layout) };
         if !ptr.is_null() {
             record(signed(layout.size()));
         }
@@ -99,17 +116,17 @@ unsafe impl GlobalAlloc for Counting {
 
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: the caller guarantees `ptr` was allocated by this allocator (so by `System`)
+        // SAFETY: the caller guarantees `ptr` was allocated by this allocator (so by `A`)
         // with `layout`.
-        unsafe { System.dealloc(ptr, layout) };
+        unsafe { self.inner.dealloc(ptr, layout) };
         record(-signed(layout.size()));
     }
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: the caller guarantees `ptr` was allocated by `System` with `layout` and that
+        // SAFETY: the caller guarantees `ptr` was allocated by `A` with `layout` and that
         // `new_size` is valid for `layout`'s alignment.
-        let new = unsafe { System.realloc(ptr, layout, new_size) };
+        let new = unsafe { self.inner.realloc(ptr, layout, new_size) };
         if !new.is_null() {
             record(signed(new_size).saturating_sub(signed(layout.size())));
         }
