@@ -1250,7 +1250,11 @@ fn deployment_is_ha_locked_down_and_probed_on_the_admin_port() {
             "{n}: STACKGATE_ADMIN_LISTEN"
         );
         // The allocator returns freed pages at once (BENCHMARKS.md, "The allocator").
-        assert_eq!(env("MIMALLOC_PURGE_DELAY"), "0", "{n}: MIMALLOC_PURGE_DELAY");
+        assert_eq!(
+            env("MIMALLOC_PURGE_DELAY"),
+            "0",
+            "{n}: MIMALLOC_PURGE_DELAY"
+        );
 
         // probes: HTTP on the admin port
         let probes = [
