@@ -146,15 +146,19 @@ pub enum Caveat {
 }
 
 impl Caveat {
-    /// The clause the note is made of ([`caveat_note`]).
-    fn clause(self) -> &'static str {
-        match self {
+    /// The sentence the caveat adds to a finding.
+    fn sentence(self) -> String {
+        let clause = match self {
             Caveat::OtherValues => {
                 "unless another values file or --set of the same release sets cluster.name, \
                  which this file does not show"
             }
-            Caveat::HelmChartConfig => HELMCHARTCONFIG_CAVEAT,
-        }
+            Caveat::HelmChartConfig => {
+                "unless a HelmChartConfig of the same name sets cluster.name, which this write \
+                 does not show"
+            }
+        };
+        format!("This holds {clause}.")
     }
 }
 
@@ -363,11 +367,6 @@ fn container_source(container: &CcmContainer<'_>) -> NameSource {
     }
 }
 
-/// What a RKE2/k3s HelmChart's finding says when a HelmChartConfig it cannot see may set the
-/// name (`stackgate check` leaves it out when the HelmChartConfig is merged in).
-const HELMCHARTCONFIG_CAVEAT: &str =
-    "unless a HelmChartConfig of the same name sets cluster.name, which this write does not show";
-
 fn values_source(holder: &str, values: &ChartValues) -> Option<NameSource> {
     let key = format!("values {}", values.field);
     // controllerExtraArgs come after the chart's own `--cluster-name`, so the last one wins.
@@ -475,11 +474,6 @@ fn shown(name: &str) -> String {
     }
 }
 
-/// The sentence a caveat gives a finding.
-fn caveat_note(caveat: &str) -> String {
-    format!("This holds {caveat}.")
-}
-
 fn default_name(source: &NameSource, name: &str, explicit: bool, severity: Severity) -> Violation {
     let what = match (name.is_empty(), explicit) {
         (true, _) => "the OpenStack CCM runs with an empty cluster name".to_owned(),
@@ -508,13 +502,13 @@ fn default_name(source: &NameSource, name: &str, explicit: bool, severity: Sever
         notes: source
             .caveat
             .filter(|c| *c == Caveat::OtherValues)
-            .map(|c| caveat_note(c.clause()))
+            .map(Caveat::sentence)
             .into_iter()
             .collect(),
         unseen_overlay: source
             .caveat
             .filter(|c| *c == Caveat::HelmChartConfig)
-            .map(|c| caveat_note(c.clause())),
+            .map(Caveat::sentence),
         fixed_by_edit: false,
     }
 }
