@@ -27,6 +27,7 @@ pub mod exceptions_watch;
 pub mod fact_watcher;
 pub mod facts;
 pub mod guard;
+pub mod json_text;
 pub mod metrics;
 pub mod platform;
 pub mod policy;

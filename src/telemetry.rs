@@ -190,35 +190,13 @@ fn write_json_str(out: &mut dyn fmt::Write, text: &str) -> fmt::Result {
     out.write_char('"')
 }
 
-/// Escapes what it is given as `serde_json` escapes a string's contents: `"` and `\\`, and
-/// control characters as `\b \t \n \f \r` or `\u00xx`; everything else as it is.
+/// Escapes what it is given as `serde_json` escapes a string's contents
+/// ([`crate::json_text`]): a `Debug` or `Display` form is written through this in pieces.
 struct JsonEscaped<'a>(&'a mut dyn fmt::Write);
 
 impl fmt::Write for JsonEscaped<'_> {
     fn write_str(&mut self, text: &str) -> fmt::Result {
-        let mut start = 0;
-        for (i, byte) in text.bytes().enumerate() {
-            let short = match byte {
-                b'"' => "\\\"",
-                b'\\' => "\\\\",
-                0x08 => "\\b",
-                b'\t' => "\\t",
-                b'\n' => "\\n",
-                0x0c => "\\f",
-                b'\r' => "\\r",
-                0x00..=0x1f => "",
-                _ => continue,
-            };
-            // `i` is an ASCII byte's index, so a character boundary.
-            self.0.write_str(text.get(start..i).unwrap_or_default())?;
-            if short.is_empty() {
-                write!(self.0, "\\u{byte:04x}")?;
-            } else {
-                self.0.write_str(short)?;
-            }
-            start = i + 1;
-        }
-        self.0.write_str(text.get(start..).unwrap_or_default())
+        crate::json_text::write_escaped(self.0, text)
     }
 }
 

@@ -44,6 +44,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "cloudconf",
             "telemetry",
             "short_text",
+            "json_text",
             "secret_text",
             "certs",
         ],

@@ -24,6 +24,7 @@ pub use facts::{AllOf, FactSource, Gather, Gathered, KnownFacts, body_mentions};
 
 use crate::budget::{Cancel, Exhausted};
 use crate::engine::{self, Engine, Facts, Finding, Subject, Verdict};
+use crate::json_text;
 use crate::metrics::Metrics;
 use crate::short_text::ShortText;
 
@@ -366,10 +367,20 @@ fn mutate_response(
         warnings.push(CCM_RESTART_WARNING.to_owned());
     }
     response.warnings = Some(warnings);
-    match response
-        .clone()
-        .with_patch(json_patch::Patch(verdict.patch.clone()))
-    {
+    // kube-core sets `patchType` only through `with_patch`, which serializes the patch through
+    // serde; the patch is written by [`patch_json`] instead and its bytes put in its place.
+    let patched = match patch_json(&verdict.patch) {
+        Ok(bytes) => response
+            .clone()
+            .with_patch(json_patch::Patch(Vec::new()))
+            .map(|mut patched| {
+                patched.patch = Some(bytes);
+                patched
+            })
+            .map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    match patched {
         Ok(r) => (r, "patched"),
         Err(error) => {
             // Serializing a patch of strings cannot fail in practice; if it does, admit
@@ -378,6 +389,50 @@ fn mutate_response(
             (response, "allowed")
         }
     }
+}
+
+/// A JSON Patch as `serde_json` writes `json_patch::Patch`, with each text value (the whole
+/// cloud config of a site, an annotation) escaped by [`json_text`] rather than a byte at a
+/// time (`tests::a_patch_is_written_as_serde_json_writes_it` pins the bytes). Operations with
+/// other values are rare and go through serde.
+fn patch_json(operations: &[json_patch::PatchOperation]) -> serde_json::Result<Vec<u8>> {
+    use json_patch::{AddOperation, PatchOperation, ReplaceOperation, TestOperation};
+    use serde_json::Value;
+
+    let mut out = String::with_capacity(256);
+    out.push('[');
+    for (i, operation) in operations.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let (op, path, text) = match operation {
+            PatchOperation::Add(AddOperation {
+                path,
+                value: Value::String(text),
+            }) => ("add", path, text),
+            PatchOperation::Replace(ReplaceOperation {
+                path,
+                value: Value::String(text),
+            }) => ("replace", path, text),
+            PatchOperation::Test(TestOperation {
+                path,
+                value: Value::String(text),
+            }) => ("test", path, text),
+            other => {
+                out.push_str(&serde_json::to_string(other)?);
+                continue;
+            }
+        };
+        out.push_str("{\"op\":\"");
+        out.push_str(op);
+        out.push_str("\",\"path\":");
+        json_text::push_quoted(&mut out, path.as_str());
+        out.push_str(",\"value\":");
+        json_text::push_quoted(&mut out, text);
+        out.push('}');
+    }
+    out.push(']');
+    Ok(out.into_bytes())
 }
 
 fn validate_response(
@@ -460,53 +515,59 @@ fn encode(mut response: AdmissionResponse) -> Reply {
 
 /// A patched answer's JSON: the review of `response` with `patch` as one base64 string.
 ///
-/// Written directly rather than through a `serde_json::Value` of the whole review (which cost
-/// a copy of every warning and annotation per answer), in the bytes that route wrote: keys in
-/// sorted order at every level (`Value`'s objects sort them), `status` through a `Value` of
+/// Written directly, its texts escaped by [`json_text`], rather than through a
+/// `serde_json::Value` of the whole review (which cost a copy of every warning and annotation
+/// per answer) or serde (which escapes a byte at a time), in the bytes that route wrote: keys
+/// in sorted order at every level (`Value`'s objects sort them), `status` through a `Value` of
 /// its own (its keys sorted too). `patchType` is `JSONPatch`: a patch here comes from
 /// `AdmissionResponse::with_patch`, the only way kube-core sets one, which sets that type
 /// (`tests::a_patched_answer_is_written_as_the_value_route_wrote_it` pins the bytes).
 fn write_patched(response: &AdmissionResponse, patch: &[u8]) -> serde_json::Result<Vec<u8>> {
-    use std::collections::BTreeMap;
-
-    #[derive(serde::Serialize)]
-    struct Review<'a> {
-        #[serde(rename = "apiVersion")]
-        api_version: &'a str,
-        kind: &'a str,
-        response: Response<'a>,
+    let status = serde_json::to_string(&serde_json::to_value(&response.result)?)?;
+    let texts: usize = response.warnings.iter().flatten().map(String::len).sum();
+    let mut out = String::with_capacity(128 + patch.len() * 4 / 3 + texts + status.len());
+    out.push_str("{\"apiVersion\":");
+    json_text::push_quoted(&mut out, &response.types.api_version);
+    out.push_str(",\"kind\":");
+    json_text::push_quoted(&mut out, &response.types.kind);
+    out.push_str(",\"response\":{\"allowed\":");
+    out.push_str(if response.allowed { "true" } else { "false" });
+    if !response.audit_annotations.is_empty() {
+        let sorted: std::collections::BTreeMap<&str, &str> = response
+            .audit_annotations
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        out.push_str(",\"auditAnnotations\":{");
+        for (i, (key, value)) in sorted.into_iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            json_text::push_quoted(&mut out, key);
+            out.push(':');
+            json_text::push_quoted(&mut out, value);
+        }
+        out.push('}');
     }
-    #[derive(serde::Serialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Response<'a> {
-        allowed: bool,
-        #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-        audit_annotations: BTreeMap<&'a str, &'a str>,
-        patch: String,
-        patch_type: &'static str,
-        status: serde_json::Value,
-        uid: &'a str,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        warnings: Option<&'a [String]>,
+    // Base64 needs no escaping.
+    out.push_str(",\"patch\":\"");
+    base64::engine::general_purpose::STANDARD.encode_string(patch, &mut out);
+    out.push_str("\",\"patchType\":\"JSONPatch\",\"status\":");
+    out.push_str(&status);
+    out.push_str(",\"uid\":");
+    json_text::push_quoted(&mut out, &response.uid);
+    if let Some(warnings) = &response.warnings {
+        out.push_str(",\"warnings\":[");
+        for (i, warning) in warnings.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            json_text::push_quoted(&mut out, warning);
+        }
+        out.push(']');
     }
-    let review = Review {
-        api_version: &response.types.api_version,
-        kind: &response.types.kind,
-        response: Response {
-            allowed: response.allowed,
-            audit_annotations: response
-                .audit_annotations
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str()))
-                .collect(),
-            patch: base64::engine::general_purpose::STANDARD.encode(patch),
-            patch_type: "JSONPatch",
-            status: serde_json::to_value(&response.result)?,
-            uid: &response.uid,
-            warnings: response.warnings.as_deref(),
-        },
-    };
-    serde_json::to_vec(&review)
+    out.push_str("}}");
+    Ok(out.into_bytes())
 }
 
 /// The answer for a body that did not decode as an AdmissionReview. The serde error is
@@ -613,7 +674,7 @@ mod tests {
     use kube::core::DynamicObject;
     use kube::core::admission::{AdmissionResponse, AdmissionReview};
 
-    use super::{encode, write_patched};
+    use super::{encode, patch_json, write_patched};
 
     /// The patched answer as it was written before [`write_patched`]: the whole review as a
     /// `serde_json::Value`, its patch bytes replaced by one base64 string.
@@ -685,6 +746,44 @@ mod tests {
                 String::from_utf8(reference.clone()).unwrap()
             );
             assert_eq!(encode(patched).body, reference);
+        }
+    }
+    /// Every kind of operation, text values that JSON escapes (at word boundaries and inside
+    /// multi-byte text) and values that are not text: the bytes serde writes for the patch.
+    #[test]
+    fn a_patch_is_written_as_serde_json_writes_it() {
+        let texts = [
+            "",
+            "[Global]\nauth-url = \"http://k\\v3\"\r\n\t\u{1}\u{7f}é€",
+            "1234567\"",
+            "12345678\\",
+            "a/b~c",
+        ];
+        let mut operations = Vec::new();
+        for text in texts {
+            for op in ["add", "replace", "test"] {
+                let key = text.replace('~', "~0").replace('/', "~1");
+                operations.push(
+                    serde_json::json!({"op": op, "path": format!("/data/{key}"), "value": text}),
+                );
+            }
+        }
+        operations.extend([
+            serde_json::json!({"op": "add", "path": "/metadata/annotations", "value": {"b\"": "x", "a": [1, null, true]}}),
+            serde_json::json!({"op": "replace", "path": "/spec/replicas", "value": 3}),
+            serde_json::json!({"op": "test", "path": "/spec/paused", "value": false}),
+            serde_json::json!({"op": "remove", "path": "/data/old~1key"}),
+            serde_json::json!({"op": "move", "from": "/a", "path": "/b"}),
+            serde_json::json!({"op": "copy", "from": "/a", "path": "/c"}),
+        ]);
+        let patch: json_patch::Patch =
+            serde_json::from_value(serde_json::Value::Array(operations)).unwrap();
+        for n in 0..=patch.0.len() {
+            let some = &patch.0[..n];
+            assert_eq!(
+                String::from_utf8(patch_json(some).unwrap()).unwrap(),
+                serde_json::to_string(&json_patch::Patch(some.to_vec())).unwrap()
+            );
         }
     }
 }

@@ -1,6 +1,8 @@
 //! Chart references as Helm, Flux and Argo CD write them, and whether one names a chart
 //! whose values carry a cloud config.
 
+use std::borrow::Cow;
+
 /// Whether a chart reference (`name`, `repo/name`, `./charts/name`, `oci://…/name`,
 /// `https://…/name-1.2.3.tgz`) names one of `charts`.
 ///
@@ -21,7 +23,7 @@ pub fn chart_matches(reference: &str, charts: &[String]) -> bool {
         return false;
     };
     charts.iter().any(|c| {
-        last == *c
+        *last == **c
             || archive_stem(&last)
                 .and_then(|stem| stem.strip_prefix(c.as_str()))
                 .and_then(|rest| rest.strip_prefix('-'))
@@ -30,38 +32,56 @@ pub fn chart_matches(reference: &str, charts: &[String]) -> bool {
     })
 }
 
-/// The last path segment of a chart reference, normalised (see [`chart_matches`]).
-fn chart_reference_name(reference: &str) -> Option<String> {
+/// The last path segment of a chart reference, normalised (see [`chart_matches`]). Borrowed
+/// from `reference` unless the segment was `%XX`-decoded: every values place asks this of its
+/// chart reference, several times per review.
+fn chart_reference_name(reference: &str) -> Option<Cow<'_, str>> {
     let reference = reference.trim();
     // A URL's query and fragment are not part of its path.
     let reference = reference.split(['?', '#']).next().unwrap_or_default();
-    let mut segments: Vec<String> = Vec::new();
+    fn push<'a>(segments: &mut Vec<Cow<'a, str>>, segment: Cow<'a, str>) {
+        match &*segment {
+            "" | "." => {}
+            ".." => {
+                segments.pop();
+            }
+            _ => segments.push(segment),
+        }
+    }
+    let mut segments: Vec<Cow<'_, str>> = Vec::new();
     for raw in reference.split('/') {
         // `;v=1`: path parameters are not part of the segment's name.
         let raw = raw.split(';').next().unwrap_or_default();
-        for segment in percent_decoded(raw).split('/') {
-            match segment {
-                "" | "." => {}
-                ".." => {
-                    segments.pop();
-                }
-                s => segments.push(s.to_owned()),
+        if raw.contains('%') {
+            for segment in percent_decoded(raw).split('/') {
+                push(&mut segments, Cow::Owned(segment.to_owned()));
             }
+        } else {
+            // Nothing to decode, and `raw` holds no `/`: the segment is `raw` itself.
+            push(&mut segments, Cow::Borrowed(raw));
         }
     }
-    let last = segments.last()?;
     // An OCI reference's tag or digest (`name:2.31.1`, `name@sha256:…`).
-    let name = last.split([':', '@']).next().unwrap_or_default();
-    (!name.is_empty()).then(|| name.to_owned())
+    let name = match segments.pop()? {
+        Cow::Borrowed(last) => Cow::Borrowed(last.split([':', '@']).next().unwrap_or_default()),
+        Cow::Owned(last) => {
+            Cow::Owned(last.split([':', '@']).next().unwrap_or_default().to_owned())
+        }
+    };
+    (!name.is_empty()).then_some(name)
 }
 
 /// `name` without a `.tgz` or `.tar.gz` suffix in any case; None without one.
 fn archive_stem(name: &str) -> Option<&str> {
-    let lower = name.to_ascii_lowercase();
-    [".tgz", ".tar.gz"]
-        .iter()
-        .find(|suffix| lower.ends_with(*suffix))
-        .map(|suffix| &name[..name.len() - suffix.len()])
+    [".tgz", ".tar.gz"].iter().find_map(|suffix| {
+        let stem = name.len().checked_sub(suffix.len())?;
+        // The suffix is ASCII: a match ends the name in ASCII bytes, so `stem` is a
+        // character boundary.
+        name.as_bytes()
+            .get(stem..)
+            .filter(|tail| tail.eq_ignore_ascii_case(suffix.as_bytes()))
+            .and_then(|_| name.get(..stem))
+    })
 }
 
 /// `%XX` escapes decoded (as a URL's path is); invalid escapes and non-UTF-8 results kept as
@@ -264,5 +284,48 @@ mod tests {
         assert_eq!(percent_decoded("a%ZZb%2"), "a%ZZb%2");
         assert_eq!(percent_decoded("a%FFb"), "a%FFb");
         assert_eq!(percent_decoded("%41%62"), "Ab");
+    }
+
+    /// The archive suffix is found in any case, and only as a suffix, whatever the name's
+    /// characters before it; the name keeps its own case.
+    #[test]
+    fn archive_stems_are_cut_in_any_case() {
+        let table: &[(&str, Option<&str>)] = &[
+            ("ccm-2.31.1.tgz", Some("ccm-2.31.1")),
+            ("ccm-2.31.1.TGZ", Some("ccm-2.31.1")),
+            ("Ccm-2.31.1.Tar.Gz", Some("Ccm-2.31.1")),
+            ("é.tgz", Some("é")),
+            (".tgz", Some("")),
+            ("tgz", None),
+            ("ccm.tg", None),
+            ("ccm.tgz.asc", None),
+            ("ccmtgz", None),
+            ("", None),
+            ("\u{e9}é", None),
+        ];
+        for (name, stem) in table {
+            assert_eq!(archive_stem(name), *stem, "{name}");
+        }
+    }
+
+    /// A segment that decodes nothing is the reference's own text; one that decodes is a
+    /// new string: both name the chart alike.
+    #[test]
+    fn decoded_and_borrowed_names_are_alike() {
+        assert_eq!(
+            chart_reference_name("repo/openstack-cloud-controller-manager:2.31.1").as_deref(),
+            Some("openstack-cloud-controller-manager")
+        );
+        assert!(matches!(
+            chart_reference_name("repo/ccm@sha256:00"),
+            Some(Cow::Borrowed("ccm"))
+        ));
+        assert!(matches!(
+            chart_reference_name("repo%2Fccm%3A1"),
+            Some(Cow::Owned(name)) if name == "ccm"
+        ));
+        assert_eq!(chart_reference_name("a/b/..").as_deref(), Some("a"));
+        assert_eq!(chart_reference_name("a/%2E%2E").as_deref(), None);
+        assert_eq!(chart_reference_name(":tag").as_deref(), None);
     }
 }
