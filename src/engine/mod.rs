@@ -774,7 +774,8 @@ impl Engine {
                     &named
                 }
             };
-            self.evaluate_objects(&run, &context, old, true, cancel, &mut verdict)?;
+            let places = sites::ObjectPlaces::new(subject.kind, old);
+            self.evaluate_objects(&run, &context, &places, true, cancel, &mut verdict)?;
             return Ok(verdict);
         }
         // CONNECT is admitted; subresource writes (status, scale) cannot change what the
@@ -794,17 +795,18 @@ impl Engine {
             .ccm_reads()
             .and_then(|reads| reads.sites_for(subject.kind, object, &self.policies.sites));
         let site_document = read_sites.as_ref().unwrap_or(&self.policies.sites);
-        let (found, embedded) =
-            sites::find_with_embedded_within(subject.kind, object, site_document, cancel);
+        // Where the object holds the CCM chart's values, read once for its sites, its CCM
+        // version and its object rules.
+        let places = sites::ObjectPlaces::new(subject.kind, object);
+        let (found, embedded) = sites::find_with_embedded_in(&places, site_document, cancel);
         cancel.check()?;
         // Read only for objects that hold a cloud config; one read per object. A ConfigMap or
         // Secret pins no release itself: the CCM containers that read it (the
         // `CcmConfigSource` fact) do, with their image tags.
         let ccm_version = (!found.is_empty())
             .then(|| {
-                sites::helm::ccm_version_within(
-                    subject.kind,
-                    object,
+                sites::helm::ccm_version_in(
+                    &places,
                     &sites::helm::chart_names(&self.policies.sites),
                     cancel,
                 )
@@ -847,7 +849,7 @@ impl Engine {
             }
             merge_alternatives(results, &mut verdict);
         }
-        self.evaluate_objects(&run, &context, object, false, cancel, &mut verdict)?;
+        self.evaluate_objects(&run, &context, &places, false, cancel, &mut verdict)?;
         self.refuse_unallowed_annotations(&run, object, namespace, &mut verdict);
         for inner in &embedded {
             self.evaluate_embedded(&run, &context, object, inner, cancel, &mut verdict)?;
@@ -892,11 +894,12 @@ impl Engine {
         &self,
         run: &Run<'_>,
         context: &Context<'_>,
-        object: &DynamicObject,
+        places: &sites::ObjectPlaces<'_>,
         delete: bool,
         cancel: &Cancel,
         verdict: &mut Verdict,
     ) -> Result<(), Exhausted> {
+        let object = places.object();
         let namespace = run.subject.namespace_of(object);
         for policy in self.policies.policies.iter() {
             let check = match policy.rule.family().check {
@@ -911,6 +914,7 @@ impl Engine {
             let output = check(&ObjectInput {
                 subject: run.subject,
                 object,
+                places,
                 namespace,
                 params: &policy.params,
                 context,
@@ -950,6 +954,7 @@ impl Engine {
     ) -> Result<(), Exhausted> {
         let namespace = run.subject.namespace_of(outer);
         let subject = Subject::create(&inner.gvk, &inner.object);
+        let places = sites::ObjectPlaces::new(&inner.gvk, &inner.object);
         for policy in self.policies.policies.iter() {
             let family = policy.rule.family();
             let Check::Object(check) = family.check else {
@@ -962,6 +967,7 @@ impl Engine {
             let output = check(&ObjectInput {
                 subject: &subject,
                 object: &inner.object,
+                places: &places,
                 namespace: subject.namespace_of(&inner.object),
                 params: &policy.params,
                 context,

@@ -37,6 +37,7 @@ use super::{
     Check, Example, Family, ObjectInput, Operation, RuleId, RuleOutput, Severity, Violation,
     parse_params,
 };
+use crate::sites::ObjectPlaces;
 use crate::sites::helm::{self, ChartValues};
 
 /// The family: reads CCM workloads and the CCM chart's values.
@@ -167,7 +168,7 @@ fn check(input: &ObjectInput<'_>) -> RuleOutput {
     let params = input.params.get().unwrap_or(&defaults);
     let subject = input.subject;
     let cancel = input.context.cancel;
-    let sources = name_sources_within(subject.kind, input.object, params, cancel);
+    let sources = name_sources_in(input.places, params, cancel);
     let mut out = RuleOutput::default();
     if sources.is_empty() {
         return out;
@@ -175,7 +176,7 @@ fn check(input: &ObjectInput<'_>) -> RuleOutput {
     let old = match subject.operation {
         Operation::Update => subject
             .old_object
-            .map(|old| name_sources_within(subject.kind, old, params, cancel)),
+            .map(|old| name_sources_in(&ObjectPlaces::new(subject.kind, old), params, cancel)),
         _ => None,
     };
     for source in &sources {
@@ -216,23 +217,28 @@ pub fn name_sources(
     object: &kube::core::DynamicObject,
     params: &ClusterNameParams,
 ) -> Vec<NameSource> {
-    name_sources_within(gvk, object, params, &crate::budget::Cancel::never())
+    name_sources_in(
+        &ObjectPlaces::new(gvk, object),
+        params,
+        &crate::budget::Cancel::never(),
+    )
 }
 
-/// [`name_sources`] that stops reading chart values once `cancel` fires (the engine then
+/// [`name_sources`] of the object whose values places `places` reads, that stops reading
+/// chart values once `cancel` fires (the engine then
 /// discards the verdict).
-fn name_sources_within(
-    gvk: &kube::core::GroupVersionKind,
-    object: &kube::core::DynamicObject,
+fn name_sources_in(
+    places: &ObjectPlaces<'_>,
     params: &ClusterNameParams,
     cancel: &crate::budget::Cancel,
 ) -> Vec<NameSource> {
+    let (gvk, object) = (places.gvk(), places.object());
     let holder = helm::object_name(gvk, object);
     // A plain values file (`check --values-for`) is one of the release's values files: others,
     // `--set`, or a tool that renders more values over it (Cluster Stacks' overwrite.yaml) may
     // set the name where this file does not show it.
     let values_file = gvk.kind == helm::VALUES_FILE_KIND;
-    let mut out: Vec<NameSource> = helm::chart_values_all_within(gvk, object, cancel)
+    let mut out: Vec<NameSource> = helm::chart_values_all_in(places, cancel)
         .iter()
         .filter(|values| values_run_service_controller(values))
         .filter_map(|values| values_source(&holder, values))

@@ -18,6 +18,8 @@ use kube::core::{DynamicObject, GroupVersionKind};
 
 use serde::{Deserialize, Serialize};
 
+use crate::sites::ObjectPlaces;
+
 use super::ccm_workload::{CcmMarkers, has_reference};
 use super::{
     Check, Example, Family, ObjectInput, RuleId, RuleOutput, Severity, Violation, parse_params,
@@ -70,13 +72,7 @@ pub struct ConcurrencyParams {
 fn check_object(input: &ObjectInput<'_>) -> RuleOutput {
     let defaults = ConcurrencyParams::default();
     let params = input.params.get().unwrap_or(&defaults);
-    check_within(
-        input.subject.kind,
-        input.object,
-        params,
-        severity(input),
-        input.context.cancel,
-    )
+    check_within(input.places, params, severity(input), input.context.cancel)
 }
 
 /// The flag this rule reads.
@@ -179,8 +175,7 @@ pub fn check(
     severity: Severity,
 ) -> RuleOutput {
     check_within(
-        gvk,
-        object,
+        &ObjectPlaces::new(gvk, object),
         params,
         severity,
         &crate::budget::Cancel::never(),
@@ -189,16 +184,16 @@ pub fn check(
 
 /// [`check`] that stops reading chart values once `cancel` fires.
 fn check_within(
-    gvk: &GroupVersionKind,
-    object: &DynamicObject,
+    places: &ObjectPlaces<'_>,
     params: &ConcurrencyParams,
     severity: Severity,
     cancel: &crate::budget::Cancel,
 ) -> RuleOutput {
+    let (gvk, object) = (places.gvk(), places.object());
     let mut out = RuleOutput::default();
     // The CCM Helm chart's `controllerExtraArgs` inside GitOps objects and values files.
     for (location, pointer, args) in
-        crate::sites::helm::helm_controller_extra_args_all_within(gvk, object, cancel)
+        crate::sites::helm::helm_controller_extra_args_all_in(places, cancel)
     {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         if let Some(found) = effective_use(&args) {

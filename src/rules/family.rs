@@ -133,6 +133,9 @@ pub struct ObjectInput<'a> {
     pub subject: &'a Subject<'a>,
     /// The object the family reads: the new object, or the deleted one for a DELETE check.
     pub object: &'a DynamicObject,
+    /// Where `object` holds the CCM chart's values, read once for every rule and site that
+    /// asks ([`crate::sites::ObjectPlaces`]).
+    pub places: &'a crate::sites::ObjectPlaces<'a>,
     /// Namespace of the request or object (None: cluster-scoped).
     pub namespace: Option<&'a str>,
     /// The policy's parsed parameters.

@@ -26,6 +26,9 @@
 //! addon objects, whose values are Jinja2 templates the addon provider renders, and Giant
 //! Swarm `App`s).
 
+use std::cell::RefCell;
+use std::rc::Rc;
+
 use kube::core::{DynamicObject, GroupVersionKind};
 use serde_json::Value;
 
@@ -283,6 +286,56 @@ pub(super) fn values_places(
         Some(Values::Place(place)) => read_place(object, &place, charts, cancel),
         Some(Values::Reader(reader)) => reader.places(&object.data, charts, cancel),
         None => Vec::new(),
+    }
+}
+
+/// The values places of one object ([`values_places`]), read at most once per chart list
+/// while the object is evaluated.
+///
+/// Finding its sites, its CCM version and the object rules (cluster name, concurrency) each
+/// need where an object holds the CCM chart's values; read apart, a HelmRelease's places were
+/// read four times per review (BENCHMARKS.md, "Where a HelmRelease's instructions go"). The
+/// engine makes one of these per object it evaluates and hands it to each of them. A reading
+/// that `cancel` stopped is not kept: it is not an answer.
+#[derive(Debug)]
+pub struct ObjectPlaces<'o> {
+    gvk: &'o GroupVersionKind,
+    object: &'o DynamicObject,
+    read: RefCell<Vec<(Vec<String>, Rc<[ValuesPlace]>)>>,
+}
+
+impl<'o> ObjectPlaces<'o> {
+    /// Nothing read yet of `object`, an object of kind `gvk`.
+    pub fn new(gvk: &'o GroupVersionKind, object: &'o DynamicObject) -> Self {
+        Self {
+            gvk,
+            object,
+            read: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// The object's kind.
+    pub fn gvk(&self) -> &'o GroupVersionKind {
+        self.gvk
+    }
+
+    /// The object.
+    pub fn object(&self) -> &'o DynamicObject {
+        self.object
+    }
+
+    /// The places holding values of the charts in `charts` (read now, or as read before).
+    pub(super) fn of(&self, charts: &[String], cancel: &Cancel) -> Rc<[ValuesPlace]> {
+        if let Some((_, places)) = self.read.borrow().iter().find(|(c, _)| c == charts) {
+            return Rc::clone(places);
+        }
+        let places: Rc<[ValuesPlace]> = values_places(self.gvk, self.object, charts, cancel).into();
+        if !cancel.is_cancelled() {
+            self.read
+                .borrow_mut()
+                .push((charts.to_vec(), Rc::clone(&places)));
+        }
+        places
     }
 }
 
@@ -1720,6 +1773,52 @@ pub fn carriers_markdown() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A Flux HelmRelease of the CCM chart with values.
+    fn ccm_release() -> (GroupVersionKind, DynamicObject) {
+        let gvk = GroupVersionKind::gvk("helm.toolkit.fluxcd.io", "v2", "HelmRelease");
+        let object: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+            "metadata": {"name": "ccm", "namespace": "kube-system"},
+            "spec": {
+                "chart": {"spec": {"chart": "openstack-cloud-controller-manager", "version": "2.31.1"}},
+                "values": {"cloudConfig": {"global": {"auth-url": "https://k/v3"}}},
+            },
+        }))
+        .unwrap();
+        (gvk, object)
+    }
+
+    /// The places are read once per chart list and then handed out as read; a reading the
+    /// cancel flag stopped is not kept, so a later reader reads again.
+    #[test]
+    fn object_places_are_read_once_per_chart_list() {
+        let (gvk, object) = ccm_release();
+        let charts = vec!["openstack-cloud-controller-manager".to_owned()];
+        let places = ObjectPlaces::new(&gvk, &object);
+        let first = places.of(&charts, &Cancel::never());
+        assert_eq!(first.len(), 1);
+        assert_eq!(
+            first[0].path,
+            values_places(&gvk, &object, &charts, &Cancel::never())[0].path
+        );
+        assert!(Rc::ptr_eq(&first, &places.of(&charts, &Cancel::never())));
+        let other = vec!["another-chart".to_owned()];
+        let none = places.of(&other, &Cancel::never());
+        assert!(none.is_empty());
+        assert!(Rc::ptr_eq(&first, &places.of(&charts, &Cancel::never())));
+        assert!(Rc::ptr_eq(&none, &places.of(&other, &Cancel::never())));
+
+        let stopped = Cancel::new();
+        stopped.cancel();
+        let fresh = ObjectPlaces::new(&gvk, &object);
+        let cut = fresh.of(&charts, &stopped);
+        let again = fresh.of(&charts, &Cancel::never());
+        assert!(!Rc::ptr_eq(&cut, &again));
+        assert!(Rc::ptr_eq(&again, &fresh.of(&charts, &Cancel::never())));
+        assert_eq!(fresh.gvk(), &gvk);
+        assert!(std::ptr::eq(fresh.object(), &object));
+    }
 
     #[test]
     fn each_resource_is_registered_in_one_scope_and_a_cluster_profile_at_cluster_scope() {

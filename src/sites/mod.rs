@@ -46,6 +46,7 @@ pub use object_data::decode_base64_like_go;
 
 // What the engine's view of an object reads (how messages name it, whether its diffs must be
 // masked as a Secret's, the labelled values key it holds): faces ask `Engine::describe`.
+pub use delivery::ObjectPlaces;
 pub use helm::object_name;
 pub use labelled_values::values_key as labelled_values_key;
 pub use payload::embeds_secret;
@@ -572,6 +573,17 @@ pub fn find_within(
     sites: &SitesDocument,
     cancel: &Cancel,
 ) -> Vec<FoundConfig> {
+    find_in(&ObjectPlaces::new(gvk, object), sites, cancel)
+}
+
+/// [`find_within`] of the object whose values places `read_places` reads (once for every
+/// reader of the object's values).
+fn find_in(
+    read_places: &ObjectPlaces<'_>,
+    sites: &SitesDocument,
+    cancel: &Cancel,
+) -> Vec<FoundConfig> {
+    let (gvk, object) = (read_places.gvk(), read_places.object());
     match data_kind(gvk) {
         Some(kind) => {
             let mut found = object_data::find(kind, object, sites);
@@ -586,7 +598,7 @@ pub fn find_within(
         }
         None => {
             let charts = helm::chart_names(sites);
-            let mut found = helm::find(gvk, object, &charts, cancel);
+            let mut found = helm::find(read_places, &charts, cancel);
             found.extend(delivery::find(gvk, object, sites, &charts, cancel));
             found
         }
@@ -611,8 +623,20 @@ pub fn find_with_embedded_within(
     sites: &SitesDocument,
     cancel: &Cancel,
 ) -> (Vec<FoundConfig>, Vec<payload::EmbeddedObject>) {
+    find_with_embedded_in(&ObjectPlaces::new(gvk, object), sites, cancel)
+}
+
+/// [`find_with_embedded_within`] of the object whose values places `read_places` reads (once
+/// for every reader of the object's values: the engine also asks its CCM version and its
+/// object rules).
+pub fn find_with_embedded_in(
+    read_places: &ObjectPlaces<'_>,
+    sites: &SitesDocument,
+    cancel: &Cancel,
+) -> (Vec<FoundConfig>, Vec<payload::EmbeddedObject>) {
+    let (gvk, object) = (read_places.gvk(), read_places.object());
     let Some(kind) = data_kind(gvk) else {
-        return (find_within(gvk, object, sites, cancel), Vec::new());
+        return (find_in(read_places, sites, cancel), Vec::new());
     };
     // The same sites, in the same order, as `find`.
     let mut found = object_data::find(kind, object, sites);
@@ -636,7 +660,11 @@ fn chart_values_sites(
     sites: &SitesDocument,
     cancel: &Cancel,
 ) -> Vec<FoundConfig> {
-    helm::find(gvk, object, &helm::chart_names(sites), cancel)
+    helm::find(
+        &ObjectPlaces::new(gvk, object),
+        &helm::chart_names(sites),
+        cancel,
+    )
 }
 
 /// Most nested manifest streams one object has parsed ([`helm::MAX_CARRIERS_PER_OBJECT`]).

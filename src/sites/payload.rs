@@ -45,6 +45,7 @@
 //! inner value reached through a YAML alias, a value that is not a plain string, or two
 //! cloud configs in one payload value (one review's patch replaces the whole value once).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use json_patch::{PatchOperation, ReplaceOperation};
@@ -428,7 +429,9 @@ pub(super) fn scan(
     }
     let name = object.metadata.name.as_deref().unwrap_or("");
     let namespace = object.metadata.namespace.as_deref().unwrap_or("");
-    let outer = format!("{} {namespace}/{name}", kind.as_str());
+    // Named only for a value that may hold something: most values (a site's own INI text)
+    // hold nothing, and the scan runs for every site ConfigMap.
+    let outer = || format!("{} {namespace}/{name}", kind.as_str());
     let mut found = Vec::new();
     let mut embedded = Vec::new();
     // `stringData` first: it wins over `data` for the same key (the apiserver writes it over).
@@ -450,15 +453,18 @@ pub(super) fn scan(
                 continue;
             }
             seen.push(key);
-            let path = vec![Seg::key(field), Seg::key(key)];
-            let location = format!("{field}[{key:?}]");
+            let location = || format!("{field}[{key:?}]");
             let Some(raw) = raw.as_str() else {
                 continue;
             };
-            let Ok(text) = encoding.decode(raw, &location) else {
-                // Not a manifest CAPI can apply either; nothing says a cloud config is in it,
-                // so nothing is claimed about one.
-                continue;
+            let text = match encoding {
+                Encoding::Text => Cow::Borrowed(raw),
+                Encoding::Base64 => match encoding.decode(raw, &location()) {
+                    Ok(text) => Cow::Owned(text),
+                    // Not a manifest CAPI can apply either; nothing says a cloud config is in
+                    // it, so nothing is claimed about one.
+                    Err(_) => continue,
+                },
             };
             let site_here = may_hold_site(&text, sites);
             let ccm_here = objects && may_hold_ccm(&text);
@@ -470,11 +476,11 @@ pub(super) fn scan(
                 label: CRS_PAYLOAD,
                 inner_holder: false,
                 values: values_here,
-                outer: outer.clone(),
-                path,
-                location,
+                outer: outer(),
+                path: vec![Seg::key(field), Seg::key(key)],
+                location: location(),
                 encoding: *encoding,
-                text,
+                text: text.into_owned(),
             };
             let docs = match value.parse(site_here && secret_payload, cancel) {
                 Ok(docs) => docs,

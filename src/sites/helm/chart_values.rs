@@ -5,7 +5,7 @@ use super::overrides::{merged_with, place_overrides};
 use super::places::{OverrideSource, text_values};
 use super::{DEFAULT_CHARTS, MAX_CARRIERS_PER_OBJECT, content, get, is_values_file, keys};
 use crate::budget::Cancel;
-use crate::sites::delivery::values_places;
+use crate::sites::delivery::ObjectPlaces;
 use crate::sites::path::{display, pointer, value_at};
 use crate::sites::render;
 use crate::sites::values::Override;
@@ -41,6 +41,16 @@ pub fn helm_controller_extra_args_all_within(
     object: &DynamicObject,
     cancel: &Cancel,
 ) -> Vec<(String, String, Vec<String>)> {
+    helm_controller_extra_args_all_in(&ObjectPlaces::new(gvk, object), cancel)
+}
+
+/// [`helm_controller_extra_args_all_within`] of the object whose values places
+/// `read_places` reads (once for every reader of the object's values).
+pub fn helm_controller_extra_args_all_in(
+    read_places: &ObjectPlaces<'_>,
+    cancel: &Cancel,
+) -> Vec<(String, String, Vec<String>)> {
+    let (gvk, object) = (read_places.gvk(), read_places.object());
     let charts: Vec<String> = DEFAULT_CHARTS.iter().map(|s| (*s).to_owned()).collect();
     let root = content(object);
     let values_file = is_values_file(gvk);
@@ -53,13 +63,13 @@ pub fn helm_controller_extra_args_all_within(
         }
     };
     let mut out = Vec::new();
-    let places = values_places(gvk, object, &charts, cancel);
+    let places = read_places.of(&charts, cancel);
     if places.len() > MAX_CARRIERS_PER_OBJECT {
         // Reported by the cloud-config site (`find`); reading them here would multiply the
         // per-string YAML caps.
         return out;
     }
-    for place in places {
+    for place in places.iter().cloned() {
         // Stop at the flag, not at the next place: what is returned is then not an answer.
         if cancel.check().is_err() {
             return Vec::new();
@@ -211,15 +221,22 @@ pub fn chart_values_all_within(
     object: &DynamicObject,
     cancel: &Cancel,
 ) -> Vec<ChartValues> {
+    chart_values_all_in(&ObjectPlaces::new(gvk, object), cancel)
+}
+
+/// [`chart_values_all_within`] of the object whose values places `read_places` reads (once
+/// for every reader of the object's values).
+pub fn chart_values_all_in(read_places: &ObjectPlaces<'_>, cancel: &Cancel) -> Vec<ChartValues> {
+    let (gvk, object) = (read_places.gvk(), read_places.object());
     let charts: Vec<String> = DEFAULT_CHARTS.iter().map(|s| (*s).to_owned()).collect();
     let root = content(object);
     let values_file = is_values_file(gvk);
-    let places = values_places(gvk, object, &charts, cancel);
+    let places = read_places.of(&charts, cancel);
     if places.len() > MAX_CARRIERS_PER_OBJECT {
         return Vec::new();
     }
     let mut out = Vec::new();
-    for place in places {
+    for place in places.iter().cloned() {
         // Stop at the flag, not at the next place: what is returned is then not an answer.
         if cancel.check().is_err() {
             return Vec::new();

@@ -43,11 +43,11 @@ pub(super) mod places;
 mod unseen;
 mod version;
 
-use super::delivery::{unnamed_chart_ref_with_values, values_places};
+use super::delivery::{ObjectPlaces, unnamed_chart_ref_with_values, values_places};
 pub use chart_values::{
-    ChartValues, SetEntry, chart_values_all, chart_values_all_within, controller_extra_args,
-    helm_controller_extra_args, helm_controller_extra_args_all,
-    helm_controller_extra_args_all_within,
+    ChartValues, SetEntry, chart_values_all, chart_values_all_in, chart_values_all_within,
+    controller_extra_args, helm_controller_extra_args, helm_controller_extra_args_all,
+    helm_controller_extra_args_all_in, helm_controller_extra_args_all_within,
 };
 use overrides::{Beneath, SetFailure, argo_orders, in_values_over, merged_with, place_overrides};
 pub use places::{
@@ -59,7 +59,7 @@ use places::{OverrideSource, Switch, ValuesPlace, text_values};
 use places::{content, get, keys, str_at};
 pub use unseen::{FLUX_DEFAULT_VALUES_KEY, describe_values_reference, helm_controller_secrets};
 use unseen::{on_top_sources, unseen_site, unseen_sources};
-pub use version::{CcmVersion, ccm_version, ccm_version_within, image_version};
+pub use version::{CcmVersion, ccm_version, ccm_version_in, ccm_version_within, image_version};
 
 /// Charts whose values hold an OpenStack CCM cloud config, when the policy set names none.
 pub const DEFAULT_CHARTS: &[&str] = &[
@@ -110,13 +110,13 @@ pub fn object_name(gvk: &GroupVersionKind, object: &DynamicObject) -> String {
 
 /// Finds the cloud configs in the values of the charts in `charts` that `object` holds.
 pub(super) fn find(
-    gvk: &GroupVersionKind,
-    object: &DynamicObject,
+    read_places: &ObjectPlaces<'_>,
     charts: &[String],
     cancel: &Cancel,
 ) -> Vec<FoundConfig> {
+    let (gvk, object) = (read_places.gvk(), read_places.object());
     let object_name = object_name(gvk, object);
-    let places = values_places(gvk, object, charts, cancel);
+    let places = read_places.of(charts, cancel);
     if places.len() > MAX_CARRIERS_PER_OBJECT {
         // Each values string is parsed with caps of its own; an object with hundreds of them
         // would multiply those caps. None is read, and the object is reported instead (named
@@ -134,7 +134,7 @@ pub(super) fn find(
     let root = content(object);
     let values_file = is_values_file(gvk);
     let mut found = Vec::new();
-    for (group, place) in places.into_iter().enumerate() {
+    for (group, place) in places.iter().cloned().enumerate() {
         // Each place parses and merges its values: none is started once the flag fired.
         if cancel.is_cancelled() {
             break;
@@ -667,6 +667,16 @@ mod tests {
     use super::*;
     use crate::cloudconf::{Document, IniEdit};
     use crate::secret_text::SecretText;
+
+    /// [`super::find`] of an object read on its own.
+    fn find(
+        gvk: &GroupVersionKind,
+        object: &DynamicObject,
+        charts: &[String],
+        cancel: &Cancel,
+    ) -> Vec<FoundConfig> {
+        super::find(&ObjectPlaces::new(gvk, object), charts, cancel)
+    }
     use crate::sites::Anchor;
     use crate::sites::chart::chart_matches;
     use crate::sites::path::pointer;

@@ -3,7 +3,7 @@
 use super::{content, get, str_at};
 use crate::budget::Cancel;
 use crate::sites::chart::chart_matches;
-use crate::sites::delivery::values_places;
+use crate::sites::delivery::ObjectPlaces;
 use crate::sites::path::value_at;
 use kube::core::{DynamicObject, GroupVersionKind};
 use serde_json::Value;
@@ -55,7 +55,18 @@ pub fn ccm_version_within(
     charts: &[String],
     cancel: &Cancel,
 ) -> Option<CcmVersion> {
-    let places = values_places(gvk, object, charts, cancel);
+    ccm_version_in(&ObjectPlaces::new(gvk, object), charts, cancel)
+}
+
+/// [`ccm_version_within`] of the object whose values places `read_places` reads (once for
+/// every reader of the object's values).
+pub fn ccm_version_in(
+    read_places: &ObjectPlaces<'_>,
+    charts: &[String],
+    cancel: &Cancel,
+) -> Option<CcmVersion> {
+    let (gvk, object) = (read_places.gvk(), read_places.object());
+    let places = read_places.of(charts, cancel);
     let root = content(object);
     // image.tag in a values map wins: the chart renders `default .Chart.AppVersion .Values.image.tag`.
     for place in places.iter().filter(|p| !p.yaml_string) {
