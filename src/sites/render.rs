@@ -13,6 +13,8 @@
 //! not read that section and an empty section changes nothing, so rendering it would only
 //! produce a warning about a header the user never wrote.
 
+use std::borrow::Cow;
+
 use super::generation::Generation;
 use crate::budget::Cancel;
 use serde_json::Value;
@@ -117,13 +119,16 @@ pub fn render_as(
         // indexes (`0 = "a"`, which gcfg then refuses as a variable name), over nothing or an
         // empty collection no line; anything else stops the template ("range can't iterate
         // over …"; checked with Helm v3.17.2 on the chart at 2.36.0).
-        let entries: Vec<(String, &Value)> = match section {
+        let entries: Vec<(Cow<'_, str>, &Value)> = match section {
             None | Some(Value::Null) => Vec::new(),
-            Some(Value::Object(m)) => m.iter().map(|(k, v)| (k.clone(), v)).collect(),
+            Some(Value::Object(m)) => m
+                .iter()
+                .map(|(k, v)| (Cow::Borrowed(k.as_str()), v))
+                .collect(),
             Some(Value::Array(items)) => items
                 .iter()
                 .enumerate()
-                .map(|(i, v)| (i.to_string(), v))
+                .map(|(i, v)| (Cow::Owned(i.to_string()), v))
                 .collect(),
             Some(_) => {
                 return Err(RenderError {
@@ -141,7 +146,9 @@ pub fn render_as(
             lines.push(Origin::Section(previous));
         }
         previous = Some(values_key);
-        text.push_str(&format!("[{header}]"));
+        text.push('[');
+        text.push_str(header);
+        text.push(']');
         lines.push(Origin::Section(values_key));
         // serde_json's map is ordered by key (byte order), like Go's sorted map range.
         for (key, value) in entries {
@@ -154,10 +161,13 @@ pub fn render_as(
             } else {
                 unquoted(value)
             };
-            text.push_str(&format!("\n{key} = {shown}"));
+            text.push('\n');
+            text.push_str(&key);
+            text.push_str(" = ");
+            text.push_str(&shown);
             // An unquoted value's line breaks start lines gcfg reads on their own.
             for _ in 0..=shown.matches('\n').count() {
-                lines.push(Origin::Key(values_key, key.clone()));
+                lines.push(Origin::Key(values_key, key.clone().into_owned()));
             }
         }
     }

@@ -371,10 +371,34 @@ pub fn controller_extra_args(values: &Value) -> Option<Vec<String>> {
     values.get("controllerExtraArgs").and_then(extra_args)
 }
 
+/// The items of `text` when it is a YAML block list of flags in the plainest form, one
+/// `- --name=value` per line at the first column (blank lines allowed), each item of letters,
+/// digits and `-_=.,/+` only: what the chart's own example and most values write. Such an
+/// item is a plain scalar that YAML reads as the string it spells (a leading `--` is no
+/// number, boolean or null), so this is what parsing the text as YAML gives, without paying
+/// for a YAML parser on every review (`tests::plain_flag_lists_read_as_yaml_reads_them`);
+/// None for anything else, which is then parsed.
+fn plain_flag_list(text: &str) -> Option<Vec<String>> {
+    let plain = |b: u8| b.is_ascii_alphanumeric() || b"-_=.,/+".contains(&b);
+    let mut items = Vec::new();
+    for line in text.split('\n') {
+        if line.is_empty() {
+            continue;
+        }
+        let item = line.strip_prefix("- ")?;
+        if !item.starts_with("--") || !item.bytes().all(plain) {
+            return None;
+        }
+        items.push(item.to_owned());
+    }
+    (!items.is_empty()).then_some(items)
+}
+
 /// The arguments of a `controllerExtraArgs` value: a YAML list written as a string (what the
 /// chart expects, e.g. `"- --concurrent-service-syncs=2\n"`) or an actual list.
 fn extra_args(value: &Value) -> Option<Vec<String>> {
     let list = match value {
+        Value::String(s) if let Some(flags) = plain_flag_list(s) => return Some(flags),
         Value::String(s) => match yaml::parse_one(s).and_then(|n| n.to_json()) {
             Ok(Value::Array(items)) => items,
             Ok(Value::Null) => return None,
@@ -401,4 +425,77 @@ fn extra_args(value: &Value) -> Option<Vec<String>> {
             })
             .collect(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every text of up to three lines from a pool of plain, almost plain and not plain flag
+    /// lines: where the shortcut answers, YAML gives the same list of strings; the plain
+    /// texts are answered by it.
+    #[test]
+    fn plain_flag_lists_read_as_yaml_reads_them() {
+        let pool = [
+            "- --concurrent-service-syncs=2",
+            "- --a=1",
+            "",
+            "- --x=a,b",
+            "- --v=2.5",
+            "- --p=/etc/x_y",
+            "- --a+b",
+            " - --indented",
+            "- --c: d",
+            "- --c:d",
+            "- --h # c",
+            "- '--q'",
+            "-\t--t",
+            "- --u=\u{e9}",
+            "- --k=v\r",
+            "- -x",
+            "---",
+            "- --",
+            "- --a=yes",
+            "-  --two",
+            "- --x=[1]",
+            "- --x=*a",
+        ];
+        let mut answered = 0;
+        for a in pool {
+            for b in pool {
+                for c in pool {
+                    for end in ["", "\n"] {
+                        let text = format!("{a}\n{b}\n{c}{end}");
+                        let Some(items) = plain_flag_list(&text) else {
+                            continue;
+                        };
+                        answered += 1;
+                        let parsed = yaml::parse_one(&text).and_then(|n| n.to_json());
+                        let expected: Vec<Value> =
+                            items.iter().cloned().map(Value::String).collect();
+                        assert_eq!(parsed.ok(), Some(Value::Array(expected)), "{text:?}");
+                    }
+                }
+            }
+        }
+        assert!(answered > 1000, "{answered}");
+        assert_eq!(
+            plain_flag_list("- --concurrent-service-syncs=2\n- --v=2\n"),
+            Some(vec![
+                "--concurrent-service-syncs=2".to_owned(),
+                "--v=2".to_owned()
+            ])
+        );
+        for not_plain in [
+            "",
+            "\n",
+            "- --c: d",
+            "- '--q'",
+            " - --x",
+            "- x",
+            "- --a=\u{e9}",
+        ] {
+            assert_eq!(plain_flag_list(not_plain), None, "{not_plain:?}");
+        }
+    }
 }
