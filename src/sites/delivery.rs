@@ -301,8 +301,11 @@ pub(super) fn values_places(
 pub struct ObjectPlaces<'o> {
     gvk: &'o GroupVersionKind,
     object: &'o DynamicObject,
-    read: RefCell<Vec<(Vec<String>, Rc<[ValuesPlace]>)>>,
+    read: RefCell<Vec<PlacesOfCharts>>,
 }
+
+/// The places of the values of one chart list, as read.
+type PlacesOfCharts = (Vec<String>, Rc<[ValuesPlace]>);
 
 impl<'o> ObjectPlaces<'o> {
     /// Nothing read yet of `object`, an object of kind `gvk`.
