@@ -289,7 +289,7 @@ pub(super) fn values_places(
     }
 }
 
-/// The values places of one object ([`values_places`]), read at most once per chart list
+/// The values places of one object (`values_places`), read at most once per chart list
 /// while the object is evaluated.
 ///
 /// Finding its sites, its CCM version and the object rules (cluster name, concurrency) each
