@@ -295,7 +295,9 @@ const GO_STD_ENCODING: base64::engine::GeneralPurpose = base64::engine::GeneralP
 /// default) is accepted by kubectl and the apiserver, and must be here. Any other whitespace
 /// is invalid in Go too.
 pub fn decode_base64_like_go(s: &str) -> Result<Vec<u8>, base64::DecodeError> {
-    if s.contains(['\r', '\n']) {
+    // Two searches for one byte each (memchr) rather than one for a set of characters, which
+    // looks at each character in turn: this runs on every Secret site's data.
+    if s.contains('\n') || s.contains('\r') {
         let compact: Vec<u8> = s.bytes().filter(|b| !matches!(b, b'\r' | b'\n')).collect();
         GO_STD_ENCODING.decode(compact)
     } else {
