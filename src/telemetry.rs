@@ -56,7 +56,7 @@ pub fn init(format: LogFormat, directive: &str) -> Result<(), TelemetryError> {
         LogFormat::Json => builder
             .with_ansi(false)
             .fmt_fields(JsonFields::new())
-            .event_format(JsonLines::new(SystemTime))
+            .event_format(JsonLines::new(UtcMicros))
             .try_init(),
     };
     result.map_err(|_| TelemetryError::AlreadyInstalled)
@@ -125,6 +125,70 @@ where
         write_json_str(&mut writer, meta.target())?;
         writer.write_str("}\n")
     }
+}
+
+/// The time as tracing-subscriber's `SystemTime` timer writes it (RFC 3339 in UTC, to the
+/// microsecond: `2026-11-29T05:17:38.123456Z`), its digits written directly rather than
+/// through seven padded `fmt` integers: the timestamp was the costliest field of the line
+/// every patched review writes. Times its fixed width cannot hold (before 1970, after 9999)
+/// are the stock timer's.
+#[derive(Debug, Clone, Copy, Default)]
+struct UtcMicros;
+
+impl FormatTime for UtcMicros {
+    fn format_time(&self, w: &mut Writer<'_>) -> fmt::Result {
+        match rfc3339_micros(std::time::SystemTime::now()) {
+            Some(text) => w.write_str(std::str::from_utf8(&text).map_err(|_| fmt::Error)?),
+            None => SystemTime.format_time(w),
+        }
+    }
+}
+
+/// `time` as `YYYY-MM-DDTHH:MM:SS.uuuuuuZ`, or None outside 1970–9999.
+fn rfc3339_micros(time: std::time::SystemTime) -> Option<[u8; 27]> {
+    let since = time.duration_since(std::time::UNIX_EPOCH).ok()?;
+    let seconds = since.as_secs();
+    let (year, month, day) = civil_date(seconds / 86_400);
+    if year > 9999 {
+        return None;
+    }
+    let of_day = seconds % 86_400;
+    let mut out = *b"0000-00-00T00:00:00.000000Z";
+    let mut digits = |at: usize, width: usize, mut value: u64| {
+        for i in (at..at + width).rev() {
+            // `value % 10` is one digit.
+            out[i] = b'0' + u8::try_from(value % 10).unwrap_or(0);
+            value /= 10;
+        }
+    };
+    digits(0, 4, year);
+    digits(5, 2, month);
+    digits(8, 2, day);
+    digits(11, 2, of_day / 3600);
+    digits(14, 2, of_day / 60 % 60);
+    digits(17, 2, of_day % 60);
+    digits(20, 6, u64::from(since.subsec_micros()));
+    Some(out)
+}
+
+/// The proleptic Gregorian (year, month, day) of `days` days after 1970-01-01: days counted
+/// in 400-year eras from 0000-03-01, whose leap day is then the last day of its year.
+fn civil_date(days: u64) -> (u64, u64, u64) {
+    let from_march_0000 = days + 719_468;
+    let era = from_march_0000 / 146_097;
+    let day_of_era = from_march_0000 % 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_from_march = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
+    let month = if month_from_march < 10 {
+        month_from_march + 3
+    } else {
+        month_from_march - 9
+    };
+    let year = year_of_era + era * 400 + u64::from(month <= 2);
+    (year, month, day)
 }
 
 /// Writes each field as `,"name":value`, as `tracing_serde::SerdeMapVisitor` serializes it:
@@ -324,6 +388,71 @@ mod tests {
             serde_json::from_str::<serde_json::Value>(mine).expect("each line is JSON");
         }
         assert_eq!(ours, stock);
+    }
+
+    /// Every day from 1970 to 9999 against a calendar counted a day at a time.
+    #[test]
+    fn civil_dates_are_the_calendar_counted_day_by_day() {
+        let (mut year, mut month, mut day) = (1970u64, 1u64, 1u64);
+        let leap = |y: u64| (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+        for days in 0..2_932_897u64 {
+            assert_eq!(civil_date(days), (year, month, day), "day {days}");
+            let length = match month {
+                2 if leap(year) => 29,
+                2 => 28,
+                4 | 6 | 9 | 11 => 30,
+                _ => 31,
+            };
+            day += 1;
+            if day > length {
+                day = 1;
+                month += 1;
+                if month > 12 {
+                    month = 1;
+                    year += 1;
+                }
+            }
+        }
+        assert_eq!((year, month, day), (10_000, 1, 1));
+    }
+
+    /// The same text as the stock timer, at fixed instants and now.
+    #[test]
+    fn utc_micros_writes_what_the_stock_timer_writes() {
+        let at = |seconds: u64, micros: u32| {
+            let time = std::time::UNIX_EPOCH
+                + std::time::Duration::from_secs(seconds)
+                + std::time::Duration::from_micros(u64::from(micros));
+            rfc3339_micros(time).map(|t| String::from_utf8(t.to_vec()).unwrap())
+        };
+        assert_eq!(at(0, 0).as_deref(), Some("1970-01-01T00:00:00.000000Z"));
+        assert_eq!(
+            at(951_782_400, 7).as_deref(),
+            Some("2000-02-29T00:00:00.000007Z")
+        );
+        assert_eq!(
+            at(1_795_835_858, 123_456).as_deref(),
+            Some("2026-11-28T03:17:38.123456Z")
+        );
+        assert_eq!(
+            at(253_402_300_799, 999_999).as_deref(),
+            Some("9999-12-31T23:59:59.999999Z")
+        );
+        assert_eq!(at(253_402_300_800, 0), None);
+        let stock = || {
+            let mut text = String::new();
+            SystemTime.format_time(&mut Writer::new(&mut text)).unwrap();
+            text
+        };
+        for _ in 0..100 {
+            let before = stock();
+            let mut ours = String::new();
+            UtcMicros.format_time(&mut Writer::new(&mut ours)).unwrap();
+            let after = stock();
+            // Fixed-width UTC text sorts as time does.
+            assert_eq!(ours.len(), before.len());
+            assert!(before <= ours && ours <= after, "{before} {ours} {after}");
+        }
     }
 
     #[test]
