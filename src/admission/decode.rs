@@ -2342,6 +2342,10 @@ mod tests {
             ),
             // No object, `oldObject` only (a DELETE).
             10 => review(format!(r#"{head}, "oldObject": {object}, {tail}"#)),
+            // Every field of the request.
+            13 => review(format!(
+                r#"{head}, "subResource": "status", "requestKind": {{"group": "g", "version": "v", "kind": "K"}}, "requestResource": {{"group": "g", "version": "v", "resource": "ks"}}, "requestSubResource": "scale", "object": {object}, "oldObject": {old}, "dryRun": true, "options": null"#
+            )),
             // A request that is null, then none at all.
             11 => r#"{"kind": "AdmissionReview", "request": null}"#.to_owned(),
             _ => r#"{"kind": "AdmissionReview"}"#.to_owned(),
@@ -2366,7 +2370,7 @@ mod tests {
         let mut ends = std::collections::BTreeMap::new();
         for (i, object) in objects.iter().enumerate() {
             for kind in kinds {
-                for shape in 0..=12 {
+                for shape in 0..=13 {
                     let old = if (i + shape) % 2 == 0 {
                         "null"
                     } else {
@@ -2379,6 +2383,147 @@ mod tests {
         for (end, at_least) in [("read", 800), ("settled", 800), ("again", 2_000)] {
             let n = ends.get(end).copied().unwrap_or(0);
             assert!(n >= at_least, "{end}: {n} ({ends:?})");
+        }
+    }
+
+    /// Reviews as the API server writes them are read in one pass (a reading's error
+    /// settled there too); other orders and shapes, and what cannot be built inside the
+    /// envelope, are read the two-pass way.
+    #[test]
+    fn one_pass_reads_reviews_in_the_api_servers_order() {
+        let sites = sites();
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/captured");
+        for fixture in [
+            "configmap/mutate-create-cloud-provider-config.json",
+            "configmap/validate-update-cloud-provider-config-serial-false.json",
+            "secret/mutate-create-cloud-config-from-file.json",
+            "helmrelease/mutate-create-openstack-cloud-controller-manager.json",
+            "glance/mutate-create-glance.json",
+            "deployment/validate-create-openstack-cloud-controller-manager.json",
+        ] {
+            let body = std::fs::read(dir.join(fixture)).expect("fixture");
+            assert_eq!(
+                one_pass_ends(&body, &sites, MAX_DECODED_BYTES),
+                "read",
+                "{fixture}"
+            );
+        }
+        let objects = generated_objects();
+        let cm = ("", "v1", "ConfigMap");
+        let secret = ("", "v1", "Secret");
+        let hr = ("helm.toolkit.fluxcd.io", "v2", "HelmRelease");
+        let deploy = ("apps", "v1", "Deployment");
+        let site = &objects[0];
+        // `levels - 1` containers with the object's braces, `levels + 1` with the review's
+        // and the request's: inside the envelope, 127 at most are built.
+        let deep = |levels: usize| {
+            let inner = "[".repeat(levels - 2) + &"]".repeat(levels - 2);
+            format!(r#"{{"metadata": {{"name": "d"}}, "spec": {inner}}}"#)
+        };
+        let not_utf8 = {
+            let mut body = envelope(0, cm, site, "null");
+            let at = body
+                .windows(4)
+                .position(|w| w == b"[Glo")
+                .expect("a cloud config");
+            body[at] = 0xff;
+            body
+        };
+        let cases: Vec<(Vec<u8>, usize, &str)> = vec![
+            (envelope(0, cm, site, "null"), MAX_DECODED_BYTES, "read"),
+            (envelope(0, cm, site, site), MAX_DECODED_BYTES, "read"),
+            (envelope(1, cm, site, site), MAX_DECODED_BYTES, "read"),
+            (envelope(13, cm, site, "null"), MAX_DECODED_BYTES, "read"),
+            (envelope(10, cm, site, "null"), MAX_DECODED_BYTES, "read"),
+            (envelope(0, cm, "null", "null"), MAX_DECODED_BYTES, "read"),
+            (envelope(0, cm, "{}", "null"), MAX_DECODED_BYTES, "read"),
+            // Data before metadata: the shell, then the data from the object's text.
+            (
+                envelope(0, secret, &objects[5], "null"),
+                MAX_DECODED_BYTES,
+                "read",
+            ),
+            (
+                envelope(0, cm, &objects[6], "null"),
+                MAX_DECODED_BYTES,
+                "read",
+            ),
+            // A payload Secret whose data was read: again, from its text.
+            (
+                envelope(0, secret, &objects[8], "null"),
+                MAX_DECODED_BYTES,
+                "read",
+            ),
+            // The CCM chart's values, read again from the object's text.
+            (
+                envelope(0, hr, &objects[14], &objects[15]),
+                MAX_DECODED_BYTES,
+                "read",
+            ),
+            (envelope(4, deploy, site, "null"), MAX_DECODED_BYTES, "read"),
+            (
+                envelope(0, deploy, &deep(126), "null"),
+                MAX_DECODED_BYTES,
+                "read",
+            ),
+            // Errors of the readings, and the budget.
+            (
+                envelope(0, deploy, "[1, 2]", "null"),
+                MAX_DECODED_BYTES,
+                "settled",
+            ),
+            (
+                envelope(0, cm, &objects[12], "null"),
+                MAX_DECODED_BYTES,
+                "settled",
+            ),
+            (envelope(0, cm, site, "null"), 700, "settled"),
+            (envelope(0, deploy, site, site), 1_500, "settled"),
+            (envelope(0, hr, &objects[14], "null"), 2_500, "settled"),
+            // Escaped keys where the text is needed, other orders and shapes.
+            (envelope(4, cm, site, "null"), MAX_DECODED_BYTES, "again"),
+            (
+                envelope(4, hr, &objects[14], "null"),
+                MAX_DECODED_BYTES,
+                "again",
+            ),
+            (envelope(2, cm, site, "null"), MAX_DECODED_BYTES, "again"),
+            (envelope(3, cm, site, "null"), MAX_DECODED_BYTES, "again"),
+            (envelope(5, cm, site, "null"), MAX_DECODED_BYTES, "again"),
+            (envelope(6, cm, site, "null"), MAX_DECODED_BYTES, "again"),
+            (envelope(7, cm, site, "null"), MAX_DECODED_BYTES, "again"),
+            (envelope(8, cm, site, "null"), MAX_DECODED_BYTES, "again"),
+            (envelope(9, cm, site, "null"), MAX_DECODED_BYTES, "again"),
+            (envelope(11, cm, site, "null"), MAX_DECODED_BYTES, "again"),
+            (envelope(12, cm, site, "null"), MAX_DECODED_BYTES, "again"),
+            // An error of `oldObject` with no `object` before it (a later one is read first
+            // the two-pass way).
+            (
+                envelope(10, deploy, "[1]", "null"),
+                MAX_DECODED_BYTES,
+                "again",
+            ),
+            (
+                envelope(0, cm, &objects[11], "null"),
+                MAX_DECODED_BYTES,
+                "again",
+            ),
+            (
+                envelope(0, deploy, &deep(127), "null"),
+                MAX_DECODED_BYTES,
+                "again",
+            ),
+            (not_utf8, MAX_DECODED_BYTES, "again"),
+        ];
+        for (i, (body, limit, end)) in cases.iter().enumerate() {
+            assert_eq!(
+                one_pass_ends(body, &sites, *limit),
+                *end,
+                "case {i}: {}",
+                String::from_utf8_lossy(body)
+            );
+            let [one, two] = review_both_ways(body, &sites, *limit, &Cancel::never);
+            assert_eq!(one, two, "case {i}");
         }
     }
 
