@@ -2101,6 +2101,17 @@ mod tests {
         }
     }
 
+    /// A key's place is known only for a slice of the body, wholly inside it.
+    #[test]
+    fn offset_in_places_slices_of_the_body_only() {
+        let text = "0123456789abcdef";
+        let body = &text[..10];
+        assert_eq!(offset_in(body, &body[3..5]), Some(3));
+        assert_eq!(offset_in(body, &body[6..]), Some(6));
+        assert_eq!(offset_in(body, &text[8..12]), None);
+        assert_eq!(offset_in(&text[4..], &text[..2]), None);
+    }
+
     /// How the one-pass reading ends for `body`: "read", its error "settled", or "again"
     /// (read the two-pass way).
     fn one_pass_ends(body: &[u8], sites: &SitesDocument, limit: usize) -> &'static str {
