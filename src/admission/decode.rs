@@ -3,16 +3,19 @@
 //! A generic `serde_json::Value` tree costs far more than the JSON it came from: a
 //! one-entry object such as `{"a":0}` (7 bytes) becomes a B-tree leaf of about 630 bytes.
 //! Decoding whole objects that way let one 3 MiB HelmRelease take half a gigabyte (issue 12).
-//! So the review is decoded in two steps:
+//! So each object of a review is decoded into a tree that holds **only the fields the engine
+//! reads**, chosen by the request's kind ([`Reading`]). Skipped subtrees are scanned, never
+//! built: `managedFields`, `status` (but for Cluster API objects, whose addresses the guard
+//! reads), a ConfigMap's or Secret's data keys that no site names, and the Helm values of
+//! charts that are not the CCM's. What is kept is charged against a decoded-memory budget
+//! ([`MAX_DECODED_BYTES`]); a review that needs more is answered as too complex, never
+//! half-read.
+//!
+//! The reading this is defined by takes two steps ([`decode_in_two_passes`]):
 //!
 //! 1. The review itself, with `object` and `oldObject` kept as borrowed raw JSON text
 //!    ([`RawValue`]): no copy, no tree.
-//! 2. Each object, into a tree that holds **only the fields the engine reads**, chosen by the
-//!    request's kind ([`Reading`]). Skipped subtrees are scanned, never built: `managedFields`,
-//!    `status` (but for Cluster API objects, whose addresses the guard reads), a ConfigMap's or
-//!    Secret's data keys that no site names, and the Helm values of charts that are not the
-//!    CCM's. What is kept is charged against a decoded-memory budget ([`MAX_DECODED_BYTES`]);
-//!    a review that needs more is answered as too complex, never half-read.
+//! 2. Each object, pruned, from its raw text.
 //!
 //! Where a kept field depends on another one that may come later in the JSON (the data keys
 //! depend on the name and labels; whether values are read depends on the chart reference),
@@ -21,6 +24,17 @@
 //! objects that are sites. A ConfigMap or Secret whose `metadata` comes before its data (the
 //! order the API server writes) is read once: its data keys are decided as soon as its
 //! metadata has been read.
+//!
+//! Reviews as the API server writes them (the request's `kind` before its objects, `object`
+//! before `oldObject`) are read in one pass over the body instead ([`decode_in_one_pass`]):
+//! each object is pruned by the same reader while the envelope is read, so its text is not
+//! scanned first to be kept as raw text. Its raw text is still found where a reading needs it
+//! (a ConfigMap's payload prefilter, a second reading): from the end of the object's key, by
+//! a brace count ([`object_end`]). Whatever that pass cannot settle exactly as the two-step
+//! reading would (another field order, an escaped key, an object nested too deep to build
+//! inside the envelope, malformed JSON, a body that is not UTF-8) is read the two-step way
+//! from the start: the result, the error and its position, and the decoded-memory charge are
+//! always the two-step reading's.
 
 use std::cell::{Cell, RefCell};
 use std::fmt;
@@ -173,30 +187,102 @@ pub fn decode_review(
     limit: usize,
     cancel: &Cancel,
 ) -> Result<Decoded, DecodeError> {
+    match decode_in_one_pass(body, (sites, reads), limit, cancel) {
+        Some(decoded) => decoded,
+        None => decode_in_two_passes(body, sites, reads, limit, cancel),
+    }
+}
+
+/// The review's fields besides its objects.
+struct Envelope {
+    api_version: String,
+    kind: String,
+    request: RequestFields,
+}
+
+/// The request's fields besides its objects ([`WireRequest`]'s).
+struct RequestFields {
+    uid: String,
+    kind: GroupVersionKind,
+    resource: GroupVersionResource,
+    sub_resource: Option<String>,
+    request_kind: Option<GroupVersionKind>,
+    request_resource: Option<GroupVersionResource>,
+    request_sub_resource: Option<String>,
+    name: String,
+    namespace: Option<String>,
+    operation: Operation,
+    user_info: k8s_openapi::api::authentication::v1::UserInfo,
+    dry_run: bool,
+}
+
+/// The first step of the two-pass reading: the envelope, with the objects as raw text.
+fn read_envelope(body: &[u8]) -> Result<(Envelope, [Option<&RawValue>; 2]), DecodeError> {
     let wire: WireReview<'_> = serde_json::from_slice(body).map_err(DecodeError::json)?;
     let request = wire.request.ok_or(DecodeError::NoRequest)?;
-    let reading = Reading::for_kind(&request.kind);
+    let envelope = Envelope {
+        api_version: wire.api_version,
+        kind: wire.kind,
+        request: RequestFields {
+            uid: request.uid,
+            kind: request.kind,
+            resource: request.resource,
+            sub_resource: request.sub_resource,
+            request_kind: request.request_kind,
+            request_resource: request.request_resource,
+            request_sub_resource: request.request_sub_resource,
+            name: request.name,
+            namespace: request.namespace,
+            operation: request.operation,
+            user_info: request.user_info,
+            dry_run: request.dry_run,
+        },
+    };
+    Ok((envelope, [request.object, request.old_object]))
+}
+
+/// The reading [`decode_review`] is defined by: the envelope with the objects as raw text,
+/// then each object from its text.
+fn decode_in_two_passes(
+    body: &[u8],
+    sites: &SitesDocument,
+    reads: Option<&CcmConfigReads>,
+    limit: usize,
+    cancel: &Cancel,
+) -> Result<Decoded, DecodeError> {
+    let (envelope, [object, old_object]) = read_envelope(body)?;
+    let gvk = &envelope.request.kind;
+    let reading = Reading::for_kind(gvk);
     let mut budget = Budget {
         limit,
         spent: 0,
         cancel,
     };
-    let object = request
-        .object
-        .map(|raw| decode_object(raw, &request.kind, reading, (sites, reads), &mut budget))
+    let object = object
+        .map(|raw| decode_object(raw.get(), gvk, reading, (sites, reads), &mut budget))
         .transpose()?;
-    let old_object = request
-        .old_object
-        .map(|raw| decode_object(raw, &request.kind, reading, (sites, reads), &mut budget))
+    let old_object = old_object
+        .map(|raw| decode_object(raw.get(), gvk, reading, (sites, reads), &mut budget))
         .transpose()?;
-    Ok(Decoded {
-        api_version: wire.api_version.clone(),
-        decoded_bytes: budget.spent,
+    Ok(assemble(envelope, [object, old_object], budget.spent))
+}
+
+/// The decoded review from its parts.
+fn assemble(
+    envelope: Envelope,
+    [object, old_object]: [Option<DynamicObject>; 2],
+    decoded_bytes: usize,
+) -> Decoded {
+    let Envelope {
+        api_version,
+        kind,
+        request,
+    } = envelope;
+    Decoded {
+        api_version: api_version.clone(),
+        decoded_bytes,
         request: AdmissionRequest {
-            types: TypeMeta {
-                api_version: wire.api_version,
-                kind: wire.kind,
-            },
+            types: TypeMeta { api_version, kind },
             uid: request.uid,
             kind: request.kind,
             resource: request.resource,
@@ -218,7 +304,490 @@ pub fn decode_review(
             dry_run: request.dry_run,
             options: None,
         },
-    })
+    }
+}
+
+/// Reads the review in one pass over `body`, each object pruned while the envelope is read.
+/// `None` when this pass cannot settle the review exactly as [`decode_in_two_passes`] would:
+/// read it that way then. `Some` is that reading's result: the decoded review, or the error
+/// an object's reading ended with (a stop for the budget or the deadline, or an error of a
+/// reading from the object's raw text), given once the envelope is known to decode.
+fn decode_in_one_pass(
+    body: &[u8],
+    (sites, reads): (&SitesDocument, Option<&CcmConfigReads>),
+    limit: usize,
+    cancel: &Cancel,
+) -> Option<Result<Decoded, DecodeError>> {
+    // The two-pass reading checks each object's raw text for UTF-8 whole, skipped strings
+    // included, where a skipping reader would not: checked here for the whole body.
+    let text = std::str::from_utf8(body).ok()?;
+    let review = OnePassReview {
+        body: text,
+        sites,
+        reads,
+        budget: RefCell::new(Budget {
+            limit,
+            spent: 0,
+            cancel,
+        }),
+        key_end: Cell::new(None),
+        settled: RefCell::new(None),
+    };
+    let mut de = serde_json::Deserializer::from_str(text);
+    let read = ReviewSeed(&review)
+        .deserialize(&mut de)
+        .and_then(|read| de.end().map(|()| read));
+    match read {
+        Ok((envelope, objects)) => {
+            let spent = review.budget.into_inner().spent;
+            Some(Ok(assemble(envelope, objects, spent)))
+        }
+        Err(_) => {
+            let settled = review.settled.into_inner()?;
+            // The two-pass reading reads the whole envelope before any object.
+            Some(read_envelope(body).and(Err(settled)))
+        }
+    }
+}
+
+/// The one-pass reading of a review: what its objects' readings share.
+struct OnePassReview<'de, 'c> {
+    body: &'de str,
+    sites: &'c SitesDocument,
+    reads: Option<&'c CcmConfigReads>,
+    /// Both objects' charges, `object`'s first (the order of [`decode_in_two_passes`]).
+    budget: RefCell<Budget<'c>>,
+    /// Where the key of the object being read ends in `body` (its closing quote), when the
+    /// key was read from the body as written.
+    key_end: Cell<Option<usize>>,
+    /// The error an object's reading ended with, the two-pass reading's too.
+    settled: RefCell<Option<DecodeError>>,
+}
+
+/// A map key, borrowed from the body when it holds no escape (its place there is then known).
+enum Key<'de> {
+    Borrowed(&'de str),
+    Owned(String),
+}
+
+impl Key<'_> {
+    fn as_str(&self) -> &str {
+        match self {
+            Key::Borrowed(k) => k,
+            Key::Owned(k) => k,
+        }
+    }
+}
+
+struct KeySeed;
+
+impl<'de> DeserializeSeed<'de> for KeySeed {
+    type Value = Key<'de>;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Key<'de>, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KeySeed {
+    type Value = Key<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a field name")
+    }
+
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
+        Ok(Key::Borrowed(v))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Key<'de>, E> {
+        Ok(Key::Owned(v.to_owned()))
+    }
+}
+
+/// The one-pass reading gives up (the review is read the two-pass way): the error's text is
+/// never shown.
+fn give_up<E: de::Error>() -> E {
+    E::custom("read the review in two passes")
+}
+
+/// Sets a field read once (serde's derived readers refuse a field given twice).
+fn once<T, E: de::Error>(slot: &mut Option<T>, value: T) -> Result<(), E> {
+    if slot.is_some() {
+        return Err(give_up());
+    }
+    *slot = Some(value);
+    Ok(())
+}
+
+/// The review, as [`WireReview`] reads it.
+struct ReviewSeed<'a, 'de, 'c>(&'a OnePassReview<'de, 'c>);
+
+impl<'de> DeserializeSeed<'de> for ReviewSeed<'_, 'de, '_> {
+    type Value = (Envelope, [Option<DynamicObject>; 2]);
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ReviewSeed<'_, 'de, '_> {
+    type Value = (Envelope, [Option<DynamicObject>; 2]);
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an AdmissionReview")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let (mut api_version, mut kind, mut request) = (None, None, None);
+        while let Some(key) = map.next_key_seed(KeySeed)? {
+            match key.as_str() {
+                "apiVersion" => once(&mut api_version, map.next_value::<String>()?)?,
+                "kind" => once(&mut kind, map.next_value::<String>()?)?,
+                "request" => once(&mut request, map.next_value_seed(RequestSeed(self.0))?)?,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        // No request: the two-pass reading says so.
+        let Some((request, objects)) = request.flatten() else {
+            return Err(give_up());
+        };
+        let envelope = Envelope {
+            api_version: api_version.unwrap_or_default(),
+            kind: kind.unwrap_or_default(),
+            request,
+        };
+        Ok((envelope, objects))
+    }
+}
+
+/// The request, as [`WireRequest`] reads it, its objects read as they come.
+struct RequestSeed<'a, 'de, 'c>(&'a OnePassReview<'de, 'c>);
+
+impl<'de> DeserializeSeed<'de> for RequestSeed<'_, 'de, '_> {
+    type Value = Option<(RequestFields, [Option<DynamicObject>; 2])>;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_option(self)
+    }
+}
+
+impl<'de> Visitor<'de> for RequestSeed<'_, 'de, '_> {
+    type Value = Option<(RequestFields, [Option<DynamicObject>; 2])>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an AdmissionRequest")
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let review = self.0;
+        let (mut uid, mut kind, mut resource, mut sub_resource) = (None, None, None, None);
+        let (mut request_kind, mut request_resource, mut request_sub_resource) = (None, None, None);
+        let (mut name, mut namespace, mut operation, mut user_info) = (None, None, None, None);
+        let (mut object, mut old_object, mut dry_run) = (None, None, None);
+        while let Some(key) = map.next_key_seed(KeySeed)? {
+            match key.as_str() {
+                "uid" => once(&mut uid, map.next_value::<String>()?)?,
+                "kind" => once(&mut kind, map.next_value::<GroupVersionKind>()?)?,
+                "resource" => once(&mut resource, map.next_value::<GroupVersionResource>()?)?,
+                "subResource" => once(&mut sub_resource, map.next_value::<Option<String>>()?)?,
+                "requestKind" => once(&mut request_kind, map.next_value()?)?,
+                "requestResource" => once(&mut request_resource, map.next_value()?)?,
+                "requestSubResource" => once(&mut request_sub_resource, map.next_value()?)?,
+                "name" => once(&mut name, map.next_value::<String>()?)?,
+                "namespace" => once(&mut namespace, map.next_value::<Option<String>>()?)?,
+                "operation" => once(&mut operation, map.next_value::<Operation>()?)?,
+                "userInfo" => once(&mut user_info, map.next_value()?)?,
+                "dryRun" => once(&mut dry_run, map.next_value::<bool>()?)?,
+                field @ ("object" | "oldObject") => {
+                    let old = field == "oldObject";
+                    // The objects are read knowing the kind, `object` first (the order of
+                    // the two-pass reading's charges).
+                    let (Some(gvk), false) = (&kind, !old && old_object.is_some()) else {
+                        return Err(give_up());
+                    };
+                    review.key_end.set(match &key {
+                        Key::Borrowed(k) => offset_in(review.body, k).map(|start| start + k.len()),
+                        Key::Owned(_) => None,
+                    });
+                    // An error of `oldObject` read before `object` is met may not be the
+                    // two-pass reading's: a later `object` is read first there.
+                    let settles = !old || object.is_some();
+                    let seed = ObjectSeed {
+                        review,
+                        gvk,
+                        settles,
+                    };
+                    let slot = if old { &mut old_object } else { &mut object };
+                    once(slot, map.next_value_seed(seed)?)?;
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        let (Some(uid), Some(kind), Some(resource), Some(operation)) =
+            (uid, kind, resource, operation)
+        else {
+            return Err(give_up());
+        };
+        let request = RequestFields {
+            uid,
+            kind,
+            resource,
+            sub_resource: sub_resource.flatten(),
+            request_kind: request_kind.flatten(),
+            request_resource: request_resource.flatten(),
+            request_sub_resource: request_sub_resource.flatten(),
+            name: name.unwrap_or_default(),
+            namespace: namespace.flatten(),
+            operation,
+            user_info: user_info.unwrap_or_default(),
+            dry_run: dry_run.unwrap_or_default(),
+        };
+        Ok(Some((request, [object.flatten(), old_object.flatten()])))
+    }
+}
+
+/// Where `part` (a slice of `body`) starts in `body`.
+fn offset_in(body: &str, part: &str) -> Option<usize> {
+    let start = (part.as_ptr() as usize).checked_sub(body.as_ptr() as usize)?;
+    (start + part.len() <= body.len()).then_some(start)
+}
+
+/// Why an object's one-pass reading did not give the object.
+enum Abort<E> {
+    /// The two-pass reading ends with this error too (once its envelope decodes).
+    Settled(DecodeError),
+    /// The one-pass reading cannot tell: read the review the two-pass way.
+    Again,
+    /// The deserializer's own error (its position is the body's, not the object's text's):
+    /// read the review the two-pass way.
+    De(E),
+}
+
+/// `object` or `oldObject`, read as [`decode_object`] reads it from its raw text.
+struct ObjectSeed<'a, 'de, 'c> {
+    review: &'a OnePassReview<'de, 'c>,
+    gvk: &'a GroupVersionKind,
+    /// Whether an error this reading ends with is the two-pass reading's.
+    settles: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for ObjectSeed<'_, 'de, '_> {
+    type Value = Option<DynamicObject>;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_option(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ObjectSeed<'_, 'de, '_> {
+    type Value = Option<DynamicObject>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object")
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        let mut budget = self.review.budget.borrow_mut();
+        let read = match Reading::for_kind(self.gvk) {
+            Reading::Site(kind) => self.read_site(d, kind, &mut budget),
+            Reading::Object { status } => self.read_other(d, status, &mut budget),
+        };
+        match read {
+            Ok(object) => Ok(Some(object)),
+            Err(Abort::Settled(e)) => {
+                if self.settles {
+                    *self.review.settled.borrow_mut() = Some(e);
+                }
+                Err(give_up())
+            }
+            Err(Abort::Again) => Err(give_up()),
+            Err(Abort::De(e)) => Err(e),
+        }
+    }
+}
+
+impl<'de> ObjectSeed<'_, 'de, '_> {
+    /// The object's raw text, as the two-pass reading holds it: from the end of its key, past
+    /// the colon, to the brace that closes it. `None` when the key was not read as written or
+    /// the value is no JSON object (the two-pass reading refuses it then).
+    fn text(&self) -> Option<&'de str> {
+        let body = self.review.body;
+        let bytes = body.as_bytes();
+        let quote = self.review.key_end.get()?;
+        if bytes.get(quote) != Some(&b'"') {
+            return None;
+        }
+        let colon = skip_blanks(bytes, quote + 1);
+        if bytes.get(colon) != Some(&b':') {
+            return None;
+        }
+        let start = skip_blanks(bytes, colon + 1);
+        if bytes.get(start) != Some(&b'{') {
+            return None;
+        }
+        body.get(start..object_end(bytes, start)?)
+    }
+
+    /// [`decode_object`]'s site reading: the one-pass site reader over the deserializer, its
+    /// fallbacks from the object's raw text.
+    fn read_site<D: de::Deserializer<'de>>(
+        &self,
+        d: D,
+        kind: SiteKind,
+        budget: &mut Budget<'_>,
+    ) -> Result<DynamicObject, Abort<D::Error>> {
+        let (sites, reads) = (self.review.sites, self.review.reads);
+        let text = match kind {
+            SiteKind::ConfigMap => Some(self.text().ok_or(Abort::Again)?),
+            SiteKind::Secret => None,
+        };
+        let payload = text.is_some_and(|raw| payload::worth_parsing(raw, sites));
+        let before = budget.spent;
+        let reader = SiteReader::new(kind, payload, (sites, reads));
+        let pruned = match read_pruned(
+            d,
+            &|path| reader.decide(path),
+            Some(&|key, value| reader.on_top(key, value)),
+            budget,
+        ) {
+            Ok(done) => Ok(done),
+            Err(Unread::Stopped(e)) => Err(e),
+            Err(Unread::De(e)) => return Err(Abort::De(e)),
+        };
+        let raw = || text.or_else(|| self.text()).ok_or(Abort::Again);
+        match reader.finish(pruned, budget) {
+            Ok(OnePass::Read(object)) => Ok(object),
+            Ok(OnePass::Shell { root, meta, spent }) => {
+                let raw = raw()?;
+                budget.spent = spent;
+                let keys = site_keys(kind, &meta, sites, reads);
+                read_site_data(raw, kind, payload, (root, meta, keys), sites, budget)
+                    .map_err(Abort::Settled)
+            }
+            Ok(OnePass::Again) => {
+                let raw = raw()?;
+                budget.spent = before;
+                decode_site_two_pass(raw, kind, payload, (sites, reads), budget)
+                    .map_err(Abort::Settled)
+            }
+            Err(OnePassError::Final(e)) => Err(Abort::Settled(e)),
+            Err(OnePassError::Retry) => Err(Abort::Again),
+        }
+    }
+
+    /// [`decode_object`]'s reading of any other kind: the first reading over the
+    /// deserializer, the second (the CCM chart's values) from the object's raw text.
+    fn read_other<D: de::Deserializer<'de>>(
+        &self,
+        d: D,
+        status: bool,
+        budget: &mut Budget<'_>,
+    ) -> Result<DynamicObject, Abort<D::Error>> {
+        let before = budget.spent;
+        let shell = |path: &[Seg]| object_fields(path, status, false);
+        let (root, total) = match read_pruned(d, &shell, None, budget) {
+            Ok(done) => done,
+            Err(Unread::Stopped(e)) => return Err(Abort::Settled(e)),
+            Err(Unread::De(e)) => return Err(Abort::De(e)),
+        };
+        let object = object_from(root, total, budget).map_err(Abort::Settled)?;
+        if !crate::sites::helm::holds_chart_values(self.gvk, &object, self.review.sites) {
+            return Ok(object);
+        }
+        drop(object);
+        let raw = self.text().ok_or(Abort::Again)?;
+        read_with_values(raw, status, before, budget).map_err(Abort::Settled)
+    }
+}
+
+/// The first position from `at` that is not JSON whitespace.
+fn skip_blanks(bytes: &[u8], mut at: usize) -> usize {
+    while matches!(bytes.get(at), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+        at += 1;
+    }
+    at
+}
+
+/// One past the brace that closes the JSON object opening at `start`, in JSON text that
+/// serde_json reads: braces are counted outside strings, and a string ends at the first quote
+/// that no backslash escapes. `None` when the text ends first.
+fn object_end(bytes: &[u8], start: usize) -> Option<usize> {
+    let mut depth = 0_usize;
+    let mut at = start;
+    loop {
+        at = find_any(bytes, at, [b'"', b'{', b'}'])?;
+        match bytes[at] {
+            b'"' => at = string_end(bytes, at + 1)?,
+            b'{' => {
+                depth += 1;
+                at += 1;
+            }
+            _ => {
+                depth = depth.checked_sub(1)?;
+                at += 1;
+                if depth == 0 {
+                    return Some(at);
+                }
+            }
+        }
+    }
+}
+
+/// One past the quote that ends the JSON string whose text starts at `at`.
+fn string_end(bytes: &[u8], mut at: usize) -> Option<usize> {
+    loop {
+        at = find_any(bytes, at, [b'"', b'\\'])?;
+        if bytes[at] == b'"' {
+            return Some(at + 1);
+        }
+        // An escape: the character after the backslash is part of it, whatever it is.
+        at += 2;
+    }
+}
+
+/// The first position from `from` holding one of `needles`. Eight bytes at a time: a byte of
+/// the word equal to a needle is zero in `word ^ needle`, and the lowest zero byte of a word
+/// is the lowest one `(x - 0x01..) & !x & 0x80..` flags (a false flag needs a zero byte below
+/// it), so the first flag in memory order is a true match.
+fn find_any<const N: usize>(bytes: &[u8], from: usize, needles: [u8; N]) -> Option<usize> {
+    const ONES: u64 = u64::from_le_bytes([0x01; 8]);
+    const HIGHS: u64 = u64::from_le_bytes([0x80; 8]);
+    let rest = bytes.get(from..)?;
+    let mut words = rest.chunks_exact(8);
+    let mut at = from;
+    for word in &mut words {
+        let word = u64::from_le_bytes(word.try_into().ok()?);
+        let mut flags = 0;
+        for needle in needles {
+            let x = word ^ (ONES * u64::from(needle));
+            flags |= x.wrapping_sub(ONES) & !x & HIGHS;
+        }
+        if flags != 0 {
+            return Some(at + (flags.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    let tail = words.remainder();
+    tail.iter()
+        .position(|b| needles.contains(b))
+        .map(|i| at + i)
 }
 
 /// Which fields of an object the engine reads, by the request's kind.
@@ -252,8 +821,9 @@ struct Budget<'c> {
     cancel: &'c Cancel,
 }
 
+/// Decodes one object from its raw JSON text `raw` (the two-pass reading's second step).
 fn decode_object(
-    raw: &RawValue,
+    raw: &str,
     gvk: &GroupVersionKind,
     reading: Reading,
     (sites, reads): (&SitesDocument, Option<&CcmConfigReads>),
@@ -263,7 +833,7 @@ fn decode_object(
         Reading::Site(kind) => {
             // A ConfigMap may be a ClusterResourceSet payload whatever its metadata says.
             // Asked once per object: the raw text is scanned, and both readers need it.
-            let payload = kind == SiteKind::ConfigMap && payload::worth_parsing(raw.get(), sites);
+            let payload = kind == SiteKind::ConfigMap && payload::worth_parsing(raw, sites);
             let before = budget.spent;
             match decode_site_one_pass(raw, kind, payload, (sites, reads), budget) {
                 Ok(OnePass::Read(object)) => return Ok(object),
@@ -285,24 +855,42 @@ fn decode_object(
         Reading::Object { status } => {
             let before = budget.spent;
             let shell = |path: &[Seg]| object_fields(path, status, false);
-            let (root, total) = prune(raw.get(), &shell, budget)?;
-            budget.spent = total;
-            let meta = metadata_of(&root)?;
-            let object = into_object(root, meta)?;
+            let (root, total) = prune(raw, &shell, budget)?;
+            let object = object_from(root, total, budget)?;
             if !crate::sites::helm::holds_chart_values(gvk, &object, sites) {
                 return Ok(object);
             }
             // The CCM chart's values: read again, values included. The first reading is
             // dropped first, so only one of them is ever held.
             drop(object);
-            budget.spent = before;
-            let full = |path: &[Seg]| object_fields(path, status, true);
-            let (root, total) = prune(raw.get(), &full, budget)?;
-            budget.spent = total;
-            let meta = metadata_of(&root)?;
-            into_object(root, meta)
+            read_with_values(raw, status, before, budget)
         }
     }
+}
+
+/// The object pruned to `root`, whose reading brought the budget's total to `total`.
+fn object_from(
+    root: Value,
+    total: usize,
+    budget: &mut Budget<'_>,
+) -> Result<DynamicObject, DecodeError> {
+    budget.spent = total;
+    let meta = metadata_of(&root)?;
+    into_object(root, meta)
+}
+
+/// The second reading of an object that holds the CCM chart's values, from its raw text:
+/// everything but `managedFields` (and `status`, unless `status`), charged from `before`.
+fn read_with_values(
+    raw: &str,
+    status: bool,
+    before: usize,
+    budget: &mut Budget<'_>,
+) -> Result<DynamicObject, DecodeError> {
+    budget.spent = before;
+    let full = |path: &[Seg]| object_fields(path, status, true);
+    let (root, total) = prune(raw, &full, budget)?;
+    object_from(root, total, budget)
 }
 
 /// What the one-pass site reader made of an object.
@@ -358,111 +946,161 @@ struct SiteSight {
 /// on its raw text); a Secret is one by its `type`, read after its data, so it is first read
 /// as not being one.
 fn decode_site_one_pass(
-    raw: &RawValue,
+    raw: &str,
     kind: SiteKind,
     payload: bool,
     (sites, reads): (&SitesDocument, Option<&CcmConfigReads>),
     budget: &mut Budget<'_>,
 ) -> Result<OnePass, OnePassError> {
-    let sight = RefCell::new(SiteSight::default());
-    let decide = |path: &[Seg]| match path {
-        [f] if is(f, "data") || is(f, "stringData") => {
-            let mut s = sight.borrow_mut();
-            s.data_seen = true;
-            match &s.meta {
-                None => {
-                    s.out_of_order = true;
-                    Decision::Skip
-                }
-                // No key wanted: the two-pass reader does not read the data at all.
-                Some((_, keys)) if keys.is_empty() && !payload => Decision::Skip,
-                Some(_) => {
-                    s.data_read = true;
-                    Decision::Descend
+    let reader = SiteReader::new(kind, payload, (sites, reads));
+    let pruned = prune_with(
+        raw,
+        &|path| reader.decide(path),
+        Some(&|key, value| reader.on_top(key, value)),
+        budget,
+    );
+    reader.finish(pruned, budget)
+}
+
+/// The one-pass site reader: its decisions depend on the metadata read so far.
+struct SiteReader<'s> {
+    kind: SiteKind,
+    payload: bool,
+    sites: &'s SitesDocument,
+    reads: Option<&'s CcmConfigReads>,
+    sight: RefCell<SiteSight>,
+}
+
+impl<'s> SiteReader<'s> {
+    fn new(
+        kind: SiteKind,
+        payload: bool,
+        (sites, reads): (&'s SitesDocument, Option<&'s CcmConfigReads>),
+    ) -> Self {
+        SiteReader {
+            kind,
+            payload,
+            sites,
+            reads,
+            sight: RefCell::new(SiteSight::default()),
+        }
+    }
+
+    fn decide(&self, path: &[Seg]) -> Decision {
+        match path {
+            [f] if is(f, "data") || is(f, "stringData") => {
+                let mut s = self.sight.borrow_mut();
+                s.data_seen = true;
+                match &s.meta {
+                    None => {
+                        s.out_of_order = true;
+                        Decision::Skip
+                    }
+                    // No key wanted: the two-pass reader does not read the data at all.
+                    Some((_, keys)) if keys.is_empty() && !self.payload => Decision::Skip,
+                    Some(_) => {
+                        s.data_read = true;
+                        Decision::Descend
+                    }
                 }
             }
+            [f, _] if is(f, "data") || is(f, "stringData") => match &self.sight.borrow().meta {
+                Some((_, keys)) => site_data(path, keys, self.payload),
+                None => Decision::Skip,
+            },
+            _ => site_shell(path),
         }
-        [f, _] if is(f, "data") || is(f, "stringData") => match &sight.borrow().meta {
-            Some((_, keys)) => site_data(path, keys, payload),
-            None => Decision::Skip,
-        },
-        _ => site_shell(path),
-    };
-    let on_top = |key: &str, value: &Value| {
+    }
+
+    fn on_top(&self, key: &str, value: &Value) {
         if key != "metadata" {
             return;
         }
-        let mut s = sight.borrow_mut();
+        let mut s = self.sight.borrow_mut();
         if s.data_seen {
             s.out_of_order = true;
         }
         match metadata_from(value) {
             Ok(meta) => {
-                let keys = site_keys(kind, &meta, sites, reads);
+                let keys = site_keys(self.kind, &meta, self.sites, self.reads);
                 s.meta = Some((meta, keys));
             }
             Err(_) => s.bad_meta = true,
         }
-    };
-    let pruned = prune_with(raw.get(), &decide, Some(&on_top), budget);
-    let sight = sight.into_inner();
-    let (mut root, total) = match pruned {
-        Ok(done) => done,
-        Err(e @ DecodeError::Exhausted(_)) => return Err(OnePassError::Final(e)),
-        // Before any metadata was read, both readers stop at the same place for the same
-        // reason: the shell is all either has decoded.
-        Err(e) if sight.meta.is_none() && !sight.bad_meta && !sight.data_seen => {
-            return Err(OnePassError::Final(e));
-        }
-        Err(_) => return Err(OnePassError::Retry),
-    };
-    let Some((meta, keys)) = sight.meta else {
-        return Ok(OnePass::Again);
-    };
-    let payload_secret = kind == SiteKind::Secret
-        && payload::is_payload_secret_type(root.get("type").and_then(Value::as_str));
-    if sight.out_of_order || sight.bad_meta || payload_secret {
-        if sight.data_read || sight.bad_meta {
+    }
+
+    /// What the reading `pruned` (this reader's decisions) comes to.
+    fn finish(
+        self,
+        pruned: Result<(Value, usize), DecodeError>,
+        budget: &mut Budget<'_>,
+    ) -> Result<OnePass, OnePassError> {
+        let SiteReader {
+            kind,
+            payload,
+            sites,
+            sight,
+            ..
+        } = self;
+        let sight = sight.into_inner();
+        let (mut root, total) = match pruned {
+            Ok(done) => done,
+            Err(e @ DecodeError::Exhausted(_)) => return Err(OnePassError::Final(e)),
+            // Before any metadata was read, both readers stop at the same place for the same
+            // reason: the shell is all either has decoded.
+            Err(e) if sight.meta.is_none() && !sight.bad_meta && !sight.data_seen => {
+                return Err(OnePassError::Final(e));
+            }
+            Err(_) => return Err(OnePassError::Retry),
+        };
+        let Some((meta, keys)) = sight.meta else {
             return Ok(OnePass::Again);
+        };
+        let payload_secret = kind == SiteKind::Secret
+            && payload::is_payload_secret_type(root.get("type").and_then(Value::as_str));
+        if sight.out_of_order || sight.bad_meta || payload_secret {
+            if sight.data_read || sight.bad_meta {
+                return Ok(OnePass::Again);
+            }
+            return Ok(OnePass::Shell {
+                root,
+                meta,
+                spent: total,
+            });
         }
-        return Ok(OnePass::Shell {
-            root,
-            meta,
-            spent: total,
-        });
+        let mut spent = total;
+        if !keys.is_empty() || payload {
+            // The two-pass reader builds the data fields in a second tree and pays for its root
+            // (and, once it holds a field, for its map) before merging: charged alike here.
+            spent = spent.saturating_add(Cost::VALUE);
+            if root.get("data").is_some() || root.get("stringData").is_some() {
+                spent = spent.saturating_add(Cost::MAP);
+            }
+            if spent > budget.limit {
+                return Err(OnePassError::Retry);
+            }
+            if payload {
+                // Only the values that may embed a site or a CCM object are kept.
+                keep_payload_values(&mut root, &keys, sites);
+            }
+        }
+        budget.spent = spent;
+        into_object(root, meta)
+            .map(OnePass::Read)
+            .map_err(|_| OnePassError::Retry)
     }
-    let mut spent = total;
-    if !keys.is_empty() || payload {
-        // The two-pass reader builds the data fields in a second tree and pays for its root
-        // (and, once it holds a field, for its map) before merging: charged alike here.
-        spent = spent.saturating_add(Cost::VALUE);
-        if root.get("data").is_some() || root.get("stringData").is_some() {
-            spent = spent.saturating_add(Cost::MAP);
-        }
-        if spent > budget.limit {
-            return Err(OnePassError::Retry);
-        }
-        if payload {
-            // Only the values that may embed a site or a CCM object are kept.
-            keep_payload_values(&mut root, &keys, sites);
-        }
-    }
-    budget.spent = spent;
-    into_object(root, meta)
-        .map(OnePass::Read)
-        .map_err(|_| OnePassError::Retry)
 }
 
 /// Reads a ConfigMap or Secret in two passes: the shell with its metadata, then the data keys
 /// that metadata names. `payload` as for [`decode_site_one_pass`].
 fn decode_site_two_pass(
-    raw: &RawValue,
+    raw: &str,
     kind: SiteKind,
     payload: bool,
     (sites, reads): (&SitesDocument, Option<&CcmConfigReads>),
     budget: &mut Budget<'_>,
 ) -> Result<DynamicObject, DecodeError> {
-    let (root, total) = prune(raw.get(), &site_shell, budget)?;
+    let (root, total) = prune(raw, &site_shell, budget)?;
     budget.spent = total;
     let meta = metadata_of(&root)?;
     let keys = site_keys(kind, &meta, sites, reads);
@@ -472,7 +1110,7 @@ fn decode_site_two_pass(
 /// The second reading of a ConfigMap or Secret: the data keys in `keys` (every value of a
 /// ClusterResourceSet payload) added to the shell `root`, whose metadata is `meta`.
 fn read_site_data(
-    raw: &RawValue,
+    raw: &str,
     kind: SiteKind,
     payload: bool,
     (mut root, meta, keys): (Value, ObjectMeta, Vec<String>),
@@ -489,7 +1127,7 @@ fn read_site_data(
     };
     if !keys.is_empty() || payload {
         let wanted = |path: &[Seg]| site_data(path, &keys, payload);
-        let (mut data, total) = prune(raw.get(), &wanted, budget)?;
+        let (mut data, total) = prune(raw, &wanted, budget)?;
         budget.spent = total;
         if payload && kind == SiteKind::ConfigMap {
             // Only the values that may embed a site or a CCM object are kept.
@@ -521,6 +1159,31 @@ fn prune_with(
     on_top: Option<OnTop<'_>>,
     budget: &Budget<'_>,
 ) -> Result<(Value, usize), DecodeError> {
+    let mut de = serde_json::Deserializer::from_str(json);
+    match read_pruned(&mut de, decide, on_top, budget) {
+        Ok(done) => de.end().map(|()| done).map_err(DecodeError::json),
+        Err(Unread::Stopped(e)) => Err(e),
+        Err(Unread::De(e)) => Err(DecodeError::json(e)),
+    }
+}
+
+/// Why [`read_pruned`] read no value.
+enum Unread<E> {
+    /// The budget ran out or the reading was cancelled: the error the reading gives.
+    Stopped(DecodeError),
+    /// The deserializer's own error.
+    De(E),
+}
+
+/// Reads one value from `de`, pruned by `decide`, charging from `budget.spent`; returns the
+/// value and the new total spent. `de` reads an object's own text ([`prune_with`]) or the
+/// review's, where it stands at the object ([`decode_in_one_pass`]).
+fn read_pruned<'de, D: de::Deserializer<'de>>(
+    de: D,
+    decide: &dyn Fn(&[Seg]) -> Decision,
+    on_top: Option<OnTop<'_>>,
+    budget: &Budget<'_>,
+) -> Result<(Value, usize), Unread<D::Error>> {
     let ctx = Ctx {
         decide,
         on_top,
@@ -531,21 +1194,19 @@ fn prune_with(
         cancel: budget.cancel,
         stop: Cell::new(None),
     };
-    let mut de = serde_json::Deserializer::from_str(json);
     let result = Node {
         ctx: &ctx,
         mode: Decision::Descend,
     }
-    .deserialize(&mut de)
-    .and_then(|v| de.end().map(|()| v));
+    .deserialize(de);
     match (result, ctx.stop.get()) {
-        (_, Some(Stop::Budget)) => Err(DecodeError::TooComplex {
+        (_, Some(Stop::Budget)) => Err(Unread::Stopped(DecodeError::TooComplex {
             limit: budget.limit,
-        }),
-        (_, Some(Stop::Cancelled)) => Err(DecodeError::Exhausted(
+        })),
+        (_, Some(Stop::Cancelled)) => Err(Unread::Stopped(DecodeError::Exhausted(
             budget.cancel.check().err().unwrap_or(Exhausted::Deadline),
-        )),
-        (Err(e), None) => Err(DecodeError::json(e)),
+        ))),
+        (Err(e), None) => Err(Unread::De(e)),
         (Ok(v), None) => Ok((v, ctx.spent.get())),
     }
 }
@@ -1073,7 +1734,7 @@ mod tests {
             cancel: &cancel,
         };
         let one = show(decode_object(
-            &raw,
+            raw.get(),
             &gvk,
             Reading::Site(kind),
             (&sites, None),
@@ -1087,7 +1748,7 @@ mod tests {
         };
         let payload = kind == SiteKind::ConfigMap && payload::worth_parsing(raw.get(), &sites);
         let two = show(decode_site_two_pass(
-            &raw,
+            raw.get(),
             kind,
             payload,
             (&sites, None),
@@ -1140,7 +1801,7 @@ mod tests {
                 cancel: &cancel,
             };
             let payload = *kind == ConfigMap && payload::worth_parsing(raw.get(), &sites);
-            let read = decode_site_one_pass(&raw, *kind, payload, (&sites, None), &mut budget);
+            let read = decode_site_one_pass(raw.get(), *kind, payload, (&sites, None), &mut budget);
             let ended = match read {
                 Ok(OnePass::Read(_)) => "read",
                 Ok(OnePass::Shell { .. }) => "shell",
@@ -1318,5 +1979,642 @@ mod tests {
             json!({"metadata": {"labels": "not-a-map"}}),
         );
         assert!(matches!(decode(&body), Err(DecodeError::Json(_))));
+    }
+
+    /// A generator of pseudo-random numbers (a linear congruential one: the same sequence on
+    /// every run).
+    struct Lcg(u64);
+
+    impl Lcg {
+        fn below(&mut self, n: usize) -> usize {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (self.0 >> 33) as usize % n
+        }
+    }
+
+    /// A JSON value made of pieces that trip a brace count: quotes, backslashes and braces in
+    /// strings and keys, escapes, non-ASCII text, nesting.
+    fn tricky_value(rng: &mut Lcg, depth: usize) -> Value {
+        let pieces = [
+            "{",
+            "}",
+            "\"",
+            "\\",
+            "\\\"",
+            "[",
+            "]",
+            "é",
+            "x",
+            "\u{1F600}",
+            " ",
+            "\n",
+        ];
+        let text = |rng: &mut Lcg| -> String {
+            (0..rng.below(5))
+                .map(|_| pieces[rng.below(pieces.len())])
+                .collect()
+        };
+        match if depth == 0 {
+            rng.below(3)
+        } else {
+            rng.below(5)
+        } {
+            0 => Value::String(text(rng)),
+            1 => json!(rng.below(1000)),
+            2 => Value::Null,
+            3 => Value::Array(
+                (0..rng.below(4))
+                    .map(|_| tricky_value(rng, depth - 1))
+                    .collect(),
+            ),
+            _ => Value::Object(
+                (0..rng.below(4))
+                    .map(|_| (text(rng), tricky_value(rng, depth - 1)))
+                    .collect(),
+            ),
+        }
+    }
+
+    /// The brace count finds the end serde_json finds: the length of the raw value it
+    /// borrows, for objects written compact and pretty, inside other JSON.
+    #[test]
+    fn object_end_is_where_the_raw_value_ends() {
+        let mut rng = Lcg(0x31);
+        for round in 0..3_000 {
+            let mut object = serde_json::Map::new();
+            for _ in 0..rng.below(4) {
+                object.insert(format!("k{}", rng.below(9)), tricky_value(&mut rng, 4));
+            }
+            let object = Value::Object(object);
+            let written = if round % 2 == 0 {
+                object.to_string()
+            } else {
+                serde_json::to_string_pretty(&object).expect("writes")
+            };
+            let before = r#"{"a": ["}", "{\"", {"b": "}}"}], "object": "#;
+            let text = format!(r#"{before}{written} , "z": "{{" }}"#);
+            let start = before.len();
+            assert_eq!(
+                object_end(text.as_bytes(), start),
+                Some(start + written.len()),
+                "{text}"
+            );
+            let raw: &RawValue = serde_json::from_str(&written).expect("raw");
+            assert_eq!(raw.get().len(), written.len());
+            // Cut short, the object has no end.
+            let cut = &text.as_bytes()[..start + written.len() - 1];
+            assert_eq!(object_end(cut, start), None, "{text}");
+        }
+    }
+
+    /// The word-at-a-time search answers as a byte-by-byte one, at every alignment.
+    #[test]
+    fn find_any_finds_the_first_needle() {
+        let mut rng = Lcg(0xf1);
+        let alphabet = [
+            b'a', b'"', b'\\', b'{', b'}', 0x01, 0x80, 0x21, 0x5b, 0xff, 0x00,
+        ];
+        for _ in 0..20_000 {
+            let bytes: Vec<u8> = (0..rng.below(40))
+                .map(|_| alphabet[rng.below(alphabet.len())])
+                .collect();
+            let from = rng.below(bytes.len() + 2);
+            let naive = |needles: &[u8]| {
+                bytes
+                    .get(from..)
+                    .and_then(|rest| rest.iter().position(|b| needles.contains(b)))
+                    .map(|i| from + i)
+            };
+            assert_eq!(
+                find_any(&bytes, from, [b'"', b'{', b'}']),
+                naive(b"\"{}"),
+                "{bytes:?} from {from}"
+            );
+            assert_eq!(
+                find_any(&bytes, from, [b'"', b'\\']),
+                naive(b"\"\\"),
+                "{bytes:?} from {from}"
+            );
+        }
+    }
+
+    /// A key's place is known only for a slice of the body, wholly inside it.
+    #[test]
+    fn offset_in_places_slices_of_the_body_only() {
+        let text = "0123456789abcdef";
+        let body = &text[..10];
+        assert_eq!(offset_in(body, &body[3..5]), Some(3));
+        assert_eq!(offset_in(body, &body[6..]), Some(6));
+        assert_eq!(offset_in(body, &text[8..12]), None);
+        assert_eq!(offset_in(&text[4..], &text[..2]), None);
+    }
+
+    /// How the one-pass reading ends for `body`: "read", its error "settled", or "again"
+    /// (read the two-pass way).
+    fn one_pass_ends(body: &[u8], sites: &SitesDocument, limit: usize) -> &'static str {
+        match decode_in_one_pass(body, (sites, None), limit, &Cancel::never()) {
+            Some(Ok(_)) => "read",
+            Some(Err(_)) => "settled",
+            None => "again",
+        }
+    }
+
+    /// Decodes `body` with [`decode_review`] and with the two-pass reading alone, each with
+    /// its own flag from `cancel`: the results as written by `Debug` (every field, the error
+    /// and its position, the decoded-memory charge) and the looks at the flag.
+    fn review_both_ways(
+        body: &[u8],
+        sites: &SitesDocument,
+        limit: usize,
+        cancel: &dyn Fn() -> Cancel,
+    ) -> [(String, usize); 2] {
+        let one = cancel();
+        let decoded = decode_review(body, sites, None, limit, &one);
+        let two = cancel();
+        let read = decode_in_two_passes(body, sites, None, limit, &two);
+        [
+            (format!("{decoded:?}"), one.looks()),
+            (format!("{read:?}"), two.looks()),
+        ]
+    }
+
+    /// The decoded-memory limits a body is tried with: the default, and around its charge.
+    fn limits_for(body: &[u8], sites: &SitesDocument) -> Vec<usize> {
+        match decode_in_two_passes(body, sites, None, MAX_DECODED_BYTES, &Cancel::never()) {
+            Ok(d) => vec![
+                MAX_DECODED_BYTES,
+                d.decoded_bytes,
+                d.decoded_bytes.saturating_sub(1),
+                d.decoded_bytes / 2,
+            ],
+            Err(_) => vec![MAX_DECODED_BYTES, 1_500],
+        }
+    }
+
+    /// Checks `body` both ways at each of its limits; counts how the one-pass reading ended.
+    fn check_both_ways(
+        body: &[u8],
+        sites: &SitesDocument,
+        ends: &mut std::collections::BTreeMap<&'static str, usize>,
+    ) {
+        for limit in limits_for(body, sites) {
+            let [one, two] = review_both_ways(body, sites, limit, &Cancel::never);
+            assert_eq!(
+                one,
+                two,
+                "within {limit}: {}",
+                String::from_utf8_lossy(body)
+            );
+            *ends.entry(one_pass_ends(body, sites, limit)).or_default() += 1;
+        }
+    }
+
+    /// The captured reviews, and each edited: re-serialized (keys sorted: data before
+    /// metadata), with its object as `oldObject` too, with an escaped `object` key, a byte
+    /// that is not UTF-8 in a string of the object, cut short, and with text after it.
+    fn captured_variants() -> Vec<Vec<u8>> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/captured");
+        let mut files = Vec::new();
+        let mut dirs = vec![dir];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).expect("fixture dir") {
+                let path = entry.expect("entry").path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if path.extension().is_some_and(|e| e == "json") {
+                    files.push(path);
+                }
+            }
+        }
+        files.sort();
+        assert!(files.len() >= 50, "{} captured reviews", files.len());
+        let mut bodies = Vec::new();
+        for path in files {
+            let body = std::fs::read(&path).expect("fixture");
+            let text = String::from_utf8(body.clone()).expect("UTF-8");
+            let value: Value = serde_json::from_slice(&body).expect("JSON");
+            let mut update = value.clone();
+            if let Some(object) = update.pointer("/request/object").cloned()
+                && !object.is_null()
+            {
+                update["request"]["oldObject"] = object;
+            }
+            bodies.push(serde_json::to_vec(&value).expect("writes"));
+            bodies.push(serde_json::to_vec(&update).expect("writes"));
+            bodies.push(
+                text.replacen("\"object\"", "\"obj\\u0065ct\"", 1)
+                    .into_bytes(),
+            );
+            for skipped in ["\"managedFields\"", "\"object\""] {
+                if let Some(at) = text.find(skipped)
+                    && let Some(quote) = text[at + skipped.len()..].find(": \"")
+                {
+                    let mut bad = body.clone();
+                    bad.insert(at + skipped.len() + quote + 3, 0xff);
+                    bodies.push(bad);
+                }
+            }
+            bodies.push(body[..body.len() * 2 / 3].to_vec());
+            let mut trailing = body.clone();
+            trailing.extend_from_slice(b" x");
+            bodies.push(trailing);
+            bodies.push(body);
+        }
+        bodies
+    }
+
+    /// The one-pass reading decodes what the two-pass reading decodes, field for field,
+    /// error for error (and position), charge for charge, at the default limit and around
+    /// each review's own charge: for every captured review and its edits.
+    #[test]
+    fn captured_reviews_decode_alike_in_one_pass_and_two() {
+        let sites = sites();
+        let mut ends = std::collections::BTreeMap::new();
+        for body in captured_variants() {
+            check_both_ways(&body, &sites, &mut ends);
+        }
+        // Each way out of the one-pass reading is taken, the one-pass read most.
+        for (end, at_least) in [("read", 300), ("settled", 20), ("again", 100)] {
+            let n = ends.get(end).copied().unwrap_or(0);
+            assert!(n >= at_least, "{end}: {n} ({ends:?})");
+        }
+    }
+
+    /// Objects that exercise the readers: site objects in and out of the API server's order,
+    /// payloads, the CCM chart's values and another chart's, a Machine, objects that are no
+    /// objects, braces and quotes in strings, escaped keys, nesting around the depth cap.
+    fn generated_objects() -> Vec<String> {
+        let label = r#""labels": {"stackgate.dev/cloud-config": "cloud.conf"}"#;
+        let values = r#""labels": {"stackgate.dev/ccm-values": "v.yaml"}"#;
+        let manifest = r#""apiVersion: v1\nkind: Secret\nmetadata:\n  name: cloud-config\n""#;
+        let ccm = "openstack-cloud-controller-manager";
+        let mut objects = vec![
+            format!(r#"{{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {{"name": "cm", "namespace": "ns", {label}, "managedFields": [{{"manager": "x"}}]}}, "data": {{"cloud.conf": "[Global]\n", "other": "x"}}, "binaryData": {{"b": "AAAA"}}}}"#),
+            r#"{"metadata": {"name": "cm"}, "data": {"a": "b"}}"#.to_owned(),
+            format!(r#"{{"metadata": {{"name": "crs", "namespace": "ns"}}, "data": {{"p.yaml": {manifest}, "cni.yaml": "kind: DaemonSet\n"}}}}"#),
+            format!(r#"{{"metadata": {{"name": "cm", {label}}}, "data": null, "stringData": {{"cloud.conf": "x"}}}}"#),
+            format!(r#"{{"metadata": {{"name": "v", "namespace": "ns", {values}}}, "data": {{"v.yaml": "eA==", "o": "eQ=="}}, "type": "Opaque"}}"#),
+            format!(r#"{{"data": {{"cloud.conf": "x"}}, "metadata": {{"name": "cm", {label}}}}}"#),
+            format!(r#"{{"data": {{"p.yaml": {manifest}, "cni.yaml": "kind: DaemonSet\n"}}, "metadata": {{"name": "crs", "namespace": "ns"}}}}"#),
+            r#"{"metadata": {"name": "crs"}, "data": {"a": "eA==", "b": "eQ=="}, "type": "addons.cluster.x-k8s.io/resource-set"}"#.to_owned(),
+            format!(r#"{{"metadata": {{"name": "crs", {values}}}, "data": {{"v.yaml": "eA==", "b": "eQ=="}}, "type": "addons.cluster.x-k8s.io/resource-set"}}"#),
+            format!(r#"{{"metadata": {{"name": "cm", {label}}}, "data": {{"cloud.conf": "x"}}, "metadata": {{"name": "cm"}}}}"#),
+            r#"{"metadata": {"name": 7}, "data": {"a": "b"}}"#.to_owned(),
+            format!(r#"{{"metadata": {{"name": "cm", {label}}}, "data": {{"cloud.conf": [[[1]]]}}, "kind": 3}}"#),
+            r#"{"metadata": {"labels": "not-a-map"}}"#.to_owned(),
+            // Quotes, braces and escapes in strings and keys; an escaped key.
+            format!(r#"{{"metadata": {{"name": "a\"}}{{", "annotations": {{"}}\\": "{{\\\"}}"}}, {label}}}, "d\u0061ta": {{"cloud.conf": "}}\"\\"}}}}"#),
+            format!(r#"{{"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease", "metadata": {{"name": "r"}}, "spec": {{"chart": {{"spec": {{"chart": "{ccm}"}}}}, "values": {{"cloudConfig": {{"global": {{"a": "}}"}}}}, "x": [{{"a": 0}}]}}}}, "status": {{"history": [1, 2]}}}}"#),
+            format!(r#"{{"metadata": {{"name": "r"}}, "spec": {{"values": {{"x": [1]}}, "chart": {{"spec": {{"chart": "{ccm}"}}}}}}}}"#),
+            r#"{"metadata": {"name": "r"}, "spec": {"chart": {"spec": {"chart": "podinfo"}}, "values": {"x": [{"a": 0}]}}}"#.to_owned(),
+            format!(r#"{{"metadata": {{"name": "r"}}, "spec": {{"chart": {{"spec": {{"chart": "addons"}}}}, "values": {{"big": [1], "{ccm}": {{"a": 1}}}}}}}}"#),
+            format!(r#"{{"metadata": {{"name": "r", "managedFields": 1}}, "spec": {{"chart": {{"spec": {{"chart": "{ccm}"}}}}, "values": {{"a": [[[[1]]]], "b": {{"c": 3}}}}}}, "metadata": {{"name": "again"}}}}"#),
+            r#"{"metadata": {"name": "m"}, "status": {"addresses": [{"address": "10.0.0.1"}]}}"#.to_owned(),
+            r#"{}"#.to_owned(),
+            r#"[1, 2]"#.to_owned(),
+            r#""text""#.to_owned(),
+            r#"7"#.to_owned(),
+            r#"null"#.to_owned(),
+            // Malformed inside the object.
+            r#"{"metadata": {"name": "x"}, "data": {"a": }}"#.to_owned(),
+        ];
+        // Nesting around the cap, in a field every reading keeps (a ConfigMap's metadata, an
+        // object's spec) and in one none does: inside the review, the object's braces are the
+        // third level.
+        for levels in [120, 124, 125, 126, 127, 128, 130] {
+            let inner = levels - 2;
+            let deep = format!("{}{}", "[".repeat(inner), "]".repeat(inner));
+            objects.push(format!(r#"{{"metadata": {{"name": "cm", "annotations": {{"a": "b"}}, "x": {deep}}}, "spec": {deep}, "status": {deep}}}"#));
+            objects.push(format!(r#"{{"metadata": {{"name": "cm"}}, "status": {deep}, "spec": {{"chart": {{"spec": {{"chart": "{ccm}"}}}}, "values": {deep}}}}}"#));
+        }
+        objects
+    }
+
+    /// A review of `kind` around `object` and `old` (raw JSON texts), its fields in one of a
+    /// few orders and shapes (`shape`).
+    fn envelope(shape: usize, kind: (&str, &str, &str), object: &str, old: &str) -> Vec<u8> {
+        let (g, v, k) = kind;
+        let gvk = format!(r#""kind": {{"group": "{g}", "version": "{v}", "kind": "{k}"}}"#);
+        let gvr =
+            format!(r#""resource": {{"group": "{g}", "version": "{v}", "resource": "things"}}"#);
+        let head = format!(
+            r#""uid": "u", {gvk}, {gvr}, "name": "n", "namespace": "ns", "operation": "UPDATE", "userInfo": {{"username": "a", "groups": ["g"]}}"#
+        );
+        let tail = r#""dryRun": false, "options": {"kind": "UpdateOptions"}"#;
+        let review = |request: String| {
+            format!(
+                r#"{{"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "request": {{{request}}}}}"#
+            )
+        };
+        let text = match shape {
+            // The API server's order.
+            0 => review(format!(
+                r#"{head}, "object": {object}, "oldObject": {old}, {tail}"#
+            )),
+            // Blanks around the colon, the objects last, the request last.
+            1 => review(format!(
+                "{head},\n\"object\"\t :\r\n {object} , \"oldObject\" : {old}\n"
+            )),
+            // The objects before the kind.
+            2 => review(format!(
+                r#""object": {object}, "oldObject": {old}, {head}, {tail}"#
+            )),
+            // `oldObject` before `object`.
+            3 => review(format!(
+                r#"{head}, "oldObject": {old}, "object": {object}, {tail}"#
+            )),
+            // An escaped key.
+            4 => review(format!(
+                r#"{head}, "obj\u0065ct": {object}, "oldObject": {old}, {tail}"#
+            )),
+            // `object` twice.
+            5 => review(format!(
+                r#"{head}, "object": {object}, "object": {old}, {tail}"#
+            )),
+            // No uid.
+            6 => review(format!(
+                r#"{gvk}, {gvr}, "operation": "UPDATE", "object": {object}, "oldObject": {old}"#
+            )),
+            // Malformed after the objects.
+            7 => review(format!(
+                r#"{head}, "object": {object}, "oldObject": {old}, "options": {{"a": }}"#
+            )),
+            // Text after the review.
+            8 => format!(
+                "{} ]",
+                review(format!(r#"{head}, "object": {object}, "oldObject": {old}"#))
+            ),
+            // The request before the review's own fields, `apiVersion` twice.
+            9 => format!(
+                r#"{{"request": {{{head}, "object": {object}, "oldObject": {old}}}, "apiVersion": "a", "apiVersion": "b"}}"#
+            ),
+            // No object, `oldObject` only (a DELETE).
+            10 => review(format!(r#"{head}, "oldObject": {object}, {tail}"#)),
+            // Every field of the request.
+            13 => review(format!(
+                r#"{head}, "subResource": "status", "requestKind": {{"group": "g", "version": "v", "kind": "K"}}, "requestResource": {{"group": "g", "version": "v", "resource": "ks"}}, "requestSubResource": "scale", "object": {object}, "oldObject": {old}, "dryRun": true, "options": null"#
+            )),
+            // A request that is null, then none at all.
+            11 => r#"{"kind": "AdmissionReview", "request": null}"#.to_owned(),
+            _ => r#"{"kind": "AdmissionReview"}"#.to_owned(),
+        };
+        text.into_bytes()
+    }
+
+    /// The one-pass reading decodes what the two-pass reading decodes for generated
+    /// reviews: each generated object of each kind, as `object` alone and with an
+    /// `oldObject`, in each envelope shape, at the default limit and around its charge.
+    #[test]
+    fn generated_reviews_decode_alike_in_one_pass_and_two() {
+        let sites = sites();
+        let kinds = [
+            ("", "v1", "ConfigMap"),
+            ("", "v1", "Secret"),
+            ("helm.toolkit.fluxcd.io", "v2", "HelmRelease"),
+            ("apps", "v1", "Deployment"),
+            ("cluster.x-k8s.io", "v1beta1", "Machine"),
+        ];
+        let objects = generated_objects();
+        let mut ends = std::collections::BTreeMap::new();
+        for (i, object) in objects.iter().enumerate() {
+            for kind in kinds {
+                for shape in 0..=13 {
+                    let old = if (i + shape) % 2 == 0 {
+                        "null"
+                    } else {
+                        &objects[(i + 1) % objects.len()]
+                    };
+                    check_both_ways(&envelope(shape, kind, object, old), &sites, &mut ends);
+                }
+            }
+        }
+        for (end, at_least) in [("read", 800), ("settled", 800), ("again", 2_000)] {
+            let n = ends.get(end).copied().unwrap_or(0);
+            assert!(n >= at_least, "{end}: {n} ({ends:?})");
+        }
+    }
+
+    /// Reviews as the API server writes them are read in one pass (a reading's error
+    /// settled there too); other orders and shapes, and what cannot be built inside the
+    /// envelope, are read the two-pass way.
+    #[test]
+    fn one_pass_reads_reviews_in_the_api_servers_order() {
+        let sites = sites();
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/captured");
+        for fixture in [
+            "configmap/mutate-create-cloud-provider-config.json",
+            "configmap/validate-update-cloud-provider-config-serial-false.json",
+            "secret/mutate-create-cloud-config-from-file.json",
+            "helmrelease/mutate-create-openstack-cloud-controller-manager.json",
+            "glance/mutate-create-glance.json",
+            "deployment/validate-create-openstack-cloud-controller-manager.json",
+        ] {
+            let body = std::fs::read(dir.join(fixture)).expect("fixture");
+            assert_eq!(
+                one_pass_ends(&body, &sites, MAX_DECODED_BYTES),
+                "read",
+                "{fixture}"
+            );
+        }
+        let objects = generated_objects();
+        let cm = ("", "v1", "ConfigMap");
+        let secret = ("", "v1", "Secret");
+        let hr = ("helm.toolkit.fluxcd.io", "v2", "HelmRelease");
+        let deploy = ("apps", "v1", "Deployment");
+        let site = &objects[0];
+        // `levels - 1` containers with the object's braces, `levels + 1` with the review's
+        // and the request's: inside the envelope, 127 at most are built.
+        let deep = |levels: usize| {
+            let inner = "[".repeat(levels - 2) + &"]".repeat(levels - 2);
+            format!(r#"{{"metadata": {{"name": "d"}}, "spec": {inner}}}"#)
+        };
+        let not_utf8 = {
+            let mut body = envelope(0, cm, site, "null");
+            let at = body
+                .windows(4)
+                .position(|w| w == b"[Glo")
+                .expect("a cloud config");
+            body[at] = 0xff;
+            body
+        };
+        let cases: Vec<(Vec<u8>, usize, &str)> = vec![
+            (envelope(0, cm, site, "null"), MAX_DECODED_BYTES, "read"),
+            (envelope(0, cm, site, site), MAX_DECODED_BYTES, "read"),
+            (envelope(1, cm, site, site), MAX_DECODED_BYTES, "read"),
+            (envelope(13, cm, site, "null"), MAX_DECODED_BYTES, "read"),
+            (envelope(10, cm, site, "null"), MAX_DECODED_BYTES, "read"),
+            (envelope(0, cm, "null", "null"), MAX_DECODED_BYTES, "read"),
+            (envelope(0, cm, "{}", "null"), MAX_DECODED_BYTES, "read"),
+            // Data before metadata: the shell, then the data from the object's text.
+            (
+                envelope(0, secret, &objects[5], "null"),
+                MAX_DECODED_BYTES,
+                "read",
+            ),
+            (
+                envelope(0, cm, &objects[6], "null"),
+                MAX_DECODED_BYTES,
+                "read",
+            ),
+            // A payload Secret whose data was read: again, from its text.
+            (
+                envelope(0, secret, &objects[8], "null"),
+                MAX_DECODED_BYTES,
+                "read",
+            ),
+            // The CCM chart's values, read again from the object's text.
+            (
+                envelope(0, hr, &objects[14], &objects[15]),
+                MAX_DECODED_BYTES,
+                "read",
+            ),
+            (envelope(4, deploy, site, "null"), MAX_DECODED_BYTES, "read"),
+            (
+                envelope(0, deploy, &deep(126), "null"),
+                MAX_DECODED_BYTES,
+                "read",
+            ),
+            // Errors of the readings, and the budget.
+            (
+                envelope(0, deploy, "[1, 2]", "null"),
+                MAX_DECODED_BYTES,
+                "settled",
+            ),
+            (
+                envelope(0, cm, &objects[12], "null"),
+                MAX_DECODED_BYTES,
+                "settled",
+            ),
+            (envelope(0, cm, site, "null"), 700, "settled"),
+            (envelope(0, deploy, site, site), 1_500, "settled"),
+            (envelope(0, hr, &objects[14], "null"), 2_500, "settled"),
+            // Escaped keys where the text is needed, other orders and shapes.
+            (envelope(4, cm, site, "null"), MAX_DECODED_BYTES, "again"),
+            (
+                envelope(4, hr, &objects[14], "null"),
+                MAX_DECODED_BYTES,
+                "again",
+            ),
+            (envelope(2, cm, site, "null"), MAX_DECODED_BYTES, "again"),
+            (envelope(3, cm, site, "null"), MAX_DECODED_BYTES, "again"),
+            (envelope(5, cm, site, "null"), MAX_DECODED_BYTES, "again"),
+            (envelope(6, cm, site, "null"), MAX_DECODED_BYTES, "again"),
+            (envelope(7, cm, site, "null"), MAX_DECODED_BYTES, "again"),
+            (envelope(8, cm, site, "null"), MAX_DECODED_BYTES, "again"),
+            (envelope(9, cm, site, "null"), MAX_DECODED_BYTES, "again"),
+            (envelope(11, cm, site, "null"), MAX_DECODED_BYTES, "again"),
+            (envelope(12, cm, site, "null"), MAX_DECODED_BYTES, "again"),
+            // An error of `oldObject` with no `object` before it (a later one is read first
+            // the two-pass way).
+            (
+                envelope(10, deploy, "[1]", "null"),
+                MAX_DECODED_BYTES,
+                "again",
+            ),
+            (
+                envelope(0, cm, &objects[11], "null"),
+                MAX_DECODED_BYTES,
+                "again",
+            ),
+            (
+                envelope(0, deploy, &deep(127), "null"),
+                MAX_DECODED_BYTES,
+                "again",
+            ),
+            (not_utf8, MAX_DECODED_BYTES, "again"),
+        ];
+        for (i, (body, limit, end)) in cases.iter().enumerate() {
+            assert_eq!(
+                one_pass_ends(body, &sites, *limit),
+                *end,
+                "case {i}: {}",
+                String::from_utf8_lossy(body)
+            );
+            let [one, two] = review_both_ways(body, &sites, *limit, &Cancel::never);
+            assert_eq!(one, two, "case {i}");
+        }
+    }
+
+    /// A cancelled reading ends as the two-pass reading does, after as many looks at the
+    /// flag: stopped in the first reading of an object, in its second (the CCM chart's
+    /// values, from its text), in a site's data, and in `oldObject` after `object`.
+    #[test]
+    fn cancelled_reviews_stop_alike_in_one_pass_and_two() {
+        let sites = sites();
+        let items = |n: usize| {
+            (0..n)
+                .map(|i| format!(r#"{{"a": {i}}}"#))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let ccm = "openstack-cloud-controller-manager";
+        let deployment = format!(
+            r#"{{"metadata": {{"name": "d"}}, "spec": {{"x": [{}]}}}}"#,
+            items(5_000)
+        );
+        let helm = format!(
+            r#"{{"metadata": {{"name": "r"}}, "spec": {{"chart": {{"spec": {{"chart": "{ccm}"}}}}, "values": {{"x": [{}]}}}}}}"#,
+            items(3_000)
+        );
+        let labels: Vec<String> = (0..9_000).map(|i| format!(r#""l{i}": "v""#)).collect();
+        let site = format!(
+            r#"{{"metadata": {{"name": "cm", "labels": {{"stackgate.dev/cloud-config": "c", {}}}}}, "data": {{"c": "x"}}}}"#,
+            labels.join(",")
+        );
+        let data: Vec<String> = (0..9_000)
+            .map(|i| format!(r#""k{i}": "kind: Secret cloud-config""#))
+            .collect();
+        let payload = format!(
+            r#"{{"metadata": {{"name": "crs"}}, "data": {{{}}}}}"#,
+            data.join(",")
+        );
+        let cases = [
+            (("apps", "v1", "Deployment"), &deployment, "null"),
+            (
+                ("apps", "v1", "Deployment"),
+                &deployment,
+                deployment.as_str(),
+            ),
+            (
+                ("helm.toolkit.fluxcd.io", "v2", "HelmRelease"),
+                &helm,
+                "null",
+            ),
+            (("", "v1", "ConfigMap"), &site, "null"),
+            (("", "v1", "ConfigMap"), &payload, "null"),
+        ];
+        for (kind, object, old) in cases {
+            for shape in [0, 7] {
+                let body = envelope(shape, kind, object, old);
+                let mut stopped = 0;
+                for fire_at in 1..=4 {
+                    let cancel = || Cancel::after_looks(fire_at);
+                    let [one, two] = review_both_ways(&body, &sites, MAX_DECODED_BYTES, &cancel);
+                    assert_eq!(
+                        one.0, two.0,
+                        "{kind:?} shape {shape}, fired at look {fire_at}"
+                    );
+                    // The looks are the two-pass reading's too, but for a body malformed after
+                    // the object: the one-pass reading looked at the flag while reading the
+                    // object before it met the error, the two-pass reading meets it first.
+                    if shape != 7 {
+                        assert_eq!(
+                            one.1, two.1,
+                            "{kind:?} shape {shape}, fired at look {fire_at}"
+                        );
+                    }
+                    stopped += usize::from(one.0.contains("Exhausted"));
+                }
+                // Malformed after the object, the review is a data error however cancelled.
+                assert_eq!(
+                    stopped > 0,
+                    shape == 0,
+                    "{kind:?} shape {shape}: {stopped} stopped"
+                );
+            }
+        }
     }
 }
