@@ -16,11 +16,13 @@ fn in_ranges(table: &[(u32, u32)], c: u32) -> bool {
 }
 
 /// gcfg's `isLetter`: ASCII letters, or a non-ASCII rune with `unicode.IsLetter`.
+#[inline]
 pub(crate) fn is_letter(c: char) -> bool {
     c.is_ascii_alphabetic() || (!c.is_ascii() && in_ranges(LETTER, u32::from(c)))
 }
 
 /// gcfg's `isDigit`: ASCII digits, or a non-ASCII rune with `unicode.IsDigit`.
+#[inline]
 pub(crate) fn is_digit(c: char) -> bool {
     c.is_ascii_digit() || (!c.is_ascii() && in_ranges(DIGIT, u32::from(c)))
 }
@@ -32,6 +34,15 @@ pub(crate) fn is_ident_char(c: char) -> bool {
 
 /// True if `s` is a gcfg identifier (section or variable name).
 pub(crate) fn is_identifier(s: &str) -> bool {
+    if s.is_ascii() {
+        // The same test on bytes: an ASCII character is a letter or digit for gcfg exactly
+        // when it is an ASCII one.
+        let bytes = s.as_bytes();
+        return bytes.first().is_some_and(u8::is_ascii_alphabetic)
+            && bytes
+                .iter()
+                .all(|&b| b.is_ascii_alphanumeric() || b == b'-');
+    }
     let mut chars = s.chars();
     chars.next().is_some_and(is_letter) && chars.all(is_ident_char)
 }
