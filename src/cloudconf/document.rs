@@ -662,7 +662,7 @@ impl Document {
         let Some(e) = reference else {
             return (String::new(), " = ".to_owned());
         };
-        let clean = |s: &str| s.chars().filter(|&c| c != '\r').collect::<String>();
+        let clean = |s: &str| s.replace('\r', "");
         let line_start = self
             .lines
             .start(self.lines.line(e.key.start))
@@ -728,7 +728,7 @@ impl Document {
     fn insert_splice(&self, stop: usize, hidx: Option<usize>, key: &str, literal: &str) -> Splice {
         let eol = self.eol_near(stop);
         let (indent, sep) = self.style(hidx);
-        let line = format!("{indent}{key}{sep}{literal}{eol}");
+        let line = [indent.as_str(), key, sep.as_str(), literal, eol].concat();
         let bytes = self.text.as_bytes();
         if bytes.get(stop) == Some(&b'\n') {
             // After the end of a statement's line: the new line starts fresh.

@@ -96,7 +96,12 @@ pub(crate) fn eq_fold_ascii(s: &str, name: &str) -> bool {
     match s.len().cmp(&name.len()) {
         Ordering::Less => false,
         Ordering::Equal => s.as_bytes().eq_ignore_ascii_case(name.as_bytes()),
-        Ordering::Greater => eq_fold(s, name),
+        // Longer: only a text with a character that is not ASCII can match. One that starts
+        // with an ASCII character other than the name's first one (either case) cannot.
+        Ordering::Greater => match (s.as_bytes().first(), name.as_bytes().first()) {
+            (Some(a), Some(b)) if a.is_ascii() && !a.eq_ignore_ascii_case(b) => false,
+            _ => eq_fold(s, name),
+        },
     }
 }
 
