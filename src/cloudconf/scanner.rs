@@ -562,32 +562,38 @@ impl Lines {
     pub(crate) fn new(src: &str) -> Self {
         let bytes = src.as_bytes();
         let len = bytes.len();
-        let mut starts = vec![0];
-        let mut breaks_in = |at: usize, part: &[u8]| {
-            for (k, &b) in part.iter().enumerate() {
-                if b == b'\n' && at + k + 1 < len {
-                    starts.push(at + k + 1);
-                }
-            }
-        };
-        // Eight bytes at a time: a word with no line break is passed over whole. The test
-        // (a zero byte in `word ^ NL`) never misses a line break; a word it flags is read
-        // byte by byte.
-        const NL: u64 = u64::from_ne_bytes([b'\n'; 8]);
-        const ONES: u64 = u64::from_ne_bytes([1; 8]);
-        const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
+        // Counted first (a loop the compiler vectorizes), so the table is allocated once.
+        let breaks = bytes.iter().filter(|&&b| b == b'\n').count();
+        let mut starts = Vec::with_capacity(breaks + 1);
+        starts.push(0);
+        // Eight bytes at a time: `zeros` has the high bit of exactly the bytes of `word ^ NL`
+        // that are zero, i.e. of the line breaks (`(b & 0x7f) + 0x7f` carries into the high
+        // bit unless the low seven bits are all zero, and never into the next byte).
+        const NL: u64 = u64::from_le_bytes([b'\n'; 8]);
+        const LOW7: u64 = u64::from_le_bytes([0x7f; 8]);
         let words = bytes.chunks_exact(8);
         let tail = words.remainder();
         for (n, word) in words.enumerate() {
-            let flagged = <[u8; 8]>::try_from(word).map_or(true, |w| {
-                let x = u64::from_ne_bytes(w) ^ NL;
-                x.wrapping_sub(ONES) & !x & HIGH != 0
-            });
-            if flagged {
-                breaks_in(n * 8, word);
+            let Ok(word) = <[u8; 8]>::try_from(word) else {
+                continue;
+            };
+            let x = u64::from_le_bytes(word) ^ NL;
+            let mut zeros = !(((x & LOW7) + LOW7) | x | LOW7);
+            while zeros != 0 {
+                // Little-endian: byte k of the word holds bits 8k..8k+7.
+                let start = n * 8 + zeros.trailing_zeros() as usize / 8 + 1;
+                if start < len {
+                    starts.push(start);
+                }
+                zeros &= zeros - 1;
             }
         }
-        breaks_in(len - tail.len(), tail);
+        let at = len - tail.len();
+        for (k, &b) in tail.iter().enumerate() {
+            if b == b'\n' && at + k + 1 < len {
+                starts.push(at + k + 1);
+            }
+        }
         Lines { starts }
     }
 

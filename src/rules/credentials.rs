@@ -77,10 +77,16 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
     let mut found = KindCollector::new(CODE_CREDENTIAL);
     let mut wrapped = KindCollector::new(CODE_WRAPPED_CREDENTIAL);
     let mut entries = global().peekable();
-    while let Some((at, e)) = entries.next() {
+    // Findings come from credential entries (and the entry after one): the pass ends after
+    // the last of them.
+    let mut credentials_left: usize = counts.iter().sum();
+    while credentials_left > 0
+        && let Some((at, e)) = entries.next()
+    {
         let Some(index) = credential_index(e.key) else {
             continue;
         };
+        credentials_left -= 1;
         let Some(entry) = doc.entry(at) else {
             continue;
         };
