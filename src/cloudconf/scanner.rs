@@ -562,9 +562,9 @@ impl Lines {
     pub(crate) fn new(src: &str) -> Self {
         let bytes = src.as_bytes();
         let len = bytes.len();
-        // Counted first (a loop the compiler vectorizes), so the table is allocated once.
-        let breaks = bytes.iter().filter(|&&b| b == b'\n').count();
-        let mut starts = Vec::with_capacity(breaks + 1);
+        // Room for lines of 24 bytes on average, so that a config is usually read into one
+        // allocation; capped, so a long text without line breaks reserves little.
+        let mut starts = Vec::with_capacity((len / 24 + 2).min(4096));
         starts.push(0);
         // Eight bytes at a time: `zeros` has the high bit of exactly the bytes of `word ^ NL`
         // that are zero, i.e. of the line breaks (`(b & 0x7f) + 0x7f` carries into the high
