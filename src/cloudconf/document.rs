@@ -4,7 +4,7 @@ use std::fmt;
 use std::ops::Range;
 
 use super::scanner::{self, Lines, RawEntry, RawHeader};
-use super::unicode::{eq_fold, is_identifier};
+use super::unicode::{FoldName, is_identifier};
 
 /// A gcfg syntax error, positioned like gcfg reports it.
 ///
@@ -71,6 +71,19 @@ impl fmt::Debug for Entry<'_> {
             .field("has_truncating_comment", &self.has_truncating_comment)
             .finish_non_exhaustive()
     }
+}
+
+/// The fields of a variable that whole-document passes read ([`Document::entry_refs`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct EntryRef<'a> {
+    /// Index of its section header in [`Document::sections`] order.
+    pub(crate) header: usize,
+    /// Section name as written.
+    pub(crate) section: &'a str,
+    /// Variable name as written.
+    pub(crate) key: &'a str,
+    /// gcfg-decoded value, as [`Entry::value`].
+    pub(crate) value: Option<&'a str>,
 }
 
 /// A section header (`[name]` or `[name "subsection"]`).
@@ -270,6 +283,28 @@ impl Document {
         self.entries.iter().map(|e| self.entry_view(e))
     }
 
+    /// Header index, section name, key and decoded value of every variable in file order
+    /// (the index of a variable in this order is the one [`Document::entry`] takes): for
+    /// passes that read a few fields of every variable, without building a view of each one
+    /// (run on every review).
+    pub(crate) fn entry_refs(&self) -> impl Iterator<Item = EntryRef<'_>> {
+        self.entries.iter().map(|e| EntryRef {
+            header: e.header,
+            section: self
+                .headers
+                .get(e.header)
+                .map(|h| self.slice(&h.name))
+                .unwrap_or_default(),
+            key: self.slice(&e.key),
+            value: e.value.as_deref(),
+        })
+    }
+
+    /// The variable at `index` in file order, as [`Document::entries`] yields it.
+    pub(crate) fn entry(&self, index: usize) -> Option<Entry<'_>> {
+        self.entries.get(index).map(|e| self.entry_view(e))
+    }
+
     /// The variables whose value gcfg cuts at a comment character
     /// ([`Entry::has_truncating_comment`]), in file order: like filtering [`Document::entries`],
     /// without building a view of every other variable (checked on every review).
@@ -298,15 +333,26 @@ impl Document {
         self.headers.iter().map(|h| self.header_view(h))
     }
 
-    fn header_matches(&self, h: &RawHeader, section: &str, subsection: Option<&str>) -> bool {
-        eq_fold(self.slice(&h.name), section) && h.sub.as_deref() == subsection
+    fn header_matches(
+        &self,
+        h: &RawHeader,
+        section: FoldName<'_>,
+        subsection: Option<&str>,
+    ) -> bool {
+        section.matches(self.slice(&h.name)) && h.sub.as_deref() == subsection
     }
 
-    fn entry_matches(&self, e: &RawEntry, section: &str, sub: Option<&str>, key: &str) -> bool {
+    fn entry_matches(
+        &self,
+        e: &RawEntry,
+        section: FoldName<'_>,
+        sub: Option<&str>,
+        key: FoldName<'_>,
+    ) -> bool {
         // The key first: a lookup compares one key against every entry, and keys differ in
         // their first characters where the section (the same for most entries) is equal to
         // its end. Both compares are pure, so the order changes only the cost.
-        eq_fold(self.slice(&e.key), key)
+        key.matches(self.slice(&e.key))
             && self
                 .headers
                 .get(e.header)
@@ -314,6 +360,7 @@ impl Document {
     }
 
     fn effective_index(&self, section: &str, sub: Option<&str>, key: &str) -> Option<usize> {
+        let (section, key) = (FoldName::new(section), FoldName::new(key));
         self.entries
             .iter()
             .rposition(|e| self.entry_matches(e, section, sub, key))
@@ -337,6 +384,7 @@ impl Document {
     /// occurrence appends, a blank occurrence (no `=`) empties the list.
     pub fn values(&self, section: &str, subsection: Option<&str>, key: &str) -> Vec<String> {
         let mut out = Vec::new();
+        let (section, key) = (FoldName::new(section), FoldName::new(key));
         for e in &self.entries {
             if self.entry_matches(e, section, subsection, key) {
                 match &e.value {
@@ -406,7 +454,7 @@ impl Document {
         let last_header = self
             .headers
             .iter()
-            .rposition(|h| self.header_matches(h, section, None));
+            .rposition(|h| self.header_matches(h, FoldName::new(section), None));
         let Some(hidx) = last_header else {
             let splice = self.append_section_splice(section, key, &literal);
             return self.apply(splice, section, key, value);
@@ -614,7 +662,7 @@ impl Document {
         let Some(e) = reference else {
             return (String::new(), " = ".to_owned());
         };
-        let clean = |s: &str| s.chars().filter(|&c| c != '\r').collect::<String>();
+        let clean = |s: &str| s.replace('\r', "");
         let line_start = self
             .lines
             .start(self.lines.line(e.key.start))
@@ -680,7 +728,7 @@ impl Document {
     fn insert_splice(&self, stop: usize, hidx: Option<usize>, key: &str, literal: &str) -> Splice {
         let eol = self.eol_near(stop);
         let (indent, sep) = self.style(hidx);
-        let line = format!("{indent}{key}{sep}{literal}{eol}");
+        let line = [indent.as_str(), key, sep.as_str(), literal, eol].concat();
         let bytes = self.text.as_bytes();
         if bytes.get(stop) == Some(&b'\n') {
             // After the end of a statement's line: the new line starts fresh.

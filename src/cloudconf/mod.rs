@@ -37,6 +37,7 @@ pub use schema::{
     CcmReport, Ignored, IgnoredReason, Problem, ProblemKind, ValueType, check, would_start,
 };
 pub use unicode::eq_fold;
+pub(crate) use unicode::eq_fold_ascii;
 
 /// Unicode version of the character tables used for gcfg identifiers and case folding (those of
 /// the Go release the tables were generated from).

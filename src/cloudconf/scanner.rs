@@ -92,7 +92,29 @@ impl<'s> Scanner<'s> {
     }
 
     /// Reads the next character into `ch` (gcfg `next`).
+    #[inline]
     fn next(&mut self) {
+        // ASCII is read without decoding: one byte is one character.
+        match self.src.as_bytes().get(self.rd_offset) {
+            Some(&b) if b.is_ascii() => {
+                self.offset = self.rd_offset;
+                if b == 0 {
+                    self.error(self.offset, "illegal character NUL");
+                }
+                self.rd_offset += 1;
+                self.ch = Some(char::from(b));
+            }
+            Some(_) => self.next_non_ascii(),
+            None => {
+                self.offset = self.src.len();
+                self.ch = None;
+            }
+        }
+    }
+
+    /// [`Scanner::next`] on a character of more than one byte (never NUL).
+    #[cold]
+    fn next_non_ascii(&mut self) {
         match self
             .src
             .get(self.rd_offset..)
@@ -100,9 +122,6 @@ impl<'s> Scanner<'s> {
         {
             Some(c) => {
                 self.offset = self.rd_offset;
-                if c == '\0' {
-                    self.error(self.offset, "illegal character NUL");
-                }
                 self.rd_offset += c.len_utf8();
                 self.ch = Some(c);
             }
@@ -113,24 +132,65 @@ impl<'s> Scanner<'s> {
         }
     }
 
+    /// Moves to the character at `at` as [`Scanner::next`] called until `offset == at` would,
+    /// for callers that have checked the characters skipped: `at` is a character boundary
+    /// after `offset`, and nothing from `rd_offset` up to `at` is NUL (the only character
+    /// `next` reports; the one at `at` is read by `next` itself).
+    fn skip_to(&mut self, at: usize) {
+        self.rd_offset = at;
+        self.next();
+    }
+
+    /// The text from the current character on.
+    fn rest(&self) -> &'s [u8] {
+        self.src.as_bytes().get(self.offset..).unwrap_or_default()
+    }
+
     fn skip_whitespace(&mut self) {
-        while is_white_space(self.ch) {
-            self.next();
+        if !is_white_space(self.ch) {
+            return;
         }
+        // Blanks are ASCII: count them as bytes.
+        let run = self
+            .rest()
+            .iter()
+            .take_while(|&&b| matches!(b, b' ' | b'\t' | b'\r'))
+            .count();
+        self.skip_to(self.offset + run);
     }
 
     fn scan_comment(&mut self) {
-        while !matches!(self.ch, Some('\n') | None) {
-            self.next();
+        if matches!(self.ch, Some('\n') | None) {
+            return;
         }
+        // The comment runs to the next line break (a byte no multi-byte character contains);
+        // of the characters up to it only a NUL matters, and only the first one.
+        let from = self.rd_offset;
+        let rest = self.src.get(from..).unwrap_or_default();
+        let len = rest.find('\n').unwrap_or(rest.len());
+        let comment = rest.as_bytes().get(..len).unwrap_or_default();
+        if comment.contains(&0) {
+            let nul = comment.iter().position(|&b| b == 0).unwrap_or(0);
+            self.error(from + nul, "illegal character NUL");
+        }
+        self.skip_to(from + len);
     }
 
     fn scan_identifier(&mut self) {
-        while self
-            .ch
-            .is_some_and(|c| is_letter(c) || is_digit(c) || c == '-')
-        {
-            self.next();
+        loop {
+            // ASCII letters, digits and `-` as bytes; other characters one by one.
+            let run = self
+                .rest()
+                .iter()
+                .take_while(|&&b| b.is_ascii_alphanumeric() || b == b'-')
+                .count();
+            if run > 0 {
+                self.skip_to(self.offset + run);
+            }
+            match self.ch {
+                Some(c) if !c.is_ascii() && (is_letter(c) || is_digit(c)) => self.next(),
+                _ => return,
+            }
         }
     }
 
@@ -170,6 +230,27 @@ impl<'s> Scanner<'s> {
         let mut end = offs;
         let mut in_quote = false;
         loop {
+            // A run of characters that only move `end` (anything but the ASCII ones that end
+            // the value, open or close a quote, start an escape, or are NUL or `\r`), as
+            // bytes: a byte of a multi-byte character is never one of those, and `end` after
+            // its last byte is the end of the character.
+            let start = self.offset;
+            let mut run = 0;
+            let mut run_end = None;
+            for &b in self.rest() {
+                match b {
+                    b'\\' | b'"' | b'\r' | b'\n' | b';' | b'#' | 0 => break,
+                    b' ' | b'\t' if !in_quote => {}
+                    _ => run_end = Some(run + 1),
+                }
+                run += 1;
+            }
+            if run > 0 {
+                if let Some(e) = run_end {
+                    end = start + e;
+                }
+                self.skip_to(start + run);
+            }
             let more = in_quote || !matches!(self.ch, None | Some('\n' | ';' | '#'));
             if !more {
                 break;
@@ -275,6 +356,10 @@ impl<'s> Scanner<'s> {
 /// gcfg's `unquote`: removes quotes, applies escapes and joins continuation lines.
 /// The scanner has already rejected malformed text; anything odd left is kept as is.
 pub(crate) fn unquote(s: &str) -> String {
+    if !s.bytes().any(|b| b == b'"' || b == b'\\') {
+        // No quote and no escape: every character is kept as is.
+        return s.to_owned();
+    }
     let mut out = String::with_capacity(s.len());
     let mut esc = false;
     for c in s.chars() {
@@ -475,14 +560,40 @@ pub(crate) struct Lines {
 
 impl Lines {
     pub(crate) fn new(src: &str) -> Self {
-        let len = src.len();
-        let mut starts = vec![0];
-        starts.extend(
-            src.bytes()
-                .enumerate()
-                .filter(|&(i, b)| b == b'\n' && i + 1 < len)
-                .map(|(i, _)| i + 1),
-        );
+        let bytes = src.as_bytes();
+        let len = bytes.len();
+        // Room for lines of 24 bytes on average, so that a config is usually read into one
+        // allocation; capped, so a long text without line breaks reserves little.
+        let mut starts = Vec::with_capacity((len / 24 + 2).min(4096));
+        starts.push(0);
+        // Eight bytes at a time: `zeros` has the high bit of exactly the bytes of `word ^ NL`
+        // that are zero, i.e. of the line breaks (`(b & 0x7f) + 0x7f` carries into the high
+        // bit unless the low seven bits are all zero, and never into the next byte).
+        const NL: u64 = u64::from_le_bytes([b'\n'; 8]);
+        const LOW7: u64 = u64::from_le_bytes([0x7f; 8]);
+        let words = bytes.chunks_exact(8);
+        let tail = words.remainder();
+        for (n, word) in words.enumerate() {
+            let Ok(word) = <[u8; 8]>::try_from(word) else {
+                continue;
+            };
+            let x = u64::from_le_bytes(word) ^ NL;
+            let mut zeros = !(((x & LOW7) + LOW7) | x | LOW7);
+            while zeros != 0 {
+                // Little-endian: byte k of the word holds bits 8k..8k+7.
+                let start = n * 8 + zeros.trailing_zeros() as usize / 8 + 1;
+                if start < len {
+                    starts.push(start);
+                }
+                zeros &= zeros - 1;
+            }
+        }
+        let at = len - tail.len();
+        for (k, &b) in tail.iter().enumerate() {
+            if b == b'\n' && at + k + 1 < len {
+                starts.push(at + k + 1);
+            }
+        }
         Lines { starts }
     }
 
@@ -520,6 +631,33 @@ mod tests {
         let e = parse(src).expect_err("should be rejected");
         let (l, c) = Lines::new(src).line_col(e.offset);
         (l, c, e.message)
+    }
+
+    /// Line starts are those of the plain definition (the offset after every `\n` that is
+    /// not the last byte), for line breaks at every offset of the eight-byte words.
+    #[test]
+    fn line_starts_follow_the_definition() {
+        let alphabet = ["\n", "a", "é", " ", "\r\n", "\n\n", "\u{a0}", "中"];
+        let mut seed: u64 = 0x31;
+        let mut next = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) as usize
+        };
+        for _ in 0..5_000 {
+            let text: String = (0..next() % 40)
+                .map(|_| alphabet[next() % alphabet.len()])
+                .collect();
+            let mut expected = vec![0];
+            expected.extend(
+                text.bytes()
+                    .enumerate()
+                    .filter(|&(i, b)| b == b'\n' && i + 1 < text.len())
+                    .map(|(i, _)| i + 1),
+            );
+            assert_eq!(Lines::new(&text).starts, expected, "{text:?}");
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@
 
 use super::document::{Document, Entry, parse_bool};
 use super::gotypes::{DurationError, IntError, parse_gcfg_int, parse_go_duration};
-use super::unicode::eq_fold;
+use super::unicode::{eq_fold, eq_fold_ascii};
 
 /// The Go type of a config field, which decides how gcfg converts its value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -362,12 +362,12 @@ pub fn start_problems(doc: &Document) -> Vec<Problem> {
 
 /// The section gcfg binds `name` to, if any.
 pub fn find_section(name: &str) -> Option<&'static SectionSpec> {
-    SECTIONS.iter().find(|s| eq_fold(name, s.name))
+    SECTIONS.iter().find(|s| eq_fold_ascii(name, s.name))
 }
 
 /// The key gcfg binds `key` to in `section`, if any.
 pub fn find_key(section: &str, key: &str) -> Option<&'static KeySpec> {
-    find_section(section).and_then(|s| s.keys.iter().find(|k| eq_fold(key, k.name)))
+    find_section(section).and_then(|s| s.keys.iter().find(|k| eq_fold_ascii(key, k.name)))
 }
 
 /// A value that makes gcfg fail, so the CCM exits at start.
@@ -587,22 +587,39 @@ pub fn read_by_another_consumer(name: &str) -> Option<&'static str> {
 /// CCM reads the file, so what it will be is unknown where the placeholder is.
 pub fn holds_placeholder(value: &str) -> bool {
     let mut rest = value;
-    while let Some(at) = rest.find("${") {
+    while let Some(at) = find_ascii_pair(rest, [b'$', b'{']) {
         let after = &rest[at + 2..];
         let Some(end) = after.find('}') else {
             return false;
         };
-        let name = &after[..end];
-        let ident: String = name
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .collect();
-        if !ident.is_empty() && !ident.starts_with(|c: char| c.is_ascii_digit()) {
+        // A name: an ASCII letter or `_`, then letters, digits and `_` (only the first
+        // character decides whether there is one).
+        if after[..end].starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
             return true;
         }
         rest = &after[end..];
     }
     false
+}
+
+/// Offset of the first occurrence of the two ASCII bytes `pair` in `text`: like
+/// `text.find(..)` with a two-character pattern, searching for the first byte with `memchr`
+/// (a pattern string takes a general substring search, costly to set up for each of many
+/// short values).
+pub(crate) fn find_ascii_pair(text: &str, pair: [u8; 2]) -> Option<usize> {
+    debug_assert!(pair.is_ascii());
+    let [first, second] = pair;
+    let bytes = text.as_bytes();
+    let mut from = 0;
+    // `from` is always just after an ASCII byte, so a character boundary.
+    while let Some(found) = text.get(from..)?.find(char::from(first)) {
+        let at = from + found;
+        if bytes.get(at + 1) == Some(&second) {
+            return Some(at);
+        }
+        from = at + 1;
+    }
+    None
 }
 
 /// Names a user may write as a section header without it being anything but a section name:
@@ -645,13 +662,12 @@ fn problem(e: &Entry<'_>, kind: ProblemKind, message: &str) -> Problem {
     }
 }
 
-/// The fatal problem gcfg has with this value for a field of type `ty`, if any.
-fn value_problem(e: &Entry<'_>, ty: ValueType) -> Option<Problem> {
+/// The fatal problem gcfg has with this value for a field of type `ty`, if any: its kind and
+/// message (for [`problem`], which the caller calls only then).
+fn value_problem(value: Option<&str>, ty: ValueType) -> Option<(ProblemKind, &'static str)> {
     use ProblemKind as K;
-    let value = e.value.as_deref();
     let blank = || {
-        problem(
-            e,
+        (
             K::BlankValue,
             "a variable without `=` (blank value) is only allowed for booleans: gcfg fails with \
              \"blank value not supported for type\"; write `key = value`",
@@ -661,14 +677,12 @@ fn value_problem(e: &Entry<'_>, ty: ValueType) -> Option<Problem> {
         ValueType::MultiString => None,
         ValueType::String => value.is_none().then(blank),
         ValueType::Bool => match value {
-            Some("") => Some(problem(
-                e,
+            Some("") => Some((
                 K::EmptyBool,
                 "empty value for a boolean (`key =` with nothing after it): gcfg fails with \
                  \"failed to parse bool\"; write true or false, or remove the line",
             )),
-            v if parse_bool(v).is_none() => Some(problem(
-                e,
+            v if parse_bool(v).is_none() => Some((
                 K::InvalidBool,
                 "not a boolean gcfg accepts: use true, yes, on, 1, false, no, off or 0 (any case, \
                  unquoted blanks trimmed)",
@@ -681,19 +695,13 @@ fn value_problem(e: &Entry<'_>, ty: ValueType) -> Option<Problem> {
             };
             match parse_gcfg_int(v, ty == ValueType::Int) {
                 Ok(_) => None,
-                Err(IntError::Signed) => Some(problem(
-                    e,
+                Err(IntError::Signed) => Some((
                     K::SignedUint,
                     "unsigned integer with a sign: gcfg accepts only digits (decimal, or \
                      hexadecimal after 0x) for this key",
                 )),
-                Err(IntError::Range) => Some(problem(
-                    e,
-                    K::IntOutOfRange,
-                    "integer out of the 64-bit range",
-                )),
-                Err(IntError::Empty | IntError::Syntax) => Some(problem(
-                    e,
+                Err(IntError::Range) => Some((K::IntOutOfRange, "integer out of the 64-bit range")),
+                Err(IntError::Empty | IntError::Syntax) => Some((
                     K::InvalidInt,
                     "not an integer gcfg accepts: use decimal digits (e.g. 3) or hexadecimal \
                      after 0x; no fractions, exponents or trailing text",
@@ -706,20 +714,17 @@ fn value_problem(e: &Entry<'_>, ty: ValueType) -> Option<Problem> {
             };
             match parse_go_duration(v) {
                 Ok(_) => None,
-                Err(DurationError::MissingUnit) => Some(problem(
-                    e,
+                Err(DurationError::MissingUnit) => Some((
                     K::DurationMissingUnit,
                     "duration without a unit: the CCM parses it with Go time.ParseDuration, which \
                      needs one (e.g. 5s or 1m, not a bare number)",
                 )),
-                Err(DurationError::UnknownUnit) => Some(problem(
-                    e,
+                Err(DurationError::UnknownUnit) => Some((
                     K::InvalidDuration,
                     "duration with an unknown unit: Go time.ParseDuration accepts ns, us, ms, s, \
                      m and h (lower case, no blank before the unit)",
                 )),
-                Err(DurationError::Invalid) => Some(problem(
-                    e,
+                Err(DurationError::Invalid) => Some((
                     K::InvalidDuration,
                     "not a Go duration (time.ParseDuration), e.g. 5s, 500ms or 1m30s",
                 )),
@@ -786,7 +791,8 @@ fn unknown_key(e: &Entry<'_>, spec: &SectionSpec, detail: bool) -> Ignored {
 /// fail at start, what it silently ignores, and the effective serial-API-calls setting.
 pub fn check(doc: &Document) -> CcmReport {
     let mut report = CcmReport::default();
-    let mut classes: Vec<(usize, HeaderClass)> = Vec::new();
+    // One per header, in the order of `sections()` (the `header` index of an entry).
+    let mut classes: Vec<HeaderClass> = Vec::new();
     for h in doc.sections() {
         let (class, reason) = classify_header(h.name, h.subsection);
         if let Some(reason) = reason {
@@ -823,28 +829,28 @@ pub fn check(doc: &Document) -> CcmReport {
                 note,
             });
         }
-        classes.push((h.line, class));
+        classes.push(class);
     }
-    for e in doc.entries() {
-        let class = classes
-            .binary_search_by_key(&e.section_line, |(line, _)| *line)
-            .ok()
-            .and_then(|i| classes.get(i))
-            .map(|(_, c)| c);
-        let Some(HeaderClass::Known(spec)) = class else {
+    // Views only for what is reported: most variables are known keys with valid values.
+    for (at, e) in doc.entry_refs().enumerate() {
+        let Some(HeaderClass::Known(spec)) = classes.get(e.header) else {
             continue;
         };
-        let Some(key_spec) = spec.keys.iter().find(|k| eq_fold(e.key, k.name)) else {
+        let Some(key_spec) = spec.keys.iter().find(|k| eq_fold_ascii(e.key, k.name)) else {
             let detail = report.ignored.len() < MAX_SUGGESTIONS;
-            report.ignored.push(unknown_key(&e, spec, detail));
+            if let Some(view) = doc.entry(at) {
+                report.ignored.push(unknown_key(&view, spec, detail));
+            }
             continue;
         };
-        if let Some(p) = value_problem(&e, key_spec.ty) {
-            report.fatal.push(p);
+        if let Some((kind, message)) = value_problem(e.value, key_spec.ty) {
+            if let Some(view) = doc.entry(at) {
+                report.fatal.push(problem(&view, kind, message));
+            }
             continue;
         }
         if spec.name == "LoadBalancer" && key_spec.name == "provider-requires-serial-api-calls" {
-            report.serial_calls = parse_bool(e.value.as_deref()).unwrap_or(false);
+            report.serial_calls = parse_bool(e.value).unwrap_or(false);
         }
     }
     report
@@ -923,12 +929,16 @@ pub fn looks_like_gcfg(text: &str) -> bool {
 /// `openshift-config/cloud-provider-config`) is checked and edited only when this holds, so
 /// a GCE or AWS config there is never reported on or given OpenStack keys.
 pub fn is_openstack_config(doc: &Document) -> bool {
-    doc.sections()
-        .any(|s| OPENSTACK_ONLY_SECTIONS.iter().any(|n| eq_fold(s.name, n)))
-        || doc.entries().any(|e| {
-            eq_fold(e.section, "Global")
-                && OPENSTACK_ONLY_GLOBAL_KEYS.iter().any(|k| eq_fold(e.key, k))
-        })
+    doc.sections().any(|s| {
+        OPENSTACK_ONLY_SECTIONS
+            .iter()
+            .any(|n| eq_fold_ascii(s.name, n))
+    }) || doc.entry_refs().any(|e| {
+        eq_fold_ascii(e.section, "Global")
+            && OPENSTACK_ONLY_GLOBAL_KEYS
+                .iter()
+                .any(|k| eq_fold_ascii(e.key, k))
+    })
 }
 #[cfg(test)]
 mod tests {
@@ -981,6 +991,54 @@ mod tests {
             bounded_distance(&chars("kitten"), &chars("sitting"), 3),
             Some(3)
         );
+    }
+
+    /// `find_ascii_pair` finds what `str::find` finds, and `holds_placeholder` answers as
+    /// the plain definition (a `${`, then a name starting with an ASCII letter or `_`, then
+    /// `}`) on generated texts.
+    #[test]
+    fn placeholders_and_pairs_agree_with_the_plain_definitions() {
+        fn placeholder_by_definition(value: &str) -> bool {
+            let mut rest = value;
+            while let Some(at) = rest.find("${") {
+                let after = &rest[at + 2..];
+                let Some(end) = after.find('}') else {
+                    return false;
+                };
+                let ident: String = after[..end]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if !ident.is_empty() && !ident.starts_with(|c: char| c.is_ascii_digit()) {
+                    return true;
+                }
+                rest = &after[end..];
+            }
+            false
+        }
+        let alphabet = ["$", "{", "}", "${", "}}", "a", "_", "1", "é", "-"];
+        let mut seed: u64 = 0x31;
+        let mut next = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) as usize
+        };
+        let mut found = 0;
+        for _ in 0..20_000 {
+            let text: String = (0..next() % 7)
+                .map(|_| alphabet[next() % alphabet.len()])
+                .collect();
+            for (pair, pattern) in [([b'$', b'{'], "${"), ([b'}', b'}'], "}}")] {
+                assert_eq!(find_ascii_pair(&text, pair), text.find(pattern), "{text:?}");
+            }
+            let expected = placeholder_by_definition(&text);
+            assert_eq!(holds_placeholder(&text), expected, "{text:?}");
+            found += usize::from(expected);
+        }
+        assert!(found > 100, "{found}");
+        assert!(holds_placeholder("${_X}") && holds_placeholder("a${b}"));
+        assert!(!holds_placeholder("${1x}") && !holds_placeholder("${x"));
     }
 
     #[test]

@@ -5,6 +5,8 @@
 //! `to_lowercase` answer different questions, so the tables in `unicode_tables.rs` are generated
 //! from Go (see `tests/gcfg-oracle/unicode-tables`).
 
+use std::cmp::Ordering;
+
 use super::unicode_tables::{DIGIT, FOLD, LETTER};
 
 fn in_ranges(table: &[(u32, u32)], c: u32) -> bool {
@@ -16,11 +18,13 @@ fn in_ranges(table: &[(u32, u32)], c: u32) -> bool {
 }
 
 /// gcfg's `isLetter`: ASCII letters, or a non-ASCII rune with `unicode.IsLetter`.
+#[inline]
 pub(crate) fn is_letter(c: char) -> bool {
     c.is_ascii_alphabetic() || (!c.is_ascii() && in_ranges(LETTER, u32::from(c)))
 }
 
 /// gcfg's `isDigit`: ASCII digits, or a non-ASCII rune with `unicode.IsDigit`.
+#[inline]
 pub(crate) fn is_digit(c: char) -> bool {
     c.is_ascii_digit() || (!c.is_ascii() && in_ranges(DIGIT, u32::from(c)))
 }
@@ -32,6 +36,15 @@ pub(crate) fn is_ident_char(c: char) -> bool {
 
 /// True if `s` is a gcfg identifier (section or variable name).
 pub(crate) fn is_identifier(s: &str) -> bool {
+    if s.is_ascii() {
+        // The same test on bytes: an ASCII character is a letter or digit for gcfg exactly
+        // when it is an ASCII one.
+        let bytes = s.as_bytes();
+        return bytes.first().is_some_and(u8::is_ascii_alphabetic)
+            && bytes
+                .iter()
+                .all(|&b| b.is_ascii_alphanumeric() || b == b'-');
+    }
     let mut chars = s.chars();
     chars.next().is_some_and(is_letter) && chars.all(is_ident_char)
 }
@@ -68,6 +81,55 @@ pub fn eq_fold(a: &str, b: &str) -> bool {
     }
     // One is a prefix of the other (ignoring case): equal only if neither has more.
     x.len() == y.len()
+}
+
+/// [`eq_fold`] of `s` and `name` when `name` is ASCII (the CCM's section and key names), by
+/// byte length first.
+///
+/// The characters that fold with an ASCII character are ASCII or longer in UTF-8 (U+212A
+/// KELVIN SIGN with `k`, U+017F LONG S with `s`), so a text that folds to `name` is at
+/// least as long as `name` in bytes, and exactly as long only if it is ASCII itself, when
+/// folding is ASCII case-insensitive equality. Longer texts take [`eq_fold`].
+#[inline]
+pub(crate) fn eq_fold_ascii(s: &str, name: &str) -> bool {
+    debug_assert!(name.is_ascii(), "{name:?} is not ASCII");
+    match s.len().cmp(&name.len()) {
+        Ordering::Less => false,
+        Ordering::Equal => s.as_bytes().eq_ignore_ascii_case(name.as_bytes()),
+        // Longer: only a text with a character that is not ASCII can match. One that starts
+        // with an ASCII character other than the name's first one (either case) cannot.
+        Ordering::Greater => match (s.as_bytes().first(), name.as_bytes().first()) {
+            (Some(a), Some(b)) if a.is_ascii() && !a.eq_ignore_ascii_case(b) => false,
+            _ => eq_fold(s, name),
+        },
+    }
+}
+
+/// A name that many texts are compared with as [`eq_fold`] does (a lookup against every
+/// variable of a document): whether it is ASCII is found out once, for [`eq_fold_ascii`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FoldName<'a> {
+    name: &'a str,
+    ascii: bool,
+}
+
+impl<'a> FoldName<'a> {
+    pub(crate) fn new(name: &'a str) -> Self {
+        FoldName {
+            name,
+            ascii: name.is_ascii(),
+        }
+    }
+
+    /// `eq_fold(s, name)`.
+    #[inline]
+    pub(crate) fn matches(&self, s: &str) -> bool {
+        if self.ascii {
+            eq_fold_ascii(s, self.name)
+        } else {
+            eq_fold(s, self.name)
+        }
+    }
 }
 
 /// [`eq_fold`] without the ASCII fast path.
@@ -164,6 +226,50 @@ mod tests {
             equal += usize::from(expected);
         }
         assert!(equal > 10_000, "{equal}");
+    }
+
+    /// The length-first comparison against an ASCII name agrees with folding character by
+    /// character, for texts of every length around the name's and with the characters that
+    /// fold into ASCII (KELVIN SIGN, LONG S) or look like it.
+    #[test]
+    fn ascii_name_comparison_agrees_with_unicode_folding() {
+        let alphabet: Vec<char> = "ksKSaA-1\u{212A}\u{17F}éßıİ中".chars().collect();
+        let names = ["", "k", "s", "ks", "key", "Global", "use-octavia", "a-1"];
+        let mut seed: u64 = 0x31;
+        let mut next = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) as usize
+        };
+        let mut equal = 0;
+        for _ in 0..50_000 {
+            let name = names[next() % names.len()];
+            // Half the texts: the name with some characters swapped for a fold partner.
+            let text: String = if next() % 2 == 0 {
+                name.chars()
+                    .map(|c| match (c, next() % 3) {
+                        ('k' | 'K', 0) => '\u{212A}',
+                        ('s' | 'S', 0) => '\u{17F}',
+                        (c, 1) => c.to_ascii_uppercase(),
+                        (c, _) => c,
+                    })
+                    .collect()
+            } else {
+                (0..next() % 5)
+                    .map(|_| alphabet[next() % alphabet.len()])
+                    .collect()
+            };
+            let expected = eq_fold_unicode(&text, name);
+            assert_eq!(eq_fold_ascii(&text, name), expected, "{text:?} vs {name:?}");
+            assert_eq!(FoldName::new(name).matches(&text), expected, "{text:?}");
+            equal += usize::from(expected);
+        }
+        assert!(equal > 10_000, "{equal}");
+        // A name that is not ASCII is compared by eq_fold.
+        assert!(FoldName::new("\u{212A}ey").matches("KEY"));
+        assert!(FoldName::new("ſ").matches("S"));
+        assert!(!FoldName::new("é").matches("e"));
     }
 
     #[test]

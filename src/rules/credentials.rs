@@ -8,7 +8,7 @@
 
 use super::{Check, Example, Family, NoParams, RuleId, parse_params};
 use super::{ConfigView, KindCollector, RuleOutput, Severity, Violation};
-use crate::cloudconf::{eq_fold, schema};
+use crate::cloudconf::{eq_fold_ascii, schema};
 
 /// The family: reads each cloud config held by a ConfigMap.
 pub static FAMILY: Family = Family {
@@ -58,13 +58,18 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
     // Every occurrence counts, not only the one the CCM uses: a later `password =` changes
     // what the CCM reads but not what the ConfigMap holds. A `[Global "x"]` header is ignored
     // by the CCM, and its values are still in the ConfigMap.
-    // Two streaming passes (entries are views built on the fly, never collected: a config of
-    // 200 000 lines must not cost another copy of itself).
-    let global = || doc.entries().filter(|e| eq_fold(e.section, "Global"));
+    // Two streaming passes over the names (views are built only for the credential entries
+    // and the one after an empty credential, never collected: a config of 200 000 lines must
+    // not cost another copy of itself).
+    let global = || {
+        doc.entry_refs()
+            .enumerate()
+            .filter(|(_, e)| eq_fold_ascii(e.section, "Global"))
+    };
     // Occurrences per credential key, counted once up front (one pass, not one per entry).
     let mut counts = [0usize; CREDENTIAL_KEYS.len()];
-    let credential_index = |key: &str| CREDENTIAL_KEYS.iter().position(|k| eq_fold(key, k));
-    for e in global() {
+    let credential_index = |key: &str| CREDENTIAL_KEYS.iter().position(|k| eq_fold_ascii(key, k));
+    for (_, e) in global() {
         if let Some(c) = credential_index(e.key).and_then(|i| counts.get_mut(i)) {
             *c += 1;
         }
@@ -72,8 +77,17 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
     let mut found = KindCollector::new(CODE_CREDENTIAL);
     let mut wrapped = KindCollector::new(CODE_WRAPPED_CREDENTIAL);
     let mut entries = global().peekable();
-    while let Some(entry) = entries.next() {
-        let Some(index) = credential_index(entry.key) else {
+    // Findings come from credential entries (and the entry after one): the pass ends after
+    // the last of them.
+    let mut credentials_left: usize = counts.iter().sum();
+    while credentials_left > 0
+        && let Some((at, e)) = entries.next()
+    {
+        let Some(index) = credential_index(e.key) else {
+            continue;
+        };
+        credentials_left -= 1;
+        let Some(entry) = doc.entry(at) else {
             continue;
         };
         let key = CREDENTIAL_KEYS.get(index).copied().unwrap_or("password");
@@ -94,14 +108,17 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
                 pointer: None,
                 line: Some(entry.line),
                 location: None,
-                what: format!("[Global] {key} holds a credential (value not shown)"),
+                // Joined, not formatted: this runs on every review of such a ConfigMap.
+                what: ["[Global] ", key, " holds a credential (value not shown)"].concat(),
                 fix: "move it to a Secret and rotate it".to_owned(),
-                why: format!(
+                why: [
                     "It is in a ConfigMap, which anyone who can read ConfigMaps in this \
-                     namespace can read{repeated}. \
-                     Move it to a Secret (e.g. kube-system/cloud-config, key cloud.conf) or to \
-                     clouds.yaml with `use-clouds = true`, and rotate the credential."
-                ),
+                     namespace can read",
+                    repeated,
+                    ". Move it to a Secret (e.g. kube-system/cloud-config, key cloud.conf) or \
+                     to clouds.yaml with `use-clouds = true`, and rotate the credential.",
+                ]
+                .concat(),
                 notes: Vec::new(),
                 unseen_overlay: None,
                 fixed_by_edit: false,
@@ -111,7 +128,7 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
         // `password =` with the value on the next line: gcfg does not continue a value
         // there, it reads that line as a variable name (the CCM ignores it). The credential
         // is still in the ConfigMap.
-        let Some(next) = entries.peek() else {
+        let Some(next) = entries.peek().and_then(|&(next_at, _)| doc.entry(next_at)) else {
             continue;
         };
         if next.value.is_none()

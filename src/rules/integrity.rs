@@ -365,9 +365,8 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
 
 /// Whether `value` holds a Go/Jinja template marker: `{{`, later followed by `}}`.
 fn holds_template_marker(value: &str) -> bool {
-    value
-        .find("{{")
-        .is_some_and(|at| value[at + 2..].contains("}}"))
+    schema::find_ascii_pair(value, [b'{', b'{'])
+        .is_some_and(|at| schema::find_ascii_pair(&value[at + 2..], [b'}', b'}']).is_some())
 }
 
 /// Whether every CCM release `ccm_version` allows still reads the removed key `section`
