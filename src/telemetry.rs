@@ -394,7 +394,8 @@ mod tests {
     #[test]
     fn civil_dates_are_the_calendar_counted_day_by_day() {
         let (mut year, mut month, mut day) = (1970u64, 1u64, 1u64);
-        let leap = |y: u64| (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+        let leap =
+            |y: u64| (y.is_multiple_of(4) && !y.is_multiple_of(100)) || y.is_multiple_of(400);
         for days in 0..2_932_897u64 {
             assert_eq!(civil_date(days), (year, month, day), "day {days}");
             let length = match month {
