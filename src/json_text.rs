@@ -9,28 +9,30 @@
 //! between them whole. The escapes themselves are `serde_json`'s: `\"`, `\\`, `\b`, `\t`,
 //! `\n`, `\f`, `\r`, and `\u00xx` (lower-case hex) for the other control characters;
 //! `tests::every_byte_and_every_offset_is_escaped_as_serde_json_escapes_it` pins that.
+//!
+//! The same word test finds the first of a few structural bytes (`find_any`): the decoder
+//! counts braces in a review's text with it.
 
 use std::fmt;
 
 /// A word with every byte set to `byte`.
 const fn splat(byte: u8) -> u64 {
-    u64::from_ne_bytes([byte; 8])
+    u64::from_le_bytes([byte; 8])
 }
 
 const ONES: u64 = splat(0x01);
 const HIGHS: u64 = splat(0x80);
 
-/// Whether some byte of `word` is zero (exact: no false answer either way; the bit of the
-/// first such byte is set, later bits may be set falsely by a borrow, which is why the caller
-/// only asks whether there is one).
-const fn has_zero(word: u64) -> bool {
-    word.wrapping_sub(ONES) & !word & HIGHS != 0
+/// The high bit of every byte of `word` that is zero. Exact for the lowest such byte (a
+/// borrow only carries upward, so a bit above it may be set falsely, never one below).
+const fn zero_bytes(word: u64) -> u64 {
+    word.wrapping_sub(ONES) & !word & HIGHS
 }
 
-/// Whether some byte of `word` is below 0x20 (a control character; bytes of 0x80 and above
-/// have their high bit set and are never counted).
-const fn has_control(word: u64) -> bool {
-    word.wrapping_sub(splat(0x20)) & !word & HIGHS != 0
+/// The high bit of every byte of `word` below 0x20 (a control character), exact for the
+/// lowest such byte as [`zero_bytes`] is; bytes of 0x80 and above are never flagged.
+const fn control_bytes(word: u64) -> u64 {
+    word.wrapping_sub(splat(0x20)) & !word & HIGHS
 }
 
 /// Whether `byte` must be escaped inside a JSON string.
@@ -38,24 +40,64 @@ const fn needs_escape(byte: u8) -> bool {
     byte < 0x20 || byte == b'"' || byte == b'\\'
 }
 
-/// Index of the first byte at or after `from` that must be escaped.
-fn next_escape(bytes: &[u8], from: usize) -> Option<usize> {
+/// Index of the first byte at or after `from` that `flags` flags in its word (read
+/// little-endian, so the lowest flag is the first byte in memory) or, in the last few bytes,
+/// that `is` holds for.
+fn first_flagged(
+    bytes: &[u8],
+    from: usize,
+    flags: impl Fn(u64) -> u64,
+    is: impl Fn(u8) -> bool,
+) -> Option<usize> {
     let rest = bytes.get(from..)?;
     let mut words = rest.chunks_exact(8);
-    let mut offset = 0;
+    let mut at = from;
     for chunk in words.by_ref() {
         let mut eight = [0u8; 8];
         eight.copy_from_slice(chunk);
-        let word = u64::from_ne_bytes(eight);
-        if has_control(word) || has_zero(word ^ splat(b'"')) || has_zero(word ^ splat(b'\\')) {
-            break;
+        let flagged = flags(u64::from_le_bytes(eight));
+        if flagged != 0 {
+            // The flag is the high bit of its byte: byte k holds bits 8k..8k+7.
+            return Some(at + flagged.trailing_zeros() as usize / 8);
         }
-        offset += 8;
+        at += 8;
     }
-    rest.get(offset..)?
+    words
+        .remainder()
         .iter()
-        .position(|&b| needs_escape(b))
-        .map(|i| from + offset + i)
+        .position(|&b| is(b))
+        .map(|i| at + i)
+}
+
+/// Index of the first byte at or after `from` that must be escaped.
+fn next_escape(bytes: &[u8], from: usize) -> Option<usize> {
+    first_flagged(
+        bytes,
+        from,
+        |word| {
+            control_bytes(word) | zero_bytes(word ^ splat(b'"')) | zero_bytes(word ^ splat(b'\\'))
+        },
+        needs_escape,
+    )
+}
+
+/// Index of the first byte at or after `from` that is one of `needles`, eight bytes at a
+/// time: the structural bytes a scan of JSON text looks for (a quote, a brace).
+pub(crate) fn find_any<const N: usize>(
+    bytes: &[u8],
+    from: usize,
+    needles: [u8; N],
+) -> Option<usize> {
+    first_flagged(
+        bytes,
+        from,
+        |word| {
+            needles
+                .iter()
+                .fold(0, |flags, &needle| flags | zero_bytes(word ^ splat(needle)))
+        },
+        |b| needles.contains(&b),
+    )
 }
 
 /// The escape of `byte` (one that [`needs_escape`]), as `serde_json` writes it.
@@ -181,11 +223,11 @@ mod tests {
 
     #[test]
     fn the_word_tests_find_what_they_look_for() {
-        assert!(has_control(u64::from_ne_bytes(*b"abcdefg\n")));
-        assert!(has_control(u64::from_ne_bytes(*b"\x1fbcdefgh")));
-        assert!(!has_control(u64::from_ne_bytes(*b"  ~~\x7f\x80\xff!")));
-        assert!(has_zero(u64::from_ne_bytes(*b"abc\0efgh")));
-        assert!(!has_zero(u64::from_ne_bytes(*b"\x01\x80\xffabcde")));
+        assert_ne!(control_bytes(u64::from_le_bytes(*b"abcdefg\n")), 0);
+        assert_ne!(control_bytes(u64::from_le_bytes(*b"\x1fbcdefgh")), 0);
+        assert_eq!(control_bytes(u64::from_le_bytes(*b"  ~~\x7f\x80\xff!")), 0);
+        assert_ne!(zero_bytes(u64::from_le_bytes(*b"abc\0efgh")), 0);
+        assert_eq!(zero_bytes(u64::from_le_bytes(*b"\x01\x80\xffabcde")), 0);
         assert_eq!(next_escape(b"abcdefghijklmnop\"", 0), Some(16));
         assert_eq!(next_escape(b"abcdefghijklmnop\"", 17), None);
         assert_eq!(next_escape(b"\\", 0), Some(0));

@@ -39,5 +39,7 @@ pub mod server;
 pub mod short_text;
 pub mod sites;
 pub mod telemetry;
+#[cfg(test)]
+mod test_rng;
 pub mod uninstall;
 pub mod yaml;

@@ -45,6 +45,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "telemetry",
             "short_text",
             "json_text",
+            "test_rng",
             "secret_text",
             "certs",
         ],

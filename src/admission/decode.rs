@@ -48,6 +48,7 @@ use serde_json::{Map, Value};
 
 use crate::budget::{Cancel, Exhausted};
 use crate::facts::ccm_config::CcmConfigReads;
+use crate::json_text::find_any;
 use crate::short_text::ShortText;
 use crate::sites::{SiteKind, SitesDocument, payload};
 
@@ -760,34 +761,6 @@ fn string_end(bytes: &[u8], mut at: usize) -> Option<usize> {
         // An escape: the character after the backslash is part of it, whatever it is.
         at += 2;
     }
-}
-
-/// The first position from `from` holding one of `needles`. Eight bytes at a time: a byte of
-/// the word equal to a needle is zero in `word ^ needle`, and the lowest zero byte of a word
-/// is the lowest one `(x - 0x01..) & !x & 0x80..` flags (a false flag needs a zero byte below
-/// it), so the first flag in memory order is a true match.
-fn find_any<const N: usize>(bytes: &[u8], from: usize, needles: [u8; N]) -> Option<usize> {
-    const ONES: u64 = u64::from_le_bytes([0x01; 8]);
-    const HIGHS: u64 = u64::from_le_bytes([0x80; 8]);
-    let rest = bytes.get(from..)?;
-    let mut words = rest.chunks_exact(8);
-    let mut at = from;
-    for word in &mut words {
-        let word = u64::from_le_bytes(word.try_into().ok()?);
-        let mut flags = 0;
-        for needle in needles {
-            let x = word ^ (ONES * u64::from(needle));
-            flags |= x.wrapping_sub(ONES) & !x & HIGHS;
-        }
-        if flags != 0 {
-            return Some(at + (flags.trailing_zeros() / 8) as usize);
-        }
-        at += 8;
-    }
-    let tail = words.remainder();
-    tail.iter()
-        .position(|b| needles.contains(b))
-        .map(|i| at + i)
 }
 
 /// Which fields of an object the engine reads, by the request's kind.
@@ -1604,6 +1577,7 @@ impl<'de> Visitor<'de> for Node<'_, '_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_rng::Lcg;
     use serde_json::json;
 
     fn sites() -> SitesDocument {
@@ -1979,20 +1953,6 @@ mod tests {
             json!({"metadata": {"labels": "not-a-map"}}),
         );
         assert!(matches!(decode(&body), Err(DecodeError::Json(_))));
-    }
-
-    /// A generator of pseudo-random numbers (a linear congruential one: the same sequence on
-    /// every run).
-    struct Lcg(u64);
-
-    impl Lcg {
-        fn below(&mut self, n: usize) -> usize {
-            self.0 = self
-                .0
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (self.0 >> 33) as usize % n
-        }
     }
 
     /// A JSON value made of pieces that trip a brace count: quotes, backslashes and braces in

@@ -367,21 +367,14 @@ fn mutate_response(
         warnings.push(CCM_RESTART_WARNING.to_owned());
     }
     response.warnings = Some(warnings);
-    // kube-core sets `patchType` only through `with_patch`, which serializes the patch through
-    // serde; the patch is written by [`patch_json`] instead and its bytes put in its place.
-    let patched = match patch_json(&verdict.patch) {
-        Ok(bytes) => response
-            .clone()
-            .with_patch(json_patch::Patch(Vec::new()))
-            .map(|mut patched| {
-                patched.patch = Some(bytes);
-                patched
-            })
-            .map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
-    };
-    match patched {
-        Ok(r) => (r, "patched"),
+    // The patch's bytes only: [`encode`] takes them out and writes the answer with
+    // `patchType: JSONPatch` itself ([`write_patched`]), so kube-core's `with_patch` (which
+    // would serialize the patch through serde to set that type) is not needed.
+    match patch_json(&verdict.patch) {
+        Ok(bytes) => {
+            response.patch = Some(bytes);
+            (response, "patched")
+        }
         Err(error) => {
             // Serializing a patch of strings cannot fail in practice; if it does, admit
             // unchanged rather than fail the write (the validating webhook still enforces).
@@ -519,8 +512,8 @@ fn encode(mut response: AdmissionResponse) -> Reply {
 /// `serde_json::Value` of the whole review (which cost a copy of every warning and annotation
 /// per answer) or serde (which escapes a byte at a time), in the bytes that route wrote: keys
 /// in sorted order at every level (`Value`'s objects sort them), `status` through a `Value` of
-/// its own (its keys sorted too). `patchType` is `JSONPatch`: a patch here comes from
-/// `AdmissionResponse::with_patch`, the only way kube-core sets one, which sets that type
+/// its own (its keys sorted too). `patchType` is `JSONPatch`: a patch here is
+/// [`patch_json`]'s, set by `mutate_response`
 /// (`tests::a_patched_answer_is_written_as_the_value_route_wrote_it` pins the bytes).
 fn write_patched(response: &AdmissionResponse, patch: &[u8]) -> serde_json::Result<Vec<u8>> {
     let status = serde_json::to_string(&serde_json::to_value(&response.result)?)?;

@@ -560,38 +560,18 @@ pub(crate) struct Lines {
 
 impl Lines {
     pub(crate) fn new(src: &str) -> Self {
-        let bytes = src.as_bytes();
-        let len = bytes.len();
+        let len = src.len();
         // Room for lines of 24 bytes on average, so that a config is usually read into one
         // allocation; capped, so a long text without line breaks reserves little.
         let mut starts = Vec::with_capacity((len / 24 + 2).min(4096));
         starts.push(0);
-        // Eight bytes at a time: `zeros` has the high bit of exactly the bytes of `word ^ NL`
-        // that are zero, i.e. of the line breaks (`(b & 0x7f) + 0x7f` carries into the high
-        // bit unless the low seven bits are all zero, and never into the next byte).
-        const NL: u64 = u64::from_le_bytes([b'\n'; 8]);
-        const LOW7: u64 = u64::from_le_bytes([0x7f; 8]);
-        let words = bytes.chunks_exact(8);
-        let tail = words.remainder();
-        for (n, word) in words.enumerate() {
-            let Ok(word) = <[u8; 8]>::try_from(word) else {
-                continue;
-            };
-            let x = u64::from_le_bytes(word) ^ NL;
-            let mut zeros = !(((x & LOW7) + LOW7) | x | LOW7);
-            while zeros != 0 {
-                // Little-endian: byte k of the word holds bits 8k..8k+7.
-                let start = n * 8 + zeros.trailing_zeros() as usize / 8 + 1;
-                if start < len {
-                    starts.push(start);
-                }
-                zeros &= zeros - 1;
-            }
-        }
-        let at = len - tail.len();
-        for (k, &b) in tail.iter().enumerate() {
-            if b == b'\n' && at + k + 1 < len {
-                starts.push(at + k + 1);
+        // A line break is one byte that no multi-byte character contains: found by `str::find`
+        // of an ASCII character, which looks at a word at a time.
+        let mut from = 0;
+        while let Some(at) = src.get(from..).and_then(|rest| rest.find('\n')) {
+            from += at + 1;
+            if from < len {
+                starts.push(from);
             }
         }
         Lines { starts }
@@ -638,13 +618,7 @@ mod tests {
     #[test]
     fn line_starts_follow_the_definition() {
         let alphabet = ["\n", "a", "é", " ", "\r\n", "\n\n", "\u{a0}", "中"];
-        let mut seed: u64 = 0x31;
-        let mut next = || {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 33) as usize
-        };
+        let mut next = crate::test_rng::lcg(0x31);
         for _ in 0..5_000 {
             let text: String = (0..next() % 40)
                 .map(|_| alphabet[next() % alphabet.len()])

@@ -1017,13 +1017,7 @@ mod tests {
             false
         }
         let alphabet = ["$", "{", "}", "${", "}}", "a", "_", "1", "é", "-"];
-        let mut seed: u64 = 0x31;
-        let mut next = || {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 33) as usize
-        };
+        let mut next = crate::test_rng::lcg(0x31);
         let mut found = 0;
         for _ in 0..20_000 {
             let text: String = (0..next() % 7)

@@ -192,13 +192,7 @@ mod tests {
     #[test]
     fn ascii_prefix_pass_agrees_with_unicode_folding() {
         let alphabet: Vec<char> = "kKsSaA-_1 \u{212A}\u{17F}éÉßẞσΣςıİ中".chars().collect();
-        let mut seed: u64 = 0xf01d;
-        let mut next = || {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 33) as usize
-        };
+        let mut next = crate::test_rng::lcg(0xf01d);
         let mut equal = 0;
         for _ in 0..50_000 {
             let a: String = (0..next() % 6)
@@ -206,7 +200,7 @@ mod tests {
                 .collect();
             // Half the pairs: `a` with some characters swapped for a fold partner, so that
             // equal pairs are common.
-            let b: String = if next() % 2 == 0 {
+            let b: String = if next().is_multiple_of(2) {
                 a.chars()
                     .map(|c| match (c, next() % 3) {
                         ('k', 0) => '\u{212A}',
@@ -235,18 +229,12 @@ mod tests {
     fn ascii_name_comparison_agrees_with_unicode_folding() {
         let alphabet: Vec<char> = "ksKSaA-1\u{212A}\u{17F}éßıİ中".chars().collect();
         let names = ["", "k", "s", "ks", "key", "Global", "use-octavia", "a-1"];
-        let mut seed: u64 = 0x31;
-        let mut next = || {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 33) as usize
-        };
+        let mut next = crate::test_rng::lcg(0x31);
         let mut equal = 0;
         for _ in 0..50_000 {
             let name = names[next() % names.len()];
             // Half the texts: the name with some characters swapped for a fold partner.
-            let text: String = if next() % 2 == 0 {
+            let text: String = if next().is_multiple_of(2) {
                 name.chars()
                     .map(|c| match (c, next() % 3) {
                         ('k' | 'K', 0) => '\u{212A}',

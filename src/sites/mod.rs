@@ -561,23 +561,13 @@ pub fn find(
     object: &DynamicObject,
     sites: &SitesDocument,
 ) -> Vec<FoundConfig> {
-    find_within(gvk, object, sites, &Cancel::never())
+    find_in(&ObjectPlaces::new(gvk, object), sites, &Cancel::never())
 }
 
-/// [`find`] that stops reading (values strings and payloads parsed, `--set` entries, merges,
-/// each place and payload document) once `cancel` fires; what it then returns is not an
-/// answer, and the caller checks the flag before using it.
-pub fn find_within(
-    gvk: &GroupVersionKind,
-    object: &DynamicObject,
-    sites: &SitesDocument,
-    cancel: &Cancel,
-) -> Vec<FoundConfig> {
-    find_in(&ObjectPlaces::new(gvk, object), sites, cancel)
-}
-
-/// [`find_within`] of the object whose values places `read_places` reads (once for every
-/// reader of the object's values).
+/// [`find`] of the object whose values places `read_places` reads (once for every reader of
+/// the object's values), that stops reading (values strings and payloads parsed, `--set`
+/// entries, merges, each place and payload document) once `cancel` fires; what it then
+/// returns is not an answer, and the caller checks the flag before using it.
 fn find_in(
     read_places: &ObjectPlaces<'_>,
     sites: &SitesDocument,
@@ -612,23 +602,13 @@ pub fn find_with_embedded(
     object: &DynamicObject,
     sites: &SitesDocument,
 ) -> (Vec<FoundConfig>, Vec<payload::EmbeddedObject>) {
-    find_with_embedded_within(gvk, object, sites, &Cancel::never())
+    find_with_embedded_in(&ObjectPlaces::new(gvk, object), sites, &Cancel::never())
 }
 
-/// [`find_with_embedded`] that stops reading Helm values once `cancel` fires (see
-/// [`find_within`]).
-pub fn find_with_embedded_within(
-    gvk: &GroupVersionKind,
-    object: &DynamicObject,
-    sites: &SitesDocument,
-    cancel: &Cancel,
-) -> (Vec<FoundConfig>, Vec<payload::EmbeddedObject>) {
-    find_with_embedded_in(&ObjectPlaces::new(gvk, object), sites, cancel)
-}
-
-/// [`find_with_embedded_within`] of the object whose values places `read_places` reads (once
-/// for every reader of the object's values: the engine also asks its CCM version and its
-/// object rules).
+/// [`find_with_embedded`] of the object whose values places `read_places` reads (once for
+/// every reader of the object's values: the engine also asks its CCM version and its object
+/// rules), that stops reading Helm values once `cancel` fires (what it then returns is not an
+/// answer; the caller checks the flag).
 pub fn find_with_embedded_in(
     read_places: &ObjectPlaces<'_>,
     sites: &SitesDocument,

@@ -1055,13 +1055,7 @@ mod tests {
         let alphabet: Vec<char> = "\\\\\\\\xuU0abtnvfre \"/NLP_09aFfg\n\r\t é€😀kind"
             .chars()
             .collect();
-        let mut seed: u64 = 0x5eed;
-        let mut next = || {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 33) as usize
-        };
+        let mut next = crate::test_rng::lcg(0x5eed);
         for _ in 0..20_000 {
             let len = next() % 24;
             let text: String = (0..len)
@@ -1132,13 +1126,7 @@ mod tests {
             "x",
             "é",
         ];
-        let mut seed: u64 = 0x0dd5;
-        let mut next = || {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 33) as usize
-        };
+        let mut next = crate::test_rng::lcg(0x0dd5);
         let mut found = 0;
         for _ in 0..30_000 {
             let len = next() % 8;

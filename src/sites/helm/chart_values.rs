@@ -31,21 +31,12 @@ pub fn helm_controller_extra_args_all(
     gvk: &GroupVersionKind,
     object: &DynamicObject,
 ) -> Vec<(String, String, Vec<String>)> {
-    helm_controller_extra_args_all_within(gvk, object, &Cancel::never())
+    helm_controller_extra_args_all_in(&ObjectPlaces::new(gvk, object), &Cancel::never())
 }
 
-/// [`helm_controller_extra_args_all`] that stops reading values once `cancel` fires (what it
-/// then returns is not an answer; the caller checks the flag).
-pub fn helm_controller_extra_args_all_within(
-    gvk: &GroupVersionKind,
-    object: &DynamicObject,
-    cancel: &Cancel,
-) -> Vec<(String, String, Vec<String>)> {
-    helm_controller_extra_args_all_in(&ObjectPlaces::new(gvk, object), cancel)
-}
-
-/// [`helm_controller_extra_args_all_within`] of the object whose values places
-/// `read_places` reads (once for every reader of the object's values).
+/// [`helm_controller_extra_args_all`] of the object whose values places `read_places` reads
+/// (once for every reader of the object's values), that stops reading values once `cancel`
+/// fires (what it then returns is not an answer; the caller checks the flag).
 pub fn helm_controller_extra_args_all_in(
     read_places: &ObjectPlaces<'_>,
     cancel: &Cancel,
@@ -211,21 +202,12 @@ impl ChartValues {
 /// be read (not YAML, over [`MAX_VALUES_TEXT_BYTES`](super::MAX_VALUES_TEXT_BYTES)) is left out: the cloud-config site
 /// reports it. None at all past [`MAX_CARRIERS_PER_OBJECT`] (reported the same way).
 pub fn chart_values_all(gvk: &GroupVersionKind, object: &DynamicObject) -> Vec<ChartValues> {
-    chart_values_all_within(gvk, object, &Cancel::never())
+    chart_values_all_in(&ObjectPlaces::new(gvk, object), &Cancel::never())
 }
 
-/// [`chart_values_all`] that stops reading values once `cancel` fires (what it then returns
-/// is not an answer; the caller checks the flag).
-pub fn chart_values_all_within(
-    gvk: &GroupVersionKind,
-    object: &DynamicObject,
-    cancel: &Cancel,
-) -> Vec<ChartValues> {
-    chart_values_all_in(&ObjectPlaces::new(gvk, object), cancel)
-}
-
-/// [`chart_values_all_within`] of the object whose values places `read_places` reads (once
-/// for every reader of the object's values).
+/// [`chart_values_all`] of the object whose values places `read_places` reads (once for
+/// every reader of the object's values), that stops reading values once `cancel` fires (what
+/// it then returns is not an answer; the caller checks the flag).
 pub fn chart_values_all_in(read_places: &ObjectPlaces<'_>, cancel: &Cancel) -> Vec<ChartValues> {
     let (gvk, object) = (read_places.gvk(), read_places.object());
     let charts: Vec<String> = DEFAULT_CHARTS.iter().map(|s| (*s).to_owned()).collect();

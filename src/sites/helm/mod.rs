@@ -45,9 +45,8 @@ mod version;
 
 use super::delivery::{ObjectPlaces, unnamed_chart_ref_with_values, values_places};
 pub use chart_values::{
-    ChartValues, SetEntry, chart_values_all, chart_values_all_in, chart_values_all_within,
-    controller_extra_args, helm_controller_extra_args, helm_controller_extra_args_all,
-    helm_controller_extra_args_all_in, helm_controller_extra_args_all_within,
+    ChartValues, SetEntry, chart_values_all, chart_values_all_in, controller_extra_args,
+    helm_controller_extra_args, helm_controller_extra_args_all, helm_controller_extra_args_all_in,
 };
 use overrides::{Beneath, SetFailure, argo_orders, in_values_over, merged_with, place_overrides};
 pub use places::{
@@ -59,7 +58,7 @@ use places::{OverrideSource, Switch, ValuesPlace, text_values};
 use places::{content, get, keys, str_at};
 pub use unseen::{FLUX_DEFAULT_VALUES_KEY, describe_values_reference, helm_controller_secrets};
 use unseen::{on_top_sources, unseen_site, unseen_sources};
-pub use version::{CcmVersion, ccm_version, ccm_version_in, ccm_version_within, image_version};
+pub use version::{CcmVersion, ccm_version, ccm_version_in, image_version};
 
 /// Charts whose values hold an OpenStack CCM cloud config, when the policy set names none.
 pub const DEFAULT_CHARTS: &[&str] = &[

@@ -45,21 +45,11 @@ pub fn ccm_version(
     object: &DynamicObject,
     charts: &[String],
 ) -> Option<CcmVersion> {
-    ccm_version_within(gvk, object, charts, &Cancel::never())
+    ccm_version_in(&ObjectPlaces::new(gvk, object), charts, &Cancel::never())
 }
 
-/// [`ccm_version`] that stops reading values once `cancel` fires.
-pub fn ccm_version_within(
-    gvk: &GroupVersionKind,
-    object: &DynamicObject,
-    charts: &[String],
-    cancel: &Cancel,
-) -> Option<CcmVersion> {
-    ccm_version_in(&ObjectPlaces::new(gvk, object), charts, cancel)
-}
-
-/// [`ccm_version_within`] of the object whose values places `read_places` reads (once for
-/// every reader of the object's values).
+/// [`ccm_version`] of the object whose values places `read_places` reads (once for every
+/// reader of the object's values), that stops reading values once `cancel` fires.
 pub fn ccm_version_in(
     read_places: &ObjectPlaces<'_>,
     charts: &[String],
