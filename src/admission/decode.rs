@@ -655,13 +655,13 @@ impl<'de> ObjectSeed<'_, 'de, '_> {
         budget: &mut Budget<'_>,
     ) -> Result<DynamicObject, Abort<D::Error>> {
         let (sites, reads) = (self.review.sites, self.review.reads);
-        let text = match kind {
-            SiteKind::ConfigMap => Some(self.text().ok_or(Abort::Again)?),
-            SiteKind::Secret => None,
+        let ask = || match kind {
+            SiteKind::ConfigMap => self.text().map(|raw| payload::worth_parsing(raw, sites)),
+            SiteKind::Secret => Some(false),
         };
-        let payload = text.is_some_and(|raw| payload::worth_parsing(raw, sites));
+        let payload = PayloadQuestion::new(&ask);
         let before = budget.spent;
-        let reader = SiteReader::new(kind, payload, (sites, reads));
+        let reader = SiteReader::new(kind, &payload, (sites, reads));
         let pruned = match read_pruned(
             d,
             &|path| reader.decide(path),
@@ -672,18 +672,19 @@ impl<'de> ObjectSeed<'_, 'de, '_> {
             Err(Unread::Stopped(e)) => Err(e),
             Err(Unread::De(e)) => return Err(Abort::De(e)),
         };
-        let raw = || text.or_else(|| self.text()).ok_or(Abort::Again);
+        let raw = || self.text().ok_or(Abort::Again);
+        let payload = || payload.answer().ok_or(Abort::Again);
         match reader.finish(pruned, budget) {
             Ok(OnePass::Read(object)) => Ok(object),
             Ok(OnePass::Shell { root, meta, spent }) => {
-                let raw = raw()?;
+                let (raw, payload) = (raw()?, payload()?);
                 budget.spent = spent;
                 let keys = site_keys(kind, &meta, sites, reads);
                 read_site_data(raw, kind, payload, (root, meta, keys), sites, budget)
                     .map_err(Abort::Settled)
             }
             Ok(OnePass::Again) => {
-                let raw = raw()?;
+                let (raw, payload) = (raw()?, payload()?);
                 budget.spent = before;
                 decode_site_two_pass(raw, kind, payload, (sites, reads), budget)
                     .map_err(Abort::Settled)
@@ -805,14 +806,17 @@ fn decode_object(
     match reading {
         Reading::Site(kind) => {
             // A ConfigMap may be a ClusterResourceSet payload whatever its metadata says.
-            // Asked once per object: the raw text is scanned, and both readers need it.
-            let payload = kind == SiteKind::ConfigMap && payload::worth_parsing(raw, sites);
+            // Asked at most once per object, when a reading depends on it.
+            let ask = || Some(kind == SiteKind::ConfigMap && payload::worth_parsing(raw, sites));
+            let question = PayloadQuestion::new(&ask);
+            let payload = || question.answer().unwrap_or_default();
             let before = budget.spent;
-            match decode_site_one_pass(raw, kind, payload, (sites, reads), budget) {
+            match decode_site_one_pass(raw, kind, &question, (sites, reads), budget) {
                 Ok(OnePass::Read(object)) => return Ok(object),
                 // The shell is what the two-pass reader's first reading would give: only
                 // its second reading is left.
                 Ok(OnePass::Shell { root, meta, spent }) => {
+                    let payload = payload();
                     budget.spent = spent;
                     let keys = site_keys(kind, &meta, sites, reads);
                     return read_site_data(raw, kind, payload, (root, meta, keys), sites, budget);
@@ -823,7 +827,7 @@ fn decode_object(
                 Err(OnePassError::Final(e)) => return Err(e),
             }
             budget.spent = before;
-            decode_site_two_pass(raw, kind, payload, (sites, reads), budget)
+            decode_site_two_pass(raw, kind, payload(), (sites, reads), budget)
         }
         Reading::Object { status } => {
             let before = budget.spent;
@@ -904,6 +908,8 @@ struct SiteSight {
     data_seen: bool,
     /// A `data` or `stringData` field was read (not skipped): the tree is more than the shell.
     data_read: bool,
+    /// The payload question was asked and could not be answered.
+    unanswered: bool,
 }
 
 /// Reads a ConfigMap or Secret in one pass over its JSON: the shell, and the data keys sites
@@ -915,13 +921,13 @@ struct SiteSight {
 /// [`OnePassError::Retry`], and the caller reads it the two-pass way, whose result this one
 /// equals field for field and byte for byte of the decoded-memory charge.
 ///
-/// `payload`: the ConfigMap may be a ClusterResourceSet payload ([`payload::worth_parsing`]
-/// on its raw text); a Secret is one by its `type`, read after its data, so it is first read
-/// as not being one.
+/// `payload`: whether the ConfigMap may be a ClusterResourceSet payload
+/// ([`PayloadQuestion`], asked only for a data key no site names, or when no key is named); a
+/// Secret is one by its `type`, read after its data, so it is first read as not being one.
 fn decode_site_one_pass(
     raw: &str,
     kind: SiteKind,
-    payload: bool,
+    payload: &PayloadQuestion<'_>,
     (sites, reads): (&SitesDocument, Option<&CcmConfigReads>),
     budget: &mut Budget<'_>,
 ) -> Result<OnePass, OnePassError> {
@@ -935,10 +941,46 @@ fn decode_site_one_pass(
     reader.finish(pruned, budget)
 }
 
+/// Whether a ConfigMap may be a ClusterResourceSet payload ([`payload::worth_parsing`] on its
+/// raw text; never a Secret, whose `type` says it), asked only when a reading depends on it:
+/// answering scans the whole object's text a second time (finding where it ends, then the
+/// needles), and a site ConfigMap that holds only the keys its sites name never needs the
+/// answer, since those keys are read either way.
+struct PayloadQuestion<'q> {
+    /// The answer once asked; `Some(None)`: the object's raw text could not be found, and the
+    /// reading is redone the two-pass way.
+    answer: Cell<Option<Option<bool>>>,
+    ask: &'q dyn Fn() -> Option<bool>,
+}
+
+impl<'q> PayloadQuestion<'q> {
+    fn new(ask: &'q dyn Fn() -> Option<bool>) -> Self {
+        PayloadQuestion {
+            answer: Cell::new(None),
+            ask,
+        }
+    }
+
+    /// The answer, asked at most once; `None` when it cannot be had.
+    fn answer(&self) -> Option<bool> {
+        if let Some(answer) = self.answer.get() {
+            return answer;
+        }
+        let answer = (self.ask)();
+        self.answer.set(Some(answer));
+        answer
+    }
+
+    /// Whether the question was asked and answered yes.
+    fn answered_yes(&self) -> bool {
+        self.answer.get() == Some(Some(true))
+    }
+}
+
 /// The one-pass site reader: its decisions depend on the metadata read so far.
 struct SiteReader<'s> {
     kind: SiteKind,
-    payload: bool,
+    payload: &'s PayloadQuestion<'s>,
     sites: &'s SitesDocument,
     reads: Option<&'s CcmConfigReads>,
     sight: RefCell<SiteSight>,
@@ -947,7 +989,7 @@ struct SiteReader<'s> {
 impl<'s> SiteReader<'s> {
     fn new(
         kind: SiteKind,
-        payload: bool,
+        payload: &'s PayloadQuestion<'s>,
         (sites, reads): (&'s SitesDocument, Option<&'s CcmConfigReads>),
     ) -> Self {
         SiteReader {
@@ -959,28 +1001,46 @@ impl<'s> SiteReader<'s> {
         }
     }
 
+    /// Whether the ConfigMap may be a payload; a question with no answer is remembered and
+    /// the reading ends [`OnePassError::Retry`].
+    fn payload(&self, sight: &mut SiteSight) -> bool {
+        self.payload.answer().unwrap_or_else(|| {
+            sight.unanswered = true;
+            false
+        })
+    }
+
     fn decide(&self, path: &[Seg]) -> Decision {
         match path {
             [f] if is(f, "data") || is(f, "stringData") => {
                 let mut s = self.sight.borrow_mut();
                 s.data_seen = true;
-                match &s.meta {
-                    None => {
-                        s.out_of_order = true;
-                        Decision::Skip
-                    }
-                    // No key wanted: the two-pass reader does not read the data at all.
-                    Some((_, keys)) if keys.is_empty() && !self.payload => Decision::Skip,
-                    Some(_) => {
-                        s.data_read = true;
-                        Decision::Descend
-                    }
+                let Some((_, keys)) = &s.meta else {
+                    s.out_of_order = true;
+                    return Decision::Skip;
+                };
+                let no_key = keys.is_empty();
+                // No key wanted: the two-pass reader does not read the data at all.
+                if no_key && !self.payload(&mut s) {
+                    return Decision::Skip;
+                }
+                s.data_read = true;
+                Decision::Descend
+            }
+            // `site_data`, the payload question asked only for a key no site names.
+            [f, Seg::Key(key)] if is(f, "data") || is(f, "stringData") => {
+                let mut s = self.sight.borrow_mut();
+                let named = match &s.meta {
+                    Some((_, keys)) => keys.contains(key),
+                    None => return Decision::Skip,
+                };
+                if named || self.payload(&mut s) {
+                    Decision::Keep
+                } else {
+                    Decision::Skip
                 }
             }
-            [f, _] if is(f, "data") || is(f, "stringData") => match &self.sight.borrow().meta {
-                Some((_, keys)) => site_data(path, keys, self.payload),
-                None => Decision::Skip,
-            },
+            [f, _] if is(f, "data") || is(f, "stringData") => Decision::Skip,
             _ => site_shell(path),
         }
     }
@@ -1016,6 +1076,9 @@ impl<'s> SiteReader<'s> {
             ..
         } = self;
         let sight = sight.into_inner();
+        if sight.unanswered {
+            return Err(OnePassError::Retry);
+        }
         let (mut root, total) = match pruned {
             Ok(done) => done,
             Err(e @ DecodeError::Exhausted(_)) => return Err(OnePassError::Final(e)),
@@ -1042,7 +1105,12 @@ impl<'s> SiteReader<'s> {
             });
         }
         let mut spent = total;
-        if !keys.is_empty() || payload {
+        let wanted = !keys.is_empty()
+            || match payload.answer() {
+                Some(answer) => answer,
+                None => return Err(OnePassError::Retry),
+            };
+        if wanted {
             // The two-pass reader builds the data fields in a second tree and pays for its root
             // (and, once it holds a field, for its map) before merging: charged alike here.
             spent = spent.saturating_add(Cost::VALUE);
@@ -1052,8 +1120,9 @@ impl<'s> SiteReader<'s> {
             if spent > budget.limit {
                 return Err(OnePassError::Retry);
             }
-            if payload {
-                // Only the values that may embed a site or a CCM object are kept.
+            // Only the values that may embed a site or a CCM object are kept. A question never
+            // asked met no key but the named ones: nothing to drop.
+            if payload.answered_yes() {
                 keep_payload_values(&mut root, &keys, sites);
             }
         }
@@ -1774,8 +1843,10 @@ mod tests {
                 spent: 0,
                 cancel: &cancel,
             };
-            let payload = *kind == ConfigMap && payload::worth_parsing(raw.get(), &sites);
-            let read = decode_site_one_pass(raw.get(), *kind, payload, (&sites, None), &mut budget);
+            let ask = || Some(*kind == ConfigMap && payload::worth_parsing(raw.get(), &sites));
+            let payload = PayloadQuestion::new(&ask);
+            let read =
+                decode_site_one_pass(raw.get(), *kind, &payload, (&sites, None), &mut budget);
             let ended = match read {
                 Ok(OnePass::Read(_)) => "read",
                 Ok(OnePass::Shell { .. }) => "shell",
@@ -1783,6 +1854,104 @@ mod tests {
                 Err(OnePassError::Final(_)) => "error",
             };
             assert_eq!(ended, *ends, "{object}");
+        }
+    }
+
+    /// The payload question scans the whole object: a ConfigMap whose data holds only the keys
+    /// its sites name reads the same without it, so it is not asked; any other key, or none
+    /// named, asks it once; and a question that cannot be answered sends the reading the
+    /// two-pass way instead of guessing.
+    #[test]
+    fn the_payload_question_is_asked_only_when_a_reading_depends_on_it() {
+        let label = r#""labels": {"stackgate.dev/cloud-config": "cloud.conf"}"#;
+        let manifest = r#""apiVersion: v1\nkind: Secret\nmetadata:\n  name: cloud-config\n""#;
+        let sites = sites();
+        // (object, times asked, how the reading ends)
+        let cases = [
+            (
+                format!(
+                    r#"{{"metadata": {{"name": "cm", {label}}}, "data": {{"cloud.conf": "[Global]\n"}}}}"#
+                ),
+                0,
+                "read",
+            ),
+            (
+                format!(r#"{{"metadata": {{"name": "cm", {label}}}}}"#),
+                0,
+                "read",
+            ),
+            (
+                format!(
+                    r#"{{"metadata": {{"name": "cm", {label}}}, "data": {{"cloud.conf": "x", "ca.crt": "y"}}}}"#
+                ),
+                1,
+                "read",
+            ),
+            (
+                format!(
+                    r#"{{"metadata": {{"name": "crs"}}, "data": {{"p.yaml": {manifest}, "cni.yaml": "kind: DaemonSet\n"}}}}"#
+                ),
+                1,
+                "read",
+            ),
+            (r#"{"metadata": {"name": "plain"}}"#.to_owned(), 1, "read"),
+            (
+                r#"{"metadata": {"name": "plain"}, "data": {"a": "b"}}"#.to_owned(),
+                1,
+                "read",
+            ),
+        ];
+        for (object, asked, ends) in &cases {
+            let raw = RawValue::from_string(object.clone()).expect("raw JSON");
+            let cancel = Cancel::never();
+            let mut budget = Budget {
+                limit: MAX_DECODED_BYTES,
+                spent: 0,
+                cancel: &cancel,
+            };
+            let times = Cell::new(0);
+            let ask = || {
+                times.set(times.get() + 1);
+                Some(payload::worth_parsing(raw.get(), &sites))
+            };
+            let question = PayloadQuestion::new(&ask);
+            let one = decode_site_one_pass(
+                raw.get(),
+                SiteKind::ConfigMap,
+                &question,
+                (&sites, None),
+                &mut budget,
+            );
+            let ended = match &one {
+                Ok(OnePass::Read(_)) => "read",
+                Ok(OnePass::Shell { .. }) => "shell",
+                Ok(OnePass::Again) | Err(OnePassError::Retry) => "again",
+                Err(OnePassError::Final(_)) => "error",
+            };
+            assert_eq!((times.get(), ended), (*asked, *ends), "{object}");
+            // Asked or not, the object read is the two-pass reading's, charge for charge.
+            let [one, two] = both_ways(SiteKind::ConfigMap, object, MAX_DECODED_BYTES);
+            assert_eq!(one, two, "{object}");
+
+            // Unanswerable: a reading that needed the answer is done again, one that did not
+            // stands.
+            let cancel = Cancel::never();
+            let mut budget = Budget {
+                limit: MAX_DECODED_BYTES,
+                spent: 0,
+                cancel: &cancel,
+            };
+            let none = || None;
+            let question = PayloadQuestion::new(&none);
+            let read = decode_site_one_pass(
+                raw.get(),
+                SiteKind::ConfigMap,
+                &question,
+                (&sites, None),
+                &mut budget,
+            );
+            let again = matches!(read, Err(OnePassError::Retry));
+            assert_eq!(again, *asked > 0, "{object}");
         }
     }
 
