@@ -7,6 +7,7 @@
 use std::fmt::{self, Write as _};
 use std::io::IsTerminal as _;
 
+use crate::json_text;
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::EnvFilter;
@@ -108,22 +109,26 @@ where
         if in_span || meta.fields().field("log.target").is_some() {
             return self.stock.format_event(ctx, writer, event);
         }
+        // The line is put together in a `String` of its own and handed to the writer once:
+        // one `dyn` write per line instead of one per piece.
+        let mut line = String::with_capacity(LINE_CAPACITY);
         let mut timestamp = String::new();
         self.timer.format_time(&mut Writer::new(&mut timestamp))?;
-        writer.write_str("{\"timestamp\":")?;
-        write_json_str(&mut writer, &timestamp)?;
-        writer.write_str(",\"level\":\"")?;
-        writer.write_str(meta.level().as_str())?;
-        writer.write_char('"')?;
+        line.push_str("{\"timestamp\":");
+        json_text::push_quoted(&mut line, &timestamp);
+        line.push_str(",\"level\":\"");
+        line.push_str(meta.level().as_str());
+        line.push('"');
         let mut fields = JsonFieldsVisitor {
-            out: &mut writer,
+            out: &mut line,
             result: Ok(()),
         };
         event.record(&mut fields);
         fields.result?;
-        writer.write_str(",\"target\":")?;
-        write_json_str(&mut writer, meta.target())?;
-        writer.write_str("}\n")
+        line.push_str(",\"target\":");
+        json_text::push_quoted(&mut line, meta.target());
+        line.push_str("}\n");
+        writer.write_str(&line)
     }
 }
 
@@ -195,25 +200,23 @@ fn civil_date(days: u64) -> (u64, u64, u64) {
 /// booleans and integers as JSON numbers, floats as `serde_json` writes them, text as a JSON
 /// string, anything else (the `Visit` defaults route through `record_debug`) as the string of
 /// its `Debug` form.
-struct JsonFieldsVisitor<'a, 'w> {
-    out: &'a mut Writer<'w>,
+struct JsonFieldsVisitor<'a> {
+    out: &'a mut String,
     result: fmt::Result,
 }
 
-impl JsonFieldsVisitor<'_, '_> {
-    fn entry(&mut self, field: &Field, value: impl FnOnce(&mut Writer<'_>) -> fmt::Result) {
+impl JsonFieldsVisitor<'_> {
+    fn entry(&mut self, field: &Field, value: impl FnOnce(&mut String) -> fmt::Result) {
         if self.result.is_ok() {
-            self.result = self
-                .out
-                .write_char(',')
-                .and_then(|()| write_json_str(self.out, field.name()))
-                .and_then(|()| self.out.write_char(':'))
-                .and_then(|()| value(self.out));
+            self.out.push(',');
+            json_text::push_quoted(self.out, field.name());
+            self.out.push(':');
+            self.result = value(self.out);
         }
     }
 }
 
-impl Visit for JsonFieldsVisitor<'_, '_> {
+impl Visit for JsonFieldsVisitor<'_> {
     fn record_bool(&mut self, field: &Field, value: bool) {
         self.entry(field, |out| {
             out.write_str(if value { "true" } else { "false" })
@@ -235,24 +238,24 @@ impl Visit for JsonFieldsVisitor<'_, '_> {
     }
 
     fn record_str(&mut self, field: &Field, value: &str) {
-        self.entry(field, |out| write_json_str(out, value));
+        self.entry(field, |out| {
+            json_text::push_quoted(out, value);
+            Ok(())
+        });
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
         self.entry(field, |out| {
-            out.write_char('"')?;
+            out.push('"');
             write!(JsonEscaped(out), "{value:?}")?;
-            out.write_char('"')
+            out.push('"');
+            Ok(())
         });
     }
 }
 
-/// `text` as a JSON string, quoted.
-fn write_json_str(out: &mut dyn fmt::Write, text: &str) -> fmt::Result {
-    out.write_char('"')?;
-    JsonEscaped(out).write_str(text)?;
-    out.write_char('"')
-}
+/// What a line is made with room for: a review's line is about 300 bytes.
+const LINE_CAPACITY: usize = 512;
 
 /// Escapes what it is given as `serde_json` escapes a string's contents
 /// ([`crate::json_text`]): a `Debug` or `Display` form is written through this in pieces.
