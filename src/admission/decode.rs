@@ -2771,6 +2771,16 @@ mod tests {
                 ),
                 "again",
             ),
+            // Brackets inside a string are no nesting.
+            (
+                hr,
+                format!(
+                    r#"{{"spec": {{"chart": {{"spec": {{"chart": "{ccm}"}}}}, "values": {{"a": {}"[[[[\"[{{"{}}}}}}}"#,
+                    "[".repeat(124),
+                    "]".repeat(124)
+                ),
+                "read",
+            ),
         ];
         for (kind, object, ends) in &cases {
             let body = envelope(0, *kind, object, "null");
@@ -2786,6 +2796,12 @@ mod tests {
                 let decoded =
                     decode_review(&body, &sites, None, MAX_DECODED_BYTES, &Cancel::never())
                         .expect("decodes");
+                // Within a budget of exactly what the review costs, still in one pass.
+                assert_eq!(
+                    one_pass_ends(&body, &sites, decoded.decoded_bytes),
+                    "read",
+                    "{object}"
+                );
                 let object = decoded.request.object.expect("object");
                 let text = serde_json::to_string(&object.data).expect("JSON");
                 assert!(
