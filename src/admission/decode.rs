@@ -5,7 +5,8 @@
 //! Decoding whole objects that way let one 3 MiB HelmRelease take half a gigabyte (issue 12).
 //! So each object of a review is decoded into a tree that holds **only the fields the engine
 //! reads**, chosen by the request's kind ([`Reading`]). Skipped subtrees are scanned, never
-//! built: `managedFields`, `status` (but for Cluster API objects, whose addresses the guard
+//! built: `managedFields`, kubectl's last-applied-configuration annotation ([`LAST_APPLIED`]),
+//! `status` (but for Cluster API objects, whose addresses the guard
 //! reads), a ConfigMap's or Secret's data keys that no site names, and the Helm values of
 //! charts that are not the CCM's. What is kept is charged against a decoded-memory budget
 //! ([`MAX_DECODED_BYTES`]); a review that needs more is answered as too complex, never
@@ -1506,15 +1507,35 @@ fn is(seg: &Seg, key: &str) -> bool {
 
 /// First reading of a ConfigMap or Secret: everything but the data maps.
 fn site_shell(path: &[Seg]) -> Decision {
+    if let Some(decision) = metadata_fields(path) {
+        return decision;
+    }
     match path {
-        [m] if is(m, "metadata") => Decision::Descend,
-        [m, f] if is(m, "metadata") && is(f, "managedFields") => Decision::Skip,
-        [m, _] if is(m, "metadata") => Decision::Keep,
         [f] if is(f, "apiVersion") || is(f, "kind") || is(f, "type") || is(f, "immutable") => {
             Decision::Keep
         }
         _ => Decision::Skip,
     }
+}
+
+/// kubectl's copy of the whole object as last applied (client-side `kubectl apply`): often
+/// the largest field of an object (on a Secret, its data), and nothing stackgate reads.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// What every reading keeps of `metadata`: all of it but `managedFields` and kubectl's
+/// [`LAST_APPLIED`] annotation. `None` for a path outside `metadata`.
+fn metadata_fields(path: &[Seg]) -> Option<Decision> {
+    let key = |i: usize, k: &str| path.get(i).is_some_and(|s| is(s, k));
+    if !key(0, "metadata") {
+        return None;
+    }
+    Some(match path.len() {
+        1 => Decision::Descend,
+        2 if key(1, "managedFields") => Decision::Skip,
+        2 if key(1, "annotations") => Decision::Descend,
+        3 if key(1, "annotations") && key(2, LAST_APPLIED) => Decision::Skip,
+        _ => Decision::Keep,
+    })
 }
 
 /// Second reading of a ConfigMap or Secret: only the data keys in `keys` (every key of a
@@ -1529,15 +1550,16 @@ fn site_data(path: &[Seg], keys: &[String], all: bool) -> Decision {
     }
 }
 
-/// Any other kind: everything but `metadata.managedFields`, `status` (unless `status`) and,
+/// Any other kind: everything but what [`metadata_fields`] leaves out, `status` (unless `status`) and,
 /// unless `values`, the Helm values subtrees of the GitOps carriers (Flux `spec.values`,
 /// Argo CD `helm.valuesObject`, a values file's `values`).
 fn object_fields(path: &[Seg], status: bool, values: bool) -> Decision {
     use Decision::{Descend, Keep, Skip};
+    if let Some(decision) = metadata_fields(path) {
+        return decision;
+    }
     let key = |i: usize, k: &str| path.get(i).is_some_and(|s| is(s, k));
     match path.len() {
-        1 if key(0, "metadata") => Descend,
-        2 if key(0, "metadata") && key(1, "managedFields") => Skip,
         1 if key(0, "status") && !status => Skip,
         _ if values => Keep,
         1 if key(0, "values") => Skip,
@@ -2692,6 +2714,65 @@ mod tests {
         for (end, at_least) in [("read", 800), ("settled", 800), ("again", 2_000)] {
             let n = ends.get(end).copied().unwrap_or(0);
             assert!(n >= at_least, "{end}: {n} ({ends:?})");
+        }
+    }
+
+    /// kubectl's copy of the object as last applied is never decoded, in any reading of any
+    /// kind; every other annotation is.
+    #[test]
+    fn kubectls_last_applied_copy_is_left_out_of_every_reading() {
+        let sites = sites();
+        let secret_data = "W0dsb2JhbF0K";
+        let annotations = format!(
+            r#""annotations": {{"{LAST_APPLIED}": "{{\"data\":{{\"cloud.conf\":\"{secret_data}\"}}}}", "stackgate.dev/exempt": "x"}}"#
+        );
+        let label = r#""labels": {"stackgate.dev/cloud-config": "cloud.conf"}"#;
+        let ccm = "openstack-cloud-controller-manager";
+        let cases = [
+            (
+                ("", "v1", "Secret"),
+                format!(
+                    r#"{{"metadata": {{"name": "s", {annotations}, {label}}}, "data": {{"cloud.conf": "{secret_data}"}}}}"#
+                ),
+            ),
+            (
+                ("", "v1", "ConfigMap"),
+                format!(
+                    r#"{{"metadata": {{"name": "c", {annotations}, {label}}}, "data": {{"cloud.conf": "[Global]\n"}}}}"#
+                ),
+            ),
+            (
+                ("helm.toolkit.fluxcd.io", "v2", "HelmRelease"),
+                format!(
+                    r#"{{"metadata": {{"name": "r", {annotations}}}, "spec": {{"chart": {{"spec": {{"chart": "{ccm}"}}}}, "values": {{"a": 1}}}}}}"#
+                ),
+            ),
+            (
+                ("apps", "v1", "Deployment"),
+                format!(r#"{{"metadata": {{"name": "d", {annotations}}}, "spec": {{}}}}"#),
+            ),
+        ];
+        for (kind, object) in &cases {
+            for shape in [0, 2] {
+                let body = envelope(shape, *kind, object, object);
+                let mut seen = std::collections::BTreeMap::new();
+                check_both_ways(&body, &sites, &mut seen);
+                let decoded =
+                    decode_review(&body, &sites, None, MAX_DECODED_BYTES, &Cancel::never())
+                        .expect("decodes");
+                for object in [decoded.request.object, decoded.request.old_object] {
+                    let annotations = object
+                        .expect("object")
+                        .metadata
+                        .annotations
+                        .expect("annotations");
+                    assert_eq!(
+                        annotations.keys().collect::<Vec<_>>(),
+                        ["stackgate.dev/exempt"],
+                        "{kind:?} shape {shape}"
+                    );
+                }
+            }
         }
     }
 
