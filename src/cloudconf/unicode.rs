@@ -105,29 +105,52 @@ pub(crate) fn eq_fold_ascii(s: &str, name: &str) -> bool {
     }
 }
 
+/// A summary of an ASCII name that two ASCII names equal under [`eq_fold`] share: its length
+/// and its first and last bytes in ASCII lower case. Two ASCII texts fold alike exactly when
+/// they are equal ignoring ASCII case (see [`eq_fold`]), which keeps all three; so texts with
+/// different tags never match, and a lookup rejects most variables without reading their
+/// names.
+#[inline]
+pub(crate) fn ascii_fold_tag(name: &[u8]) -> u64 {
+    let lower = |b: Option<&u8>| u64::from(b.map_or(0, u8::to_ascii_lowercase));
+    ((name.len() as u64) << 16) | (lower(name.first()) << 8) | lower(name.last())
+}
+
 /// A name that many texts are compared with as [`eq_fold`] does (a lookup against every
 /// variable of a document): whether it is ASCII is found out once, for [`eq_fold_ascii`].
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct FoldName<'a> {
     name: &'a str,
-    ascii: bool,
+    /// [`ascii_fold_tag`] of the name if it is ASCII.
+    tag: Option<u64>,
 }
 
 impl<'a> FoldName<'a> {
     pub(crate) fn new(name: &'a str) -> Self {
         FoldName {
             name,
-            ascii: name.is_ascii(),
+            tag: name.is_ascii().then(|| ascii_fold_tag(name.as_bytes())),
         }
     }
 
     /// `eq_fold(s, name)`.
     #[inline]
     pub(crate) fn matches(&self, s: &str) -> bool {
-        if self.ascii {
+        if self.tag.is_some() {
             eq_fold_ascii(s, self.name)
         } else {
             eq_fold(s, self.name)
+        }
+    }
+
+    /// False only if a text with [`ascii_fold_tag`] `text_tag` (`None`: a text that is not
+    /// ASCII) cannot match: both are ASCII and their tags differ. Otherwise
+    /// [`FoldName::matches`] decides.
+    #[inline]
+    pub(crate) fn may_match(&self, text_tag: Option<u64>) -> bool {
+        match (self.tag, text_tag) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
         }
     }
 }
@@ -254,6 +277,29 @@ mod tests {
             equal += usize::from(expected);
         }
         assert!(equal > 10_000, "{equal}");
+        for _ in 0..50_000 {
+            // Tags never reject a text that folds alike: for ASCII texts, the tag of the text
+            // is the name's whenever they match; any other text is never rejected.
+            let name = names[next() % names.len()];
+            let text: String = (0..next() % 5)
+                .map(|_| alphabet[next() % alphabet.len()])
+                .collect();
+            let tag = text.is_ascii().then(|| ascii_fold_tag(text.as_bytes()));
+            let fold = FoldName::new(name);
+            if eq_fold_unicode(&text, name) || tag.is_none() {
+                assert!(fold.may_match(tag), "{text:?} vs {name:?}");
+            }
+        }
+        // Names that differ in length, first or last letter (any case) have other tags; equal
+        // ones ignoring ASCII case the same one.
+        let tag = |s: &str| ascii_fold_tag(s.as_bytes());
+        assert_eq!(tag("Global"), tag("gLOBAL"));
+        assert_ne!(tag("Global"), tag("Globe"));
+        assert_ne!(tag("Global"), tag("Hlobal"));
+        assert_ne!(tag("Global"), tag("Globak"));
+        assert_ne!(tag("ab"), tag("ba"));
+        assert!(!FoldName::new("region").may_match(Some(tag("regions"))));
+        assert!(FoldName::new("\u{212A}ey").may_match(Some(tag("KEY"))));
         // A name that is not ASCII is compared by eq_fold.
         assert!(FoldName::new("\u{212A}ey").matches("KEY"));
         assert!(FoldName::new("ſ").matches("S"));
