@@ -413,9 +413,35 @@ impl Document {
 
     fn effective_index(&self, section: &str, sub: Option<&str>, key: &str) -> Option<usize> {
         let (section, key) = (FoldName::new(section), FoldName::new(key));
-        self.entries
+        self.last_match(&self.entries, section, sub, key)
+    }
+
+    /// Index in `entries` (variables of this document) of the last one that is `key` in a
+    /// header `section` with subsection `sub`: [`Document::entry_matches`] from the end. The
+    /// tags are compared in a loop of their own, which stays in registers; names are read only
+    /// for the variables whose tag matches.
+    fn last_match(
+        &self,
+        entries: &[RawEntry],
+        section: FoldName<'_>,
+        sub: Option<&str>,
+        key: FoldName<'_>,
+    ) -> Option<usize> {
+        let mut end = entries.len();
+        while let Some(candidate) = entries
+            .get(..end)?
             .iter()
-            .rposition(|e| self.entry_matches(e, section, sub, key))
+            .rposition(|e| key.may_match(e.key_tag))
+        {
+            if entries
+                .get(candidate)
+                .is_some_and(|e| self.names_match(e, &section, sub, &key))
+            {
+                return Some(candidate);
+            }
+            end = candidate;
+        }
+        None
     }
 
     /// gcfg's effective entry for a single-valued key: the last occurrence wins. Section and key
@@ -607,7 +633,6 @@ impl Document {
         }
         let lines = self.lines.spliced(&self.text, &splice.range, &splice.with);
         let shift = |at: usize| splice_shift(&splice.range, splice.with.len(), at);
-        let kept_match = |e: &RawEntry| self.entry_matches(e, section, None, key);
         let read_matches = key.may_match(read.key_tag)
             && key.matches(text.get(read.key.clone()).unwrap_or_default())
             && self
@@ -615,16 +640,16 @@ impl Document {
                 .get(read.header)
                 .is_some_and(|h| self.header_matches(h, section, None));
         // gcfg's effective variable (the last match) of the edited document.
+        let later = self.entries.get(after..).unwrap_or_default();
+        let earlier = self.entries.get(..before).unwrap_or_default();
         let effective = self
-            .entries
-            .get(after..)
-            .and_then(|later| later.iter().rev().find(|e| kept_match(e)))
+            .last_match(later, section, None, key)
+            .and_then(|i| later.get(i))
             .map(|e| (e.value.as_deref(), shift(e.key.start)))
             .or_else(|| read_matches.then(|| (read.value.as_deref(), read.key.start)))
             .or_else(|| {
-                self.entries
-                    .get(..before)
-                    .and_then(|earlier| earlier.iter().rev().find(|e| kept_match(e)))
+                self.last_match(earlier, section, None, key)
+                    .and_then(|i| earlier.get(i))
                     .map(|e| (e.value.as_deref(), e.key.start))
             });
         let line = effective
@@ -880,10 +905,15 @@ pub fn parse_bool(value: Option<&str>) -> Option<bool> {
         return Some(true);
     };
     // gcfg lower-cases with Go's strings.ToLower; no non-ASCII rune lowers to a letter of these
-    // words, so ASCII lower-casing decides the same.
-    match v.to_ascii_lowercase().as_str() {
-        "true" | "yes" | "on" | "1" => Some(true),
-        "false" | "no" | "off" | "0" => Some(false),
-        _ => None,
+    // words, so ASCII lower-casing decides the same: a text lower-cases (ASCII) to one of these
+    // lower-case ASCII words exactly when it equals it ignoring ASCII case, which needs no
+    // lower-cased copy.
+    let is = |words: [&str; 4]| words.iter().any(|w| v.eq_ignore_ascii_case(w));
+    if is(["true", "yes", "on", "1"]) {
+        Some(true)
+    } else if is(["false", "no", "off", "0"]) {
+        Some(false)
+    } else {
+        None
     }
 }

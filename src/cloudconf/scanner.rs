@@ -7,7 +7,7 @@
 
 use std::ops::Range;
 
-use super::unicode::{ascii_fold_tag, is_digit, is_letter};
+use super::unicode::{ascii_fold_tag, is_digit, is_ident_ascii, is_letter};
 
 /// A syntax error at a byte offset.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -201,7 +201,7 @@ impl<'s> Scanner<'s> {
             let run = self
                 .rest()
                 .iter()
-                .take_while(|&&b| b.is_ascii_alphanumeric() || b == b'-')
+                .take_while(|&&b| is_ident_ascii(b))
                 .count();
             if run > 0 {
                 self.skip_to(self.offset + run);
@@ -378,8 +378,10 @@ impl<'s> Scanner<'s> {
         }
     }
 
-    fn first_error(&self) -> Option<RawError> {
-        self.error.clone()
+    /// The first error, if one was found; taken out, as the statement loop stops at it.
+    #[inline]
+    fn first_error(&mut self) -> Option<RawError> {
+        self.error.take()
     }
 }
 

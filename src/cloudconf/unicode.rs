@@ -34,6 +34,25 @@ pub(crate) fn is_ident_char(c: char) -> bool {
     is_letter(c) || is_digit(c) || c == '-'
 }
 
+/// The ASCII bytes that continue a gcfg identifier (ASCII letters, digits and `-`), as a table:
+/// one look-up per byte of a name instead of three range compares.
+static IDENT_ASCII: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut i = 0;
+    while i < 256 {
+        let b = i as u8;
+        table[i] = b.is_ascii_alphanumeric() || b == b'-';
+        i += 1;
+    }
+    table
+};
+
+/// True for an ASCII letter, digit or `-` (an ASCII byte that continues a gcfg identifier).
+#[inline]
+pub(crate) fn is_ident_ascii(b: u8) -> bool {
+    IDENT_ASCII[usize::from(b)]
+}
+
 /// True if `s` is a gcfg identifier (section or variable name).
 pub(crate) fn is_identifier(s: &str) -> bool {
     if s.is_ascii() {
@@ -41,9 +60,7 @@ pub(crate) fn is_identifier(s: &str) -> bool {
         // when it is an ASCII one.
         let bytes = s.as_bytes();
         return bytes.first().is_some_and(u8::is_ascii_alphabetic)
-            && bytes
-                .iter()
-                .all(|&b| b.is_ascii_alphanumeric() || b == b'-');
+            && bytes.iter().all(|&b| is_ident_ascii(b));
     }
     let mut chars = s.chars();
     chars.next().is_some_and(is_letter) && chars.all(is_ident_char)
@@ -338,6 +355,19 @@ mod tests {
         assert!(!eq_fold("ab", "abc"));
         assert!(!eq_fold("a-b", "a_b"));
         assert!(eq_fold("", ""));
+    }
+
+    /// The table holds exactly the ASCII letters, digits and `-`; every other byte, and every
+    /// byte of a multi-byte character, is out.
+    #[test]
+    fn identifier_byte_table() {
+        for b in 0..=u8::MAX {
+            assert_eq!(
+                is_ident_ascii(b),
+                b.is_ascii_alphanumeric() || b == b'-',
+                "{b:#x}"
+            );
+        }
     }
 
     #[test]
