@@ -917,3 +917,41 @@ pub fn parse_bool(value: Option<&str>) -> Option<bool> {
         None
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A statement edit whose statement does not read back as the requested variable is
+    /// refused and leaves the document as it was: here the key is rewritten to another name
+    /// with the same lookup tag (`region` to `rxgion`), or moved under no matching header.
+    #[test]
+    fn statement_edits_that_do_not_set_the_key_are_refused() {
+        let text = "[Global]\nregion = a\n[Route]\nrouter-id = r\n";
+        let cases = [
+            // The key's name replaced: the statement reads back as `rxgion = a`.
+            (10..11, "x", ("Global", "region", "a")),
+            // The value set under [Global], but asked for under [Route].
+            (18..19, "b", ("Route", "region", "b")),
+        ];
+        for (range, with, (section, key, value)) in cases {
+            let mut d = Document::parse(text).expect("parses");
+            let splice = Splice {
+                range,
+                with: with.to_owned(),
+                kind: EditKind::Replaced,
+                statement: Some((9, Ok(0))),
+            };
+            assert_eq!(
+                d.apply(splice, section, key, value),
+                Err(EditError::NotVerified),
+                "{section} {key}"
+            );
+            assert_eq!(d.as_str(), text);
+            assert_eq!(
+                d.statements(),
+                Document::parse(text).expect("parses").statements()
+            );
+        }
+    }
+}

@@ -315,6 +315,7 @@ mod tests {
         assert_ne!(tag("Global"), tag("Hlobal"));
         assert_ne!(tag("Global"), tag("Globak"));
         assert_ne!(tag("ab"), tag("ba"));
+        assert_ne!(tag("ab"), tag("axb"));
         assert!(!FoldName::new("region").may_match(Some(tag("regions"))));
         assert!(FoldName::new("\u{212A}ey").may_match(Some(tag("KEY"))));
         // A name that is not ASCII is compared by eq_fold.

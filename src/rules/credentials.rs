@@ -217,6 +217,20 @@ mod tests {
         assert_eq!(lines, vec![Some(2), Some(3)]);
     }
 
+    /// Keys that share a credential key's length and first and last letters (its lookup tag)
+    /// are not credentials.
+    #[test]
+    fn keys_like_a_credential_key_are_not_credentials() {
+        let out = run(
+            "[Global]\npa55word=value\ntaken=value\napplication-credential-sxcret=v\n",
+            true,
+        );
+        assert!(out.violations.is_empty(), "{out:?}");
+        let out = run("[Global]\npa55word=value\nPASSWORD=value\n", true);
+        let lines: Vec<_> = out.violations.iter().map(|v| v.line).collect();
+        assert_eq!(lines, vec![Some(3)]);
+    }
+
     #[test]
     fn empty_values_and_comments_are_fine() {
         let out = run("[Global]\npassword=\n#token=abc\n", true);
