@@ -646,7 +646,7 @@ impl Document {
             .last_match(later, section, None, key)
             .and_then(|i| later.get(i))
             .map(|e| (e.value.as_deref(), shift(e.key.start)))
-            .or_else(|| read_matches.then(|| (read.value.as_deref(), read.key.start)))
+            .or_else(|| read_matches.then_some((read.value.as_deref(), read.key.start)))
             .or_else(|| {
                 self.last_match(earlier, section, None, key)
                     .and_then(|i| earlier.get(i))
