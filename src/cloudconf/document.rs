@@ -78,10 +78,10 @@ impl fmt::Debug for Entry<'_> {
 pub(crate) struct EntryRef<'a> {
     /// Index of its section header in [`Document::sections`] order.
     pub(crate) header: usize,
-    /// Section name as written.
-    pub(crate) section: &'a str,
     /// Variable name as written.
     pub(crate) key: &'a str,
+    /// [`FoldName::may_match`]'s summary of `key` (`None`: not ASCII).
+    pub(crate) key_tag: Option<u64>,
     /// gcfg-decoded value, as [`Entry::value`].
     pub(crate) value: Option<&'a str>,
 }
@@ -180,6 +180,16 @@ fn encode_value(value: &str) -> Option<String> {
     Some(out)
 }
 
+/// Where the byte at `at` of a text is after the bytes of `range` are replaced by `with_len`
+/// bytes: moved by the change in length if it is at or after the range's end, else in place.
+fn splice_shift(range: &Range<usize>, with_len: usize, at: usize) -> usize {
+    if at >= range.end {
+        at + with_len - (range.end - range.start)
+    } else {
+        at
+    }
+}
+
 /// A planned text edit: replace `range` with `with`.
 struct Splice {
     range: Range<usize>,
@@ -223,8 +233,8 @@ impl Document {
     /// What the statement loop recorded, for tests that compare an edited document with a
     /// whole reparse of its text.
     #[cfg(test)]
-    pub(super) fn statements(&self) -> (&[RawHeader], &[RawEntry]) {
-        (&self.headers, &self.entries)
+    pub(super) fn statements(&self) -> (&[RawHeader], &[RawEntry], &Lines) {
+        (&self.headers, &self.entries, &self.lines)
     }
 
     /// The text, byte-identical to the parsed input plus any edits.
@@ -283,21 +293,47 @@ impl Document {
         self.entries.iter().map(|e| self.entry_view(e))
     }
 
-    /// Header index, section name, key and decoded value of every variable in file order
+    /// Header index, key (and its tag) and decoded value of every variable in file order
     /// (the index of a variable in this order is the one [`Document::entry`] takes): for
     /// passes that read a few fields of every variable, without building a view of each one
     /// (run on every review).
     pub(crate) fn entry_refs(&self) -> impl Iterator<Item = EntryRef<'_>> {
-        self.entries.iter().map(|e| EntryRef {
+        self.entries.iter().map(|e| self.entry_ref(e))
+    }
+
+    fn entry_ref<'a>(&'a self, e: &'a RawEntry) -> EntryRef<'a> {
+        EntryRef {
             header: e.header,
-            section: self
-                .headers
-                .get(e.header)
-                .map(|h| self.slice(&h.name))
-                .unwrap_or_default(),
             key: self.slice(&e.key),
+            key_tag: e.key_tag,
             value: e.value.as_deref(),
-        })
+        }
+    }
+
+    /// [`Document::entry_refs`] with their indexes, of the variables under a header named
+    /// `section` (compared as gcfg does; any subsection): whether a header is one is decided
+    /// once for all of its variables.
+    pub(crate) fn entry_refs_in<'d>(
+        &'d self,
+        section: &'d str,
+    ) -> impl Iterator<Item = (usize, EntryRef<'d>)> + 'd {
+        let section = FoldName::new(section);
+        let mut last: Option<(usize, bool)> = None;
+        self.entries
+            .iter()
+            .enumerate()
+            .filter(move |(_, e)| match last {
+                Some((header, inside)) if header == e.header => inside,
+                _ => {
+                    let inside = self
+                        .headers
+                        .get(e.header)
+                        .is_some_and(|h| section.matches(self.slice(&h.name)));
+                    last = Some((e.header, inside));
+                    inside
+                }
+            })
+            .map(|(at, e)| (at, self.entry_ref(e)))
     }
 
     /// The variable at `index` in file order, as [`Document::entries`] yields it.
@@ -342,6 +378,9 @@ impl Document {
         section.matches(self.slice(&h.name)) && h.sub.as_deref() == subsection
     }
 
+    /// Whether variable `e` is `key` in a header `section` with subsection `sub`, as gcfg
+    /// compares names.
+    #[inline]
     fn entry_matches(
         &self,
         e: &RawEntry,
@@ -349,21 +388,60 @@ impl Document {
         sub: Option<&str>,
         key: FoldName<'_>,
     ) -> bool {
-        // The key first: a lookup compares one key against every entry, and keys differ in
-        // their first characters where the section (the same for most entries) is equal to
-        // its end. Both compares are pure, so the order changes only the cost.
+        // The key's tag first, in the caller's loop: a lookup compares one key against every
+        // variable, and the tag tells most of them apart without reading a name. Then the key,
+        // which differs in its first characters where the section (the same for most
+        // variables) is equal to its end. All compares are pure, so the order changes only the
+        // cost.
+        key.may_match(e.key_tag) && self.names_match(e, &section, sub, &key)
+    }
+
+    /// [`Document::entry_matches`] past the tag.
+    fn names_match(
+        &self,
+        e: &RawEntry,
+        section: &FoldName<'_>,
+        sub: Option<&str>,
+        key: &FoldName<'_>,
+    ) -> bool {
         key.matches(self.slice(&e.key))
             && self
                 .headers
                 .get(e.header)
-                .is_some_and(|h| self.header_matches(h, section, sub))
+                .is_some_and(|h| self.header_matches(h, *section, sub))
     }
 
     fn effective_index(&self, section: &str, sub: Option<&str>, key: &str) -> Option<usize> {
         let (section, key) = (FoldName::new(section), FoldName::new(key));
-        self.entries
+        self.last_match(&self.entries, section, sub, key)
+    }
+
+    /// Index in `entries` (variables of this document) of the last one that is `key` in a
+    /// header `section` with subsection `sub`: [`Document::entry_matches`] from the end. The
+    /// tags are compared in a loop of their own, which stays in registers; names are read only
+    /// for the variables whose tag matches.
+    fn last_match(
+        &self,
+        entries: &[RawEntry],
+        section: FoldName<'_>,
+        sub: Option<&str>,
+        key: FoldName<'_>,
+    ) -> Option<usize> {
+        let mut end = entries.len();
+        while let Some(candidate) = entries
+            .get(..end)?
             .iter()
-            .rposition(|e| self.entry_matches(e, section, sub, key))
+            .rposition(|e| key.may_match(e.key_tag))
+        {
+            if entries
+                .get(candidate)
+                .is_some_and(|e| self.names_match(e, &section, sub, &key))
+            {
+                return Some(candidate);
+            }
+            end = candidate;
+        }
+        None
     }
 
     /// gcfg's effective entry for a single-valued key: the last occurrence wins. Section and key
@@ -479,7 +557,8 @@ impl Document {
         }
     }
 
-    /// Re-reads the edited text and checks that the edit did what it should.
+    /// Re-reads the edited text and checks that the edit did what it should; the document is
+    /// left unchanged when it did not.
     fn apply(
         &mut self,
         splice: Splice,
@@ -491,15 +570,21 @@ impl Document {
         text.push_str(self.text.get(..splice.range.start).unwrap_or_default());
         text.push_str(&splice.with);
         text.push_str(self.text.get(splice.range.end..).unwrap_or_default());
-        let new = match splice.statement {
-            Some(statement) => self.reread_statement(text, &splice, statement)?,
-            None => Document::parse(&text).map_err(|_| EditError::NotVerified)?,
-        };
         let (added_entries, added_headers) = match splice.kind {
             EditKind::Replaced => (0, 0),
             EditKind::Inserted => (1, 0),
             EditKind::SectionAppended => (1, 1),
         };
+        if let Some(statement) = splice.statement {
+            return self.apply_statement(
+                text,
+                &splice,
+                statement,
+                (FoldName::new(section), FoldName::new(key), value),
+                (added_entries, added_headers),
+            );
+        }
+        let new = Document::parse(&text).map_err(|_| EditError::NotVerified)?;
         let line = new
             .effective(section, None, key)
             .filter(|e| e.value.as_deref() == Some(value))
@@ -519,28 +604,102 @@ impl Document {
         })
     }
 
-    /// The edited document, reading again only the one statement `splice` changed: the line
-    /// from `line_start` (where the edited statement, or the inserted one, starts) to the end
-    /// of that statement's last line. gcfg reads a text statement by statement, and a
-    /// statement that starts on a fresh line depends on nothing before it but the section
-    /// header above it; so when that line reads back as exactly one variable whose statement
-    /// ends on the line (no continuation into the next one), the rest of the text reads as it
-    /// did before the edit, shifted, and the result equals [`Document::parse`] of the whole
-    /// edited text. Anything else is refused ([`EditError::NotVerified`]), as a whole reparse
-    /// that disagreed would be.
-    fn reread_statement(
-        &self,
+    /// [`Document::apply`] of an edit of one statement ([`Splice::statement`]): the same checks
+    /// on the same document, which [`Document::reread_statement`] describes, made before it is
+    /// built, which then happens in place (the variables and headers after the edit shifted,
+    /// the edited one replaced or inserted, the line table spliced) instead of copying every
+    /// variable.
+    fn apply_statement(
+        &mut self,
         text: String,
         splice: &Splice,
-        (line_start, entry): (usize, Result<usize, usize>),
-    ) -> Result<Document, EditError> {
-        let delta = |at: usize| -> usize {
-            if at >= splice.range.end {
-                at + splice.with.len() - (splice.range.end - splice.range.start)
-            } else {
-                at
-            }
+        statement: (usize, Result<usize, usize>),
+        (section, key, value): (FoldName<'_>, FoldName<'_>, &str),
+        (added_entries, added_headers): (usize, usize),
+    ) -> Result<EditSummary, EditError> {
+        let read = self.reread_statement(&text, splice, statement)?;
+        let (before, after) = match statement.1 {
+            Ok(idx) => (idx, idx + 1),
+            Err(idx) => (idx, idx),
         };
+        // The edited document's variables are those before `before`, `read`, and those from
+        // `after` on, shifted; its headers are these, shifted. The names of the kept ones are
+        // the same text, so they match a name as they did.
+        if before > self.entries.len()
+            || (after - before) + added_entries != 1
+            || added_headers != 0
+        {
+            return Err(EditError::NotVerified);
+        }
+        let lines = self.lines.spliced(&self.text, &splice.range, &splice.with);
+        let shift = |at: usize| splice_shift(&splice.range, splice.with.len(), at);
+        let read_matches = key.may_match(read.key_tag)
+            && key.matches(text.get(read.key.clone()).unwrap_or_default())
+            && self
+                .headers
+                .get(read.header)
+                .is_some_and(|h| self.header_matches(h, section, None));
+        // gcfg's effective variable (the last match) of the edited document.
+        let later = self.entries.get(after..).unwrap_or_default();
+        let earlier = self.entries.get(..before).unwrap_or_default();
+        let effective = self
+            .last_match(later, section, None, key)
+            .and_then(|i| later.get(i))
+            .map(|e| (e.value.as_deref(), shift(e.key.start)))
+            .or_else(|| read_matches.then_some((read.value.as_deref(), read.key.start)))
+            .or_else(|| {
+                self.last_match(earlier, section, None, key)
+                    .and_then(|i| earlier.get(i))
+                    .map(|e| (e.value.as_deref(), e.key.start))
+            });
+        let line = effective
+            .filter(|&(v, _)| v == Some(value))
+            .map(|(_, at)| lines.line(at))
+            .ok_or(EditError::NotVerified)?;
+        // The texts differ exactly where the replaced bytes differ from their replacement.
+        let changed = self.text.get(splice.range.clone()) != Some(splice.with.as_str());
+        for e in self.entries.get_mut(after..).unwrap_or_default() {
+            e.key = shift(e.key.start)..shift(e.key.end);
+            e.assign = e.assign.map(shift);
+            e.value_raw = e.value_raw.as_ref().map(|r| shift(r.start)..shift(r.end));
+            e.value_stop = e.value_stop.map(shift);
+            e.stop = shift(e.stop);
+        }
+        match self.entries.get_mut(before..after) {
+            Some([replaced]) => *replaced = read,
+            _ => self.entries.insert(before, read),
+        }
+        for h in &mut self.headers {
+            h.start = shift(h.start);
+            h.name = shift(h.name.start)..shift(h.name.end);
+            h.sub_raw = h.sub_raw.as_ref().map(|r| shift(r.start)..shift(r.end));
+            h.stop = shift(h.stop);
+        }
+        self.text = text;
+        self.lines = lines;
+        Ok(EditSummary {
+            kind: splice.kind,
+            line,
+            changed,
+        })
+    }
+
+    /// The edited statement, reading again only the one statement `splice` changed: the line
+    /// from `line_start` (where the edited statement, or the inserted one, starts) to the end
+    /// of that statement's last line, in the edited `text`. gcfg reads a text statement by
+    /// statement, and a statement that starts on a fresh line depends on nothing before it
+    /// but the section header above it; so when that line reads back as exactly one variable
+    /// whose statement ends on the line (no continuation into the next one), the rest of the
+    /// text reads as it did before the edit, shifted, and the document of the statements
+    /// before the edit, the one returned (offsets in `text`) and the ones after it (shifted)
+    /// equals [`Document::parse`] of the whole edited text. Anything else is refused
+    /// ([`EditError::NotVerified`]), as a whole reparse that disagreed would be.
+    fn reread_statement(
+        &self,
+        text: &str,
+        splice: &Splice,
+        (line_start, entry): (usize, Result<usize, usize>),
+    ) -> Result<RawEntry, EditError> {
         // The statement's lines before the edit end after the first line break at or after
         // its stop (a comment runs to the break); an insertion replaces no text.
         let old_end = match entry {
@@ -556,7 +715,7 @@ impl Document {
         if line_start > splice.range.start || old_end < splice.range.end {
             return Err(EditError::NotVerified);
         }
-        let new_end = delta(old_end);
+        let new_end = splice_shift(&splice.range, splice.with.len(), old_end);
         let window = text
             .get(line_start..new_end)
             .ok_or(EditError::NotVerified)?;
@@ -584,52 +743,7 @@ impl Document {
             .partition_point(|h| h.start < line_start)
             .checked_sub(1)
             .ok_or(EditError::NotVerified)?;
-        let shifted = |e: &RawEntry| RawEntry {
-            header: e.header,
-            key: delta(e.key.start)..delta(e.key.end),
-            assign: e.assign.map(delta),
-            value_raw: e.value_raw.as_ref().map(|r| delta(r.start)..delta(r.end)),
-            value: e.value.clone(),
-            value_stop: e.value_stop.map(delta),
-            stop: delta(e.stop),
-        };
-        let (before, after) = match entry {
-            Ok(idx) => (idx, idx + 1),
-            Err(idx) => (idx, idx),
-        };
-        let mut entries = Vec::with_capacity(self.entries.len() + 1);
-        entries.extend(
-            self.entries
-                .get(..before)
-                .unwrap_or_default()
-                .iter()
-                .cloned(),
-        );
-        entries.push(read);
-        entries.extend(
-            self.entries
-                .get(after..)
-                .unwrap_or_default()
-                .iter()
-                .map(shifted),
-        );
-        let headers = self
-            .headers
-            .iter()
-            .map(|h| RawHeader {
-                start: delta(h.start),
-                name: delta(h.name.start)..delta(h.name.end),
-                sub_raw: h.sub_raw.as_ref().map(|r| delta(r.start)..delta(r.end)),
-                sub: h.sub.clone(),
-                stop: delta(h.stop),
-            })
-            .collect();
-        Ok(Document {
-            lines: Lines::new(&text),
-            text,
-            headers,
-            entries,
-        })
+        Ok(read)
     }
 
     /// The line ending used by the line that contains `offset`, else the file's first one.
@@ -791,10 +905,53 @@ pub fn parse_bool(value: Option<&str>) -> Option<bool> {
         return Some(true);
     };
     // gcfg lower-cases with Go's strings.ToLower; no non-ASCII rune lowers to a letter of these
-    // words, so ASCII lower-casing decides the same.
-    match v.to_ascii_lowercase().as_str() {
-        "true" | "yes" | "on" | "1" => Some(true),
-        "false" | "no" | "off" | "0" => Some(false),
-        _ => None,
+    // words, so ASCII lower-casing decides the same: a text lower-cases (ASCII) to one of these
+    // lower-case ASCII words exactly when it equals it ignoring ASCII case, which needs no
+    // lower-cased copy.
+    let is = |words: [&str; 4]| words.iter().any(|w| v.eq_ignore_ascii_case(w));
+    if is(["true", "yes", "on", "1"]) {
+        Some(true)
+    } else if is(["false", "no", "off", "0"]) {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A statement edit whose statement does not read back as the requested variable is
+    /// refused and leaves the document as it was: here the key is rewritten to another name
+    /// with the same lookup tag (`region` to `rxgion`), or moved under no matching header.
+    #[test]
+    fn statement_edits_that_do_not_set_the_key_are_refused() {
+        let text = "[Global]\nregion = a\n[Route]\nrouter-id = r\n";
+        let cases = [
+            // The key's name replaced: the statement reads back as `rxgion = a`.
+            (10..11, "x", ("Global", "region", "a")),
+            // The value set under [Global], but asked for under [Route].
+            (18..19, "b", ("Route", "region", "b")),
+        ];
+        for (range, with, (section, key, value)) in cases {
+            let mut d = Document::parse(text).expect("parses");
+            let splice = Splice {
+                range,
+                with: with.to_owned(),
+                kind: EditKind::Replaced,
+                statement: Some((9, Ok(0))),
+            };
+            assert_eq!(
+                d.apply(splice, section, key, value),
+                Err(EditError::NotVerified),
+                "{section} {key}"
+            );
+            assert_eq!(d.as_str(), text);
+            assert_eq!(
+                d.statements(),
+                Document::parse(text).expect("parses").statements()
+            );
+        }
     }
 }

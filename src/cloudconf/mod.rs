@@ -29,6 +29,7 @@ mod unicode_tables;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use document::EntryRef;
 pub use document::{
     Document, EditError, EditKind, EditSummary, Entry, ParseError, SectionHeader, parse_bool,
 };
@@ -36,8 +37,8 @@ pub use gotypes::{DurationError, IntError, parse_gcfg_int, parse_go_duration};
 pub use schema::{
     CcmReport, Ignored, IgnoredReason, Problem, ProblemKind, ValueType, check, would_start,
 };
+pub(crate) use unicode::FoldName;
 pub use unicode::eq_fold;
-pub(crate) use unicode::eq_fold_ascii;
 
 /// Unicode version of the character tables used for gcfg identifiers and case folding (those of
 /// the Go release the tables were generated from).

@@ -7,7 +7,7 @@
 
 use std::ops::Range;
 
-use super::unicode::{is_digit, is_letter};
+use super::unicode::{ascii_fold_tag, is_digit, is_ident_ascii, is_letter};
 
 /// A syntax error at a byte offset.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +39,19 @@ struct Token {
     end: usize,
 }
 
+/// The bytes that end a run of [`Scanner::scan_value`]: those that end the value, open or
+/// close a quote, start an escape, or are NUL or `\r`. A table: one look-up per byte of a
+/// value instead of a compare per kind.
+static VALUE_RUN_ENDS: [bool; 256] = {
+    let mut ends = [false; 256];
+    let mut i = 0;
+    while i < 256 {
+        ends[i] = matches!(i as u8, b'\\' | b'"' | b'\r' | b'\n' | b';' | b'#' | 0);
+        i += 1;
+    }
+    ends
+};
+
 /// Where a value was found by the value scanner.
 #[derive(Debug, Clone, Copy, Default)]
 struct ValueScan {
@@ -48,6 +61,8 @@ struct ValueScan {
     stop: usize,
     /// The raw text contained `\r`, which gcfg strips from the value.
     has_cr: bool,
+    /// The raw text holds no `"` and no `\`: gcfg's `unquote` keeps it as it is.
+    plain: bool,
 }
 
 struct Scanner<'s> {
@@ -61,6 +76,8 @@ struct Scanner<'s> {
     /// (a value of a million NULs) would cost memory in proportion to the input for nothing.
     error: Option<RawError>,
     last_value: ValueScan,
+    /// The last identifier scanned is ASCII (for its [`RawEntry::key_tag`]).
+    ident_ascii: bool,
 }
 
 fn is_white_space(c: Option<char>) -> bool {
@@ -77,6 +94,7 @@ impl<'s> Scanner<'s> {
             next_val: false,
             error: None,
             last_value: ValueScan::default(),
+            ident_ascii: true,
         };
         s.next();
         s
@@ -177,18 +195,22 @@ impl<'s> Scanner<'s> {
     }
 
     fn scan_identifier(&mut self) {
+        self.ident_ascii = true;
         loop {
             // ASCII letters, digits and `-` as bytes; other characters one by one.
             let run = self
                 .rest()
                 .iter()
-                .take_while(|&&b| b.is_ascii_alphanumeric() || b == b'-')
+                .take_while(|&&b| is_ident_ascii(b))
                 .count();
             if run > 0 {
                 self.skip_to(self.offset + run);
             }
             match self.ch {
-                Some(c) if !c.is_ascii() && (is_letter(c) || is_digit(c)) => self.next(),
+                Some(c) if !c.is_ascii() && (is_letter(c) || is_digit(c)) => {
+                    self.ident_ascii = false;
+                    self.next();
+                }
                 _ => return,
             }
         }
@@ -227,6 +249,7 @@ impl<'s> Scanner<'s> {
     fn scan_value(&mut self) -> ValueScan {
         let offs = self.offset;
         let mut has_cr = false;
+        let mut plain = true;
         let mut end = offs;
         let mut in_quote = false;
         loop {
@@ -235,17 +258,22 @@ impl<'s> Scanner<'s> {
             // bytes: a byte of a multi-byte character is never one of those, and `end` after
             // its last byte is the end of the character.
             let start = self.offset;
-            let mut run = 0;
-            let mut run_end = None;
-            for &b in self.rest() {
-                match b {
-                    b'\\' | b'"' | b'\r' | b'\n' | b';' | b'#' | 0 => break,
-                    b' ' | b'\t' if !in_quote => {}
-                    _ => run_end = Some(run + 1),
-                }
-                run += 1;
-            }
+            let rest = self.rest();
+            let run = rest
+                .iter()
+                .position(|&b| VALUE_RUN_ENDS[usize::from(b)])
+                .unwrap_or(rest.len());
             if run > 0 {
+                // Outside quotes, trailing blanks of the run do not move `end`.
+                let run_end = if in_quote {
+                    Some(run)
+                } else {
+                    rest.get(..run)
+                        .unwrap_or_default()
+                        .iter()
+                        .rposition(|&b| !matches!(b, b' ' | b'\t'))
+                        .map(|p| p + 1)
+                };
                 if let Some(e) = run_end {
                     end = start + e;
                 }
@@ -256,6 +284,7 @@ impl<'s> Scanner<'s> {
                 break;
             }
             let ch = self.ch;
+            plain &= !matches!(ch, Some('\\' | '"'));
             self.next();
             match ch {
                 Some('\\') if in_quote => self.scan_escape(true),
@@ -290,6 +319,7 @@ impl<'s> Scanner<'s> {
             end,
             stop: self.offset,
             has_cr,
+            plain,
         }
     }
 
@@ -348,8 +378,10 @@ impl<'s> Scanner<'s> {
         }
     }
 
-    fn first_error(&self) -> Option<RawError> {
-        self.error.clone()
+    /// The first error, if one was found; taken out, as the statement loop stops at it.
+    #[inline]
+    fn first_error(&mut self) -> Option<RawError> {
+        self.error.take()
     }
 }
 
@@ -402,6 +434,9 @@ pub(crate) struct RawEntry {
     /// Index into the header list.
     pub(crate) header: usize,
     pub(crate) key: Range<usize>,
+    /// [`ascii_fold_tag`] of the key when it is ASCII; `None` for a key with any other
+    /// character. Lookups compare it first (see [`super::unicode::FoldName::may_match`]).
+    pub(crate) key_tag: Option<u64>,
     /// Offset of `=`, if any.
     pub(crate) assign: Option<usize>,
     /// Raw value text (quotes, escapes, continuations as written; trailing blanks excluded).
@@ -431,7 +466,12 @@ fn err_at(offset: usize, message: &str) -> RawError {
 /// Runs gcfg's statement loop over `src`, checking syntax only.
 pub(crate) fn parse(src: &str) -> Result<RawDoc, RawError> {
     let mut s = Scanner::new(src);
-    let mut doc = RawDoc::default();
+    // Room for a statement per 16 bytes, and a header per 64, so that a config is usually read
+    // without growing either list; capped, so a long text reserves little more than it fills.
+    let mut doc = RawDoc {
+        headers: Vec::with_capacity((src.len() / 64).clamp(1, 8)),
+        entries: Vec::with_capacity((src.len() / 16).clamp(1, 64)),
+    };
     let mut t = s.scan();
     loop {
         if let Some(e) = s.first_error() {
@@ -494,6 +534,9 @@ pub(crate) fn parse(src: &str) -> Result<RawDoc, RawError> {
                     return Err(err_at(t.pos, "expected section header"));
                 }
                 let key = t.pos..t.end;
+                let key_tag = s
+                    .ident_ascii
+                    .then(|| ascii_fold_tag(src.as_bytes().get(key.clone()).unwrap_or_default()));
                 t = s.scan();
                 if let Some(e) = s.first_error() {
                     return Err(e);
@@ -501,6 +544,7 @@ pub(crate) fn parse(src: &str) -> Result<RawDoc, RawError> {
                 let mut entry = RawEntry {
                     header: doc.headers.len() - 1,
                     key,
+                    key_tag,
                     assign: None,
                     value_raw: None,
                     value: None,
@@ -523,6 +567,9 @@ pub(crate) fn parse(src: &str) -> Result<RawDoc, RawError> {
                     let raw = src.get(t.pos..t.end).unwrap_or_default();
                     let value = if scan.has_cr {
                         unquote(&raw.replace('\r', ""))
+                    } else if scan.plain {
+                        // What `unquote` returns for a text without quotes and escapes.
+                        raw.to_owned()
                     } else {
                         unquote(raw)
                     };
@@ -552,28 +599,98 @@ pub(crate) fn parse(src: &str) -> Result<RawDoc, RawError> {
     }
 }
 
-/// Line-start table with gcfg's (Go `token.File`) conventions.
-#[derive(Debug, Clone)]
+/// Line-start table with gcfg's (Go `token.File`) conventions: 0, then the offset after every
+/// `\n` that is not the last byte of the text.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Lines {
     starts: Vec<usize>,
 }
 
+/// Eight bytes of `\n`, for [`Lines::new`]'s word-at-a-time search.
+const NEWLINES: u64 = u64::from_ne_bytes([b'\n'; 8]);
+/// The low seven bits of each of eight bytes.
+const LOW7: u64 = u64::from_ne_bytes([0x7f; 8]);
+
+/// The bit 7 of each byte of `word` that is zero, and no other bit. Exact: the sum
+/// `(b & 0x7f) + 0x7f` of one byte never carries into the next (at most 0xfe), and sets bit 7
+/// exactly when one of the low seven bits is set; the OR with `b` adds its own bit 7.
+#[inline]
+fn zero_bytes(word: u64) -> u64 {
+    !(((word & LOW7).wrapping_add(LOW7)) | word | LOW7)
+}
+
 impl Lines {
     pub(crate) fn new(src: &str) -> Self {
-        let len = src.len();
+        let bytes = src.as_bytes();
+        let len = bytes.len();
         // Room for lines of 24 bytes on average, so that a config is usually read into one
         // allocation; capped, so a long text without line breaks reserves little.
         let mut starts = Vec::with_capacity((len / 24 + 2).min(4096));
         starts.push(0);
-        // A line break is one byte that no multi-byte character contains: found by `str::find`
-        // of an ASCII character, which looks at a word at a time.
-        let mut from = 0;
-        while let Some(at) = src.get(from..).and_then(|rest| rest.find('\n')) {
-            from += at + 1;
-            if from < len {
-                starts.push(from);
+        // A line break is one byte that no multi-byte character contains. Eight bytes at a
+        // time, in one pass over the text: a search per line (`str::find`) costs its set-up
+        // on every one of a config's short lines.
+        let mut push_after = |at: usize| {
+            if at + 1 < len {
+                starts.push(at + 1);
+            }
+        };
+        let mut words = bytes.chunks_exact(8);
+        let mut base = 0;
+        for word in &mut words {
+            let word = word.try_into().map_or(0, u64::from_le_bytes);
+            let mut found = zero_bytes(word ^ NEWLINES);
+            while found != 0 {
+                // Little-endian: the lowest set bit is the first line break of the word.
+                push_after(base + (found.trailing_zeros() / 8) as usize);
+                found &= found - 1;
+            }
+            base += 8;
+        }
+        for (i, &b) in words.remainder().iter().enumerate() {
+            if b == b'\n' {
+                push_after(base + i);
             }
         }
+        Lines { starts }
+    }
+
+    /// The table of `old` (which `self` describes) with the bytes of `range` replaced by
+    /// `with`. Equal to [`Lines::new`] of that text, from the starts that the edit leaves in
+    /// place (before the range, unchanged; after it, shifted) and those of `with`, without
+    /// reading the rest of the text again.
+    pub(crate) fn spliced(&self, old: &str, range: &Range<usize>, with: &str) -> Lines {
+        let old_len = old.len();
+        let new_len = old_len - (range.end - range.start) + with.len();
+        let mut starts = Vec::with_capacity(self.starts.len() + 1);
+        // Before the edit: starts after a line break before `range.start` (0 included), unless
+        // the edit removes everything after that break.
+        starts.extend(
+            self.starts
+                .iter()
+                .take_while(|&&s| s <= range.start && (s < new_len || s == 0)),
+        );
+        // A text ending in a line break that the edit appends to: that break was the last
+        // byte, and no longer is.
+        if range.start == old_len && !with.is_empty() && old.ends_with('\n') {
+            starts.push(old_len);
+        }
+        starts.extend(
+            with.bytes()
+                .enumerate()
+                .filter(|&(_, b)| b == b'\n')
+                .map(|(i, _)| range.start + i + 1)
+                .filter(|&s| s < new_len),
+        );
+        // After the edit: starts after a line break at or after `range.end`, shifted.
+        let from = self.starts.partition_point(|&s| s <= range.end);
+        starts.extend(
+            self.starts
+                .get(from..)
+                .unwrap_or_default()
+                .iter()
+                .map(|&s| s - range.end + range.start + with.len()),
+        );
         Lines { starts }
     }
 
@@ -631,6 +748,37 @@ mod tests {
                     .map(|(i, _)| i + 1),
             );
             assert_eq!(Lines::new(&text).starts, expected, "{text:?}");
+        }
+    }
+
+    /// A spliced table is the table of the spliced text, for replacements anywhere (at the
+    /// start, at the end, of line breaks, by text with and without line breaks).
+    #[test]
+    fn spliced_lines_equal_the_lines_of_the_spliced_text() {
+        let alphabet = ["\n", "a", "é", " ", "\r\n", "\n\n", "中"];
+        let mut next = crate::test_rng::lcg(0x47);
+        let text_of = |next: &mut dyn FnMut() -> usize| -> String {
+            (0..next() % 24)
+                .map(|_| alphabet[next() % alphabet.len()])
+                .collect()
+        };
+        for _ in 0..20_000 {
+            let old = text_of(&mut next);
+            let with = text_of(&mut next);
+            let bounds: Vec<usize> = old
+                .char_indices()
+                .map(|(i, _)| i)
+                .chain([old.len()])
+                .collect();
+            let a = bounds[next() % bounds.len()];
+            let b = bounds[next() % bounds.len()];
+            let range = a.min(b)..a.max(b);
+            let new = [&old[..range.start], with.as_str(), &old[range.end..]].concat();
+            assert_eq!(
+                Lines::new(&old).spliced(&old, &range, &with),
+                Lines::new(&new),
+                "{old:?} {range:?} {with:?}"
+            );
         }
     }
 

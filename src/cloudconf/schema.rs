@@ -602,6 +602,9 @@ pub fn holds_placeholder(value: &str) -> bool {
     false
 }
 
+/// Length up to which [`find_ascii_pair`] first checks a whole text for the first byte.
+const SHORT_TEXT: usize = 64;
+
 /// Offset of the first occurrence of the two ASCII bytes `pair` in `text`: like
 /// `text.find(..)` with a two-character pattern, searching for the first byte with `memchr`
 /// (a pattern string takes a general substring search, costly to set up for each of many
@@ -610,6 +613,12 @@ pub(crate) fn find_ascii_pair(text: &str, pair: [u8; 2]) -> Option<usize> {
     debug_assert!(pair.is_ascii());
     let [first, second] = pair;
     let bytes = text.as_bytes();
+    // Most values are short and hold neither byte: a pass over all of their bytes that the
+    // compiler makes a few wide compares costs less than one `memchr` set-up. Long texts go
+    // straight to the search, which stops at the first occurrence.
+    if bytes.len() <= SHORT_TEXT && !bytes.iter().fold(false, |seen, &b| seen | (b == first)) {
+        return None;
+    }
     let mut from = 0;
     // `from` is always just after an ASCII byte, so a character boundary.
     while let Some(found) = text.get(from..)?.find(char::from(first)) {
@@ -933,11 +942,10 @@ pub fn is_openstack_config(doc: &Document) -> bool {
         OPENSTACK_ONLY_SECTIONS
             .iter()
             .any(|n| eq_fold_ascii(s.name, n))
-    }) || doc.entry_refs().any(|e| {
-        eq_fold_ascii(e.section, "Global")
-            && OPENSTACK_ONLY_GLOBAL_KEYS
-                .iter()
-                .any(|k| eq_fold_ascii(e.key, k))
+    }) || doc.entry_refs_in("Global").any(|(_, e)| {
+        OPENSTACK_ONLY_GLOBAL_KEYS
+            .iter()
+            .any(|k| eq_fold_ascii(e.key, k))
     })
 }
 #[cfg(test)]

@@ -393,6 +393,31 @@ fn subsection_escapes() {
     assert!(d.effective("S", Some("a\\b\"c"), "k").is_some());
 }
 
+/// `parse_bool` answers as the lower-cased copy it once made, on generated texts near the
+/// words (other case, non-ASCII look-alikes, extra characters).
+#[test]
+fn parse_bool_agrees_with_lower_casing() {
+    let pieces = [
+        "t", "R", "u", "E", "y", "e", "S", "o", "N", "f", "A", "l", "s", "0", "1", "ſ", "\u{212A}",
+        "é", " ",
+    ];
+    let mut next = crate::test_rng::lcg(0x31);
+    let mut known = 0;
+    for _ in 0..50_000 {
+        let text: String = (0..next() % 6)
+            .map(|_| pieces[next() % pieces.len()])
+            .collect();
+        let expected = match text.to_ascii_lowercase().as_str() {
+            "true" | "yes" | "on" | "1" => Some(true),
+            "false" | "no" | "off" | "0" => Some(false),
+            _ => None,
+        };
+        assert_eq!(parse_bool(Some(&text)), expected, "{text:?}");
+        known += usize::from(expected.is_some());
+    }
+    assert!(known > 100, "{known}");
+}
+
 #[test]
 fn parse_bool_semantics() {
     for v in ["true", "TRUE", "yes", "On", "1"] {

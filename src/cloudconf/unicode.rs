@@ -34,6 +34,25 @@ pub(crate) fn is_ident_char(c: char) -> bool {
     is_letter(c) || is_digit(c) || c == '-'
 }
 
+/// The ASCII bytes that continue a gcfg identifier (ASCII letters, digits and `-`), as a table:
+/// one look-up per byte of a name instead of three range compares.
+static IDENT_ASCII: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut i = 0;
+    while i < 256 {
+        let b = i as u8;
+        table[i] = b.is_ascii_alphanumeric() || b == b'-';
+        i += 1;
+    }
+    table
+};
+
+/// True for an ASCII letter, digit or `-` (an ASCII byte that continues a gcfg identifier).
+#[inline]
+pub(crate) fn is_ident_ascii(b: u8) -> bool {
+    IDENT_ASCII[usize::from(b)]
+}
+
 /// True if `s` is a gcfg identifier (section or variable name).
 pub(crate) fn is_identifier(s: &str) -> bool {
     if s.is_ascii() {
@@ -41,9 +60,7 @@ pub(crate) fn is_identifier(s: &str) -> bool {
         // when it is an ASCII one.
         let bytes = s.as_bytes();
         return bytes.first().is_some_and(u8::is_ascii_alphabetic)
-            && bytes
-                .iter()
-                .all(|&b| b.is_ascii_alphanumeric() || b == b'-');
+            && bytes.iter().all(|&b| is_ident_ascii(b));
     }
     let mut chars = s.chars();
     chars.next().is_some_and(is_letter) && chars.all(is_ident_char)
@@ -105,29 +122,52 @@ pub(crate) fn eq_fold_ascii(s: &str, name: &str) -> bool {
     }
 }
 
+/// A summary of an ASCII name that two ASCII names equal under [`eq_fold`] share: its length
+/// and its first and last bytes in ASCII lower case. Two ASCII texts fold alike exactly when
+/// they are equal ignoring ASCII case (see [`eq_fold`]), which keeps all three; so texts with
+/// different tags never match, and a lookup rejects most variables without reading their
+/// names.
+#[inline]
+pub(crate) fn ascii_fold_tag(name: &[u8]) -> u64 {
+    let lower = |b: Option<&u8>| u64::from(b.map_or(0, u8::to_ascii_lowercase));
+    ((name.len() as u64) << 16) | (lower(name.first()) << 8) | lower(name.last())
+}
+
 /// A name that many texts are compared with as [`eq_fold`] does (a lookup against every
 /// variable of a document): whether it is ASCII is found out once, for [`eq_fold_ascii`].
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct FoldName<'a> {
     name: &'a str,
-    ascii: bool,
+    /// [`ascii_fold_tag`] of the name if it is ASCII.
+    tag: Option<u64>,
 }
 
 impl<'a> FoldName<'a> {
     pub(crate) fn new(name: &'a str) -> Self {
         FoldName {
             name,
-            ascii: name.is_ascii(),
+            tag: name.is_ascii().then(|| ascii_fold_tag(name.as_bytes())),
         }
     }
 
     /// `eq_fold(s, name)`.
     #[inline]
     pub(crate) fn matches(&self, s: &str) -> bool {
-        if self.ascii {
+        if self.tag.is_some() {
             eq_fold_ascii(s, self.name)
         } else {
             eq_fold(s, self.name)
+        }
+    }
+
+    /// False only if a text with [`ascii_fold_tag`] `text_tag` (`None`: a text that is not
+    /// ASCII) cannot match: both are ASCII and their tags differ. Otherwise
+    /// [`FoldName::matches`] decides.
+    #[inline]
+    pub(crate) fn may_match(&self, text_tag: Option<u64>) -> bool {
+        match (self.tag, text_tag) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
         }
     }
 }
@@ -254,6 +294,30 @@ mod tests {
             equal += usize::from(expected);
         }
         assert!(equal > 10_000, "{equal}");
+        for _ in 0..50_000 {
+            // Tags never reject a text that folds alike: for ASCII texts, the tag of the text
+            // is the name's whenever they match; any other text is never rejected.
+            let name = names[next() % names.len()];
+            let text: String = (0..next() % 5)
+                .map(|_| alphabet[next() % alphabet.len()])
+                .collect();
+            let tag = text.is_ascii().then(|| ascii_fold_tag(text.as_bytes()));
+            let fold = FoldName::new(name);
+            if eq_fold_unicode(&text, name) || tag.is_none() {
+                assert!(fold.may_match(tag), "{text:?} vs {name:?}");
+            }
+        }
+        // Names that differ in length, first or last letter (any case) have other tags; equal
+        // ones ignoring ASCII case the same one.
+        let tag = |s: &str| ascii_fold_tag(s.as_bytes());
+        assert_eq!(tag("Global"), tag("gLOBAL"));
+        assert_ne!(tag("Global"), tag("Globe"));
+        assert_ne!(tag("Global"), tag("Hlobal"));
+        assert_ne!(tag("Global"), tag("Globak"));
+        assert_ne!(tag("ab"), tag("ba"));
+        assert_ne!(tag("ab"), tag("axb"));
+        assert!(!FoldName::new("region").may_match(Some(tag("regions"))));
+        assert!(FoldName::new("\u{212A}ey").may_match(Some(tag("KEY"))));
         // A name that is not ASCII is compared by eq_fold.
         assert!(FoldName::new("\u{212A}ey").matches("KEY"));
         assert!(FoldName::new("ſ").matches("S"));
@@ -292,6 +356,19 @@ mod tests {
         assert!(!eq_fold("ab", "abc"));
         assert!(!eq_fold("a-b", "a_b"));
         assert!(eq_fold("", ""));
+    }
+
+    /// The table holds exactly the ASCII letters, digits and `-`; every other byte, and every
+    /// byte of a multi-byte character, is out.
+    #[test]
+    fn identifier_byte_table() {
+        for b in 0..=u8::MAX {
+            assert_eq!(
+                is_ident_ascii(b),
+                b.is_ascii_alphanumeric() || b == b'-',
+                "{b:#x}"
+            );
+        }
     }
 
     #[test]

@@ -8,7 +8,7 @@
 
 use super::{Check, Example, Family, NoParams, RuleId, parse_params};
 use super::{ConfigView, KindCollector, RuleOutput, Severity, Violation};
-use crate::cloudconf::{eq_fold_ascii, schema};
+use crate::cloudconf::{EntryRef, FoldName, schema};
 
 /// The family: reads each cloud config held by a ConfigMap.
 pub static FAMILY: Family = Family {
@@ -36,7 +36,10 @@ pub const CODE_CREDENTIAL: &str = "credential";
 pub const CODE_WRAPPED_CREDENTIAL: &str = "wrapped-credential";
 
 /// `[Global]` keys that carry a credential.
-pub const CREDENTIAL_KEYS: &[&str] = &[
+pub const CREDENTIAL_KEYS: &[&str] = &CREDENTIAL_NAMES;
+
+/// [`CREDENTIAL_KEYS`] as an array, for a lookup table of the same length.
+const CREDENTIAL_NAMES: [&str; 4] = [
     "password",
     "application-credential-secret",
     "token",
@@ -61,16 +64,17 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
     // Two streaming passes over the names (views are built only for the credential entries
     // and the one after an empty credential, never collected: a config of 200 000 lines must
     // not cost another copy of itself).
-    let global = || {
-        doc.entry_refs()
-            .enumerate()
-            .filter(|(_, e)| eq_fold_ascii(e.section, "Global"))
-    };
+    let global = || doc.entry_refs_in("Global");
     // Occurrences per credential key, counted once up front (one pass, not one per entry).
     let mut counts = [0usize; CREDENTIAL_KEYS.len()];
-    let credential_index = |key: &str| CREDENTIAL_KEYS.iter().position(|k| eq_fold_ascii(key, k));
+    let names = CREDENTIAL_NAMES.map(FoldName::new);
+    let credential_index = |e: &EntryRef<'_>| {
+        names
+            .iter()
+            .position(|n| n.may_match(e.key_tag) && n.matches(e.key))
+    };
     for (_, e) in global() {
-        if let Some(c) = credential_index(e.key).and_then(|i| counts.get_mut(i)) {
+        if let Some(c) = credential_index(&e).and_then(|i| counts.get_mut(i)) {
             *c += 1;
         }
     }
@@ -83,7 +87,7 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
     while credentials_left > 0
         && let Some((at, e)) = entries.next()
     {
-        let Some(index) = credential_index(e.key) else {
+        let Some(index) = credential_index(&e) else {
             continue;
         };
         credentials_left -= 1;
@@ -211,6 +215,20 @@ mod tests {
         let out = run("[Global]\npassword=one-value\npassword=two-value\n", true);
         let lines: Vec<_> = out.violations.iter().map(|v| v.line).collect();
         assert_eq!(lines, vec![Some(2), Some(3)]);
+    }
+
+    /// Keys that share a credential key's length and first and last letters (its lookup tag)
+    /// are not credentials.
+    #[test]
+    fn keys_like_a_credential_key_are_not_credentials() {
+        let out = run(
+            "[Global]\npa55word=value\ntaken=value\napplication-credential-sxcret=v\n",
+            true,
+        );
+        assert!(out.violations.is_empty(), "{out:?}");
+        let out = run("[Global]\npa55word=value\nPASSWORD=value\n", true);
+        let lines: Vec<_> = out.violations.iter().map(|v| v.line).collect();
+        assert_eq!(lines, vec![Some(3)]);
     }
 
     #[test]

@@ -88,25 +88,37 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
                 key: KEY,
                 value: "true",
             });
+            // Joined, not formatted: this runs on every review of a config without the key.
             let (what, why) = if view.values_source {
                 (
-                    format!("[{SECTION}] {KEY} is not set in these values"),
-                    format!(
+                    ["[", SECTION, "] ", KEY, " is not set in these values"].concat(),
+                    [
                         "These values are one values source of the release: unless another \
                          values source or spec.values of the same release sets it, which this \
-                         object does not show, the CCM uses its default (false). {WHY} Add \
-                         `{KEY} = true` under [{SECTION}] here (the stackgate mutating webhook \
-                         adds it where it may edit the object)."
-                    ),
+                         object does not show, the CCM uses its default (false). ",
+                        WHY,
+                        " Add `",
+                        KEY,
+                        " = true` under [",
+                        SECTION,
+                        "] here (the stackgate mutating webhook adds it where it may edit the \
+                         object).",
+                    ]
+                    .concat(),
                 )
             } else {
                 (
-                    format!("[{SECTION}] {KEY} is not set (default false)"),
-                    format!(
-                        "{WHY} Add `{KEY} = true` under \
-                         [{SECTION}] (the stackgate mutating webhook adds it where it may edit \
-                         the object)."
-                    ),
+                    ["[", SECTION, "] ", KEY, " is not set (default false)"].concat(),
+                    [
+                        WHY,
+                        " Add `",
+                        KEY,
+                        " = true` under [",
+                        SECTION,
+                        "] (the stackgate mutating webhook adds it where it may edit the \
+                         object).",
+                    ]
+                    .concat(),
                 )
             };
             out.violations.push(Violation {
@@ -188,6 +200,43 @@ mod tests {
         );
         assert!(!message.contains("is not set, so the CCM"), "{message}");
         assert_eq!(out.edits.len(), 1);
+    }
+
+    /// The wording of the missing-key warning, in both forms, as it was written with `format!`.
+    #[test]
+    fn missing_key_wording() {
+        for values_source in [false, true] {
+            let doc = crate::cloudconf::Document::parse("[Global]\nregion = r\n").unwrap();
+            let out = check(&ConfigView {
+                doc: Ok(&doc),
+                secret: true,
+                configmap: false,
+                values_source,
+                ccm_version: None,
+            });
+            let v = &out.violations[0];
+            let (what, why) = if values_source {
+                (
+                    format!("[{SECTION}] {KEY} is not set in these values"),
+                    format!(
+                        "These values are one values source of the release: unless another \
+                         values source or spec.values of the same release sets it, which this \
+                         object does not show, the CCM uses its default (false). {WHY} Add \
+                         `{KEY} = true` under [{SECTION}] here (the stackgate mutating webhook \
+                         adds it where it may edit the object)."
+                    ),
+                )
+            } else {
+                (
+                    format!("[{SECTION}] {KEY} is not set (default false)"),
+                    format!(
+                        "{WHY} Add `{KEY} = true` under [{SECTION}] (the stackgate mutating \
+                         webhook adds it where it may edit the object)."
+                    ),
+                )
+            };
+            assert_eq!((&v.what, &v.why), (&what, &why), "{values_source}");
+        }
     }
 
     #[test]
