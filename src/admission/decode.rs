@@ -1073,11 +1073,6 @@ impl<'q> PayloadQuestion<'q> {
         self.answer.set(Some(answer));
         answer
     }
-
-    /// Whether the question was asked and answered yes.
-    fn answered_yes(&self) -> bool {
-        self.answer.get() == Some(Some(true))
-    }
 }
 
 /// The one-pass site reader: its decisions depend on the metadata read so far.
@@ -1143,7 +1138,7 @@ impl<'s> SiteReader<'s> {
                     Decision::Skip
                 }
             }
-            [f, _] if is(f, "data") || is(f, "stringData") => Decision::Skip,
+            // Anything else (an element of a data list) is skipped by `site_shell`.
             _ => site_shell(path),
         }
     }
@@ -1223,11 +1218,10 @@ impl<'s> SiteReader<'s> {
             if spent > budget.limit {
                 return Err(OnePassError::Retry);
             }
-            // Only the values that may embed a site or a CCM object are kept. A question never
-            // asked met no key but the named ones: nothing to drop.
-            if payload.answered_yes() {
-                keep_payload_values(&mut root, &keys, sites);
-            }
+            // Only the values that may embed a site or a CCM object are kept. Whatever the
+            // payload question's answer, or if it was never asked (then only named keys were
+            // read), what `keep_payload_values` keeps is what the two-pass reading keeps.
+            keep_payload_values(&mut root, &keys, sites);
         }
         budget.spent = spent;
         into_object(root, meta)
