@@ -6,7 +6,7 @@ use super::places::{OverrideSource, text_values};
 use super::{DEFAULT_CHARTS, MAX_CARRIERS_PER_OBJECT, content, get, is_values_file, keys};
 use crate::budget::Cancel;
 use crate::sites::delivery::ObjectPlaces;
-use crate::sites::path::{display, pointer, value_at};
+use crate::sites::path::{display, pointer_text, value_at};
 use crate::sites::render;
 use crate::sites::values::Override;
 use crate::yaml::{self, Seg};
@@ -88,7 +88,7 @@ pub fn helm_controller_extra_args_all_in(
             (
                 values,
                 format!("{field}, {within}controllerExtraArgs"),
-                pointer(&place.path).to_string(),
+                pointer_text(&place.path),
             )
         } else {
             let mut p = place.path.clone();
@@ -96,7 +96,7 @@ pub fn helm_controller_extra_args_all_in(
             (
                 raw.cloned().unwrap_or(Value::Null),
                 shown(&p),
-                pointer(&p).to_string(),
+                pointer_text(&p),
             )
         };
         let Ok(merged) = merged_with(&values, &overrides, cancel) else {
@@ -111,7 +111,7 @@ pub fn helm_controller_extra_args_all_in(
             .rev()
             .find(|o| o.touches("controllerExtraArgs"))
         {
-            Some(o) => out.push((o.name.clone(), pointer(&o.value_path).to_string(), args)),
+            Some(o) => out.push((o.name.clone(), pointer_text(&o.value_path), args)),
             None => out.push((location, field_pointer, args)),
         }
     }
@@ -194,7 +194,7 @@ impl ChartValues {
         if !self.yaml_string {
             path.extend(keys(key));
         }
-        pointer(&path).to_string()
+        pointer_text(&path)
     }
 }
 
@@ -283,7 +283,7 @@ pub fn chart_values_all_in(read_places: &ObjectPlaces<'_>, cancel: &Cancel) -> V
 fn set_entry(o: &Override) -> SetEntry {
     SetEntry {
         name: o.name.clone(),
-        pointer: pointer(&o.value_path).to_string(),
+        pointer: pointer_text(&o.value_path),
         paths: o
             .paths
             .iter()
