@@ -510,6 +510,36 @@ pub struct Engine {
     releases: Arc<Snapshot>,
     /// Families with a policy in enforce mode (a family's severity may depend on another's).
     enforced: Arc<[RuleId]>,
+    /// What every finding of a policy adds to its text, one per policy of the set, in its
+    /// order: built once per policy set rather than once per finding.
+    added: Arc<[Added]>,
+}
+
+/// The parts of a finding's text that come from its policy, not from what was found
+/// ([`Run::finding`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Added {
+    /// [`Text::exemption`].
+    exemption: Option<String>,
+    /// [`Text::exempters`].
+    exempters: Option<String>,
+    /// [`Text::source`].
+    source: String,
+}
+
+impl Added {
+    fn of(policy: &Policy) -> Self {
+        Added {
+            exemption: policy.exemption_annotation(),
+            exempters: policy
+                .exemptions
+                .annotation
+                .as_ref()
+                .filter(|rules| !rules.open_to_everyone())
+                .map(|rules| rules.who()),
+            source: policy.source.trim().to_owned(),
+        }
+    }
 }
 
 /// Where a family's output goes: the object, or one cloud config in it.
@@ -537,6 +567,9 @@ struct Run<'a> {
     /// The exceptions in force and the instant to judge them at, when the face gave them.
     /// Without them no exception applies: the engine never guesses the time.
     exceptions: Option<&'a ExceptionsAt>,
+    /// The policy set's policies and what each adds to its findings' texts (same order).
+    policies: &'a [Policy],
+    added: &'a [Added],
 }
 
 impl<'a> Run<'a> {
@@ -649,16 +682,20 @@ impl<'a> Run<'a> {
         let subject = self
             .reference
             .get_or_init(|| Arc::new(self.subject.reference()));
+        let computed;
+        // The policy is one of the set's (the engine runs no other); found by address.
+        let added = match self.policies.iter().position(|p| std::ptr::eq(p, policy)) {
+            Some(i) => &self.added[i],
+            None => {
+                computed = Added::of(policy);
+                &computed
+            }
+        };
         if code != CODE_MUTATION {
-            text.exemption = policy.exemption_annotation();
-            text.exempters = policy
-                .exemptions
-                .annotation
-                .as_ref()
-                .filter(|rules| !rules.open_to_everyone())
-                .map(|rules| rules.who());
+            text.exemption.clone_from(&added.exemption);
+            text.exempters.clone_from(&added.exempters);
         }
-        text.source = policy.source.trim().to_owned();
+        text.source.clone_from(&added.source);
         Finding {
             policy: policy.name.clone(),
             rule: policy.rule,
@@ -687,10 +724,12 @@ impl Engine {
             .collect();
         enforced.sort_unstable();
         enforced.dedup();
+        let added = policies.policies.iter().map(Added::of).collect();
         Self {
             policies: Arc::new(policies),
             releases,
             enforced: enforced.into(),
+            added,
         }
     }
 
@@ -701,6 +740,7 @@ impl Engine {
             policies: Arc::clone(&self.policies),
             releases,
             enforced: Arc::clone(&self.enforced),
+            added: Arc::clone(&self.added),
         }
     }
 
@@ -762,6 +802,8 @@ impl Engine {
             reference: OnceCell::new(),
             platform: facts.platform(),
             exceptions: facts.exceptions::<ExceptionsAt>(),
+            policies: &self.policies.policies,
+            added: &self.added,
         };
         if subject.operation == Operation::Delete {
             // A DELETE without the stored object (a crafted or very old review) is judged on
@@ -869,7 +911,9 @@ impl Engine {
         namespace: Option<&str>,
         verdict: &mut Verdict,
     ) {
-        if run.subject.requester == Requester::Unknown {
+        // Without an exemption annotation there is none to refuse: one look at the
+        // annotations rather than one per policy.
+        if run.subject.requester == Requester::Unknown || !carries_exemptions(object) {
             return;
         }
         for policy in self.policies.policies.iter() {
@@ -1012,16 +1056,14 @@ impl Engine {
         match target {
             Target::Object => {
                 let patched = edits && !output.patch.is_empty();
-                for v in &output.violations {
-                    let anchor = match &v.pointer {
-                        Some(pointer) => Anchor::Field {
-                            pointer: pointer.clone(),
-                        },
+                for mut v in output.violations {
+                    let anchor = match v.pointer.take() {
+                        Some(pointer) => Anchor::Field { pointer },
                         None => Anchor::Object,
                     };
                     let text = Text {
-                        location: v.location.clone(),
-                        ..text_of(v)
+                        location: v.location.take(),
+                        ..text_of(&mut v)
                     };
                     let f = finding(v.code, anchor, text, patched && v.fixed_by_edit);
                     run.record(policy, v.severity, f, object, verdict);
@@ -1053,12 +1095,12 @@ impl Engine {
             Target::Embedded(inner) => {
                 // Validation only: an object family's edits are for the object it reads, and
                 // the payload is not that object (`output.patch`, `output.mutations` dropped).
-                for v in &output.violations {
+                for mut v in output.violations {
                     let line = inner.line(v.pointer.as_deref());
                     let anchor = Anchor::Embedded {
                         pointer: inner.pointer(),
                         doc: inner.doc,
-                        inner: v.pointer.clone(),
+                        inner: v.pointer.take(),
                         line,
                         trace: inner.trace(line),
                     };
@@ -1074,7 +1116,7 @@ impl Engine {
                     }
                     let text = Text {
                         location: Some(location),
-                        ..text_of(v)
+                        ..text_of(&mut v)
                     };
                     let f = finding(v.code, anchor, text, false);
                     run.record(policy, v.severity, f, object, verdict);
@@ -1089,13 +1131,13 @@ impl Engine {
                     line,
                     trace: site.trace(line),
                 };
-                for v in &output.violations {
+                for mut v in output.violations {
                     let located = site.locate(v.line);
                     let mut text = Text {
                         location: Some(located.at),
                         field_line: located.field_line,
                         within: located.within,
-                        ..text_of(v)
+                        ..text_of(&mut v)
                     };
                     if !site.mutable
                         && let Some(note) = &site.note
@@ -1122,10 +1164,7 @@ impl Engine {
                         location: Some(located.at),
                         field_line: located.field_line,
                         within: located.within,
-                        what: format!(
-                            "stackgate set [{}] {} = {}",
-                            edit.section, edit.key, edit.value
-                        ),
+                        what: edit_note(edit),
                         ..Text::default()
                     };
                     verdict.mutations.push(finding(
@@ -1617,6 +1656,24 @@ impl Engine {
     }
 }
 
+/// `stackgate set [SECTION] KEY = VALUE`: what a mutation finding says about one INI edit
+/// (written without going through `fmt`: a patched review makes one per edit).
+fn edit_note(edit: &IniEdit) -> String {
+    let parts = [
+        "stackgate set [",
+        edit.section,
+        "] ",
+        edit.key,
+        " = ",
+        edit.value,
+    ];
+    let mut out = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for part in parts {
+        out.push_str(part);
+    }
+    out
+}
+
 /// Applies the policy mode to one finding.
 fn record(policy: &Policy, severity: Severity, finding: Finding, verdict: &mut Verdict) {
     match (policy.mode, severity) {
@@ -1701,6 +1758,25 @@ fn exemption_annotation<'o>(object: &'o DynamicObject, policy: &str) -> Option<&
         .take_while(|(key, _)| key.starts_with(prefix))
         .find(|(key, _)| key.get(prefix.len()..) == Some(policy))
         .map(|(_, value)| value.as_str())
+}
+
+/// Whether `object` carries an annotation of the exemption prefix at all (for some policy:
+/// [`exemption_annotation`] finds none for any policy otherwise).
+fn carries_exemptions(object: &DynamicObject) -> bool {
+    let prefix = crate::policy::EXEMPT_ANNOTATION_PREFIX;
+    object
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|annotations| {
+            annotations
+                .range::<str, _>((
+                    std::ops::Bound::Included(prefix),
+                    std::ops::Bound::Unbounded,
+                ))
+                .next()
+                .is_some_and(|(key, _)| key.starts_with(prefix))
+        })
 }
 
 /// Records an exemption and returns true when `object`'s annotation exempts it from
@@ -1822,17 +1898,18 @@ fn not_applied(
     record(policy, severity, finding, verdict);
 }
 
-/// The parts a rule wrote (the engine adds location, exemption and source).
-fn text_of(v: &crate::rules::Violation) -> Text {
+/// The parts a rule wrote (the engine adds location, exemption and source), taken out of
+/// the violation: a finding is made once per violation, so its parts are moved, not copied.
+fn text_of(v: &mut crate::rules::Violation) -> Text {
     Text {
         location: None,
         field_line: None,
         within: None,
-        what: v.what.clone(),
-        fix: v.fix.clone(),
-        why: v.why.clone(),
-        unseen_overlay: v.unseen_overlay.clone(),
-        notes: v.notes.clone(),
+        what: std::mem::take(&mut v.what),
+        fix: std::mem::take(&mut v.fix),
+        why: std::mem::take(&mut v.why),
+        unseen_overlay: v.unseen_overlay.take(),
+        notes: std::mem::take(&mut v.notes),
         exemption: None,
         exempters: None,
         source: String::new(),
@@ -2071,8 +2148,21 @@ mod tests {
     }
 
     #[test]
+    fn an_edit_is_noted_as_stackgate_set_section_key_value() {
+        let edit = IniEdit {
+            section: "LoadBalancer",
+            key: "provider-requires-serial-api-calls",
+            value: "true",
+        };
+        assert_eq!(
+            edit_note(&edit),
+            "stackgate set [LoadBalancer] provider-requires-serial-api-calls = true"
+        );
+    }
+
+    #[test]
     fn a_rule_s_parts_become_the_finding_s_text() {
-        let v = crate::rules::Violation {
+        let mut v = crate::rules::Violation {
             severity: Severity::Warn,
             code: "c",
             line: Some(3),
@@ -2086,7 +2176,7 @@ mod tests {
             fixed_by_edit: false,
         };
         assert_eq!(
-            text_of(&v),
+            text_of(&mut v),
             Text {
                 what: "what".to_owned(),
                 fix: "fix".to_owned(),
