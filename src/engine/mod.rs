@@ -546,12 +546,13 @@ impl Added {
 enum Target<'s> {
     /// An object or DELETE family: violations name their field, edits are a JSON Patch.
     Object,
-    /// A cloud-config family on one site: violations are located in the site, edits are
-    /// applied to a copy of the document that becomes the site's patch.
+    /// A cloud-config family on one site: violations are located in the site; edits wait in
+    /// `edits`, each with its mutation finding, until every family has read the document
+    /// ([`Engine::evaluate_site`] then applies them to it and makes the site's patch).
     Site {
         site: &'s FoundConfig,
         doc: Option<&'s Document>,
-        edited: &'s mut Option<(Document, Vec<IniEdit>)>,
+        edits: &'s mut Vec<(IniEdit, Finding)>,
     },
     /// An object family on an object embedded in a ClusterResourceSet payload: violations are
     /// located in the payload; edits and patches are dropped (validation only).
@@ -1122,7 +1123,11 @@ impl Engine {
                     run.record(policy, v.severity, f, object, verdict);
                 }
             }
-            Target::Site { site, doc, edited } => {
+            Target::Site {
+                site,
+                doc,
+                edits: pending,
+            } => {
                 // An edit that will be applied fixes the violations the rule marks as such.
                 let edits_apply =
                     edits && site.mutable && doc.is_some() && !output.edits.is_empty();
@@ -1152,27 +1157,17 @@ impl Engine {
                     let f = finding(v.code, at(v.line), text, edits_apply && v.fixed_by_edit);
                     run.record(policy, v.severity, f, object, verdict);
                 }
-                let (true, Some(doc)) = (edits_apply, doc) else {
+                if !edits_apply {
                     return;
-                };
-                for edit in &output.edits {
-                    let (copy, applied) = edited.get_or_insert_with(|| (doc.clone(), Vec::new()));
-                    let summary = copy.set(edit.section, edit.key, edit.value);
-                    applied.push(edit.clone());
-                    let located = site.locate(Some(summary.line));
+                }
+                for edit in output.edits {
                     let text = Text {
-                        location: Some(located.at),
-                        field_line: located.field_line,
-                        within: located.within,
-                        what: edit_note(edit),
+                        what: edit_note(&edit),
                         ..Text::default()
                     };
-                    verdict.mutations.push(finding(
-                        CODE_MUTATION,
-                        at(Some(summary.line)),
-                        text,
-                        true,
-                    ));
+                    // Located once applied: the line is the edited document's.
+                    let f = finding(CODE_MUTATION, Anchor::Object, text, true);
+                    pending.push((edit, f));
                 }
             }
         }
@@ -1344,7 +1339,7 @@ impl Engine {
             values_source: site.values_source,
             ccm_version,
         };
-        let mut edited: Option<(Document, Vec<IniEdit>)> = None;
+        let mut edits: Vec<(IniEdit, Finding)> = Vec::new();
         let mut reported_unreadable = false;
         for family in FAMILIES {
             let Check::CloudConfig(check) = family.check else {
@@ -1367,14 +1362,33 @@ impl Engine {
                 let target = Target::Site {
                     site,
                     doc: view.doc.as_ref().ok().copied(),
-                    edited: &mut edited,
+                    edits: &mut edits,
                 };
                 self.apply(run, policy, object, output, target, verdict);
             }
         }
-        if let Some((doc, applied)) = edited {
-            verdict.patch.extend(site.patch(&doc, &applied));
+        // Every family has read the document as written: the edits now go into it (no copy),
+        // in the order the families asked for them, each mutation finding at its line.
+        let (false, Ok(Ok(mut doc))) = (edits.is_empty(), parsed) else {
+            return;
+        };
+        let mut applied = Vec::with_capacity(edits.len());
+        for (edit, mut f) in edits {
+            let summary = doc.set(edit.section, edit.key, edit.value);
+            let line = Some(summary.line);
+            let located = site.locate(line);
+            f.text.location = Some(located.at);
+            f.text.field_line = located.field_line;
+            f.text.within = located.within;
+            f.anchor = Anchor::CloudConfig {
+                pointer: site.pointer(),
+                line,
+                trace: site.trace(line),
+            };
+            verdict.mutations.push(f);
+            applied.push(edit);
         }
+        verdict.patch.extend(site.patch(&doc, &applied));
     }
 }
 
