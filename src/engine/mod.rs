@@ -2201,4 +2201,188 @@ mod tests {
             }
         );
     }
+
+    /// A site ConfigMap whose cloud config lacks the serial setting: the serial policy finds
+    /// it and edits it (a violation and a mutation note).
+    fn unserialized_site(
+        annotations: serde_json::Value,
+    ) -> (kube::core::GroupVersionKind, DynamicObject) {
+        let gvk = kube::core::GroupVersionKind::gvk("", "v1", "ConfigMap");
+        let object = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "cloud-provider-config", "namespace": "openshift-config",
+                         "annotations": annotations},
+            "data": {"config": "[Global]\nauth-url = https://keystone.example:5000/v3\n"}
+        }))
+        .expect("a ConfigMap");
+        (gvk, object)
+    }
+
+    const SERIAL: &str = "serial-lb-api-calls";
+
+    /// What a finding takes from its policy: the exemption annotation, who may set it (only
+    /// when not everyone may) and the source, trimmed; a mutation note takes the source only
+    /// (nobody exempts a note).
+    #[test]
+    fn a_finding_takes_its_policy_s_exemption_and_source_and_a_mutation_note_its_source() {
+        let (gvk, object) = unserialized_site(serde_json::json!({}));
+        for everyone in [false, true] {
+            let mut set = PolicySet::embedded().expect("the embedded policies load");
+            let policy = set
+                .policies
+                .iter_mut()
+                .find(|p| p.name == SERIAL)
+                .expect("the serial policy");
+            policy.source = format!("  {}\n", policy.source.trim());
+            let source = policy.source.trim().to_owned();
+            let rules = policy.exemptions.annotation.as_mut().expect("exemptible");
+            rules.allowed_groups = vec![if everyone {
+                crate::policy::EVERY_USER_GROUP.to_owned()
+            } else {
+                "platform".to_owned()
+            }];
+            rules.allowed_users = vec!["alice".to_owned()];
+            let verdict = Engine::new(set).evaluate(&Subject::create(&gvk, &object));
+            let (notes, found): (Vec<&Finding>, Vec<&Finding>) = verdict
+                .mutations
+                .iter()
+                .chain(&verdict.denials)
+                .chain(&verdict.warnings)
+                .filter(|f| f.policy == SERIAL)
+                .partition(|f| f.code == CODE_MUTATION);
+            assert!(!notes.is_empty() && !found.is_empty(), "{verdict:?}");
+            for f in found {
+                assert_eq!(
+                    f.text.exemption.as_deref(),
+                    Some("stackgate.dev/exempt.serial-lb-api-calls")
+                );
+                let who = (!everyone).then_some("group platform or user alice");
+                assert_eq!(f.text.exempters.as_deref(), who);
+                assert_eq!(f.text.source, source);
+            }
+            for note in notes {
+                assert_eq!(
+                    (
+                        note.text.exemption.as_deref(),
+                        note.text.exempters.as_deref()
+                    ),
+                    (None, None)
+                );
+                assert_eq!(note.text.source, source);
+                assert!(
+                    note.text.what.starts_with("stackgate set [LoadBalancer] "),
+                    "{}",
+                    note.text.what
+                );
+                assert!(note.text.location.is_some() && note.line().is_some());
+            }
+        }
+    }
+
+    /// The webhook refuses an exemption annotation its requester may not set, as a finding of
+    /// the policy, even of a policy that found nothing (`cluster-name` on a ConfigMap); an
+    /// annotation of no policy, other annotations, or no requester (`check`) is no such
+    /// finding.
+    #[test]
+    fn an_exemption_annotation_a_requester_may_not_set_is_refused() {
+        let engine = Engine::new(PolicySet::embedded().expect("the embedded policies load"));
+        let groups = vec!["developers".to_owned()];
+        let refused = |annotations: serde_json::Value, user: bool| -> Vec<String> {
+            let (gvk, object) = unserialized_site(annotations);
+            let mut subject = Subject::create(&gvk, &object);
+            if user {
+                subject.requester = Requester::User {
+                    username: "bob",
+                    groups: &groups,
+                };
+            }
+            let verdict = engine.evaluate(&subject);
+            verdict
+                .denials
+                .iter()
+                .chain(&verdict.warnings)
+                .filter(|f| f.code == CODE_EXEMPTION_NOT_ALLOWED)
+                .map(|f| f.policy.clone())
+                .collect()
+        };
+        let exempt = serde_json::json!({"stackgate.dev/exempt.cluster-name": "tested"});
+        assert_eq!(refused(exempt.clone(), true), ["cluster-name"]);
+        assert_eq!(refused(exempt, false), Vec::<String>::new());
+        for other in [
+            serde_json::json!({}),
+            serde_json::json!({"a": "b", "z": "y"}),
+            serde_json::json!({"stackgate.dev/exempt.no-such-policy": "tested"}),
+        ] {
+            assert_eq!(refused(other, true), Vec::<String>::new());
+        }
+    }
+
+    /// An object family's finding keeps the location its rule wrote; on an object a payload
+    /// embeds, the location names the payload, then the rule's; a finding in a values string
+    /// keeps where inside the string it is (`within`).
+    #[test]
+    fn findings_keep_their_rule_s_location_and_where_within_the_field() {
+        let engine = Engine::new(PolicySet::embedded().expect("the embedded policies load"));
+        let ccm = "apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: occm\n  \
+                   namespace: kube-system\nspec:\n  template:\n    spec:\n      containers:\n      \
+                   - name: occm\n        image: registry.k8s.io/provider-os/\
+                   openstack-cloud-controller-manager:v1.30.0\n        args:\n        \
+                   - --concurrent-service-syncs=4\n";
+        let located = |json: serde_json::Value, policy: &str| -> Vec<Text> {
+            let api = json["apiVersion"].as_str().expect("apiVersion").to_owned();
+            let (group, version) = api.split_once('/').unwrap_or(("", api.as_str()));
+            let gvk = kube::core::GroupVersionKind::gvk(
+                group,
+                version,
+                json["kind"].as_str().expect("kind"),
+            );
+            let object: DynamicObject = serde_json::from_value(json).expect("an object");
+            let verdict = engine.evaluate(&Subject::create(&gvk, &object));
+            verdict
+                .denials
+                .iter()
+                .chain(&verdict.warnings)
+                .filter(|f| f.policy == policy)
+                .map(|f| f.text.clone())
+                .collect()
+        };
+        let daemonset = crate::yaml::parse_one(ccm)
+            .and_then(|n| n.to_json())
+            .expect("the DaemonSet parses");
+        let own = located(daemonset, "ccm-concurrency");
+        assert!(!own.is_empty());
+        for text in &own {
+            let location = text.location.as_deref().expect("a location");
+            assert!(
+                location.starts_with("DaemonSet kube-system/occm "),
+                "{location}"
+            );
+        }
+        let payload = located(
+            serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "crs", "namespace": "default"},
+                "data": {"ccm.yaml": ccm}}),
+            "ccm-concurrency",
+        );
+        assert_eq!(payload.len(), own.len());
+        for (text, own) in payload.iter().zip(&own) {
+            let location = text.location.as_deref().expect("a location");
+            assert!(
+                location.starts_with("ConfigMap default/crs ClusterResourceSet payload ")
+                    && location.ends_with(&format!(": {}", own.location.as_deref().unwrap_or(""))),
+                "{location}"
+            );
+        }
+        let chart = located(
+            serde_json::json!({"apiVersion": "helm.cattle.io/v1", "kind": "HelmChart",
+                "metadata": {"name": "occm", "namespace": "kube-system"},
+                "spec": {"chart": "openstack-cloud-controller-manager",
+                    "valuesContent": "cloudConfig:\n  global:\n    auth-url: https://k:5000/v3\n  loadBalancer:\n    subnet-id: s\n"}}),
+            SERIAL,
+        );
+        assert!(!chart.is_empty());
+        for text in chart {
+            assert!(text.within.is_some(), "{text:?}");
+        }
+    }
 }
