@@ -1244,13 +1244,11 @@ mod tests {
         let unkinded = "chart: openstack-cloud-controller-manager\nvalues:\n  cloudConfig: {}\n";
         assert!(find(SiteKind::Secret, &crs_secret(unkinded), &sites()).is_empty());
         // With one, the HelmChart carries the chart's values: a site.
-        let kinded = format!(
-            "apiVersion: helm.cattle.io/v1\nkind: HelmChart\nmetadata:\n  name: occm\n  \
+        let kinded = "apiVersion: helm.cattle.io/v1\nkind: HelmChart\nmetadata:\n  name: occm\n  \
              namespace: kube-system\nspec:\n  chart: openstack-cloud-controller-manager\n  \
-             valuesContent: |\n    cloudConfig:\n      global:\n        region: R\n"
-        );
+             valuesContent: |\n    cloudConfig:\n      global:\n        region: R\n";
         assert_eq!(
-            find(SiteKind::Secret, &crs_secret(&kinded), &sites()).len(),
+            find(SiteKind::Secret, &crs_secret(kinded), &sites()).len(),
             1
         );
     }
