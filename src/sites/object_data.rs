@@ -319,6 +319,40 @@ pub fn decode_base64_like_go(s: &str) -> Result<Vec<u8>, base64::DecodeError> {
 mod tests {
     use super::*;
 
+    /// A named site is the object of that kind, namespace and name: another name in the same
+    /// namespace, or another kind of the same name, holds no site.
+    #[test]
+    fn a_named_site_is_its_kind_namespace_and_name_together() {
+        let sites: SitesDocument =
+            serde_saphyr::from_str(include_str!("../../policies/cloud-config-sites.yaml"))
+                .expect("the default sites document parses");
+        let object = |kind: &str, namespace: &str, name: &str| -> DynamicObject {
+            serde_json::from_value(serde_json::json!({"apiVersion": "v1", "kind": kind,
+                "metadata": {"name": name, "namespace": namespace},
+                "data": {"config": "[Global]\n"}}))
+            .expect("an object")
+        };
+        let found = |kind: SiteKind, o: &DynamicObject| find(kind, o, &sites).len();
+        let site = object("ConfigMap", "openshift-config", "cloud-provider-config");
+        assert_eq!(found(SiteKind::ConfigMap, &site), 1);
+        for (kind, o) in [
+            (
+                SiteKind::ConfigMap,
+                object("ConfigMap", "openshift-config", "other"),
+            ),
+            (
+                SiteKind::ConfigMap,
+                object("ConfigMap", "other", "cloud-provider-config"),
+            ),
+            (
+                SiteKind::Secret,
+                object("Secret", "openshift-config", "cloud-provider-config"),
+            ),
+        ] {
+            assert_eq!(found(kind, &o), 0, "{kind:?} {:?}", o.metadata);
+        }
+    }
+
     #[test]
     fn base64_is_decoded_as_go_std_encoding_does() {
         let text = "[Global]\nauth-url = https://keystone.example.test:5000/v3\nregion = RegionOne\n[LoadBalancer]\nprovider-requires-serial-api-calls = true\n";
