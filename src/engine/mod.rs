@@ -510,18 +510,49 @@ pub struct Engine {
     releases: Arc<Snapshot>,
     /// Families with a policy in enforce mode (a family's severity may depend on another's).
     enforced: Arc<[RuleId]>,
+    /// What every finding of a policy adds to its text, one per policy of the set, in its
+    /// order: built once per policy set rather than once per finding.
+    added: Arc<[Added]>,
+}
+
+/// The parts of a finding's text that come from its policy, not from what was found
+/// ([`Run::finding`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Added {
+    /// [`Text::exemption`].
+    exemption: Option<String>,
+    /// [`Text::exempters`].
+    exempters: Option<String>,
+    /// [`Text::source`].
+    source: String,
+}
+
+impl Added {
+    fn of(policy: &Policy) -> Self {
+        Added {
+            exemption: policy.exemption_annotation(),
+            exempters: policy
+                .exemptions
+                .annotation
+                .as_ref()
+                .filter(|rules| !rules.open_to_everyone())
+                .map(|rules| rules.who()),
+            source: policy.source.trim().to_owned(),
+        }
+    }
 }
 
 /// Where a family's output goes: the object, or one cloud config in it.
 enum Target<'s> {
     /// An object or DELETE family: violations name their field, edits are a JSON Patch.
     Object,
-    /// A cloud-config family on one site: violations are located in the site, edits are
-    /// applied to a copy of the document that becomes the site's patch.
+    /// A cloud-config family on one site: violations are located in the site; edits wait in
+    /// `edits`, each with its mutation finding, until every family has read the document
+    /// ([`Engine::evaluate_site`] then applies them to it and makes the site's patch).
     Site {
         site: &'s FoundConfig,
         doc: Option<&'s Document>,
-        edited: &'s mut Option<(Document, Vec<IniEdit>)>,
+        edits: &'s mut Vec<(IniEdit, Finding)>,
     },
     /// An object family on an object embedded in a ClusterResourceSet payload: violations are
     /// located in the payload; edits and patches are dropped (validation only).
@@ -537,6 +568,9 @@ struct Run<'a> {
     /// The exceptions in force and the instant to judge them at, when the face gave them.
     /// Without them no exception applies: the engine never guesses the time.
     exceptions: Option<&'a ExceptionsAt>,
+    /// The policy set's policies and what each adds to its findings' texts (same order).
+    policies: &'a [Policy],
+    added: &'a [Added],
 }
 
 impl<'a> Run<'a> {
@@ -649,16 +683,20 @@ impl<'a> Run<'a> {
         let subject = self
             .reference
             .get_or_init(|| Arc::new(self.subject.reference()));
+        let computed;
+        // The policy is one of the set's (the engine runs no other); found by address.
+        let added = match self.policies.iter().position(|p| std::ptr::eq(p, policy)) {
+            Some(i) => &self.added[i],
+            None => {
+                computed = Added::of(policy);
+                &computed
+            }
+        };
         if code != CODE_MUTATION {
-            text.exemption = policy.exemption_annotation();
-            text.exempters = policy
-                .exemptions
-                .annotation
-                .as_ref()
-                .filter(|rules| !rules.open_to_everyone())
-                .map(|rules| rules.who());
+            text.exemption.clone_from(&added.exemption);
+            text.exempters.clone_from(&added.exempters);
         }
-        text.source = policy.source.trim().to_owned();
+        text.source.clone_from(&added.source);
         Finding {
             policy: policy.name.clone(),
             rule: policy.rule,
@@ -687,10 +725,12 @@ impl Engine {
             .collect();
         enforced.sort_unstable();
         enforced.dedup();
+        let added = policies.policies.iter().map(Added::of).collect();
         Self {
             policies: Arc::new(policies),
             releases,
             enforced: enforced.into(),
+            added,
         }
     }
 
@@ -701,6 +741,7 @@ impl Engine {
             policies: Arc::clone(&self.policies),
             releases,
             enforced: Arc::clone(&self.enforced),
+            added: Arc::clone(&self.added),
         }
     }
 
@@ -762,6 +803,8 @@ impl Engine {
             reference: OnceCell::new(),
             platform: facts.platform(),
             exceptions: facts.exceptions::<ExceptionsAt>(),
+            policies: &self.policies.policies,
+            added: &self.added,
         };
         if subject.operation == Operation::Delete {
             // A DELETE without the stored object (a crafted or very old review) is judged on
@@ -869,7 +912,9 @@ impl Engine {
         namespace: Option<&str>,
         verdict: &mut Verdict,
     ) {
-        if run.subject.requester == Requester::Unknown {
+        // Without an exemption annotation there is none to refuse: one look at the
+        // annotations rather than one per policy.
+        if run.subject.requester == Requester::Unknown || !carries_exemptions(object) {
             return;
         }
         for policy in self.policies.policies.iter() {
@@ -1012,16 +1057,14 @@ impl Engine {
         match target {
             Target::Object => {
                 let patched = edits && !output.patch.is_empty();
-                for v in &output.violations {
-                    let anchor = match &v.pointer {
-                        Some(pointer) => Anchor::Field {
-                            pointer: pointer.clone(),
-                        },
+                for mut v in output.violations {
+                    let anchor = match v.pointer.take() {
+                        Some(pointer) => Anchor::Field { pointer },
                         None => Anchor::Object,
                     };
                     let text = Text {
-                        location: v.location.clone(),
-                        ..text_of(v)
+                        location: v.location.take(),
+                        ..text_of(&mut v)
                     };
                     let f = finding(v.code, anchor, text, patched && v.fixed_by_edit);
                     run.record(policy, v.severity, f, object, verdict);
@@ -1053,12 +1096,12 @@ impl Engine {
             Target::Embedded(inner) => {
                 // Validation only: an object family's edits are for the object it reads, and
                 // the payload is not that object (`output.patch`, `output.mutations` dropped).
-                for v in &output.violations {
+                for mut v in output.violations {
                     let line = inner.line(v.pointer.as_deref());
                     let anchor = Anchor::Embedded {
                         pointer: inner.pointer(),
                         doc: inner.doc,
-                        inner: v.pointer.clone(),
+                        inner: v.pointer.take(),
                         line,
                         trace: inner.trace(line),
                     };
@@ -1074,13 +1117,17 @@ impl Engine {
                     }
                     let text = Text {
                         location: Some(location),
-                        ..text_of(v)
+                        ..text_of(&mut v)
                     };
                     let f = finding(v.code, anchor, text, false);
                     run.record(policy, v.severity, f, object, verdict);
                 }
             }
-            Target::Site { site, doc, edited } => {
+            Target::Site {
+                site,
+                doc,
+                edits: pending,
+            } => {
                 // An edit that will be applied fixes the violations the rule marks as such.
                 let edits_apply =
                     edits && site.mutable && doc.is_some() && !output.edits.is_empty();
@@ -1089,13 +1136,13 @@ impl Engine {
                     line,
                     trace: site.trace(line),
                 };
-                for v in &output.violations {
+                for mut v in output.violations {
                     let located = site.locate(v.line);
                     let mut text = Text {
                         location: Some(located.at),
                         field_line: located.field_line,
                         within: located.within,
-                        ..text_of(v)
+                        ..text_of(&mut v)
                     };
                     if !site.mutable
                         && let Some(note) = &site.note
@@ -1110,30 +1157,17 @@ impl Engine {
                     let f = finding(v.code, at(v.line), text, edits_apply && v.fixed_by_edit);
                     run.record(policy, v.severity, f, object, verdict);
                 }
-                let (true, Some(doc)) = (edits_apply, doc) else {
+                if !edits_apply {
                     return;
-                };
-                for edit in &output.edits {
-                    let (copy, applied) = edited.get_or_insert_with(|| (doc.clone(), Vec::new()));
-                    let summary = copy.set(edit.section, edit.key, edit.value);
-                    applied.push(edit.clone());
-                    let located = site.locate(Some(summary.line));
+                }
+                for edit in output.edits {
                     let text = Text {
-                        location: Some(located.at),
-                        field_line: located.field_line,
-                        within: located.within,
-                        what: format!(
-                            "stackgate set [{}] {} = {}",
-                            edit.section, edit.key, edit.value
-                        ),
+                        what: edit_note(&edit),
                         ..Text::default()
                     };
-                    verdict.mutations.push(finding(
-                        CODE_MUTATION,
-                        at(Some(summary.line)),
-                        text,
-                        true,
-                    ));
+                    // Located once applied: the line is the edited document's.
+                    let f = finding(CODE_MUTATION, Anchor::Object, text, true);
+                    pending.push((edit, f));
                 }
             }
         }
@@ -1305,7 +1339,7 @@ impl Engine {
             values_source: site.values_source,
             ccm_version,
         };
-        let mut edited: Option<(Document, Vec<IniEdit>)> = None;
+        let mut edits: Vec<(IniEdit, Finding)> = Vec::new();
         let mut reported_unreadable = false;
         for family in FAMILIES {
             let Check::CloudConfig(check) = family.check else {
@@ -1328,14 +1362,33 @@ impl Engine {
                 let target = Target::Site {
                     site,
                     doc: view.doc.as_ref().ok().copied(),
-                    edited: &mut edited,
+                    edits: &mut edits,
                 };
                 self.apply(run, policy, object, output, target, verdict);
             }
         }
-        if let Some((doc, applied)) = edited {
-            verdict.patch.extend(site.patch(&doc, &applied));
+        // Every family has read the document as written: the edits now go into it (no copy),
+        // in the order the families asked for them, each mutation finding at its line.
+        let (false, Ok(Ok(mut doc))) = (edits.is_empty(), parsed) else {
+            return;
+        };
+        let mut applied = Vec::with_capacity(edits.len());
+        for (edit, mut f) in edits {
+            let summary = doc.set(edit.section, edit.key, edit.value);
+            let line = Some(summary.line);
+            let located = site.locate(line);
+            f.text.location = Some(located.at);
+            f.text.field_line = located.field_line;
+            f.text.within = located.within;
+            f.anchor = Anchor::CloudConfig {
+                pointer: site.pointer(),
+                line,
+                trace: site.trace(line),
+            };
+            verdict.mutations.push(f);
+            applied.push(edit);
         }
+        verdict.patch.extend(site.patch(&doc, &applied));
     }
 }
 
@@ -1617,6 +1670,24 @@ impl Engine {
     }
 }
 
+/// `stackgate set [SECTION] KEY = VALUE`: what a mutation finding says about one INI edit
+/// (written without going through `fmt`: a patched review makes one per edit).
+fn edit_note(edit: &IniEdit) -> String {
+    let parts = [
+        "stackgate set [",
+        edit.section,
+        "] ",
+        edit.key,
+        " = ",
+        edit.value,
+    ];
+    let mut out = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for part in parts {
+        out.push_str(part);
+    }
+    out
+}
+
 /// Applies the policy mode to one finding.
 fn record(policy: &Policy, severity: Severity, finding: Finding, verdict: &mut Verdict) {
     match (policy.mode, severity) {
@@ -1701,6 +1772,25 @@ fn exemption_annotation<'o>(object: &'o DynamicObject, policy: &str) -> Option<&
         .take_while(|(key, _)| key.starts_with(prefix))
         .find(|(key, _)| key.get(prefix.len()..) == Some(policy))
         .map(|(_, value)| value.as_str())
+}
+
+/// Whether `object` carries an annotation of the exemption prefix at all (for some policy:
+/// [`exemption_annotation`] finds none for any policy otherwise).
+fn carries_exemptions(object: &DynamicObject) -> bool {
+    let prefix = crate::policy::EXEMPT_ANNOTATION_PREFIX;
+    object
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|annotations| {
+            annotations
+                .range::<str, _>((
+                    std::ops::Bound::Included(prefix),
+                    std::ops::Bound::Unbounded,
+                ))
+                .next()
+                .is_some_and(|(key, _)| key.starts_with(prefix))
+        })
 }
 
 /// Records an exemption and returns true when `object`'s annotation exempts it from
@@ -1822,17 +1912,18 @@ fn not_applied(
     record(policy, severity, finding, verdict);
 }
 
-/// The parts a rule wrote (the engine adds location, exemption and source).
-fn text_of(v: &crate::rules::Violation) -> Text {
+/// The parts a rule wrote (the engine adds location, exemption and source), taken out of
+/// the violation: a finding is made once per violation, so its parts are moved, not copied.
+fn text_of(v: &mut crate::rules::Violation) -> Text {
     Text {
         location: None,
         field_line: None,
         within: None,
-        what: v.what.clone(),
-        fix: v.fix.clone(),
-        why: v.why.clone(),
-        unseen_overlay: v.unseen_overlay.clone(),
-        notes: v.notes.clone(),
+        what: std::mem::take(&mut v.what),
+        fix: std::mem::take(&mut v.fix),
+        why: std::mem::take(&mut v.why),
+        unseen_overlay: v.unseen_overlay.take(),
+        notes: std::mem::take(&mut v.notes),
         exemption: None,
         exempters: None,
         source: String::new(),
@@ -2071,8 +2162,21 @@ mod tests {
     }
 
     #[test]
+    fn an_edit_is_noted_as_stackgate_set_section_key_value() {
+        let edit = IniEdit {
+            section: "LoadBalancer",
+            key: "provider-requires-serial-api-calls",
+            value: "true",
+        };
+        assert_eq!(
+            edit_note(&edit),
+            "stackgate set [LoadBalancer] provider-requires-serial-api-calls = true"
+        );
+    }
+
+    #[test]
     fn a_rule_s_parts_become_the_finding_s_text() {
-        let v = crate::rules::Violation {
+        let mut v = crate::rules::Violation {
             severity: Severity::Warn,
             code: "c",
             line: Some(3),
@@ -2086,7 +2190,7 @@ mod tests {
             fixed_by_edit: false,
         };
         assert_eq!(
-            text_of(&v),
+            text_of(&mut v),
             Text {
                 what: "what".to_owned(),
                 fix: "fix".to_owned(),
@@ -2096,5 +2200,189 @@ mod tests {
                 ..Text::default()
             }
         );
+    }
+
+    /// A site ConfigMap whose cloud config lacks the serial setting: the serial policy finds
+    /// it and edits it (a violation and a mutation note).
+    fn unserialized_site(
+        annotations: serde_json::Value,
+    ) -> (kube::core::GroupVersionKind, DynamicObject) {
+        let gvk = kube::core::GroupVersionKind::gvk("", "v1", "ConfigMap");
+        let object = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "cloud-provider-config", "namespace": "openshift-config",
+                         "annotations": annotations},
+            "data": {"config": "[Global]\nauth-url = https://keystone.example:5000/v3\n"}
+        }))
+        .expect("a ConfigMap");
+        (gvk, object)
+    }
+
+    const SERIAL: &str = "serial-lb-api-calls";
+
+    /// What a finding takes from its policy: the exemption annotation, who may set it (only
+    /// when not everyone may) and the source, trimmed; a mutation note takes the source only
+    /// (nobody exempts a note).
+    #[test]
+    fn a_finding_takes_its_policy_s_exemption_and_source_and_a_mutation_note_its_source() {
+        let (gvk, object) = unserialized_site(serde_json::json!({}));
+        for everyone in [false, true] {
+            let mut set = PolicySet::embedded().expect("the embedded policies load");
+            let policy = set
+                .policies
+                .iter_mut()
+                .find(|p| p.name == SERIAL)
+                .expect("the serial policy");
+            policy.source = format!("  {}\n", policy.source.trim());
+            let source = policy.source.trim().to_owned();
+            let rules = policy.exemptions.annotation.as_mut().expect("exemptible");
+            rules.allowed_groups = vec![if everyone {
+                crate::policy::EVERY_USER_GROUP.to_owned()
+            } else {
+                "platform".to_owned()
+            }];
+            rules.allowed_users = vec!["alice".to_owned()];
+            let verdict = Engine::new(set).evaluate(&Subject::create(&gvk, &object));
+            let (notes, found): (Vec<&Finding>, Vec<&Finding>) = verdict
+                .mutations
+                .iter()
+                .chain(&verdict.denials)
+                .chain(&verdict.warnings)
+                .filter(|f| f.policy == SERIAL)
+                .partition(|f| f.code == CODE_MUTATION);
+            assert!(!notes.is_empty() && !found.is_empty(), "{verdict:?}");
+            for f in found {
+                assert_eq!(
+                    f.text.exemption.as_deref(),
+                    Some("stackgate.dev/exempt.serial-lb-api-calls")
+                );
+                let who = (!everyone).then_some("group platform or user alice");
+                assert_eq!(f.text.exempters.as_deref(), who);
+                assert_eq!(f.text.source, source);
+            }
+            for note in notes {
+                assert_eq!(
+                    (
+                        note.text.exemption.as_deref(),
+                        note.text.exempters.as_deref()
+                    ),
+                    (None, None)
+                );
+                assert_eq!(note.text.source, source);
+                assert!(
+                    note.text.what.starts_with("stackgate set [LoadBalancer] "),
+                    "{}",
+                    note.text.what
+                );
+                assert!(note.text.location.is_some() && note.line().is_some());
+            }
+        }
+    }
+
+    /// The webhook refuses an exemption annotation its requester may not set, as a finding of
+    /// the policy, even of a policy that found nothing (`cluster-name` on a ConfigMap); an
+    /// annotation of no policy, other annotations, or no requester (`check`) is no such
+    /// finding.
+    #[test]
+    fn an_exemption_annotation_a_requester_may_not_set_is_refused() {
+        let engine = Engine::new(PolicySet::embedded().expect("the embedded policies load"));
+        let groups = vec!["developers".to_owned()];
+        let refused = |annotations: serde_json::Value, user: bool| -> Vec<String> {
+            let (gvk, object) = unserialized_site(annotations);
+            let mut subject = Subject::create(&gvk, &object);
+            if user {
+                subject.requester = Requester::User {
+                    username: "bob",
+                    groups: &groups,
+                };
+            }
+            let verdict = engine.evaluate(&subject);
+            verdict
+                .denials
+                .iter()
+                .chain(&verdict.warnings)
+                .filter(|f| f.code == CODE_EXEMPTION_NOT_ALLOWED)
+                .map(|f| f.policy.clone())
+                .collect()
+        };
+        let exempt = serde_json::json!({"stackgate.dev/exempt.cluster-name": "tested"});
+        assert_eq!(refused(exempt.clone(), true), ["cluster-name"]);
+        assert_eq!(refused(exempt, false), Vec::<String>::new());
+        for other in [
+            serde_json::json!({}),
+            serde_json::json!({"a": "b", "z": "y"}),
+            serde_json::json!({"stackgate.dev/exempt.no-such-policy": "tested"}),
+        ] {
+            assert_eq!(refused(other, true), Vec::<String>::new());
+        }
+    }
+
+    /// An object family's finding keeps the location its rule wrote; on an object a payload
+    /// embeds, the location names the payload, then the rule's; a finding in a values string
+    /// keeps where inside the string it is (`within`).
+    #[test]
+    fn findings_keep_their_rule_s_location_and_where_within_the_field() {
+        let engine = Engine::new(PolicySet::embedded().expect("the embedded policies load"));
+        let ccm = "apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: occm\n  \
+                   namespace: kube-system\nspec:\n  template:\n    spec:\n      containers:\n      \
+                   - name: occm\n        image: registry.k8s.io/provider-os/\
+                   openstack-cloud-controller-manager:v1.30.0\n        args:\n        \
+                   - --concurrent-service-syncs=4\n";
+        let located = |json: serde_json::Value, policy: &str| -> Vec<Text> {
+            let api = json["apiVersion"].as_str().expect("apiVersion").to_owned();
+            let (group, version) = api.split_once('/').unwrap_or(("", api.as_str()));
+            let gvk = kube::core::GroupVersionKind::gvk(
+                group,
+                version,
+                json["kind"].as_str().expect("kind"),
+            );
+            let object: DynamicObject = serde_json::from_value(json).expect("an object");
+            let verdict = engine.evaluate(&Subject::create(&gvk, &object));
+            verdict
+                .denials
+                .iter()
+                .chain(&verdict.warnings)
+                .filter(|f| f.policy == policy)
+                .map(|f| f.text.clone())
+                .collect()
+        };
+        let daemonset = crate::yaml::parse_one(ccm)
+            .and_then(|n| n.to_json())
+            .expect("the DaemonSet parses");
+        let own = located(daemonset, "ccm-concurrency");
+        assert!(!own.is_empty());
+        for text in &own {
+            let location = text.location.as_deref().expect("a location");
+            assert!(
+                location.starts_with("DaemonSet kube-system/occm "),
+                "{location}"
+            );
+        }
+        let payload = located(
+            serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "crs", "namespace": "default"},
+                "data": {"ccm.yaml": ccm}}),
+            "ccm-concurrency",
+        );
+        assert_eq!(payload.len(), own.len());
+        for (text, own) in payload.iter().zip(&own) {
+            let location = text.location.as_deref().expect("a location");
+            assert!(
+                location.starts_with("ConfigMap default/crs ClusterResourceSet payload ")
+                    && location.ends_with(&format!(": {}", own.location.as_deref().unwrap_or(""))),
+                "{location}"
+            );
+        }
+        let chart = located(
+            serde_json::json!({"apiVersion": "helm.cattle.io/v1", "kind": "HelmChart",
+                "metadata": {"name": "occm", "namespace": "kube-system"},
+                "spec": {"chart": "openstack-cloud-controller-manager",
+                    "valuesContent": "cloudConfig:\n  global:\n    auth-url: https://k:5000/v3\n  loadBalancer:\n    subnet-id: s\n"}}),
+            SERIAL,
+        );
+        assert!(!chart.is_empty());
+        for text in chart {
+            assert!(text.within.is_some(), "{text:?}");
+        }
     }
 }

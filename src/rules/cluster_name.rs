@@ -233,7 +233,8 @@ fn name_sources_in(
     cancel: &crate::budget::Cancel,
 ) -> Vec<NameSource> {
     let (gvk, object) = (places.gvk(), places.object());
-    let holder = helm::object_name(gvk, object);
+    // Named only for values that name the cluster (most objects hold no chart values).
+    let holder = std::cell::OnceCell::new();
     // A plain values file (`check --values-for`) is one of the release's values files: others,
     // `--set`, or a tool that renders more values over it (Cluster Stacks' overwrite.yaml) may
     // set the name where this file does not show it.
@@ -241,7 +242,12 @@ fn name_sources_in(
     let mut out: Vec<NameSource> = helm::chart_values_all_in(places, cancel)
         .iter()
         .filter(|values| values_run_service_controller(values))
-        .filter_map(|values| values_source(&holder, values))
+        .filter_map(|values| {
+            values_source(
+                holder.get_or_init(|| helm::object_name(gvk, object)),
+                values,
+            )
+        })
         .map(|mut source| {
             if values_file && source.caveat.is_none() {
                 source.caveat = Some(Caveat::OtherValues);

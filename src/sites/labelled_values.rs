@@ -28,7 +28,7 @@ use serde_json::Value;
 use super::generation::Generation;
 use super::helm::{self, MAX_VALUES_TEXT_BYTES};
 use super::object_data::Encoding;
-use super::path::pointer;
+use super::path::{pointer, pointer_text};
 use super::values::{ValuesAt, ValuesText};
 use super::{Anchor, Carrier, FoundConfig, Holder, Location, SiteError, SiteKind, SitesDocument};
 use crate::budget::Cancel;
@@ -229,7 +229,7 @@ impl Carrier for LabelledValues {
     }
 
     fn pointer(&self) -> String {
-        pointer(&self.path).to_string()
+        pointer_text(&self.path)
     }
 
     fn describe(&self, line: Option<usize>) -> String {

@@ -527,9 +527,14 @@ impl FoundConfig {
     /// `cloudConfig.loadBalancer.provider-requires-serial-api-calls`.
     pub fn locate(&self, line: Option<usize>) -> Location {
         let mut location = self.carrier.locate(line);
-        location.at = format!("{} {}", self.object, location.at)
-            .trim_end()
-            .to_owned();
+        // `{object} {at}` without its trailing blanks, written once (every finding of a site
+        // is located).
+        let mut at = String::with_capacity(self.object.len() + 1 + location.at.len());
+        at.push_str(&self.object);
+        at.push(' ');
+        at.push_str(&location.at);
+        at.truncate(at.trim_end().len());
+        location.at = at;
         location
     }
 }
@@ -649,6 +654,19 @@ fn chart_values_sites(
 
 /// Most nested manifest streams one object has parsed ([`helm::MAX_CARRIERS_PER_OBJECT`]).
 const MAX_NESTED_CARRIERS: usize = helm::MAX_CARRIERS_PER_OBJECT;
+
+/// `ConfigMap kube-system/cloud-config`: how a ConfigMap's or Secret's sites name their object
+/// (`ConfigMap /name` without a namespace), written without going through `fmt`.
+fn kind_namespace_name(kind: SiteKind, namespace: &str, name: &str) -> String {
+    let kind = kind.as_str();
+    let mut out = String::with_capacity(kind.len() + namespace.len() + name.len() + 2);
+    out.push_str(kind);
+    out.push(' ');
+    out.push_str(namespace);
+    out.push('/');
+    out.push_str(name);
+    out
+}
 
 /// ConfigMap or Secret, the two kinds whose `data` holds sites.
 pub fn data_kind(gvk: &GroupVersionKind) -> Option<SiteKind> {

@@ -2,13 +2,18 @@
 //! field: [`TextField`] (verbatim: ConfigMap `data`, Secret `stringData`, and the CCM chart's
 //! `cloudConfigContents` in structured values) and [`Base64Field`] (Secret `data`).
 
+use std::borrow::Cow;
+
 use base64::Engine as _;
 use json_patch::{PatchOperation, ReplaceOperation};
 use kube::core::DynamicObject;
 use serde_json::Value;
 
-use super::path::pointer;
-use super::{Anchor, Carrier, FoundConfig, Holder, SiteError, SiteKind, SiteSpec, SitesDocument};
+use super::path::{keyed, pointer, pointer_text, push_decimal};
+use super::{
+    Anchor, Carrier, FoundConfig, Holder, SiteError, SiteKind, SiteSpec, SitesDocument,
+    kind_namespace_name,
+};
 use crate::cloudconf::{Document, IniEdit};
 use crate::yaml::Seg;
 
@@ -21,18 +26,19 @@ pub(super) fn find(
 ) -> Vec<FoundConfig> {
     let name = object.metadata.name.as_deref().unwrap_or("");
     let namespace = object.metadata.namespace.as_deref().unwrap_or("");
-    let mut keys: Vec<SiteSpec> = sites
+    // The sites document's entries for this object, borrowed: most objects match none.
+    let mut keys: Vec<Cow<'_, SiteSpec>> = sites
         .sites
         .iter()
         .filter(|s| s.kind == kind && s.name == name && s.namespace == namespace)
-        .cloned()
+        .map(Cow::Borrowed)
         .collect();
     // A label is set by whoever knows the object holds an OpenStack cloud config.
     if let Some(label) = &sites.label
         && let Some(key) = object.metadata.labels.as_ref().and_then(|l| l.get(label))
         && !keys.iter().any(|s| &s.key == key)
     {
-        keys.push(SiteSpec {
+        keys.push(Cow::Owned(SiteSpec {
             kind,
             namespace: namespace.to_owned(),
             name: name.to_owned(),
@@ -41,19 +47,17 @@ pub(super) fn find(
             note: None,
             other_platforms: false,
             read_by: Vec::new(),
-        });
+        }));
     }
-    let object_name = format!("{} {namespace}/{name}", kind.as_str());
+    if keys.is_empty() {
+        return Vec::new();
+    }
+    let object_name = kind_namespace_name(kind, namespace, name);
     let mut found = Vec::new();
     for spec in keys {
-        let key = spec.key.clone();
-        let field = |name: &str| object.data.get(name).and_then(|d| d.get(&key));
-        let place = |name: &str| {
-            (
-                vec![Seg::key(name), Seg::key(&key)],
-                format!("{name}[{key:?}]"),
-            )
-        };
+        let key = spec.key.as_str();
+        let field = |name: &str| object.data.get(name).and_then(|d| d.get(key));
+        let place = |name: &str| (vec![Seg::key(name), Seg::key(key)], keyed(name, key));
         // `stringData` wins over `data`: the apiserver writes it over `data` (only manifests
         // have it; admission sees it merged).
         let mut site = match (kind, field("stringData"), field("data")) {
@@ -72,9 +76,9 @@ pub(super) fn find(
             _ => continue,
         };
         site.mutable = spec.mutate;
-        site.note = spec.note;
+        site.note.clone_from(&spec.note);
         site.other_platforms = spec.other_platforms;
-        site.read_by = spec.read_by;
+        site.read_by.clone_from(&spec.read_by);
         found.push(site);
     }
     found
@@ -153,7 +157,7 @@ impl Carrier for TextField {
     }
 
     fn pointer(&self) -> String {
-        pointer(&self.path).to_string()
+        pointer_text(&self.path)
     }
 
     fn describe(&self, line: Option<usize>) -> String {
@@ -239,7 +243,7 @@ impl Carrier for Base64Field {
     }
 
     fn pointer(&self) -> String {
-        pointer(&self.path).to_string()
+        pointer_text(&self.path)
     }
 
     fn describe(&self, line: Option<usize>) -> String {
@@ -273,7 +277,13 @@ fn replace(path: &[Seg], value: String) -> PatchOperation {
 /// `data["config"] line 3`, or the field alone.
 fn describe_line(location: &str, line: Option<usize>) -> String {
     match line {
-        Some(line) => format!("{location} line {line}"),
+        Some(line) => {
+            let mut out = String::with_capacity(location.len() + 16);
+            out.push_str(location);
+            out.push_str(" line ");
+            push_decimal(&mut out, line);
+            out
+        }
         None => location.to_owned(),
     }
 }
@@ -308,6 +318,40 @@ pub fn decode_base64_like_go(s: &str) -> Result<Vec<u8>, base64::DecodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A named site is the object of that kind, namespace and name: another name in the same
+    /// namespace, or another kind of the same name, holds no site.
+    #[test]
+    fn a_named_site_is_its_kind_namespace_and_name_together() {
+        let sites: SitesDocument =
+            serde_saphyr::from_str(include_str!("../../policies/cloud-config-sites.yaml"))
+                .expect("the default sites document parses");
+        let object = |kind: &str, namespace: &str, name: &str| -> DynamicObject {
+            serde_json::from_value(serde_json::json!({"apiVersion": "v1", "kind": kind,
+                "metadata": {"name": name, "namespace": namespace},
+                "data": {"config": "[Global]\n"}}))
+            .expect("an object")
+        };
+        let found = |kind: SiteKind, o: &DynamicObject| find(kind, o, &sites).len();
+        let site = object("ConfigMap", "openshift-config", "cloud-provider-config");
+        assert_eq!(found(SiteKind::ConfigMap, &site), 1);
+        for (kind, o) in [
+            (
+                SiteKind::ConfigMap,
+                object("ConfigMap", "openshift-config", "other"),
+            ),
+            (
+                SiteKind::ConfigMap,
+                object("ConfigMap", "other", "cloud-provider-config"),
+            ),
+            (
+                SiteKind::Secret,
+                object("Secret", "openshift-config", "cloud-provider-config"),
+            ),
+        ] {
+            assert_eq!(found(kind, &o), 0, "{kind:?} {:?}", o.metadata);
+        }
+    }
 
     #[test]
     fn base64_is_decoded_as_go_std_encoding_does() {

@@ -37,6 +37,75 @@ pub fn pointer(path: &[Seg]) -> PointerBuf {
     }))
 }
 
+/// The JSON pointer of a path as text: what [`pointer`]'s `to_string` writes (each token
+/// with `~` written `~0` and `/` written `~1`, RFC 6901), without building the pointer's
+/// tokens first. Every finding of a site names its field's pointer.
+pub fn pointer_text(path: &[Seg]) -> String {
+    let mut out = String::with_capacity(
+        path.iter()
+            .map(|s| match s {
+                Seg::Key(k) => k.len() + 1,
+                Seg::Index(_) => 4,
+            })
+            .sum(),
+    );
+    for seg in path {
+        out.push('/');
+        match seg {
+            Seg::Key(k) => {
+                let mut rest = k.as_str();
+                while let Some(at) = rest.find(['~', '/']) {
+                    out.push_str(&rest[..at]);
+                    out.push_str(if rest.as_bytes()[at] == b'~' {
+                        "~0"
+                    } else {
+                        "~1"
+                    });
+                    rest = &rest[at + 1..];
+                }
+                out.push_str(rest);
+            }
+            Seg::Index(i) => push_decimal(&mut out, *i),
+        }
+    }
+    out
+}
+
+/// `field[key]` with the key quoted as `{key:?}` writes it (`data["cloud.conf"]`): how
+/// messages name a data key. A key of printable ASCII without `"` or `\` (every real one)
+/// is written as it is, without going through `fmt`; any other is left to `Debug`.
+pub fn keyed(field: &str, key: &str) -> String {
+    if !key
+        .bytes()
+        .all(|b| matches!(b, b' '..=b'~') && b != b'"' && b != b'\\')
+    {
+        return format!("{field}[{key:?}]");
+    }
+    let mut out = String::with_capacity(field.len() + key.len() + 4);
+    out.push_str(field);
+    out.push_str("[\"");
+    out.push_str(key);
+    out.push_str("\"]");
+    out
+}
+
+/// Appends `n` in decimal, as `{n}` writes it, without going through `fmt`.
+pub fn push_decimal(out: &mut String, mut n: usize) {
+    let mut digits = [0u8; 20];
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &d in &digits[start..] {
+        out.push(char::from(d));
+    }
+}
+
 /// `root.pointer(pointer)` (RFC 6901, as serde_json reads it), without the two `String`s
 /// serde_json allocates per token to unescape `~1` and `~0`: the pointers the sites read are
 /// static and hold no `~`, so each token is its key as written. A pointer with `~` is left to
@@ -83,6 +152,89 @@ pub fn shown_entry(key: &str) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// `pointer_text` writes what jsonptr writes for the same path: keys with `~` and `/`
+    /// anywhere (and both, and repeated), empty keys, non-ASCII, indexes of every width.
+    #[test]
+    fn pointer_text_is_jsonptr_s_pointer_as_text() {
+        let keys = [
+            "",
+            "data",
+            "cloud.conf",
+            "~",
+            "/",
+            "~/",
+            "/~",
+            "a~b",
+            "a/b",
+            "~0",
+            "~1",
+            "a//b~~c",
+            "é~ü/ñ",
+            "0",
+            "-",
+        ];
+        let indexes = [0, 7, 10, 99, 12345, usize::MAX];
+        let mut segs: Vec<Seg> = keys.iter().map(|k| Seg::key(k)).collect();
+        segs.extend(indexes.iter().map(|&i| Seg::Index(i)));
+        assert_eq!(pointer_text(&[]), pointer(&[]).to_string());
+        for a in &segs {
+            for b in &segs {
+                let path = [a.clone(), b.clone()];
+                assert_eq!(pointer_text(&path), pointer(&path).to_string(), "{path:?}");
+                assert_eq!(pointer_text(&path[..1]), pointer(&path[..1]).to_string());
+            }
+        }
+    }
+
+    /// `keyed` writes what `format!("{field}[{key:?}]")` writes, for every printable ASCII
+    /// character and the ones Debug escapes (quotes, backslashes, control characters,
+    /// non-ASCII, a combining mark), alone and inside a key.
+    #[test]
+    fn keyed_is_debug_quoting() {
+        let mut keys: Vec<String> = (0u8..=127).map(|b| char::from(b).to_string()).collect();
+        keys.extend(
+            [
+                "",
+                "cloud.conf",
+                "a b",
+                "é",
+                "\u{301}",
+                "\u{85}",
+                "\u{200b}",
+                "😀",
+                "a\"b\\c",
+            ]
+            .map(str::to_owned),
+        );
+        let inside: Vec<String> = keys.iter().map(|k| format!("x{k}y")).collect();
+        for key in keys.iter().chain(&inside) {
+            assert_eq!(keyed("data", key), format!("data[{key:?}]"), "{key:?}");
+        }
+    }
+
+    #[test]
+    fn push_decimal_writes_as_display() {
+        for n in [
+            0,
+            1,
+            9,
+            10,
+            11,
+            99,
+            100,
+            101,
+            4096,
+            65535,
+            1 << 40,
+            usize::MAX - 1,
+            usize::MAX,
+        ] {
+            let mut out = "x".to_owned();
+            push_decimal(&mut out, n);
+            assert_eq!(out, format!("x{n}"));
+        }
+    }
 
     /// `value_at` answers as serde_json's `pointer` for every pointer of up to three tokens
     /// over an alphabet of keys and indexes (empty, `0`, `01`, `+1`, `-1`, a huge index, keys

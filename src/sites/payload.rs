@@ -53,8 +53,11 @@ use kube::core::{DynamicObject, GroupVersionKind};
 use serde_json::Value;
 
 use super::object_data::Encoding;
-use super::path::pointer;
-use super::{Anchor, Carrier, FoundConfig, Holder, Location, SiteError, SiteKind, SitesDocument};
+use super::path::{keyed, pointer, pointer_text};
+use super::{
+    Anchor, Carrier, FoundConfig, Holder, Location, SiteError, SiteKind, SitesDocument,
+    kind_namespace_name,
+};
 use crate::budget::Cancel;
 use crate::cloudconf::{Document, IniEdit};
 use crate::yaml::edit::{self as yamledit, Change};
@@ -104,6 +107,14 @@ fn site_needles(sites: &SitesDocument) -> impl Iterator<Item = &str> {
 fn names_a_site(text: &str, sites: &SitesDocument) -> bool {
     sites.sites.iter().any(|s| text.contains(s.name.as_str()))
         || sites.label.as_deref().is_some_and(|l| text.contains(l))
+}
+
+/// Whether `text` spells `kind`, as written or with its YAML escapes read: a YAML text that
+/// does not has no document with a `kind` key ([`may_hold_site`] and [`may_hold_ccm`] ask it
+/// of the same spelling as the names).
+fn spells_kind(text: &str) -> bool {
+    // `kind` holds no character of PLAIN_ESCAPED.
+    spellings(text, true, |text| text.contains("kind"))
 }
 
 /// Whether `text` (one spelling) holds a CCM marker ([`CCM_MARKERS`]).
@@ -309,7 +320,7 @@ pub struct EmbeddedObject {
 impl EmbeddedObject {
     /// JSON pointer of the payload value in the outer object (`/data/ccm.yaml`).
     pub fn pointer(&self) -> String {
-        pointer(&self.value_path).to_string()
+        pointer_text(&self.value_path)
     }
 
     /// The 1-based line, in the (decoded) payload text, of the inner object's field at the
@@ -431,7 +442,7 @@ pub(super) fn scan(
     let namespace = object.metadata.namespace.as_deref().unwrap_or("");
     // Named only for a value that may hold something: most values (a site's own INI text)
     // hold nothing, and the scan runs for every site ConfigMap.
-    let outer = || format!("{} {namespace}/{name}", kind.as_str());
+    let outer = || kind_namespace_name(kind, namespace, name);
     let mut found = Vec::new();
     let mut embedded = Vec::new();
     // `stringData` first: it wins over `data` for the same key (the apiserver writes it over).
@@ -440,7 +451,7 @@ pub(super) fn scan(
         SiteKind::ConfigMap => &[("data", Encoding::Text)],
     };
     let mut seen: Vec<&str> = Vec::new();
-    let charts = super::chart_names_of(sites);
+    let mut charts: Option<Vec<String>> = None;
     for (field, encoding) in fields {
         let Some(map) = object.data.get(*field).and_then(Value::as_object) else {
             continue;
@@ -453,7 +464,7 @@ pub(super) fn scan(
                 continue;
             }
             seen.push(key);
-            let location = || format!("{field}[{key:?}]");
+            let location = || keyed(field, key);
             let Some(raw) = raw.as_str() else {
                 continue;
             };
@@ -466,9 +477,16 @@ pub(super) fn scan(
                     Err(_) => continue,
                 },
             };
+            // Whatever is read in a value is a document with a `kind` (a site, a CCM object, a
+            // carrier of chart values): a value that spells no `kind` (a site's own INI text)
+            // holds none of them, and is not searched for names.
+            if !spells_kind(&text) {
+                continue;
+            }
+            let charts = charts.get_or_insert_with(|| super::chart_names_of(sites));
             let site_here = may_hold_site(&text, sites);
             let ccm_here = objects && may_hold_ccm(&text);
-            let values_here = mentions(&text, &charts);
+            let values_here = mentions(&text, charts);
             if !site_here && !ccm_here && !values_here {
                 continue;
             }
@@ -928,7 +946,7 @@ impl Carrier for PayloadSite {
     }
 
     fn pointer(&self) -> String {
-        pointer(&self.value_path).to_string()
+        pointer_text(&self.value_path)
     }
 
     fn describe(&self, line: Option<usize>) -> String {
@@ -1194,6 +1212,44 @@ mod tests {
                 path: vec![Seg::key("stringData"), Seg::key("p.yaml")],
                 line: 9
             }
+        );
+    }
+
+    /// A value is read only when it spells `kind`; as written or through an escape of a
+    /// double-quoted key, the embedded site is found the same, and a value that spells no
+    /// `kind` (a cloud config, a chart's name alone) holds nothing.
+    #[test]
+    fn only_a_value_that_spells_kind_is_read() {
+        assert!(spells_kind("apiVersion: v1\nkind: Secret\n"));
+        assert!(spells_kind("\"\\x6bind\": Secret"));
+        assert!(spells_kind("\"k\\\n   ind\": Secret"));
+        assert!(spells_kind("{\"p\": \"\\\"\\\\u006bind\\\": Secret\"}"));
+        assert!(!spells_kind("[Global]\nregion = RegionOne\n"));
+        assert!(!spells_kind("\"\\x6aind\": Secret"));
+
+        let plain = find(SiteKind::Secret, &crs_secret(INNER), &sites());
+        for spelled in [
+            INNER.replace("kind: Secret", "\"\\x6bind\": Secret"),
+            INNER.replace("kind: Secret", "\"\\u006Bind\": Secret"),
+        ] {
+            let found = find(SiteKind::Secret, &crs_secret(&spelled), &sites());
+            assert_eq!(found.len(), 1, "{spelled}");
+            assert_eq!(found[0].describe(Some(2)), plain[0].describe(Some(2)));
+            assert_eq!(
+                found[0].text.as_ref().map(SecretText::expose),
+                plain[0].text.as_ref().map(SecretText::expose)
+            );
+        }
+        // The chart's name without a `kind`: no values carrier to read.
+        let unkinded = "chart: openstack-cloud-controller-manager\nvalues:\n  cloudConfig: {}\n";
+        assert!(find(SiteKind::Secret, &crs_secret(unkinded), &sites()).is_empty());
+        // With one, the HelmChart carries the chart's values: a site.
+        let kinded = "apiVersion: helm.cattle.io/v1\nkind: HelmChart\nmetadata:\n  name: occm\n  \
+             namespace: kube-system\nspec:\n  chart: openstack-cloud-controller-manager\n  \
+             valuesContent: |\n    cloudConfig:\n      global:\n        region: R\n";
+        assert_eq!(
+            find(SiteKind::Secret, &crs_secret(kinded), &sites()).len(),
+            1
         );
     }
 

@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 use json_patch::{AddOperation, PatchOperation, ReplaceOperation};
 use serde_json::{Map, Value};
 
-use super::path::{self, pointer};
+use super::path::{self, pointer, pointer_text};
 use super::render::{self, Origin};
 use super::strvals::Typing;
 use super::{Anchor, Carrier, Holder, Location};
@@ -150,7 +150,7 @@ impl Carrier for RenderedValues {
     fn pointer(&self) -> String {
         let mut path = self.at.path.clone();
         path.push(Seg::key("cloudConfig"));
-        pointer(&path).to_string()
+        pointer_text(&path)
     }
 
     fn describe(&self, line: Option<usize>) -> String {
@@ -417,7 +417,7 @@ impl Carrier for ValuesTextRendered {
     }
 
     fn pointer(&self) -> String {
-        pointer(&self.text.at.path).to_string()
+        pointer_text(&self.text.at.path)
     }
 
     fn describe(&self, line: Option<usize>) -> String {
@@ -474,7 +474,7 @@ impl Carrier for ValuesTextContents {
     }
 
     fn pointer(&self) -> String {
-        pointer(&self.text.at.path).to_string()
+        pointer_text(&self.text.at.path)
     }
 
     fn describe(&self, line: Option<usize>) -> String {
@@ -620,7 +620,7 @@ impl Carrier for UnseenValues {
     }
 
     fn pointer(&self) -> String {
-        pointer(&self.path).to_string()
+        pointer_text(&self.path)
     }
 
     fn describe(&self, _line: Option<usize>) -> String {

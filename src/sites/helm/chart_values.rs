@@ -1,12 +1,14 @@
 //! The chart's values as other rules read them: `controllerExtraArgs` (the `ccm-concurrency`
 //! rule) and `ChartValues` (image, version and the CCM's other settings).
 
+use std::borrow::Cow;
+
 use super::overrides::{merged_with, place_overrides};
 use super::places::{OverrideSource, text_values};
 use super::{DEFAULT_CHARTS, MAX_CARRIERS_PER_OBJECT, content, get, is_values_file, keys};
 use crate::budget::Cancel;
 use crate::sites::delivery::ObjectPlaces;
-use crate::sites::path::{display, pointer, value_at};
+use crate::sites::path::{display, pointer_text, value_at};
 use crate::sites::render;
 use crate::sites::values::Override;
 use crate::yaml::{self, Seg};
@@ -60,7 +62,7 @@ pub fn helm_controller_extra_args_all_in(
         // per-string YAML caps.
         return out;
     }
-    for place in places.iter().cloned() {
+    for place in places.iter() {
         // Stop at the flag, not at the next place: what is returned is then not an answer.
         if cancel.check().is_err() {
             return Vec::new();
@@ -68,41 +70,35 @@ pub fn helm_controller_extra_args_all_in(
         let raw = get(root, &place.path);
         // `--set`-like entries apply on top; one Helm cannot read is reported by the
         // cloud-config site, and nothing is claimed here.
-        let Ok(overrides) = place_overrides(root, &place, cancel) else {
+        let Ok(overrides) = place_overrides(root, place, cancel) else {
             continue;
         };
-        let field = shown(&place.path);
-        let (values, location, field_pointer) = if place.yaml_string {
-            let values = match raw {
-                None | Some(Value::Null) => Value::Null,
+        // A values map is read where it is (no copy); a values string is parsed.
+        let values: Cow<'_, Value> = if place.yaml_string {
+            match raw {
+                None | Some(Value::Null) => Cow::Owned(Value::Null),
                 Some(_) => match text_values(raw, place.alias.as_deref(), cancel) {
-                    Some(values) => values,
+                    Some(values) => Cow::Owned(values),
                     None => continue,
                 },
-            };
-            let within = place
-                .alias
-                .as_ref()
-                .map(|a| format!("{a}."))
-                .unwrap_or_default();
-            (
-                values,
-                format!("{field}, {within}controllerExtraArgs"),
-                pointer(&place.path).to_string(),
-            )
+            }
         } else {
-            let mut p = place.path.clone();
-            p.push(Seg::key("controllerExtraArgs"));
-            (
-                raw.cloned().unwrap_or(Value::Null),
-                shown(&p),
-                pointer(&p).to_string(),
-            )
+            raw.map_or(Cow::Owned(Value::Null), Cow::Borrowed)
         };
-        let Ok(merged) = merged_with(&values, &overrides, cancel) else {
-            continue;
+        // Without entries on top, the merge is the values map itself (nothing, for values
+        // that are no map).
+        let args = if overrides.is_empty() {
+            values
+                .as_object()
+                .and_then(|map| map.get("controllerExtraArgs"))
+                .and_then(extra_args)
+        } else {
+            let Ok(merged) = merged_with(&values, &overrides, cancel) else {
+                continue;
+            };
+            merged.get("controllerExtraArgs").and_then(extra_args)
         };
-        let Some(args) = merged.get("controllerExtraArgs").and_then(extra_args) else {
+        let Some(args) = args else {
             continue;
         };
         // Set by an entry on top: point at that entry.
@@ -111,8 +107,25 @@ pub fn helm_controller_extra_args_all_in(
             .rev()
             .find(|o| o.touches("controllerExtraArgs"))
         {
-            Some(o) => out.push((o.name.clone(), pointer(&o.value_path).to_string(), args)),
-            None => out.push((location, field_pointer, args)),
+            Some(o) => out.push((o.name.clone(), pointer_text(&o.value_path), args)),
+            None if place.yaml_string => {
+                let within = place
+                    .alias
+                    .as_ref()
+                    .map(|a| format!("{a}."))
+                    .unwrap_or_default();
+                let field = shown(&place.path);
+                out.push((
+                    format!("{field}, {within}controllerExtraArgs"),
+                    pointer_text(&place.path),
+                    args,
+                ));
+            }
+            None => {
+                let mut p = place.path.clone();
+                p.push(Seg::key("controllerExtraArgs"));
+                out.push((shown(&p), pointer_text(&p), args));
+            }
         }
     }
     out
@@ -194,7 +207,7 @@ impl ChartValues {
         if !self.yaml_string {
             path.extend(keys(key));
         }
-        pointer(&path).to_string()
+        pointer_text(&path)
     }
 }
 
@@ -218,7 +231,7 @@ pub fn chart_values_all_in(read_places: &ObjectPlaces<'_>, cancel: &Cancel) -> V
         return Vec::new();
     }
     let mut out = Vec::new();
-    for place in places.iter().cloned() {
+    for place in places.iter() {
         // Stop at the flag, not at the next place: what is returned is then not an answer.
         if cancel.check().is_err() {
             return Vec::new();
@@ -245,7 +258,7 @@ pub fn chart_values_all_in(read_places: &ObjectPlaces<'_>, cancel: &Cancel) -> V
         let mut set_entries = Vec::new();
         let values = match &place.overrides {
             Some(OverrideSource::HelmChartSet(_)) => {
-                let Ok(overrides) = place_overrides(root, &place, cancel) else {
+                let Ok(overrides) = place_overrides(root, place, cancel) else {
                     continue;
                 };
                 set_entries = overrides.iter().map(set_entry).collect();
@@ -265,14 +278,14 @@ pub fn chart_values_all_in(read_places: &ObjectPlaces<'_>, cancel: &Cancel) -> V
         let overridable = gvk.group == "helm.cattle.io" && gvk.kind == "HelmChart";
         out.push(ChartValues {
             field,
-            path: place.path,
+            path: place.path.clone(),
             yaml_string: place.yaml_string,
             values,
             merged_from,
             parameters,
             overlay,
             overridable,
-            within: place.alias.filter(|_| place.yaml_string),
+            within: place.alias.clone().filter(|_| place.yaml_string),
             set_entries,
         });
     }
@@ -283,7 +296,7 @@ pub fn chart_values_all_in(read_places: &ObjectPlaces<'_>, cancel: &Cancel) -> V
 fn set_entry(o: &Override) -> SetEntry {
     SetEntry {
         name: o.name.clone(),
-        pointer: pointer(&o.value_path).to_string(),
+        pointer: pointer_text(&o.value_path),
         paths: o
             .paths
             .iter()

@@ -1419,6 +1419,37 @@ mod tests {
         ));
     }
 
+    /// A values map is read where it is: its `controllerExtraArgs` named by the map's path, and
+    /// nothing for values that set none, or that are no map.
+    #[test]
+    fn controller_extra_args_in_a_values_map_are_named_by_its_path() {
+        let release = |values: Value| {
+            obj(
+                json!({"apiVersion":"helm.toolkit.fluxcd.io/v2","kind":"HelmRelease",
+                "metadata":{"name":"occm","namespace":"kube-system"},
+                "spec":{"chart":{"spec":{"chart":"openstack-cloud-controller-manager"}},
+                    "values": values}}),
+            )
+        };
+        let (gvk, o) = release(json!({"controllerExtraArgs": ["--concurrent-service-syncs=3"]}));
+        assert_eq!(
+            helm_controller_extra_args_all(&gvk, &o),
+            [(
+                "spec.values.controllerExtraArgs".to_owned(),
+                "/spec/values/controllerExtraArgs".to_owned(),
+                vec!["--concurrent-service-syncs=3".to_owned()]
+            )]
+        );
+        for values in [
+            json!({"cloudConfig": {}}),
+            json!(["controllerExtraArgs"]),
+            json!("controllerExtraArgs"),
+        ] {
+            let (gvk, o) = release(values.clone());
+            assert_eq!(helm_controller_extra_args_all(&gvk, &o), [], "{values}");
+        }
+    }
+
     #[test]
     fn controller_extra_args_set_on_top_point_at_the_entry() {
         let (gvk, o) = obj(json!({"apiVersion":"helm.cattle.io/v1","kind":"HelmChart",
