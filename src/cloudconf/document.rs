@@ -922,6 +922,23 @@ pub fn parse_bool(value: Option<&str>) -> Option<bool> {
 mod tests {
     use super::*;
 
+    /// The variables of a section, whichever way its name is written, and none of another
+    /// section that follows it.
+    #[test]
+    fn entry_refs_in_yields_the_sections_variables_only() {
+        let doc = Document::parse(
+            "[Global]\na = 1\n[LoadBalancer]\nb = 2\nc = 3\n[global]\nd = 4\n[Route]\ne = 5\n",
+        )
+        .expect("parses");
+        let keys: Vec<&str> = doc.entry_refs_in("Global").map(|(_, e)| e.key).collect();
+        assert_eq!(keys, ["a", "d"]);
+        let keys: Vec<&str> = doc
+            .entry_refs_in("LoadBalancer")
+            .map(|(_, e)| e.key)
+            .collect();
+        assert_eq!(keys, ["b", "c"]);
+    }
+
     /// A statement edit whose statement does not read back as the requested variable is
     /// refused and leaves the document as it was: here the key is rewritten to another name
     /// with the same lookup tag (`region` to `rxgion`), or moved under no matching header.

@@ -730,6 +730,18 @@ mod tests {
         (l, c, e.message)
     }
 
+    /// A character that is neither ASCII nor a letter or digit ends a name where it stands
+    /// (the scanner's ASCII run and its per-character rule agree on where).
+    #[test]
+    fn a_name_ends_at_a_character_that_is_no_letter_or_digit() {
+        let illegal = "illegal character U+20AC".to_owned();
+        assert_eq!(err("[s]\nk\u{20ac}y = 1\n"), (2, 2, illegal.clone()));
+        assert_eq!(err("[s \u{20ac}]\n"), (1, 4, illegal));
+        // A letter outside ASCII is part of the name.
+        let doc = parse("[s]\nk\u{e9}y = 1\n").expect("a letter");
+        assert_eq!(doc.entries.len(), 1);
+    }
+
     /// Line starts are those of the plain definition (the offset after every `\n` that is
     /// not the last byte), for line breaks at every offset of the eight-byte words.
     #[test]
