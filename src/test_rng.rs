@@ -26,3 +26,35 @@ pub(crate) fn lcg(seed: u64) -> impl FnMut() -> usize {
     let mut state = Lcg(seed);
     move || state.next()
 }
+
+/// What a generated text is made of: characters, or pieces of text.
+pub(crate) trait Piece {
+    /// Appends this piece to `out`.
+    fn push_onto(&self, out: &mut String);
+}
+
+impl Piece for char {
+    fn push_onto(&self, out: &mut String) {
+        out.push(*self);
+    }
+}
+
+impl Piece for &str {
+    fn push_onto(&self, out: &mut String) {
+        out.push_str(self);
+    }
+}
+
+/// A text of `next() % below` pieces, each drawn from `pieces` with `next() % pieces.len()`:
+/// the length first, then each piece in turn.
+pub(crate) fn text_of<P: Piece>(
+    next: &mut dyn FnMut() -> usize,
+    pieces: &[P],
+    below: usize,
+) -> String {
+    let mut out = String::new();
+    for _ in 0..next() % below {
+        pieces[next() % pieces.len()].push_onto(&mut out);
+    }
+    out
+}

@@ -41,7 +41,7 @@
 //! from the start: the result, the error and its position, and the decoded-memory charge are
 //! always the two-step reading's.
 
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::fmt;
 
 use kube::core::admission::{AdmissionRequest, Operation};
@@ -793,12 +793,12 @@ fn string_end(bytes: &[u8], mut at: usize) -> Option<usize> {
 /// depends on its order, and this charges the parts after the rest of the object.
 fn put_back<E>(
     input: &str,
-    parts: Vec<(Vec<Seg>, usize, usize)>,
+    parts: Vec<SetAsidePart>,
     mut root_was_empty: bool,
     object: &mut DynamicObject,
     budget: &mut Budget<'_>,
 ) -> Result<(), Abort<E>> {
-    for (path, at, len) in parts {
+    for SetAsidePart { path, at, len } in parts {
         let text = SetAside::text_in(input, at, len).ok_or(Abort::Again)?;
         // serde_json counts depth from the object's text: the part stands inside one
         // container per step of its path.
@@ -1050,28 +1050,23 @@ fn decode_site_one_pass(
 /// needles), and a site ConfigMap that holds only the keys its sites name never needs the
 /// answer, since those keys are read either way.
 struct PayloadQuestion<'q> {
-    /// The answer once asked; `Some(None)`: the object's raw text could not be found, and the
-    /// reading is redone the two-pass way.
-    answer: Cell<Option<Option<bool>>>,
+    /// The answer once asked; `None` inside: the object's raw text could not be found, and
+    /// the reading is redone the two-pass way.
+    answer: OnceCell<Option<bool>>,
     ask: &'q dyn Fn() -> Option<bool>,
 }
 
 impl<'q> PayloadQuestion<'q> {
     fn new(ask: &'q dyn Fn() -> Option<bool>) -> Self {
         PayloadQuestion {
-            answer: Cell::new(None),
+            answer: OnceCell::new(),
             ask,
         }
     }
 
     /// The answer, asked at most once; `None` when it cannot be had.
     fn answer(&self) -> Option<bool> {
-        if let Some(answer) = self.answer.get() {
-            return answer;
-        }
-        let answer = (self.ask)();
-        self.answer.set(Some(answer));
-        answer
+        *self.answer.get_or_init(self.ask)
     }
 }
 
@@ -1603,7 +1598,7 @@ enum Stop {
 /// deserializer's input, found again with [`SetAside::text_in`]).
 #[derive(Default)]
 struct SetAside {
-    parts: RefCell<Vec<(Vec<Seg>, usize, usize)>>,
+    parts: RefCell<Vec<SetAsidePart>>,
     /// A map key came twice, so a value set aside may have been inside the value the second
     /// one replaced.
     replaced: Cell<bool>,
@@ -1611,11 +1606,20 @@ struct SetAside {
     lost: Cell<bool>,
 }
 
+/// One value set aside: where it stands, and the address and length of its text.
+struct SetAsidePart {
+    path: Vec<Seg>,
+    at: usize,
+    len: usize,
+}
+
 impl SetAside {
     fn keep(&self, path: &[Seg], text: &str) {
-        self.parts
-            .borrow_mut()
-            .push((path.to_vec(), text.as_ptr() as usize, text.len()));
+        self.parts.borrow_mut().push(SetAsidePart {
+            path: path.to_vec(),
+            at: text.as_ptr() as usize,
+            len: text.len(),
+        });
     }
 
     /// The text of a part set aside, if it lies inside `input`, the text the reading read.
@@ -2960,7 +2964,7 @@ mod tests {
                 MAX_DECODED_BYTES,
                 "read",
             ),
-            // The CCM chart's values, read again from the object's text.
+            // The CCM chart's values, set aside by the first reading and put back.
             (
                 envelope(0, hr, &objects[14], &objects[15]),
                 MAX_DECODED_BYTES,

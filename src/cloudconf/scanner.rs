@@ -749,9 +749,7 @@ mod tests {
         let alphabet = ["\n", "a", "é", " ", "\r\n", "\n\n", "\u{a0}", "中"];
         let mut next = crate::test_rng::lcg(0x31);
         for _ in 0..5_000 {
-            let text: String = (0..next() % 40)
-                .map(|_| alphabet[next() % alphabet.len()])
-                .collect();
+            let text: String = crate::test_rng::text_of(&mut next, &alphabet, 40);
             let mut expected = vec![0];
             expected.extend(
                 text.bytes()
@@ -769,14 +767,9 @@ mod tests {
     fn spliced_lines_equal_the_lines_of_the_spliced_text() {
         let alphabet = ["\n", "a", "é", " ", "\r\n", "\n\n", "中"];
         let mut next = crate::test_rng::lcg(0x47);
-        let text_of = |next: &mut dyn FnMut() -> usize| -> String {
-            (0..next() % 24)
-                .map(|_| alphabet[next() % alphabet.len()])
-                .collect()
-        };
         for _ in 0..20_000 {
-            let old = text_of(&mut next);
-            let with = text_of(&mut next);
+            let old = crate::test_rng::text_of(&mut next, &alphabet, 24);
+            let with = crate::test_rng::text_of(&mut next, &alphabet, 24);
             let bounds: Vec<usize> = old
                 .char_indices()
                 .map(|(i, _)| i)

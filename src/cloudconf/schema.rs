@@ -1028,9 +1028,7 @@ mod tests {
         let mut next = crate::test_rng::lcg(0x31);
         let mut found = 0;
         for _ in 0..20_000 {
-            let text: String = (0..next() % 7)
-                .map(|_| alphabet[next() % alphabet.len()])
-                .collect();
+            let text: String = crate::test_rng::text_of(&mut next, &alphabet, 7);
             for (pair, pattern) in [([b'$', b'{'], "${"), ([b'}', b'}'], "}}")] {
                 assert_eq!(find_ascii_pair(&text, pair), text.find(pattern), "{text:?}");
             }

@@ -404,9 +404,7 @@ fn parse_bool_agrees_with_lower_casing() {
     let mut next = crate::test_rng::lcg(0x31);
     let mut known = 0;
     for _ in 0..50_000 {
-        let text: String = (0..next() % 6)
-            .map(|_| pieces[next() % pieces.len()])
-            .collect();
+        let text: String = crate::test_rng::text_of(&mut next, &pieces, 6);
         let expected = match text.to_ascii_lowercase().as_str() {
             "true" | "yes" | "on" | "1" => Some(true),
             "false" | "no" | "off" | "0" => Some(false),

@@ -235,9 +235,7 @@ mod tests {
         let mut next = crate::test_rng::lcg(0xf01d);
         let mut equal = 0;
         for _ in 0..50_000 {
-            let a: String = (0..next() % 6)
-                .map(|_| alphabet[next() % alphabet.len()])
-                .collect();
+            let a: String = crate::test_rng::text_of(&mut next, &alphabet, 6);
             // Half the pairs: `a` with some characters swapped for a fold partner, so that
             // equal pairs are common.
             let b: String = if next().is_multiple_of(2) {
@@ -251,9 +249,7 @@ mod tests {
                     })
                     .collect()
             } else {
-                (0..next() % 6)
-                    .map(|_| alphabet[next() % alphabet.len()])
-                    .collect()
+                crate::test_rng::text_of(&mut next, &alphabet, 6)
             };
             let expected = eq_fold_unicode(&a, &b);
             assert_eq!(eq_fold(&a, &b), expected, "{a:?} vs {b:?}");
@@ -284,9 +280,7 @@ mod tests {
                     })
                     .collect()
             } else {
-                (0..next() % 5)
-                    .map(|_| alphabet[next() % alphabet.len()])
-                    .collect()
+                crate::test_rng::text_of(&mut next, &alphabet, 5)
             };
             let expected = eq_fold_unicode(&text, name);
             assert_eq!(eq_fold_ascii(&text, name), expected, "{text:?} vs {name:?}");
@@ -298,9 +292,7 @@ mod tests {
             // Tags never reject a text that folds alike: for ASCII texts, the tag of the text
             // is the name's whenever they match; any other text is never rejected.
             let name = names[next() % names.len()];
-            let text: String = (0..next() % 5)
-                .map(|_| alphabet[next() % alphabet.len()])
-                .collect();
+            let text: String = crate::test_rng::text_of(&mut next, &alphabet, 5);
             let tag = text.is_ascii().then(|| ascii_fold_tag(text.as_bytes()));
             let fold = FoldName::new(name);
             if eq_fold_unicode(&text, name) || tag.is_none() {

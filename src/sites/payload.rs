@@ -1075,10 +1075,7 @@ mod tests {
             .collect();
         let mut next = crate::test_rng::lcg(0x5eed);
         for _ in 0..20_000 {
-            let len = next() % 24;
-            let text: String = (0..len)
-                .map(|_| alphabet[next() % alphabet.len()])
-                .collect();
+            let text = crate::test_rng::text_of(&mut next, &alphabet, 24);
             assert_eq!(unescape(&text), unescape_reference(&text), "{text:?}");
         }
         for text in [
@@ -1147,8 +1144,7 @@ mod tests {
         let mut next = crate::test_rng::lcg(0x0dd5);
         let mut found = 0;
         for _ in 0..30_000 {
-            let len = next() % 8;
-            let text: String = (0..len).map(|_| pieces[next() % pieces.len()]).collect();
+            let text = crate::test_rng::text_of(&mut next, &pieces, 8);
             let expected = worth_parsing_reference(&text, &sites);
             assert_eq!(worth_parsing(&text, &sites), expected, "{text:?}");
             found += usize::from(expected);
