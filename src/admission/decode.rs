@@ -1602,9 +1602,17 @@ struct SetAside {
     /// A map key came twice, so a value set aside may have been inside the value the second
     /// one replaced.
     replaced: Cell<bool>,
-    /// An array element was to be set aside and was skipped.
+    /// An array element was to be set aside and was skipped, or more than
+    /// [`MAX_SET_ASIDE`] values were.
     lost: Cell<bool>,
 }
+
+/// The most values one reading sets aside. Each holds its path, and another chart's values
+/// (which are set aside too, until the object says whose values they are) may have any
+/// number of keys: past this many, the rest are skipped as before and an object that holds
+/// the CCM chart's values is read the two-pass way. The CCM chart's values have a few dozen
+/// top-level keys.
+const MAX_SET_ASIDE: usize = 256;
 
 /// One value set aside: where it stands, and the address and length of its text.
 struct SetAsidePart {
@@ -1615,7 +1623,12 @@ struct SetAsidePart {
 
 impl SetAside {
     fn keep(&self, path: &[Seg], text: &str) {
-        self.parts.borrow_mut().push(SetAsidePart {
+        let mut parts = self.parts.borrow_mut();
+        if parts.len() == MAX_SET_ASIDE {
+            self.lost.set(true);
+            return;
+        }
+        parts.push(SetAsidePart {
             path: path.to_vec(),
             at: text.as_ptr() as usize,
             len: text.len(),
@@ -2859,6 +2872,36 @@ mod tests {
                     "]".repeat(124)
                 ),
                 "read",
+            ),
+            // Another chart's values may have any number of keys: past `MAX_SET_ASIDE` set
+            // aside, the object is read the two-pass way.
+            (
+                hr,
+                format!(
+                    r#"{{"spec": {{"chart": {{"spec": {{"chart": "{ccm}"}}}}, "values": {{{}}}}}}}"#,
+                    (0..MAX_SET_ASIDE)
+                        .map(|i| format!(
+                            r#""a{}": {i}"#,
+                            if i == 0 { String::new() } else { i.to_string() }
+                        ))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                "read",
+            ),
+            (
+                hr,
+                format!(
+                    r#"{{"spec": {{"chart": {{"spec": {{"chart": "{ccm}"}}}}, "values": {{{}}}}}}}"#,
+                    (0..=MAX_SET_ASIDE)
+                        .map(|i| format!(
+                            r#""a{}": {i}"#,
+                            if i == 0 { String::new() } else { i.to_string() }
+                        ))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                "again",
             ),
         ];
         for (kind, object, ends) in &cases {
