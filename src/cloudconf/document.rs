@@ -971,4 +971,37 @@ mod tests {
             );
         }
     }
+
+    /// A statement edit whose kind says it adds variables or headers the statement does not
+    /// (a replacement counted as an insertion or as a new section) is refused, though the text
+    /// it writes would read back as asked: the entry and header counts are part of the check.
+    #[test]
+    fn statement_edits_whose_counts_disagree_with_their_statement_are_refused() {
+        let text = "[Global]\nregion = a\n";
+        for kind in [EditKind::Inserted, EditKind::SectionAppended] {
+            let mut d = Document::parse(text).expect("parses");
+            let splice = Splice {
+                range: 18..19,
+                with: "b".to_owned(),
+                kind,
+                statement: Some((9, Ok(0))),
+            };
+            assert_eq!(
+                d.apply(splice, "Global", "region", "b"),
+                Err(EditError::NotVerified),
+                "{kind:?}"
+            );
+            assert_eq!(d.as_str(), text);
+        }
+        // The same splice as a replacement goes through.
+        let mut d = Document::parse(text).expect("parses");
+        let splice = Splice {
+            range: 18..19,
+            with: "b".to_owned(),
+            kind: EditKind::Replaced,
+            statement: Some((9, Ok(0))),
+        };
+        assert!(d.apply(splice, "Global", "region", "b").is_ok());
+        assert_eq!(d.as_str(), "[Global]\nregion = b\n");
+    }
 }
