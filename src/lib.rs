@@ -28,6 +28,7 @@ pub mod fact_watcher;
 pub mod facts;
 pub mod guard;
 pub mod json_text;
+pub mod log_writer;
 pub mod metrics;
 pub mod platform;
 pub mod policy;

@@ -19,14 +19,19 @@ fn main() -> ExitCode {
     // every TLS user (server, kube client) on it.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
-    if let Err(error) = stackgate::telemetry::init(cli.log.log_format, &cli.log.log_level) {
-        eprintln!("stackgate: {error}");
-        return ExitCode::from(2);
-    }
+    let logs = match stackgate::telemetry::init(cli.log.log_format, &cli.log.log_level) {
+        Ok(logs) => logs,
+        Err(error) => {
+            eprintln!("stackgate: {error}");
+            return ExitCode::from(2);
+        }
+    };
     match dispatch(cli.command) {
         Ok(code) => code,
         Err(error) => {
             tracing::error!(error = format!("{error:#}"), "stackgate failed");
+            // The log line first, then the plain one, as they were logged.
+            logs.flush();
             eprintln!("stackgate: {error:#}");
             ExitCode::FAILURE
         }

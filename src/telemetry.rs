@@ -1,5 +1,6 @@
 //! Logging set-up: text or JSON lines on stderr, filtered by `--log-level` (an `EnvFilter`
-//! directive such as `info` or `stackgate=debug,warn`).
+//! directive such as `info` or `stackgate=debug,warn`), written in batches by a thread of
+//! their own (`log_writer`).
 //!
 //! What is logged is decided where events are emitted: identifiers (uid, kind, namespace,
 //! name, policy, line), never object contents.
@@ -7,7 +8,10 @@
 use std::fmt::{self, Write as _};
 use std::io::IsTerminal as _;
 
+use std::time::Duration;
+
 use crate::json_text;
+use crate::log_writer::{LogWriter, Pacing};
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::EnvFilter;
@@ -39,18 +43,46 @@ pub enum TelemetryError {
     /// A global subscriber was already installed.
     #[error("a log subscriber is already installed")]
     AlreadyInstalled,
+    /// The thread that writes log lines could not be started.
+    #[error("the log writer thread could not be started: {0}")]
+    Writer(#[source] std::io::Error),
 }
 
-/// Installs the global subscriber.
-pub fn init(format: LogFormat, directive: &str) -> Result<(), TelemetryError> {
+/// How long dropping [`Logs`] waits for the lines logged before it to be written.
+const FLUSH_AT_EXIT: Duration = Duration::from_secs(2);
+
+/// The installed logging: dropping it writes the lines still waiting (up to two seconds, in
+/// case stderr is blocked) and stops the writer thread. Held by `main` for the process's life.
+#[derive(Debug)]
+#[must_use = "dropping it stops the batched writer; hold it until the process ends"]
+pub struct Logs(LogWriter);
+
+impl Logs {
+    /// Waits until every line logged so far is on stderr (at most two seconds); for lines
+    /// that must come before something written to stderr directly.
+    pub fn flush(&self) {
+        let _ = self.0.flush(FLUSH_AT_EXIT);
+    }
+}
+
+impl Drop for Logs {
+    fn drop(&mut self) {
+        let _ = self.0.close(FLUSH_AT_EXIT);
+    }
+}
+
+/// Installs the global subscriber, writing through a [`LogWriter`] over stderr.
+pub fn init(format: LogFormat, directive: &str) -> Result<Logs, TelemetryError> {
     let filter = EnvFilter::try_new(directive).map_err(|source| TelemetryError::Filter {
         directive: directive.to_owned(),
         source,
     })?;
+    let writer =
+        LogWriter::spawn(std::io::stderr(), Pacing::DEFAULT).map_err(TelemetryError::Writer)?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
+        .with_writer(writer.clone());
     let result = match format {
         LogFormat::Text => builder.try_init(),
         // JSON escapes control characters itself: no ANSI colours (what `.json()` sets).
@@ -60,7 +92,8 @@ pub fn init(format: LogFormat, directive: &str) -> Result<(), TelemetryError> {
             .event_format(JsonLines::new(UtcMicros))
             .try_init(),
     };
-    result.map_err(|_| TelemetryError::AlreadyInstalled)
+    result.map_err(|_| TelemetryError::AlreadyInstalled)?;
+    Ok(Logs(writer))
 }
 
 /// The JSON log line: tracing-subscriber's own format (`.json().flatten_event(true)

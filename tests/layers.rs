@@ -43,6 +43,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "yaml",
             "cloudconf",
             "telemetry",
+            "log_writer",
             "short_text",
             "json_text",
             "test_rng",
