@@ -734,12 +734,19 @@ fn free_port() -> SocketAddr {
 impl ChildServer {
     /// Starts the binary with `extra` flags and waits until `/readyz` answers 200.
     pub async fn start(extra: &[&str]) -> Self {
+        Self::start_logging(&["--log-level", "warn"], std::process::Stdio::null(), extra).await
+    }
+
+    /// [`ChildServer::start`] with `log` flags in place of `--log-level warn` and stderr
+    /// to `stderr`.
+    pub async fn start_logging(log: &[&str], stderr: std::process::Stdio, extra: &[&str]) -> Self {
         setup();
         let dir = tempfile::tempdir().expect("tempdir");
         let ca_path = dir.path().join("ca.pem");
         let (addr, admin) = (free_port(), free_port());
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_stackgate"))
-            .args(["serve", "--kube", "off", "--log-level", "warn"])
+            .args(["serve", "--kube", "off"])
+            .args(log)
             .arg("--listen")
             .arg(addr.to_string())
             .arg("--admin-listen")
@@ -749,7 +756,7 @@ impl ChildServer {
             .args(extra)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
+            .stderr(stderr)
             .spawn()
             .expect("spawn stackgate");
         eventually("the child to be ready", || async {
