@@ -484,6 +484,52 @@ mod tests {
         drop(go);
         assert!(writer.flush(Duration::from_secs(10)));
         assert_eq!(out.text(), line.repeat(50));
+        // Nobody waits any more, so a batch written from now on notifies nobody.
+        assert_eq!(writer.0.lock().waiters, 0);
+    }
+
+    /// The default pacing holds a mebibyte of lines for a blocked output, and no more.
+    #[test]
+    fn by_default_a_blocked_output_holds_one_mebibyte_of_lines() {
+        let (go, gate) = mpsc::channel();
+        let out = Recorder::default();
+        let writer = LogWriter::spawn(
+            Gate {
+                go: gate,
+                inner: out.clone(),
+            },
+            Pacing::DEFAULT,
+        )
+        .expect("thread");
+        let line = format!("{}\n", "w".repeat(1023));
+        let logger = {
+            let (writer, line) = (writer.clone(), line.clone());
+            std::thread::spawn(move || {
+                for _ in 0..3 * 1024 {
+                    log(&writer, &line);
+                }
+            })
+        };
+        let started = Instant::now();
+        loop {
+            let held = writer.0.lock().lines.len();
+            if held >= 1024 * 1024 {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "{held} bytes held"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!logger.is_finished(), "the logger did not wait");
+        assert_eq!(writer.0.lock().lines.len(), 1024 * 1024, "exactly the mark");
+        drop(go);
+        logger.join().expect("logger");
+        assert!(writer.flush(Duration::from_secs(10)));
+        assert_eq!(out.text().len(), 3 * 1024 * 1024);
+        assert_eq!(writer.0.lock().waiters, 0);
     }
 
     #[test]
