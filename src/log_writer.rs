@@ -422,7 +422,8 @@ mod tests {
             "",
             "written before the batch was full or a flush"
         );
-        log(&writer, &format!("{}\n", "y".repeat(100)));
+        // 6 + 94 bytes: the batch is exactly `write_at` bytes, which is full.
+        log(&writer, &format!("{}\n", "y".repeat(93)));
         let logged = Instant::now();
         while out.text().is_empty() {
             assert!(
@@ -431,7 +432,7 @@ mod tests {
             );
             std::thread::sleep(Duration::from_millis(1));
         }
-        assert_eq!(out.text(), format!("short\n{}\n", "y".repeat(100)));
+        assert_eq!(out.text(), format!("short\n{}\n", "y".repeat(93)));
     }
 
     #[test]
