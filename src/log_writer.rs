@@ -489,6 +489,55 @@ mod tests {
         assert_eq!(writer.0.lock().waiters, 0);
     }
 
+    /// A flush waiting on a batch whose write is blocked returns once the write is done: the
+    /// writer wakes it after writing, not only when it takes the batch.
+    #[test]
+    fn a_flush_returns_once_the_blocked_batch_it_waits_for_is_written() {
+        let (go, gate) = mpsc::channel();
+        let out = Recorder::default();
+        let pacing = Pacing {
+            gather: Duration::ZERO,
+            ..Pacing::DEFAULT
+        };
+        let writer = LogWriter::spawn(
+            Gate {
+                go: gate,
+                inner: out.clone(),
+            },
+            pacing,
+        )
+        .expect("thread");
+        log(&writer, "blocked\n");
+        let flush = {
+            let writer = writer.clone();
+            std::thread::spawn(move || {
+                let asked = Instant::now();
+                (writer.flush(Duration::from_secs(20)), asked.elapsed())
+            })
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!flush.is_finished(), "the flush returned before the write");
+        assert_eq!(out.text(), "");
+        go.send(()).expect("writer waits");
+        let (written, took) = flush.join().expect("flush");
+        assert!(written, "the flush timed out");
+        assert!(
+            took < Duration::from_secs(10),
+            "woken only by its timeout: {took:?}"
+        );
+        assert_eq!(out.text(), "blocked\n");
+    }
+
+    /// `write` (not only `write_all`) takes the whole line.
+    #[test]
+    fn a_write_takes_the_whole_line() {
+        let out = Recorder::default();
+        let writer = LogWriter::spawn(out.clone(), Pacing::DEFAULT).expect("thread");
+        assert_eq!(LogLine(&writer).write(b"whole\n").expect("write"), 6);
+        assert!(writer.flush(Duration::from_secs(10)));
+        assert_eq!(out.text(), "whole\n");
+    }
+
     /// The default pacing holds a mebibyte of lines for a blocked output, and no more.
     #[test]
     fn by_default_a_blocked_output_holds_one_mebibyte_of_lines() {
