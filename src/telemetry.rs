@@ -7,7 +7,6 @@
 
 use std::fmt::{self, Write as _};
 use std::io::IsTerminal as _;
-
 use std::time::Duration;
 
 use crate::json_text;
@@ -92,8 +91,14 @@ pub fn init(format: LogFormat, directive: &str) -> Result<Logs, TelemetryError> 
             .event_format(JsonLines::new(UtcMicros))
             .try_init(),
     };
-    result.map_err(|_| TelemetryError::AlreadyInstalled)?;
-    Ok(Logs(writer))
+    match result {
+        Ok(()) => Ok(Logs(writer)),
+        Err(_) => {
+            // Nothing will log through it: stop its thread.
+            let _ = writer.close(Duration::ZERO);
+            Err(TelemetryError::AlreadyInstalled)
+        }
+    }
 }
 
 /// The JSON log line: tracing-subscriber's own format (`.json().flatten_event(true)
