@@ -369,8 +369,7 @@ pub(in crate::sites) fn read_place(
 /// versions of its own and renders with the helper of the CCM subchart it ships, read as the
 /// newest generation (as before generations were told apart).
 fn generations_of(chart: Option<&str>, version: Option<&str>) -> Generations {
-    let giant_swarm = [GIANT_SWARM_APP_CHART.to_owned()];
-    if chart.is_some_and(|c| chart_matches(c, &giant_swarm)) {
+    if chart.is_some_and(|c| chart_matches(c, &[GIANT_SWARM_APP_CHART])) {
         return Generations::only(Generation::Route);
     }
     Generations::of_version(version)
