@@ -31,6 +31,13 @@ pub fn joined(path: &[Seg], key: impl Fn(&str) -> String) -> String {
 
 /// The JSON pointer of a path.
 pub fn pointer(path: &[Seg]) -> PointerBuf {
+    // Written once as text: `pointer_text` encodes each token as jsonptr does (its test), so
+    // the text always parses; jsonptr's own building copies and encodes every token first.
+    PointerBuf::parse(pointer_text(path)).unwrap_or_else(|_| tokens_pointer(path))
+}
+
+/// The JSON pointer of a path, built by jsonptr from its tokens.
+fn tokens_pointer(path: &[Seg]) -> PointerBuf {
     PointerBuf::from_tokens(path.iter().map(|s| match s {
         Seg::Key(k) => k.clone(),
         Seg::Index(i) => i.to_string(),
@@ -177,12 +184,18 @@ mod tests {
         let indexes = [0, 7, 10, 99, 12345, usize::MAX];
         let mut segs: Vec<Seg> = keys.iter().map(|k| Seg::key(k)).collect();
         segs.extend(indexes.iter().map(|&i| Seg::Index(i)));
-        assert_eq!(pointer_text(&[]), pointer(&[]).to_string());
+        assert_eq!(pointer_text(&[]), tokens_pointer(&[]).to_string());
+        assert_eq!(pointer(&[]), tokens_pointer(&[]));
         for a in &segs {
             for b in &segs {
                 let path = [a.clone(), b.clone()];
-                assert_eq!(pointer_text(&path), pointer(&path).to_string(), "{path:?}");
-                assert_eq!(pointer_text(&path[..1]), pointer(&path[..1]).to_string());
+                let built = tokens_pointer(&path);
+                assert_eq!(pointer_text(&path), built.to_string(), "{path:?}");
+                assert_eq!(pointer(&path), built, "{path:?}");
+                assert_eq!(
+                    pointer_text(&path[..1]),
+                    tokens_pointer(&path[..1]).to_string()
+                );
             }
         }
     }

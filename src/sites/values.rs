@@ -95,13 +95,12 @@ pub(super) struct RenderedValues {
     pub(super) origins: Vec<Origin>,
 }
 
-impl Carrier for RenderedValues {
-    /// `add` operations that set each edited key in the structured values, creating the
-    /// missing parents (`cloudConfig`, the section, or the values themselves).
-    fn patch(&self, _edited: &Document, edits: &[IniEdit]) -> Vec<PatchOperation> {
-        let mut values = self.values.clone();
+impl RenderedValues {
+    /// [`Carrier::patch`] over `values`, what the edits read of the values as they are
+    /// ([`edited_part`], or all of them).
+    fn patch_over(&self, mut values: Value, edits: &[IniEdit]) -> Vec<PatchOperation> {
         let mut ops = Vec::new();
-        let mut values_exist = self.at.exists() && values.is_object();
+        let mut values_exist = self.at.exists() && self.values.is_object();
         for edit in edits {
             let Some((rel, leaf)) = edit_target(&values, edit) else {
                 continue;
@@ -135,6 +134,14 @@ impl Carrier for RenderedValues {
             json_put(&mut values, &rel[..=split], value);
         }
         ops
+    }
+}
+
+impl Carrier for RenderedValues {
+    /// `add` operations that set each edited key in the structured values, creating the
+    /// missing parents (`cloudConfig`, the section, or the values themselves).
+    fn patch(&self, _edited: &Document, edits: &[IniEdit]) -> Vec<PatchOperation> {
+        self.patch_over(edited_part(&self.values, edits), edits)
     }
 
     fn trace(&self, line: Option<usize>) -> Anchor {
@@ -193,6 +200,35 @@ impl Carrier for RenderedValues {
     fn writes_lines_of_a_value(&self) -> bool {
         one_value_on_two_lines(&self.origins)
     }
+}
+
+/// The part of `values` that [`RenderedValues::patch`] reads and writes for `edits`, copied:
+/// of a values map, `cloudConfig` (a map, or null for anything else) with only the sections
+/// the edits set; nothing (null) of values that are no map, which the first edit replaces.
+/// Each edit reads and writes `cloudConfig.<section>` alone, so the rest need not be copied.
+fn edited_part(values: &Value, edits: &[IniEdit]) -> Value {
+    let Some(map) = values.as_object() else {
+        return Value::Null;
+    };
+    let mut part = Map::new();
+    match map.get("cloudConfig") {
+        None => {}
+        Some(Value::Object(config)) => {
+            let mut sections = Map::new();
+            for section in edits.iter().filter_map(|e| render::values_key(e.section)) {
+                if let Some(value) = config.get(section)
+                    && !sections.contains_key(section)
+                {
+                    sections.insert(section.to_owned(), value.clone());
+                }
+            }
+            part.insert("cloudConfig".to_owned(), Value::Object(sections));
+        }
+        Some(_) => {
+            part.insert("cloudConfig".to_owned(), Value::Null);
+        }
+    }
+    Value::Object(part)
 }
 
 /// Whether two consecutive rendered lines come from one key: a value written unquoted with a
@@ -810,5 +846,78 @@ impl Carrier for Overridden {
 
     fn writes_lines_of_a_value(&self) -> bool {
         one_value_on_two_lines(&self.origins)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The edits read and write only the sections they set: patching over those (copied)
+    /// gives the operations patching over a copy of all the values gives, whatever shape the
+    /// values, `cloudConfig` and its sections have, and whether the values exist.
+    #[test]
+    fn patching_over_the_edited_sections_is_patching_over_all_values() {
+        let shapes = [
+            json!(null),
+            json!("text"),
+            json!([1]),
+            json!({}),
+            json!({"other": 1}),
+            json!({"cloudConfig": null}),
+            json!({"cloudConfig": "x"}),
+            json!({"cloudConfig": {}}),
+            json!({"cloudConfig": {"global": {"region": "r"}}}),
+            json!({"cloudConfig": {"loadBalancer": "x", "global": {}}}),
+            json!({"cloudConfig": {"loadBalancer": {"LB-Method": "x"}}, "cluster": {"name": "n"}}),
+            json!({"cloudConfig": {"loadBalancer": {"lb-method": "a", "Lb-Method": "b"},
+                "blockStorage": {"bs-version": "v3"}}}),
+        ];
+        let edit = |section, key, value| IniEdit {
+            section,
+            key,
+            value,
+        };
+        let serial = edit("LoadBalancer", "provider-requires-serial-api-calls", "true");
+        let method = edit("loadbalancer", "lb-method", "ROUND_ROBIN");
+        let region = edit("Global", "region", "false");
+        let unknown = edit("Nowhere", "key", "v");
+        let lists: [Vec<IniEdit>; 6] = [
+            vec![],
+            vec![serial.clone()],
+            vec![serial.clone(), method.clone()],
+            vec![region.clone(), serial.clone(), method.clone()],
+            vec![unknown, method.clone(), serial.clone(), region],
+            vec![method.clone(), method],
+        ];
+        let mut compared = 0;
+        for values in &shapes {
+            for existing in [0, 1, 2] {
+                let carrier = RenderedValues {
+                    at: ValuesAt {
+                        path: vec![Seg::key("spec"), Seg::key("values")],
+                        existing,
+                        prefix: "spec.values.".to_owned(),
+                    },
+                    values: values.clone(),
+                    origins: Vec::new(),
+                };
+                for edits in &lists {
+                    let part = carrier.patch_over(edited_part(values, edits), edits);
+                    let all = carrier.patch_over(values.clone(), edits);
+                    assert_eq!(part, all, "{values} {existing} {edits:?}");
+                    compared += usize::from(!all.is_empty());
+                }
+            }
+        }
+        assert!(compared > 100, "{compared}");
+        // Only the edited sections are copied.
+        let values = json!({"cloudConfig": {"global": {"region": "r"}, "loadBalancer": {}},
+            "image": {"tag": "v1"}});
+        assert_eq!(
+            edited_part(&values, &[serial]),
+            json!({"cloudConfig": {"loadBalancer": {}}})
+        );
     }
 }

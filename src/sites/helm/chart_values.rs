@@ -134,7 +134,7 @@ pub fn helm_controller_extra_args_all_in(
 /// The CCM chart's values in one carrier of an object, parsed (for object families that read
 /// settings other than the cloud config, e.g. `cluster.name`).
 #[derive(Debug, Clone)]
-pub struct ChartValues {
+pub struct ChartValues<'o> {
     /// How messages name the carrier: `spec.values`, `spec.valuesContent`, or empty for a
     /// plain values file (its values are the file).
     pub field: String,
@@ -144,8 +144,9 @@ pub struct ChartValues {
     /// only point at the string field.
     pub yaml_string: bool,
     /// The values (Null when the carrier is absent: the chart's defaults apply), with a
-    /// RKE2/k3s HelmChart's `spec.set` entries applied as Helm applies `--set`.
-    pub values: Value,
+    /// RKE2/k3s HelmChart's `spec.set` entries applied as Helm applies `--set`. Borrowed
+    /// from the object when it holds them as they are (a values map with nothing on top).
+    pub values: Cow<'o, Value>,
     /// Values merged in from outside the object, under these inline values (Flux
     /// `spec.valuesFrom`, Argo CD `helm.valueFiles`): the field that lists them, e.g.
     /// `spec.valuesFrom`. A setting these values do not make may come from there.
@@ -175,7 +176,7 @@ pub struct SetEntry {
     pub paths: Vec<Vec<String>>,
 }
 
-impl ChartValues {
+impl ChartValues<'_> {
     /// The last `spec.set` entry that sets exactly the values path `keys`: where a finding about
     /// that value belongs, as Helm applies `--set` over every values file.
     pub fn set_entry_for(&self, keys: &[&str]) -> Option<&SetEntry> {
@@ -214,14 +215,20 @@ impl ChartValues {
 /// Every carrier of the CCM chart's values in `object`, parsed. A values string that cannot
 /// be read (not YAML, over [`MAX_VALUES_TEXT_BYTES`](super::MAX_VALUES_TEXT_BYTES)) is left out: the cloud-config site
 /// reports it. None at all past [`MAX_CARRIERS_PER_OBJECT`] (reported the same way).
-pub fn chart_values_all(gvk: &GroupVersionKind, object: &DynamicObject) -> Vec<ChartValues> {
+pub fn chart_values_all<'o>(
+    gvk: &'o GroupVersionKind,
+    object: &'o DynamicObject,
+) -> Vec<ChartValues<'o>> {
     chart_values_all_in(&ObjectPlaces::new(gvk, object), &Cancel::never())
 }
 
 /// [`chart_values_all`] of the object whose values places `read_places` reads (once for
 /// every reader of the object's values), that stops reading values once `cancel` fires (what
 /// it then returns is not an answer; the caller checks the flag).
-pub fn chart_values_all_in(read_places: &ObjectPlaces<'_>, cancel: &Cancel) -> Vec<ChartValues> {
+pub fn chart_values_all_in<'o>(
+    read_places: &ObjectPlaces<'o>,
+    cancel: &Cancel,
+) -> Vec<ChartValues<'o>> {
     let (gvk, object) = (read_places.gvk(), read_places.object());
     let charts: Vec<String> = DEFAULT_CHARTS.iter().map(|s| (*s).to_owned()).collect();
     let root = content(object);
@@ -242,16 +249,17 @@ pub fn chart_values_all_in(read_places: &ObjectPlaces<'_>, cancel: &Cancel) -> V
         } else {
             display(&place.path)
         };
-        let values = if place.yaml_string {
+        // A values map is read where it is (no copy); a values string is parsed.
+        let values: Cow<'o, Value> = if place.yaml_string {
             match raw {
-                None | Some(Value::Null) => Value::Null,
+                None | Some(Value::Null) => Cow::Owned(Value::Null),
                 Some(_) => match text_values(raw, place.alias.as_deref(), cancel) {
-                    Some(values) => values,
+                    Some(values) => Cow::Owned(values),
                     None => continue,
                 },
             }
         } else {
-            raw.cloned().unwrap_or(Value::Null)
+            raw.map_or(Cow::Owned(Value::Null), Cow::Borrowed)
         };
         // RKE2/k3s `spec.set` entries apply on top (Argo CD parameters are handed over as
         // `parameters`); entries Helm cannot read are reported by the cloud-config site.
@@ -266,7 +274,7 @@ pub fn chart_values_all_in(read_places: &ObjectPlaces<'_>, cancel: &Cancel) -> V
                     values
                 } else {
                     match merged_with(&values, &overrides, cancel) {
-                        Ok(merged) => merged,
+                        Ok(merged) => Cow::Owned(merged),
                         Err(_) => continue,
                     }
                 }
