@@ -161,14 +161,14 @@ impl Carrier for RenderedValues {
     }
 
     fn describe(&self, line: Option<usize>) -> String {
-        self.at.name(&rendered_path(&self.origins, line).join("."))
+        rendered_name(&self.at.prefix, &self.origins, line)
     }
 
     /// The values field (`spec.values`, `spec.source.helm.valuesObject`) on the first line,
     /// the values path after it: below an umbrella's subchart key, from that key (the message
     /// names the INI key; the path says where it is written).
     fn locate(&self, line: Option<usize>) -> Location {
-        let full = self.at.name(&rendered_path(&self.origins, line).join("."));
+        let full = rendered_name(&self.at.prefix, &self.origins, line);
         let field_end = self
             .at
             .path
@@ -177,11 +177,19 @@ impl Carrier for RenderedValues {
             .filter(|&i| i > 0);
         if let Some(end) = field_end {
             let field = path::display(&self.at.path[..=end]);
-            if let Some(rest) = full.strip_prefix(&format!("{field}.")) {
+            if let Some(rest) = full
+                .strip_prefix(field.as_str())
+                .and_then(|rest| rest.strip_prefix('.'))
+            {
+                // `within`, with the short field found once.
+                let (at, within) = match short_field(&self.at.path[..=end]) {
+                    Some(short) => (short, format!("{field}, {rest}")),
+                    None => (field.clone(), rest.to_owned()),
+                };
                 return Location {
-                    at: short_field(&self.at.path[..=end]).unwrap_or_else(|| field.clone()),
+                    at,
                     field_line: None,
-                    within: Some(within(&field, &self.at.path[..=end], rest)),
+                    within: Some(within),
                 };
             }
         }
@@ -561,22 +569,54 @@ fn within(field: &str, path: &[Seg], place: &str) -> String {
 /// The values path (inside the values) that line `line` of a rendered cloud config comes
 /// from: the key, the section, or `cloudConfig` for the whole config.
 fn rendered_path(origins: &[Origin], line: Option<usize>) -> Vec<String> {
-    let origin = line
-        .and_then(|l| l.checked_sub(1))
-        .and_then(|i| origins.get(i));
-    match origin {
-        // A key the CCM does not know may be a value typed in the wrong place: named only
-        // when known or a plausible typo (invariant 5).
+    match origin_of(origins, line) {
         Some(Origin::Key(section, key)) => {
-            let key = if crate::cloudconf::schema::is_displayable_key(key) {
-                key.clone()
-            } else {
-                "<unknown key, name not shown>".to_owned()
-            };
-            vec!["cloudConfig".into(), (*section).into(), key]
+            vec![
+                "cloudConfig".into(),
+                (*section).into(),
+                shown_key(key).to_owned(),
+            ]
         }
         Some(Origin::Section(section)) => vec!["cloudConfig".into(), (*section).into()],
         None => vec!["cloudConfig".to_owned()],
+    }
+}
+
+/// [`rendered_path`] joined by `.` after `prefix` (how messages name it), written in one
+/// string.
+fn rendered_name(prefix: &str, origins: &[Origin], line: Option<usize>) -> String {
+    let mut out = String::with_capacity(prefix.len() + 64);
+    out.push_str(prefix);
+    out.push_str("cloudConfig");
+    match origin_of(origins, line) {
+        Some(Origin::Key(section, key)) => {
+            out.push('.');
+            out.push_str(section);
+            out.push('.');
+            out.push_str(shown_key(key));
+        }
+        Some(Origin::Section(section)) => {
+            out.push('.');
+            out.push_str(section);
+        }
+        None => {}
+    }
+    out
+}
+
+/// The origin of line `line` (1-based) of a rendered cloud config.
+fn origin_of(origins: &[Origin], line: Option<usize>) -> Option<&Origin> {
+    line.and_then(|l| l.checked_sub(1))
+        .and_then(|i| origins.get(i))
+}
+
+/// How a path names a rendered key: a key the CCM does not know may be a value typed in the
+/// wrong place, so it is named only when known or a plausible typo (invariant 5).
+fn shown_key(key: &str) -> &str {
+    if crate::cloudconf::schema::is_displayable_key(key) {
+        key
+    } else {
+        "<unknown key, name not shown>"
     }
 }
 
@@ -853,6 +893,36 @@ impl Carrier for Overridden {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A rendered line's name is its path joined after the prefix: for a key (known, and one
+    /// not shown), a section, no line, line 0 and a line past the end.
+    #[test]
+    fn rendered_names_are_rendered_paths_joined() {
+        let origins = vec![
+            Origin::Section("global"),
+            Origin::Key("global", "region".to_owned()),
+            Origin::Key("global", "p4ssw0rd-value".to_owned()),
+            Origin::Section("global"),
+            Origin::Section("loadBalancer"),
+        ];
+        for prefix in ["", "spec.values.", "spec.valuesContent, ccm."] {
+            for line in [None, Some(0), Some(1), Some(2), Some(3), Some(5), Some(6)] {
+                assert_eq!(
+                    rendered_name(prefix, &origins, line),
+                    format!("{prefix}{}", rendered_path(&origins, line).join(".")),
+                    "{prefix:?} {line:?}"
+                );
+            }
+        }
+        assert_eq!(
+            rendered_name("spec.values.", &origins, Some(2)),
+            "spec.values.cloudConfig.global.region"
+        );
+        assert_eq!(
+            rendered_name("", &origins, Some(3)),
+            "cloudConfig.global.<unknown key, name not shown>"
+        );
+    }
 
     /// The edits read and write only the sections they set: patching over those (copied)
     /// gives the operations patching over a copy of all the values gives, whatever shape the
