@@ -65,7 +65,7 @@ fn tokens_pointer(path: &[Seg]) -> PointerBuf {
     }))
 }
 
-/// The JSON pointer of a path as text: what [`pointer`]'s `to_string` writes (each token
+/// The JSON pointer of a path as text: what jsonptr writes for the path's tokens (each token
 /// with `~` written `~0` and `/` written `~1`, RFC 6901), without building the pointer's
 /// tokens first. Every finding of a site names its field's pointer.
 pub fn pointer_text(path: &[Seg]) -> String {
@@ -78,22 +78,12 @@ pub fn pointer_text(path: &[Seg]) -> String {
             .sum(),
     );
     for seg in path {
-        out.push('/');
         match seg {
-            Seg::Key(k) => {
-                let mut rest = k.as_str();
-                while let Some(at) = rest.find(['~', '/']) {
-                    out.push_str(&rest[..at]);
-                    out.push_str(if rest.as_bytes()[at] == b'~' {
-                        "~0"
-                    } else {
-                        "~1"
-                    });
-                    rest = &rest[at + 1..];
-                }
-                out.push_str(rest);
+            Seg::Key(k) => push_pointer_token(&mut out, k),
+            Seg::Index(i) => {
+                out.push('/');
+                push_decimal(&mut out, *i);
             }
-            Seg::Index(i) => push_decimal(&mut out, *i),
         }
     }
     out
@@ -115,6 +105,22 @@ pub fn keyed(field: &str, key: &str) -> String {
     out.push_str(key);
     out.push_str("\"]");
     out
+}
+
+/// Appends `/` and the key `key` as a JSON pointer token (`~` written `~0`, `/` written `~1`).
+pub fn push_pointer_token(out: &mut String, key: &str) {
+    out.push('/');
+    let mut rest = key;
+    while let Some(at) = rest.find(['~', '/']) {
+        out.push_str(&rest[..at]);
+        out.push_str(if rest.as_bytes()[at] == b'~' {
+            "~0"
+        } else {
+            "~1"
+        });
+        rest = &rest[at + 1..];
+    }
+    out.push_str(rest);
 }
 
 /// Appends `n` in decimal, as `{n}` writes it, without going through `fmt`.

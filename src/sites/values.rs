@@ -45,7 +45,10 @@ impl ValuesAt {
 
     /// `spec.values.cloudConfig`, `spec.valuesContent, cloudConfigContents`.
     pub(super) fn name(&self, inner: &str) -> String {
-        format!("{}{inner}", self.prefix)
+        let mut name = String::with_capacity(self.prefix.len() + inner.len());
+        name.push_str(&self.prefix);
+        name.push_str(inner);
+        name
     }
 
     /// The field the values are in, as a finding's first line names it, and the rest of the
@@ -155,9 +158,10 @@ impl Carrier for RenderedValues {
     }
 
     fn pointer(&self) -> String {
-        let mut path = self.at.path.clone();
-        path.push(Seg::key("cloudConfig"));
-        pointer_text(&path)
+        // `cloudConfig` holds nothing a pointer escapes.
+        let mut pointer = pointer_text(&self.at.path);
+        pointer.push_str("/cloudConfig");
+        pointer
     }
 
     fn describe(&self, line: Option<usize>) -> String {

@@ -5,10 +5,10 @@ use std::borrow::Cow;
 
 use super::overrides::{merged_with, place_overrides};
 use super::places::{OverrideSource, text_values};
-use super::{DEFAULT_CHARTS, MAX_CARRIERS_PER_OBJECT, content, get, is_values_file, keys};
+use super::{DEFAULT_CHARTS, MAX_CARRIERS_PER_OBJECT, content, get, is_values_file};
 use crate::budget::Cancel;
 use crate::sites::delivery::ObjectPlaces;
-use crate::sites::path::{display, pointer_text, value_at};
+use crate::sites::path::{display, pointer_text, push_pointer_token, value_at};
 use crate::sites::render;
 use crate::sites::values::Override;
 use crate::yaml::{self, Seg};
@@ -190,25 +190,30 @@ impl ChartValues<'_> {
     /// How messages name `key` (a dotted values path) in this carrier:
     /// `spec.values.cluster.name`, `spec.valuesContent, cluster.name`, `cluster.name`.
     pub fn describe(&self, key: &str) -> String {
-        let key = match &self.within {
-            Some(within) => format!("{within}.{key}"),
-            None => key.to_owned(),
-        };
-        match (self.field.is_empty(), self.yaml_string) {
-            (true, _) => key,
-            (false, true) => format!("{}, {key}", self.field),
-            (false, false) => format!("{}.{key}", self.field),
+        // `{field}, ` or `{field}.`, then `{within}.`, then the key, written in one string.
+        let mut out = String::with_capacity(self.field.len() + key.len() + 48);
+        if !self.field.is_empty() {
+            out.push_str(&self.field);
+            out.push_str(if self.yaml_string { ", " } else { "." });
         }
+        if let Some(within) = &self.within {
+            out.push_str(within);
+            out.push('.');
+        }
+        out.push_str(key);
+        out
     }
 
     /// JSON pointer of `key` (values path segments) in the object: inside a values map, or
     /// the values string field itself.
     pub fn pointer(&self, key: &[&str]) -> String {
-        let mut path = self.path.clone();
+        let mut pointer = pointer_text(&self.path);
         if !self.yaml_string {
-            path.extend(keys(key));
+            for k in key {
+                push_pointer_token(&mut pointer, k);
+            }
         }
-        pointer_text(&path)
+        pointer
     }
 }
 
@@ -433,6 +438,53 @@ fn extra_args(value: &Value) -> Option<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// How a carrier names a values key, and its pointer: in a values map, a values string, a
+    /// values file, under an umbrella's subchart key; keys a pointer escapes.
+    #[test]
+    fn chart_values_name_and_point_at_their_keys() {
+        let carrier =
+            |field: &str, path: &[&str], yaml_string: bool, within: Option<&str>| ChartValues {
+                field: field.to_owned(),
+                path: crate::sites::helm::keys(path),
+                yaml_string,
+                values: Cow::Owned(Value::Null),
+                merged_from: None,
+                parameters: Vec::new(),
+                overlay: false,
+                overridable: false,
+                within: within.map(str::to_owned),
+                set_entries: Vec::new(),
+            };
+        let map = carrier("spec.values", &["spec", "values"], false, None);
+        assert_eq!(map.describe("cluster.name"), "spec.values.cluster.name");
+        assert_eq!(
+            map.pointer(&["cluster", "name"]),
+            "/spec/values/cluster/name"
+        );
+        assert_eq!(map.pointer(&["a/b", "c~d"]), "/spec/values/a~1b/c~0d");
+        let text = carrier("spec.valuesContent", &["spec", "valuesContent"], true, None);
+        assert_eq!(
+            text.describe("cluster.name"),
+            "spec.valuesContent, cluster.name"
+        );
+        assert_eq!(text.pointer(&["cluster", "name"]), "/spec/valuesContent");
+        let umbrella = carrier(
+            "spec.valuesContent",
+            &["spec", "valuesContent"],
+            true,
+            Some("ccm"),
+        );
+        assert_eq!(
+            umbrella.describe("cluster.name"),
+            "spec.valuesContent, ccm.cluster.name"
+        );
+        let file = carrier("", &["values"], false, None);
+        assert_eq!(file.describe("cluster.name"), "cluster.name");
+        assert_eq!(file.pointer(&[]), "/values");
+        let file_under = carrier("", &["values"], true, Some("ccm"));
+        assert_eq!(file_under.describe("x"), "ccm.x");
+    }
 
     /// Every text of up to three lines from a pool of plain, almost plain and not plain flag
     /// lines: where the shortcut answers, YAML gives the same list of strings; the plain

@@ -101,10 +101,24 @@ pub fn object_name(gvk: &GroupVersionKind, object: &DynamicObject) -> String {
     if is_values_file(gvk) {
         return format!("values file {name}");
     }
-    match object.metadata.namespace.as_deref() {
-        Some(ns) if !ns.is_empty() => format!("{} {ns}/{name}", gvk.kind),
-        _ => format!("{} {name}", gvk.kind),
+    // Written piece by piece: every values object of a review is named (its sites, its
+    // object rules), and `format!` costs more than the pieces.
+    let namespace = object
+        .metadata
+        .namespace
+        .as_deref()
+        .filter(|ns| !ns.is_empty());
+    let mut out = String::with_capacity(
+        gvk.kind.len() + 2 + namespace.map_or(0, |ns| ns.len() + 1) + name.len(),
+    );
+    out.push_str(&gvk.kind);
+    out.push(' ');
+    if let Some(ns) = namespace {
+        out.push_str(ns);
+        out.push('/');
     }
+    out.push_str(name);
+    out
 }
 
 /// Finds the cloud configs in the values of the charts in `charts` that `object` holds.
