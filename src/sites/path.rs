@@ -108,6 +108,7 @@ pub fn keyed(field: &str, key: &str) -> String {
 }
 
 /// Appends `/` and the key `key` as a JSON pointer token (`~` written `~0`, `/` written `~1`).
+#[inline]
 pub fn push_pointer_token(out: &mut String, key: &str) {
     out.push('/');
     let mut rest = key;
