@@ -111,6 +111,11 @@ pub fn keyed(field: &str, key: &str) -> String {
 #[inline]
 pub fn push_pointer_token(out: &mut String, key: &str) {
     out.push('/');
+    // Most keys hold neither: copied whole after one pass over their bytes.
+    if !key.bytes().any(|b| b == b'~' || b == b'/') {
+        out.push_str(key);
+        return;
+    }
     let mut rest = key;
     while let Some(at) = rest.find(['~', '/']) {
         out.push_str(&rest[..at]);

@@ -928,6 +928,44 @@ mod tests {
         );
     }
 
+    /// Values that exist as a map get each edited key added where it is missing; values that
+    /// are missing, or exist but are no map, are written whole at their path by the first
+    /// edit.
+    #[test]
+    fn a_patch_adds_keys_to_a_values_map_and_writes_other_values_whole() {
+        let serial = IniEdit {
+            section: "LoadBalancer",
+            key: "provider-requires-serial-api-calls",
+            value: "true",
+        };
+        let carrier = |values: Value, existing: usize| RenderedValues {
+            at: ValuesAt {
+                path: vec![Seg::key("spec"), Seg::key("values")],
+                existing,
+                prefix: "spec.values.".to_owned(),
+            },
+            values,
+            origins: Vec::new(),
+        };
+        let ops = |values: Value, existing: usize| {
+            let ops = carrier(values, existing).patch_over(Value::Null, &[serial.clone()]);
+            serde_json::to_value(&ops).expect("operations are JSON")
+        };
+        let whole = json!([{"op": "add", "path": "/spec/values", "value":
+            {"cloudConfig": {"loadBalancer": {"provider-requires-serial-api-calls": true}}}}]);
+        // A string where the values map should be, or no values at all.
+        assert_eq!(ops(json!("text"), 2), whole);
+        assert_eq!(ops(Value::Null, 1), whole);
+        // A values map: `cloudConfig` is added inside it.
+        let map = carrier(json!({"image": {}}), 2);
+        let added = map.patch_over(edited_part(&map.values, &[serial.clone()]), &[serial]);
+        assert_eq!(
+            serde_json::to_value(&added).expect("operations are JSON"),
+            json!([{"op": "add", "path": "/spec/values/cloudConfig", "value":
+                {"loadBalancer": {"provider-requires-serial-api-calls": true}}}])
+        );
+    }
+
     /// The edits read and write only the sections they set: patching over those (copied)
     /// gives the operations patching over a copy of all the values gives, whatever shape the
     /// values, `cloudConfig` and its sections have, and whether the values exist.
