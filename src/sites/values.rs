@@ -948,7 +948,8 @@ mod tests {
             origins: Vec::new(),
         };
         let ops = |values: Value, existing: usize| {
-            let ops = carrier(values, existing).patch_over(Value::Null, &[serial.clone()]);
+            let ops =
+                carrier(values, existing).patch_over(Value::Null, std::slice::from_ref(&serial));
             serde_json::to_value(&ops).expect("operations are JSON")
         };
         let whole = json!([{"op": "add", "path": "/spec/values", "value":
@@ -958,7 +959,8 @@ mod tests {
         assert_eq!(ops(Value::Null, 1), whole);
         // A values map: `cloudConfig` is added inside it.
         let map = carrier(json!({"image": {}}), 2);
-        let added = map.patch_over(edited_part(&map.values, &[serial.clone()]), &[serial]);
+        let edits = [serial];
+        let added = map.patch_over(edited_part(&map.values, &edits), &edits);
         assert_eq!(
             serde_json::to_value(&added).expect("operations are JSON"),
             json!([{"op": "add", "path": "/spec/values/cloudConfig", "value":
