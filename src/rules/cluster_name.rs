@@ -478,11 +478,13 @@ fn values_source(holder: &str, values: &ChartValues) -> Option<NameSource> {
 
 /// A name for messages: quoted, cut at 100 characters.
 fn shown(name: &str) -> String {
-    let cut: String = name.chars().take(100).collect();
-    if cut.len() < name.len() {
-        format!("{cut:?}…")
-    } else {
-        format!("{cut:?}")
+    // The first 100 characters, borrowed (a name of at most 100 bytes is all of them).
+    let cut = (name.len() > 100)
+        .then(|| name.char_indices().nth(100))
+        .flatten();
+    match cut {
+        Some((at, _)) => format!("{:?}…", &name[..at]),
+        None => format!("{name:?}"),
     }
 }
 
@@ -576,6 +578,30 @@ fn unknown(source: &NameSource, why: &str) -> Violation {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A name is shown quoted, its first 100 characters and `…` when longer: at and around
+    /// 100 in bytes and in characters, with characters Debug escapes.
+    #[test]
+    fn names_are_shown_quoted_and_cut_at_100_characters() {
+        let reference = |name: &str| {
+            let cut: String = name.chars().take(100).collect();
+            if cut.len() < name.len() {
+                format!("{cut:?}…")
+            } else {
+                format!("{cut:?}")
+            }
+        };
+        for c in ["a", "é", "\"", "\n"] {
+            for n in [0, 1, 50, 99, 100, 101, 150] {
+                let name = c.repeat(n);
+                assert_eq!(shown(&name), reference(&name), "{name:?}");
+                let mixed = format!("{}{name}", "a".repeat(60));
+                assert_eq!(shown(&mixed), reference(&mixed), "{mixed:?}");
+            }
+        }
+        assert_eq!(shown("kubernetes"), "\"kubernetes\"");
+        assert_eq!(shown(&"x".repeat(101)), format!("\"{}\"…", "x".repeat(100)));
+    }
     use kube::core::{DynamicObject, GroupVersionKind};
     use serde_json::json;
 

@@ -18,14 +18,14 @@ use std::borrow::Cow;
 /// a segment: only a reference with no path after it (`oci://<chart name>`) is named by it,
 /// which fails closed and is what the generated admission policies read too (their test of a
 /// reference must stay within this one).
-pub fn chart_matches(reference: &str, charts: &[String]) -> bool {
+pub fn chart_matches<C: AsRef<str>>(reference: &str, charts: &[C]) -> bool {
     let Some(last) = chart_reference_name(reference) else {
         return false;
     };
-    charts.iter().any(|c| {
-        *last == **c
+    charts.iter().map(AsRef::as_ref).any(|c| {
+        *last == *c
             || archive_stem(&last)
-                .and_then(|stem| stem.strip_prefix(c.as_str()))
+                .and_then(|stem| stem.strip_prefix(c))
                 .and_then(|rest| rest.strip_prefix('-'))
                 .map(|version| version.strip_prefix(['v', 'V']).unwrap_or(version))
                 .is_some_and(|version| version.starts_with(|ch: char| ch.is_ascii_digit()))
@@ -36,6 +36,21 @@ pub fn chart_matches(reference: &str, charts: &[String]) -> bool {
 /// from `reference` unless the segment was `%XX`-decoded: every values place asks this of its
 /// chart reference, several times per review.
 fn chart_reference_name(reference: &str) -> Option<Cow<'_, str>> {
+    // The common reference is a bare chart name: ASCII with no blank at either end and none
+    // of the characters the steps below act on (`?#/;%:@`), so that it is one segment that
+    // is its own name (unless `.` or `..`, which name nothing). Told in one pass over its
+    // bytes rather than through the splits below.
+    let bare = reference.bytes().all(|b| {
+        b.is_ascii_graphic() && !matches!(b, b'?' | b'#' | b'/' | b';' | b'%' | b':' | b'@')
+    });
+    if bare {
+        return (!matches!(reference, "" | "." | "..")).then_some(Cow::Borrowed(reference));
+    }
+    parsed_reference_name(reference)
+}
+
+/// [`chart_reference_name`] of any reference, step by step.
+fn parsed_reference_name(reference: &str) -> Option<Cow<'_, str>> {
     let reference = reference.trim();
     // A URL's query and fragment are not part of its path.
     let reference = reference.split(['?', '#']).next().unwrap_or_default();
@@ -123,6 +138,33 @@ mod tests {
     use super::*;
 
     const CCM: &str = "openstack-cloud-controller-manager";
+
+    /// A bare name is told apart in one pass: what that gives is what the steps give.
+    #[test]
+    fn bare_names_are_named_as_the_steps_name_them() {
+        let pieces = [
+            "", "a", "ccm", ".", "..", " ", "\t", "\u{a0}", "\u{e9}", "?", "#", "/", ";", "%",
+            "%2F", ":", "@", "-", "1.2.3", ".tgz", "~", "\u{7f}", "\u{1}",
+        ];
+        for a in pieces {
+            for b in pieces {
+                for c in ["", "x", "."] {
+                    let reference = format!("{a}{b}{c}");
+                    assert_eq!(
+                        chart_reference_name(&reference),
+                        parsed_reference_name(&reference),
+                        "{reference:?}"
+                    );
+                }
+            }
+        }
+        assert_eq!(chart_reference_name("ccm").as_deref(), Some("ccm"));
+        assert_eq!(chart_reference_name(".."), None);
+        assert!(chart_matches(
+            "cloud-provider-openstack-app",
+            &[GIANT_SWARM_APP_CHART]
+        ));
+    }
 
     /// Each reference form (issue 31 item 8b), with whether it names the CCM chart.
     #[test]

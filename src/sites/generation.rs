@@ -142,8 +142,11 @@ impl Generations {
 pub fn generation_of(version: &str) -> Option<Generation> {
     let version = version.trim();
     let version = version.strip_prefix('v').unwrap_or(version);
+    // Newest first: deliveries mostly pin a recent version (the tags are distinct, so the
+    // order of the search finds the same one).
     CHART_TAGS
         .iter()
+        .rev()
         .find(|(tag, _)| *tag == version)
         .map(|(_, generation)| *generation)
 }

@@ -34,26 +34,52 @@ pub fn is_print(c: char) -> bool {
 /// Go's `strconv.Quote`: `s` in double quotes, escaped as Go escapes it.
 pub fn quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
+    quote_into(&mut out, s);
+    out
+}
+
+/// [`quote`] written at the end of `out` (a rendered cloud config is one text of many quoted
+/// values).
+pub fn quote_into(out: &mut String, s: &str) {
+    out.reserve(s.len() + 2);
     out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if is_print(c) => out.push(c),
-            '\u{7}' => out.push_str("\\a"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{b}' => out.push_str("\\v"),
-            c if c < ' ' || c == '\u{7f}' => out.push_str(&format!("\\x{:02x}", u32::from(c))),
-            c if u32::from(c) < 0x10000 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
-            c => out.push_str(&format!("\\U{:08x}", u32::from(c))),
-        }
+    let mut rest = s;
+    loop {
+        // Printable ASCII but `"` and `\` is written as it is: the run of it up to the next
+        // other character is copied whole (most values are nothing else).
+        let plain = rest
+            .bytes()
+            .position(|b| !matches!(b, b' '..=b'~') || b == b'"' || b == b'\\')
+            .unwrap_or(rest.len());
+        let (run, tail) = rest.split_at(plain);
+        out.push_str(run);
+        let mut chars = tail.chars();
+        let Some(c) = chars.next() else {
+            break;
+        };
+        push_quoted(out, c);
+        rest = chars.as_str();
     }
     out.push('"');
-    out
+}
+
+/// One character of [`quote`]'s output: as it is when Go prints it, else escaped.
+fn push_quoted(out: &mut String, c: char) {
+    match c {
+        '"' => out.push_str("\\\""),
+        '\\' => out.push_str("\\\\"),
+        c if is_print(c) => out.push(c),
+        '\u{7}' => out.push_str("\\a"),
+        '\u{8}' => out.push_str("\\b"),
+        '\u{c}' => out.push_str("\\f"),
+        '\n' => out.push_str("\\n"),
+        '\r' => out.push_str("\\r"),
+        '\t' => out.push_str("\\t"),
+        '\u{b}' => out.push_str("\\v"),
+        c if c < ' ' || c == '\u{7f}' => out.push_str(&format!("\\x{:02x}", u32::from(c))),
+        c if u32::from(c) < 0x10000 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+        c => out.push_str(&format!("\\U{:08x}", u32::from(c))),
+    }
 }
 
 #[cfg(test)]
@@ -123,6 +149,44 @@ mod tests {
         // Unicode 15.1 and later additions are still unassigned for go1.23.7.
         for c in ['\u{2FFC}', '\u{31EF}', '\u{1FAE9}'] {
             assert!(!is_print(c), "{c:?}");
+        }
+    }
+
+    /// Runs of plain ASCII are copied whole: the same text as quoting character by character.
+    #[test]
+    fn quoting_runs_is_quoting_each_character() {
+        let pieces = [
+            "",
+            "a",
+            "ab c",
+            "\"",
+            "\\",
+            "\n",
+            "\u{7f}",
+            "~",
+            " ",
+            "\u{e9}",
+            "\u{a0}",
+            "\u{1F600}",
+            "\u{0}",
+            "\u{1f}",
+            "x=y",
+        ];
+        for a in pieces {
+            for b in pieces {
+                for c in pieces {
+                    let s = format!("{a}{b}{c}");
+                    let mut each = String::from("\"");
+                    for ch in s.chars() {
+                        push_quoted(&mut each, ch);
+                    }
+                    each.push('"');
+                    assert_eq!(quote(&s), each, "{s:?}");
+                    let mut after = String::from("k = ");
+                    quote_into(&mut after, &s);
+                    assert_eq!(after, format!("k = {each}"));
+                }
+            }
         }
     }
 

@@ -8,7 +8,28 @@ use crate::yaml::Seg;
 /// A display path: `spec.sources[1].helm.values` (a key longer than 80 characters is cut,
 /// with `…`).
 pub fn display(path: &[Seg]) -> String {
-    joined(path, shown_entry)
+    // `joined(path, shown_entry)`, each key written in place rather than copied first: every
+    // finding and every values place names its field so.
+    let mut out = String::new();
+    for seg in path {
+        match seg {
+            Seg::Key(k) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                push_shown_entry(&mut out, k);
+            }
+            Seg::Index(i) => push_index(&mut out, *i),
+        }
+    }
+    out
+}
+
+/// `[i]`.
+fn push_index(out: &mut String, i: usize) {
+    out.push('[');
+    push_decimal(out, i);
+    out.push(']');
 }
 
 /// `path` with its keys joined by `.`, each written by `key`, and list indexes as `[i]`:
@@ -23,7 +44,7 @@ pub fn joined(path: &[Seg], key: impl Fn(&str) -> String) -> String {
                 }
                 out.push_str(&key(k));
             }
-            Seg::Index(i) => out.push_str(&format!("[{i}]")),
+            Seg::Index(i) => push_index(&mut out, *i),
         }
     }
     out
@@ -31,13 +52,20 @@ pub fn joined(path: &[Seg], key: impl Fn(&str) -> String) -> String {
 
 /// The JSON pointer of a path.
 pub fn pointer(path: &[Seg]) -> PointerBuf {
+    // Written once as text: `pointer_text` encodes each token as jsonptr does (its test), so
+    // the text always parses; jsonptr's own building copies and encodes every token first.
+    PointerBuf::parse(pointer_text(path)).unwrap_or_else(|_| tokens_pointer(path))
+}
+
+/// The JSON pointer of a path, built by jsonptr from its tokens.
+fn tokens_pointer(path: &[Seg]) -> PointerBuf {
     PointerBuf::from_tokens(path.iter().map(|s| match s {
         Seg::Key(k) => k.clone(),
         Seg::Index(i) => i.to_string(),
     }))
 }
 
-/// The JSON pointer of a path as text: what [`pointer`]'s `to_string` writes (each token
+/// The JSON pointer of a path as text: what jsonptr writes for the path's tokens (each token
 /// with `~` written `~0` and `/` written `~1`, RFC 6901), without building the pointer's
 /// tokens first. Every finding of a site names its field's pointer.
 pub fn pointer_text(path: &[Seg]) -> String {
@@ -50,22 +78,12 @@ pub fn pointer_text(path: &[Seg]) -> String {
             .sum(),
     );
     for seg in path {
-        out.push('/');
         match seg {
-            Seg::Key(k) => {
-                let mut rest = k.as_str();
-                while let Some(at) = rest.find(['~', '/']) {
-                    out.push_str(&rest[..at]);
-                    out.push_str(if rest.as_bytes()[at] == b'~' {
-                        "~0"
-                    } else {
-                        "~1"
-                    });
-                    rest = &rest[at + 1..];
-                }
-                out.push_str(rest);
+            Seg::Key(k) => push_pointer_token(&mut out, k),
+            Seg::Index(i) => {
+                out.push('/');
+                push_decimal(&mut out, *i);
             }
-            Seg::Index(i) => push_decimal(&mut out, *i),
         }
     }
     out
@@ -87,6 +105,28 @@ pub fn keyed(field: &str, key: &str) -> String {
     out.push_str(key);
     out.push_str("\"]");
     out
+}
+
+/// Appends `/` and the key `key` as a JSON pointer token (`~` written `~0`, `/` written `~1`).
+#[inline]
+pub fn push_pointer_token(out: &mut String, key: &str) {
+    out.push('/');
+    // Most keys hold neither: copied whole after one pass over their bytes.
+    if !key.bytes().any(|b| b == b'~' || b == b'/') {
+        out.push_str(key);
+        return;
+    }
+    let mut rest = key;
+    while let Some(at) = rest.find(['~', '/']) {
+        out.push_str(&rest[..at]);
+        out.push_str(if rest.as_bytes()[at] == b'~' {
+            "~0"
+        } else {
+            "~1"
+        });
+        rest = &rest[at + 1..];
+    }
+    out.push_str(rest);
 }
 
 /// Appends `n` in decimal, as `{n}` writes it, without going through `fmt`.
@@ -112,20 +152,37 @@ pub fn push_decimal(out: &mut String, mut n: usize) {
 /// serde_json. (A values read asks this five to ten times per review; serde_json's way cost
 /// 5k instructions a call.)
 pub fn value_at<'a>(root: &'a Value, pointer: &str) -> Option<&'a Value> {
-    if pointer.contains('~') {
+    if pointer.as_bytes().contains(&b'~') {
         return root.pointer(pointer);
     }
     if pointer.is_empty() {
         return Some(root);
     }
-    pointer
-        .strip_prefix('/')?
-        .split('/')
-        .try_fold(root, |target, token| match target {
-            Value::Object(map) => map.get(token),
-            Value::Array(list) => list_index(token).and_then(|i| list.get(i)),
-            _ => None,
-        })
+    slash_separated(pointer.strip_prefix('/')?).try_fold(root, |target, token| match target {
+        Value::Object(map) => map.get(token),
+        Value::Array(list) => list_index(token).and_then(|i| list.get(i)),
+        _ => None,
+    })
+}
+
+/// The parts of `text` between its `/`s, as `text.split('/')` gives them, found byte by byte:
+/// a registry pointer is a few short tokens, read on every review, and the general splitter
+/// costs more to set up per token than the token costs to scan.
+pub(crate) fn slash_separated(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = Some(text);
+    std::iter::from_fn(move || {
+        let current = rest?;
+        match current.bytes().position(|b| b == b'/') {
+            Some(at) => {
+                rest = current.get(at + 1..);
+                current.get(..at)
+            }
+            None => {
+                rest = None;
+                Some(current)
+            }
+        }
+    })
 }
 
 /// A pointer token as a list index, as serde_json reads one: digits, no `+`, no leading zero.
@@ -142,9 +199,23 @@ const MAX_SHOWN_ENTRY_CHARS: usize = 80;
 /// A `--set` key as messages show it: cut after [`MAX_SHOWN_ENTRY_CHARS`] characters (a
 /// hostile key is tens of kilobytes; the answer must stay short enough to read).
 pub fn shown_entry(key: &str) -> String {
-    match key.char_indices().nth(MAX_SHOWN_ENTRY_CHARS) {
-        Some((cut, _)) => format!("{}…", &key[..cut]),
-        None => key.to_owned(),
+    let mut out = String::new();
+    push_shown_entry(&mut out, key);
+    out
+}
+
+/// [`shown_entry`] written at the end of `out`.
+fn push_shown_entry(out: &mut String, key: &str) {
+    // A key of at most that many bytes has at most that many characters: nothing to cut.
+    let cut = (key.len() > MAX_SHOWN_ENTRY_CHARS)
+        .then(|| key.char_indices().nth(MAX_SHOWN_ENTRY_CHARS))
+        .flatten();
+    match cut {
+        Some((cut, _)) => {
+            out.push_str(&key[..cut]);
+            out.push('…');
+        }
+        None => out.push_str(key),
     }
 }
 
@@ -177,12 +248,73 @@ mod tests {
         let indexes = [0, 7, 10, 99, 12345, usize::MAX];
         let mut segs: Vec<Seg> = keys.iter().map(|k| Seg::key(k)).collect();
         segs.extend(indexes.iter().map(|&i| Seg::Index(i)));
-        assert_eq!(pointer_text(&[]), pointer(&[]).to_string());
+        assert_eq!(pointer_text(&[]), tokens_pointer(&[]).to_string());
+        assert_eq!(pointer(&[]), tokens_pointer(&[]));
         for a in &segs {
             for b in &segs {
                 let path = [a.clone(), b.clone()];
-                assert_eq!(pointer_text(&path), pointer(&path).to_string(), "{path:?}");
-                assert_eq!(pointer_text(&path[..1]), pointer(&path[..1]).to_string());
+                let built = tokens_pointer(&path);
+                assert_eq!(pointer_text(&path), built.to_string(), "{path:?}");
+                assert_eq!(pointer(&path), built, "{path:?}");
+                assert_eq!(
+                    pointer_text(&path[..1]),
+                    tokens_pointer(&path[..1]).to_string()
+                );
+            }
+        }
+    }
+
+    /// `display` writes what joining the keys cut by `shown_entry` writes: keys at and
+    /// around the cut in bytes and in characters, empty keys, indexes first, last and between.
+    #[test]
+    fn display_is_keys_joined_as_shown() {
+        let long = |n: usize, c: char| std::iter::repeat_n(c, n).collect::<String>();
+        let keys = [
+            String::new(),
+            "spec".to_owned(),
+            long(80, 'a'),
+            long(81, 'a'),
+            long(79, 'é'),
+            long(80, 'é'),
+            long(81, 'é'),
+            format!("{}é", long(80, 'a')),
+            format!("{}é", long(79, 'a')),
+        ];
+        let mut segs: Vec<Seg> = keys.iter().map(|k| Seg::key(k)).collect();
+        segs.extend([0, 7, 12345].map(Seg::Index));
+        for a in &segs {
+            for b in &segs {
+                for c in &segs {
+                    let path = [a.clone(), b.clone(), c.clone()];
+                    let expected = joined(&path, |k| {
+                        match k.char_indices().nth(MAX_SHOWN_ENTRY_CHARS) {
+                            Some((cut, _)) => format!("{}…", &k[..cut]),
+                            None => k.to_owned(),
+                        }
+                    });
+                    assert_eq!(display(&path), expected, "{path:?}");
+                }
+            }
+        }
+        assert_eq!(display(&[Seg::Index(3)]), "[3]");
+        assert_eq!(shown_entry(&long(81, 'é')), format!("{}…", long(80, 'é')));
+    }
+
+    /// `slash_separated` gives what `split('/')` gives: empty parts at either end and between
+    /// two slashes, non-ASCII text, no slash at all.
+    #[test]
+    fn slash_separated_is_split_at_slashes() {
+        let pieces = ["", "/", "a", "spec", "é", "~1", "0"];
+        for a in pieces {
+            for b in pieces {
+                for c in pieces {
+                    for d in pieces {
+                        let text = format!("{a}{b}{c}{d}");
+                        let split: Vec<&str> = text.split('/').collect();
+                        let ours: Vec<&str> = slash_separated(&text).collect();
+                        assert_eq!(ours, split, "{text:?}");
+                    }
+                }
             }
         }
     }

@@ -156,17 +156,21 @@ pub fn render_as(
                 return Ok(Rendered { text, lines });
             }
             // `{{ $key }} = {{ $value | quote }}`: a null value leaves `key = `.
-            let shown = if generation.quotes_values() {
-                quote(value)
-            } else {
-                unquoted(value)
-            };
             text.push('\n');
             text.push_str(&key);
             text.push_str(" = ");
-            text.push_str(&shown);
+            let start = text.len();
+            if generation.quotes_values() {
+                quote_into(&mut text, value);
+            } else {
+                text.push_str(&unquoted(value));
+            }
             // An unquoted value's line breaks start lines gcfg reads on their own.
-            for _ in 0..=shown.matches('\n').count() {
+            let breaks = text.as_bytes()[start..]
+                .iter()
+                .filter(|&&b| b == b'\n')
+                .count();
+            for _ in 0..=breaks {
                 lines.push(Origin::Key(values_key, key.clone().into_owned()));
             }
         }
@@ -195,9 +199,18 @@ pub fn unquoted(value: &Value) -> String {
 
 /// Sprig's `quote`: `fmt.Sprintf("%q", strval(v))`, nothing for nil.
 pub fn quote(value: &Value) -> String {
+    let mut out = String::new();
+    quote_into(&mut out, value);
+    out
+}
+
+/// [`quote`] written at the end of `out`.
+fn quote_into(out: &mut String, value: &Value) {
     match value {
-        Value::Null => String::new(),
-        other => go_quote(&go_value(other)),
+        Value::Null => {}
+        // `%v` of a string is the string: quoted where it is, not copied first.
+        Value::String(s) => super::goquote::quote_into(out, s),
+        other => super::goquote::quote_into(out, &go_value(other)),
     }
 }
 

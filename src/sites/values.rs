@@ -45,7 +45,10 @@ impl ValuesAt {
 
     /// `spec.values.cloudConfig`, `spec.valuesContent, cloudConfigContents`.
     pub(super) fn name(&self, inner: &str) -> String {
-        format!("{}{inner}", self.prefix)
+        let mut name = String::with_capacity(self.prefix.len() + inner.len());
+        name.push_str(&self.prefix);
+        name.push_str(inner);
+        name
     }
 
     /// The field the values are in, as a finding's first line names it, and the rest of the
@@ -95,13 +98,12 @@ pub(super) struct RenderedValues {
     pub(super) origins: Vec<Origin>,
 }
 
-impl Carrier for RenderedValues {
-    /// `add` operations that set each edited key in the structured values, creating the
-    /// missing parents (`cloudConfig`, the section, or the values themselves).
-    fn patch(&self, _edited: &Document, edits: &[IniEdit]) -> Vec<PatchOperation> {
-        let mut values = self.values.clone();
+impl RenderedValues {
+    /// [`Carrier::patch`] over `values`, what the edits read of the values as they are
+    /// ([`edited_part`], or all of them).
+    fn patch_over(&self, mut values: Value, edits: &[IniEdit]) -> Vec<PatchOperation> {
         let mut ops = Vec::new();
-        let mut values_exist = self.at.exists() && values.is_object();
+        let mut values_exist = self.at.exists() && self.values.is_object();
         for edit in edits {
             let Some((rel, leaf)) = edit_target(&values, edit) else {
                 continue;
@@ -136,6 +138,14 @@ impl Carrier for RenderedValues {
         }
         ops
     }
+}
+
+impl Carrier for RenderedValues {
+    /// `add` operations that set each edited key in the structured values, creating the
+    /// missing parents (`cloudConfig`, the section, or the values themselves).
+    fn patch(&self, _edited: &Document, edits: &[IniEdit]) -> Vec<PatchOperation> {
+        self.patch_over(edited_part(&self.values, edits), edits)
+    }
 
     fn trace(&self, line: Option<usize>) -> Anchor {
         let mut path = self.at.path.clone();
@@ -148,20 +158,21 @@ impl Carrier for RenderedValues {
     }
 
     fn pointer(&self) -> String {
-        let mut path = self.at.path.clone();
-        path.push(Seg::key("cloudConfig"));
-        pointer_text(&path)
+        // `cloudConfig` holds nothing a pointer escapes.
+        let mut pointer = pointer_text(&self.at.path);
+        pointer.push_str("/cloudConfig");
+        pointer
     }
 
     fn describe(&self, line: Option<usize>) -> String {
-        self.at.name(&rendered_path(&self.origins, line).join("."))
+        rendered_name(&self.at.prefix, &self.origins, line)
     }
 
     /// The values field (`spec.values`, `spec.source.helm.valuesObject`) on the first line,
     /// the values path after it: below an umbrella's subchart key, from that key (the message
     /// names the INI key; the path says where it is written).
     fn locate(&self, line: Option<usize>) -> Location {
-        let full = self.at.name(&rendered_path(&self.origins, line).join("."));
+        let full = rendered_name(&self.at.prefix, &self.origins, line);
         let field_end = self
             .at
             .path
@@ -170,11 +181,19 @@ impl Carrier for RenderedValues {
             .filter(|&i| i > 0);
         if let Some(end) = field_end {
             let field = path::display(&self.at.path[..=end]);
-            if let Some(rest) = full.strip_prefix(&format!("{field}.")) {
+            if let Some(rest) = full
+                .strip_prefix(field.as_str())
+                .and_then(|rest| rest.strip_prefix('.'))
+            {
+                // `within`, with the short field found once.
+                let (at, within) = match short_field(&self.at.path[..=end]) {
+                    Some(short) => (short, format!("{field}, {rest}")),
+                    None => (field.clone(), rest.to_owned()),
+                };
                 return Location {
-                    at: short_field(&self.at.path[..=end]).unwrap_or_else(|| field.clone()),
+                    at,
                     field_line: None,
-                    within: Some(within(&field, &self.at.path[..=end], rest)),
+                    within: Some(within),
                 };
             }
         }
@@ -193,6 +212,35 @@ impl Carrier for RenderedValues {
     fn writes_lines_of_a_value(&self) -> bool {
         one_value_on_two_lines(&self.origins)
     }
+}
+
+/// The part of `values` that [`RenderedValues::patch`] reads and writes for `edits`, copied:
+/// of a values map, `cloudConfig` (a map, or null for anything else) with only the sections
+/// the edits set; nothing (null) of values that are no map, which the first edit replaces.
+/// Each edit reads and writes `cloudConfig.<section>` alone, so the rest need not be copied.
+fn edited_part(values: &Value, edits: &[IniEdit]) -> Value {
+    let Some(map) = values.as_object() else {
+        return Value::Null;
+    };
+    let mut part = Map::new();
+    match map.get("cloudConfig") {
+        None => {}
+        Some(Value::Object(config)) => {
+            let mut sections = Map::new();
+            for section in edits.iter().filter_map(|e| render::values_key(e.section)) {
+                if let Some(value) = config.get(section)
+                    && !sections.contains_key(section)
+                {
+                    sections.insert(section.to_owned(), value.clone());
+                }
+            }
+            part.insert("cloudConfig".to_owned(), Value::Object(sections));
+        }
+        Some(_) => {
+            part.insert("cloudConfig".to_owned(), Value::Null);
+        }
+    }
+    Value::Object(part)
 }
 
 /// Whether two consecutive rendered lines come from one key: a value written unquoted with a
@@ -525,22 +573,54 @@ fn within(field: &str, path: &[Seg], place: &str) -> String {
 /// The values path (inside the values) that line `line` of a rendered cloud config comes
 /// from: the key, the section, or `cloudConfig` for the whole config.
 fn rendered_path(origins: &[Origin], line: Option<usize>) -> Vec<String> {
-    let origin = line
-        .and_then(|l| l.checked_sub(1))
-        .and_then(|i| origins.get(i));
-    match origin {
-        // A key the CCM does not know may be a value typed in the wrong place: named only
-        // when known or a plausible typo (invariant 5).
+    match origin_of(origins, line) {
         Some(Origin::Key(section, key)) => {
-            let key = if crate::cloudconf::schema::is_displayable_key(key) {
-                key.clone()
-            } else {
-                "<unknown key, name not shown>".to_owned()
-            };
-            vec!["cloudConfig".into(), (*section).into(), key]
+            vec![
+                "cloudConfig".into(),
+                (*section).into(),
+                shown_key(key).to_owned(),
+            ]
         }
         Some(Origin::Section(section)) => vec!["cloudConfig".into(), (*section).into()],
         None => vec!["cloudConfig".to_owned()],
+    }
+}
+
+/// [`rendered_path`] joined by `.` after `prefix` (how messages name it), written in one
+/// string.
+fn rendered_name(prefix: &str, origins: &[Origin], line: Option<usize>) -> String {
+    let mut out = String::with_capacity(prefix.len() + 64);
+    out.push_str(prefix);
+    out.push_str("cloudConfig");
+    match origin_of(origins, line) {
+        Some(Origin::Key(section, key)) => {
+            out.push('.');
+            out.push_str(section);
+            out.push('.');
+            out.push_str(shown_key(key));
+        }
+        Some(Origin::Section(section)) => {
+            out.push('.');
+            out.push_str(section);
+        }
+        None => {}
+    }
+    out
+}
+
+/// The origin of line `line` (1-based) of a rendered cloud config.
+fn origin_of(origins: &[Origin], line: Option<usize>) -> Option<&Origin> {
+    line.and_then(|l| l.checked_sub(1))
+        .and_then(|i| origins.get(i))
+}
+
+/// How a path names a rendered key: a key the CCM does not know may be a value typed in the
+/// wrong place, so it is named only when known or a plausible typo (invariant 5).
+fn shown_key(key: &str) -> &str {
+    if crate::cloudconf::schema::is_displayable_key(key) {
+        key
+    } else {
+        "<unknown key, name not shown>"
     }
 }
 
@@ -810,5 +890,148 @@ impl Carrier for Overridden {
 
     fn writes_lines_of_a_value(&self) -> bool {
         one_value_on_two_lines(&self.origins)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A rendered line's name is its path joined after the prefix: for a key (known, and one
+    /// not shown), a section, no line, line 0 and a line past the end.
+    #[test]
+    fn rendered_names_are_rendered_paths_joined() {
+        let origins = vec![
+            Origin::Section("global"),
+            Origin::Key("global", "region".to_owned()),
+            Origin::Key("global", "p4ssw0rd-value".to_owned()),
+            Origin::Section("global"),
+            Origin::Section("loadBalancer"),
+        ];
+        for prefix in ["", "spec.values.", "spec.valuesContent, ccm."] {
+            for line in [None, Some(0), Some(1), Some(2), Some(3), Some(5), Some(6)] {
+                assert_eq!(
+                    rendered_name(prefix, &origins, line),
+                    format!("{prefix}{}", rendered_path(&origins, line).join(".")),
+                    "{prefix:?} {line:?}"
+                );
+            }
+        }
+        assert_eq!(
+            rendered_name("spec.values.", &origins, Some(2)),
+            "spec.values.cloudConfig.global.region"
+        );
+        assert_eq!(
+            rendered_name("", &origins, Some(3)),
+            "cloudConfig.global.<unknown key, name not shown>"
+        );
+    }
+
+    /// Values that exist as a map get each edited key added where it is missing; values that
+    /// are missing, or exist but are no map, are written whole at their path by the first
+    /// edit.
+    #[test]
+    fn a_patch_adds_keys_to_a_values_map_and_writes_other_values_whole() {
+        let serial = IniEdit {
+            section: "LoadBalancer",
+            key: "provider-requires-serial-api-calls",
+            value: "true",
+        };
+        let carrier = |values: Value, existing: usize| RenderedValues {
+            at: ValuesAt {
+                path: vec![Seg::key("spec"), Seg::key("values")],
+                existing,
+                prefix: "spec.values.".to_owned(),
+            },
+            values,
+            origins: Vec::new(),
+        };
+        let ops = |values: Value, existing: usize| {
+            let ops =
+                carrier(values, existing).patch_over(Value::Null, std::slice::from_ref(&serial));
+            serde_json::to_value(&ops).expect("operations are JSON")
+        };
+        let whole = json!([{"op": "add", "path": "/spec/values", "value":
+            {"cloudConfig": {"loadBalancer": {"provider-requires-serial-api-calls": true}}}}]);
+        // A string where the values map should be, or no values at all.
+        assert_eq!(ops(json!("text"), 2), whole);
+        assert_eq!(ops(Value::Null, 1), whole);
+        // A values map: `cloudConfig` is added inside it.
+        let map = carrier(json!({"image": {}}), 2);
+        let edits = [serial];
+        let added = map.patch_over(edited_part(&map.values, &edits), &edits);
+        assert_eq!(
+            serde_json::to_value(&added).expect("operations are JSON"),
+            json!([{"op": "add", "path": "/spec/values/cloudConfig", "value":
+                {"loadBalancer": {"provider-requires-serial-api-calls": true}}}])
+        );
+    }
+
+    /// The edits read and write only the sections they set: patching over those (copied)
+    /// gives the operations patching over a copy of all the values gives, whatever shape the
+    /// values, `cloudConfig` and its sections have, and whether the values exist.
+    #[test]
+    fn patching_over_the_edited_sections_is_patching_over_all_values() {
+        let shapes = [
+            json!(null),
+            json!("text"),
+            json!([1]),
+            json!({}),
+            json!({"other": 1}),
+            json!({"cloudConfig": null}),
+            json!({"cloudConfig": "x"}),
+            json!({"cloudConfig": {}}),
+            json!({"cloudConfig": {"global": {"region": "r"}}}),
+            json!({"cloudConfig": {"loadBalancer": "x", "global": {}}}),
+            json!({"cloudConfig": {"loadBalancer": {"LB-Method": "x"}}, "cluster": {"name": "n"}}),
+            json!({"cloudConfig": {"loadBalancer": {"lb-method": "a", "Lb-Method": "b"},
+                "blockStorage": {"bs-version": "v3"}}}),
+        ];
+        let edit = |section, key, value| IniEdit {
+            section,
+            key,
+            value,
+        };
+        let serial = edit("LoadBalancer", "provider-requires-serial-api-calls", "true");
+        let method = edit("loadbalancer", "lb-method", "ROUND_ROBIN");
+        let region = edit("Global", "region", "false");
+        let unknown = edit("Nowhere", "key", "v");
+        let lists: [Vec<IniEdit>; 6] = [
+            vec![],
+            vec![serial.clone()],
+            vec![serial.clone(), method.clone()],
+            vec![region.clone(), serial.clone(), method.clone()],
+            vec![unknown, method.clone(), serial.clone(), region],
+            vec![method.clone(), method],
+        ];
+        let mut compared = 0;
+        for values in &shapes {
+            for existing in [0, 1, 2] {
+                let carrier = RenderedValues {
+                    at: ValuesAt {
+                        path: vec![Seg::key("spec"), Seg::key("values")],
+                        existing,
+                        prefix: "spec.values.".to_owned(),
+                    },
+                    values: values.clone(),
+                    origins: Vec::new(),
+                };
+                for edits in &lists {
+                    let part = carrier.patch_over(edited_part(values, edits), edits);
+                    let all = carrier.patch_over(values.clone(), edits);
+                    assert_eq!(part, all, "{values} {existing} {edits:?}");
+                    compared += usize::from(!all.is_empty());
+                }
+            }
+        }
+        assert!(compared > 100, "{compared}");
+        // Only the edited sections are copied.
+        let values = json!({"cloudConfig": {"global": {"region": "r"}, "loadBalancer": {}},
+            "image": {"tag": "v1"}});
+        assert_eq!(
+            edited_part(&values, &[serial]),
+            json!({"cloudConfig": {"loadBalancer": {}}})
+        );
     }
 }

@@ -5,10 +5,10 @@ use std::borrow::Cow;
 
 use super::overrides::{merged_with, place_overrides};
 use super::places::{OverrideSource, text_values};
-use super::{DEFAULT_CHARTS, MAX_CARRIERS_PER_OBJECT, content, get, is_values_file, keys};
+use super::{DEFAULT_CHARTS, MAX_CARRIERS_PER_OBJECT, content, get, is_values_file};
 use crate::budget::Cancel;
 use crate::sites::delivery::ObjectPlaces;
-use crate::sites::path::{display, pointer_text, value_at};
+use crate::sites::path::{display, pointer_text, push_pointer_token, value_at};
 use crate::sites::render;
 use crate::sites::values::Override;
 use crate::yaml::{self, Seg};
@@ -134,7 +134,7 @@ pub fn helm_controller_extra_args_all_in(
 /// The CCM chart's values in one carrier of an object, parsed (for object families that read
 /// settings other than the cloud config, e.g. `cluster.name`).
 #[derive(Debug, Clone)]
-pub struct ChartValues {
+pub struct ChartValues<'o> {
     /// How messages name the carrier: `spec.values`, `spec.valuesContent`, or empty for a
     /// plain values file (its values are the file).
     pub field: String,
@@ -144,8 +144,9 @@ pub struct ChartValues {
     /// only point at the string field.
     pub yaml_string: bool,
     /// The values (Null when the carrier is absent: the chart's defaults apply), with a
-    /// RKE2/k3s HelmChart's `spec.set` entries applied as Helm applies `--set`.
-    pub values: Value,
+    /// RKE2/k3s HelmChart's `spec.set` entries applied as Helm applies `--set`. Borrowed
+    /// from the object when it holds them as they are (a values map with nothing on top).
+    pub values: Cow<'o, Value>,
     /// Values merged in from outside the object, under these inline values (Flux
     /// `spec.valuesFrom`, Argo CD `helm.valueFiles`): the field that lists them, e.g.
     /// `spec.valuesFrom`. A setting these values do not make may come from there.
@@ -175,7 +176,7 @@ pub struct SetEntry {
     pub paths: Vec<Vec<String>>,
 }
 
-impl ChartValues {
+impl ChartValues<'_> {
     /// The last `spec.set` entry that sets exactly the values path `keys`: where a finding about
     /// that value belongs, as Helm applies `--set` over every values file.
     pub fn set_entry_for(&self, keys: &[&str]) -> Option<&SetEntry> {
@@ -189,39 +190,50 @@ impl ChartValues {
     /// How messages name `key` (a dotted values path) in this carrier:
     /// `spec.values.cluster.name`, `spec.valuesContent, cluster.name`, `cluster.name`.
     pub fn describe(&self, key: &str) -> String {
-        let key = match &self.within {
-            Some(within) => format!("{within}.{key}"),
-            None => key.to_owned(),
-        };
-        match (self.field.is_empty(), self.yaml_string) {
-            (true, _) => key,
-            (false, true) => format!("{}, {key}", self.field),
-            (false, false) => format!("{}.{key}", self.field),
+        // `{field}, ` or `{field}.`, then `{within}.`, then the key, written in one string.
+        let mut out = String::with_capacity(self.field.len() + key.len() + 48);
+        if !self.field.is_empty() {
+            out.push_str(&self.field);
+            out.push_str(if self.yaml_string { ", " } else { "." });
         }
+        if let Some(within) = &self.within {
+            out.push_str(within);
+            out.push('.');
+        }
+        out.push_str(key);
+        out
     }
 
     /// JSON pointer of `key` (values path segments) in the object: inside a values map, or
     /// the values string field itself.
     pub fn pointer(&self, key: &[&str]) -> String {
-        let mut path = self.path.clone();
+        let mut pointer = pointer_text(&self.path);
         if !self.yaml_string {
-            path.extend(keys(key));
+            for k in key {
+                push_pointer_token(&mut pointer, k);
+            }
         }
-        pointer_text(&path)
+        pointer
     }
 }
 
 /// Every carrier of the CCM chart's values in `object`, parsed. A values string that cannot
 /// be read (not YAML, over [`MAX_VALUES_TEXT_BYTES`](super::MAX_VALUES_TEXT_BYTES)) is left out: the cloud-config site
 /// reports it. None at all past [`MAX_CARRIERS_PER_OBJECT`] (reported the same way).
-pub fn chart_values_all(gvk: &GroupVersionKind, object: &DynamicObject) -> Vec<ChartValues> {
+pub fn chart_values_all<'o>(
+    gvk: &'o GroupVersionKind,
+    object: &'o DynamicObject,
+) -> Vec<ChartValues<'o>> {
     chart_values_all_in(&ObjectPlaces::new(gvk, object), &Cancel::never())
 }
 
 /// [`chart_values_all`] of the object whose values places `read_places` reads (once for
 /// every reader of the object's values), that stops reading values once `cancel` fires (what
 /// it then returns is not an answer; the caller checks the flag).
-pub fn chart_values_all_in(read_places: &ObjectPlaces<'_>, cancel: &Cancel) -> Vec<ChartValues> {
+pub fn chart_values_all_in<'o>(
+    read_places: &ObjectPlaces<'o>,
+    cancel: &Cancel,
+) -> Vec<ChartValues<'o>> {
     let (gvk, object) = (read_places.gvk(), read_places.object());
     let charts: Vec<String> = DEFAULT_CHARTS.iter().map(|s| (*s).to_owned()).collect();
     let root = content(object);
@@ -242,16 +254,17 @@ pub fn chart_values_all_in(read_places: &ObjectPlaces<'_>, cancel: &Cancel) -> V
         } else {
             display(&place.path)
         };
-        let values = if place.yaml_string {
+        // A values map is read where it is (no copy); a values string is parsed.
+        let values: Cow<'o, Value> = if place.yaml_string {
             match raw {
-                None | Some(Value::Null) => Value::Null,
+                None | Some(Value::Null) => Cow::Owned(Value::Null),
                 Some(_) => match text_values(raw, place.alias.as_deref(), cancel) {
-                    Some(values) => values,
+                    Some(values) => Cow::Owned(values),
                     None => continue,
                 },
             }
         } else {
-            raw.cloned().unwrap_or(Value::Null)
+            raw.map_or(Cow::Owned(Value::Null), Cow::Borrowed)
         };
         // RKE2/k3s `spec.set` entries apply on top (Argo CD parameters are handed over as
         // `parameters`); entries Helm cannot read are reported by the cloud-config site.
@@ -266,7 +279,7 @@ pub fn chart_values_all_in(read_places: &ObjectPlaces<'_>, cancel: &Cancel) -> V
                     values
                 } else {
                     match merged_with(&values, &overrides, cancel) {
-                        Ok(merged) => merged,
+                        Ok(merged) => Cow::Owned(merged),
                         Err(_) => continue,
                     }
                 }
@@ -425,6 +438,53 @@ fn extra_args(value: &Value) -> Option<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// How a carrier names a values key, and its pointer: in a values map, a values string, a
+    /// values file, under an umbrella's subchart key; keys a pointer escapes.
+    #[test]
+    fn chart_values_name_and_point_at_their_keys() {
+        let carrier =
+            |field: &str, path: &[&str], yaml_string: bool, within: Option<&str>| ChartValues {
+                field: field.to_owned(),
+                path: crate::sites::helm::keys(path),
+                yaml_string,
+                values: Cow::Owned(Value::Null),
+                merged_from: None,
+                parameters: Vec::new(),
+                overlay: false,
+                overridable: false,
+                within: within.map(str::to_owned),
+                set_entries: Vec::new(),
+            };
+        let map = carrier("spec.values", &["spec", "values"], false, None);
+        assert_eq!(map.describe("cluster.name"), "spec.values.cluster.name");
+        assert_eq!(
+            map.pointer(&["cluster", "name"]),
+            "/spec/values/cluster/name"
+        );
+        assert_eq!(map.pointer(&["a/b", "c~d"]), "/spec/values/a~1b/c~0d");
+        let text = carrier("spec.valuesContent", &["spec", "valuesContent"], true, None);
+        assert_eq!(
+            text.describe("cluster.name"),
+            "spec.valuesContent, cluster.name"
+        );
+        assert_eq!(text.pointer(&["cluster", "name"]), "/spec/valuesContent");
+        let umbrella = carrier(
+            "spec.valuesContent",
+            &["spec", "valuesContent"],
+            true,
+            Some("ccm"),
+        );
+        assert_eq!(
+            umbrella.describe("cluster.name"),
+            "spec.valuesContent, ccm.cluster.name"
+        );
+        let file = carrier("", &["values"], false, None);
+        assert_eq!(file.describe("cluster.name"), "cluster.name");
+        assert_eq!(file.pointer(&[]), "/values");
+        let file_under = carrier("", &["values"], true, Some("ccm"));
+        assert_eq!(file_under.describe("x"), "ccm.x");
+    }
 
     /// Every text of up to three lines from a pool of plain, almost plain and not plain flag
     /// lines: where the shortcut answers, YAML gives the same list of strings; the plain

@@ -101,10 +101,24 @@ pub fn object_name(gvk: &GroupVersionKind, object: &DynamicObject) -> String {
     if is_values_file(gvk) {
         return format!("values file {name}");
     }
-    match object.metadata.namespace.as_deref() {
-        Some(ns) if !ns.is_empty() => format!("{} {ns}/{name}", gvk.kind),
-        _ => format!("{} {name}", gvk.kind),
+    // Written piece by piece: every values object of a review is named (its sites, its
+    // object rules), and `format!` costs more than the pieces.
+    let namespace = object
+        .metadata
+        .namespace
+        .as_deref()
+        .filter(|ns| !ns.is_empty());
+    let mut out = String::with_capacity(
+        gvk.kind.len() + 2 + namespace.map_or(0, |ns| ns.len() + 1) + name.len(),
+    );
+    out.push_str(&gvk.kind);
+    out.push(' ');
+    if let Some(ns) = namespace {
+        out.push_str(ns);
+        out.push('/');
     }
+    out.push_str(name);
+    out
 }
 
 /// Finds the cloud configs in the values of the charts in `charts` that `object` holds.
@@ -133,7 +147,7 @@ pub(super) fn find(
     let root = content(object);
     let values_file = is_values_file(gvk);
     let mut found = Vec::new();
-    for (group, place) in places.iter().cloned().enumerate() {
+    for (group, place) in places.iter().enumerate() {
         // Each place parses and merges its values: none is started once the flag fired.
         if cancel.is_cancelled() {
             break;
@@ -204,7 +218,7 @@ fn post_rendered(
 fn read(
     object_name: &str,
     root: &Value,
-    place: ValuesPlace,
+    place: &ValuesPlace,
     values_file: bool,
     group: usize,
     cancel: &Cancel,
@@ -218,7 +232,7 @@ fn read(
     if switch.is_some() {
         // Switched off, the subchart renders nothing; Helm still reads every `--set` entry
         // into the umbrella's values first, so one it cannot read stops it either way.
-        let off = match place_overrides(root, &place, cancel) {
+        let off = match place_overrides(root, place, cancel) {
             Ok(_) => Vec::new(),
             Err(failure) => vec![failure.site(object_name.to_owned())],
         };
@@ -228,14 +242,7 @@ fn read(
         if cancel.is_cancelled() {
             break;
         }
-        let mut found = read_as(
-            object_name,
-            root,
-            place.clone(),
-            values_file,
-            generation,
-            cancel,
-        );
+        let mut found = read_as(object_name, root, place, values_file, generation, cancel);
         if generation == Generation::Unquoted {
             for site in &mut found {
                 if site.carrier.writes_lines_of_a_value() {
@@ -325,12 +332,12 @@ fn same_reading(a: &[FoundConfig], b: &[FoundConfig]) -> bool {
 fn read_as(
     object_name: &str,
     root: &Value,
-    place: ValuesPlace,
+    place: &ValuesPlace,
     values_file: bool,
     generation: Generation,
     cancel: &Cancel,
 ) -> Vec<FoundConfig> {
-    let overrides = place_overrides(root, &place, cancel);
+    let overrides = place_overrides(root, place, cancel);
     let argo = matches!(place.overrides, Some(OverrideSource::ArgoParameters(_)));
     match overrides {
         Ok(overrides) if argo => argo_orders(overrides)
@@ -340,7 +347,7 @@ fn read_as(
                 read_ordered(
                     object_name,
                     root,
-                    place.clone(),
+                    place,
                     values_file,
                     Ok(order),
                     generation,
@@ -366,7 +373,7 @@ fn read_as(
 fn read_ordered(
     object_name: &str,
     root: &Value,
-    place: ValuesPlace,
+    place: &ValuesPlace,
     values_file: bool,
     overrides: Result<Vec<Override>, SetFailure>,
     generation: Generation,
@@ -388,7 +395,7 @@ fn read_ordered(
         (false, false) => format!("{field}."),
     };
     let at = ValuesAt {
-        path: place.path,
+        path: place.path.clone(),
         existing,
         prefix,
     };

@@ -250,8 +250,7 @@ struct ReaderInput<'a> {
 
 /// A JSON pointer of the registry as a path (a number is a list index).
 pub(in crate::sites) fn pointer_path(pointer: &str) -> Vec<Seg> {
-    pointer
-        .split('/')
+    crate::sites::path::slash_separated(pointer)
         .skip(1)
         .map(|k| k.parse::<usize>().map_or_else(|_| Seg::key(k), Seg::Index))
         .collect()
@@ -280,8 +279,8 @@ pub(in crate::sites) fn read_place(
         .and_then(Value::as_str);
     let yaml_string = described.yaml_string;
     let holds_ccm = || match yaml_string {
-        true => holds_ccm_values(get(root, &path.clone()), cancel),
-        false => get(root, &path.clone())
+        true => holds_ccm_values(get(root, &path), cancel),
+        false => get(root, &path)
             .and_then(Value::as_object)
             .is_some_and(|m| {
                 m.contains_key("cloudConfig") || m.contains_key("cloudConfigContents")
@@ -296,7 +295,7 @@ pub(in crate::sites) fn read_place(
     let chart_unseen = chart_not_named(described, root, named).filter(|_| named || holds_ccm());
     let ours = named || (by_name && holds_ccm()) || chart_unseen.is_some();
     let mut place = ValuesPlace {
-        path: path.clone(),
+        path,
         yaml_string,
         unseen: described
             .unseen_beneath
@@ -369,8 +368,7 @@ pub(in crate::sites) fn read_place(
 /// versions of its own and renders with the helper of the CCM subchart it ships, read as the
 /// newest generation (as before generations were told apart).
 fn generations_of(chart: Option<&str>, version: Option<&str>) -> Generations {
-    let giant_swarm = [GIANT_SWARM_APP_CHART.to_owned()];
-    if chart.is_some_and(|c| chart_matches(c, &giant_swarm)) {
+    if chart.is_some_and(|c| chart_matches(c, &[GIANT_SWARM_APP_CHART])) {
         return Generations::only(Generation::Route);
     }
     Generations::of_version(version)
