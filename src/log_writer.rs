@@ -184,7 +184,7 @@ impl LogWriter {
     }
 
     /// Flushes (waiting up to `within`) and stops the writer thread once the buffer is empty.
-    /// Lines logged afterwards are written directly.
+    /// Lines logged afterwards are written directly to the process's stderr.
     pub fn close(&self, within: Duration) -> bool {
         let written = self.flush(within);
         let mut waiting = self.0.lock();
@@ -320,6 +320,22 @@ mod tests {
         }
     }
 
+    /// A writer whose every write waits for a message on the returned sender, and what it
+    /// wrote.
+    fn gated(pacing: Pacing) -> (mpsc::Sender<()>, Recorder, LogWriter) {
+        let (go, gate) = mpsc::channel();
+        let out = Recorder::default();
+        let writer = LogWriter::spawn(
+            Gate {
+                go: gate,
+                inner: out.clone(),
+            },
+            pacing,
+        )
+        .expect("thread");
+        (go, out, writer)
+    }
+
     fn log(writer: &LogWriter, line: &str) {
         LogLine(writer)
             .write_all(line.as_bytes())
@@ -437,21 +453,12 @@ mod tests {
 
     #[test]
     fn loggers_wait_for_a_blocked_output_past_the_hold_mark_and_nothing_is_lost() {
-        let (go, gate) = mpsc::channel();
-        let out = Recorder::default();
         let pacing = Pacing {
             gather: Duration::ZERO,
             write_at: 1,
             hold_at: 1_000,
         };
-        let writer = LogWriter::spawn(
-            Gate {
-                go: gate,
-                inner: out.clone(),
-            },
-            pacing,
-        )
-        .expect("thread");
+        let (go, out, writer) = gated(pacing);
         let line = format!("{}\n", "z".repeat(99));
         let logger = {
             let (writer, line) = (writer.clone(), line.clone());
@@ -493,20 +500,11 @@ mod tests {
     /// writer wakes it after writing, not only when it takes the batch.
     #[test]
     fn a_flush_returns_once_the_blocked_batch_it_waits_for_is_written() {
-        let (go, gate) = mpsc::channel();
-        let out = Recorder::default();
         let pacing = Pacing {
             gather: Duration::ZERO,
             ..Pacing::DEFAULT
         };
-        let writer = LogWriter::spawn(
-            Gate {
-                go: gate,
-                inner: out.clone(),
-            },
-            pacing,
-        )
-        .expect("thread");
+        let (go, out, writer) = gated(pacing);
         log(&writer, "blocked\n");
         let flush = {
             let writer = writer.clone();
@@ -541,16 +539,7 @@ mod tests {
     /// The default pacing holds a mebibyte of lines for a blocked output, and no more.
     #[test]
     fn by_default_a_blocked_output_holds_one_mebibyte_of_lines() {
-        let (go, gate) = mpsc::channel();
-        let out = Recorder::default();
-        let writer = LogWriter::spawn(
-            Gate {
-                go: gate,
-                inner: out.clone(),
-            },
-            Pacing::DEFAULT,
-        )
-        .expect("thread");
+        let (go, out, writer) = gated(Pacing::DEFAULT);
         let line = format!("{}\n", "w".repeat(1023));
         let logger = {
             let (writer, line) = (writer.clone(), line.clone());

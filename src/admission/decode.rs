@@ -2799,6 +2799,19 @@ mod tests {
         let ccm = "openstack-cloud-controller-manager";
         let argo = ("argoproj.io", "v1alpha1", "Application");
         let hr = ("helm.toolkit.fluxcd.io", "v2", "HelmRelease");
+        // The CCM chart's values with `keys` keys (`a`, `a1`, `a2`, …), each set aside.
+        let ccm_values_with_keys = |keys: usize| {
+            format!(
+                r#"{{"spec": {{"chart": {{"spec": {{"chart": "{ccm}"}}}}, "values": {{{}}}}}}}"#,
+                (0..keys)
+                    .map(|i| format!(
+                        r#""a{}": {i}"#,
+                        if i == 0 { String::new() } else { i.to_string() }
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
         let cases = [
             (
                 argo,
@@ -2875,34 +2888,8 @@ mod tests {
             ),
             // Another chart's values may have any number of keys: past `MAX_SET_ASIDE` set
             // aside, the object is read the two-pass way.
-            (
-                hr,
-                format!(
-                    r#"{{"spec": {{"chart": {{"spec": {{"chart": "{ccm}"}}}}, "values": {{{}}}}}}}"#,
-                    (0..MAX_SET_ASIDE)
-                        .map(|i| format!(
-                            r#""a{}": {i}"#,
-                            if i == 0 { String::new() } else { i.to_string() }
-                        ))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-                "read",
-            ),
-            (
-                hr,
-                format!(
-                    r#"{{"spec": {{"chart": {{"spec": {{"chart": "{ccm}"}}}}, "values": {{{}}}}}}}"#,
-                    (0..=MAX_SET_ASIDE)
-                        .map(|i| format!(
-                            r#""a{}": {i}"#,
-                            if i == 0 { String::new() } else { i.to_string() }
-                        ))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-                "again",
-            ),
+            (hr, ccm_values_with_keys(MAX_SET_ASIDE), "read"),
+            (hr, ccm_values_with_keys(MAX_SET_ASIDE + 1), "again"),
         ];
         for (kind, object, ends) in &cases {
             let body = envelope(0, *kind, object, "null");

@@ -8,20 +8,10 @@ use crate::yaml::Seg;
 /// A display path: `spec.sources[1].helm.values` (a key longer than 80 characters is cut,
 /// with `…`).
 pub fn display(path: &[Seg]) -> String {
-    // `joined(path, shown_entry)`, each key written in place rather than copied first: every
-    // finding and every values place names its field so.
+    // Each key written in place rather than copied first: every finding and every values
+    // place names its field so.
     let mut out = String::new();
-    for seg in path {
-        match seg {
-            Seg::Key(k) => {
-                if !out.is_empty() {
-                    out.push('.');
-                }
-                push_shown_entry(&mut out, k);
-            }
-            Seg::Index(i) => push_index(&mut out, *i),
-        }
-    }
+    push_joined(&mut out, path, push_shown_entry);
     out
 }
 
@@ -36,18 +26,23 @@ fn push_index(out: &mut String, i: usize) {
 /// the dotted form of a display path and of a `--set` key.
 pub fn joined(path: &[Seg], key: impl Fn(&str) -> String) -> String {
     let mut out = String::new();
+    push_joined(&mut out, path, |out, k| out.push_str(&key(k)));
+    out
+}
+
+/// [`joined`] written onto `out`, each key pushed by `push_key`.
+fn push_joined(out: &mut String, path: &[Seg], push_key: impl Fn(&mut String, &str)) {
     for seg in path {
         match seg {
             Seg::Key(k) => {
                 if !out.is_empty() {
                     out.push('.');
                 }
-                out.push_str(&key(k));
+                push_key(out, k);
             }
-            Seg::Index(i) => push_index(&mut out, *i),
+            Seg::Index(i) => push_index(out, *i),
         }
     }
-    out
 }
 
 /// The JSON pointer of a path.
