@@ -298,11 +298,8 @@ fn assemble(
             request_sub_resource: request.request_sub_resource,
             // The request's own name and namespace, bounded once here: the span, the logs,
             // the Subject and every answer take them from this request.
-            name: ShortText::name(&request.name).into_string(),
-            namespace: request
-                .namespace
-                .as_deref()
-                .map(|ns| ShortText::name(ns).into_string()),
+            name: bound_name(request.name),
+            namespace: request.namespace.map(bound_name),
             operation: request.operation,
             user_info: request.user_info,
             object,
@@ -310,6 +307,16 @@ fn assemble(
             dry_run: request.dry_run,
             options: None,
         },
+    }
+}
+
+/// `name` cut as [`ShortText::name`] cuts it; kept as it is (no copy) when it fits, as the
+/// request's own names almost always do.
+fn bound_name(name: String) -> String {
+    if name.len() <= crate::short_text::NAME_MAX_BYTES {
+        name
+    } else {
+        ShortText::name(&name).into_string()
     }
 }
 
@@ -1013,6 +1020,9 @@ struct SiteSight {
     data_read: bool,
     /// The payload question was asked and could not be answered.
     unanswered: bool,
+    /// The object's last top-level `apiVersion` and `kind`, taken out of the tree as they are
+    /// read (see [`SiteReader::on_top`]).
+    types: [Option<Value>; 2],
 }
 
 /// Reads a ConfigMap or Secret in one pass over its JSON: the shell, and the data keys sites
@@ -1138,21 +1148,31 @@ impl<'s> SiteReader<'s> {
         }
     }
 
-    fn on_top(&self, key: &str, value: &Value) {
-        if key != "metadata" {
-            return;
-        }
+    /// Takes the top-level `metadata`, `apiVersion` and `kind` out of the tree as they are
+    /// read: the object is made of them without their ever being put in the tree and taken
+    /// out again ([`into_object`] takes them out of it; a later field of the same name
+    /// replaces an earlier one, as in the tree). The metadata is decoded into its type here,
+    /// once, moving its strings rather than copying them.
+    fn on_top(&self, key: &str, value: Value) -> Option<Value> {
         let mut s = self.sight.borrow_mut();
-        if s.data_seen {
-            s.out_of_order = true;
-        }
-        match metadata_from(value) {
-            Ok(meta) => {
-                let keys = site_keys(self.kind, &meta, self.sites, self.reads);
-                s.meta = Some((meta, keys));
+        match key {
+            "metadata" => {
+                if s.data_seen {
+                    s.out_of_order = true;
+                }
+                match metadata_from_value(value) {
+                    Ok(meta) => {
+                        let keys = site_keys(self.kind, &meta, self.sites, self.reads);
+                        s.meta = Some((meta, keys));
+                    }
+                    Err(_) => s.bad_meta = true,
+                }
             }
-            Err(_) => s.bad_meta = true,
+            "apiVersion" => s.types[0] = Some(value),
+            "kind" => s.types[1] = Some(value),
+            _ => return Some(value),
         }
+        None
     }
 
     /// What the reading `pruned` (this reader's decisions) comes to.
@@ -1191,6 +1211,15 @@ impl<'s> SiteReader<'s> {
             if sight.data_read || sight.bad_meta {
                 return Ok(OnePass::Again);
             }
+            // The shell as the two-pass reader has it: its types back in (its metadata is
+            // taken out of it again anyway).
+            if let Value::Object(fields) = &mut root {
+                for (key, value) in [TYPE_KEYS[0], TYPE_KEYS[1]].into_iter().zip(sight.types) {
+                    if let Some(value) = value {
+                        fields.insert(key.to_owned(), value);
+                    }
+                }
+            }
             return Ok(OnePass::Shell {
                 root,
                 meta,
@@ -1219,7 +1248,11 @@ impl<'s> SiteReader<'s> {
             keep_payload_values(&mut root, &keys, sites);
         }
         budget.spent = spent;
-        into_object(root, meta)
+        // The tree holds neither the metadata nor the types (`on_top` took them).
+        let Value::Object(fields) = root else {
+            return Err(OnePassError::Retry);
+        };
+        object_of(fields, meta, sight.types)
             .map(OnePass::Read)
             .map_err(|_| OnePassError::Retry)
     }
@@ -1282,8 +1315,9 @@ fn prune(
     prune_with(json, decide, None, budget)
 }
 
-/// Called with each top-level field of an object as soon as it is decoded.
-type OnTop<'c> = &'c dyn Fn(&str, &Value);
+/// Called with each top-level field of an object as soon as it is decoded: gives back the
+/// value to put in the tree, or `None` when it took the value (it is charged all the same).
+type OnTop<'c> = &'c dyn Fn(&str, Value) -> Option<Value>;
 
 /// [`prune`], calling `on_top` with each top-level field as soon as it is decoded (so that
 /// `decide` can depend on it for the fields that follow).
@@ -1364,6 +1398,21 @@ fn metadata_from(metadata: &Value) -> Result<ObjectMeta, DecodeError> {
     Ok(meta)
 }
 
+/// [`metadata_from`], consuming the value: its strings and maps are moved, not copied.
+/// serde_json reads an owned `Value` as it reads a borrowed one (the same visitor calls but
+/// for owned strings), so the metadata and any error are the same.
+fn metadata_from_value(metadata: Value) -> Result<ObjectMeta, DecodeError> {
+    let mut meta = match metadata {
+        Value::Null => ObjectMeta::default(),
+        m => ObjectMeta::deserialize(m)?,
+    };
+    crate::rules::bound_names(&mut meta);
+    Ok(meta)
+}
+
+/// The top-level fields an object's types are read from.
+const TYPE_KEYS: [&str; 2] = ["apiVersion", "kind"];
+
 fn into_object(root: Value, metadata: ObjectMeta) -> Result<DynamicObject, DecodeError> {
     let mut fields = match root {
         Value::Object(map) => map,
@@ -1375,6 +1424,17 @@ fn into_object(root: Value, metadata: ObjectMeta) -> Result<DynamicObject, Decod
         }
     };
     fields.remove("metadata");
+    let types = TYPE_KEYS.map(|key| fields.remove(key));
+    object_of(fields, metadata, types)
+}
+
+/// The object made of its top-level `fields` (without `metadata`, `apiVersion` and `kind`),
+/// its `metadata`, and its `apiVersion` and `kind` fields as read.
+fn object_of(
+    fields: Map<String, Value>,
+    metadata: ObjectMeta,
+    [api_version, kind]: [Option<Value>; 2],
+) -> Result<DynamicObject, DecodeError> {
     let string = |v: Option<Value>| match v {
         Some(Value::String(s)) => Ok(Some(s)),
         None | Some(Value::Null) => Ok(None),
@@ -1382,8 +1442,8 @@ fn into_object(root: Value, metadata: ObjectMeta) -> Result<DynamicObject, Decod
             <serde_json::Error as de::Error>::invalid_type(unexpected(&other), &"a string"),
         )),
     };
-    let api_version = string(fields.remove("apiVersion"))?;
-    let kind = string(fields.remove("kind"))?;
+    let api_version = string(api_version)?;
+    let kind = string(kind)?;
     let types = match (api_version, kind) {
         (None, None) => None,
         (a, k) => Some(TypeMeta {
@@ -1791,6 +1851,9 @@ impl<'de> Visitor<'de> for Node<'_, '_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         self.ctx.charge::<A::Error>(Cost::VALUE)?;
         let mut out = Map::new();
+        // Whether a field was kept yet (the map is paid for with its first): not
+        // `out.is_empty()`, since `on_top` may take fields out of the tree.
+        let mut first = true;
         while let Some(key) = map.next_key::<String>()? {
             self.ctx.path.borrow_mut().push(Seg::Key(key));
             let decision = self.ctx.decide(self.mode);
@@ -1814,15 +1877,15 @@ impl<'de> Visitor<'de> for Node<'_, '_> {
                 _ => String::new(),
             };
             if let Some(value) = value? {
-                if let Some(on_top) = self.ctx.on_top
-                    && self.ctx.path.borrow().is_empty()
-                {
-                    on_top(&key, &value);
-                }
-                let first = out.is_empty();
+                let value = match self.ctx.on_top {
+                    Some(on_top) if self.ctx.path.borrow().is_empty() => on_top(&key, value),
+                    _ => Some(value),
+                };
                 let cost = Cost::MAP_ENTRY + key.len() + if first { Cost::MAP } else { 0 };
+                first = false;
                 self.ctx.charge::<A::Error>(cost)?;
-                if out.insert(key, value).is_some()
+                if let Some(value) = value
+                    && out.insert(key, value).is_some()
                     && let Some(set_aside) = self.ctx.set_aside
                 {
                     // A later value replaced an earlier one, which may hold a value set aside:
