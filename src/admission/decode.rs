@@ -41,6 +41,7 @@
 //! from the start: the result, the error and its position, and the decoded-memory charge are
 //! always the two-step reading's.
 
+use std::borrow::Cow;
 use std::cell::{Cell, OnceCell, RefCell};
 use std::fmt;
 
@@ -383,11 +384,18 @@ enum Key<'de> {
     Owned(String),
 }
 
-impl Key<'_> {
+impl<'de> Key<'de> {
     fn as_str(&self) -> &str {
         match self {
             Key::Borrowed(k) => k,
             Key::Owned(k) => k,
+        }
+    }
+
+    fn into_cow(self) -> Cow<'de, str> {
+        match self {
+            Key::Borrowed(k) => Cow::Borrowed(k),
+            Key::Owned(k) => Cow::Owned(k),
         }
     }
 }
@@ -823,7 +831,7 @@ fn put_back<E>(
         let mut parent = &mut object.data;
         for seg in parents {
             parent = match (seg, parent) {
-                (Seg::Key(k), Value::Object(map)) => map.get_mut(k.as_str()),
+                (Seg::Key(k), Value::Object(map)) => map.get_mut(k.as_ref()),
                 (Seg::Index(i), Value::Array(items)) => items.get_mut(*i),
                 _ => None,
             }
@@ -842,7 +850,7 @@ fn put_back<E>(
         if total > budget.limit {
             return Err(Abort::Again);
         }
-        if map.insert(key.clone(), value).is_some() {
+        if map.insert(key.to_string(), value).is_some() {
             return Err(Abort::Again);
         }
         budget.spent = total;
@@ -1134,7 +1142,7 @@ impl<'s> SiteReader<'s> {
             [f, Seg::Key(key)] if is(f, "data") || is(f, "stringData") => {
                 let mut s = self.sight.borrow_mut();
                 let named = match &s.meta {
-                    Some((_, keys)) => keys.contains(key),
+                    Some((_, keys)) => names(keys, key),
                     None => return Decision::Skip,
                 };
                 if named || self.payload(&mut s) {
@@ -1529,10 +1537,27 @@ fn keep_payload_values(data: &mut serde_json::Value, keys: &[String], sites: &Si
 /// One step of a path inside an object. No reading decides by the position of an element;
 /// the position (in the array as decoded, skipped elements left out) is kept so that a value
 /// whose text was set aside ([`Decision::Raw`]) can be put back where a full reading puts it.
+/// A key is borrowed from the JSON text when it holds no escape: a field that is skipped
+/// never has its name copied.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Seg {
-    Key(String),
+enum Seg<'k> {
+    Key(Cow<'k, str>),
     Index(usize),
+}
+
+impl Seg<'_> {
+    /// The step, owning its key.
+    fn into_owned(self) -> Seg<'static> {
+        match self {
+            Seg::Key(k) => Seg::Key(Cow::Owned(k.into_owned())),
+            Seg::Index(i) => Seg::Index(i),
+        }
+    }
+}
+
+/// Whether `keys` holds `key`.
+fn names(keys: &[String], key: &str) -> bool {
+    keys.iter().any(|k| k == key)
 }
 
 /// What to do with the value at a path.
@@ -1592,7 +1617,7 @@ fn metadata_fields(path: &[Seg]) -> Option<Decision> {
 fn site_data(path: &[Seg], keys: &[String], all: bool) -> Decision {
     match path {
         [f] if is(f, "data") || is(f, "stringData") => Decision::Descend,
-        [f, Seg::Key(k)] if (is(f, "data") || is(f, "stringData")) && (all || keys.contains(k)) => {
+        [f, Seg::Key(k)] if (is(f, "data") || is(f, "stringData")) && (all || names(keys, k)) => {
             Decision::Keep
         }
         _ => Decision::Skip,
@@ -1676,7 +1701,7 @@ const MAX_SET_ASIDE: usize = 256;
 
 /// One value set aside: where it stands, and the address and length of its text.
 struct SetAsidePart {
-    path: Vec<Seg>,
+    path: Vec<Seg<'static>>,
     at: usize,
     len: usize,
 }
@@ -1689,7 +1714,7 @@ impl SetAside {
             return;
         }
         parts.push(SetAsidePart {
-            path: path.to_vec(),
+            path: path.iter().cloned().map(Seg::into_owned).collect(),
             at: text.as_ptr() as usize,
             len: text.len(),
         });
@@ -1702,11 +1727,11 @@ impl SetAside {
     }
 }
 
-struct Ctx<'c> {
+struct Ctx<'c, 'de> {
     decide: &'c dyn Fn(&[Seg]) -> Decision,
     on_top: Option<OnTop<'c>>,
     set_aside: Option<&'c SetAside>,
-    path: RefCell<Vec<Seg>>,
+    path: RefCell<Vec<Seg<'de>>>,
     spent: Cell<usize>,
     limit: usize,
     nodes: Cell<usize>,
@@ -1725,7 +1750,7 @@ impl Cost {
     const STRING: usize = 16;
 }
 
-impl Ctx<'_> {
+impl Ctx<'_, '_> {
     fn charge<E: de::Error>(&self, bytes: usize) -> Result<(), E> {
         let spent = self.spent.get().saturating_add(bytes);
         self.spent.set(spent);
@@ -1751,12 +1776,12 @@ impl Ctx<'_> {
 }
 
 /// Decodes one value, pruned by the context's decisions, into a `Value`.
-struct Node<'a, 'c> {
-    ctx: &'a Ctx<'c>,
+struct Node<'a, 'c, 'de> {
+    ctx: &'a Ctx<'c, 'de>,
     mode: Decision,
 }
 
-impl<'de> DeserializeSeed<'de> for Node<'_, '_> {
+impl<'de> DeserializeSeed<'de> for Node<'_, '_, 'de> {
     type Value = Value;
 
     fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
@@ -1764,7 +1789,7 @@ impl<'de> DeserializeSeed<'de> for Node<'_, '_> {
     }
 }
 
-impl<'de> Visitor<'de> for Node<'_, '_> {
+impl<'de> Visitor<'de> for Node<'_, '_, 'de> {
     type Value = Value;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -1854,8 +1879,8 @@ impl<'de> Visitor<'de> for Node<'_, '_> {
         // Whether a field was kept yet (the map is paid for with its first): not
         // `out.is_empty()`, since `on_top` may take fields out of the tree.
         let mut first = true;
-        while let Some(key) = map.next_key::<String>()? {
-            self.ctx.path.borrow_mut().push(Seg::Key(key));
+        while let Some(key) = map.next_key_seed(KeySeed)? {
+            self.ctx.path.borrow_mut().push(Seg::Key(key.into_cow()));
             let decision = self.ctx.decide(self.mode);
             let value = match (decision, self.ctx.set_aside) {
                 (Decision::Skip, _) | (Decision::Raw, None) => {
@@ -1874,7 +1899,7 @@ impl<'de> Visitor<'de> for Node<'_, '_> {
             };
             let key = match self.ctx.path.borrow_mut().pop() {
                 Some(Seg::Key(k)) => k,
-                _ => String::new(),
+                _ => Cow::Borrowed(""),
             };
             if let Some(value) = value? {
                 let value = match self.ctx.on_top {
@@ -1885,7 +1910,7 @@ impl<'de> Visitor<'de> for Node<'_, '_> {
                 first = false;
                 self.ctx.charge::<A::Error>(cost)?;
                 if let Some(value) = value
-                    && out.insert(key, value).is_some()
+                    && out.insert(key.into_owned(), value).is_some()
                     && let Some(set_aside) = self.ctx.set_aside
                 {
                     // A later value replaced an earlier one, which may hold a value set aside:
