@@ -1222,7 +1222,7 @@ impl<'s> SiteReader<'s> {
             // The shell as the two-pass reader has it: its types back in (its metadata is
             // taken out of it again anyway).
             if let Value::Object(fields) = &mut root {
-                for (key, value) in [TYPE_KEYS[0], TYPE_KEYS[1]].into_iter().zip(sight.types) {
+                for (key, value) in TYPE_KEYS.into_iter().zip(sight.types) {
                     if let Some(value) = value {
                         fields.insert(key.to_owned(), value);
                     }
@@ -1408,7 +1408,7 @@ fn metadata_from(metadata: &Value) -> Result<ObjectMeta, DecodeError> {
 
 /// [`metadata_from`], consuming the value: its strings and maps are moved, not copied.
 /// serde_json reads an owned `Value` as it reads a borrowed one (the same visitor calls but
-/// for owned strings), so the metadata and any error are the same.
+/// for owned strings), so the metadata is the same, and so is whether it decodes.
 fn metadata_from_value(metadata: Value) -> Result<ObjectMeta, DecodeError> {
     let mut meta = match metadata {
         Value::Null => ObjectMeta::default(),
@@ -2096,6 +2096,14 @@ mod tests {
             (ConfigMap, format!(r#"{{"metadata": {{"name": "cm", {label}}}, "data": null, "stringData": {{"cloud.conf": "x"}}}}"#), "read"),
             (Secret, format!(r#"{{"metadata": {{"name": "v", "namespace": "ns", {values}}}, "data": {{"v.yaml": "eA==", "o": "eQ=="}}, "type": "Opaque"}}"#), "read"),
             (Secret, format!(r#"{{"metadata": {{"name": "v", {values}}}, "type": "Opaque", "data": {{"x": "eA=="}}}}"#), "read"),
+            // The types, taken out of the tree as they are read: the last of a name counts, a
+            // null is none, anything but a string is an error (the two-pass reading's).
+            (ConfigMap, format!(r#"{{"kind": "Other", "apiVersion": "v0", "metadata": {{"name": "cm", {label}}}, "kind": "ConfigMap", "data": {{"cloud.conf": "x"}}, "apiVersion": null}}"#), "read"),
+            (Secret, format!(r#"{{"apiVersion": "v1", "metadata": {{"name": "v", {values}}}, "data": {{"v.yaml": "eA=="}}, "kind": "Secret", "type": "Opaque"}}"#), "read"),
+            (ConfigMap, format!(r#"{{"kind": 3, "metadata": {{"name": "cm", {label}}}, "data": {{"cloud.conf": "x"}}}}"#), "again"),
+            (ConfigMap, format!(r#"{{"metadata": {{"name": "cm", {label}}}, "apiVersion": ["v1"], "data": {{"cloud.conf": "x"}}}}"#), "again"),
+            // Escaped keys: read as their text says.
+            (ConfigMap, format!(r#"{{"metad\u0061ta": {{"name": "cm", {label}}}, "d\u0061ta": {{"cloud\u002econf": "x", "other": "y"}}, "\u006bind": "ConfigMap"}}"#), "read"),
             // Data before metadata (the order of a re-serialized JSON map, sorted by key), a
             // payload Secret with no key named: the shell was read, its data is left.
             (ConfigMap, format!(r#"{{"data": {{"cloud.conf": "x"}}, "metadata": {{"name": "cm", {label}}}}}"#), "shell"),
@@ -2103,6 +2111,7 @@ mod tests {
             (ConfigMap, format!(r#"{{"data": {{"p.yaml": {manifest}, "cni.yaml": "kind: DaemonSet\n"}}, "metadata": {{"name": "crs", "namespace": "ns"}}}}"#), "shell"),
             (Secret, r#"{"metadata": {"name": "crs"}, "data": {"a": "eA==", "b": "eQ=="}, "type": "addons.cluster.x-k8s.io/resource-set"}"#.to_owned(), "shell"),
             (Secret, format!(r#"{{"data": {{"v.yaml": "eA=="}}, "metadata": {{"name": "v", {values}}}, "type": "Opaque"}}"#), "shell"),
+            (Secret, format!(r#"{{"kind": "Secret", "data": {{"v.yaml": "eA=="}}, "apiVersion": "v1", "metadata": {{"name": "v", {values}}}, "kind": null}}"#), "shell"),
             // Metadata again after data read by the first one, a payload Secret whose data was
             // read, bad metadata, errors: read again.
             (ConfigMap, format!(r#"{{"metadata": {{"name": "cm", {label}}}, "data": {{"cloud.conf": "x"}}, "metadata": {{"name": "cm"}}}}"#), "again"),
