@@ -2102,6 +2102,9 @@ mod tests {
             (Secret, format!(r#"{{"apiVersion": "v1", "metadata": {{"name": "v", {values}}}, "data": {{"v.yaml": "eA=="}}, "kind": "Secret", "type": "Opaque"}}"#), "read"),
             (ConfigMap, format!(r#"{{"kind": 3, "metadata": {{"name": "cm", {label}}}, "data": {{"cloud.conf": "x"}}}}"#), "again"),
             (ConfigMap, format!(r#"{{"metadata": {{"name": "cm", {label}}}, "apiVersion": ["v1"], "data": {{"cloud.conf": "x"}}}}"#), "again"),
+            // Only the object's own top-level fields are its types and metadata: a data key
+            // of the same name is data.
+            (ConfigMap, r#"{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "labels": {"stackgate.dev/cloud-config": "kind"}}, "data": {"kind": "[Global]\n", "apiVersion": "x"}}"#.to_owned(), "read"),
             // Escaped keys: read as their text says.
             (ConfigMap, format!(r#"{{"metad\u0061ta": {{"name": "cm", {label}}}, "d\u0061ta": {{"cloud\u002econf": "x", "other": "y"}}, "\u006bind": "ConfigMap"}}"#), "read"),
             // Data before metadata (the order of a re-serialized JSON map, sorted by key), a
@@ -2241,6 +2244,38 @@ mod tests {
             );
             let again = matches!(read, Err(OnePassError::Retry));
             assert_eq!(again, *asked > 0, "{object}");
+        }
+    }
+
+    /// The request's own name and namespace are bounded as every name is ([`ShortText::name`]):
+    /// kept whole up to the limit, cut with their length after it.
+    #[test]
+    fn the_requests_name_and_namespace_are_bounded() {
+        for len in [
+            1,
+            crate::short_text::NAME_MAX_BYTES,
+            crate::short_text::NAME_MAX_BYTES + 1,
+            300,
+        ] {
+            let name = "n".repeat(len);
+            let namespace = "s".repeat(len);
+            let mut review: Value = serde_json::from_slice(&review(
+                ("", "v1", "ConfigMap"),
+                json!({"metadata": {"name": "cm"}}),
+            ))
+            .expect("JSON");
+            review["request"]["name"] = json!(name);
+            review["request"]["namespace"] = json!(namespace);
+            let body = serde_json::to_vec(&review).expect("serializes");
+            let request = decode(&body).expect("decodes").request;
+            assert_eq!(request.name, ShortText::name(&name).into_string(), "{len}");
+            assert_eq!(
+                request.namespace,
+                Some(ShortText::name(&namespace).into_string()),
+                "{len}"
+            );
+            let cut = len > crate::short_text::NAME_MAX_BYTES;
+            assert_eq!(request.name == name, !cut, "{len}");
         }
     }
 
