@@ -267,7 +267,7 @@ impl Document {
             section: header.map(|h| self.slice(&h.name)).unwrap_or_default(),
             subsection: header.and_then(|h| h.sub.as_deref()),
             key: self.slice(&e.key),
-            value: e.value.clone(),
+            value: e.value(&self.text).map(str::to_owned),
             line,
             has_truncating_comment,
             column,
@@ -306,7 +306,7 @@ impl Document {
             header: e.header,
             key: self.slice(&e.key),
             key_tag: e.key_tag,
-            value: e.value.as_deref(),
+            value: e.value(&self.text),
         }
     }
 
@@ -360,7 +360,7 @@ impl Document {
     ) -> impl Iterator<Item = usize> + 'd {
         self.entries
             .iter()
-            .filter(move |e| e.value.as_deref().is_some_and(&wanted))
+            .filter(move |e| e.value(&self.text).is_some_and(&wanted))
             .map(|e| self.lines.line(e.key.start))
     }
 
@@ -465,8 +465,8 @@ impl Document {
         let (section, key) = (FoldName::new(section), FoldName::new(key));
         for e in &self.entries {
             if self.entry_matches(e, section, subsection, key) {
-                match &e.value {
-                    Some(v) => out.push(v.clone()),
+                match e.value(&self.text) {
+                    Some(v) => out.push(v.to_owned()),
                     None => out.clear(),
                 }
             }
@@ -518,7 +518,7 @@ impl Document {
             let Some(entry) = self.entries.get(idx) else {
                 return Err(EditError::NotVerified);
             };
-            if entry.value.as_deref() == Some(value) {
+            if entry.value(&self.text) == Some(value) {
                 return Ok(EditSummary {
                     kind: EditKind::Replaced,
                     line: self.lines.line(entry.key.start),
@@ -645,12 +645,12 @@ impl Document {
         let effective = self
             .last_match(later, section, None, key)
             .and_then(|i| later.get(i))
-            .map(|e| (e.value.as_deref(), shift(e.key.start)))
-            .or_else(|| read_matches.then_some((read.value.as_deref(), read.key.start)))
+            .map(|e| (e.value(&self.text), shift(e.key.start)))
+            .or_else(|| read_matches.then_some((read.value(&text), read.key.start)))
             .or_else(|| {
                 self.last_match(earlier, section, None, key)
                     .and_then(|i| earlier.get(i))
-                    .map(|e| (e.value.as_deref(), e.key.start))
+                    .map(|e| (e.value(&self.text), e.key.start))
             });
         let line = effective
             .filter(|&(v, _)| v == Some(value))

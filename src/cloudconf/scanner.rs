@@ -441,12 +441,27 @@ pub(crate) struct RawEntry {
     pub(crate) assign: Option<usize>,
     /// Raw value text (quotes, escapes, continuations as written; trailing blanks excluded).
     pub(crate) value_raw: Option<Range<usize>>,
-    /// Decoded value; `None` for a blank variable (no `=`).
-    pub(crate) value: Option<String>,
+    /// The decoded value when it is not the raw text itself (quotes, escapes or `\r` in it);
+    /// `None` for a plain value, which is read from the text ([`RawEntry::value`]) rather than
+    /// copied (most values are plain), and for a blank variable.
+    pub(crate) decoded: Option<String>,
     /// Offset where value scanning stopped, i.e. the `;`/`#`/newline/end after the value.
     pub(crate) value_stop: Option<usize>,
     /// Offset of the end-of-line (or end-of-text) token that terminates the statement.
     pub(crate) stop: usize,
+}
+
+impl RawEntry {
+    /// The decoded value, `text` being the text the entry's offsets are in; `None` for a
+    /// blank variable (no `=`).
+    #[inline]
+    pub(crate) fn value<'t>(&'t self, text: &'t str) -> Option<&'t str> {
+        let raw = self.value_raw.as_ref()?;
+        match &self.decoded {
+            Some(decoded) => Some(decoded),
+            None => Some(text.get(raw.clone()).unwrap_or_default()),
+        }
+    }
 }
 
 /// The statements of a syntactically valid text.
@@ -547,7 +562,7 @@ pub(crate) fn parse(src: &str) -> Result<RawDoc, RawError> {
                     key_tag,
                     assign: None,
                     value_raw: None,
-                    value: None,
+                    decoded: None,
                     value_stop: None,
                     stop: t.pos,
                 };
@@ -565,16 +580,16 @@ pub(crate) fn parse(src: &str) -> Result<RawDoc, RawError> {
                     }
                     let scan = s.last_value;
                     let raw = src.get(t.pos..t.end).unwrap_or_default();
-                    let value = if scan.has_cr {
-                        unquote(&raw.replace('\r', ""))
+                    entry.decoded = if scan.has_cr {
+                        Some(unquote(&raw.replace('\r', "")))
                     } else if scan.plain {
-                        // What `unquote` returns for a text without quotes and escapes.
-                        raw.to_owned()
+                        // `unquote` keeps a text without quotes and escapes as it is: the
+                        // value is the raw text, read where it is.
+                        None
                     } else {
-                        unquote(raw)
+                        Some(unquote(raw))
                     };
                     entry.value_raw = Some(t.pos..t.end);
-                    entry.value = Some(value);
                     entry.value_stop = Some(scan.stop);
                     t = s.scan();
                     if let Some(e) = s.first_error() {
@@ -870,13 +885,16 @@ mod tests {
 
     #[test]
     fn records_values() {
-        let src = "[s]\n k = \"a \" b ;c\n k2\n k3=\\\n x\n";
+        let src = "[s]\n k = \"a \" b ;c\n k2\n k3=\\\n x\n k4 = plain  ;c\n k5=\n";
         let d = parse(src).expect("valid");
-        let v: Vec<_> = d.entries.iter().map(|e| e.value.clone()).collect();
+        let v: Vec<_> = d.entries.iter().map(|e| e.value(src)).collect();
         assert_eq!(
             v,
-            vec![Some("a  b".to_owned()), None, Some(" x".to_owned())]
+            vec![Some("a  b"), None, Some(" x"), Some("plain"), Some("")]
         );
+        // Only a value that is not its raw text is copied.
+        let copied: Vec<_> = d.entries.iter().map(|e| e.decoded.is_some()).collect();
+        assert_eq!(copied, [true, false, true, false, false]);
         let first = d.entries.first().expect("entry");
         assert_eq!(
             first.value_raw.clone().and_then(|r| src.get(r)),

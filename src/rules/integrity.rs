@@ -145,10 +145,15 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
     // ConfigMap or Secret): substituted before the CCM reads the file, so the value is unknown
     // here, not invalid.
     let templated: Vec<usize> = doc.lines_of_values(holds_template_marker).collect();
-    let placeholders: Vec<usize> = doc
-        .lines_of_values(schema::holds_placeholder)
-        .chain(templated.iter().copied())
-        .collect();
+    // Only a fatal problem asks whether its line holds one: without any, the values are not
+    // searched again (most configs have none).
+    let placeholders: Vec<usize> = if report.fatal.is_empty() && start.is_empty() {
+        Vec::new()
+    } else {
+        doc.lines_of_values(schema::holds_placeholder)
+            .chain(templated.iter().copied())
+            .collect()
+    };
     if let Some(&first) = templated.first() {
         out.violations.push(Violation {
             severity: Severity::Warn,

@@ -11,8 +11,8 @@ use serde_json::Value;
 
 use super::path::{keyed, pointer, pointer_text, push_decimal};
 use super::{
-    Anchor, Carrier, FoundConfig, Holder, SiteError, SiteKind, SiteSpec, SitesDocument,
-    kind_namespace_name,
+    Anchor, Carrier, FoundConfig, Holder, Location, SiteError, SiteKind, SiteSpec, SitesDocument,
+    after_object, kind_namespace_name,
 };
 use crate::cloudconf::{Document, IniEdit};
 use crate::yaml::Seg;
@@ -164,6 +164,14 @@ impl Carrier for TextField {
         describe_line(&self.location, line)
     }
 
+    fn locate_after(&self, object: &str, line: Option<usize>) -> Location {
+        Location {
+            at: after_object(object, &self.location, line),
+            field_line: None,
+            within: None,
+        }
+    }
+
     fn holder(&self) -> Holder {
         self.holder
     }
@@ -232,7 +240,8 @@ impl Base64Field {
 
 impl Carrier for Base64Field {
     fn patch(&self, edited: &Document, _edits: &[IniEdit]) -> Vec<PatchOperation> {
-        let encoded = Encoding::Base64.encode(edited.to_text());
+        // Encoded from the document's text where it is: no copy of it first.
+        let encoded = base64::engine::general_purpose::STANDARD.encode(edited.as_str());
         vec![replace(&self.path, encoded)]
     }
 
@@ -248,6 +257,14 @@ impl Carrier for Base64Field {
 
     fn describe(&self, line: Option<usize>) -> String {
         describe_line(&self.location, line)
+    }
+
+    fn locate_after(&self, object: &str, line: Option<usize>) -> Location {
+        Location {
+            at: after_object(object, &self.location, line),
+            field_line: None,
+            within: None,
+        }
     }
 
     fn holder(&self) -> Holder {
