@@ -1,5 +1,6 @@
 //! The lossless document: query and edit a gcfg text without touching bytes it does not need to.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::ops::Range;
 
@@ -301,6 +302,7 @@ impl Document {
         self.entries.iter().map(|e| self.entry_ref(e))
     }
 
+    #[inline]
     fn entry_ref<'a>(&'a self, e: &'a RawEntry) -> EntryRef<'a> {
         EntryRef {
             header: e.header,
@@ -762,7 +764,7 @@ impl Document {
 
     /// Indentation and `=` spacing to copy: from the last variable with a value in header
     /// `hidx`, else the last one in the file, else `key = value` with no indentation.
-    fn style(&self, hidx: Option<usize>) -> (String, String) {
+    fn style<'d>(&'d self, hidx: Option<usize>) -> (Cow<'d, str>, Cow<'d, str>) {
         let has_value = |e: &&RawEntry| e.value_raw.as_ref().is_some_and(|r| !r.is_empty());
         let reference = hidx
             .and_then(|h| {
@@ -774,9 +776,16 @@ impl Document {
             })
             .or_else(|| self.entries.iter().rev().find(has_value));
         let Some(e) = reference else {
-            return (String::new(), " = ".to_owned());
+            return (Cow::Borrowed(""), Cow::Borrowed(" = "));
         };
-        let clean = |s: &str| s.replace('\r', "");
+        // Copied only when there is a `\r` to drop (a CRLF file).
+        let clean = |s: &'d str| -> Cow<'d, str> {
+            if s.contains('\r') {
+                Cow::Owned(s.replace('\r', ""))
+            } else {
+                Cow::Borrowed(s)
+            }
+        };
         let line_start = self
             .lines
             .start(self.lines.line(e.key.start))
@@ -788,7 +797,7 @@ impl Document {
             .and_then(|r| self.text.get(e.key.end..r.start))
             .map(clean)
             .filter(|s| s.contains('=') && s.chars().all(|c| matches!(c, ' ' | '\t' | '=')))
-            .unwrap_or_else(|| " = ".to_owned());
+            .unwrap_or(Cow::Borrowed(" = "));
         (indent, sep)
     }
 
@@ -842,7 +851,7 @@ impl Document {
     fn insert_splice(&self, stop: usize, hidx: Option<usize>, key: &str, literal: &str) -> Splice {
         let eol = self.eol_near(stop);
         let (indent, sep) = self.style(hidx);
-        let line = [indent.as_str(), key, sep.as_str(), literal, eol].concat();
+        let line = [&*indent, key, &*sep, literal, eol].concat();
         let bytes = self.text.as_bytes();
         if bytes.get(stop) == Some(&b'\n') {
             // After the end of a statement's line: the new line starts fresh.
