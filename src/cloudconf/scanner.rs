@@ -392,26 +392,51 @@ pub(crate) fn unquote(s: &str) -> String {
         // No quote and no escape: every character is kept as is.
         return s.to_owned();
     }
+    // The text between quotes and escapes is copied a run at a time, not a character at a
+    // time (a rendered config quotes every value). Quotes, backslashes and the escaped
+    // letters are ASCII, so every run starts and ends on a character boundary.
+    let bytes = s.as_bytes();
     let mut out = String::with_capacity(s.len());
-    let mut esc = false;
-    for c in s.chars() {
-        if esc {
-            esc = false;
-            match c {
-                '\\' | '"' => out.push(c),
-                'n' => out.push('\n'),
-                't' => out.push('\t'),
-                '\n' => {}
-                other => out.push(other),
+    // Start of the run being kept, and the byte looked at.
+    let mut run = 0;
+    let mut at = 0;
+    while let Some(&b) = bytes.get(at) {
+        match b {
+            b'"' => {
+                out.push_str(s.get(run..at).unwrap_or_default());
+                at += 1;
+                run = at;
             }
-            continue;
-        }
-        match c {
-            '"' => {}
-            '\\' => esc = true,
-            _ => out.push(c),
+            b'\\' => {
+                out.push_str(s.get(run..at).unwrap_or_default());
+                at += 1;
+                match bytes.get(at) {
+                    Some(b'n') => {
+                        out.push('\n');
+                        at += 1;
+                    }
+                    Some(b't') => {
+                        out.push('\t');
+                        at += 1;
+                    }
+                    // A continuation: the line break goes.
+                    Some(b'\n') => at += 1,
+                    // Kept as itself, and not read as a quote or an escape: the next run
+                    // starts with it.
+                    Some(b'\\' | b'"') => {
+                        run = at;
+                        at += 1;
+                        continue;
+                    }
+                    // Any other character is kept as it is: the next run starts with it.
+                    _ => {}
+                }
+                run = at;
+            }
+            _ => at += 1,
         }
     }
+    out.push_str(s.get(run..).unwrap_or_default());
     out
 }
 
@@ -799,6 +824,46 @@ mod tests {
                 Lines::new(&new),
                 "{old:?} {range:?} {with:?}"
             );
+        }
+    }
+
+    /// gcfg's `unquote` a character at a time: what [`unquote`] returns, a run at a time.
+    fn unquote_by_character(s: &str) -> String {
+        let mut out = String::new();
+        let mut esc = false;
+        for c in s.chars() {
+            if esc {
+                esc = false;
+                match c {
+                    'n' => out.push('\n'),
+                    't' => out.push('\t'),
+                    '\n' => {}
+                    other => out.push(other),
+                }
+                continue;
+            }
+            match c {
+                '"' => {}
+                '\\' => esc = true,
+                _ => out.push(c),
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn unquote_equals_unquoting_character_by_character() {
+        let alphabet = ['"', '\\', 'n', 't', '\n', 'a', 'é', '\r'];
+        let mut texts = vec![String::new()];
+        for _ in 0..5 {
+            let longer: Vec<String> = texts
+                .iter()
+                .flat_map(|t| alphabet.iter().map(move |c| format!("{t}{c}")))
+                .collect();
+            for text in &longer {
+                assert_eq!(unquote(text), unquote_by_character(text), "{text:?}");
+            }
+            texts = longer;
         }
     }
 
