@@ -376,6 +376,49 @@ mod tests {
         }
     }
 
+    /// A ConfigMap's or Secret's finding is located at the object, the data key and the line,
+    /// in one part: what its description says.
+    #[test]
+    fn a_data_site_is_located_at_its_object_key_and_line() {
+        let sites: SitesDocument =
+            serde_saphyr::from_str(include_str!("../../policies/cloud-config-sites.yaml"))
+                .expect("the default sites document parses");
+        let text = "[Global]\nregion = r\n";
+        let config_map: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "cloud-provider-config", "namespace": "openshift-config"},
+            "data": {"config": text}}))
+        .expect("an object");
+        let secret: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "cloud-config", "namespace": "kube-system"},
+            "data": {"cloud.conf": base64::engine::general_purpose::STANDARD.encode(text)}}))
+        .expect("an object");
+        for (kind, object, at) in [
+            (
+                SiteKind::ConfigMap,
+                &config_map,
+                "ConfigMap openshift-config/cloud-provider-config data[\"config\"]",
+            ),
+            (
+                SiteKind::Secret,
+                &secret,
+                "Secret kube-system/cloud-config data[\"cloud.conf\"]",
+            ),
+        ] {
+            let found = find(kind, object, &sites);
+            let [site] = found.as_slice() else {
+                panic!("one site in {kind:?}: {found:?}");
+            };
+            for (line, expected) in [(None, at.to_owned()), (Some(12), format!("{at} line 12"))] {
+                let located = site.locate(line);
+                assert_eq!(located.at, expected);
+                assert_eq!((located.field_line, located.within), (None, None));
+                assert_eq!(site.describe(line), expected);
+            }
+        }
+    }
+
     #[test]
     fn base64_is_decoded_as_go_std_encoding_does() {
         let text = "[Global]\nauth-url = https://keystone.example.test:5000/v3\nregion = RegionOne\n[LoadBalancer]\nprovider-requires-serial-api-calls = true\n";
