@@ -860,7 +860,7 @@ impl Engine {
             .then(|| {
                 sites::helm::ccm_version_in(
                     &places,
-                    &sites::helm::chart_names(&self.policies.sites),
+                    sites::helm::chart_names(&self.policies.sites),
                     cancel,
                 )
                 .or_else(|| {

@@ -368,7 +368,7 @@ pub fn values_fields(
     sites: &SitesDocument,
 ) -> Vec<ValuesField> {
     let charts = super::chart_names_of(sites);
-    values_places(gvk, object, &charts, &Cancel::never())
+    values_places(gvk, object, charts, &Cancel::never())
         .into_iter()
         .map(|place| {
             let mut path = place.path;
@@ -1593,7 +1593,7 @@ fn nested_streams(
                     Seg::Index(i) => v.get(i),
                 })
                 .and_then(Value::as_str)?;
-            let worth = super::payload::mentions(text, &charts)
+            let worth = super::payload::mentions(text, charts)
                 || super::payload::may_hold_site(text, sites);
             worth.then_some((path, label, location, text))
         })

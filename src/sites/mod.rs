@@ -608,8 +608,8 @@ fn find_in(
         }
         None => {
             let charts = helm::chart_names(sites);
-            let mut found = helm::find(read_places, &charts, cancel);
-            found.extend(delivery::find(gvk, object, sites, &charts, cancel));
+            let mut found = helm::find(read_places, charts, cancel);
+            found.extend(delivery::find(gvk, object, sites, charts, cancel));
             found
         }
     }
@@ -662,7 +662,7 @@ fn chart_values_sites(
 ) -> Vec<FoundConfig> {
     helm::find(
         &ObjectPlaces::new(gvk, object),
-        &helm::chart_names(sites),
+        helm::chart_names(sites),
         cancel,
     )
 }

@@ -535,7 +535,7 @@ pub(super) fn read_nested(
     cancel: &Cancel,
 ) -> Vec<FoundConfig> {
     let charts = super::chart_names_of(sites);
-    let values = mentions(text, &charts);
+    let values = mentions(text, charts);
     if !values && !may_hold_site(text, sites) {
         return Vec::new();
     }

@@ -56,7 +56,7 @@ pub fn helm_controller_extra_args_all_in(
         }
     };
     let mut out = Vec::new();
-    let places = read_places.of(&charts, cancel);
+    let places = read_places.of(charts, cancel);
     if places.len() > MAX_CARRIERS_PER_OBJECT {
         // Reported by the cloud-config site (`find`); reading them here would multiply the
         // per-string YAML caps.
@@ -238,7 +238,7 @@ pub fn chart_values_all_in<'o>(
     let charts = super::default_chart_names();
     let root = content(object);
     let values_file = is_values_file(gvk);
-    let places = read_places.of(&charts, cancel);
+    let places = read_places.of(charts, cancel);
     if places.len() > MAX_CARRIERS_PER_OBJECT {
         return Vec::new();
     }

@@ -673,8 +673,8 @@ pub fn holds_chart_values(
     // CCM subchart's key in them. Once that key is there, the rest is read too: a condition
     // or tag of the umbrella's `Chart.yaml` may read any value in them (`unseen_switch`).
     let charts = chart_names(sites);
-    !values_places(gvk, object, &charts, &Cancel::never()).is_empty()
-        || unnamed_chart_ref_with_values(gvk, object, &charts)
+    !values_places(gvk, object, charts, &Cancel::never()).is_empty()
+        || unnamed_chart_ref_with_values(gvk, object, charts)
 }
 
 #[cfg(test)]
