@@ -336,7 +336,7 @@ impl<'o> ObjectPlaces<'o> {
         let places: Rc<[ValuesPlace]> = values_places(self.gvk, self.object, charts, cancel).into();
         if !cancel.is_cancelled() {
             // The default list is kept as it is, not copied (every review reads it).
-            let default = super::helm::default_chart_names();
+            let default = super::default_chart_names();
             let key = if std::ptr::eq(charts, default) {
                 Cow::Borrowed(default)
             } else {

@@ -646,6 +646,23 @@ pub fn find_with_embedded_in(
     (found, objects)
 }
 
+/// [`helm::DEFAULT_CHARTS`] as the owned names the readers compare, built once rather than
+/// on each of the several readings of every review. A constant: built the same on first use,
+/// never changed after, so the engine stays pure. Here, where both the registry's readers
+/// ([`delivery`]) and the chart readers ([`helm`]) reach it.
+static DEFAULT_CHART_NAMES: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+    helm::DEFAULT_CHARTS
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect()
+});
+
+/// [`helm::DEFAULT_CHARTS`], as the readers take chart names (the same list on every call,
+/// which `delivery::ObjectPlaces` keys its readings by without a copy).
+pub(crate) fn default_chart_names() -> &'static [String] {
+    &DEFAULT_CHART_NAMES
+}
+
 /// The chart names a sites document asks for ([`helm::chart_names`]): the carriers that nest
 /// chart values (`payload`, `delivery`) ask here, so they do not use `helm`, which uses them.
 fn chart_names_of(sites: &SitesDocument) -> &'static [String] {

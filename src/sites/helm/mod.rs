@@ -67,16 +67,7 @@ pub const DEFAULT_CHARTS: &[&str] = &[
     super::chart::GIANT_SWARM_APP_CHART,
 ];
 
-/// [`DEFAULT_CHARTS`] as the owned names the readers compare, built once rather than on
-/// each of the several readings of every review. A constant: built the same on first use,
-/// never changed after, so the engine stays pure.
-static DEFAULT_CHART_NAMES: std::sync::LazyLock<Vec<String>> =
-    std::sync::LazyLock::new(|| DEFAULT_CHARTS.iter().map(|s| (*s).to_owned()).collect());
-
-/// [`DEFAULT_CHARTS`], as the readers take chart names.
-pub(crate) fn default_chart_names() -> &'static [String] {
-    &DEFAULT_CHART_NAMES
-}
+pub(crate) use super::default_chart_names;
 
 /// The chart names a policy set's sites document asks for.
 pub fn chart_names(sites: &super::SitesDocument) -> &'static [String] {
