@@ -1,5 +1,6 @@
 //! The lossless document: query and edit a gcfg text without touching bytes it does not need to.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::ops::Range;
 
@@ -267,7 +268,7 @@ impl Document {
             section: header.map(|h| self.slice(&h.name)).unwrap_or_default(),
             subsection: header.and_then(|h| h.sub.as_deref()),
             key: self.slice(&e.key),
-            value: e.value.clone(),
+            value: e.value(&self.text).map(str::to_owned),
             line,
             has_truncating_comment,
             column,
@@ -301,12 +302,13 @@ impl Document {
         self.entries.iter().map(|e| self.entry_ref(e))
     }
 
+    #[inline]
     fn entry_ref<'a>(&'a self, e: &'a RawEntry) -> EntryRef<'a> {
         EntryRef {
             header: e.header,
             key: self.slice(&e.key),
             key_tag: e.key_tag,
-            value: e.value.as_deref(),
+            value: e.value(&self.text),
         }
     }
 
@@ -360,7 +362,7 @@ impl Document {
     ) -> impl Iterator<Item = usize> + 'd {
         self.entries
             .iter()
-            .filter(move |e| e.value.as_deref().is_some_and(&wanted))
+            .filter(move |e| e.value(&self.text).is_some_and(&wanted))
             .map(|e| self.lines.line(e.key.start))
     }
 
@@ -465,8 +467,8 @@ impl Document {
         let (section, key) = (FoldName::new(section), FoldName::new(key));
         for e in &self.entries {
             if self.entry_matches(e, section, subsection, key) {
-                match &e.value {
-                    Some(v) => out.push(v.clone()),
+                match e.value(&self.text) {
+                    Some(v) => out.push(v.to_owned()),
                     None => out.clear(),
                 }
             }
@@ -518,7 +520,7 @@ impl Document {
             let Some(entry) = self.entries.get(idx) else {
                 return Err(EditError::NotVerified);
             };
-            if entry.value.as_deref() == Some(value) {
+            if entry.value(&self.text) == Some(value) {
                 return Ok(EditSummary {
                     kind: EditKind::Replaced,
                     line: self.lines.line(entry.key.start),
@@ -645,12 +647,12 @@ impl Document {
         let effective = self
             .last_match(later, section, None, key)
             .and_then(|i| later.get(i))
-            .map(|e| (e.value.as_deref(), shift(e.key.start)))
-            .or_else(|| read_matches.then_some((read.value.as_deref(), read.key.start)))
+            .map(|e| (e.value(&self.text), shift(e.key.start)))
+            .or_else(|| read_matches.then_some((read.value(&text), read.key.start)))
             .or_else(|| {
                 self.last_match(earlier, section, None, key)
                     .and_then(|i| earlier.get(i))
-                    .map(|e| (e.value.as_deref(), e.key.start))
+                    .map(|e| (e.value(&self.text), e.key.start))
             });
         let line = effective
             .filter(|&(v, _)| v == Some(value))
@@ -762,7 +764,7 @@ impl Document {
 
     /// Indentation and `=` spacing to copy: from the last variable with a value in header
     /// `hidx`, else the last one in the file, else `key = value` with no indentation.
-    fn style(&self, hidx: Option<usize>) -> (String, String) {
+    fn style<'d>(&'d self, hidx: Option<usize>) -> (Cow<'d, str>, Cow<'d, str>) {
         let has_value = |e: &&RawEntry| e.value_raw.as_ref().is_some_and(|r| !r.is_empty());
         let reference = hidx
             .and_then(|h| {
@@ -774,9 +776,16 @@ impl Document {
             })
             .or_else(|| self.entries.iter().rev().find(has_value));
         let Some(e) = reference else {
-            return (String::new(), " = ".to_owned());
+            return (Cow::Borrowed(""), Cow::Borrowed(" = "));
         };
-        let clean = |s: &str| s.replace('\r', "");
+        // Copied only when there is a `\r` to drop (a CRLF file).
+        let clean = |s: &'d str| -> Cow<'d, str> {
+            if s.contains('\r') {
+                Cow::Owned(s.replace('\r', ""))
+            } else {
+                Cow::Borrowed(s)
+            }
+        };
         let line_start = self
             .lines
             .start(self.lines.line(e.key.start))
@@ -788,7 +797,7 @@ impl Document {
             .and_then(|r| self.text.get(e.key.end..r.start))
             .map(clean)
             .filter(|s| s.contains('=') && s.chars().all(|c| matches!(c, ' ' | '\t' | '=')))
-            .unwrap_or_else(|| " = ".to_owned());
+            .unwrap_or(Cow::Borrowed(" = "));
         (indent, sep)
     }
 
@@ -842,7 +851,7 @@ impl Document {
     fn insert_splice(&self, stop: usize, hidx: Option<usize>, key: &str, literal: &str) -> Splice {
         let eol = self.eol_near(stop);
         let (indent, sep) = self.style(hidx);
-        let line = [indent.as_str(), key, sep.as_str(), literal, eol].concat();
+        let line = [&*indent, key, &*sep, literal, eol].concat();
         let bytes = self.text.as_bytes();
         if bytes.get(stop) == Some(&b'\n') {
             // After the end of a statement's line: the new line starts fresh.

@@ -392,26 +392,51 @@ pub(crate) fn unquote(s: &str) -> String {
         // No quote and no escape: every character is kept as is.
         return s.to_owned();
     }
+    // The text between quotes and escapes is copied a run at a time, not a character at a
+    // time (a rendered config quotes every value). Quotes, backslashes and the escaped
+    // letters are ASCII, so every run starts and ends on a character boundary.
+    let bytes = s.as_bytes();
     let mut out = String::with_capacity(s.len());
-    let mut esc = false;
-    for c in s.chars() {
-        if esc {
-            esc = false;
-            match c {
-                '\\' | '"' => out.push(c),
-                'n' => out.push('\n'),
-                't' => out.push('\t'),
-                '\n' => {}
-                other => out.push(other),
+    // Start of the run being kept, and the byte looked at.
+    let mut run = 0;
+    let mut at = 0;
+    while let Some(&b) = bytes.get(at) {
+        match b {
+            b'"' => {
+                out.push_str(s.get(run..at).unwrap_or_default());
+                at += 1;
+                run = at;
             }
-            continue;
-        }
-        match c {
-            '"' => {}
-            '\\' => esc = true,
-            _ => out.push(c),
+            b'\\' => {
+                out.push_str(s.get(run..at).unwrap_or_default());
+                at += 1;
+                match bytes.get(at) {
+                    Some(b'n') => {
+                        out.push('\n');
+                        at += 1;
+                    }
+                    Some(b't') => {
+                        out.push('\t');
+                        at += 1;
+                    }
+                    // A continuation: the line break goes.
+                    Some(b'\n') => at += 1,
+                    // Kept as itself, and not read as a quote or an escape: the next run
+                    // starts with it.
+                    Some(b'\\' | b'"') => {
+                        run = at;
+                        at += 1;
+                        continue;
+                    }
+                    // Any other character is kept as it is: the next run starts with it.
+                    _ => {}
+                }
+                run = at;
+            }
+            _ => at += 1,
         }
     }
+    out.push_str(s.get(run..).unwrap_or_default());
     out
 }
 
@@ -441,12 +466,27 @@ pub(crate) struct RawEntry {
     pub(crate) assign: Option<usize>,
     /// Raw value text (quotes, escapes, continuations as written; trailing blanks excluded).
     pub(crate) value_raw: Option<Range<usize>>,
-    /// Decoded value; `None` for a blank variable (no `=`).
-    pub(crate) value: Option<String>,
+    /// The decoded value when it is not the raw text itself (quotes, escapes or `\r` in it);
+    /// `None` for a plain value, which is read from the text ([`RawEntry::value`]) rather than
+    /// copied (most values are plain), and for a blank variable.
+    pub(crate) decoded: Option<String>,
     /// Offset where value scanning stopped, i.e. the `;`/`#`/newline/end after the value.
     pub(crate) value_stop: Option<usize>,
     /// Offset of the end-of-line (or end-of-text) token that terminates the statement.
     pub(crate) stop: usize,
+}
+
+impl RawEntry {
+    /// The decoded value, `text` being the text the entry's offsets are in; `None` for a
+    /// blank variable (no `=`).
+    #[inline]
+    pub(crate) fn value<'t>(&'t self, text: &'t str) -> Option<&'t str> {
+        let raw = self.value_raw.as_ref()?;
+        match &self.decoded {
+            Some(decoded) => Some(decoded),
+            None => Some(text.get(raw.clone()).unwrap_or_default()),
+        }
+    }
 }
 
 /// The statements of a syntactically valid text.
@@ -547,7 +587,7 @@ pub(crate) fn parse(src: &str) -> Result<RawDoc, RawError> {
                     key_tag,
                     assign: None,
                     value_raw: None,
-                    value: None,
+                    decoded: None,
                     value_stop: None,
                     stop: t.pos,
                 };
@@ -565,16 +605,16 @@ pub(crate) fn parse(src: &str) -> Result<RawDoc, RawError> {
                     }
                     let scan = s.last_value;
                     let raw = src.get(t.pos..t.end).unwrap_or_default();
-                    let value = if scan.has_cr {
-                        unquote(&raw.replace('\r', ""))
+                    entry.decoded = if scan.has_cr {
+                        Some(unquote(&raw.replace('\r', "")))
                     } else if scan.plain {
-                        // What `unquote` returns for a text without quotes and escapes.
-                        raw.to_owned()
+                        // `unquote` keeps a text without quotes and escapes as it is: the
+                        // value is the raw text, read where it is.
+                        None
                     } else {
-                        unquote(raw)
+                        Some(unquote(raw))
                     };
                     entry.value_raw = Some(t.pos..t.end);
-                    entry.value = Some(value);
                     entry.value_stop = Some(scan.stop);
                     t = s.scan();
                     if let Some(e) = s.first_error() {
@@ -787,6 +827,46 @@ mod tests {
         }
     }
 
+    /// gcfg's `unquote` a character at a time: what [`unquote`] returns, a run at a time.
+    fn unquote_by_character(s: &str) -> String {
+        let mut out = String::new();
+        let mut esc = false;
+        for c in s.chars() {
+            if esc {
+                esc = false;
+                match c {
+                    'n' => out.push('\n'),
+                    't' => out.push('\t'),
+                    '\n' => {}
+                    other => out.push(other),
+                }
+                continue;
+            }
+            match c {
+                '"' => {}
+                '\\' => esc = true,
+                _ => out.push(c),
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn unquote_equals_unquoting_character_by_character() {
+        let alphabet = ['"', '\\', 'n', 't', '\n', 'a', 'é', '\r'];
+        let mut texts = vec![String::new()];
+        for _ in 0..5 {
+            let longer: Vec<String> = texts
+                .iter()
+                .flat_map(|t| alphabet.iter().map(move |c| format!("{t}{c}")))
+                .collect();
+            for text in &longer {
+                assert_eq!(unquote(text), unquote_by_character(text), "{text:?}");
+            }
+            texts = longer;
+        }
+    }
+
     #[test]
     fn unquote_cases() {
         assert_eq!(unquote(r#""val" "ue""#), "val ue");
@@ -870,13 +950,16 @@ mod tests {
 
     #[test]
     fn records_values() {
-        let src = "[s]\n k = \"a \" b ;c\n k2\n k3=\\\n x\n";
+        let src = "[s]\n k = \"a \" b ;c\n k2\n k3=\\\n x\n k4 = plain  ;c\n k5=\n";
         let d = parse(src).expect("valid");
-        let v: Vec<_> = d.entries.iter().map(|e| e.value.clone()).collect();
+        let v: Vec<_> = d.entries.iter().map(|e| e.value(src)).collect();
         assert_eq!(
             v,
-            vec![Some("a  b".to_owned()), None, Some(" x".to_owned())]
+            vec![Some("a  b"), None, Some(" x"), Some("plain"), Some("")]
         );
+        // Only a value that is not its raw text is copied.
+        let copied: Vec<_> = d.entries.iter().map(|e| e.decoded.is_some()).collect();
+        assert_eq!(copied, [true, false, true, false, false]);
         let first = d.entries.first().expect("entry");
         assert_eq!(
             first.value_raw.clone().and_then(|r| src.get(r)),

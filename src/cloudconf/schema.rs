@@ -9,7 +9,7 @@
 
 use super::document::{Document, Entry, parse_bool};
 use super::gotypes::{DurationError, IntError, parse_gcfg_int, parse_go_duration};
-use super::unicode::{eq_fold, eq_fold_ascii};
+use super::unicode::{ascii_fold_tag, eq_fold, eq_fold_ascii};
 
 /// The Go type of a config field, which decides how gcfg converts its value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +44,9 @@ pub struct KeySpec {
     pub default: Option<&'static str>,
     /// The value is a credential.
     pub secret: bool,
+    /// [`ascii_fold_tag`] of `name` (which is ASCII): a variable's tag tells most known keys
+    /// apart from it without comparing names.
+    tag: u64,
 }
 
 /// One known section.
@@ -79,6 +82,7 @@ const fn key(name: &'static str, ty: ValueType) -> KeySpec {
         since: None,
         default: None,
         secret: false,
+        tag: ascii_fold_tag(name.as_bytes()),
     }
 }
 
@@ -90,6 +94,7 @@ const fn field(name: &'static str, go_field: &'static str) -> KeySpec {
         since: None,
         default: None,
         secret: false,
+        tag: ascii_fold_tag(name.as_bytes()),
     }
 }
 
@@ -845,7 +850,12 @@ pub fn check(doc: &Document) -> CcmReport {
         let Some(HeaderClass::Known(spec)) = classes.get(e.header) else {
             continue;
         };
-        let Some(key_spec) = spec.keys.iter().find(|k| eq_fold_ascii(e.key, k.name)) else {
+        // The tags first: an ASCII variable can only be a key with the same tag.
+        let Some(key_spec) = spec
+            .keys
+            .iter()
+            .find(|k| e.key_tag.is_none_or(|t| t == k.tag) && eq_fold_ascii(e.key, k.name))
+        else {
             let detail = report.ignored.len() < MAX_SUGGESTIONS;
             if let Some(view) = doc.entry(at) {
                 report.ignored.push(unknown_key(&view, spec, detail));
@@ -951,6 +961,31 @@ pub fn is_openstack_config(doc: &Document) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every known key is found in any case, and spelled with a character that folds to one
+    /// of its letters (gcfg compares names as `strings.EqualFold`): the tags only skip keys
+    /// that cannot match. A name with a known key's tag and another letter inside is unknown.
+    #[test]
+    fn known_keys_are_found_whatever_their_case_and_only_they() {
+        for section in SECTIONS {
+            for key in section.keys {
+                let mut names = vec![key.name.to_uppercase(), key.name.to_owned()];
+                if key.name.contains('k') {
+                    names.push(key.name.replacen('k', "\u{212A}", 1));
+                }
+                for name in names {
+                    let doc =
+                        Document::parse(&format!("[{}]\n{name}\n", section.name)).expect("parses");
+                    let report = check(&doc);
+                    assert_eq!(report.ignored, [], "[{}] {name}", section.name);
+                }
+            }
+        }
+        let doc = Document::parse("[Global]\nauth-xrl = a\n").expect("parses");
+        let ignored = check(&doc).ignored;
+        assert_eq!(ignored.len(), 1);
+        assert_eq!(ignored[0].reason, IgnoredReason::UnknownKey);
+    }
 
     #[test]
     fn distance() {

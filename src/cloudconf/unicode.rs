@@ -128,9 +128,17 @@ pub(crate) fn eq_fold_ascii(s: &str, name: &str) -> bool {
 /// different tags never match, and a lookup rejects most variables without reading their
 /// names.
 #[inline]
-pub(crate) fn ascii_fold_tag(name: &[u8]) -> u64 {
-    let lower = |b: Option<&u8>| u64::from(b.map_or(0, u8::to_ascii_lowercase));
-    ((name.len() as u64) << 16) | (lower(name.first()) << 8) | lower(name.last())
+pub(crate) const fn ascii_fold_tag(name: &[u8]) -> u64 {
+    // A `const fn`, so that the tags of the known keys are computed at compile time.
+    let first = match name.first() {
+        Some(b) => b.to_ascii_lowercase() as u64,
+        None => 0,
+    };
+    let last = match name.last() {
+        Some(b) => b.to_ascii_lowercase() as u64,
+        None => 0,
+    };
+    ((name.len() as u64) << 16) | (first << 8) | last
 }
 
 /// A name that many texts are compared with as [`eq_fold`] does (a lookup against every

@@ -227,14 +227,22 @@ impl Text {
     /// Cuts every part at [`MAX_MESSAGE_BYTES`] (parts name keys and sections from the input,
     /// which can be arbitrarily long).
     fn cut(&mut self) {
-        for part in [&mut self.what, &mut self.fix, &mut self.why]
-            .into_iter()
-            .chain(self.location.as_mut())
-            .chain(self.within.as_mut())
-            .chain(self.unseen_overlay.as_mut())
-            .chain(self.notes.iter_mut())
+        // Part by part rather than through a chain of iterators: this runs on every finding.
+        cut_message(&mut self.what);
+        cut_message(&mut self.fix);
+        cut_message(&mut self.why);
+        for part in [
+            &mut self.location,
+            &mut self.within,
+            &mut self.unseen_overlay,
+        ]
+        .into_iter()
+        .flatten()
         {
             cut_message(part);
+        }
+        for note in &mut self.notes {
+            cut_message(note);
         }
     }
 }
@@ -551,6 +559,8 @@ enum Target<'s> {
     /// ([`Engine::evaluate_site`] then applies them to it and makes the site's patch).
     Site {
         site: &'s FoundConfig,
+        /// The site's JSON pointer, written once per site for all of its findings.
+        pointer: &'s OnceCell<String>,
         doc: Option<&'s Document>,
         edits: &'s mut Vec<(IniEdit, Finding)>,
     },
@@ -850,7 +860,7 @@ impl Engine {
             .then(|| {
                 sites::helm::ccm_version_in(
                     &places,
-                    &sites::helm::chart_names(&self.policies.sites),
+                    sites::helm::chart_names(&self.policies.sites),
                     cancel,
                 )
                 .or_else(|| {
@@ -862,8 +872,14 @@ impl Engine {
                 })
             })
             .flatten();
+        // Most objects' sites have no alternative: then they are evaluated as found, without
+        // splitting the list in two.
         let (alternatives, found): (Vec<_>, Vec<_>) =
-            found.into_iter().partition(|s| s.alternative.is_some());
+            if found.iter().all(|s| s.alternative.is_none()) {
+                (Vec::new(), found)
+            } else {
+                found.into_iter().partition(|s| s.alternative.is_some())
+            };
         for site in found {
             cancel.check()?;
             self.evaluate_site(
@@ -1125,6 +1141,7 @@ impl Engine {
             }
             Target::Site {
                 site,
+                pointer,
                 doc,
                 edits: pending,
             } => {
@@ -1132,7 +1149,7 @@ impl Engine {
                 let edits_apply =
                     edits && site.mutable && doc.is_some() && !output.edits.is_empty();
                 let at = |line: Option<usize>| Anchor::CloudConfig {
-                    pointer: site.pointer(),
+                    pointer: pointer.get_or_init(|| site.pointer()).clone(),
                     line,
                     trace: site.trace(line),
                 };
@@ -1340,6 +1357,7 @@ impl Engine {
             ccm_version,
         };
         let mut edits: Vec<(IniEdit, Finding)> = Vec::new();
+        let pointer = OnceCell::new();
         let mut reported_unreadable = false;
         for family in FAMILIES {
             let Check::CloudConfig(check) = family.check else {
@@ -1361,6 +1379,7 @@ impl Engine {
                 reported_unreadable = view.doc.is_err();
                 let target = Target::Site {
                     site,
+                    pointer: &pointer,
                     doc: view.doc.as_ref().ok().copied(),
                     edits: &mut edits,
                 };
@@ -1381,7 +1400,7 @@ impl Engine {
             f.text.field_line = located.field_line;
             f.text.within = located.within;
             f.anchor = Anchor::CloudConfig {
-                pointer: site.pointer(),
+                pointer: pointer.get_or_init(|| site.pointer()).clone(),
                 line,
                 trace: site.trace(line),
             };

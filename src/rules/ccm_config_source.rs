@@ -10,7 +10,7 @@
 //! is the place to say so, once. Warn only: the workload may be right (a config written by
 //! node provisioning), and the fix is in another object.
 
-use super::ccm_workload::CcmMarkers;
+use super::ccm_workload::{CcmMarkers, pod_spec_path};
 use super::concurrency::ConcurrencyParams;
 use super::{
     Check, Example, Family, ObjectInput, RuleId, RuleOutput, Severity, Violation, parse_params,
@@ -52,9 +52,14 @@ pub const CODE_NOT_STARTING: &str = "not-starting";
 
 fn check_object(input: &ObjectInput<'_>) -> RuleOutput {
     let defaults = ConcurrencyParams::default();
+    let mut out = RuleOutput::default();
+    if pod_spec_path(input.subject.kind).is_none() {
+        // No pod spec, no container that reads a config: the markers are not built for
+        // nothing (this runs on every review).
+        return out;
+    }
     let params = input.params.get().unwrap_or(&defaults);
     let markers = CcmMarkers::new(&params.ccm_images, &params.ccm_args);
-    let mut out = RuleOutput::default();
     for read in ccm_config::container_reads(input.subject.kind, input.object, &markers) {
         let flag = read
             .path

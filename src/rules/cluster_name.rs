@@ -32,7 +32,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::ccm_workload::{CcmContainer, CcmMarkers, has_reference, string_flag_uses};
+use super::ccm_workload::{
+    CcmContainer, CcmMarkers, has_reference, pod_spec_path, string_flag_uses,
+};
 use super::{
     Check, Example, Family, ObjectInput, Operation, RuleId, RuleOutput, Severity, Violation,
     parse_params,
@@ -255,6 +257,10 @@ fn name_sources_in(
             source
         })
         .collect();
+    if pod_spec_path(gvk).is_none() {
+        // No pod spec, no container: the markers (two lists) are not built for nothing.
+        return out;
+    }
     let markers = CcmMarkers::new(&params.ccm_images, &params.ccm_args);
     for container in markers.containers(gvk, object) {
         if runs_service_controller(&container.argv()) {

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::sites::ObjectPlaces;
 
-use super::ccm_workload::{CcmMarkers, has_reference};
+use super::ccm_workload::{CcmMarkers, has_reference, pod_spec_path};
 use super::{
     Check, Example, Family, ObjectInput, RuleId, RuleOutput, Severity, Violation, parse_params,
 };
@@ -202,6 +202,10 @@ fn check_within(
                 out.violations.push(v);
             }
         }
+    }
+    if pod_spec_path(gvk).is_none() {
+        // No pod spec, no container: the markers (two lists) are not built for nothing.
+        return out;
     }
     let markers = CcmMarkers::new(&params.ccm_images, &params.ccm_args);
     for container in markers.containers(gvk, object) {

@@ -46,6 +46,34 @@ const CREDENTIAL_NAMES: [&str; 4] = [
     "trustee-password",
 ];
 
+/// What a credential in a ConfigMap is told, one per [`CREDENTIAL_NAMES`] (same order):
+/// written out rather than joined on every review of such a ConfigMap.
+const CREDENTIAL_WHATS: [&str; CREDENTIAL_NAMES.len()] = [
+    "[Global] password holds a credential (value not shown)",
+    "[Global] application-credential-secret holds a credential (value not shown)",
+    "[Global] token holds a credential (value not shown)",
+    "[Global] trustee-password holds a credential (value not shown)",
+];
+
+/// Why a credential in a ConfigMap matters, as its first part ends: with and without the
+/// note that another line setting the key does not remove it.
+macro_rules! credential_why {
+    ($repeated:literal) => {
+        concat!(
+            "It is in a ConfigMap, which anyone who can read ConfigMaps in this namespace can \
+             read",
+            $repeated,
+            ". Move it to a Secret (e.g. kube-system/cloud-config, key cloud.conf) or to \
+             clouds.yaml with `use-clouds = true`, and rotate the credential."
+        )
+    };
+}
+/// Why a credential set once in the ConfigMap matters.
+const CREDENTIAL_WHY: &str = credential_why!("");
+/// Why a credential the ConfigMap sets on more than one line matters.
+const REPEATED_CREDENTIAL_WHY: &str =
+    credential_why!(" (another line setting the key does not remove this one from the ConfigMap)");
+
 /// Runs the rule on one cloud config.
 ///
 /// Linear in the number of entries; at most [`super::MAX_FINDINGS_PER_KIND`] findings per
@@ -101,10 +129,10 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
                 found.fold(Severity::Deny, Some(entry.line));
                 continue;
             }
-            let repeated = if counts.get(index).is_some_and(|&n| n > 1) {
-                " (another line setting the key does not remove this one from the ConfigMap)"
+            let why = if counts.get(index).is_some_and(|&n| n > 1) {
+                REPEATED_CREDENTIAL_WHY
             } else {
-                ""
+                CREDENTIAL_WHY
             };
             found.push(Violation {
                 severity: Severity::Deny,
@@ -112,17 +140,13 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
                 pointer: None,
                 line: Some(entry.line),
                 location: None,
-                // Joined, not formatted: this runs on every review of such a ConfigMap.
-                what: ["[Global] ", key, " holds a credential (value not shown)"].concat(),
+                what: CREDENTIAL_WHATS
+                    .get(index)
+                    .copied()
+                    .unwrap_or_default()
+                    .to_owned(),
                 fix: "move it to a Secret and rotate it".to_owned(),
-                why: [
-                    "It is in a ConfigMap, which anyone who can read ConfigMaps in this \
-                     namespace can read",
-                    repeated,
-                    ". Move it to a Secret (e.g. kube-system/cloud-config, key cloud.conf) or \
-                     to clouds.yaml with `use-clouds = true`, and rotate the credential.",
-                ]
-                .concat(),
+                why: why.to_owned(),
                 notes: Vec::new(),
                 unseen_overlay: None,
                 fixed_by_edit: false,
@@ -229,6 +253,32 @@ mod tests {
         let out = run("[Global]\npa55word=value\nPASSWORD=value\n", true);
         let lines: Vec<_> = out.violations.iter().map(|v| v.line).collect();
         assert_eq!(lines, vec![Some(3)]);
+    }
+
+    /// The written-out texts are the ones joined from the key's name.
+    #[test]
+    fn each_credential_key_has_its_own_text() {
+        for (key, what) in CREDENTIAL_NAMES.iter().zip(CREDENTIAL_WHATS) {
+            assert_eq!(
+                what,
+                format!("[Global] {key} holds a credential (value not shown)")
+            );
+        }
+        let text = "[Global]\ntoken=one-value\ntoken=two-value\npassword=three\n";
+        let out = run(text, true);
+        let whys: Vec<_> = out.violations.iter().map(|v| v.why.as_str()).collect();
+        assert_eq!(
+            whys,
+            [
+                REPEATED_CREDENTIAL_WHY,
+                REPEATED_CREDENTIAL_WHY,
+                CREDENTIAL_WHY
+            ]
+        );
+        assert!(CREDENTIAL_WHY.starts_with(
+            "It is in a ConfigMap, which anyone who can read ConfigMaps in this namespace can \
+             read. Move it to a Secret"
+        ));
     }
 
     #[test]

@@ -145,10 +145,15 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
     // ConfigMap or Secret): substituted before the CCM reads the file, so the value is unknown
     // here, not invalid.
     let templated: Vec<usize> = doc.lines_of_values(holds_template_marker).collect();
-    let placeholders: Vec<usize> = doc
-        .lines_of_values(schema::holds_placeholder)
-        .chain(templated.iter().copied())
-        .collect();
+    // Only a fatal problem asks whether its line holds one: without any, the values are not
+    // searched again (most configs have none).
+    let placeholders: Vec<usize> = if report.fatal.is_empty() && start.is_empty() {
+        Vec::new()
+    } else {
+        doc.lines_of_values(schema::holds_placeholder)
+            .chain(templated.iter().copied())
+            .collect()
+    };
     if let Some(&first) = templated.first() {
         out.violations.push(Violation {
             severity: Severity::Warn,
@@ -656,6 +661,28 @@ fn wrapped_values<'d>(doc: &'d Document, lines: &[usize]) -> HashMap<usize, &'d 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A value the CCM would not start on is a warning when it is a placeholder, whether or
+    /// not a start-up check (`lb-version`, `search-order`) also finds something.
+    #[test]
+    fn a_placeholder_on_a_typed_key_is_not_checked() {
+        for text in [
+            "[LoadBalancer]\nmonitor-delay = ${DELAY}\n",
+            "[LoadBalancer]\nmonitor-delay = ${DELAY}\nlb-version = v1\n",
+        ] {
+            let out = crate::rules::run_on_text(check, text, false);
+            let placeholder = out
+                .violations
+                .iter()
+                .find(|v| v.line == Some(2))
+                .unwrap_or_else(|| panic!("a finding on line 2 of {text:?}: {out:?}"));
+            assert_eq!(placeholder.severity, Severity::Warn, "{text:?}");
+            assert!(
+                placeholder.what.contains("a placeholder, not checked"),
+                "{text:?}"
+            );
+        }
+    }
 
     #[test]
     fn a_template_marker_is_an_opening_followed_by_a_closing() {

@@ -40,13 +40,58 @@ pub const CODE_FALSE: &str = "false";
 /// The value is not a boolean the CCM accepts.
 pub const CODE_INVALID: &str = "invalid";
 
-/// Section of the key.
-pub const SECTION: &str = "LoadBalancer";
-/// The key.
-pub const KEY: &str = "provider-requires-serial-api-calls";
+// The section, the key and the reason as literals, so that the texts of a missing key are
+// joined at compile time (`concat!`) rather than on every review of a config without it.
+macro_rules! section {
+    () => {
+        "LoadBalancer"
+    };
+}
+macro_rules! key {
+    () => {
+        "provider-requires-serial-api-calls"
+    };
+}
+macro_rules! why {
+    () => {
+        "Without serial calls the CCM sends fully-populated load-balancer creates and \
+batch member updates, which Octavia providers race on (409 \"immutable\", objects stuck in PENDING_*)."
+    };
+}
 
-const WHY: &str = "Without serial calls the CCM sends fully-populated load-balancer creates and \
-batch member updates, which Octavia providers race on (409 \"immutable\", objects stuck in PENDING_*).";
+/// Section of the key.
+pub const SECTION: &str = section!();
+/// The key.
+pub const KEY: &str = key!();
+
+const WHY: &str = why!();
+
+/// What a config without the key is told ([`CODE_MISSING`]).
+const MISSING_WHAT: &str = concat!("[", section!(), "] ", key!(), " is not set (default false)");
+/// Why it matters, for a config without the key.
+const MISSING_WHY: &str = concat!(
+    why!(),
+    " Add `",
+    key!(),
+    " = true` under [",
+    section!(),
+    "] (the stackgate mutating webhook adds it where it may edit the object)."
+);
+/// What one values source of a release without the key is told.
+const MISSING_IN_VALUES_WHAT: &str =
+    concat!("[", section!(), "] ", key!(), " is not set in these values");
+/// Why it matters, for one values source of a release without the key.
+const MISSING_IN_VALUES_WHY: &str = concat!(
+    "These values are one values source of the release: unless another values source or \
+     spec.values of the same release sets it, which this object does not show, the CCM uses \
+     its default (false). ",
+    why!(),
+    " Add `",
+    key!(),
+    " = true` under [",
+    section!(),
+    "] here (the stackgate mutating webhook adds it where it may edit the object)."
+);
 
 /// Runs the rule on one cloud config.
 pub fn check(view: &ConfigView<'_>) -> RuleOutput {
@@ -88,38 +133,11 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
                 key: KEY,
                 value: "true",
             });
-            // Joined, not formatted: this runs on every review of a config without the key.
+            // Joined at compile time: this runs on every review of a config without the key.
             let (what, why) = if view.values_source {
-                (
-                    ["[", SECTION, "] ", KEY, " is not set in these values"].concat(),
-                    [
-                        "These values are one values source of the release: unless another \
-                         values source or spec.values of the same release sets it, which this \
-                         object does not show, the CCM uses its default (false). ",
-                        WHY,
-                        " Add `",
-                        KEY,
-                        " = true` under [",
-                        SECTION,
-                        "] here (the stackgate mutating webhook adds it where it may edit the \
-                         object).",
-                    ]
-                    .concat(),
-                )
+                (MISSING_IN_VALUES_WHAT, MISSING_IN_VALUES_WHY)
             } else {
-                (
-                    ["[", SECTION, "] ", KEY, " is not set (default false)"].concat(),
-                    [
-                        WHY,
-                        " Add `",
-                        KEY,
-                        " = true` under [",
-                        SECTION,
-                        "] (the stackgate mutating webhook adds it where it may edit the \
-                         object).",
-                    ]
-                    .concat(),
-                )
+                (MISSING_WHAT, MISSING_WHY)
             };
             out.violations.push(Violation {
                 severity: Severity::Warn,
@@ -127,9 +145,9 @@ pub fn check(view: &ConfigView<'_>) -> RuleOutput {
                 pointer: None,
                 line: None,
                 location: None,
-                what,
+                what: what.to_owned(),
                 fix: "set it to true".to_owned(),
-                why,
+                why: why.to_owned(),
                 notes: Vec::new(),
                 unseen_overlay: None,
                 fixed_by_edit: true,

@@ -26,6 +26,7 @@
 //! addon objects, whose values are Jinja2 templates the addon provider renders, and Giant
 //! Swarm `App`s).
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -305,7 +306,7 @@ pub struct ObjectPlaces<'o> {
 }
 
 /// The places of the values of one chart list, as read.
-type PlacesOfCharts = (Vec<String>, Rc<[ValuesPlace]>);
+type PlacesOfCharts = (Cow<'static, [String]>, Rc<[ValuesPlace]>);
 
 impl<'o> ObjectPlaces<'o> {
     /// Nothing read yet of `object`, an object of kind `gvk`.
@@ -329,14 +330,19 @@ impl<'o> ObjectPlaces<'o> {
 
     /// The places holding values of the charts in `charts` (read now, or as read before).
     pub(super) fn of(&self, charts: &[String], cancel: &Cancel) -> Rc<[ValuesPlace]> {
-        if let Some((_, places)) = self.read.borrow().iter().find(|(c, _)| c == charts) {
+        if let Some((_, places)) = self.read.borrow().iter().find(|(c, _)| **c == *charts) {
             return Rc::clone(places);
         }
         let places: Rc<[ValuesPlace]> = values_places(self.gvk, self.object, charts, cancel).into();
         if !cancel.is_cancelled() {
-            self.read
-                .borrow_mut()
-                .push((charts.to_vec(), Rc::clone(&places)));
+            // The default list is kept as it is, not copied (every review reads it).
+            let default = super::default_chart_names();
+            let key = if std::ptr::eq(charts, default) {
+                Cow::Borrowed(default)
+            } else {
+                Cow::Owned(charts.to_vec())
+            };
+            self.read.borrow_mut().push((key, Rc::clone(&places)));
         }
         places
     }
@@ -362,7 +368,7 @@ pub fn values_fields(
     sites: &SitesDocument,
 ) -> Vec<ValuesField> {
     let charts = super::chart_names_of(sites);
-    values_places(gvk, object, &charts, &Cancel::never())
+    values_places(gvk, object, charts, &Cancel::never())
         .into_iter()
         .map(|place| {
             let mut path = place.path;
@@ -1587,7 +1593,7 @@ fn nested_streams(
                     Seg::Index(i) => v.get(i),
                 })
                 .and_then(Value::as_str)?;
-            let worth = super::payload::mentions(text, &charts)
+            let worth = super::payload::mentions(text, charts)
                 || super::payload::may_hold_site(text, sites);
             worth.then_some((path, label, location, text))
         })

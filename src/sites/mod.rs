@@ -350,6 +350,15 @@ trait Carrier: std::fmt::Debug + Send + Sync {
         }
     }
 
+    /// [`Carrier::locate`] with `at` after the name of the object (`object`, a blank, the
+    /// location, without trailing blanks): what [`FoundConfig::locate`] returns. A carrier
+    /// whose location is its description writes that in one string.
+    fn locate_after(&self, object: &str, line: Option<usize>) -> Location {
+        let mut location = self.locate(line);
+        location.at = after_object(object, &location.at, None);
+        location
+    }
+
     /// What kind of object holds it.
     fn holder(&self) -> Holder;
 
@@ -526,17 +535,23 @@ impl FoundConfig {
     /// `HelmChart kube-system/occm spec.valuesContent`, line 8 of that text, at
     /// `cloudConfig.loadBalancer.provider-requires-serial-api-calls`.
     pub fn locate(&self, line: Option<usize>) -> Location {
-        let mut location = self.carrier.locate(line);
-        // `{object} {at}` without its trailing blanks, written once (every finding of a site
-        // is located).
-        let mut at = String::with_capacity(self.object.len() + 1 + location.at.len());
-        at.push_str(&self.object);
-        at.push(' ');
-        at.push_str(&location.at);
-        at.truncate(at.trim_end().len());
-        location.at = at;
-        location
+        self.carrier.locate_after(&self.object, line)
     }
+}
+
+/// `{object} {at}`, then ` line {line}` when there is one, without trailing blanks: written
+/// into one string (every finding of a site is located).
+fn after_object(object: &str, at: &str, line: Option<usize>) -> String {
+    let mut out = String::with_capacity(object.len() + 1 + at.len() + 16);
+    out.push_str(object);
+    out.push(' ');
+    out.push_str(at);
+    if let Some(line) = line {
+        out.push_str(" line ");
+        path::push_decimal(&mut out, line);
+    }
+    out.truncate(out.trim_end().len());
+    out
 }
 
 /// Where a finding is, in parts (`engine::Text` keeps them apart): the first line names `at`
@@ -593,8 +608,8 @@ fn find_in(
         }
         None => {
             let charts = helm::chart_names(sites);
-            let mut found = helm::find(read_places, &charts, cancel);
-            found.extend(delivery::find(gvk, object, sites, &charts, cancel));
+            let mut found = helm::find(read_places, charts, cancel);
+            found.extend(delivery::find(gvk, object, sites, charts, cancel));
             found
         }
     }
@@ -631,9 +646,26 @@ pub fn find_with_embedded_in(
     (found, objects)
 }
 
+/// [`helm::DEFAULT_CHARTS`] as the owned names the readers compare, built once rather than
+/// on each of the several readings of every review. A constant: built the same on first use,
+/// never changed after, so the engine stays pure. Here, where both the registry's readers
+/// ([`delivery`]) and the chart readers ([`helm`]) reach it.
+static DEFAULT_CHART_NAMES: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+    helm::DEFAULT_CHARTS
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect()
+});
+
+/// [`helm::DEFAULT_CHARTS`], as the readers take chart names (the same list on every call,
+/// which `delivery::ObjectPlaces` keys its readings by without a copy).
+pub(crate) fn default_chart_names() -> &'static [String] {
+    &DEFAULT_CHART_NAMES
+}
+
 /// The chart names a sites document asks for ([`helm::chart_names`]): the carriers that nest
 /// chart values (`payload`, `delivery`) ask here, so they do not use `helm`, which uses them.
-fn chart_names_of(sites: &SitesDocument) -> Vec<String> {
+fn chart_names_of(sites: &SitesDocument) -> &'static [String] {
     helm::chart_names(sites)
 }
 
@@ -647,7 +679,7 @@ fn chart_values_sites(
 ) -> Vec<FoundConfig> {
     helm::find(
         &ObjectPlaces::new(gvk, object),
-        &helm::chart_names(sites),
+        helm::chart_names(sites),
         cancel,
     )
 }

@@ -11,8 +11,8 @@ use serde_json::Value;
 
 use super::path::{keyed, pointer, pointer_text, push_decimal};
 use super::{
-    Anchor, Carrier, FoundConfig, Holder, SiteError, SiteKind, SiteSpec, SitesDocument,
-    kind_namespace_name,
+    Anchor, Carrier, FoundConfig, Holder, Location, SiteError, SiteKind, SiteSpec, SitesDocument,
+    after_object, kind_namespace_name,
 };
 use crate::cloudconf::{Document, IniEdit};
 use crate::yaml::Seg;
@@ -164,6 +164,14 @@ impl Carrier for TextField {
         describe_line(&self.location, line)
     }
 
+    fn locate_after(&self, object: &str, line: Option<usize>) -> Location {
+        Location {
+            at: after_object(object, &self.location, line),
+            field_line: None,
+            within: None,
+        }
+    }
+
     fn holder(&self) -> Holder {
         self.holder
     }
@@ -232,7 +240,8 @@ impl Base64Field {
 
 impl Carrier for Base64Field {
     fn patch(&self, edited: &Document, _edits: &[IniEdit]) -> Vec<PatchOperation> {
-        let encoded = Encoding::Base64.encode(edited.to_text());
+        // Encoded from the document's text where it is: no copy of it first.
+        let encoded = base64::engine::general_purpose::STANDARD.encode(edited.as_str());
         vec![replace(&self.path, encoded)]
     }
 
@@ -248,6 +257,14 @@ impl Carrier for Base64Field {
 
     fn describe(&self, line: Option<usize>) -> String {
         describe_line(&self.location, line)
+    }
+
+    fn locate_after(&self, object: &str, line: Option<usize>) -> Location {
+        Location {
+            at: after_object(object, &self.location, line),
+            field_line: None,
+            within: None,
+        }
     }
 
     fn holder(&self) -> Holder {
@@ -305,13 +322,19 @@ const GO_STD_ENCODING: base64::engine::GeneralPurpose = base64::engine::GeneralP
 /// default) is accepted by kubectl and the apiserver, and must be here. Any other whitespace
 /// is invalid in Go too.
 pub fn decode_base64_like_go(s: &str) -> Result<Vec<u8>, base64::DecodeError> {
-    // Two searches for one byte each (memchr) rather than one for a set of characters, which
-    // looks at each character in turn: this runs on every Secret site's data.
+    // Decoded as it is first: `\r` and `\n` are no base64 characters, so a value that decodes
+    // holds neither, and the searches for them are made only when it does not (this runs on
+    // every Secret site's data, almost always one line). Two searches for one byte each
+    // (memchr) rather than one for a set of characters, which looks at each in turn.
+    let error = match GO_STD_ENCODING.decode(s) {
+        Ok(bytes) => return Ok(bytes),
+        Err(error) => error,
+    };
     if s.contains('\n') || s.contains('\r') {
         let compact: Vec<u8> = s.bytes().filter(|b| !matches!(b, b'\r' | b'\n')).collect();
         GO_STD_ENCODING.decode(compact)
     } else {
-        GO_STD_ENCODING.decode(s)
+        Err(error)
     }
 }
 
@@ -350,6 +373,49 @@ mod tests {
             ),
         ] {
             assert_eq!(found(kind, &o), 0, "{kind:?} {:?}", o.metadata);
+        }
+    }
+
+    /// A ConfigMap's or Secret's finding is located at the object, the data key and the line,
+    /// in one part: what its description says.
+    #[test]
+    fn a_data_site_is_located_at_its_object_key_and_line() {
+        let sites: SitesDocument =
+            serde_saphyr::from_str(include_str!("../../policies/cloud-config-sites.yaml"))
+                .expect("the default sites document parses");
+        let text = "[Global]\nregion = r\n";
+        let config_map: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "cloud-provider-config", "namespace": "openshift-config"},
+            "data": {"config": text}}))
+        .expect("an object");
+        let secret: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "cloud-config", "namespace": "kube-system"},
+            "data": {"cloud.conf": base64::engine::general_purpose::STANDARD.encode(text)}}))
+        .expect("an object");
+        for (kind, object, at) in [
+            (
+                SiteKind::ConfigMap,
+                &config_map,
+                "ConfigMap openshift-config/cloud-provider-config data[\"config\"]",
+            ),
+            (
+                SiteKind::Secret,
+                &secret,
+                "Secret kube-system/cloud-config data[\"cloud.conf\"]",
+            ),
+        ] {
+            let found = find(kind, object, &sites);
+            let [site] = found.as_slice() else {
+                panic!("one site in {kind:?}: {found:?}");
+            };
+            for (line, expected) in [(None, at.to_owned()), (Some(12), format!("{at} line 12"))] {
+                let located = site.locate(line);
+                assert_eq!(located.at, expected);
+                assert_eq!((located.field_line, located.within), (None, None));
+                assert_eq!(site.describe(line), expected);
+            }
         }
     }
 

@@ -451,7 +451,7 @@ pub(super) fn scan(
         SiteKind::ConfigMap => &[("data", Encoding::Text)],
     };
     let mut seen: Vec<&str> = Vec::new();
-    let mut charts: Option<Vec<String>> = None;
+    let charts = super::chart_names_of(sites);
     for (field, encoding) in fields {
         let Some(map) = object.data.get(*field).and_then(Value::as_object) else {
             continue;
@@ -483,7 +483,6 @@ pub(super) fn scan(
             if !spells_kind(&text) {
                 continue;
             }
-            let charts = charts.get_or_insert_with(|| super::chart_names_of(sites));
             let site_here = may_hold_site(&text, sites);
             let ccm_here = objects && may_hold_ccm(&text);
             let values_here = mentions(&text, charts);
@@ -536,7 +535,7 @@ pub(super) fn read_nested(
     cancel: &Cancel,
 ) -> Vec<FoundConfig> {
     let charts = super::chart_names_of(sites);
-    let values = mentions(text, &charts);
+    let values = mentions(text, charts);
     if !values && !may_hold_site(text, sites) {
         return Vec::new();
     }

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 
 use super::overrides::{merged_with, place_overrides};
 use super::places::{OverrideSource, text_values};
-use super::{DEFAULT_CHARTS, MAX_CARRIERS_PER_OBJECT, content, get, is_values_file};
+use super::{MAX_CARRIERS_PER_OBJECT, content, get, is_values_file};
 use crate::budget::Cancel;
 use crate::sites::delivery::ObjectPlaces;
 use crate::sites::path::{display, pointer_text, push_pointer_token, value_at};
@@ -44,7 +44,7 @@ pub fn helm_controller_extra_args_all_in(
     cancel: &Cancel,
 ) -> Vec<(String, String, Vec<String>)> {
     let (gvk, object) = (read_places.gvk(), read_places.object());
-    let charts: Vec<String> = DEFAULT_CHARTS.iter().map(|s| (*s).to_owned()).collect();
+    let charts = super::default_chart_names();
     let root = content(object);
     let values_file = is_values_file(gvk);
     // A values file's values are the file itself: name paths without the `values` prefix.
@@ -56,7 +56,7 @@ pub fn helm_controller_extra_args_all_in(
         }
     };
     let mut out = Vec::new();
-    let places = read_places.of(&charts, cancel);
+    let places = read_places.of(charts, cancel);
     if places.len() > MAX_CARRIERS_PER_OBJECT {
         // Reported by the cloud-config site (`find`); reading them here would multiply the
         // per-string YAML caps.
@@ -235,10 +235,10 @@ pub fn chart_values_all_in<'o>(
     cancel: &Cancel,
 ) -> Vec<ChartValues<'o>> {
     let (gvk, object) = (read_places.gvk(), read_places.object());
-    let charts: Vec<String> = DEFAULT_CHARTS.iter().map(|s| (*s).to_owned()).collect();
+    let charts = super::default_chart_names();
     let root = content(object);
     let values_file = is_values_file(gvk);
-    let places = read_places.of(&charts, cancel);
+    let places = read_places.of(charts, cancel);
     if places.len() > MAX_CARRIERS_PER_OBJECT {
         return Vec::new();
     }

@@ -67,11 +67,13 @@ pub const DEFAULT_CHARTS: &[&str] = &[
     super::chart::GIANT_SWARM_APP_CHART,
 ];
 
+pub(crate) use super::default_chart_names;
+
 /// The chart names a policy set's sites document asks for.
-pub fn chart_names(sites: &super::SitesDocument) -> Vec<String> {
+pub fn chart_names(sites: &super::SitesDocument) -> &'static [String] {
     // The sites document has no chart list yet: use the default.
     let _ = sites;
-    DEFAULT_CHARTS.iter().map(|s| (*s).to_owned()).collect()
+    default_chart_names()
 }
 
 /// How many leading segments of `path` exist in `root` (not null).
@@ -662,8 +664,8 @@ pub fn holds_chart_values(
     // CCM subchart's key in them. Once that key is there, the rest is read too: a condition
     // or tag of the umbrella's `Chart.yaml` may read any value in them (`unseen_switch`).
     let charts = chart_names(sites);
-    !values_places(gvk, object, &charts, &Cancel::never()).is_empty()
-        || unnamed_chart_ref_with_values(gvk, object, &charts)
+    !values_places(gvk, object, charts, &Cancel::never()).is_empty()
+        || unnamed_chart_ref_with_values(gvk, object, charts)
 }
 
 #[cfg(test)]
