@@ -212,7 +212,7 @@ impl Carrier for LabelledValues {
         let (true, Some(text)) = (op.path == target, op.value.as_str()) else {
             return Vec::new();
         };
-        let value = self.encoding.encode(text.to_owned());
+        let value = self.encoding.encode(text);
         vec![PatchOperation::Replace(ReplaceOperation {
             path: target,
             value: Value::String(value),

@@ -165,11 +165,7 @@ impl Carrier for TextField {
     }
 
     fn locate_after(&self, object: &str, line: Option<usize>) -> Location {
-        Location {
-            at: after_object(object, &self.location, line),
-            field_line: None,
-            within: None,
-        }
+        data_location(object, &self.location, line)
     }
 
     fn holder(&self) -> Holder {
@@ -208,11 +204,25 @@ impl Encoding {
     }
 
     /// `text` stored this way.
-    pub(super) fn encode(self, text: String) -> String {
+    ///
+    /// Takes the text borrowed or owned: verbatim, an owned text is moved rather than copied;
+    /// base64 reads it where it is.
+    pub(super) fn encode<'t>(self, text: impl Into<Cow<'t, str>>) -> String {
+        let text = text.into();
         match self {
-            Encoding::Text => text,
-            Encoding::Base64 => base64::engine::general_purpose::STANDARD.encode(text),
+            Encoding::Text => text.into_owned(),
+            Encoding::Base64 => base64::engine::general_purpose::STANDARD.encode(text.as_bytes()),
         }
+    }
+}
+
+/// Where a finding in a data field is: the object, the field's description and the line, in
+/// one part (what [`describe_line`] says, after the object's name).
+fn data_location(object: &str, location: &str, line: Option<usize>) -> Location {
+    Location {
+        at: after_object(object, location, line),
+        field_line: None,
+        within: None,
     }
 }
 
@@ -240,8 +250,7 @@ impl Base64Field {
 
 impl Carrier for Base64Field {
     fn patch(&self, edited: &Document, _edits: &[IniEdit]) -> Vec<PatchOperation> {
-        // Encoded from the document's text where it is: no copy of it first.
-        let encoded = base64::engine::general_purpose::STANDARD.encode(edited.as_str());
+        let encoded = Encoding::Base64.encode(edited.as_str());
         vec![replace(&self.path, encoded)]
     }
 
@@ -260,11 +269,7 @@ impl Carrier for Base64Field {
     }
 
     fn locate_after(&self, object: &str, line: Option<usize>) -> Location {
-        Location {
-            at: after_object(object, &self.location, line),
-            field_line: None,
-            within: None,
-        }
+        data_location(object, &self.location, line)
     }
 
     fn holder(&self) -> Holder {
